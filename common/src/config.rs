@@ -1,0 +1,416 @@
+//! Experiment files (TOML), validated once into a checked [`Experiment`].
+//!
+//! Overrides, strongest last: the file, `FLINT_…` environment variables (`FLINT_ROUNDS=3`,
+//! `FLINT_SERVER__ROUND_TIMEOUT_SECS=5`: `__` separates sections), then `--set key=value` flags.
+//! `FLINT_DATA_DIR`, `FLINT_LOG` and `FLINT_LOG_FORMAT` are not experiment keys.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::data::{DataSpec, PartitionKind};
+use crate::model::logreg::LogRegHyper;
+use crate::strategy::StrategyKind;
+use crate::strategy::ahp::{AhpCriterion, AhpHyper};
+use crate::{FlintError, Result};
+
+/// Environment variables with the `FLINT_` prefix that are not experiment keys.
+const RESERVED_ENV: &[&str] = &["DATA_DIR", "LOG", "LOG_FORMAT"];
+
+/// The experiment file as written; every section but `data` and `clients` has defaults.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExperimentFile {
+    pub name: String,
+    pub strategy: String,
+    #[serde(default)]
+    pub seed: u64,
+    pub rounds: u32,
+    #[serde(default)]
+    pub server: ServerSection,
+    pub data: DataSection,
+    #[serde(default)]
+    pub partition: PartitionSection,
+    #[serde(default)]
+    pub logreg: LogRegSection,
+    #[serde(default)]
+    pub ahp: AhpSection,
+    pub clients: Vec<ClientSection>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerSection {
+    /// Clients that must have joined before round 1 opens (default: all of them).
+    pub min_clients: Option<usize>,
+    /// Updates a round needs before its timeout may close it (default: 1).
+    pub min_updates: Option<usize>,
+    /// Seconds after opening at which a round closes without the missing clients (default: 600).
+    pub round_timeout_secs: Option<f64>,
+    /// Seconds the server waits for the final evaluations after the last round (default: 60).
+    pub eval_timeout_secs: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DataSection {
+    /// `synthetic`, `magic` or `csv`.
+    pub source: String,
+    /// Fraction of each client's shard held out as its test split (default 0.2).
+    pub test_fraction: Option<f64>,
+    /// `local-zscore` (default: each client standardises with its own training statistics) or `none`.
+    pub scaling: Option<String>,
+    // synthetic
+    pub samples: Option<usize>,
+    pub features: Option<usize>,
+    pub separation: Option<f64>,
+    // csv
+    pub path: Option<String>,
+    pub label_column: Option<usize>,
+    pub classes: Option<Vec<String>>,
+    pub header: Option<bool>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PartitionSection {
+    /// `iid` (default: shuffled, equal shares) or `explicit` (each client's `class_counts`).
+    pub kind: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogRegSection {
+    pub learning_rate: Option<f64>,
+    /// Full-batch gradient steps per round.
+    pub local_epochs: Option<u32>,
+    pub l2: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AhpSection {
+    /// Criteria in the order of the matrix rows; default `["compute-ghz", "gini", "size"]`.
+    pub criteria: Option<Vec<String>>,
+    /// Pairwise preference matrix (Saaty scale); default: the AHP paper's Figure 1.
+    pub preference: Option<Vec<Vec<f64>>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientSection {
+    pub name: Option<String>,
+    /// Declared compute power; `flint-client --compute-ghz` overrides it for a real machine.
+    pub compute_ghz: Option<f64>,
+    /// Samples per class, for `partition.kind = "explicit"`.
+    pub class_counts: Option<Vec<usize>>,
+}
+
+/// When rounds open and close.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RoundPolicy {
+    pub rounds: u32,
+    pub min_clients: usize,
+    pub min_updates: usize,
+    pub round_timeout: Duration,
+    pub eval_timeout: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClientSpec {
+    pub name: String,
+    pub compute_ghz: f64,
+    pub class_counts: Option<Vec<usize>>,
+}
+
+/// A validated experiment: every field is checked and has its final value.
+#[derive(Debug, Clone)]
+pub struct Experiment {
+    pub file: ExperimentFile,
+    pub fingerprint: String,
+    pub name: String,
+    pub seed: u64,
+    pub strategy: StrategyKind,
+    pub policy: RoundPolicy,
+    pub data: DataSpec,
+    pub partition: PartitionKind,
+    pub logreg: LogRegHyper,
+    pub ahp: AhpHyper,
+    pub clients: Vec<ClientSpec>,
+}
+
+impl Experiment {
+    /// Reads a file and applies `FLINT_…` environment overrides and `key=value` overrides.
+    pub fn load(path: &Path, overrides: &[(String, String)]) -> Result<Experiment> {
+        let text = std::fs::read_to_string(path).map_err(|e| FlintError::io(path, e))?;
+        let env: BTreeMap<String, String> = std::env::vars()
+            .filter_map(|(k, v)| {
+                let key = k.strip_prefix("FLINT_")?;
+                (!RESERVED_ENV.contains(&key)).then(|| (k.clone(), v))
+            })
+            .collect();
+        Self::from_toml_with(&text, env, overrides)
+            .map_err(|e| FlintError::Config(format!("{}: {}", path.display(), strip_prefix(e))))
+    }
+
+    /// Parses TOML text with no environment overrides.
+    pub fn from_toml(text: &str) -> Result<Experiment> {
+        Self::from_toml_with(text, BTreeMap::new(), &[])
+    }
+
+    fn from_toml_with(
+        text: &str,
+        env: BTreeMap<String, String>,
+        overrides: &[(String, String)],
+    ) -> Result<Experiment> {
+        let mut builder = config::Config::builder()
+            .add_source(config::File::from_str(text, config::FileFormat::Toml))
+            .add_source(
+                config::Environment::with_prefix("FLINT")
+                    .prefix_separator("_")
+                    .separator("__")
+                    .try_parsing(true)
+                    .source(Some(env.into_iter().collect())),
+            );
+        for (key, value) in overrides {
+            builder = builder
+                .set_override(key.as_str(), value.as_str())
+                .map_err(|e| FlintError::Config(format!("override {key}: {e}")))?;
+        }
+        let file: ExperimentFile = builder
+            .build()
+            .and_then(|c| c.try_deserialize())
+            .map_err(|e| FlintError::Config(e.to_string()))?;
+        Experiment::check(file)
+    }
+
+    /// Validates a parsed file into its checked form.
+    pub fn check(file: ExperimentFile) -> Result<Experiment> {
+        let bad = |m: String| FlintError::Config(m);
+        if file.name.trim().is_empty() {
+            return Err(bad("name must not be empty".into()));
+        }
+        if file.name.contains(['/', '\\']) {
+            return Err(bad(format!("name {:?} must not contain a path separator", file.name)));
+        }
+        let strategy = StrategyKind::parse(&file.strategy).map_err(bad)?;
+        if file.rounds == 0 {
+            return Err(bad("rounds must be at least 1".into()));
+        }
+        if file.clients.is_empty() {
+            return Err(bad("at least one [[clients]] entry is needed".into()));
+        }
+        let n = file.clients.len();
+        let ahp = AhpHyper::from_section(&file.ahp).map_err(bad)?;
+        let mut names = BTreeSet::new();
+        let mut clients = Vec::with_capacity(n);
+        for (i, c) in file.clients.iter().enumerate() {
+            let name = c.name.clone().unwrap_or_else(|| format!("client-{}", i + 1));
+            if name.is_empty() || !name.chars().all(|ch| ch.is_ascii_alphanumeric() || "-_.".contains(ch)) {
+                return Err(bad(format!(
+                    "client name {name:?} must be non-empty ASCII letters, digits, '-', '_' or '.'"
+                )));
+            }
+            if !names.insert(name.clone()) {
+                return Err(bad(format!("client name {name:?} appears twice")));
+            }
+            let needs_ghz = strategy == StrategyKind::FedAvgAhp && ahp.criteria.contains(&AhpCriterion::ComputeGhz);
+            let compute_ghz = match c.compute_ghz {
+                Some(g) if g.is_finite() && g > 0.0 => g,
+                Some(g) => return Err(bad(format!("client {name:?}: compute_ghz must be positive, got {g}"))),
+                None if needs_ghz => {
+                    return Err(bad(format!(
+                        "client {name:?} needs compute_ghz: the ahp criterion compute-ghz uses it"
+                    )));
+                }
+                None => 1.0,
+            };
+            clients.push(ClientSpec {
+                name,
+                compute_ghz,
+                class_counts: c.class_counts.clone(),
+            });
+        }
+        let policy = RoundPolicy {
+            rounds: file.rounds,
+            min_clients: file.server.min_clients.unwrap_or(n),
+            min_updates: file.server.min_updates.unwrap_or(1),
+            round_timeout: secs("server.round_timeout_secs", file.server.round_timeout_secs, 600.0)?,
+            eval_timeout: secs("server.eval_timeout_secs", file.server.eval_timeout_secs, 60.0)?,
+        };
+        if policy.min_clients == 0 || policy.min_clients > n {
+            return Err(bad(format!(
+                "server.min_clients must be between 1 and the {n} declared clients, got {}",
+                policy.min_clients
+            )));
+        }
+        if policy.min_updates == 0 || policy.min_updates > n {
+            return Err(bad(format!(
+                "server.min_updates must be between 1 and the {n} declared clients, got {}",
+                policy.min_updates
+            )));
+        }
+        let data = DataSpec::from_section(&file.data).map_err(bad)?;
+        let partition = PartitionKind::parse(file.partition.kind.as_deref()).map_err(bad)?;
+        if partition == PartitionKind::Explicit {
+            for c in &clients {
+                match &c.class_counts {
+                    Some(counts) if counts.len() == data.classes().len() => {}
+                    Some(counts) => {
+                        return Err(bad(format!(
+                            "client {:?}: class_counts has {} entries but the data has {} classes",
+                            c.name,
+                            counts.len(),
+                            data.classes().len()
+                        )));
+                    }
+                    None => {
+                        return Err(bad(format!(
+                            "client {:?} needs class_counts: partition.kind is explicit",
+                            c.name
+                        )));
+                    }
+                }
+            }
+        } else if let Some(c) = clients.iter().find(|c| c.class_counts.is_some()) {
+            return Err(bad(format!(
+                "client {:?} has class_counts but partition.kind is iid; set kind = \"explicit\"",
+                c.name
+            )));
+        }
+        let logreg = LogRegHyper::from_section(&file.logreg).map_err(bad)?;
+        let fingerprint = fingerprint(&file);
+        Ok(Experiment {
+            fingerprint,
+            name: file.name.clone(),
+            seed: file.seed,
+            strategy,
+            policy,
+            data,
+            partition,
+            logreg,
+            ahp,
+            clients,
+            file,
+        })
+    }
+
+    /// The client's id: its 1-based position in `[[clients]]`.
+    pub fn client_id(&self, name: &str) -> Option<crate::ClientId> {
+        self.clients.iter().position(|c| c.name == name).map(|i| i as u32 + 1)
+    }
+
+    pub fn client(&self, id: crate::ClientId) -> Option<&ClientSpec> {
+        self.clients.get((id as usize).checked_sub(1)?)
+    }
+
+    /// The resolved experiment as TOML, so a run directory records exactly what ran.
+    pub fn to_toml(&self) -> String {
+        toml::to_string_pretty(&self.file).expect("experiment serialises to toml")
+    }
+}
+
+fn secs(key: &str, value: Option<f64>, default: f64) -> Result<Duration> {
+    let v = value.unwrap_or(default);
+    if !(v.is_finite() && v > 0.0) {
+        return Err(FlintError::Config(format!("{key} must be a positive number of seconds, got {v}")));
+    }
+    Ok(Duration::from_secs_f64(v))
+}
+
+fn fingerprint(file: &ExperimentFile) -> String {
+    let json = serde_json::to_vec(file).expect("experiment serialises to json");
+    let digest = Sha256::digest(&json);
+    digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
+}
+
+fn strip_prefix(e: FlintError) -> String {
+    match e {
+        FlintError::Config(m) => m,
+        other => other.to_string(),
+    }
+}
+
+/// Parses `key=value` as given to `--set`.
+pub fn parse_override(s: &str) -> std::result::Result<(String, String), String> {
+    let (k, v) = s
+        .split_once('=')
+        .ok_or_else(|| format!("expected key=value, got {s:?}"))?;
+    if k.trim().is_empty() {
+        return Err(format!("empty key in {s:?}"));
+    }
+    Ok((k.trim().to_string(), v.trim().to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: &str = r#"
+name = "t"
+strategy = "fedavg"
+seed = 3
+rounds = 2
+[data]
+source = "synthetic"
+samples = 100
+features = 4
+[[clients]]
+[[clients]]
+name = "b"
+"#;
+
+    #[test]
+    fn defaults_fill_in_and_ids_follow_declaration_order() {
+        let e = Experiment::from_toml(BASE).unwrap();
+        assert_eq!(e.clients[0].name, "client-1");
+        assert_eq!(e.client_id("b"), Some(2));
+        assert_eq!(e.policy.min_clients, 2);
+        assert_eq!(e.policy.min_updates, 1);
+        assert_eq!(e.fingerprint.len(), 16);
+    }
+
+    #[test]
+    fn unknown_keys_are_rejected_with_their_name() {
+        let err = Experiment::from_toml(&BASE.replace("rounds = 2", "rounds = 2\nroundz = 3"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("roundz"), "{err}");
+    }
+
+    #[test]
+    fn overrides_change_values_and_fingerprint() {
+        let a = Experiment::from_toml(BASE).unwrap();
+        let b = Experiment::from_toml_with(BASE, BTreeMap::new(), &[("rounds".into(), "5".into())]).unwrap();
+        assert_eq!(b.policy.rounds, 5);
+        assert_ne!(a.fingerprint, b.fingerprint);
+        let env = BTreeMap::from([("FLINT_SERVER__MIN_UPDATES".to_string(), "2".to_string())]);
+        let c = Experiment::from_toml_with(BASE, env, &[]).unwrap();
+        assert_eq!(c.policy.min_updates, 2);
+    }
+
+    #[test]
+    fn bad_values_say_what_was_expected() {
+        let cases = [
+            ("rounds = 2", "rounds = 0", "rounds must be at least 1"),
+            ("strategy = \"fedavg\"", "strategy = \"fedprox\"", "unknown strategy"),
+            ("name = \"b\"", "name = \"client-1\"", "appears twice"),
+            ("source = \"synthetic\"", "source = \"imagenet\"", "unknown data source"),
+        ];
+        for (from, to, want) in cases {
+            let err = Experiment::from_toml(&BASE.replace(from, to)).unwrap_err().to_string();
+            assert!(err.contains(want), "{to}: {err}");
+        }
+    }
+
+    #[test]
+    fn ahp_needs_compute_power_of_every_client() {
+        let err = Experiment::from_toml(&BASE.replace("\"fedavg\"", "\"fedavg-ahp\""))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("needs compute_ghz"), "{err}");
+    }
+}

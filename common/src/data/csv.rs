@@ -1,0 +1,109 @@
+//! A plain comma-separated loader: numeric features, one label column.
+
+use std::path::Path;
+
+use super::Dataset;
+use crate::{FlintError, Result};
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct CsvSpec {
+    /// Relative to the data directory.
+    pub path: String,
+    /// 0-based; `None` = the last column.
+    pub label_column: Option<usize>,
+    /// Labels as written in the file, in class-index order (class 1 is the positive class).
+    pub classes: Vec<String>,
+    pub header: bool,
+}
+
+pub fn load(path: &Path, spec: &CsvSpec) -> Result<Dataset> {
+    let text = std::fs::read_to_string(path).map_err(|e| FlintError::io(path, e))?;
+    parse(&text, spec).map_err(|reason| FlintError::data(path, reason))
+}
+
+pub fn parse(text: &str, spec: &CsvSpec) -> std::result::Result<Dataset, String> {
+    let mut features = None;
+    let mut x = Vec::new();
+    let mut y = Vec::new();
+    for (n, line) in text.lines().enumerate().skip(usize::from(spec.header)) {
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        let fields: Vec<&str> = line.split(',').map(str::trim).collect();
+        let columns = fields.len();
+        let label_at = spec.label_column.unwrap_or(columns - 1);
+        if label_at >= columns {
+            return Err(format!("line {}: label column {label_at} but only {columns} columns", n + 1));
+        }
+        let width = *features.get_or_insert(columns - 1);
+        if columns - 1 != width {
+            return Err(format!("line {}: {columns} columns, expected {}", n + 1, width + 1));
+        }
+        let label = fields[label_at];
+        let class = spec.classes.iter().position(|c| c == label).ok_or_else(|| {
+            format!("line {}: label {label:?} is not one of {:?}", n + 1, spec.classes)
+        })?;
+        y.push(class as u32);
+        for (i, f) in fields.iter().enumerate().filter(|(i, _)| *i != label_at) {
+            let v: f64 = f
+                .parse()
+                .map_err(|_| format!("line {}: column {i} is {f:?}, not a number", n + 1))?;
+            if !v.is_finite() {
+                return Err(format!("line {}: column {i} is not finite", n + 1));
+            }
+            x.push(v);
+        }
+    }
+    let features = features.ok_or("no rows")?;
+    Ok(Dataset {
+        features,
+        x,
+        y,
+        classes: spec.classes.clone(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> CsvSpec {
+        CsvSpec {
+            path: "x.csv".into(),
+            label_column: None,
+            classes: vec!["g".into(), "h".into()],
+            header: false,
+        }
+    }
+
+    #[test]
+    fn parses_rows_and_maps_labels_to_class_indices() {
+        let d = parse("1.5,2,g\n\n3,-4e1,h\n", &spec()).unwrap();
+        assert_eq!(d.features, 2);
+        assert_eq!(d.x, vec![1.5, 2.0, 3.0, -40.0]);
+        assert_eq!(d.y, vec![0, 1]);
+    }
+
+    #[test]
+    fn errors_name_the_line_and_what_was_expected() {
+        let e = parse("1,2,g\n1,x,h\n", &spec()).unwrap_err();
+        assert!(e.contains("line 2") && e.contains("not a number"), "{e}");
+        let e = parse("1,2,g\n1,2,q\n", &spec()).unwrap_err();
+        assert!(e.contains("\"q\" is not one of"), "{e}");
+        let e = parse("1,2,g\n1,h\n", &spec()).unwrap_err();
+        assert!(e.contains("2 columns, expected 3"), "{e}");
+        assert_eq!(parse("\n", &spec()).unwrap_err(), "no rows");
+    }
+
+    #[test]
+    fn header_and_label_column_are_honoured() {
+        let s = CsvSpec {
+            label_column: Some(0),
+            header: true,
+            ..spec()
+        };
+        let d = parse("label,a\nh,7\n", &s).unwrap();
+        assert_eq!((d.x.clone(), d.y.clone()), (vec![7.0], vec![1]));
+    }
+}

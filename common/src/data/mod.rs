@@ -1,0 +1,178 @@
+//! Datasets, how they are split over clients, and each client's train/test shard.
+
+pub mod csv;
+pub mod partition;
+pub mod registry;
+pub mod shard;
+pub mod synthetic;
+
+use std::path::Path;
+
+use crate::config::DataSection;
+use crate::Result;
+
+pub use partition::{PartitionKind, partition};
+pub use shard::{Scaling, Shard};
+
+/// A labelled table: row-major features, one class index per row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Dataset {
+    pub features: usize,
+    pub x: Vec<f64>,
+    pub y: Vec<u32>,
+    pub classes: Vec<String>,
+}
+
+impl Dataset {
+    pub fn len(&self) -> usize {
+        self.y.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.y.is_empty()
+    }
+
+    pub fn row(&self, i: usize) -> &[f64] {
+        &self.x[i * self.features..(i + 1) * self.features]
+    }
+
+    pub fn class_counts(&self) -> Vec<usize> {
+        let mut counts = vec![0; self.classes.len()];
+        for &c in &self.y {
+            counts[c as usize] += 1;
+        }
+        counts
+    }
+
+    /// The rows at `indices`, in that order.
+    pub fn select(&self, indices: &[usize]) -> Dataset {
+        let mut x = Vec::with_capacity(indices.len() * self.features);
+        let mut y = Vec::with_capacity(indices.len());
+        for &i in indices {
+            x.extend_from_slice(self.row(i));
+            y.push(self.y[i]);
+        }
+        Dataset {
+            features: self.features,
+            x,
+            y,
+            classes: self.classes.clone(),
+        }
+    }
+}
+
+/// Where an experiment's data comes from, checked.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Source {
+    /// Generated from the run's seed; needs no files.
+    Synthetic {
+        samples: usize,
+        features: usize,
+        separation: f64,
+    },
+    /// A CSV file below the data directory (MAGIC is one, with its layout built in).
+    Csv(csv::CsvSpec),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct DataSpec {
+    pub source: Source,
+    pub test_fraction: f64,
+    pub scaling: Scaling,
+}
+
+impl DataSpec {
+    pub fn from_section(s: &DataSection) -> std::result::Result<DataSpec, String> {
+        let test_fraction = s.test_fraction.unwrap_or(0.2);
+        if !(test_fraction > 0.0 && test_fraction < 1.0) {
+            return Err(format!("data.test_fraction must be between 0 and 1 (exclusive), got {test_fraction}"));
+        }
+        let scaling = Scaling::parse(s.scaling.as_deref())?;
+        let only = |allowed: &[&str]| -> std::result::Result<(), String> {
+            let given = [
+                ("samples", s.samples.is_some()),
+                ("features", s.features.is_some()),
+                ("separation", s.separation.is_some()),
+                ("path", s.path.is_some()),
+                ("label_column", s.label_column.is_some()),
+                ("classes", s.classes.is_some()),
+                ("header", s.header.is_some()),
+            ];
+            match given.iter().find(|(k, set)| *set && !allowed.contains(k)) {
+                Some((k, _)) => Err(format!("data.{k} does not apply to source {:?}", s.source)),
+                None => Ok(()),
+            }
+        };
+        let source = match s.source.as_str() {
+            "synthetic" => {
+                only(&["samples", "features", "separation"])?;
+                let samples = s.samples.unwrap_or(2000);
+                let features = s.features.unwrap_or(8);
+                let separation = s.separation.unwrap_or(1.5);
+                if samples < 2 || features == 0 {
+                    return Err(format!(
+                        "synthetic data needs at least 2 samples and 1 feature, got {samples} and {features}"
+                    ));
+                }
+                if !(separation.is_finite() && separation >= 0.0) {
+                    return Err(format!("data.separation must be a non-negative number, got {separation}"));
+                }
+                Source::Synthetic {
+                    samples,
+                    features,
+                    separation,
+                }
+            }
+            "magic" => {
+                only(&[])?;
+                Source::Csv(registry::magic())
+            }
+            "csv" => {
+                only(&["path", "label_column", "classes", "header"])?;
+                let path = s.path.clone().ok_or("data.path is needed for source csv")?;
+                let classes = s.classes.clone().ok_or("data.classes is needed for source csv")?;
+                if classes.len() < 2 {
+                    return Err("data.classes needs at least two labels".into());
+                }
+                Source::Csv(csv::CsvSpec {
+                    path,
+                    label_column: s.label_column,
+                    classes,
+                    header: s.header.unwrap_or(false),
+                })
+            }
+            other => return Err(format!("unknown data source {other:?}; expected synthetic, magic or csv")),
+        };
+        Ok(DataSpec {
+            source,
+            test_fraction,
+            scaling,
+        })
+    }
+
+    pub fn classes(&self) -> Vec<String> {
+        match &self.source {
+            Source::Synthetic { .. } => vec!["0".into(), "1".into()],
+            Source::Csv(c) => c.classes.clone(),
+        }
+    }
+
+    /// Loads (or generates) the whole dataset; files resolve below `data_dir`.
+    pub fn load(&self, data_dir: &Path, seed: u64) -> Result<Dataset> {
+        match &self.source {
+            Source::Synthetic {
+                samples,
+                features,
+                separation,
+            } => Ok(synthetic::generate(*samples, *features, *separation, seed)),
+            Source::Csv(spec) => csv::load(&data_dir.join(&spec.path), spec),
+        }
+    }
+}
+
+/// `FLINT_DATA_DIR`, else `./data`.
+pub fn default_data_dir() -> std::path::PathBuf {
+    std::env::var_os("FLINT_DATA_DIR")
+        .map(Into::into)
+        .unwrap_or_else(|| "data".into())
+}

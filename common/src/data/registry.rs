@@ -1,0 +1,66 @@
+//! Known datasets: where their files live below the data directory and their sha256.
+
+use std::io::Read;
+use std::path::Path;
+
+use sha2::{Digest, Sha256};
+
+use super::csv::CsvSpec;
+use crate::{FlintError, Result};
+
+/// One file of a known dataset.
+pub struct KnownFile {
+    pub dataset: &'static str,
+    pub path: &'static str,
+    pub sha256: &'static str,
+}
+
+/// The files Flint knows, with the checksums of the official copies.
+pub const KNOWN_FILES: &[KnownFile] = &[KnownFile {
+    dataset: "magic",
+    path: "magic-gamma-telescope/magic04.data",
+    sha256: "e9314b7ebd4b4b59a3b3d65f7316663963777b16a46786877651dbbaa640b36a",
+}];
+
+/// MAGIC Gamma Telescope (UCI 159): 10 features, class `g` (gamma) = 0, `h` (hadron) = 1.
+/// The hadron class is the positive class of precision/recall, as in the AHP paper.
+pub fn magic() -> CsvSpec {
+    CsvSpec {
+        path: KNOWN_FILES[0].path.into(),
+        label_column: Some(10),
+        classes: vec!["g".into(), "h".into()],
+        header: false,
+    }
+}
+
+/// Outcome of checking one known file.
+#[derive(Debug, PartialEq, Eq)]
+pub enum FileCheck {
+    Ok,
+    Missing,
+    Mismatch { actual: String },
+}
+
+pub fn verify(data_dir: &Path, file: &KnownFile) -> Result<FileCheck> {
+    let path = data_dir.join(file.path);
+    let mut f = match std::fs::File::open(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(FileCheck::Missing),
+        Err(e) => return Err(FlintError::io(path, e)),
+    };
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let n = f.read(&mut buf).map_err(|e| FlintError::io(&path, e))?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    let actual: String = hasher.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    Ok(if actual == file.sha256 {
+        FileCheck::Ok
+    } else {
+        FileCheck::Mismatch { actual }
+    })
+}

@@ -1,0 +1,40 @@
+use std::path::PathBuf;
+
+/// Errors of the core. Messages are lowercase and say what was wrong and what was expected.
+#[derive(Debug, thiserror::Error)]
+pub enum FlintError {
+    #[error("invalid experiment: {0}")]
+    Config(String),
+    #[error("cannot read {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("bad data in {path}: {reason}")]
+    Data { path: PathBuf, reason: String },
+    #[error("cannot partition the data: {0}")]
+    Partition(String),
+    #[error("invalid update: {0}")]
+    InvalidUpdate(String),
+    #[error("invalid model: {0}")]
+    Model(String),
+}
+
+pub type Result<T, E = FlintError> = std::result::Result<T, E>;
+
+impl FlintError {
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        FlintError::Io {
+            path: path.into(),
+            source,
+        }
+    }
+
+    pub fn data(path: impl Into<PathBuf>, reason: impl Into<String>) -> Self {
+        FlintError::Data {
+            path: path.into(),
+            reason: reason.into(),
+        }
+    }
+}

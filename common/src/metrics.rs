@@ -1,0 +1,151 @@
+//! Classification metrics from a confusion matrix (row = true class, column = predicted).
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConfusionMatrix {
+    classes: usize,
+    counts: Vec<u64>,
+}
+
+impl ConfusionMatrix {
+    pub fn new(classes: usize) -> Self {
+        ConfusionMatrix {
+            classes,
+            counts: vec![0; classes * classes],
+        }
+    }
+
+    /// Rebuilds a matrix received over the wire; `None` when the length is not classes².
+    pub fn from_counts(classes: usize, counts: Vec<u64>) -> Option<Self> {
+        (classes > 0 && counts.len() == classes * classes).then_some(ConfusionMatrix { classes, counts })
+    }
+
+    pub fn from_predictions(classes: usize, truth: &[u32], predicted: &[u32]) -> Self {
+        let mut m = ConfusionMatrix::new(classes);
+        for (&t, &p) in truth.iter().zip(predicted) {
+            m.counts[t as usize * classes + p as usize] += 1;
+        }
+        m
+    }
+
+    pub fn classes(&self) -> usize {
+        self.classes
+    }
+
+    pub fn counts(&self) -> &[u64] {
+        &self.counts
+    }
+
+    pub fn get(&self, truth: usize, predicted: usize) -> u64 {
+        self.counts[truth * self.classes + predicted]
+    }
+
+    pub fn total(&self) -> u64 {
+        self.counts.iter().sum()
+    }
+
+    /// Accuracy, and precision/recall/F1 of `positive` (binary) or macro-averaged (more classes).
+    pub fn metrics(&self) -> Metrics {
+        let total = self.total();
+        let correct: u64 = (0..self.classes).map(|c| self.get(c, c)).sum();
+        let accuracy = ratio(correct, total);
+        let per_class: Vec<(f64, f64, f64)> = (0..self.classes).map(|c| self.class_prf(c)).collect();
+        let (precision, recall, f1) = if self.classes == 2 {
+            per_class[1]
+        } else {
+            let n = self.classes as f64;
+            let sum = per_class
+                .iter()
+                .fold((0.0, 0.0, 0.0), |a, p| (a.0 + p.0, a.1 + p.1, a.2 + p.2));
+            (sum.0 / n, sum.1 / n, sum.2 / n)
+        };
+        Metrics {
+            accuracy,
+            precision,
+            recall,
+            f1,
+            samples: total,
+        }
+    }
+
+    fn class_prf(&self, c: usize) -> (f64, f64, f64) {
+        let tp = self.get(c, c);
+        let predicted: u64 = (0..self.classes).map(|t| self.get(t, c)).sum();
+        let actual: u64 = (0..self.classes).map(|p| self.get(c, p)).sum();
+        let precision = ratio(tp, predicted);
+        let recall = ratio(tp, actual);
+        let f1 = if precision + recall > 0.0 {
+            2.0 * precision * recall / (precision + recall)
+        } else {
+            0.0
+        };
+        (precision, recall, f1)
+    }
+}
+
+fn ratio(a: u64, b: u64) -> f64 {
+    if b == 0 { 0.0 } else { a as f64 / b as f64 }
+}
+
+/// For two classes, precision/recall/F1 are those of class 1 (the positive class); for more,
+/// their unweighted mean over classes.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Metrics {
+    pub accuracy: f64,
+    pub precision: f64,
+    pub recall: f64,
+    pub f1: f64,
+    pub samples: u64,
+}
+
+impl Metrics {
+    /// Unweighted mean over clients, as the papers report.
+    pub fn mean<'a>(all: impl IntoIterator<Item = &'a Metrics>) -> Option<Metrics> {
+        let all: Vec<&Metrics> = all.into_iter().collect();
+        if all.is_empty() {
+            return None;
+        }
+        let n = all.len() as f64;
+        let avg = |f: fn(&Metrics) -> f64| all.iter().map(|m| f(m)).sum::<f64>() / n;
+        Some(Metrics {
+            accuracy: avg(|m| m.accuracy),
+            precision: avg(|m| m.precision),
+            recall: avg(|m| m.recall),
+            f1: avg(|m| m.f1),
+            samples: all.iter().map(|m| m.samples).sum(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn binary_metrics_on_hand_counted_predictions() {
+        // truth:     1 1 1 0 0 0 0 1
+        // predicted: 1 0 1 0 1 0 0 1  -> tp 3, fn 1, fp 1, tn 3
+        let m = ConfusionMatrix::from_predictions(2, &[1, 1, 1, 0, 0, 0, 0, 1], &[1, 0, 1, 0, 1, 0, 0, 1]);
+        let x = m.metrics();
+        assert_eq!(x.accuracy, 6.0 / 8.0);
+        assert_eq!(x.precision, 3.0 / 4.0);
+        assert_eq!(x.recall, 3.0 / 4.0);
+        assert_eq!(x.f1, 0.75);
+        assert_eq!(x.samples, 8);
+    }
+
+    #[test]
+    fn no_positive_predictions_gives_zero_not_nan() {
+        let m = ConfusionMatrix::from_predictions(2, &[1, 0], &[0, 0]);
+        let x = m.metrics();
+        assert_eq!((x.precision, x.recall, x.f1), (0.0, 0.0, 0.0));
+    }
+
+    #[test]
+    fn wire_counts_must_be_square() {
+        assert!(ConfusionMatrix::from_counts(2, vec![1, 2, 3]).is_none());
+        assert!(ConfusionMatrix::from_counts(0, vec![]).is_none());
+        assert!(ConfusionMatrix::from_counts(2, vec![1, 2, 3, 4]).is_some());
+    }
+}

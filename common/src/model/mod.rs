@@ -1,0 +1,3 @@
+//! The models Flint federates. Each has a hyper-parameter type validated once into a checked form.
+
+pub mod logreg;

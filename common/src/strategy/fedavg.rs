@@ -1,0 +1,232 @@
+//! FedAvg (AHP paper §3.5) and its AHP-weighted variant (§3.6): w = Σ_k A_k w_k, with
+//! A_k = n_k / n or the AHP client weight, computed over the clients that answered the round.
+
+use std::collections::BTreeMap;
+
+use serde_json::json;
+
+use super::ahp::{self, AhpHyper, CriteriaValues};
+use super::{Aggregate, ClientStrategy, Downloads, ServerStrategy};
+use crate::data::Dataset;
+use crate::metrics::ConfusionMatrix;
+use crate::model::logreg::{LogReg, LogRegHyper};
+use crate::rng::FlintRng;
+use crate::wire::proto::{DataSummary, Payload};
+use crate::wire::{self, LinearModelExt};
+use crate::{ClientId, FlintError, Result, Round};
+
+#[derive(Debug, Clone)]
+enum Weighting {
+    DatasetSize,
+    Ahp(AhpHyper),
+}
+
+pub struct FedAvgServer {
+    weighting: Weighting,
+}
+
+impl FedAvgServer {
+    pub fn by_size() -> Self {
+        FedAvgServer {
+            weighting: Weighting::DatasetSize,
+        }
+    }
+
+    pub fn by_ahp(hyper: AhpHyper) -> Self {
+        FedAvgServer {
+            weighting: Weighting::Ahp(hyper),
+        }
+    }
+
+    /// Aggregation weights of the given clients, in id order, summing to 1.
+    pub fn weights(&self, clients: &BTreeMap<ClientId, &DataSummary>) -> Vec<f64> {
+        let samples = |s: &DataSummary| s.train_class_counts.iter().sum::<u64>() as f64;
+        match &self.weighting {
+            Weighting::DatasetSize => {
+                let total: f64 = clients.values().map(|s| samples(s)).sum();
+                clients
+                    .values()
+                    .map(|s| {
+                        if total > 0.0 {
+                            samples(s) / total
+                        } else {
+                            1.0 / clients.len() as f64
+                        }
+                    })
+                    .collect()
+            }
+            Weighting::Ahp(hyper) => {
+                let values: Vec<CriteriaValues> = clients
+                    .values()
+                    .map(|s| CriteriaValues {
+                        compute_ghz: s.compute_ghz,
+                        gini: ahp::gini(&s.train_class_counts),
+                        size: samples(s),
+                    })
+                    .collect();
+                ahp::client_weights(hyper, &values)
+            }
+        }
+    }
+}
+
+impl ServerStrategy for FedAvgServer {
+    fn initial_download(&self, features: usize) -> Option<Payload> {
+        Some(wire::linear_payload(&LogReg::zeros(features)))
+    }
+
+    fn check_update(&self, features: usize, update: &Payload) -> Result<()> {
+        wire::expect_linear(update)?.check(features).map(|_| ())
+    }
+
+    fn aggregate(
+        &mut self,
+        round: Round,
+        clients: &BTreeMap<ClientId, DataSummary>,
+        updates: &BTreeMap<ClientId, Payload>,
+    ) -> Result<Aggregate> {
+        if updates.is_empty() {
+            return Err(FlintError::InvalidUpdate(format!("round {round} has no updates to aggregate")));
+        }
+        let participants: BTreeMap<ClientId, &DataSummary> = updates
+            .keys()
+            .map(|id| {
+                clients
+                    .get(id)
+                    .map(|s| (*id, s))
+                    .ok_or_else(|| FlintError::InvalidUpdate(format!("update from client {id}, which never joined")))
+            })
+            .collect::<Result<_>>()?;
+        let weights = self.weights(&participants);
+        let models: Vec<LogReg> = updates
+            .values()
+            .map(|p| wire::expect_linear(p).map(|m| m.to_logreg()))
+            .collect::<Result<_>>()?;
+        let features = models[0].features();
+        let mut global = LogReg::zeros(features);
+        for (model, a) in models.iter().zip(&weights) {
+            if model.features() != features {
+                return Err(FlintError::InvalidUpdate(format!(
+                    "updates disagree on the feature count: {} and {features}",
+                    model.features()
+                )));
+            }
+            for (g, w) in global.weights.iter_mut().zip(&model.weights) {
+                *g += a * w;
+            }
+            global.bias += a * model.bias;
+        }
+        let weights: BTreeMap<ClientId, f64> = updates.keys().copied().zip(weights).collect();
+        Ok(Aggregate {
+            downloads: Downloads::Broadcast(wire::linear_payload(&global)),
+            weights,
+            details: json!({}),
+        })
+    }
+
+    fn describe(&self) -> serde_json::Value {
+        match &self.weighting {
+            Weighting::DatasetSize => json!({ "weighting": "n_k / n" }),
+            Weighting::Ahp(h) => json!({ "weighting": "ahp", "ahp": h }),
+        }
+    }
+}
+
+/// A client of FedAvg: its local logistic regression, replaced by each download.
+pub struct FedAvgClient {
+    model: LogReg,
+    hyper: LogRegHyper,
+}
+
+impl FedAvgClient {
+    pub fn new(features: usize, hyper: LogRegHyper) -> Self {
+        FedAvgClient {
+            model: LogReg::zeros(features),
+            hyper,
+        }
+    }
+}
+
+impl ClientStrategy for FedAvgClient {
+    fn apply(&mut self, download: &Payload) -> Result<()> {
+        let m = wire::expect_linear(download)?.check(self.model.features())?;
+        self.model = m.to_logreg();
+        Ok(())
+    }
+
+    fn train(&mut self, train: &Dataset, _round: Round, _rng: &mut FlintRng) -> Result<Payload> {
+        self.model.train(train, &self.hyper);
+        Ok(wire::linear_payload(&self.model))
+    }
+
+    fn evaluate(&self, test: &Dataset) -> ConfusionMatrix {
+        self.model.evaluate(test)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::proto::LinearModel;
+    use crate::wire::proto::payload::Kind;
+
+    fn summary(counts: [u64; 2], ghz: f64) -> DataSummary {
+        DataSummary {
+            train_class_counts: counts.to_vec(),
+            test_samples: 0,
+            features: 1,
+            compute_ghz: ghz,
+        }
+    }
+
+    fn update(w: f32, b: f32) -> Payload {
+        Payload {
+            kind: Some(Kind::LinearModel(LinearModel {
+                weights: vec![w],
+                bias: b,
+            })),
+        }
+    }
+
+    #[test]
+    fn fedavg_weights_by_training_samples() {
+        // §3.5: w = Σ n_k/n w_k; n = (1, 3) gives (¼, ¾).
+        let clients = BTreeMap::from([(1, summary([1, 0], 1.0)), (2, summary([2, 1], 1.0))]);
+        let updates = BTreeMap::from([(1, update(4.0, 1.0)), (2, update(8.0, -1.0))]);
+        let agg = FedAvgServer::by_size().aggregate(1, &clients, &updates).unwrap();
+        assert_eq!(agg.weights, BTreeMap::from([(1, 0.25), (2, 0.75)]));
+        let Downloads::Broadcast(p) = agg.downloads else { panic!("fedavg broadcasts") };
+        assert_eq!(p, update(7.0, -0.5));
+    }
+
+    #[test]
+    fn weights_are_renormalised_over_the_clients_that_answered() {
+        let clients = BTreeMap::from([
+            (1, summary([5, 5], 4.5)),
+            (2, summary([9, 1], 1.5)),
+            (3, summary([1, 1], 3.0)),
+        ]);
+        let updates = BTreeMap::from([(1, update(1.0, 0.0)), (3, update(1.0, 0.0))]);
+        let server = FedAvgServer::by_ahp(AhpHyper::from_section(&Default::default()).unwrap());
+        let mut s = server;
+        let agg = s.aggregate(2, &clients, &updates).unwrap();
+        assert_eq!(agg.weights.keys().copied().collect::<Vec<_>>(), vec![1, 3]);
+        assert!((agg.weights.values().sum::<f64>() - 1.0).abs() < 1e-12);
+        // Client 1 has more compute and as good a balance: it must weigh more.
+        assert!(agg.weights[&1] > agg.weights[&3]);
+    }
+
+    #[test]
+    fn non_linear_updates_are_refused() {
+        let server = FedAvgServer::by_size();
+        let wrong = Payload {
+            kind: Some(Kind::GiniIndex(crate::wire::proto::GiniIndex { value: 0.5 })),
+        };
+        let err = server.check_update(1, &wrong).unwrap_err().to_string();
+        assert!(err.contains("expected a linear_model"), "{err}");
+        let err = server.check_update(2, &update(1.0, 0.0)).unwrap_err().to_string();
+        assert!(err.contains("1 weights, expected 2"), "{err}");
+        let err = server.check_update(1, &update(f32::NAN, 0.0)).unwrap_err().to_string();
+        assert!(err.contains("not finite"), "{err}");
+    }
+}

@@ -1,0 +1,133 @@
+//! Byte accounting: per client, per round, per direction, at three levels (DESIGN.md):
+//! `payload` (protobuf `encoded_len`), `message` (gRPC body bytes: payload + 5-byte frame
+//! headers), `socket` (bytes through the TCP connection: HTTP/2 framing, headers, pings, TLS),
+//! plus the papers' convention. Round 0 is the join.
+
+use std::collections::BTreeMap;
+use std::ops::AddAssign;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{ClientId, Round};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// Client to server.
+    Up,
+    /// Server to client.
+    Down,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Traffic {
+    /// Protobuf messages counted at the payload level.
+    pub messages: u64,
+    pub payload: u64,
+    pub message: u64,
+    pub socket: u64,
+    /// The papers' convention (parameters × bytes per parameter); 0 where a paper counts nothing.
+    pub paper: u64,
+}
+
+impl AddAssign for Traffic {
+    fn add_assign(&mut self, o: Traffic) {
+        self.messages += o.messages;
+        self.payload += o.payload;
+        self.message += o.message;
+        self.socket += o.socket;
+        self.paper += o.paper;
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Flow {
+    pub up: Traffic,
+    pub down: Traffic,
+}
+
+impl Flow {
+    pub fn get_mut(&mut self, d: Direction) -> &mut Traffic {
+        match d {
+            Direction::Up => &mut self.up,
+            Direction::Down => &mut self.down,
+        }
+    }
+}
+
+impl AddAssign for Flow {
+    fn add_assign(&mut self, o: Flow) {
+        self.up += o.up;
+        self.down += o.down;
+    }
+}
+
+/// One side's view of a run's traffic.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Ledger {
+    pub flows: BTreeMap<ClientId, BTreeMap<Round, Flow>>,
+    /// gRPC message bytes by RPC method and client, all rounds together.
+    pub by_method: BTreeMap<String, BTreeMap<ClientId, Flow>>,
+}
+
+impl Ledger {
+    pub fn at(&mut self, client: ClientId, round: Round) -> &mut Flow {
+        self.flows.entry(client).or_default().entry(round).or_default()
+    }
+
+    /// One protobuf message of `len` encoded bytes, and its paper-convention size.
+    pub fn payload(&mut self, client: ClientId, round: Round, d: Direction, len: usize, paper: u64) {
+        let t = self.at(client, round).get_mut(d);
+        t.messages += 1;
+        t.payload += len as u64;
+        t.paper += paper;
+    }
+
+    pub fn message(&mut self, method: &str, client: ClientId, round: Round, d: Direction, bytes: u64) {
+        self.at(client, round).get_mut(d).message += bytes;
+        let by = self.by_method.entry(method.to_string()).or_default().entry(client).or_default();
+        by.get_mut(d).message += bytes;
+    }
+
+    pub fn socket(&mut self, client: ClientId, round: Round, d: Direction, bytes: u64) {
+        self.at(client, round).get_mut(d).socket += bytes;
+    }
+
+    pub fn round_total(&self, round: Round) -> Flow {
+        let mut f = Flow::default();
+        for rounds in self.flows.values() {
+            if let Some(x) = rounds.get(&round) {
+                f += *x;
+            }
+        }
+        f
+    }
+
+    pub fn total(&self) -> Flow {
+        let mut f = Flow::default();
+        for x in self.flows.values().flat_map(|r| r.values()) {
+            f += *x;
+        }
+        f
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_add_up_per_round_and_in_total() {
+        let mut l = Ledger::default();
+        l.payload(1, 1, Direction::Up, 10, 8);
+        l.message("/flint.v1.Aggregator/PushUpdate", 1, 1, Direction::Up, 15);
+        l.socket(1, 1, Direction::Up, 100);
+        l.payload(2, 1, Direction::Down, 7, 0);
+        l.payload(2, 2, Direction::Down, 7, 0);
+        let r1 = l.round_total(1);
+        assert_eq!((r1.up.payload, r1.up.message, r1.up.socket, r1.up.paper), (10, 15, 100, 8));
+        assert_eq!(r1.down.payload, 7);
+        assert_eq!(l.total().down.messages, 2);
+        let json = serde_json::to_string(&l).unwrap();
+        assert_eq!(serde_json::from_str::<Ledger>(&json).unwrap(), l);
+    }
+}

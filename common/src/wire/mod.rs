@@ -1,0 +1,99 @@
+//! The wire contract's generated types, model ⇄ proto conversions, validation of received
+//! payloads, chunking of updates, and the byte-accounting types.
+
+pub mod chunks;
+pub mod ledger;
+
+#[allow(clippy::all, missing_docs)]
+pub mod proto {
+    include!(concat!(env!("OUT_DIR"), "/flint.v1.rs"));
+}
+
+use proto::payload::Kind;
+use proto::{LinearModel, Payload};
+
+use crate::model::logreg::LogReg;
+use crate::{FlintError, Result};
+
+/// Request and response headers that let byte counters attribute traffic to (client, round).
+pub const CLIENT_HEADER: &str = "flint-client-id";
+pub const ROUND_HEADER: &str = "flint-round";
+
+pub fn kind_name(p: &Payload) -> &'static str {
+    match &p.kind {
+        None => "nothing",
+        Some(Kind::LinearModel(_)) => "linear_model",
+        Some(Kind::ClassWeights(_)) => "class_weights",
+        Some(Kind::ConfidenceWinner(_)) => "confidence_winner",
+        Some(Kind::GiniIndex(_)) => "gini_index",
+        Some(Kind::TmModel(_)) => "tm_model",
+        Some(Kind::AdjacencyMatrix(_)) => "adjacency_matrix",
+    }
+}
+
+pub fn expect_linear(p: &Payload) -> Result<&LinearModel> {
+    match &p.kind {
+        Some(Kind::LinearModel(m)) => Ok(m),
+        _ => Err(FlintError::InvalidUpdate(format!(
+            "expected a linear_model payload, got {}",
+            kind_name(p)
+        ))),
+    }
+}
+
+pub fn linear_payload(m: &LogReg) -> Payload {
+    Payload {
+        kind: Some(Kind::LinearModel(LinearModel {
+            weights: m.weights.iter().map(|&w| w as f32).collect(),
+            bias: m.bias as f32,
+        })),
+    }
+}
+
+pub trait LinearModelExt {
+    /// Checks the length against the run's feature count and that every value is finite.
+    fn check(&self, features: usize) -> Result<&Self>;
+    fn to_logreg(&self) -> LogReg;
+}
+
+impl LinearModelExt for LinearModel {
+    fn check(&self, features: usize) -> Result<&Self> {
+        if self.weights.len() != features {
+            return Err(FlintError::InvalidUpdate(format!(
+                "linear_model has {} weights, expected {features} (one per feature)",
+                self.weights.len()
+            )));
+        }
+        if let Some(i) = self.weights.iter().position(|w| !w.is_finite()) {
+            return Err(FlintError::InvalidUpdate(format!(
+                "linear_model weight {i} is {}, not finite",
+                self.weights[i]
+            )));
+        }
+        if !self.bias.is_finite() {
+            return Err(FlintError::InvalidUpdate(format!(
+                "linear_model bias is {}, not finite",
+                self.bias
+            )));
+        }
+        Ok(self)
+    }
+
+    fn to_logreg(&self) -> LogReg {
+        LogReg {
+            weights: self.weights.iter().map(|&w| f64::from(w)).collect(),
+            bias: f64::from(self.bias),
+        }
+    }
+}
+
+/// The papers' byte convention for a payload: parameters × the width the reference code used
+/// (logistic regression: numpy float64, 8 bytes per parameter).
+pub fn paper_convention_bytes(p: &Payload) -> u64 {
+    match &p.kind {
+        Some(Kind::LinearModel(m)) => 8 * (m.weights.len() as u64 + 1),
+        Some(Kind::ClassWeights(w)) => 4 * w.weights.len() as u64,
+        Some(Kind::AdjacencyMatrix(a)) => 8 * a.weights.len() as u64,
+        _ => 0,
+    }
+}
