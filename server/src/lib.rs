@@ -1,1 +1,181 @@
+//! `flint-server`: the aggregator. A thin shell that moves bytes, keeps time and writes results;
+//! the round logic is [`rounds::Rounds`] and the algorithms are in `flint-common`.
 
+pub mod results;
+pub mod rounds;
+pub mod service;
+
+pub mod proto {
+    tonic::include_proto!("flint.v1");
+}
+
+/// The encoded descriptor of the wire contract, served by gRPC reflection.
+pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/flint_descriptor.bin"));
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use flint_common::config::{Experiment, parse_override};
+use flint_common::logging::LogFormat;
+use flint_common::meter::{ConnMeter, CountingIo, MessageMeterLayer, SharedLedger, Side};
+use flint_common::strategy::server_strategy;
+use tokio::net::TcpListener;
+use tokio_stream::StreamExt;
+use tokio_stream::wrappers::TcpListenerStream;
+
+use proto::aggregator_server::AggregatorServer;
+use results::RunResults;
+use rounds::Rounds;
+use service::{AggregatorService, Shared};
+
+/// Command-line options of `flint-server` (and `flint server`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServerArgs {
+    /// Experiment file (TOML).
+    #[arg(long, short)]
+    pub experiment: PathBuf,
+    /// Address to listen on; port 0 picks a free port (see --ready-file).
+    #[arg(long, default_value = "127.0.0.1:50051")]
+    pub listen: SocketAddr,
+    /// Directory for status.json, results.json and rounds.csv [default: runs/<experiment name>].
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Written with the bound address once the server accepts connections.
+    #[arg(long)]
+    pub ready_file: Option<PathBuf>,
+    /// Override an experiment key, e.g. --set rounds=3 (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE", value_parser = parse_override)]
+    pub overrides: Vec<(String, String)>,
+    /// Log format on stderr.
+    #[arg(long, default_value = "text")]
+    pub log_format: LogFormat,
+}
+
+/// Loads the experiment and serves until the run is done; returns what it wrote.
+pub async fn run(args: ServerArgs) -> anyhow::Result<RunResults> {
+    flint_common::logging::init(args.log_format);
+    let experiment = Experiment::load(&args.experiment, &args.overrides)?;
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| Path::new("runs").join(&experiment.name));
+    let listener = TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    serve(experiment, listener, &out, args.ready_file.as_deref()).await
+}
+
+/// Serves one run on `listener`, writing progress and results below `out`.
+pub async fn serve(
+    experiment: Experiment,
+    listener: TcpListener,
+    out: &Path,
+    ready_file: Option<&Path>,
+) -> anyhow::Result<RunResults> {
+    std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
+    let addr = listener.local_addr()?;
+    let run_id = format!("{}-{:016x}", experiment.name, rand::random::<u64>());
+    let classes = experiment.data.classes().len();
+    let rounds = Rounds::new(experiment.policy.clone(), server_strategy(&experiment), classes);
+    std::fs::write(out.join("experiment.toml"), experiment.to_toml())?;
+    let ledger = Arc::new(SharedLedger::default());
+    let shared = Arc::new(Shared {
+        experiment,
+        run_id: run_id.clone(),
+        rounds: Mutex::new(rounds),
+        ledger: ledger.clone(),
+        version: tokio::sync::watch::channel(0).0,
+        started: Instant::now(),
+    });
+
+    let connections: Arc<Mutex<Vec<ConnMeter>>> = Arc::default();
+    let registry = connections.clone();
+    let incoming = TcpListenerStream::new(listener).map(move |conn| {
+        conn.map(|tcp| {
+            let _ = tcp.set_nodelay(true);
+            let meter = ConnMeter::default();
+            registry.lock().expect("connections lock").push(meter.clone());
+            CountingIo::new(tcp, meter)
+        })
+    });
+
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health.set_serving::<AggregatorServer<AggregatorService>>().await;
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()?;
+
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
+    let ticker = tokio::spawn(tick_until_done(shared.clone(), out.to_path_buf(), done_tx));
+    let server = tonic::transport::Server::builder()
+        .tcp_nodelay(true)
+        .http2_keepalive_interval(Some(Duration::from_secs(10)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(20)))
+        .layer(MessageMeterLayer::server(ledger.clone()))
+        .add_service(health_service)
+        .add_service(reflection)
+        .add_service(AggregatorServer::new(AggregatorService(shared.clone())))
+        .serve_with_incoming_shutdown(incoming, async {
+            tokio::select! {
+                _ = done_rx => {}
+                _ = tokio::signal::ctrl_c() => tracing::warn!("interrupted; writing results so far"),
+            }
+        });
+    if let Some(path) = ready_file {
+        results::write_atomic(path, addr.to_string().as_bytes())?;
+    }
+    tracing::info!(%addr, run = %run_id, "listening");
+    // Connections that stay open after the run must not keep the results from being written.
+    let serving = tokio::spawn(server);
+    let _ = ticker.await;
+    let _ = tokio::time::timeout(Duration::from_secs(5), serving).await;
+
+    for c in connections.lock().expect("connections lock").iter() {
+        c.flush_to_label(&*ledger, Side::Server);
+    }
+    let results = results::collect(&shared);
+    results::write_atomic(&out.join("results.json"), &serde_json::to_vec_pretty(&results)?)?;
+    results::write_atomic(&out.join("rounds.csv"), results::rounds_csv(&results).as_bytes())?;
+    write_status(&shared, out);
+    tracing::info!(out = %out.display(), "results written");
+    Ok(results)
+}
+
+/// Closes rounds at their timeouts, keeps status.json current, and signals the end of the run.
+async fn tick_until_done(shared: Arc<Shared>, out: PathBuf, done: tokio::sync::oneshot::Sender<()>) {
+    let mut written = u64::MAX;
+    loop {
+        let now = Instant::now();
+        let (changed, finished) = {
+            let mut r = shared.rounds.lock().expect("rounds lock");
+            (r.tick(now), r.is_done(now))
+        };
+        if changed {
+            shared.bump();
+        }
+        let version = *shared.version.borrow();
+        if version != written {
+            write_status(&shared, &out);
+            written = version;
+        }
+        if finished {
+            let _ = done.send(());
+            // Wake every long-poll so it sees the finished run.
+            shared.bump();
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn write_status(shared: &Shared, out: &Path) {
+    let status = results::status(shared);
+    let bytes = serde_json::to_vec_pretty(&status).expect("status serialises");
+    if let Err(e) = results::write_atomic(&out.join("status.json"), &bytes) {
+        tracing::warn!(error = %e, "cannot write status.json");
+    }
+}

@@ -1,0 +1,181 @@
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use super::{MeterSink, Side};
+use crate::{ClientId, Round};
+
+#[derive(Debug, Default)]
+struct Counts {
+    read: AtomicU64,
+    written: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct Mark {
+    read: u64,
+    written: u64,
+    label: Option<(ClientId, Round)>,
+}
+
+/// One connection's byte counts and how much of them has been attributed so far.
+#[derive(Debug, Clone, Default)]
+pub struct ConnMeter {
+    counts: Arc<Counts>,
+    mark: Arc<Mutex<Mark>>,
+}
+
+impl ConnMeter {
+    pub fn read(&self) -> u64 {
+        self.counts.read.load(Ordering::Relaxed)
+    }
+
+    pub fn written(&self) -> u64 {
+        self.counts.written.load(Ordering::Relaxed)
+    }
+
+    /// Attributes every byte since the last flush to (client, round).
+    pub fn flush_to(&self, sink: &dyn MeterSink, side: Side, client: ClientId, round: Round) {
+        let (read, written) = self.take();
+        let (up, down) = match side {
+            Side::Server => (read, written),
+            Side::Client => (written, read),
+        };
+        if up + down > 0 {
+            sink.socket_bytes(client, round, up, down);
+        }
+    }
+
+    /// Attributes every byte since the last flush to the label of the last call, if any.
+    pub fn flush_to_label(&self, sink: &dyn MeterSink, side: Side) {
+        let label = self.mark.lock().expect("meter lock").label;
+        if let Some((client, round)) = label {
+            self.flush_to(sink, side, client, round);
+        }
+    }
+
+    pub fn set_label(&self, client: ClientId, round: Round) {
+        self.mark.lock().expect("meter lock").label = Some((client, round));
+    }
+
+    fn take(&self) -> (u64, u64) {
+        let mut m = self.mark.lock().expect("meter lock");
+        let (read, written) = (self.read(), self.written());
+        let delta = (read - m.read, written - m.written);
+        (m.read, m.written) = (read, written);
+        delta
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A connection whose every byte read and written is counted, below HTTP/2 and TLS.
+    pub struct CountingIo<T> {
+        #[pin]
+        inner: T,
+        meter: ConnMeter,
+    }
+}
+
+impl<T> CountingIo<T> {
+    pub fn new(inner: T, meter: ConnMeter) -> Self {
+        CountingIo { inner, meter }
+    }
+
+    pub fn meter(&self) -> &ConnMeter {
+        &self.meter
+    }
+}
+
+impl<T: AsyncRead> AsyncRead for CountingIo<T> {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let this = self.project();
+        let before = buf.filled().len();
+        let res = this.inner.poll_read(cx, buf);
+        let n = buf.filled().len() - before;
+        this.meter.counts.read.fetch_add(n as u64, Ordering::Relaxed);
+        res
+    }
+}
+
+impl<T: AsyncWrite> AsyncWrite for CountingIo<T> {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let this = self.project();
+        let res = this.inner.poll_write(cx, buf);
+        if let Poll::Ready(Ok(n)) = res {
+            this.meter.counts.written.fetch_add(n as u64, Ordering::Relaxed);
+        }
+        res
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.project();
+        let res = this.inner.poll_write_vectored(cx, bufs);
+        if let Poll::Ready(Ok(n)) = res {
+            this.meter.counts.written.fetch_add(n as u64, Ordering::Relaxed);
+        }
+        res
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.project().inner.poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.project().inner.poll_shutdown(cx)
+    }
+}
+
+/// The server finds the connection's meter in each request's extensions.
+impl<T> tonic::transport::server::Connected for CountingIo<T> {
+    type ConnectInfo = ConnMeter;
+
+    fn connect_info(&self) -> ConnMeter {
+        self.meter.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[derive(Default)]
+    struct Recorded(Mutex<Vec<(ClientId, Round, u64, u64)>>);
+
+    impl MeterSink for Recorded {
+        fn message_bytes(&self, _: &str, _: ClientId, _: Round, _: u64, _: u64) {}
+        fn socket_bytes(&self, c: ClientId, r: Round, up: u64, down: u64) {
+            self.0.lock().unwrap().push((c, r, up, down));
+        }
+    }
+
+    #[tokio::test]
+    async fn counts_both_directions_and_flushes_deltas() {
+        let (a, mut b) = tokio::io::duplex(64);
+        let meter = ConnMeter::default();
+        let mut io = CountingIo::new(a, meter.clone());
+        io.write_all(b"hello").await.unwrap();
+        b.write_all(b"abc").await.unwrap();
+        let mut buf = [0u8; 3];
+        io.read_exact(&mut buf).await.unwrap();
+        let sink = Recorded::default();
+        meter.flush_to(&sink, Side::Client, 4, 2);
+        meter.flush_to(&sink, Side::Client, 4, 3);
+        io.write_all(b"xy").await.unwrap();
+        meter.set_label(4, 3);
+        meter.flush_to_label(&sink, Side::Server);
+        assert_eq!(*sink.0.lock().unwrap(), vec![(4, 2, 5, 3), (4, 3, 0, 2)]);
+    }
+}

@@ -1,0 +1,211 @@
+//! What a run leaves behind: `status.json` while it runs (progress), `results.json` and
+//! `rounds.csv` at the end. Files are replaced atomically (write, then rename).
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
+
+use flint_common::metrics::Metrics;
+use flint_common::wire::ledger::{Flow, Ledger};
+use flint_common::{ClientId, Round};
+use serde::{Deserialize, Serialize};
+
+use crate::rounds::Rounds;
+use crate::service::Shared;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ClientRecord {
+    pub id: ClientId,
+    pub name: String,
+    pub train_class_counts: Vec<u64>,
+    pub test_samples: u64,
+    pub compute_ghz: f64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RoundResult {
+    pub round: Round,
+    pub participants: Vec<ClientId>,
+    pub closed_by: Option<String>,
+    pub seconds: Option<f64>,
+    pub weights: BTreeMap<ClientId, f64>,
+    pub details: serde_json::Value,
+    /// Each client's metrics on its test split with the model it holds after this round.
+    pub metrics: BTreeMap<ClientId, Metrics>,
+    pub mean: Option<Metrics>,
+    pub bytes: BTreeMap<ClientId, Flow>,
+    pub bytes_total: Flow,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunResults {
+    pub run_id: String,
+    pub name: String,
+    pub strategy: String,
+    pub seed: u64,
+    pub fingerprint: String,
+    pub rounds_planned: u32,
+    pub strategy_info: serde_json::Value,
+    pub clients: Vec<ClientRecord>,
+    /// Round 0 is the join and the initial download; rounds 1.. as run.
+    pub rounds: Vec<RoundResult>,
+    pub totals: Flow,
+    pub wall_seconds: f64,
+    /// The server's full byte ledger, including bytes by RPC method.
+    pub ledger: Ledger,
+    /// Each client's own ledger, added by `flint run` when the clients wrote one.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub client_ledgers: BTreeMap<ClientId, Ledger>,
+}
+
+pub fn collect(shared: &Shared) -> RunResults {
+    let rounds = shared.rounds.lock().expect("rounds lock");
+    let ledger = shared.ledger.snapshot();
+    let e = &shared.experiment;
+    let clients = rounds
+        .joined()
+        .iter()
+        .map(|(id, s)| ClientRecord {
+            id: *id,
+            name: e.client(*id).map(|c| c.name.clone()).unwrap_or_default(),
+            train_class_counts: s.train_class_counts.clone(),
+            test_samples: s.test_samples,
+            compute_ghz: s.compute_ghz,
+        })
+        .collect();
+    let last = rounds.history().last().map_or(0, |r| r.round);
+    let results: Vec<RoundResult> = (0..=last).map(|r| round_result(&rounds, &ledger, r)).collect();
+    RunResults {
+        run_id: shared.run_id.clone(),
+        name: e.name.clone(),
+        strategy: e.strategy.name().into(),
+        seed: e.seed,
+        fingerprint: e.fingerprint.clone(),
+        rounds_planned: e.policy.rounds,
+        strategy_info: rounds.strategy().describe(),
+        clients,
+        rounds: results,
+        totals: ledger.total(),
+        wall_seconds: shared.started.elapsed().as_secs_f64(),
+        ledger,
+        client_ledgers: BTreeMap::new(),
+    }
+}
+
+fn round_result(rounds: &Rounds, ledger: &Ledger, round: Round) -> RoundResult {
+    let record = rounds.history().iter().find(|r| r.round == round);
+    let metrics: BTreeMap<ClientId, Metrics> = rounds
+        .evals()
+        .get(&round)
+        .map(|m| m.iter().map(|(c, cm)| (*c, cm.metrics())).collect())
+        .unwrap_or_default();
+    let bytes: BTreeMap<ClientId, Flow> = ledger
+        .flows
+        .iter()
+        .filter_map(|(c, per_round)| per_round.get(&round).map(|f| (*c, *f)))
+        .collect();
+    RoundResult {
+        round,
+        participants: record.map(|r| r.participants.clone()).unwrap_or_default(),
+        closed_by: record.map(|r| serde_json::to_value(r.closed_by).unwrap().as_str().unwrap_or("").to_string()),
+        seconds: record.map(|r| r.seconds),
+        weights: record.map(|r| r.weights.clone()).unwrap_or_default(),
+        details: record.map(|r| r.details.clone()).unwrap_or(serde_json::Value::Null),
+        mean: Metrics::mean(metrics.values()),
+        metrics,
+        bytes_total: ledger.round_total(round),
+        bytes,
+    }
+}
+
+/// Progress for `flint run` and anyone watching: written after every state change.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Status {
+    pub run_id: String,
+    pub rounds_planned: u32,
+    pub joined: usize,
+    pub clients: usize,
+    pub open_round: Option<Round>,
+    pub updates: usize,
+    pub waiting_for: usize,
+    pub closed_rounds: Round,
+    pub finished: bool,
+    /// Per round: evaluations received and their mean accuracy and F1.
+    pub evals: BTreeMap<Round, (usize, f64, f64)>,
+    pub bytes: BTreeMap<Round, Flow>,
+}
+
+pub fn status(shared: &Shared) -> Status {
+    let rounds = shared.rounds.lock().expect("rounds lock");
+    let ledger = shared.ledger.snapshot();
+    let (open_round, updates, waiting_for) = match rounds.open_round() {
+        Some((r, u, s)) => (Some(r), u, s),
+        None => (None, 0, 0),
+    };
+    let closed = rounds.history().last().map_or(0, |r| r.round);
+    let evals = rounds
+        .evals()
+        .iter()
+        .map(|(r, m)| {
+            let all: Vec<Metrics> = m.values().map(|c| c.metrics()).collect();
+            let mean = Metrics::mean(&all).expect("non-empty");
+            (*r, (all.len(), mean.accuracy, mean.f1))
+        })
+        .collect();
+    Status {
+        run_id: shared.run_id.clone(),
+        rounds_planned: shared.experiment.policy.rounds,
+        joined: rounds.joined().len(),
+        clients: shared.experiment.clients.len(),
+        open_round,
+        updates,
+        waiting_for,
+        closed_rounds: closed,
+        finished: rounds.is_finished(),
+        evals,
+        bytes: (0..=closed).map(|r| (r, ledger.round_total(r))).collect(),
+    }
+}
+
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+    }
+    std::fs::rename(tmp, path)
+}
+
+/// One row per (round, client) and one `all` row per round (mean metrics, summed bytes).
+pub fn rounds_csv(r: &RunResults) -> String {
+    let mut out = String::from(
+        "round,client,accuracy,precision,recall,f1,\
+up_payload,up_message,up_socket,up_paper,down_payload,down_message,down_socket,down_paper\n",
+    );
+    let name = |id: ClientId| {
+        r.clients
+            .iter()
+            .find(|c| c.id == id)
+            .map_or_else(|| id.to_string(), |c| c.name.clone())
+    };
+    let row = |out: &mut String, round: Round, who: &str, m: Option<&Metrics>, f: &Flow| {
+        let metrics = m.map_or(",,,".to_string(), |m| {
+            format!("{:.6},{:.6},{:.6},{:.6}", m.accuracy, m.precision, m.recall, m.f1)
+        });
+        out.push_str(&format!(
+            "{round},{who},{metrics},{},{},{},{},{},{},{},{}\n",
+            f.up.payload, f.up.message, f.up.socket, f.up.paper, f.down.payload, f.down.message, f.down.socket, f.down.paper
+        ));
+    };
+    for rr in &r.rounds {
+        let ids: std::collections::BTreeSet<ClientId> =
+            rr.bytes.keys().chain(rr.metrics.keys()).copied().collect();
+        for id in ids {
+            let f = rr.bytes.get(&id).copied().unwrap_or_default();
+            row(&mut out, rr.round, &name(id), rr.metrics.get(&id), &f);
+        }
+        row(&mut out, rr.round, "all", rr.mean.as_ref(), &rr.bytes_total);
+    }
+    out
+}

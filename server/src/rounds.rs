@@ -1,0 +1,502 @@
+//! The round state machine (DESIGN.md §Rounds). Pure: time comes in as `now`, no I/O, so every
+//! transition is testable in-process. The service drives it and wakes long-polls on changes.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Instant;
+
+use flint_common::config::RoundPolicy;
+use flint_common::metrics::ConfusionMatrix;
+use flint_common::strategy::{Downloads, ServerStrategy};
+use flint_common::wire::proto::{DataSummary, Payload};
+use flint_common::{ClientId, Round};
+use serde::Serialize;
+
+/// Why a request was refused; maps to INVALID_ARGUMENT and FAILED_PRECONDITION.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Rejection {
+    Invalid(String),
+    Precondition(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ClosedBy {
+    AllAnswered,
+    Timeout,
+}
+
+/// A closed round, as recorded in the results.
+#[derive(Debug, Clone, Serialize)]
+pub struct RoundRecord {
+    pub round: Round,
+    pub selected: Vec<ClientId>,
+    pub participants: Vec<ClientId>,
+    pub closed_by: ClosedBy,
+    pub seconds: f64,
+    pub weights: BTreeMap<ClientId, f64>,
+    pub details: serde_json::Value,
+}
+
+#[derive(Debug)]
+enum Phase {
+    WaitingForClients,
+    Open {
+        round: Round,
+        opened_at: Instant,
+        selected: BTreeSet<ClientId>,
+        updates: BTreeMap<ClientId, Payload>,
+    },
+    Finished {
+        at: Instant,
+    },
+}
+
+/// What a long-poll gets.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Task {
+    /// Train for `round`, starting from `download`.
+    Train {
+        round: Round,
+        deadline: Instant,
+        download: Option<Payload>,
+    },
+    /// The run is over; `download` is the final model for the last evaluation.
+    Finished { download: Option<Payload> },
+    /// Nothing for this client yet.
+    Wait,
+}
+
+pub struct Rounds {
+    policy: RoundPolicy,
+    strategy: Box<dyn ServerStrategy>,
+    classes: usize,
+    phase: Phase,
+    joined: BTreeMap<ClientId, DataSummary>,
+    features: Option<usize>,
+    downloads: Option<Downloads>,
+    history: Vec<RoundRecord>,
+    evals: BTreeMap<Round, BTreeMap<ClientId, ConfusionMatrix>>,
+}
+
+impl Rounds {
+    pub fn new(policy: RoundPolicy, strategy: Box<dyn ServerStrategy>, classes: usize) -> Rounds {
+        Rounds {
+            policy,
+            strategy,
+            classes,
+            phase: Phase::WaitingForClients,
+            joined: BTreeMap::new(),
+            features: None,
+            downloads: None,
+            history: Vec::new(),
+            evals: BTreeMap::new(),
+        }
+    }
+
+    pub fn joined(&self) -> &BTreeMap<ClientId, DataSummary> {
+        &self.joined
+    }
+
+    pub fn history(&self) -> &[RoundRecord] {
+        &self.history
+    }
+
+    pub fn evals(&self) -> &BTreeMap<Round, BTreeMap<ClientId, ConfusionMatrix>> {
+        &self.evals
+    }
+
+    pub fn strategy(&self) -> &dyn ServerStrategy {
+        &*self.strategy
+    }
+
+    /// The open round, its updates so far and the clients it waits for.
+    pub fn open_round(&self) -> Option<(Round, usize, usize)> {
+        match &self.phase {
+            Phase::Open {
+                round,
+                selected,
+                updates,
+                ..
+            } => Some((*round, updates.len(), selected.len())),
+            _ => None,
+        }
+    }
+
+    pub fn is_finished(&self) -> bool {
+        matches!(self.phase, Phase::Finished { .. })
+    }
+
+    /// Registers a client (again, after a restart); opens round 1 once `min_clients` are in.
+    pub fn join(&mut self, id: ClientId, summary: DataSummary, now: Instant) -> Result<(), Rejection> {
+        if summary.train_class_counts.len() != self.classes {
+            return Err(Rejection::Invalid(format!(
+                "data summary has {} classes, expected {}",
+                summary.train_class_counts.len(),
+                self.classes
+            )));
+        }
+        if summary.train_class_counts.iter().sum::<u64>() == 0 {
+            return Err(Rejection::Invalid("data summary has no training samples".into()));
+        }
+        if !(summary.compute_ghz.is_finite() && summary.compute_ghz > 0.0) {
+            return Err(Rejection::Invalid(format!(
+                "compute_ghz must be positive, got {}",
+                summary.compute_ghz
+            )));
+        }
+        let features = summary.features as usize;
+        match self.features {
+            Some(f) if f != features => {
+                return Err(Rejection::Invalid(format!(
+                    "client has {features} features but the others have {f}"
+                )));
+            }
+            _ => self.features = Some(features),
+        }
+        if let Some(previous) = self.joined.get(&id)
+            && previous != &summary
+        {
+            return Err(Rejection::Precondition(format!(
+                "client {id} rejoined with different data than it joined with"
+            )));
+        }
+        self.joined.insert(id, summary);
+        if matches!(self.phase, Phase::WaitingForClients) && self.joined.len() >= self.policy.min_clients {
+            self.downloads = self
+                .strategy
+                .initial_download(features)
+                .map(Downloads::Broadcast);
+            self.open(1, now);
+        }
+        Ok(())
+    }
+
+    fn open(&mut self, round: Round, now: Instant) {
+        tracing::info!(round, clients = self.joined.len(), "round open");
+        self.phase = Phase::Open {
+            round,
+            opened_at: now,
+            selected: self.joined.keys().copied().collect(),
+            updates: BTreeMap::new(),
+        };
+    }
+
+    fn download_for(&self, client: ClientId) -> Option<Payload> {
+        self.downloads.as_ref()?.for_client(client).cloned()
+    }
+
+    /// The next task of a client that has seen rounds up to `after_round`.
+    pub fn task_for(&self, client: ClientId, after_round: Round) -> Task {
+        match &self.phase {
+            Phase::Finished { .. } => Task::Finished {
+                download: self.download_for(client),
+            },
+            Phase::Open {
+                round,
+                opened_at,
+                selected,
+                updates,
+            } if *round > after_round && selected.contains(&client) && !updates.contains_key(&client) => {
+                Task::Train {
+                    round: *round,
+                    deadline: *opened_at + self.policy.round_timeout,
+                    download: self.download_for(client),
+                }
+            }
+            _ => Task::Wait,
+        }
+    }
+
+    /// Takes one client's update; closes the round when every selected client has answered.
+    /// Returns whether it was a repeat of an update already accepted.
+    pub fn accept_update(
+        &mut self,
+        client: ClientId,
+        round: Round,
+        update: Payload,
+        now: Instant,
+    ) -> Result<bool, Rejection> {
+        if !self.joined.contains_key(&client) {
+            return Err(Rejection::Invalid(format!("unknown client id {client}: join first")));
+        }
+        let features = self.features.unwrap_or(0);
+        let (open, selected, updates) = match &mut self.phase {
+            Phase::Open {
+                round: open,
+                selected,
+                updates,
+                ..
+            } => (*open, selected, updates),
+            Phase::WaitingForClients => {
+                return Err(Rejection::Precondition(format!(
+                    "update for round {round} but no round is open yet (waiting for clients)"
+                )));
+            }
+            Phase::Finished { .. } => {
+                return Err(Rejection::Precondition(format!(
+                    "update for round {round} but the run is finished"
+                )));
+            }
+        };
+        if round != open {
+            let when = if round < open { "closed" } else { "not open yet" };
+            return Err(Rejection::Precondition(format!(
+                "update for round {round} but round {open} is open; round {round} is {when}"
+            )));
+        }
+        if !selected.contains(&client) {
+            return Err(Rejection::Precondition(format!(
+                "client {client} joined after round {open} opened; it takes part from round {}",
+                open + 1
+            )));
+        }
+        if updates.contains_key(&client) {
+            return Ok(true);
+        }
+        self.strategy
+            .check_update(features, &update)
+            .map_err(|e| Rejection::Invalid(e.to_string()))?;
+        updates.insert(client, update);
+        if updates.len() == selected.len() {
+            self.close(ClosedBy::AllAnswered, now);
+        }
+        Ok(false)
+    }
+
+    /// Closes a round whose timeout has passed once it has `min_updates`; true if state changed.
+    pub fn tick(&mut self, now: Instant) -> bool {
+        if let Phase::Open {
+            opened_at, updates, ..
+        } = &self.phase
+            && now >= *opened_at + self.policy.round_timeout
+            && updates.len() >= self.policy.min_updates
+        {
+            self.close(ClosedBy::Timeout, now);
+            return true;
+        }
+        false
+    }
+
+    fn close(&mut self, closed_by: ClosedBy, now: Instant) {
+        let Phase::Open {
+            round,
+            opened_at,
+            selected,
+            updates,
+        } = std::mem::replace(&mut self.phase, Phase::WaitingForClients)
+        else {
+            return;
+        };
+        let participants: Vec<ClientId> = updates.keys().copied().collect();
+        // Updates were checked on arrival, so aggregation has valid input.
+        match self.strategy.aggregate(round, &self.joined, &updates) {
+            Ok(agg) => {
+                self.downloads = Some(agg.downloads);
+                self.history.push(RoundRecord {
+                    round,
+                    selected: selected.into_iter().collect(),
+                    participants,
+                    closed_by,
+                    seconds: now.duration_since(opened_at).as_secs_f64(),
+                    weights: agg.weights,
+                    details: agg.details,
+                });
+            }
+            Err(e) => {
+                tracing::error!(round, error = %e, "aggregation failed; round keeps the previous model");
+            }
+        }
+        tracing::info!(round, ?closed_by, "round closed");
+        if round >= self.policy.rounds {
+            self.phase = Phase::Finished { at: now };
+        } else {
+            self.open(round + 1, now);
+        }
+    }
+
+    /// Takes a client's evaluation of the model it holds after `round`.
+    pub fn report_eval(&mut self, client: ClientId, round: Round, m: ConfusionMatrix) -> Result<bool, Rejection> {
+        if !self.joined.contains_key(&client) {
+            return Err(Rejection::Invalid(format!("unknown client id {client}: join first")));
+        }
+        if m.classes() != self.classes {
+            return Err(Rejection::Invalid(format!(
+                "evaluation has {} classes, expected {}",
+                m.classes(),
+                self.classes
+            )));
+        }
+        let closed = self.history.last().map_or(0, |r| r.round);
+        if round == 0 || round > closed {
+            return Err(Rejection::Precondition(format!(
+                "evaluation for round {round} but the last closed round is {closed}"
+            )));
+        }
+        let evals = self.evals.entry(round).or_default();
+        if evals.contains_key(&client) {
+            return Ok(true);
+        }
+        evals.insert(client, m);
+        Ok(false)
+    }
+
+    /// Finished, and every participant of the last round has reported on the final model, or
+    /// the evaluation timeout has passed.
+    pub fn is_done(&self, now: Instant) -> bool {
+        let Phase::Finished { at } = self.phase else {
+            return false;
+        };
+        let Some(last) = self.history.last() else {
+            return true;
+        };
+        let reported = self.evals.get(&last.round);
+        let all = last
+            .participants
+            .iter()
+            .all(|c| reported.is_some_and(|r| r.contains_key(c)));
+        all || now >= at + self.policy.eval_timeout
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flint_common::model::logreg::LogReg;
+    use flint_common::strategy::fedavg::FedAvgServer;
+    use flint_common::wire::linear_payload;
+    use std::time::Duration;
+
+    fn policy(rounds: u32, min_clients: usize, min_updates: usize) -> RoundPolicy {
+        RoundPolicy {
+            rounds,
+            min_clients,
+            min_updates,
+            round_timeout: Duration::from_secs(10),
+            eval_timeout: Duration::from_secs(5),
+        }
+    }
+
+    fn summary(n: u64) -> DataSummary {
+        DataSummary {
+            train_class_counts: vec![n, n],
+            test_samples: 4,
+            features: 2,
+            compute_ghz: 1.0,
+        }
+    }
+
+    fn model(w: f64) -> Payload {
+        linear_payload(&LogReg {
+            weights: vec![w, w],
+            bias: 0.0,
+        })
+    }
+
+    fn rounds(p: RoundPolicy) -> Rounds {
+        Rounds::new(p, Box::new(FedAvgServer::by_size()), 2)
+    }
+
+    #[test]
+    fn round_one_opens_at_min_clients_and_late_joiners_wait_a_round() {
+        let t0 = Instant::now();
+        let mut r = rounds(policy(3, 2, 1));
+        r.join(1, summary(5), t0).unwrap();
+        assert_eq!(r.task_for(1, 0), Task::Wait);
+        r.join(2, summary(5), t0).unwrap();
+        assert!(matches!(r.task_for(1, 0), Task::Train { round: 1, .. }));
+        r.join(3, summary(5), t0).unwrap();
+        assert_eq!(r.task_for(3, 0), Task::Wait);
+        let err = r.accept_update(3, 1, model(1.0), t0).unwrap_err();
+        assert!(matches!(err, Rejection::Precondition(m) if m.contains("from round 2")));
+        r.accept_update(1, 1, model(1.0), t0).unwrap();
+        r.accept_update(2, 1, model(3.0), t0).unwrap();
+        // Round 2 selects everyone who has joined, and carries the average of round 1.
+        match r.task_for(3, 0) {
+            Task::Train { round: 2, download, .. } => assert_eq!(download, Some(model(2.0))),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn updates_are_idempotent_and_wrong_rounds_refused() {
+        let t0 = Instant::now();
+        let mut r = rounds(policy(2, 2, 1));
+        r.join(1, summary(1), t0).unwrap();
+        r.join(2, summary(1), t0).unwrap();
+        assert_eq!(r.accept_update(1, 1, model(1.0), t0), Ok(false));
+        assert_eq!(r.accept_update(1, 1, model(1.0), t0), Ok(true));
+        assert_eq!(r.task_for(1, 0), Task::Wait);
+        let e = r.accept_update(2, 2, model(1.0), t0).unwrap_err();
+        assert!(matches!(e, Rejection::Precondition(m) if m.contains("round 2 is not open yet")));
+        let e = r.accept_update(9, 1, model(1.0), t0).unwrap_err();
+        assert!(matches!(e, Rejection::Invalid(m) if m.contains("unknown client id 9")));
+        let bad = linear_payload(&LogReg::zeros(3));
+        let e = r.accept_update(2, 1, bad, t0).unwrap_err();
+        assert!(matches!(e, Rejection::Invalid(m) if m.contains("3 weights, expected 2")));
+        // The refused update left round 1 open with client 1's update intact.
+        assert_eq!(r.open_round(), Some((1, 1, 2)));
+    }
+
+    #[test]
+    fn timeout_closes_a_round_once_it_has_min_updates() {
+        let t0 = Instant::now();
+        let mut r = rounds(policy(2, 3, 2));
+        for id in 1..=3 {
+            r.join(id, summary(1), t0).unwrap();
+        }
+        r.accept_update(1, 1, model(1.0), t0).unwrap();
+        let late = t0 + Duration::from_secs(11);
+        assert!(!r.tick(late), "one update is below min_updates");
+        r.accept_update(2, 1, model(1.0), late).unwrap();
+        assert!(r.tick(late));
+        assert_eq!(r.history()[0].closed_by, ClosedBy::Timeout);
+        assert_eq!(r.history()[0].participants, vec![1, 2]);
+        // Client 3 missed round 1 and continues with round 2.
+        assert!(matches!(r.task_for(3, 0), Task::Train { round: 2, .. }));
+        let e = r.accept_update(3, 1, model(1.0), late).unwrap_err();
+        assert!(matches!(e, Rejection::Precondition(m) if m.contains("round 1 is closed")));
+    }
+
+    #[test]
+    fn finishes_after_the_last_round_and_waits_for_final_evaluations() {
+        let t0 = Instant::now();
+        let mut r = rounds(policy(1, 1, 1));
+        r.join(1, summary(1), t0).unwrap();
+        r.accept_update(1, 1, model(2.0), t0).unwrap();
+        assert_eq!(
+            r.task_for(1, 1),
+            Task::Finished {
+                download: Some(model(2.0))
+            }
+        );
+        assert!(!r.is_done(t0));
+        let cm = ConfusionMatrix::from_predictions(2, &[0, 1], &[0, 1]);
+        let e = r.report_eval(1, 2, cm.clone()).unwrap_err();
+        assert!(matches!(e, Rejection::Precondition(_)));
+        assert_eq!(r.report_eval(1, 1, cm.clone()), Ok(false));
+        assert_eq!(r.report_eval(1, 1, cm), Ok(true));
+        assert!(r.is_done(t0));
+    }
+
+    #[test]
+    fn final_evaluations_are_not_awaited_forever() {
+        let t0 = Instant::now();
+        let mut r = rounds(policy(1, 1, 1));
+        r.join(1, summary(1), t0).unwrap();
+        r.accept_update(1, 1, model(2.0), t0).unwrap();
+        assert!(!r.is_done(t0 + Duration::from_secs(4)));
+        assert!(r.is_done(t0 + Duration::from_secs(5)));
+    }
+
+    #[test]
+    fn joins_with_inconsistent_data_are_refused() {
+        let t0 = Instant::now();
+        let mut r = rounds(policy(1, 2, 1));
+        r.join(1, summary(1), t0).unwrap();
+        let mut other = summary(1);
+        other.features = 3;
+        assert!(matches!(r.join(2, other, t0), Err(Rejection::Invalid(m)) if m.contains("3 features")));
+        assert!(matches!(r.join(1, summary(2), t0), Err(Rejection::Precondition(_))));
+        assert_eq!(r.join(1, summary(1), t0), Ok(()));
+    }
+}

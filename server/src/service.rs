@@ -1,0 +1,238 @@
+//! The tonic shell around [`Rounds`]: validates requests, counts payload bytes, maps refusals
+//! to gRPC codes, and wakes long-polls when state changes.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use flint_common::config::Experiment;
+use flint_common::meter::SharedLedger;
+use flint_common::metrics::ConfusionMatrix;
+use flint_common::wire::chunks::Reassembler;
+use flint_common::wire::ledger::Direction;
+use flint_common::wire::proto::{
+    Ack, EvalReport, JoinReply, JoinRequest, RoundRequest, RoundTask, UpdateChunk,
+};
+use flint_common::wire::{CLIENT_HEADER, ROUND_HEADER, paper_convention_bytes};
+use flint_common::{ClientId, Round};
+use prost::Message;
+use tokio::sync::watch;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::proto::aggregator_server::Aggregator;
+use crate::rounds::{Rejection, Rounds, Task};
+
+pub struct Shared {
+    pub experiment: Experiment,
+    pub run_id: String,
+    pub rounds: Mutex<Rounds>,
+    pub ledger: Arc<SharedLedger>,
+    /// Bumped on every state change; long-polls wait on it.
+    pub version: watch::Sender<u64>,
+    pub started: Instant,
+}
+
+impl Shared {
+    pub fn bump(&self) {
+        self.version.send_modify(|v| *v += 1);
+    }
+
+    fn rounds(&self) -> std::sync::MutexGuard<'_, Rounds> {
+        self.rounds.lock().expect("rounds lock")
+    }
+
+    fn check_run(&self, run_id: &str) -> Result<(), Status> {
+        if run_id != self.run_id {
+            return Err(Status::failed_precondition(format!(
+                "request for run {run_id:?} but this server runs {:?}; rejoin",
+                self.run_id
+            )));
+        }
+        Ok(())
+    }
+
+    fn check_client(&self, client: ClientId) -> Result<(), Status> {
+        if !self.rounds().joined().contains_key(&client) {
+            return Err(Status::invalid_argument(format!("unknown client id {client}: join first")));
+        }
+        Ok(())
+    }
+}
+
+pub struct AggregatorService(pub Arc<Shared>);
+
+fn status(r: Rejection) -> Status {
+    match r {
+        Rejection::Invalid(m) => Status::invalid_argument(m),
+        Rejection::Precondition(m) => Status::failed_precondition(m),
+    }
+}
+
+/// A reply labelled with the (client, round) its bytes belong to, for the byte meters.
+fn labelled<T>(msg: T, client: ClientId, round: Round) -> Response<T> {
+    let mut r = Response::new(msg);
+    r.metadata_mut().insert(CLIENT_HEADER, client.into());
+    r.metadata_mut().insert(ROUND_HEADER, round.into());
+    r
+}
+
+fn unix_ms(at: Instant) -> u64 {
+    let now = Instant::now();
+    let wall = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    let ms = wall.as_millis() as i128 + (at.saturating_duration_since(now).as_millis() as i128)
+        - (now.saturating_duration_since(at).as_millis() as i128);
+    ms.max(0) as u64
+}
+
+#[tonic::async_trait]
+impl Aggregator for AggregatorService {
+    async fn join(&self, request: Request<JoinRequest>) -> Result<Response<JoinReply>, Status> {
+        let s = &self.0;
+        let req = request.into_inner();
+        let id = s.experiment.client_id(&req.client_name).ok_or_else(|| {
+            let names: Vec<&str> = s.experiment.clients.iter().map(|c| c.name.as_str()).collect();
+            Status::invalid_argument(format!(
+                "unknown client name {:?}; this experiment declares {names:?}",
+                req.client_name
+            ))
+        })?;
+        if req.experiment_fingerprint != s.experiment.fingerprint {
+            return Err(Status::failed_precondition(format!(
+                "client experiment fingerprint {:?} differs from the server's {:?}: start the client with the server's experiment file",
+                req.experiment_fingerprint, s.experiment.fingerprint
+            )));
+        }
+        let summary = req
+            .summary
+            .clone()
+            .ok_or_else(|| Status::invalid_argument("join without a data summary"))?;
+        s.rounds().join(id, summary, Instant::now()).map_err(status)?;
+        let reply = JoinReply {
+            client_id: id,
+            run_id: s.run_id.clone(),
+            strategy: s.experiment.strategy.name().into(),
+            seed: s.experiment.seed,
+            rounds: s.experiment.policy.rounds,
+        };
+        s.ledger.with(|l| {
+            l.payload(id, 0, Direction::Up, req.encoded_len(), 0);
+            l.payload(id, 0, Direction::Down, reply.encoded_len(), 0);
+        });
+        tracing::info!(client = id, name = %req.client_name, "client joined");
+        s.bump();
+        Ok(labelled(reply, id, 0))
+    }
+
+    async fn get_round(&self, request: Request<RoundRequest>) -> Result<Response<RoundTask>, Status> {
+        let s = &self.0;
+        let req = request.into_inner();
+        s.check_run(&req.run_id)?;
+        s.check_client(req.client_id)?;
+        let mut changes = s.version.subscribe();
+        let task = loop {
+            let task = s.rounds().task_for(req.client_id, req.after_round);
+            if task != Task::Wait {
+                break task;
+            }
+            if changes.changed().await.is_err() {
+                return Err(Status::unavailable("server is shutting down"));
+            }
+        };
+        let rounds = s.experiment.policy.rounds;
+        // A download belongs to the round whose aggregate it carries (round 0: the initial model).
+        let (reply, ledger_round) = match task {
+            Task::Train {
+                round,
+                deadline,
+                download,
+            } => (
+                RoundTask {
+                    round,
+                    total_rounds: rounds,
+                    finished: false,
+                    deadline_unix_ms: unix_ms(deadline),
+                    download,
+                },
+                round - 1,
+            ),
+            Task::Finished { download } => (
+                RoundTask {
+                    round: rounds,
+                    total_rounds: rounds,
+                    finished: true,
+                    deadline_unix_ms: 0,
+                    download,
+                },
+                rounds,
+            ),
+            Task::Wait => unreachable!("the loop only ends on a task"),
+        };
+        let paper = reply.download.as_ref().map_or(0, paper_convention_bytes);
+        s.ledger.with(|l| {
+            l.payload(req.client_id, ledger_round, Direction::Up, req.encoded_len(), 0);
+            l.payload(req.client_id, ledger_round, Direction::Down, reply.encoded_len(), paper);
+        });
+        Ok(labelled(reply, req.client_id, ledger_round))
+    }
+
+    async fn push_update(&self, request: Request<Streaming<UpdateChunk>>) -> Result<Response<Ack>, Status> {
+        let s = &self.0;
+        let mut stream = request.into_inner();
+        let mut parts = Reassembler::default();
+        // Chunk sizes, counted once the header says whose they are.
+        let mut sizes = Vec::new();
+        while let Some(chunk) = stream.message().await? {
+            sizes.push(chunk.encoded_len());
+            if let Some(h) = parts.push(chunk).map_err(|e| Status::invalid_argument(e.to_string()))? {
+                s.check_run(&h.run_id)?;
+                s.check_client(h.client_id)?;
+            }
+        }
+        let (header, payload) = parts.finish().map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let (client, round) = (header.client_id, header.round);
+        let paper = paper_convention_bytes(&payload);
+        s.ledger.with(|l| {
+            for n in &sizes {
+                l.payload(client, round, Direction::Up, *n, 0);
+            }
+            l.at(client, round).up.paper += paper;
+        });
+        let outcome = s.rounds().accept_update(client, round, payload, Instant::now());
+        let duplicate = match outcome {
+            Ok(d) => d,
+            Err(r) => {
+                tracing::warn!(client, round, reason = ?r, "update refused");
+                return Err(status(r));
+            }
+        };
+        tracing::debug!(client, round, duplicate, "update accepted");
+        s.bump();
+        let ack = Ack { duplicate };
+        s.ledger.with(|l| l.payload(client, round, Direction::Down, ack.encoded_len(), 0));
+        Ok(labelled(ack, client, round))
+    }
+
+    async fn report_eval(&self, request: Request<EvalReport>) -> Result<Response<Ack>, Status> {
+        let s = &self.0;
+        let req = request.into_inner();
+        s.check_run(&req.run_id)?;
+        s.check_client(req.client_id)?;
+        s.ledger
+            .with(|l| l.payload(req.client_id, req.round, Direction::Up, req.encoded_len(), 0));
+        let m = ConfusionMatrix::from_counts(req.classes as usize, req.confusion.clone()).ok_or_else(|| {
+            Status::invalid_argument(format!(
+                "confusion matrix has {} counts, expected {} (classes²)",
+                req.confusion.len(),
+                req.classes * req.classes
+            ))
+        })?;
+        let duplicate = s
+            .rounds()
+            .report_eval(req.client_id, req.round, m)
+            .map_err(status)?;
+        s.bump();
+        let ack = Ack { duplicate };
+        s.ledger
+            .with(|l| l.payload(req.client_id, req.round, Direction::Down, ack.encoded_len(), 0));
+        Ok(labelled(ack, req.client_id, req.round))
+    }
+}
