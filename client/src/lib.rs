@@ -1,1 +1,363 @@
+//! `flint-client`: joins a run, trains on its shard, uploads, applies downloads, evaluates and
+//! reports. One process can host several clients, each with its own connection.
 
+pub mod proto {
+    tonic::include_proto!("flint.v1");
+}
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use flint_common::config::{Experiment, parse_override};
+use flint_common::data::{Dataset, Shard, default_data_dir, partition};
+use flint_common::logging::LogFormat;
+use flint_common::metrics::ConfusionMatrix;
+use flint_common::meter::{ConnMeter, CountingIo, MessageMeterLayer, SharedLedger};
+use flint_common::rng::derive_rng;
+use flint_common::strategy::{ClientStrategy, client_strategy};
+use flint_common::wire::chunks::{MAX_CHUNK, split};
+use flint_common::wire::ledger::{Direction, Ledger};
+use flint_common::wire::proto::{
+    DataSummary, EvalReport, JoinRequest, Payload, RoundRequest, RoundTask, UpdateHeader,
+};
+use flint_common::wire::{CLIENT_HEADER, ROUND_HEADER, paper_convention_bytes};
+use flint_common::{ClientId, Round};
+use hyper_util::rt::TokioIo;
+use prost::Message;
+use serde::{Deserialize, Serialize};
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Code, Request, Status};
+
+use proto::aggregator_client::AggregatorClient;
+
+/// Command-line options of `flint-client` (and `flint client`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct ClientArgs {
+    /// Server address.
+    #[arg(long, default_value = "http://127.0.0.1:50051")]
+    pub server: String,
+    /// Experiment file (TOML): the same one the server runs.
+    #[arg(long, short)]
+    pub experiment: PathBuf,
+    /// Client name as declared in the experiment; repeat to host several clients in this process.
+    #[arg(long = "name", required = true)]
+    pub names: Vec<String>,
+    /// Data directory [default: $FLINT_DATA_DIR or ./data].
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// Compute power to declare instead of the experiment's (GHz).
+    #[arg(long)]
+    pub compute_ghz: Option<f64>,
+    /// Directory to write client-<name>.json (this client's byte ledger) into.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Give up on an unreachable server after this many seconds.
+    #[arg(long, default_value_t = 60.0)]
+    pub retry_secs: f64,
+    /// Override an experiment key, e.g. --set rounds=3 (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE", value_parser = parse_override)]
+    pub overrides: Vec<(String, String)>,
+    /// Log format on stderr.
+    #[arg(long, default_value = "text")]
+    pub log_format: LogFormat,
+}
+
+/// What a client leaves in `--out`: its own view of the bytes it exchanged.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ClientReport {
+    pub client_id: ClientId,
+    pub name: String,
+    pub rounds_trained: Vec<Round>,
+    pub ledger: Ledger,
+}
+
+/// Runs every named client of this process to the end of the run.
+pub async fn run(args: ClientArgs) -> anyhow::Result<Vec<ClientReport>> {
+    flint_common::logging::init(args.log_format);
+    let experiment = Arc::new(Experiment::load(&args.experiment, &args.overrides)?);
+    if let Some(g) = args.compute_ghz
+        && !(g.is_finite() && g > 0.0)
+    {
+        bail!("--compute-ghz must be positive, got {g}");
+    }
+    let data_dir = args.data_dir.clone().unwrap_or_else(default_data_dir);
+    let dataset = experiment.data.load(&data_dir, experiment.seed).with_context(|| {
+        format!("loading the data of {:?} (data directory {})", experiment.name, data_dir.display())
+    })?;
+    let counts: Vec<Option<Vec<usize>>> = experiment.clients.iter().map(|c| c.class_counts.clone()).collect();
+    let parts = partition(&dataset, experiment.partition, experiment.clients.len(), &counts, experiment.seed)?;
+    let mut tasks = Vec::new();
+    for name in &args.names {
+        let id = experiment.client_id(name).with_context(|| {
+            let names: Vec<&str> = experiment.clients.iter().map(|c| c.name.as_str()).collect();
+            format!("client {name:?} is not declared in the experiment; it declares {names:?}")
+        })?;
+        let e = &experiment;
+        let shard = Shard::new(&dataset, &parts[id as usize - 1], e.data.test_fraction, e.data.scaling, e.seed, id);
+        let ghz = args.compute_ghz.unwrap_or(e.clients[id as usize - 1].compute_ghz);
+        let client = Client::connect(&args.server, experiment.clone(), name.clone(), id, shard, ghz, &dataset)?;
+        tasks.push(tokio::spawn(client.run(Duration::from_secs_f64(args.retry_secs.max(0.0)))));
+    }
+    let mut reports = Vec::new();
+    for t in tasks {
+        reports.push(t.await.context("client task panicked")??);
+    }
+    if let Some(out) = &args.out {
+        std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
+        for r in &reports {
+            let path = out.join(format!("client-{}.json", r.name));
+            std::fs::write(&path, serde_json::to_vec_pretty(r)?).with_context(|| format!("cannot write {}", path.display()))?;
+        }
+    }
+    Ok(reports)
+}
+
+type Grpc = AggregatorClient<flint_common::meter::MessageMeter<Channel>>;
+
+struct Client {
+    experiment: Arc<Experiment>,
+    name: String,
+    id: ClientId,
+    shard: Shard,
+    summary: DataSummary,
+    grpc: Grpc,
+    ledger: Arc<SharedLedger>,
+}
+
+impl Client {
+    fn connect(
+        server: &str,
+        experiment: Arc<Experiment>,
+        name: String,
+        id: ClientId,
+        shard: Shard,
+        compute_ghz: f64,
+        dataset: &Dataset,
+    ) -> anyhow::Result<Client> {
+        let endpoint = Endpoint::from_shared(server.to_string())
+            .with_context(|| format!("bad server address {server:?}; expected e.g. http://host:50051"))?
+            .connect_timeout(Duration::from_secs(5))
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(Duration::from_secs(10))
+            .keep_alive_timeout(Duration::from_secs(20))
+            .keep_alive_while_idle(true);
+        // Every connection this client makes (reconnects too) is counted by one meter.
+        let meter = ConnMeter::default();
+        let conn_meter = meter.clone();
+        let connector = tower::service_fn(move |uri: http::Uri| {
+            let meter = conn_meter.clone();
+            async move {
+                let host = uri.host().unwrap_or("127.0.0.1").trim_start_matches('[').trim_end_matches(']').to_string();
+                let port = uri.port_u16().unwrap_or(80);
+                let tcp = tokio::net::TcpStream::connect((host.as_str(), port)).await?;
+                tcp.set_nodelay(true)?;
+                Ok::<_, std::io::Error>(TokioIo::new(CountingIo::new(tcp, meter)))
+            }
+        });
+        let channel = endpoint.connect_with_connector_lazy(connector);
+        let ledger = Arc::new(SharedLedger::default());
+        let svc = tower::ServiceBuilder::new()
+            .layer(MessageMeterLayer::client(ledger.clone(), meter))
+            .service(channel);
+        let summary = DataSummary {
+            train_class_counts: shard.train.class_counts().iter().map(|&c| c as u64).collect(),
+            test_samples: shard.test.len() as u64,
+            features: dataset.features as u32,
+            compute_ghz,
+        };
+        Ok(Client {
+            experiment,
+            name,
+            id,
+            shard,
+            summary,
+            grpc: AggregatorClient::new(svc).max_decoding_message_size(2 * MAX_CHUNK),
+            ledger,
+        })
+    }
+
+    fn request<T>(&self, msg: T, round: Option<Round>) -> Request<T> {
+        let mut r = Request::new(msg);
+        r.metadata_mut().insert(CLIENT_HEADER, self.id.into());
+        if let Some(round) = round {
+            r.metadata_mut().insert(ROUND_HEADER, round.into());
+        }
+        r
+    }
+
+    /// Records a request's payload once the server answered (so it reached the handler).
+    fn count(&self, round: Round, d: Direction, len: usize, paper: u64) {
+        self.ledger.with(|l| l.payload(self.id, round, d, len, paper));
+    }
+
+    async fn run(self, retry_for: Duration) -> anyhow::Result<ClientReport> {
+        let join = JoinRequest {
+            client_name: self.name.clone(),
+            experiment_fingerprint: self.experiment.fingerprint.clone(),
+            summary: Some(self.summary.clone()),
+        };
+        let reply = retry(retry_for, "join", || {
+            let mut g = self.grpc.clone();
+            let req = Request::new(join.clone());
+            async move { g.join(req).await }
+        })
+        .await
+        .with_context(|| format!("client {} cannot join", self.name))?;
+        if reply.client_id != self.id {
+            bail!("server gave client {} id {} but the experiment says {}", self.name, reply.client_id, self.id);
+        }
+        self.count(0, Direction::Up, join.encoded_len(), 0);
+        self.count(0, Direction::Down, reply.encoded_len(), 0);
+        let run_id = reply.run_id.clone();
+        tracing::info!(client = self.id, name = %self.name, run = %run_id, "joined");
+
+        let mut strategy: Box<dyn ClientStrategy> = client_strategy(&self.experiment, self.summary.features as usize);
+        let mut rng = derive_rng(self.experiment.seed, "train", self.id);
+        let mut after: Round = 0;
+        let mut reported: Round = 0;
+        let mut trained = Vec::new();
+        loop {
+            let ask = RoundRequest {
+                client_id: self.id,
+                run_id: run_id.clone(),
+                after_round: after,
+            };
+            let task: RoundTask = retry(retry_for, "get round", || {
+                let mut g = self.grpc.clone();
+                let req = self.request(ask.clone(), None);
+                async move { g.get_round(req).await }
+            })
+            .await?;
+            let ledger_round = if task.finished { task.round } else { task.round - 1 };
+            let paper = task.download.as_ref().map_or(0, paper_convention_bytes);
+            self.count(ledger_round, Direction::Up, ask.encoded_len(), 0);
+            self.count(ledger_round, Direction::Down, task.encoded_len(), paper);
+            if let Some(d) = &task.download {
+                strategy.apply(d).context("applying the server's download")?;
+            }
+            // The download carries the aggregate of `ledger_round`: evaluate it once.
+            if ledger_round > reported {
+                let cm = strategy.evaluate(&self.shard.test);
+                self.report_eval(&run_id, ledger_round, cm, retry_for).await?;
+                reported = ledger_round;
+            }
+            if task.finished {
+                break;
+            }
+            let round = task.round;
+            let (s, r, update) = train(strategy, self.shard.train.clone(), round, rng).await?;
+            (strategy, rng) = (s, r);
+            self.push(&run_id, round, &update, retry_for).await?;
+            trained.push(round);
+            after = round;
+        }
+        tracing::info!(client = self.id, rounds = trained.len(), "run finished");
+        Ok(ClientReport {
+            client_id: self.id,
+            name: self.name.clone(),
+            rounds_trained: trained,
+            ledger: self.ledger.snapshot(),
+        })
+    }
+
+    async fn push(&self, run_id: &str, round: Round, update: &Payload, retry_for: Duration) -> anyhow::Result<()> {
+        let header = UpdateHeader {
+            client_id: self.id,
+            run_id: run_id.to_string(),
+            round,
+            payload_len: 0,
+        };
+        let chunks = split(header, update, MAX_CHUNK);
+        let outcome = retry(retry_for, "push update", || {
+            let mut g = self.grpc.clone();
+            let req = self.request(tokio_stream::iter(chunks.clone()), Some(round));
+            async move { g.push_update(req).await }
+        })
+        .await;
+        let counted = |s: &Self| {
+            for c in &chunks {
+                s.count(round, Direction::Up, c.encoded_len(), 0);
+            }
+            s.ledger.with(|l| l.at(s.id, round).up.paper += paper_convention_bytes(update));
+        };
+        match outcome {
+            Ok(ack) => {
+                counted(self);
+                self.count(round, Direction::Down, ack.encoded_len(), 0);
+                Ok(())
+            }
+            Err(s) if s.code() == Code::FailedPrecondition => {
+                counted(self);
+                tracing::warn!(client = self.id, round, reason = s.message(), "update not taken; continuing with the next round");
+                Ok(())
+            }
+            Err(s) => Err(anyhow::anyhow!("update of round {round} refused: {}", s.message())),
+        }
+    }
+
+    async fn report_eval(
+        &self,
+        run_id: &str,
+        round: Round,
+        cm: ConfusionMatrix,
+        retry_for: Duration,
+    ) -> anyhow::Result<()> {
+        let m = cm.metrics();
+        tracing::info!(client = self.id, round, accuracy = m.accuracy, f1 = m.f1, "evaluated");
+        let report = EvalReport {
+            client_id: self.id,
+            run_id: run_id.to_string(),
+            round,
+            classes: cm.classes() as u32,
+            confusion: cm.counts().to_vec(),
+        };
+        let ack = retry(retry_for, "report evaluation", || {
+            let mut g = self.grpc.clone();
+            let req = self.request(report.clone(), Some(round));
+            async move { g.report_eval(req).await }
+        })
+        .await
+        .with_context(|| format!("client {} cannot report round {round}", self.name))?;
+        self.count(round, Direction::Up, report.encoded_len(), 0);
+        self.count(round, Direction::Down, ack.encoded_len(), 0);
+        Ok(())
+    }
+}
+
+/// Local training off the async threads, so keep-alives and other clients keep moving.
+async fn train(
+    mut strategy: Box<dyn ClientStrategy>,
+    data: Dataset,
+    round: Round,
+    mut rng: flint_common::rng::FlintRng,
+) -> anyhow::Result<(Box<dyn ClientStrategy>, flint_common::rng::FlintRng, Payload)> {
+    tokio::task::spawn_blocking(move || {
+        let update = strategy.train(&data, round, &mut rng)?;
+        Ok((strategy, rng, update))
+    })
+    .await
+    .context("training panicked")?
+}
+
+/// Retries while the server is unreachable, with exponential backoff up to `total`.
+async fn retry<T, F, Fut>(total: Duration, what: &str, mut call: F) -> Result<T, Status>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<tonic::Response<T>, Status>>,
+{
+    let start = std::time::Instant::now();
+    let mut wait = Duration::from_millis(100);
+    loop {
+        match call().await {
+            Ok(r) => return Ok(r.into_inner()),
+            Err(s) if matches!(s.code(), Code::Unavailable | Code::Unknown) && start.elapsed() + wait < total => {
+                tracing::debug!(what, error = %s.message(), ?wait, "server unreachable; retrying");
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(5));
+            }
+            Err(s) => return Err(s),
+        }
+    }
+}

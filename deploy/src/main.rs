@@ -1,1 +1,91 @@
-fn main() {}
+//! `flint`: run an experiment as real processes, print a run's tables, check data, or act as the
+//! server or a client (the same code as `flint-server` / `flint-client`).
+
+mod report;
+mod run;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "flint", version, about = "Federated learning of interpretable models over real gRPC")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run an experiment: one server and its clients as OS processes on loopback.
+    Run(run::RunArgs),
+    /// Print the tables of a finished run.
+    Report {
+        /// A run directory (holding results.json), e.g. runs/quickstart.
+        run_dir: PathBuf,
+    },
+    /// The aggregator server (as flint-server).
+    Server(flint_server::ServerArgs),
+    /// One or more clients (as flint-client).
+    Client(flint_client::ClientArgs),
+    /// Datasets.
+    Data {
+        #[command(subcommand)]
+        command: DataCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum DataCommand {
+    /// Check the known dataset files below the data directory against their sha256.
+    Verify {
+        /// [default: $FLINT_DATA_DIR or ./data]
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Run(args) => run::run(args),
+        Command::Report { run_dir } => report::print(&run_dir),
+        Command::Server(args) => runtime().and_then(|rt| rt.block_on(flint_server::run(args)).map(|_| ())),
+        Command::Client(args) => runtime().and_then(|rt| rt.block_on(flint_client::run(args)).map(|_| ())),
+        Command::Data {
+            command: DataCommand::Verify { data_dir },
+        } => verify(data_dir),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("flint: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread().enable_all().build()?)
+}
+
+fn verify(data_dir: Option<PathBuf>) -> anyhow::Result<()> {
+    use flint_common::data::registry::{FileCheck, KNOWN_FILES, verify};
+    let dir = data_dir.unwrap_or_else(flint_common::data::default_data_dir);
+    let mut bad = 0;
+    for f in KNOWN_FILES {
+        let outcome = verify(&dir, f)?;
+        let what = match &outcome {
+            FileCheck::Ok => "ok".to_string(),
+            FileCheck::Missing => "missing".to_string(),
+            FileCheck::Mismatch { actual } => format!("sha256 differs: {actual}"),
+        };
+        println!("{:<8} {:<45} {what}", f.dataset, f.path);
+        bad += usize::from(outcome != FileCheck::Ok);
+    }
+    if bad > 0 {
+        anyhow::bail!("{bad} of {} files missing or different in {}", KNOWN_FILES.len(), dir.display());
+    }
+    Ok(())
+}

@@ -1,0 +1,103 @@
+//! `flint report RUN_DIR`: a run's tables from its results.json.
+
+use std::path::Path;
+
+use anyhow::Context;
+use flint_common::metrics::Metrics;
+use flint_server::results::RunResults;
+
+use crate::run::kb;
+
+pub fn print(dir: &Path) -> anyhow::Result<()> {
+    let path = dir.join("results.json");
+    let bytes = std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
+    let r: RunResults = serde_json::from_slice(&bytes).with_context(|| format!("{} is not a flint results file", path.display()))?;
+    print!("{}", render(&r));
+    Ok(())
+}
+
+fn fmt(m: Option<&Metrics>) -> String {
+    match m {
+        Some(m) => format!("{:>8.4} {:>9.4} {:>8.4} {:>8.4}", m.accuracy, m.precision, m.recall, m.f1),
+        None => format!("{:>8} {:>9} {:>8} {:>8}", "-", "-", "-", "-"),
+    }
+}
+
+pub fn render(r: &RunResults) -> String {
+    let mut s = String::new();
+    s += &format!(
+        "run {} ({}, seed {}, fingerprint {}): {} of {} rounds, {} clients, {:.1} s\n\n",
+        r.name,
+        r.strategy,
+        r.seed,
+        r.fingerprint,
+        r.rounds.len().saturating_sub(1),
+        r.rounds_planned,
+        r.clients.len(),
+        r.wall_seconds
+    );
+    s += "Per round: mean over clients of the metrics after the round; bytes summed over clients\n";
+    s += "(round 0 = join and initial model; up = client to server).\n";
+    s += &format!(
+        "{:>5} {:>7} {:>8} {:>9} {:>8} {:>8} | {:>10} {:>10} {:>10} {:>10} | {:>10} {:>10} {:>10} {:>10}\n",
+        "round", "clients", "accuracy", "precision", "recall", "f1", "up pay", "up msg", "up sock", "up paper", "down pay",
+        "down msg", "down sock", "down paper"
+    );
+    for rr in &r.rounds {
+        let b = rr.bytes_total;
+        s += &format!(
+            "{:>5} {:>7} {} | {:>10} {:>10} {:>10} {:>10} | {:>10} {:>10} {:>10} {:>10}\n",
+            rr.round,
+            rr.metrics.len(),
+            fmt(rr.mean.as_ref()),
+            kb(b.up.payload),
+            kb(b.up.message),
+            kb(b.up.socket),
+            kb(b.up.paper),
+            kb(b.down.payload),
+            kb(b.down.message),
+            kb(b.down.socket),
+            kb(b.down.paper)
+        );
+    }
+    let t = r.totals;
+    s += &format!(
+        "total bytes: up {:.4} / {:.4} / {:.4} MB, down {:.4} / {:.4} / {:.4} MB (payload / message / socket); paper convention up {:.4} MB, down {:.4} MB\n\n",
+        mb(t.up.payload),
+        mb(t.up.message),
+        mb(t.up.socket),
+        mb(t.down.payload),
+        mb(t.down.message),
+        mb(t.down.socket),
+        mb(t.up.paper),
+        mb(t.down.paper)
+    );
+    if let Some(last) = r.rounds.iter().rev().find(|rr| !rr.metrics.is_empty()) {
+        s += &format!("Per client after round {} (precision/recall/F1 of class 1):\n", last.round);
+        s += &format!(
+            "{:<12} {:>6} {:>8} {:>9} {:>8} {:>8} {:>8}\n",
+            "client", "ghz", "accuracy", "precision", "recall", "f1", "weight"
+        );
+        for c in &r.clients {
+            let w = r
+                .rounds
+                .iter()
+                .rev()
+                .find_map(|rr| rr.weights.get(&c.id))
+                .map_or("-".into(), |w| format!("{w:.4}"));
+            s += &format!(
+                "{:<12} {:>6.2} {} {:>8}\n",
+                c.name,
+                c.compute_ghz,
+                fmt(last.metrics.get(&c.id)),
+                w
+            );
+        }
+        s += &format!("{:<12} {:>6} {}\n", "mean", "", fmt(last.mean.as_ref()));
+    }
+    s
+}
+
+fn mb(bytes: u64) -> f64 {
+    bytes as f64 / 1_000_000.0
+}

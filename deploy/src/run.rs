@@ -1,0 +1,243 @@
+//! `flint run`: the server and the clients as real OS processes on loopback, progress while it
+//! runs, and the run directory afterwards.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use flint_common::config::{Experiment, parse_override};
+use flint_server::results::{RunResults, Status};
+
+/// Built in, so `flint run` works from any directory.
+const QUICKSTART: &str = include_str!("../../experiments/quickstart.toml");
+const QUICKSTART_PATH: &str = "experiments/quickstart.toml";
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct RunArgs {
+    /// Experiment file [default: experiments/quickstart.toml, or its built-in copy].
+    pub experiment: Option<PathBuf>,
+    /// Clients hosted by one client process (each keeps its own connection).
+    #[arg(long, default_value_t = 1)]
+    pub clients_per_process: usize,
+    /// Data directory [default: $FLINT_DATA_DIR or ./data].
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// Where run directories go.
+    #[arg(long, default_value = "runs")]
+    pub runs_dir: PathBuf,
+    /// Override an experiment key, e.g. --set rounds=3 (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE", value_parser = parse_override)]
+    pub overrides: Vec<(String, String)>,
+}
+
+pub fn run(args: RunArgs) -> anyhow::Result<()> {
+    if args.clients_per_process == 0 {
+        bail!("--clients-per-process must be at least 1");
+    }
+    let experiment = load(&args)?;
+    let dir = args.runs_dir.join(&experiment.name);
+    let clients_dir = dir.join("clients");
+    std::fs::create_dir_all(&clients_dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    for stale in ["results.json", "rounds.csv", "status.json", "server.addr"] {
+        let _ = std::fs::remove_file(dir.join(stale));
+    }
+    for entry in std::fs::read_dir(&clients_dir)?.flatten() {
+        let _ = std::fs::remove_file(entry.path());
+    }
+    // Server and clients read exactly what was resolved here (overrides included).
+    let resolved = dir.join("experiment.resolved.toml");
+    std::fs::write(&resolved, experiment.to_toml())?;
+    let data_dir = args.data_dir.clone().unwrap_or_else(flint_common::data::default_data_dir);
+    let exe = std::env::current_exe().context("cannot find the flint executable")?;
+    println!(
+        "flint run {}: {} on {} clients, {} rounds, seed {} -> {}",
+        experiment.name,
+        experiment.strategy.name(),
+        experiment.clients.len(),
+        experiment.policy.rounds,
+        experiment.seed,
+        dir.display()
+    );
+    let started = Instant::now();
+    let ready = dir.join("server.addr");
+    let mut server = Command::new(&exe)
+        .args(["server", "--listen", "127.0.0.1:0", "--experiment"])
+        .arg(&resolved)
+        .arg("--out")
+        .arg(&dir)
+        .arg("--ready-file")
+        .arg(&ready)
+        .stdout(Stdio::null())
+        .stderr(log_file(&dir.join("server.log"))?)
+        .spawn()
+        .context("cannot start the server process")?;
+    let addr = match wait_for_file(&ready, &mut server, Duration::from_secs(30)) {
+        Ok(a) => a,
+        Err(e) => {
+            let _ = server.kill();
+            return Err(e.context(format!("server did not start; see {}", dir.join("server.log").display())));
+        }
+    };
+    let names: Vec<String> = experiment.clients.iter().map(|c| c.name.clone()).collect();
+    let mut clients: Vec<(String, Child)> = Vec::new();
+    for group in names.chunks(args.clients_per_process) {
+        let mut cmd = Command::new(&exe);
+        cmd.arg("client")
+            .arg("--server")
+            .arg(format!("http://{addr}"))
+            .arg("--experiment")
+            .arg(&resolved)
+            .arg("--data-dir")
+            .arg(&data_dir)
+            .arg("--out")
+            .arg(&clients_dir);
+        for n in group {
+            cmd.arg("--name").arg(n);
+        }
+        let log = clients_dir.join(format!("{}.log", group[0]));
+        let child = cmd
+            .stdout(Stdio::null())
+            .stderr(log_file(&log)?)
+            .spawn()
+            .context("cannot start a client process")?;
+        clients.push((log.display().to_string(), child));
+    }
+    let status = watch(&dir, &mut server, &experiment);
+    let mut failed = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for (log, child) in &mut clients {
+        match wait_until(child, deadline) {
+            Some(s) if s.success() => {}
+            Some(s) => failed.push(format!("client process exited with {s}; see {log}")),
+            None => {
+                let _ = child.kill();
+                failed.push(format!("client process still running after the server ended; killed; see {log}"));
+            }
+        }
+    }
+    let server_status = status?;
+    if !server_status.success() {
+        bail!("server exited with {server_status}; see {}", dir.join("server.log").display());
+    }
+    merge_client_ledgers(&dir)?;
+    println!("done in {:.1} s\n", started.elapsed().as_secs_f64());
+    crate::report::print(&dir)?;
+    if !failed.is_empty() {
+        bail!("{}", failed.join("\n"));
+    }
+    Ok(())
+}
+
+fn load(args: &RunArgs) -> anyhow::Result<Experiment> {
+    match &args.experiment {
+        Some(p) => Ok(Experiment::load(p, &args.overrides)?),
+        None if Path::new(QUICKSTART_PATH).exists() => Ok(Experiment::load(Path::new(QUICKSTART_PATH), &args.overrides)?),
+        None => {
+            let tmp = std::env::temp_dir().join(format!("flint-quickstart-{}.toml", std::process::id()));
+            std::fs::write(&tmp, QUICKSTART)?;
+            let e = Experiment::load(&tmp, &args.overrides);
+            let _ = std::fs::remove_file(&tmp);
+            Ok(e?)
+        }
+    }
+}
+
+fn log_file(path: &Path) -> anyhow::Result<std::fs::File> {
+    std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))
+}
+
+fn wait_for_file(path: &Path, child: &mut Child, limit: Duration) -> anyhow::Result<String> {
+    let start = Instant::now();
+    loop {
+        if let Ok(s) = std::fs::read_to_string(path)
+            && !s.is_empty()
+        {
+            return Ok(s.trim().to_string());
+        }
+        if let Some(status) = child.try_wait()? {
+            bail!("server exited with {status} before listening");
+        }
+        if start.elapsed() > limit {
+            bail!("server not listening after {} s", limit.as_secs());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn wait_until(child: &mut Child, deadline: Instant) -> Option<std::process::ExitStatus> {
+    loop {
+        if let Ok(Some(s)) = child.try_wait() {
+            return Some(s);
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Prints progress from status.json until the server exits.
+fn watch(dir: &Path, server: &mut Child, e: &Experiment) -> anyhow::Result<std::process::ExitStatus> {
+    let path = dir.join("status.json");
+    let mut joined = 0;
+    let mut printed = 0;
+    loop {
+        let exited = server.try_wait()?;
+        if let Some(s) = read_status(&path) {
+            if s.joined != joined {
+                joined = s.joined;
+                println!("  clients joined {joined}/{}", s.clients);
+            }
+            // A round is printed once every joined client reported on it, or the run moved on.
+            while printed < s.closed_rounds {
+                let r = printed + 1;
+                let Some(&(n, acc, f1)) = s.evals.get(&r) else { break };
+                if n < s.joined && !(s.finished && exited.is_some()) && r == s.closed_rounds {
+                    break;
+                }
+                let b = s.bytes.get(&r).copied().unwrap_or_default();
+                println!(
+                    "  round {r:>3}/{}  clients {n}  accuracy {acc:.4}  f1 {f1:.4}  up {} / {} / {}  down {} / {} / {}  (payload / message / socket)",
+                    e.policy.rounds,
+                    kb(b.up.payload),
+                    kb(b.up.message),
+                    kb(b.up.socket),
+                    kb(b.down.payload),
+                    kb(b.down.message),
+                    kb(b.down.socket),
+                );
+                printed = r;
+            }
+        }
+        if let Some(s) = exited {
+            return Ok(s);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn read_status(path: &Path) -> Option<Status> {
+    serde_json::from_slice(&std::fs::read(path).ok()?).ok()
+}
+
+pub fn kb(bytes: u64) -> String {
+    format!("{:.1} kB", bytes as f64 / 1000.0)
+}
+
+/// Adds each client's own ledger (clients/client-<name>.json) to results.json.
+fn merge_client_ledgers(dir: &Path) -> anyhow::Result<()> {
+    let path = dir.join("results.json");
+    let mut results: RunResults = serde_json::from_slice(&std::fs::read(&path)?)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    for entry in std::fs::read_dir(dir.join("clients"))?.flatten() {
+        let p = entry.path();
+        if p.extension().is_some_and(|x| x == "json") {
+            let r: flint_client::ClientReport = serde_json::from_slice(&std::fs::read(&p)?)
+                .with_context(|| format!("cannot read {}", p.display()))?;
+            results.client_ledgers.insert(r.client_id, r.ledger);
+        }
+    }
+    std::fs::write(&path, serde_json::to_vec_pretty(&results)?)?;
+    Ok(())
+}
