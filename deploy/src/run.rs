@@ -239,5 +239,6 @@ fn merge_client_ledgers(dir: &Path) -> anyhow::Result<()> {
         }
     }
     std::fs::write(&path, serde_json::to_vec_pretty(&results)?)?;
+    std::fs::write(dir.join("rounds.csv"), flint_server::results::rounds_csv(&results))?;
     Ok(())
 }

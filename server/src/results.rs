@@ -181,20 +181,28 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 pub fn rounds_csv(r: &RunResults) -> String {
     let mut out = String::from(
         "round,client,accuracy,precision,recall,f1,\
-up_payload,up_message,up_socket,up_paper,down_payload,down_message,down_socket,down_paper\n",
+up_payload,up_message,up_socket,up_paper,down_payload,down_message,down_socket,down_paper,\
+up_socket_client,down_socket_client\n",
     );
+    // The client's own socket count, exact per round (the server's is exact per connection).
+    let client_socket = |id: ClientId, round: Round| -> String {
+        match r.client_ledgers.get(&id).and_then(|l| l.flows.get(&id)?.get(&round)) {
+            Some(f) => format!("{},{}", f.up.socket, f.down.socket),
+            None => ",".into(),
+        }
+    };
     let name = |id: ClientId| {
         r.clients
             .iter()
             .find(|c| c.id == id)
             .map_or_else(|| id.to_string(), |c| c.name.clone())
     };
-    let row = |out: &mut String, round: Round, who: &str, m: Option<&Metrics>, f: &Flow| {
+    let row = |out: &mut String, round: Round, who: &str, m: Option<&Metrics>, f: &Flow, client: String| {
         let metrics = m.map_or(",,,".to_string(), |m| {
             format!("{:.6},{:.6},{:.6},{:.6}", m.accuracy, m.precision, m.recall, m.f1)
         });
         out.push_str(&format!(
-            "{round},{who},{metrics},{},{},{},{},{},{},{},{}\n",
+            "{round},{who},{metrics},{},{},{},{},{},{},{},{},{client}\n",
             f.up.payload, f.up.message, f.up.socket, f.up.paper, f.down.payload, f.down.message, f.down.socket, f.down.paper
         ));
     };
@@ -203,9 +211,17 @@ up_payload,up_message,up_socket,up_paper,down_payload,down_message,down_socket,d
             rr.bytes.keys().chain(rr.metrics.keys()).copied().collect();
         for id in ids {
             let f = rr.bytes.get(&id).copied().unwrap_or_default();
-            row(&mut out, rr.round, &name(id), rr.metrics.get(&id), &f);
+            row(&mut out, rr.round, &name(id), rr.metrics.get(&id), &f, client_socket(id, rr.round));
         }
-        row(&mut out, rr.round, "all", rr.mean.as_ref(), &rr.bytes_total);
+        let all: Option<(u64, u64)> = r.client_ledgers.iter().try_fold((0, 0), |acc, (id, l)| {
+            let f = l.flows.get(id)?.get(&rr.round)?;
+            Some((acc.0 + f.up.socket, acc.1 + f.down.socket))
+        });
+        let all = match all {
+            Some((u, d)) if !r.client_ledgers.is_empty() => format!("{u},{d}"),
+            _ => ",".into(),
+        };
+        row(&mut out, rr.round, "all", rr.mean.as_ref(), &rr.bytes_total, all);
     }
     out
 }

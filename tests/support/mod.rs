@@ -1,0 +1,124 @@
+//! Helpers for the end-to-end tests: real `flint` processes on loopback, temporary run dirs.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use flint_server::results::{RunResults, Status};
+
+pub fn flint() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_flint"))
+}
+
+/// A small synthetic experiment; `extra` is appended (sections, clients).
+pub fn synthetic_experiment(name: &str, rounds: u32, clients: usize, server: &str) -> String {
+    let mut s = format!(
+        "name = \"{name}\"\nstrategy = \"fedavg-ahp\"\nseed = 11\nrounds = {rounds}\n\n[server]\n{server}\n\n\
+         [data]\nsource = \"synthetic\"\nsamples = 900\nfeatures = 6\n\n[logreg]\nlearning_rate = 0.3\nlocal_epochs = 10\n"
+    );
+    for i in 1..=clients {
+        s += &format!("\n[[clients]]\nname = \"client-{i}\"\ncompute_ghz = {}\n", 1.0 + i as f64);
+    }
+    s
+}
+
+pub fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+/// Runs a command to its end and fails the test with its output if it did not succeed.
+pub fn ok(cmd: &mut Command) -> Output {
+    let out = cmd.output().expect("command starts");
+    assert!(
+        out.status.success(),
+        "command failed: {}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+pub fn results(run_dir: &Path) -> RunResults {
+    let bytes = std::fs::read(run_dir.join("results.json")).expect("results.json exists");
+    serde_json::from_slice(&bytes).expect("results.json parses")
+}
+
+pub fn status(run_dir: &Path) -> Option<Status> {
+    serde_json::from_slice(&std::fs::read(run_dir.join("status.json")).ok()?).ok()
+}
+
+/// A child process killed when the test ends, whatever happens.
+pub struct Proc(pub Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Proc {
+    /// Waits for exit; the limit only guards against a hung test, it measures nothing.
+    pub fn wait(&mut self, limit: Duration) -> std::process::ExitStatus {
+        let start = Instant::now();
+        loop {
+            if let Some(s) = self.0.try_wait().unwrap() {
+                return s;
+            }
+            assert!(start.elapsed() < limit, "process {} still running after {limit:?}", self.0.id());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn signal(&self, sig: &str) {
+        ok(Command::new("kill").arg(format!("-{sig}")).arg(self.0.id().to_string()));
+    }
+}
+
+/// Starts `flint server` on a free port; returns it and its address.
+pub fn start_server(experiment: &Path, out: &Path) -> (Proc, String) {
+    let ready = out.join("server.addr");
+    let child = flint()
+        .args(["server", "--listen", "127.0.0.1:0", "--experiment"])
+        .arg(experiment)
+        .arg("--out")
+        .arg(out)
+        .arg("--ready-file")
+        .arg(&ready)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(out.join("server.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let server = Proc(child);
+    let addr = wait_for(Duration::from_secs(30), || std::fs::read_to_string(&ready).ok().filter(|s| !s.is_empty()));
+    (server, format!("http://{}", addr.trim()))
+}
+
+pub fn start_clients(experiment: &Path, addr: &str, names: &[&str], out: &Path) -> Proc {
+    let mut cmd = flint();
+    cmd.args(["client", "--server", addr, "--experiment"])
+        .arg(experiment)
+        .arg("--out")
+        .arg(out);
+    for n in names {
+        cmd.args(["--name", n]);
+    }
+    let log = std::fs::File::create(out.join(format!("{}.log", names[0]))).unwrap();
+    Proc(cmd.stdout(Stdio::null()).stderr(log).spawn().unwrap())
+}
+
+/// Polls until `f` gives a value; the limit guards against a hung test.
+pub fn wait_for<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(start.elapsed() < limit, "condition not reached within {limit:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
