@@ -1,0 +1,136 @@
+//! Faults with real processes: malformed updates, a client killed mid-round.
+
+mod support;
+
+use std::time::Duration;
+
+use flint_client::proto::aggregator_client::AggregatorClient;
+use flint_common::config::Experiment;
+use flint_common::wire::chunks::{MAX_CHUNK, split};
+use flint_common::wire::proto::payload::Kind;
+use flint_common::wire::proto::{DataSummary, JoinRequest, LinearModel, Payload, RoundRequest, UpdateHeader};
+use support::*;
+use tonic::Code;
+
+const FAST_ROUNDS: &str = "min_updates = 2\nround_timeout_secs = 2\neval_timeout_secs = 5";
+
+fn linear(weights: Vec<f32>) -> Payload {
+    Payload {
+        kind: Some(Kind::LinearModel(LinearModel { weights, bias: 0.0 })),
+    }
+}
+
+/// DESIGN.md §Wire contract: every received update is validated before it touches state; a bad
+/// one gets INVALID_ARGUMENT with the reason, a wrong round FAILED_PRECONDITION, and the run
+/// completes with the other clients.
+#[test]
+fn malformed_updates_get_clear_errors_and_the_run_completes() {
+    let dir = tempfile::tempdir().unwrap();
+    let exp_path = write(dir.path(), "faults.toml", &synthetic_experiment("faults", 2, 3, FAST_ROUNDS));
+    let experiment = Experiment::load(&exp_path, &[]).unwrap();
+    let (mut server, addr) = start_server(&exp_path, dir.path());
+    let mut honest = start_clients(&exp_path, &addr, &["client-1", "client-2"], dir.path());
+
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let mut grpc = AggregatorClient::connect(addr.clone()).await.unwrap();
+        let reply = grpc
+            .join(JoinRequest {
+                client_name: "client-3".into(),
+                experiment_fingerprint: experiment.fingerprint.clone(),
+                summary: Some(DataSummary {
+                    train_class_counts: vec![200, 100],
+                    test_samples: 75,
+                    features: 6,
+                    compute_ghz: 2.0,
+                }),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(reply.client_id, 3);
+        let task = grpc
+            .get_round(RoundRequest {
+                client_id: 3,
+                run_id: reply.run_id.clone(),
+                after_round: 0,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(task.round, 1);
+        let header = |round: u32, run_id: &str| UpdateHeader {
+            client_id: 3,
+            run_id: run_id.into(),
+            round,
+            payload_len: 0,
+        };
+        let push = |round: u32, run_id: String, p: Payload| {
+            let mut g = grpc.clone();
+            async move {
+                let chunks = split(header(round, &run_id), &p, MAX_CHUNK);
+                g.push_update(tokio_stream::iter(chunks)).await.unwrap_err()
+            }
+        };
+        let run_id = reply.run_id.clone();
+        let cases = [
+            (push(1, run_id.clone(), linear(vec![0.5; 3])).await, Code::InvalidArgument, "linear_model has 3 weights, expected 6"),
+            (push(1, run_id.clone(), linear(vec![0.5, f32::NAN, 0.0, 0.0, 0.0, 0.0])).await, Code::InvalidArgument, "weight 1 is NaN, not finite"),
+            (push(2, run_id.clone(), linear(vec![0.5; 6])).await, Code::FailedPrecondition, "update for round 2 but round 1 is open"),
+            (push(1, "another-run".into(), linear(vec![0.5; 6])).await, Code::FailedPrecondition, "this server runs"),
+        ];
+        for (status, code, text) in cases {
+            assert_eq!(status.code(), code, "{status:?}");
+            assert!(status.message().contains(text), "{:?} does not say {text:?}", status.message());
+        }
+        // Client 3 now falls silent; its rounds close at their timeout with the others.
+    });
+
+    assert!(server.wait(Duration::from_secs(60)).success());
+    assert!(honest.wait(Duration::from_secs(30)).success());
+    let r = results(dir.path());
+    assert_eq!(r.rounds.len(), 3);
+    for rr in &r.rounds[1..] {
+        assert_eq!(rr.participants, vec![1, 2], "round {}", rr.round);
+        assert_eq!(rr.closed_by.as_deref(), Some("timeout"));
+        assert!(rr.metrics.contains_key(&1) && rr.metrics.contains_key(&2));
+    }
+    // The refused uploads crossed the wire and are counted as such.
+    assert!(r.ledger.flows[&3][&1].up.payload > 0);
+}
+
+/// DESIGN.md §Rounds: a client that dies does not stall the run; its rounds close at the
+/// timeout and the others continue. The client is frozen (SIGSTOP) once joined, so round 1
+/// opens with it selected but silent, then killed (SIGKILL) mid-round.
+#[test]
+fn a_client_killed_mid_round_does_not_stall_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let exp = write(
+        dir.path(),
+        "kill.toml",
+        &synthetic_experiment("kill", 3, 3, "min_updates = 1\nround_timeout_secs = 1.5\neval_timeout_secs = 5"),
+    );
+    let (mut server, addr) = start_server(&exp, dir.path());
+    let victim = start_clients(&exp, &addr, &["client-3"], dir.path());
+    wait_for(Duration::from_secs(30), || status(dir.path()).filter(|s| s.joined == 1));
+    victim.signal("STOP");
+    let mut others: Vec<Proc> = ["client-1", "client-2"]
+        .iter()
+        .map(|n| start_clients(&exp, &addr, &[n], dir.path()))
+        .collect();
+    wait_for(Duration::from_secs(30), || status(dir.path()).filter(|s| s.open_round == Some(1) && s.updates == 2));
+    victim.signal("KILL");
+    drop(victim);
+
+    assert!(server.wait(Duration::from_secs(60)).success());
+    for p in &mut others {
+        assert!(p.wait(Duration::from_secs(30)).success());
+    }
+    let r = results(dir.path());
+    assert_eq!(r.rounds.len(), 4, "all three rounds ran");
+    for rr in &r.rounds[1..] {
+        assert_eq!(rr.participants, vec![1, 2], "round {}", rr.round);
+        assert_eq!(rr.closed_by.as_deref(), Some("timeout"));
+    }
+    assert_eq!(r.rounds[3].metrics.keys().copied().collect::<Vec<_>>(), vec![1, 2]);
+}

@@ -1,0 +1,79 @@
+//! Real-data checks: the AHP paper's MAGIC setting, run from `$FLINT_DATA_DIR` (CI sets it to
+//! ../shared/data). Ignored by default so a fresh clone's tests need no files.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+
+use support::*;
+
+fn data_dir() -> PathBuf {
+    std::env::var_os("FLINT_DATA_DIR")
+        .map(PathBuf::from)
+        .expect("set FLINT_DATA_DIR to the folder holding magic-gamma-telescope/")
+}
+
+fn experiment(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../experiments").join(name)
+}
+
+/// AHP paper Table 3: (g, h) per client.
+const TABLE3: [(u64, u64); 5] = [(2000, 2000), (4500, 1800), (2000, 1500), (500, 600), (3332, 788)];
+
+fn run_magic(dir: &Path, file: &str) -> flint_server::results::RunResults {
+    ok(flint()
+        .args(["run", "--runs-dir"])
+        .arg(dir)
+        .arg("--data-dir")
+        .arg(data_dir())
+        .arg(experiment(file)));
+    let name = file.trim_end_matches(".toml");
+    results(&dir.join(name))
+}
+
+#[test]
+#[ignore = "needs FLINT_DATA_DIR with MAGIC; CI runs it"]
+fn magic_data_verifies_against_its_checksum() {
+    let out = ok(flint().args(["data", "verify", "--data-dir"]).arg(data_dir()));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("magic04.data"));
+}
+
+#[test]
+#[ignore = "needs FLINT_DATA_DIR with MAGIC; CI runs it"]
+fn magic_table3_split_and_ahp_beats_fedavg_as_in_the_paper() {
+    let dir = tempfile::tempdir().unwrap();
+    let ahp = run_magic(dir.path(), "ahp-magic.toml");
+    let fedavg = run_magic(dir.path(), "fedavg-magic.toml");
+
+    for r in [&ahp, &fedavg] {
+        assert_eq!(r.rounds.len(), 21, "{}: 20 rounds after the join", r.name);
+        for (c, (g, h)) in r.clients.iter().zip(TABLE3) {
+            // Each client keeps a stratified 20 % of each class for its test split.
+            let test = |n: u64| (n as f64 * 0.2).round() as u64;
+            assert_eq!(c.train_class_counts, vec![g - test(g), h - test(h)], "{}", c.name);
+            assert_eq!(c.test_samples, test(g) + test(h), "{}", c.name);
+        }
+        assert_eq!(r.rounds[20].metrics.len(), 5);
+    }
+
+    // FedAvg weighs by training samples, exactly.
+    let train: Vec<f64> = fedavg.clients.iter().map(|c| c.train_class_counts.iter().sum::<u64>() as f64).collect();
+    let total: f64 = train.iter().sum();
+    for (id, w) in &fedavg.rounds[20].weights {
+        assert!((w - train[*id as usize - 1] / total).abs() < 1e-12);
+    }
+
+    // AHP weights beside the paper's 0.242/0.199/0.171/0.222/0.164. The paper's Table 3 prints
+    // Gini to two decimals (0.48 for client 3); the exact Gini of the training split (0.4898)
+    // moves client 3 by 0.011, so the bound here is 0.012 (the unit test on the printed table
+    // holds 0.01).
+    let w = &ahp.rounds[20].weights;
+    for (id, want) in (1..=5u32).zip([0.242, 0.199, 0.171, 0.222, 0.164]) {
+        assert!((w[&id] - want).abs() <= 0.012, "client {id}: {} vs {want}", w[&id]);
+    }
+
+    // The paper's finding (Table 4): AHP weighting gives higher mean accuracy and F1.
+    let (a, f) = (ahp.rounds[20].mean.unwrap(), fedavg.rounds[20].mean.unwrap());
+    assert!(a.accuracy > f.accuracy, "ahp {} vs fedavg {}", a.accuracy, f.accuracy);
+    assert!(a.f1 > f.f1, "ahp {} vs fedavg {}", a.f1, f.f1);
+}
