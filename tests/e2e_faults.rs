@@ -8,7 +8,9 @@ use flint_client::proto::aggregator_client::AggregatorClient;
 use flint_common::config::Experiment;
 use flint_common::wire::chunks::{MAX_CHUNK, split};
 use flint_common::wire::proto::payload::Kind;
-use flint_common::wire::proto::{DataSummary, JoinRequest, LinearModel, Payload, RoundRequest, UpdateHeader};
+use flint_common::wire::proto::{
+    DataSummary, JoinRequest, LinearModel, Payload, RoundRequest, UpdateHeader,
+};
 use support::*;
 use tonic::Code;
 
@@ -26,7 +28,11 @@ fn linear(weights: Vec<f32>) -> Payload {
 #[test]
 fn malformed_updates_get_clear_errors_and_the_run_completes() {
     let dir = tempfile::tempdir().unwrap();
-    let exp_path = write(dir.path(), "faults.toml", &synthetic_experiment("faults", 2, 3, FAST_ROUNDS));
+    let exp_path = write(
+        dir.path(),
+        "faults.toml",
+        &synthetic_experiment("faults", 2, 3, FAST_ROUNDS),
+    );
     let experiment = Experiment::load(&exp_path, &[]).unwrap();
     let (mut server, addr) = start_server(&exp_path, dir.path());
     let mut honest = start_clients(&exp_path, &addr, &["client-1", "client-2"], dir.path());
@@ -74,14 +80,39 @@ fn malformed_updates_get_clear_errors_and_the_run_completes() {
         };
         let run_id = reply.run_id.clone();
         let cases = [
-            (push(1, run_id.clone(), linear(vec![0.5; 3])).await, Code::InvalidArgument, "linear_model has 3 weights, expected 6"),
-            (push(1, run_id.clone(), linear(vec![0.5, f32::NAN, 0.0, 0.0, 0.0, 0.0])).await, Code::InvalidArgument, "weight 1 is NaN, not finite"),
-            (push(2, run_id.clone(), linear(vec![0.5; 6])).await, Code::FailedPrecondition, "update for round 2 but round 1 is open"),
-            (push(1, "another-run".into(), linear(vec![0.5; 6])).await, Code::FailedPrecondition, "this server runs"),
+            (
+                push(1, run_id.clone(), linear(vec![0.5; 3])).await,
+                Code::InvalidArgument,
+                "linear_model has 3 weights, expected 6",
+            ),
+            (
+                push(
+                    1,
+                    run_id.clone(),
+                    linear(vec![0.5, f32::NAN, 0.0, 0.0, 0.0, 0.0]),
+                )
+                .await,
+                Code::InvalidArgument,
+                "weight 1 is NaN, not finite",
+            ),
+            (
+                push(2, run_id.clone(), linear(vec![0.5; 6])).await,
+                Code::FailedPrecondition,
+                "update for round 2 but round 1 is open",
+            ),
+            (
+                push(1, "another-run".into(), linear(vec![0.5; 6])).await,
+                Code::FailedPrecondition,
+                "this server runs",
+            ),
         ];
         for (status, code, text) in cases {
             assert_eq!(status.code(), code, "{status:?}");
-            assert!(status.message().contains(text), "{:?} does not say {text:?}", status.message());
+            assert!(
+                status.message().contains(text),
+                "{:?} does not say {text:?}",
+                status.message()
+            );
         }
         // Client 3 now falls silent; its rounds close at their timeout with the others.
     });
@@ -108,17 +139,26 @@ fn a_client_killed_mid_round_does_not_stall_the_run() {
     let exp = write(
         dir.path(),
         "kill.toml",
-        &synthetic_experiment("kill", 3, 3, "min_updates = 1\nround_timeout_secs = 1.5\neval_timeout_secs = 5"),
+        &synthetic_experiment(
+            "kill",
+            3,
+            3,
+            "min_updates = 1\nround_timeout_secs = 1.5\neval_timeout_secs = 5",
+        ),
     );
     let (mut server, addr) = start_server(&exp, dir.path());
     let victim = start_clients(&exp, &addr, &["client-3"], dir.path());
-    wait_for(Duration::from_secs(30), || status(dir.path()).filter(|s| s.joined == 1));
+    wait_for(Duration::from_secs(30), || {
+        status(dir.path()).filter(|s| s.joined == 1)
+    });
     victim.signal("STOP");
     let mut others: Vec<Proc> = ["client-1", "client-2"]
         .iter()
         .map(|n| start_clients(&exp, &addr, &[n], dir.path()))
         .collect();
-    wait_for(Duration::from_secs(30), || status(dir.path()).filter(|s| s.open_round == Some(1) && s.updates == 2));
+    wait_for(Duration::from_secs(30), || {
+        status(dir.path()).filter(|s| s.open_round == Some(1) && s.updates == 2)
+    });
     victim.signal("KILL");
     drop(victim);
 
@@ -132,5 +172,8 @@ fn a_client_killed_mid_round_does_not_stall_the_run() {
         assert_eq!(rr.participants, vec![1, 2], "round {}", rr.round);
         assert_eq!(rr.closed_by.as_deref(), Some("timeout"));
     }
-    assert_eq!(r.rounds[3].metrics.keys().copied().collect::<Vec<_>>(), vec![1, 2]);
+    assert_eq!(
+        r.rounds[3].metrics.keys().copied().collect::<Vec<_>>(),
+        vec![1, 2]
+    );
 }

@@ -13,7 +13,11 @@ use support::*;
 #[test]
 fn every_byte_level_is_counted_per_client_and_round() {
     let dir = tempfile::tempdir().unwrap();
-    let exp = write(dir.path(), "bytes.toml", &synthetic_experiment("bytes", 3, 3, ""));
+    let exp = write(
+        dir.path(),
+        "bytes.toml",
+        &synthetic_experiment("bytes", 3, 3, ""),
+    );
     // Two clients share one process: each must still have its own connection and ledger.
     ok(flint()
         .args(["run", "--clients-per-process", "2", "--runs-dir"])
@@ -21,7 +25,11 @@ fn every_byte_level_is_counted_per_client_and_round() {
         .arg(&exp));
     let r = results(&dir.path().join("runs/bytes"));
     assert_eq!(r.rounds.len(), 4, "join round and three rounds");
-    assert_eq!(r.client_ledgers.len(), 3, "each client wrote its own ledger");
+    assert_eq!(
+        r.client_ledgers.len(),
+        3,
+        "each client wrote its own ledger"
+    );
     for id in 1..=3u32 {
         let server = &r.ledger.flows[&id];
         let client = &r.client_ledgers[&id].flows[&id];
@@ -32,12 +40,27 @@ fn every_byte_level_is_counted_per_client_and_round() {
             for (what, s, c) in [("up", &s.up, &c.up), ("down", &s.down, &c.down)] {
                 let at = format!("client {id} round {round} {what}");
                 assert!(s.payload > 0, "{at}: payload counted");
-                assert_eq!(s.payload, c.payload, "{at}: both ends count the same encoded_len");
+                assert_eq!(
+                    s.payload, c.payload,
+                    "{at}: both ends count the same encoded_len"
+                );
                 assert_eq!(s.messages, c.messages, "{at}: same number of messages");
                 // gRPC frames each message with 5 bytes and nothing else (no compression).
-                assert_eq!(s.message, s.payload + 5 * s.messages, "{at}: server message bytes");
-                assert_eq!(c.message, s.message, "{at}: both ends see the same gRPC bodies");
-                assert!(c.socket >= c.message, "{at}: client socket {} < message {}", c.socket, c.message);
+                assert_eq!(
+                    s.message,
+                    s.payload + 5 * s.messages,
+                    "{at}: server message bytes"
+                );
+                assert_eq!(
+                    c.message, s.message,
+                    "{at}: both ends see the same gRPC bodies"
+                );
+                assert!(
+                    c.socket >= c.message,
+                    "{at}: client socket {} < message {}",
+                    c.socket,
+                    c.message
+                );
             }
             s_up += s.up;
             s_down += s.down;
@@ -48,12 +71,21 @@ fn every_byte_level_is_counted_per_client_and_round() {
         assert_eq!(server[&1].up.paper, 8 * 7);
     }
     for rr in &r.rounds[1..] {
-        assert_eq!(rr.metrics.len(), 3, "round {} has every client's evaluation", rr.round);
+        assert_eq!(
+            rr.metrics.len(),
+            3,
+            "round {} has every client's evaluation",
+            rr.round
+        );
         assert_eq!(rr.participants, vec![1, 2, 3]);
         assert!((rr.weights.values().sum::<f64>() - 1.0).abs() < 1e-9);
     }
     let csv = std::fs::read_to_string(dir.path().join("runs/bytes/rounds.csv")).unwrap();
-    assert_eq!(csv.lines().count(), 1 + 4 * 4, "header, then 3 clients and `all` per round");
+    assert_eq!(
+        csv.lines().count(),
+        1 + 4 * 4,
+        "header, then 3 clients and `all` per round"
+    );
 }
 
 fn metrics_of(run: &std::path::Path) -> BTreeMap<u32, serde_json::Value> {
@@ -72,9 +104,16 @@ fn metrics_of(run: &std::path::Path) -> BTreeMap<u32, serde_json::Value> {
 #[test]
 fn the_same_experiment_and_seed_give_identical_metrics() {
     let dir = tempfile::tempdir().unwrap();
-    let exp = write(dir.path(), "repro.toml", &synthetic_experiment("repro", 3, 3, ""));
+    let exp = write(
+        dir.path(),
+        "repro.toml",
+        &synthetic_experiment("repro", 3, 3, ""),
+    );
     for runs in ["a", "b"] {
-        ok(flint().args(["run", "--runs-dir"]).arg(dir.path().join(runs)).arg(&exp));
+        ok(flint()
+            .args(["run", "--runs-dir"])
+            .arg(dir.path().join(runs))
+            .arg(&exp));
     }
     ok(flint()
         .args(["run", "--set", "seed=12", "--runs-dir"])
@@ -82,20 +121,34 @@ fn the_same_experiment_and_seed_give_identical_metrics() {
         .arg(&exp));
     let a = metrics_of(&dir.path().join("a/repro"));
     assert_eq!(a, metrics_of(&dir.path().join("b/repro")));
-    assert_ne!(a, metrics_of(&dir.path().join("c/repro")), "the seed drives the data and splits");
+    assert_ne!(
+        a,
+        metrics_of(&dir.path().join("c/repro")),
+        "the seed drives the data and splits"
+    );
 }
 
 #[test]
 fn mistakes_in_an_experiment_are_reported_not_run() {
     let dir = tempfile::tempdir().unwrap();
-    let text = synthetic_experiment("bad", 3, 2, "").replace("rounds = 3", "rounds = 3\nroundz = 4");
+    let text =
+        synthetic_experiment("bad", 3, 2, "").replace("rounds = 3", "rounds = 3\nroundz = 4");
     let exp = write(dir.path(), "bad.toml", &text);
-    let out = flint().args(["run", "--runs-dir"]).arg(dir.path()).arg(&exp).output().unwrap();
+    let out = flint()
+        .args(["run", "--runs-dir"])
+        .arg(dir.path())
+        .arg(&exp)
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("unknown field `roundz`"), "{err}");
 
-    let good = write(dir.path(), "good.toml", &synthetic_experiment("good", 1, 2, ""));
+    let good = write(
+        dir.path(),
+        "good.toml",
+        &synthetic_experiment("good", 1, 2, ""),
+    );
     let out = flint()
         .args(["client", "--name", "client-9", "--experiment"])
         .arg(&good)
@@ -103,9 +156,17 @@ fn mistakes_in_an_experiment_are_reported_not_run() {
         .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("\"client-9\" is not declared") && err.contains("client-1"), "{err}");
+    assert!(
+        err.contains("\"client-9\" is not declared") && err.contains("client-1"),
+        "{err}"
+    );
 
-    let out = flint().args(["run", "--runs-dir"]).arg(dir.path()).arg(dir.path().join("missing.toml")).output().unwrap();
+    let out = flint()
+        .args(["run", "--runs-dir"])
+        .arg(dir.path())
+        .arg(dir.path().join("missing.toml"))
+        .output()
+        .unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains("missing.toml"));
 }
 
@@ -113,13 +174,18 @@ fn mistakes_in_an_experiment_are_reported_not_run() {
 #[test]
 fn flint_run_without_arguments_runs_the_quickstart() {
     let dir = tempfile::tempdir().unwrap();
-    let out = ok(flint().arg("run").current_dir(dir.path()).env_remove("FLINT_DATA_DIR"));
+    let out = ok(flint()
+        .arg("run")
+        .current_dir(dir.path())
+        .env_remove("FLINT_DATA_DIR"));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("round   5/5"), "{stdout}");
     assert!(stdout.contains("payload / message / socket"), "{stdout}");
     let r = results(&dir.path().join("runs/quickstart"));
     assert_eq!(r.strategy, "fedavg-ahp");
     assert_eq!(r.rounds.last().unwrap().metrics.len(), 4);
-    let report = ok(flint().arg("report").arg(dir.path().join("runs/quickstart")));
+    let report = ok(flint()
+        .arg("report")
+        .arg(dir.path().join("runs/quickstart")));
     assert!(String::from_utf8_lossy(&report.stdout).contains("Per client after round 5"));
 }

@@ -14,11 +14,19 @@ fn data_dir() -> PathBuf {
 }
 
 fn experiment(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../experiments").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../experiments")
+        .join(name)
 }
 
 /// AHP paper Table 3: (g, h) per client.
-const TABLE3: [(u64, u64); 5] = [(2000, 2000), (4500, 1800), (2000, 1500), (500, 600), (3332, 788)];
+const TABLE3: [(u64, u64); 5] = [
+    (2000, 2000),
+    (4500, 1800),
+    (2000, 1500),
+    (500, 600),
+    (3332, 788),
+];
 
 fn run_magic(dir: &Path, file: &str) -> flint_server::results::RunResults {
     ok(flint()
@@ -34,7 +42,9 @@ fn run_magic(dir: &Path, file: &str) -> flint_server::results::RunResults {
 #[test]
 #[ignore = "needs FLINT_DATA_DIR with MAGIC; CI runs it"]
 fn magic_data_verifies_against_its_checksum() {
-    let out = ok(flint().args(["data", "verify", "--data-dir"]).arg(data_dir()));
+    let out = ok(flint()
+        .args(["data", "verify", "--data-dir"])
+        .arg(data_dir()));
     assert!(String::from_utf8_lossy(&out.stdout).contains("magic04.data"));
 }
 
@@ -50,14 +60,23 @@ fn magic_table3_split_and_ahp_beats_fedavg_as_in_the_paper() {
         for (c, (g, h)) in r.clients.iter().zip(TABLE3) {
             // Each client keeps a stratified 20 % of each class for its test split.
             let test = |n: u64| (n as f64 * 0.2).round() as u64;
-            assert_eq!(c.train_class_counts, vec![g - test(g), h - test(h)], "{}", c.name);
+            assert_eq!(
+                c.train_class_counts,
+                vec![g - test(g), h - test(h)],
+                "{}",
+                c.name
+            );
             assert_eq!(c.test_samples, test(g) + test(h), "{}", c.name);
         }
         assert_eq!(r.rounds[20].metrics.len(), 5);
     }
 
     // FedAvg weighs by training samples, exactly.
-    let train: Vec<f64> = fedavg.clients.iter().map(|c| c.train_class_counts.iter().sum::<u64>() as f64).collect();
+    let train: Vec<f64> = fedavg
+        .clients
+        .iter()
+        .map(|c| c.train_class_counts.iter().sum::<u64>() as f64)
+        .collect();
     let total: f64 = train.iter().sum();
     for (id, w) in &fedavg.rounds[20].weights {
         assert!((w - train[*id as usize - 1] / total).abs() < 1e-12);
@@ -69,11 +88,23 @@ fn magic_table3_split_and_ahp_beats_fedavg_as_in_the_paper() {
     // holds 0.01).
     let w = &ahp.rounds[20].weights;
     for (id, want) in (1..=5u32).zip([0.242, 0.199, 0.171, 0.222, 0.164]) {
-        assert!((w[&id] - want).abs() <= 0.012, "client {id}: {} vs {want}", w[&id]);
+        assert!(
+            (w[&id] - want).abs() <= 0.012,
+            "client {id}: {} vs {want}",
+            w[&id]
+        );
     }
 
     // The paper's finding (Table 4): AHP weighting gives higher mean accuracy and F1.
-    let (a, f) = (ahp.rounds[20].mean.unwrap(), fedavg.rounds[20].mean.unwrap());
-    assert!(a.accuracy > f.accuracy, "ahp {} vs fedavg {}", a.accuracy, f.accuracy);
+    let (a, f) = (
+        ahp.rounds[20].mean.unwrap(),
+        fedavg.rounds[20].mean.unwrap(),
+    );
+    assert!(
+        a.accuracy > f.accuracy,
+        "ahp {} vs fedavg {}",
+        a.accuracy,
+        f.accuracy
+    );
     assert!(a.f1 > f.f1, "ahp {} vs fedavg {}", a.f1, f.f1);
 }

@@ -13,8 +13,8 @@ use anyhow::{Context, bail};
 use flint_common::config::{Experiment, parse_override};
 use flint_common::data::{Dataset, Shard, default_data_dir, partition};
 use flint_common::logging::LogFormat;
-use flint_common::metrics::ConfusionMatrix;
 use flint_common::meter::{ConnMeter, CountingIo, MessageMeterLayer, SharedLedger};
+use flint_common::metrics::ConfusionMatrix;
 use flint_common::rng::derive_rng;
 use flint_common::strategy::{ClientStrategy, client_strategy};
 use flint_common::wire::chunks::{MAX_CHUNK, split};
@@ -83,11 +83,28 @@ pub async fn run(args: ClientArgs) -> anyhow::Result<Vec<ClientReport>> {
         bail!("--compute-ghz must be positive, got {g}");
     }
     let data_dir = args.data_dir.clone().unwrap_or_else(default_data_dir);
-    let dataset = experiment.data.load(&data_dir, experiment.seed).with_context(|| {
-        format!("loading the data of {:?} (data directory {})", experiment.name, data_dir.display())
-    })?;
-    let counts: Vec<Option<Vec<usize>>> = experiment.clients.iter().map(|c| c.class_counts.clone()).collect();
-    let parts = partition(&dataset, experiment.partition, experiment.clients.len(), &counts, experiment.seed)?;
+    let dataset = experiment
+        .data
+        .load(&data_dir, experiment.seed)
+        .with_context(|| {
+            format!(
+                "loading the data of {:?} (data directory {})",
+                experiment.name,
+                data_dir.display()
+            )
+        })?;
+    let counts: Vec<Option<Vec<usize>>> = experiment
+        .clients
+        .iter()
+        .map(|c| c.class_counts.clone())
+        .collect();
+    let parts = partition(
+        &dataset,
+        experiment.partition,
+        experiment.clients.len(),
+        &counts,
+        experiment.seed,
+    )?;
     let mut tasks = Vec::new();
     for name in &args.names {
         let id = experiment.client_id(name).with_context(|| {
@@ -95,10 +112,29 @@ pub async fn run(args: ClientArgs) -> anyhow::Result<Vec<ClientReport>> {
             format!("client {name:?} is not declared in the experiment; it declares {names:?}")
         })?;
         let e = &experiment;
-        let shard = Shard::new(&dataset, &parts[id as usize - 1], e.data.test_fraction, e.data.scaling, e.seed, id);
-        let ghz = args.compute_ghz.unwrap_or(e.clients[id as usize - 1].compute_ghz);
-        let client = Client::connect(&args.server, experiment.clone(), name.clone(), id, shard, ghz, &dataset)?;
-        tasks.push(tokio::spawn(client.run(Duration::from_secs_f64(args.retry_secs.max(0.0)))));
+        let shard = Shard::new(
+            &dataset,
+            &parts[id as usize - 1],
+            e.data.test_fraction,
+            e.data.scaling,
+            e.seed,
+            id,
+        );
+        let ghz = args
+            .compute_ghz
+            .unwrap_or(e.clients[id as usize - 1].compute_ghz);
+        let client = Client::connect(
+            &args.server,
+            experiment.clone(),
+            name.clone(),
+            id,
+            shard,
+            ghz,
+            &dataset,
+        )?;
+        tasks.push(tokio::spawn(
+            client.run(Duration::from_secs_f64(args.retry_secs.max(0.0))),
+        ));
     }
     let mut reports = Vec::new();
     for t in tasks {
@@ -108,7 +144,8 @@ pub async fn run(args: ClientArgs) -> anyhow::Result<Vec<ClientReport>> {
         std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
         for r in &reports {
             let path = out.join(format!("client-{}.json", r.name));
-            std::fs::write(&path, serde_json::to_vec_pretty(r)?).with_context(|| format!("cannot write {}", path.display()))?;
+            std::fs::write(&path, serde_json::to_vec_pretty(r)?)
+                .with_context(|| format!("cannot write {}", path.display()))?;
         }
     }
     Ok(reports)
@@ -137,7 +174,9 @@ impl Client {
         dataset: &Dataset,
     ) -> anyhow::Result<Client> {
         let endpoint = Endpoint::from_shared(server.to_string())
-            .with_context(|| format!("bad server address {server:?}; expected e.g. http://host:50051"))?
+            .with_context(|| {
+                format!("bad server address {server:?}; expected e.g. http://host:50051")
+            })?
             .connect_timeout(Duration::from_secs(5))
             .tcp_nodelay(true)
             .http2_keep_alive_interval(Duration::from_secs(10))
@@ -149,7 +188,12 @@ impl Client {
         let connector = tower::service_fn(move |uri: http::Uri| {
             let meter = conn_meter.clone();
             async move {
-                let host = uri.host().unwrap_or("127.0.0.1").trim_start_matches('[').trim_end_matches(']').to_string();
+                let host = uri
+                    .host()
+                    .unwrap_or("127.0.0.1")
+                    .trim_start_matches('[')
+                    .trim_end_matches(']')
+                    .to_string();
                 let port = uri.port_u16().unwrap_or(80);
                 let tcp = tokio::net::TcpStream::connect((host.as_str(), port)).await?;
                 tcp.set_nodelay(true)?;
@@ -162,7 +206,12 @@ impl Client {
             .layer(MessageMeterLayer::client(ledger.clone(), meter))
             .service(channel);
         let summary = DataSummary {
-            train_class_counts: shard.train.class_counts().iter().map(|&c| c as u64).collect(),
+            train_class_counts: shard
+                .train
+                .class_counts()
+                .iter()
+                .map(|&c| c as u64)
+                .collect(),
             test_samples: shard.test.len() as u64,
             features: dataset.features as u32,
             compute_ghz,
@@ -189,7 +238,8 @@ impl Client {
 
     /// Records a request's payload once the server answered (so it reached the handler).
     fn count(&self, round: Round, d: Direction, len: usize, paper: u64) {
-        self.ledger.with(|l| l.payload(self.id, round, d, len, paper));
+        self.ledger
+            .with(|l| l.payload(self.id, round, d, len, paper));
     }
 
     async fn run(self, retry_for: Duration) -> anyhow::Result<ClientReport> {
@@ -206,14 +256,20 @@ impl Client {
         .await
         .with_context(|| format!("client {} cannot join", self.name))?;
         if reply.client_id != self.id {
-            bail!("server gave client {} id {} but the experiment says {}", self.name, reply.client_id, self.id);
+            bail!(
+                "server gave client {} id {} but the experiment says {}",
+                self.name,
+                reply.client_id,
+                self.id
+            );
         }
         self.count(0, Direction::Up, join.encoded_len(), 0);
         self.count(0, Direction::Down, reply.encoded_len(), 0);
         let run_id = reply.run_id.clone();
         tracing::info!(client = self.id, name = %self.name, run = %run_id, "joined");
 
-        let mut strategy: Box<dyn ClientStrategy> = client_strategy(&self.experiment, self.summary.features as usize);
+        let mut strategy: Box<dyn ClientStrategy> =
+            client_strategy(&self.experiment, self.summary.features as usize);
         let mut rng = derive_rng(self.experiment.seed, "train", self.id);
         let mut after: Round = 0;
         let mut reported: Round = 0;
@@ -230,17 +286,24 @@ impl Client {
                 async move { g.get_round(req).await }
             })
             .await?;
-            let ledger_round = if task.finished { task.round } else { task.round - 1 };
+            let ledger_round = if task.finished {
+                task.round
+            } else {
+                task.round - 1
+            };
             let paper = task.download.as_ref().map_or(0, paper_convention_bytes);
             self.count(ledger_round, Direction::Up, ask.encoded_len(), 0);
             self.count(ledger_round, Direction::Down, task.encoded_len(), paper);
             if let Some(d) = &task.download {
-                strategy.apply(d).context("applying the server's download")?;
+                strategy
+                    .apply(d)
+                    .context("applying the server's download")?;
             }
             // The download carries the aggregate of `ledger_round`: evaluate it once.
             if ledger_round > reported {
                 let cm = strategy.evaluate(&self.shard.test);
-                self.report_eval(&run_id, ledger_round, cm, retry_for).await?;
+                self.report_eval(&run_id, ledger_round, cm, retry_for)
+                    .await?;
                 reported = ledger_round;
             }
             if task.finished {
@@ -262,7 +325,13 @@ impl Client {
         })
     }
 
-    async fn push(&self, run_id: &str, round: Round, update: &Payload, retry_for: Duration) -> anyhow::Result<()> {
+    async fn push(
+        &self,
+        run_id: &str,
+        round: Round,
+        update: &Payload,
+        retry_for: Duration,
+    ) -> anyhow::Result<()> {
         let header = UpdateHeader {
             client_id: self.id,
             run_id: run_id.to_string(),
@@ -280,7 +349,8 @@ impl Client {
             for c in &chunks {
                 s.count(round, Direction::Up, c.encoded_len(), 0);
             }
-            s.ledger.with(|l| l.at(s.id, round).up.paper += paper_convention_bytes(update));
+            s.ledger
+                .with(|l| l.at(s.id, round).up.paper += paper_convention_bytes(update));
         };
         match outcome {
             Ok(ack) => {
@@ -290,10 +360,18 @@ impl Client {
             }
             Err(s) if s.code() == Code::FailedPrecondition => {
                 counted(self);
-                tracing::warn!(client = self.id, round, reason = s.message(), "update not taken; continuing with the next round");
+                tracing::warn!(
+                    client = self.id,
+                    round,
+                    reason = s.message(),
+                    "update not taken; continuing with the next round"
+                );
                 Ok(())
             }
-            Err(s) => Err(anyhow::anyhow!("update of round {round} refused: {}", s.message())),
+            Err(s) => Err(anyhow::anyhow!(
+                "update of round {round} refused: {}",
+                s.message()
+            )),
         }
     }
 
@@ -305,7 +383,13 @@ impl Client {
         retry_for: Duration,
     ) -> anyhow::Result<()> {
         let m = cm.metrics();
-        tracing::info!(client = self.id, round, accuracy = m.accuracy, f1 = m.f1, "evaluated");
+        tracing::info!(
+            client = self.id,
+            round,
+            accuracy = m.accuracy,
+            f1 = m.f1,
+            "evaluated"
+        );
         let report = EvalReport {
             client_id: self.id,
             run_id: run_id.to_string(),
@@ -332,7 +416,11 @@ async fn train(
     data: Dataset,
     round: Round,
     mut rng: flint_common::rng::FlintRng,
-) -> anyhow::Result<(Box<dyn ClientStrategy>, flint_common::rng::FlintRng, Payload)> {
+) -> anyhow::Result<(
+    Box<dyn ClientStrategy>,
+    flint_common::rng::FlintRng,
+    Payload,
+)> {
     tokio::task::spawn_blocking(move || {
         let update = strategy.train(&data, round, &mut rng)?;
         Ok((strategy, rng, update))
@@ -352,7 +440,10 @@ where
     loop {
         match call().await {
             Ok(r) => return Ok(r.into_inner()),
-            Err(s) if matches!(s.code(), Code::Unavailable | Code::Unknown) && start.elapsed() + wait < total => {
+            Err(s)
+                if matches!(s.code(), Code::Unavailable | Code::Unknown)
+                    && start.elapsed() + wait < total =>
+            {
                 tracing::debug!(what, error = %s.message(), ?wait, "server unreachable; retrying");
                 tokio::time::sleep(wait).await;
                 wait = (wait * 2).min(Duration::from_secs(5));

@@ -1,7 +1,11 @@
 use clap::Parser;
 
 #[derive(Parser)]
-#[command(name = "flint-client", version, about = "Flint federated-learning client")]
+#[command(
+    name = "flint-client",
+    version,
+    about = "Flint federated-learning client"
+)]
 struct Cli {
     #[command(flatten)]
     args: flint_client::ClientArgs,

@@ -194,7 +194,10 @@ impl Experiment {
             return Err(bad("name must not be empty".into()));
         }
         if file.name.contains(['/', '\\']) {
-            return Err(bad(format!("name {:?} must not contain a path separator", file.name)));
+            return Err(bad(format!(
+                "name {:?} must not contain a path separator",
+                file.name
+            )));
         }
         let strategy = StrategyKind::parse(&file.strategy).map_err(bad)?;
         if file.rounds == 0 {
@@ -208,8 +211,15 @@ impl Experiment {
         let mut names = BTreeSet::new();
         let mut clients = Vec::with_capacity(n);
         for (i, c) in file.clients.iter().enumerate() {
-            let name = c.name.clone().unwrap_or_else(|| format!("client-{}", i + 1));
-            if name.is_empty() || !name.chars().all(|ch| ch.is_ascii_alphanumeric() || "-_.".contains(ch)) {
+            let name = c
+                .name
+                .clone()
+                .unwrap_or_else(|| format!("client-{}", i + 1));
+            if name.is_empty()
+                || !name
+                    .chars()
+                    .all(|ch| ch.is_ascii_alphanumeric() || "-_.".contains(ch))
+            {
                 return Err(bad(format!(
                     "client name {name:?} must be non-empty ASCII letters, digits, '-', '_' or '.'"
                 )));
@@ -217,10 +227,15 @@ impl Experiment {
             if !names.insert(name.clone()) {
                 return Err(bad(format!("client name {name:?} appears twice")));
             }
-            let needs_ghz = strategy == StrategyKind::FedAvgAhp && ahp.criteria.contains(&AhpCriterion::ComputeGhz);
+            let needs_ghz = strategy == StrategyKind::FedAvgAhp
+                && ahp.criteria.contains(&AhpCriterion::ComputeGhz);
             let compute_ghz = match c.compute_ghz {
                 Some(g) if g.is_finite() && g > 0.0 => g,
-                Some(g) => return Err(bad(format!("client {name:?}: compute_ghz must be positive, got {g}"))),
+                Some(g) => {
+                    return Err(bad(format!(
+                        "client {name:?}: compute_ghz must be positive, got {g}"
+                    )));
+                }
                 None if needs_ghz => {
                     return Err(bad(format!(
                         "client {name:?} needs compute_ghz: the ahp criterion compute-ghz uses it"
@@ -238,8 +253,16 @@ impl Experiment {
             rounds: file.rounds,
             min_clients: file.server.min_clients.unwrap_or(n),
             min_updates: file.server.min_updates.unwrap_or(1),
-            round_timeout: secs("server.round_timeout_secs", file.server.round_timeout_secs, 600.0)?,
-            eval_timeout: secs("server.eval_timeout_secs", file.server.eval_timeout_secs, 60.0)?,
+            round_timeout: secs(
+                "server.round_timeout_secs",
+                file.server.round_timeout_secs,
+                600.0,
+            )?,
+            eval_timeout: secs(
+                "server.eval_timeout_secs",
+                file.server.eval_timeout_secs,
+                60.0,
+            )?,
         };
         if policy.min_clients == 0 || policy.min_clients > n {
             return Err(bad(format!(
@@ -300,7 +323,10 @@ impl Experiment {
 
     /// The client's id: its 1-based position in `[[clients]]`.
     pub fn client_id(&self, name: &str) -> Option<crate::ClientId> {
-        self.clients.iter().position(|c| c.name == name).map(|i| i as u32 + 1)
+        self.clients
+            .iter()
+            .position(|c| c.name == name)
+            .map(|i| i as u32 + 1)
     }
 
     pub fn client(&self, id: crate::ClientId) -> Option<&ClientSpec> {
@@ -316,7 +342,9 @@ impl Experiment {
 fn secs(key: &str, value: Option<f64>, default: f64) -> Result<Duration> {
     let v = value.unwrap_or(default);
     if !(v.is_finite() && v > 0.0) {
-        return Err(FlintError::Config(format!("{key} must be a positive number of seconds, got {v}")));
+        return Err(FlintError::Config(format!(
+            "{key} must be a positive number of seconds, got {v}"
+        )));
     }
     Ok(Duration::from_secs_f64(v))
 }
@@ -384,7 +412,8 @@ name = "b"
     #[test]
     fn overrides_change_values_and_fingerprint() {
         let a = Experiment::from_toml(BASE).unwrap();
-        let b = Experiment::from_toml_with(BASE, BTreeMap::new(), &[("rounds".into(), "5".into())]).unwrap();
+        let b = Experiment::from_toml_with(BASE, BTreeMap::new(), &[("rounds".into(), "5".into())])
+            .unwrap();
         assert_eq!(b.policy.rounds, 5);
         assert_ne!(a.fingerprint, b.fingerprint);
         let env = BTreeMap::from([("FLINT_SERVER__MIN_UPDATES".to_string(), "2".to_string())]);
@@ -396,12 +425,22 @@ name = "b"
     fn bad_values_say_what_was_expected() {
         let cases = [
             ("rounds = 2", "rounds = 0", "rounds must be at least 1"),
-            ("strategy = \"fedavg\"", "strategy = \"fedprox\"", "unknown strategy"),
+            (
+                "strategy = \"fedavg\"",
+                "strategy = \"fedprox\"",
+                "unknown strategy",
+            ),
             ("name = \"b\"", "name = \"client-1\"", "appears twice"),
-            ("source = \"synthetic\"", "source = \"imagenet\"", "unknown data source"),
+            (
+                "source = \"synthetic\"",
+                "source = \"imagenet\"",
+                "unknown data source",
+            ),
         ];
         for (from, to, want) in cases {
-            let err = Experiment::from_toml(&BASE.replace(from, to)).unwrap_err().to_string();
+            let err = Experiment::from_toml(&BASE.replace(from, to))
+                .unwrap_err()
+                .to_string();
             assert!(err.contains(want), "{to}: {err}");
         }
     }

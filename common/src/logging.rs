@@ -17,7 +17,9 @@ impl std::str::FromStr for LogFormat {
         match s {
             "text" => Ok(LogFormat::Text),
             "json" => Ok(LogFormat::Json),
-            other => Err(format!("unknown log format {other:?}; expected text or json")),
+            other => Err(format!(
+                "unknown log format {other:?}; expected text or json"
+            )),
         }
     }
 }
@@ -25,7 +27,9 @@ impl std::str::FromStr for LogFormat {
 /// Installs the global subscriber; a second call is a no-op.
 pub fn init(format: LogFormat) {
     let filter = EnvFilter::try_from_env("FLINT_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().try_init(),

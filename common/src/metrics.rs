@@ -18,7 +18,8 @@ impl ConfusionMatrix {
 
     /// Rebuilds a matrix received over the wire; `None` when the length is not classes².
     pub fn from_counts(classes: usize, counts: Vec<u64>) -> Option<Self> {
-        (classes > 0 && counts.len() == classes * classes).then_some(ConfusionMatrix { classes, counts })
+        (classes > 0 && counts.len() == classes * classes)
+            .then_some(ConfusionMatrix { classes, counts })
     }
 
     pub fn from_predictions(classes: usize, truth: &[u32], predicted: &[u32]) -> Self {
@@ -50,7 +51,8 @@ impl ConfusionMatrix {
         let total = self.total();
         let correct: u64 = (0..self.classes).map(|c| self.get(c, c)).sum();
         let accuracy = ratio(correct, total);
-        let per_class: Vec<(f64, f64, f64)> = (0..self.classes).map(|c| self.class_prf(c)).collect();
+        let per_class: Vec<(f64, f64, f64)> =
+            (0..self.classes).map(|c| self.class_prf(c)).collect();
         let (precision, recall, f1) = if self.classes == 2 {
             per_class[1]
         } else {
@@ -126,7 +128,11 @@ mod tests {
     fn binary_metrics_on_hand_counted_predictions() {
         // truth:     1 1 1 0 0 0 0 1
         // predicted: 1 0 1 0 1 0 0 1  -> tp 3, fn 1, fp 1, tn 3
-        let m = ConfusionMatrix::from_predictions(2, &[1, 1, 1, 0, 0, 0, 0, 1], &[1, 0, 1, 0, 1, 0, 0, 1]);
+        let m = ConfusionMatrix::from_predictions(
+            2,
+            &[1, 1, 1, 0, 0, 0, 0, 1],
+            &[1, 0, 1, 0, 1, 0, 0, 1],
+        );
         let x = m.metrics();
         assert_eq!(x.accuracy, 6.0 / 8.0);
         assert_eq!(x.precision, 3.0 / 4.0);

@@ -10,7 +10,11 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "flint", version, about = "Federated learning of interpretable models over real gRPC")]
+#[command(
+    name = "flint",
+    version,
+    about = "Federated learning of interpretable models over real gRPC"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -51,8 +55,12 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run(args) => run::run(args),
         Command::Report { run_dir } => report::print(&run_dir),
-        Command::Server(args) => runtime().and_then(|rt| rt.block_on(flint_server::run(args)).map(|_| ())),
-        Command::Client(args) => runtime().and_then(|rt| rt.block_on(flint_client::run(args)).map(|_| ())),
+        Command::Server(args) => {
+            runtime().and_then(|rt| rt.block_on(flint_server::run(args)).map(|_| ()))
+        }
+        Command::Client(args) => {
+            runtime().and_then(|rt| rt.block_on(flint_client::run(args)).map(|_| ()))
+        }
         Command::Data {
             command: DataCommand::Verify { data_dir },
         } => verify(data_dir),
@@ -67,7 +75,9 @@ fn main() -> ExitCode {
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_multi_thread().enable_all().build()?)
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
 }
 
 fn verify(data_dir: Option<PathBuf>) -> anyhow::Result<()> {
@@ -85,7 +95,11 @@ fn verify(data_dir: Option<PathBuf>) -> anyhow::Result<()> {
         bad += usize::from(outcome != FileCheck::Ok);
     }
     if bad > 0 {
-        anyhow::bail!("{bad} of {} files missing or different in {}", KNOWN_FILES.len(), dir.display());
+        anyhow::bail!(
+            "{bad} of {} files missing or different in {}",
+            KNOWN_FILES.len(),
+            dir.display()
+        );
     }
     Ok(())
 }

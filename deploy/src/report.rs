@@ -11,14 +11,18 @@ use crate::run::kb;
 pub fn print(dir: &Path) -> anyhow::Result<()> {
     let path = dir.join("results.json");
     let bytes = std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
-    let r: RunResults = serde_json::from_slice(&bytes).with_context(|| format!("{} is not a flint results file", path.display()))?;
+    let r: RunResults = serde_json::from_slice(&bytes)
+        .with_context(|| format!("{} is not a flint results file", path.display()))?;
     print!("{}", render(&r));
     Ok(())
 }
 
 fn fmt(m: Option<&Metrics>) -> String {
     match m {
-        Some(m) => format!("{:>8.4} {:>9.4} {:>8.4} {:>8.4}", m.accuracy, m.precision, m.recall, m.f1),
+        Some(m) => format!(
+            "{:>8.4} {:>9.4} {:>8.4} {:>8.4}",
+            m.accuracy, m.precision, m.recall, m.f1
+        ),
         None => format!("{:>8} {:>9} {:>8} {:>8}", "-", "-", "-", "-"),
     }
 }
@@ -40,8 +44,20 @@ pub fn render(r: &RunResults) -> String {
     s += "(round 0 = join and initial model; up = client to server).\n";
     s += &format!(
         "{:>5} {:>7} {:>8} {:>9} {:>8} {:>8} | {:>10} {:>10} {:>10} {:>10} | {:>10} {:>10} {:>10} {:>10}\n",
-        "round", "clients", "accuracy", "precision", "recall", "f1", "up pay", "up msg", "up sock", "up paper", "down pay",
-        "down msg", "down sock", "down paper"
+        "round",
+        "clients",
+        "accuracy",
+        "precision",
+        "recall",
+        "f1",
+        "up pay",
+        "up msg",
+        "up sock",
+        "up paper",
+        "down pay",
+        "down msg",
+        "down sock",
+        "down paper"
     );
     for rr in &r.rounds {
         let b = rr.bytes_total;
@@ -73,7 +89,10 @@ pub fn render(r: &RunResults) -> String {
         mb(t.down.paper)
     );
     if let Some(last) = r.rounds.iter().rev().find(|rr| !rr.metrics.is_empty()) {
-        s += &format!("Per client after round {} (precision/recall/F1 of class 1):\n", last.round);
+        s += &format!(
+            "Per client after round {} (precision/recall/F1 of class 1):\n",
+            last.round
+        );
         s += &format!(
             "{:<12} {:>6} {:>8} {:>9} {:>8} {:>8} {:>8}\n",
             "client", "ghz", "accuracy", "precision", "recall", "f1", "weight"

@@ -38,7 +38,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let experiment = load(&args)?;
     let dir = args.runs_dir.join(&experiment.name);
     let clients_dir = dir.join("clients");
-    std::fs::create_dir_all(&clients_dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    std::fs::create_dir_all(&clients_dir)
+        .with_context(|| format!("cannot create {}", dir.display()))?;
     for stale in ["results.json", "rounds.csv", "status.json", "server.addr"] {
         let _ = std::fs::remove_file(dir.join(stale));
     }
@@ -48,7 +49,10 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     // Server and clients read exactly what was resolved here (overrides included).
     let resolved = dir.join("experiment.resolved.toml");
     std::fs::write(&resolved, experiment.to_toml())?;
-    let data_dir = args.data_dir.clone().unwrap_or_else(flint_common::data::default_data_dir);
+    let data_dir = args
+        .data_dir
+        .clone()
+        .unwrap_or_else(flint_common::data::default_data_dir);
     let exe = std::env::current_exe().context("cannot find the flint executable")?;
     println!(
         "flint run {}: {} on {} clients, {} rounds, seed {} -> {}",
@@ -76,7 +80,10 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         Ok(a) => a,
         Err(e) => {
             let _ = server.kill();
-            return Err(e.context(format!("server did not start; see {}", dir.join("server.log").display())));
+            return Err(e.context(format!(
+                "server did not start; see {}",
+                dir.join("server.log").display()
+            )));
         }
     };
     let names: Vec<String> = experiment.clients.iter().map(|c| c.name.clone()).collect();
@@ -112,13 +119,18 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
             Some(s) => failed.push(format!("client process exited with {s}; see {log}")),
             None => {
                 let _ = child.kill();
-                failed.push(format!("client process still running after the server ended; killed; see {log}"));
+                failed.push(format!(
+                    "client process still running after the server ended; killed; see {log}"
+                ));
             }
         }
     }
     let server_status = status?;
     if !server_status.success() {
-        bail!("server exited with {server_status}; see {}", dir.join("server.log").display());
+        bail!(
+            "server exited with {server_status}; see {}",
+            dir.join("server.log").display()
+        );
     }
     merge_client_ledgers(&dir)?;
     println!("done in {:.1} s\n", started.elapsed().as_secs_f64());
@@ -132,9 +144,13 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
 fn load(args: &RunArgs) -> anyhow::Result<Experiment> {
     match &args.experiment {
         Some(p) => Ok(Experiment::load(p, &args.overrides)?),
-        None if Path::new(QUICKSTART_PATH).exists() => Ok(Experiment::load(Path::new(QUICKSTART_PATH), &args.overrides)?),
+        None if Path::new(QUICKSTART_PATH).exists() => Ok(Experiment::load(
+            Path::new(QUICKSTART_PATH),
+            &args.overrides,
+        )?),
         None => {
-            let tmp = std::env::temp_dir().join(format!("flint-quickstart-{}.toml", std::process::id()));
+            let tmp =
+                std::env::temp_dir().join(format!("flint-quickstart-{}.toml", std::process::id()));
             std::fs::write(&tmp, QUICKSTART)?;
             let e = Experiment::load(&tmp, &args.overrides);
             let _ = std::fs::remove_file(&tmp);
@@ -178,7 +194,11 @@ fn wait_until(child: &mut Child, deadline: Instant) -> Option<std::process::Exit
 }
 
 /// Prints progress from status.json until the server exits.
-fn watch(dir: &Path, server: &mut Child, e: &Experiment) -> anyhow::Result<std::process::ExitStatus> {
+fn watch(
+    dir: &Path,
+    server: &mut Child,
+    e: &Experiment,
+) -> anyhow::Result<std::process::ExitStatus> {
     let path = dir.join("status.json");
     let mut joined = 0;
     let mut printed = 0;
@@ -192,7 +212,9 @@ fn watch(dir: &Path, server: &mut Child, e: &Experiment) -> anyhow::Result<std::
             // A round is printed once every joined client reported on it, or the run moved on.
             while printed < s.closed_rounds {
                 let r = printed + 1;
-                let Some(&(n, acc, f1)) = s.evals.get(&r) else { break };
+                let Some(&(n, acc, f1)) = s.evals.get(&r) else {
+                    break;
+                };
                 if n < s.joined && !(s.finished && exited.is_some()) && r == s.closed_rounds {
                     break;
                 }
@@ -239,6 +261,9 @@ fn merge_client_ledgers(dir: &Path) -> anyhow::Result<()> {
         }
     }
     std::fs::write(&path, serde_json::to_vec_pretty(&results)?)?;
-    std::fs::write(dir.join("rounds.csv"), flint_server::results::rounds_csv(&results))?;
+    std::fs::write(
+        dir.join("rounds.csv"),
+        flint_server::results::rounds_csv(&results),
+    )?;
     Ok(())
 }

@@ -10,7 +10,8 @@ pub mod proto {
 }
 
 /// The encoded descriptor of the wire contract, served by gRPC reflection.
-pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/flint_descriptor.bin"));
+pub const FILE_DESCRIPTOR_SET: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/flint_descriptor.bin"));
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -79,7 +80,11 @@ pub async fn serve(
     let addr = listener.local_addr()?;
     let run_id = format!("{}-{:016x}", experiment.name, rand::random::<u64>());
     let classes = experiment.data.classes().len();
-    let rounds = Rounds::new(experiment.policy.clone(), server_strategy(&experiment), classes);
+    let rounds = Rounds::new(
+        experiment.policy.clone(),
+        server_strategy(&experiment),
+        classes,
+    );
     std::fs::write(out.join("experiment.toml"), experiment.to_toml())?;
     let ledger = Arc::new(SharedLedger::default());
     let shared = Arc::new(Shared {
@@ -97,13 +102,18 @@ pub async fn serve(
         conn.map(|tcp| {
             let _ = tcp.set_nodelay(true);
             let meter = ConnMeter::default();
-            registry.lock().expect("connections lock").push(meter.clone());
+            registry
+                .lock()
+                .expect("connections lock")
+                .push(meter.clone());
             CountingIo::new(tcp, meter)
         })
     });
 
     let (health, health_service) = tonic_health::server::health_reporter();
-    health.set_serving::<AggregatorServer<AggregatorService>>().await;
+    health
+        .set_serving::<AggregatorServer<AggregatorService>>()
+        .await;
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
@@ -138,15 +148,25 @@ pub async fn serve(
         c.flush_to_label(&*ledger, Side::Server);
     }
     let results = results::collect(&shared);
-    results::write_atomic(&out.join("results.json"), &serde_json::to_vec_pretty(&results)?)?;
-    results::write_atomic(&out.join("rounds.csv"), results::rounds_csv(&results).as_bytes())?;
+    results::write_atomic(
+        &out.join("results.json"),
+        &serde_json::to_vec_pretty(&results)?,
+    )?;
+    results::write_atomic(
+        &out.join("rounds.csv"),
+        results::rounds_csv(&results).as_bytes(),
+    )?;
     write_status(&shared, out);
     tracing::info!(out = %out.display(), "results written");
     Ok(results)
 }
 
 /// Closes rounds at their timeouts, keeps status.json current, and signals the end of the run.
-async fn tick_until_done(shared: Arc<Shared>, out: PathBuf, done: tokio::sync::oneshot::Sender<()>) {
+async fn tick_until_done(
+    shared: Arc<Shared>,
+    out: PathBuf,
+    done: tokio::sync::oneshot::Sender<()>,
+) {
     let mut written = u64::MAX;
     loop {
         let now = Instant::now();

@@ -74,7 +74,9 @@ pub fn collect(shared: &Shared) -> RunResults {
         })
         .collect();
     let last = rounds.history().last().map_or(0, |r| r.round);
-    let results: Vec<RoundResult> = (0..=last).map(|r| round_result(&rounds, &ledger, r)).collect();
+    let results: Vec<RoundResult> = (0..=last)
+        .map(|r| round_result(&rounds, &ledger, r))
+        .collect();
     RunResults {
         run_id: shared.run_id.clone(),
         name: e.name.clone(),
@@ -107,10 +109,18 @@ fn round_result(rounds: &Rounds, ledger: &Ledger, round: Round) -> RoundResult {
     RoundResult {
         round,
         participants: record.map(|r| r.participants.clone()).unwrap_or_default(),
-        closed_by: record.map(|r| serde_json::to_value(r.closed_by).unwrap().as_str().unwrap_or("").to_string()),
+        closed_by: record.map(|r| {
+            serde_json::to_value(r.closed_by)
+                .unwrap()
+                .as_str()
+                .unwrap_or("")
+                .to_string()
+        }),
         seconds: record.map(|r| r.seconds),
         weights: record.map(|r| r.weights.clone()).unwrap_or_default(),
-        details: record.map(|r| r.details.clone()).unwrap_or(serde_json::Value::Null),
+        details: record
+            .map(|r| r.details.clone())
+            .unwrap_or(serde_json::Value::Null),
         mean: Metrics::mean(metrics.values()),
         metrics,
         bytes_total: ledger.round_total(round),
@@ -186,7 +196,11 @@ up_socket_client,down_socket_client\n",
     );
     // The client's own socket count, exact per round (the server's is exact per connection).
     let client_socket = |id: ClientId, round: Round| -> String {
-        match r.client_ledgers.get(&id).and_then(|l| l.flows.get(&id)?.get(&round)) {
+        match r
+            .client_ledgers
+            .get(&id)
+            .and_then(|l| l.flows.get(&id)?.get(&round))
+        {
             Some(f) => format!("{},{}", f.up.socket, f.down.socket),
             None => ",".into(),
         }
@@ -197,13 +211,28 @@ up_socket_client,down_socket_client\n",
             .find(|c| c.id == id)
             .map_or_else(|| id.to_string(), |c| c.name.clone())
     };
-    let row = |out: &mut String, round: Round, who: &str, m: Option<&Metrics>, f: &Flow, client: String| {
+    let row = |out: &mut String,
+               round: Round,
+               who: &str,
+               m: Option<&Metrics>,
+               f: &Flow,
+               client: String| {
         let metrics = m.map_or(",,,".to_string(), |m| {
-            format!("{:.6},{:.6},{:.6},{:.6}", m.accuracy, m.precision, m.recall, m.f1)
+            format!(
+                "{:.6},{:.6},{:.6},{:.6}",
+                m.accuracy, m.precision, m.recall, m.f1
+            )
         });
         out.push_str(&format!(
             "{round},{who},{metrics},{},{},{},{},{},{},{},{},{client}\n",
-            f.up.payload, f.up.message, f.up.socket, f.up.paper, f.down.payload, f.down.message, f.down.socket, f.down.paper
+            f.up.payload,
+            f.up.message,
+            f.up.socket,
+            f.up.paper,
+            f.down.payload,
+            f.down.message,
+            f.down.socket,
+            f.down.paper
         ));
     };
     for rr in &r.rounds {
@@ -211,7 +240,14 @@ up_socket_client,down_socket_client\n",
             rr.bytes.keys().chain(rr.metrics.keys()).copied().collect();
         for id in ids {
             let f = rr.bytes.get(&id).copied().unwrap_or_default();
-            row(&mut out, rr.round, &name(id), rr.metrics.get(&id), &f, client_socket(id, rr.round));
+            row(
+                &mut out,
+                rr.round,
+                &name(id),
+                rr.metrics.get(&id),
+                &f,
+                client_socket(id, rr.round),
+            );
         }
         let all: Option<(u64, u64)> = r.client_ledgers.iter().try_fold((0, 0), |acc, (id, l)| {
             let f = l.flows.get(id)?.get(&rr.round)?;
@@ -221,7 +257,14 @@ up_socket_client,down_socket_client\n",
             Some((u, d)) if !r.client_ledgers.is_empty() => format!("{u},{d}"),
             _ => ",".into(),
         };
-        row(&mut out, rr.round, "all", rr.mean.as_ref(), &rr.bytes_total, all);
+        row(
+            &mut out,
+            rr.round,
+            "all",
+            rr.mean.as_ref(),
+            &rr.bytes_total,
+            all,
+        );
     }
     out
 }

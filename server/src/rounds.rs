@@ -127,7 +127,12 @@ impl Rounds {
     }
 
     /// Registers a client (again, after a restart); opens round 1 once `min_clients` are in.
-    pub fn join(&mut self, id: ClientId, summary: DataSummary, now: Instant) -> Result<(), Rejection> {
+    pub fn join(
+        &mut self,
+        id: ClientId,
+        summary: DataSummary,
+        now: Instant,
+    ) -> Result<(), Rejection> {
         if summary.train_class_counts.len() != self.classes {
             return Err(Rejection::Invalid(format!(
                 "data summary has {} classes, expected {}",
@@ -136,7 +141,9 @@ impl Rounds {
             )));
         }
         if summary.train_class_counts.iter().sum::<u64>() == 0 {
-            return Err(Rejection::Invalid("data summary has no training samples".into()));
+            return Err(Rejection::Invalid(
+                "data summary has no training samples".into(),
+            ));
         }
         if !(summary.compute_ghz.is_finite() && summary.compute_ghz > 0.0) {
             return Err(Rejection::Invalid(format!(
@@ -161,7 +168,9 @@ impl Rounds {
             )));
         }
         self.joined.insert(id, summary);
-        if matches!(self.phase, Phase::WaitingForClients) && self.joined.len() >= self.policy.min_clients {
+        if matches!(self.phase, Phase::WaitingForClients)
+            && self.joined.len() >= self.policy.min_clients
+        {
             self.downloads = self
                 .strategy
                 .initial_download(features)
@@ -196,7 +205,10 @@ impl Rounds {
                 opened_at,
                 selected,
                 updates,
-            } if *round > after_round && selected.contains(&client) && !updates.contains_key(&client) => {
+            } if *round > after_round
+                && selected.contains(&client)
+                && !updates.contains_key(&client) =>
+            {
                 Task::Train {
                     round: *round,
                     deadline: *opened_at + self.policy.round_timeout,
@@ -217,7 +229,9 @@ impl Rounds {
         now: Instant,
     ) -> Result<bool, Rejection> {
         if !self.joined.contains_key(&client) {
-            return Err(Rejection::Invalid(format!("unknown client id {client}: join first")));
+            return Err(Rejection::Invalid(format!(
+                "unknown client id {client}: join first"
+            )));
         }
         let features = self.features.unwrap_or(0);
         let (open, selected, updates) = match &mut self.phase {
@@ -239,7 +253,11 @@ impl Rounds {
             }
         };
         if round != open {
-            let when = if round < open { "closed" } else { "not open yet" };
+            let when = if round < open {
+                "closed"
+            } else {
+                "not open yet"
+            };
             return Err(Rejection::Precondition(format!(
                 "update for round {round} but round {open} is open; round {round} is {when}"
             )));
@@ -315,9 +333,16 @@ impl Rounds {
     }
 
     /// Takes a client's evaluation of the model it holds after `round`.
-    pub fn report_eval(&mut self, client: ClientId, round: Round, m: ConfusionMatrix) -> Result<bool, Rejection> {
+    pub fn report_eval(
+        &mut self,
+        client: ClientId,
+        round: Round,
+        m: ConfusionMatrix,
+    ) -> Result<bool, Rejection> {
         if !self.joined.contains_key(&client) {
-            return Err(Rejection::Invalid(format!("unknown client id {client}: join first")));
+            return Err(Rejection::Invalid(format!(
+                "unknown client id {client}: join first"
+            )));
         }
         if m.classes() != self.classes {
             return Err(Rejection::Invalid(format!(
@@ -412,7 +437,9 @@ mod tests {
         r.accept_update(2, 1, model(3.0), t0).unwrap();
         // Round 2 selects everyone who has joined, and carries the average of round 1.
         match r.task_for(3, 0) {
-            Task::Train { round: 2, download, .. } => assert_eq!(download, Some(model(2.0))),
+            Task::Train {
+                round: 2, download, ..
+            } => assert_eq!(download, Some(model(2.0))),
             other => panic!("{other:?}"),
         }
     }
@@ -495,8 +522,13 @@ mod tests {
         r.join(1, summary(1), t0).unwrap();
         let mut other = summary(1);
         other.features = 3;
-        assert!(matches!(r.join(2, other, t0), Err(Rejection::Invalid(m)) if m.contains("3 features")));
-        assert!(matches!(r.join(1, summary(2), t0), Err(Rejection::Precondition(_))));
+        assert!(
+            matches!(r.join(2, other, t0), Err(Rejection::Invalid(m)) if m.contains("3 features"))
+        );
+        assert!(matches!(
+            r.join(1, summary(2), t0),
+            Err(Rejection::Precondition(_))
+        ));
         assert_eq!(r.join(1, summary(1), t0), Ok(()));
     }
 }

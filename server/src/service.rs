@@ -52,7 +52,9 @@ impl Shared {
 
     fn check_client(&self, client: ClientId) -> Result<(), Status> {
         if !self.rounds().joined().contains_key(&client) {
-            return Err(Status::invalid_argument(format!("unknown client id {client}: join first")));
+            return Err(Status::invalid_argument(format!(
+                "unknown client id {client}: join first"
+            )));
         }
         Ok(())
     }
@@ -77,7 +79,9 @@ fn labelled<T>(msg: T, client: ClientId, round: Round) -> Response<T> {
 
 fn unix_ms(at: Instant) -> u64 {
     let now = Instant::now();
-    let wall = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    let wall = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
     let ms = wall.as_millis() as i128 + (at.saturating_duration_since(now).as_millis() as i128)
         - (now.saturating_duration_since(at).as_millis() as i128);
     ms.max(0) as u64
@@ -89,7 +93,12 @@ impl Aggregator for AggregatorService {
         let s = &self.0;
         let req = request.into_inner();
         let id = s.experiment.client_id(&req.client_name).ok_or_else(|| {
-            let names: Vec<&str> = s.experiment.clients.iter().map(|c| c.name.as_str()).collect();
+            let names: Vec<&str> = s
+                .experiment
+                .clients
+                .iter()
+                .map(|c| c.name.as_str())
+                .collect();
             Status::invalid_argument(format!(
                 "unknown client name {:?}; this experiment declares {names:?}",
                 req.client_name
@@ -105,7 +114,9 @@ impl Aggregator for AggregatorService {
             .summary
             .clone()
             .ok_or_else(|| Status::invalid_argument("join without a data summary"))?;
-        s.rounds().join(id, summary, Instant::now()).map_err(status)?;
+        s.rounds()
+            .join(id, summary, Instant::now())
+            .map_err(status)?;
         let reply = JoinReply {
             client_id: id,
             run_id: s.run_id.clone(),
@@ -122,7 +133,10 @@ impl Aggregator for AggregatorService {
         Ok(labelled(reply, id, 0))
     }
 
-    async fn get_round(&self, request: Request<RoundRequest>) -> Result<Response<RoundTask>, Status> {
+    async fn get_round(
+        &self,
+        request: Request<RoundRequest>,
+    ) -> Result<Response<RoundTask>, Status> {
         let s = &self.0;
         let req = request.into_inner();
         s.check_run(&req.run_id)?;
@@ -168,13 +182,28 @@ impl Aggregator for AggregatorService {
         };
         let paper = reply.download.as_ref().map_or(0, paper_convention_bytes);
         s.ledger.with(|l| {
-            l.payload(req.client_id, ledger_round, Direction::Up, req.encoded_len(), 0);
-            l.payload(req.client_id, ledger_round, Direction::Down, reply.encoded_len(), paper);
+            l.payload(
+                req.client_id,
+                ledger_round,
+                Direction::Up,
+                req.encoded_len(),
+                0,
+            );
+            l.payload(
+                req.client_id,
+                ledger_round,
+                Direction::Down,
+                reply.encoded_len(),
+                paper,
+            );
         });
         Ok(labelled(reply, req.client_id, ledger_round))
     }
 
-    async fn push_update(&self, request: Request<Streaming<UpdateChunk>>) -> Result<Response<Ack>, Status> {
+    async fn push_update(
+        &self,
+        request: Request<Streaming<UpdateChunk>>,
+    ) -> Result<Response<Ack>, Status> {
         let s = &self.0;
         let mut stream = request.into_inner();
         let mut parts = Reassembler::default();
@@ -182,12 +211,17 @@ impl Aggregator for AggregatorService {
         let mut sizes = Vec::new();
         while let Some(chunk) = stream.message().await? {
             sizes.push(chunk.encoded_len());
-            if let Some(h) = parts.push(chunk).map_err(|e| Status::invalid_argument(e.to_string()))? {
+            if let Some(h) = parts
+                .push(chunk)
+                .map_err(|e| Status::invalid_argument(e.to_string()))?
+            {
                 s.check_run(&h.run_id)?;
                 s.check_client(h.client_id)?;
             }
         }
-        let (header, payload) = parts.finish().map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let (header, payload) = parts
+            .finish()
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
         let (client, round) = (header.client_id, header.round);
         let paper = paper_convention_bytes(&payload);
         s.ledger.with(|l| {
@@ -196,7 +230,9 @@ impl Aggregator for AggregatorService {
             }
             l.at(client, round).up.paper += paper;
         });
-        let outcome = s.rounds().accept_update(client, round, payload, Instant::now());
+        let outcome = s
+            .rounds()
+            .accept_update(client, round, payload, Instant::now());
         let duplicate = match outcome {
             Ok(d) => d,
             Err(r) => {
@@ -207,7 +243,8 @@ impl Aggregator for AggregatorService {
         tracing::debug!(client, round, duplicate, "update accepted");
         s.bump();
         let ack = Ack { duplicate };
-        s.ledger.with(|l| l.payload(client, round, Direction::Down, ack.encoded_len(), 0));
+        s.ledger
+            .with(|l| l.payload(client, round, Direction::Down, ack.encoded_len(), 0));
         Ok(labelled(ack, client, round))
     }
 
@@ -216,23 +253,38 @@ impl Aggregator for AggregatorService {
         let req = request.into_inner();
         s.check_run(&req.run_id)?;
         s.check_client(req.client_id)?;
-        s.ledger
-            .with(|l| l.payload(req.client_id, req.round, Direction::Up, req.encoded_len(), 0));
-        let m = ConfusionMatrix::from_counts(req.classes as usize, req.confusion.clone()).ok_or_else(|| {
-            Status::invalid_argument(format!(
-                "confusion matrix has {} counts, expected {} (classes²)",
-                req.confusion.len(),
-                req.classes * req.classes
-            ))
-        })?;
+        s.ledger.with(|l| {
+            l.payload(
+                req.client_id,
+                req.round,
+                Direction::Up,
+                req.encoded_len(),
+                0,
+            )
+        });
+        let m = ConfusionMatrix::from_counts(req.classes as usize, req.confusion.clone())
+            .ok_or_else(|| {
+                Status::invalid_argument(format!(
+                    "confusion matrix has {} counts, expected {} (classes²)",
+                    req.confusion.len(),
+                    req.classes * req.classes
+                ))
+            })?;
         let duplicate = s
             .rounds()
             .report_eval(req.client_id, req.round, m)
             .map_err(status)?;
         s.bump();
         let ack = Ack { duplicate };
-        s.ledger
-            .with(|l| l.payload(req.client_id, req.round, Direction::Down, ack.encoded_len(), 0));
+        s.ledger.with(|l| {
+            l.payload(
+                req.client_id,
+                req.round,
+                Direction::Down,
+                ack.encoded_len(),
+                0,
+            )
+        });
         Ok(labelled(ack, req.client_id, req.round))
     }
 }

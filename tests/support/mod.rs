@@ -18,7 +18,10 @@ pub fn synthetic_experiment(name: &str, rounds: u32, clients: usize, server: &st
          [data]\nsource = \"synthetic\"\nsamples = 900\nfeatures = 6\n\n[logreg]\nlearning_rate = 0.3\nlocal_epochs = 10\n"
     );
     for i in 1..=clients {
-        s += &format!("\n[[clients]]\nname = \"client-{i}\"\ncompute_ghz = {}\n", 1.0 + i as f64);
+        s += &format!(
+            "\n[[clients]]\nname = \"client-{i}\"\ncompute_ghz = {}\n",
+            1.0 + i as f64
+        );
     }
     s
 }
@@ -69,13 +72,19 @@ impl Proc {
             if let Some(s) = self.0.try_wait().unwrap() {
                 return s;
             }
-            assert!(start.elapsed() < limit, "process {} still running after {limit:?}", self.0.id());
+            assert!(
+                start.elapsed() < limit,
+                "process {} still running after {limit:?}",
+                self.0.id()
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
 
     pub fn signal(&self, sig: &str) {
-        ok(Command::new("kill").arg(format!("-{sig}")).arg(self.0.id().to_string()));
+        ok(Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(self.0.id().to_string()));
     }
 }
 
@@ -94,7 +103,11 @@ pub fn start_server(experiment: &Path, out: &Path) -> (Proc, String) {
         .spawn()
         .unwrap();
     let server = Proc(child);
-    let addr = wait_for(Duration::from_secs(30), || std::fs::read_to_string(&ready).ok().filter(|s| !s.is_empty()));
+    let addr = wait_for(Duration::from_secs(30), || {
+        std::fs::read_to_string(&ready)
+            .ok()
+            .filter(|s| !s.is_empty())
+    });
     (server, format!("http://{}", addr.trim()))
 }
 
@@ -118,7 +131,10 @@ pub fn wait_for<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {
         if let Some(v) = f() {
             return v;
         }
-        assert!(start.elapsed() < limit, "condition not reached within {limit:?}");
+        assert!(
+            start.elapsed() < limit,
+            "condition not reached within {limit:?}"
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
 }

@@ -34,16 +34,31 @@ pub fn parse(text: &str, spec: &CsvSpec) -> std::result::Result<Dataset, String>
         let columns = fields.len();
         let label_at = spec.label_column.unwrap_or(columns - 1);
         if label_at >= columns {
-            return Err(format!("line {}: label column {label_at} but only {columns} columns", n + 1));
+            return Err(format!(
+                "line {}: label column {label_at} but only {columns} columns",
+                n + 1
+            ));
         }
         let width = *features.get_or_insert(columns - 1);
         if columns - 1 != width {
-            return Err(format!("line {}: {columns} columns, expected {}", n + 1, width + 1));
+            return Err(format!(
+                "line {}: {columns} columns, expected {}",
+                n + 1,
+                width + 1
+            ));
         }
         let label = fields[label_at];
-        let class = spec.classes.iter().position(|c| c == label).ok_or_else(|| {
-            format!("line {}: label {label:?} is not one of {:?}", n + 1, spec.classes)
-        })?;
+        let class = spec
+            .classes
+            .iter()
+            .position(|c| c == label)
+            .ok_or_else(|| {
+                format!(
+                    "line {}: label {label:?} is not one of {:?}",
+                    n + 1,
+                    spec.classes
+                )
+            })?;
         y.push(class as u32);
         for (i, f) in fields.iter().enumerate().filter(|(i, _)| *i != label_at) {
             let v: f64 = f

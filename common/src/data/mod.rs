@@ -8,8 +8,8 @@ pub mod synthetic;
 
 use std::path::Path;
 
-use crate::config::DataSection;
 use crate::Result;
+use crate::config::DataSection;
 
 pub use partition::{PartitionKind, partition};
 pub use shard::{Scaling, Shard};
@@ -85,7 +85,9 @@ impl DataSpec {
     pub fn from_section(s: &DataSection) -> std::result::Result<DataSpec, String> {
         let test_fraction = s.test_fraction.unwrap_or(0.2);
         if !(test_fraction > 0.0 && test_fraction < 1.0) {
-            return Err(format!("data.test_fraction must be between 0 and 1 (exclusive), got {test_fraction}"));
+            return Err(format!(
+                "data.test_fraction must be between 0 and 1 (exclusive), got {test_fraction}"
+            ));
         }
         let scaling = Scaling::parse(s.scaling.as_deref())?;
         let only = |allowed: &[&str]| -> std::result::Result<(), String> {
@@ -115,7 +117,9 @@ impl DataSpec {
                     ));
                 }
                 if !(separation.is_finite() && separation >= 0.0) {
-                    return Err(format!("data.separation must be a non-negative number, got {separation}"));
+                    return Err(format!(
+                        "data.separation must be a non-negative number, got {separation}"
+                    ));
                 }
                 Source::Synthetic {
                     samples,
@@ -130,7 +134,10 @@ impl DataSpec {
             "csv" => {
                 only(&["path", "label_column", "classes", "header"])?;
                 let path = s.path.clone().ok_or("data.path is needed for source csv")?;
-                let classes = s.classes.clone().ok_or("data.classes is needed for source csv")?;
+                let classes = s
+                    .classes
+                    .clone()
+                    .ok_or("data.classes is needed for source csv")?;
                 if classes.len() < 2 {
                     return Err("data.classes needs at least two labels".into());
                 }
@@ -141,7 +148,11 @@ impl DataSpec {
                     header: s.header.unwrap_or(false),
                 })
             }
-            other => return Err(format!("unknown data source {other:?}; expected synthetic, magic or csv")),
+            other => {
+                return Err(format!(
+                    "unknown data source {other:?}; expected synthetic, magic or csv"
+                ));
+            }
         };
         Ok(DataSpec {
             source,

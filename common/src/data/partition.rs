@@ -20,7 +20,9 @@ impl PartitionKind {
         match s.unwrap_or("iid") {
             "iid" => Ok(PartitionKind::Iid),
             "explicit" => Ok(PartitionKind::Explicit),
-            other => Err(format!("unknown partition.kind {other:?}; expected iid or explicit")),
+            other => Err(format!(
+                "unknown partition.kind {other:?}; expected iid or explicit"
+            )),
         }
     }
 }
@@ -106,7 +108,10 @@ mod tests {
     fn iid_covers_every_row_once_in_near_equal_parts() {
         let d = labels(vec![0; 10]);
         let parts = partition(&d, PartitionKind::Iid, 3, &[], 1).unwrap();
-        assert_eq!(parts.iter().map(Vec::len).collect::<Vec<_>>(), vec![4, 3, 3]);
+        assert_eq!(
+            parts.iter().map(Vec::len).collect::<Vec<_>>(),
+            vec![4, 3, 3]
+        );
         let mut all: Vec<usize> = parts.concat();
         all.sort();
         assert_eq!(all, (0..10).collect::<Vec<_>>());
@@ -131,6 +136,10 @@ mod tests {
     fn explicit_refuses_to_overdraw_a_class() {
         let d = labels(vec![0, 1]);
         let err = partition(&d, PartitionKind::Explicit, 1, &[Some(vec![1, 2])], 0).unwrap_err();
-        assert!(err.to_string().contains("ask for 2 samples of class \"b\" but the data has 1"), "{err}");
+        assert!(
+            err.to_string()
+                .contains("ask for 2 samples of class \"b\" but the data has 1"),
+            "{err}"
+        );
     }
 }

@@ -57,7 +57,11 @@ pub fn verify(data_dir: &Path, file: &KnownFile) -> Result<FileCheck> {
         }
         hasher.update(&buf[..n]);
     }
-    let actual: String = hasher.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    let actual: String = hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
     Ok(if actual == file.sha256 {
         FileCheck::Ok
     } else {

@@ -24,7 +24,9 @@ impl Scaling {
         match s.unwrap_or("local-zscore") {
             "local-zscore" => Ok(Scaling::LocalZScore),
             "none" => Ok(Scaling::None),
-            other => Err(format!("unknown data.scaling {other:?}; expected local-zscore or none")),
+            other => Err(format!(
+                "unknown data.scaling {other:?}; expected local-zscore or none"
+            )),
         }
     }
 }
@@ -49,7 +51,11 @@ impl Shard {
         let mut train_rows = Vec::new();
         let mut test_rows = Vec::new();
         for class in 0..data.classes.len() as u32 {
-            let mut of_class: Vec<usize> = rows.iter().copied().filter(|&i| data.y[i] == class).collect();
+            let mut of_class: Vec<usize> = rows
+                .iter()
+                .copied()
+                .filter(|&i| data.y[i] == class)
+                .collect();
             of_class.shuffle(&mut rng);
             let n_test = (of_class.len() as f64 * test_fraction).round() as usize;
             test_rows.extend_from_slice(&of_class[..n_test]);
@@ -84,7 +90,10 @@ fn column_stats(d: &Dataset) -> (Vec<f64>, Vec<f64>) {
         }
     }
     // A constant column is only centred.
-    let std = var.iter().map(|v| if *v > 0.0 { v.sqrt() } else { 1.0 }).collect();
+    let std = var
+        .iter()
+        .map(|v| if *v > 0.0 { v.sqrt() } else { 1.0 })
+        .collect();
     (mean, std)
 }
 
@@ -134,7 +143,8 @@ mod tests {
             assert!(mean.abs() < 1e-12 && (var - 1.0).abs() < 1e-12);
         }
         // The test split went through the same transform, so it is not itself centred.
-        let test_mean: f64 = (0..s.test.len()).map(|i| s.test.row(i)[0]).sum::<f64>() / s.test.len() as f64;
+        let test_mean: f64 =
+            (0..s.test.len()).map(|i| s.test.row(i)[0]).sum::<f64>() / s.test.len() as f64;
         assert!(test_mean.abs() > 1e-9);
     }
 }

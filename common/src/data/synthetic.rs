@@ -10,7 +10,12 @@ use crate::rng::{FlintRng, derive_rng};
 pub fn generate(samples: usize, features: usize, separation: f64, seed: u64) -> Dataset {
     let mut rng = derive_rng(seed, "synthetic", 0);
     let mut direction: Vec<f64> = (0..features).map(|_| normal(&mut rng)).collect();
-    let norm = direction.iter().map(|v| v * v).sum::<f64>().sqrt().max(f64::MIN_POSITIVE);
+    let norm = direction
+        .iter()
+        .map(|v| v * v)
+        .sum::<f64>()
+        .sqrt()
+        .max(f64::MIN_POSITIVE);
     direction.iter_mut().for_each(|v| *v /= norm);
     let scale: Vec<f64> = (0..features).map(|_| (normal(&mut rng)).exp()).collect();
     let offset: Vec<f64> = (0..features).map(|_| 5.0 * normal(&mut rng)).collect();
@@ -19,7 +24,11 @@ pub fn generate(samples: usize, features: usize, separation: f64, seed: u64) -> 
     for _ in 0..samples {
         // Class 1 is the minority (35 %), like MAGIC's hadrons.
         let class = u32::from(rng.random::<f64>() < 0.35);
-        let shift = if class == 1 { separation / 2.0 } else { -separation / 2.0 };
+        let shift = if class == 1 {
+            separation / 2.0
+        } else {
+            -separation / 2.0
+        };
         for j in 0..features {
             x.push(offset[j] + scale[j] * (normal(&mut rng) + shift * direction[j]));
         }

@@ -91,22 +91,36 @@ impl<T> CountingIo<T> {
 }
 
 impl<T: AsyncRead> AsyncRead for CountingIo<T> {
-    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
         let this = self.project();
         let before = buf.filled().len();
         let res = this.inner.poll_read(cx, buf);
         let n = buf.filled().len() - before;
-        this.meter.counts.read.fetch_add(n as u64, Ordering::Relaxed);
+        this.meter
+            .counts
+            .read
+            .fetch_add(n as u64, Ordering::Relaxed);
         res
     }
 }
 
 impl<T: AsyncWrite> AsyncWrite for CountingIo<T> {
-    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
         let this = self.project();
         let res = this.inner.poll_write(cx, buf);
         if let Poll::Ready(Ok(n)) = res {
-            this.meter.counts.written.fetch_add(n as u64, Ordering::Relaxed);
+            this.meter
+                .counts
+                .written
+                .fetch_add(n as u64, Ordering::Relaxed);
         }
         res
     }
@@ -119,7 +133,10 @@ impl<T: AsyncWrite> AsyncWrite for CountingIo<T> {
         let this = self.project();
         let res = this.inner.poll_write_vectored(cx, bufs);
         if let Poll::Ready(Ok(n)) = res {
-            this.meter.counts.written.fetch_add(n as u64, Ordering::Relaxed);
+            this.meter
+                .counts
+                .written
+                .fetch_add(n as u64, Ordering::Relaxed);
         }
         res
     }

@@ -33,7 +33,11 @@ pin_project_lite::pin_project! {
 
 impl<B> CountingBody<B> {
     fn new(inner: B, count: Arc<AtomicU64>, on_drop: Option<OnDrop>) -> Self {
-        CountingBody { inner, count, on_drop }
+        CountingBody {
+            inner,
+            count,
+            on_drop,
+        }
     }
 }
 
@@ -41,7 +45,10 @@ impl<B: Body<Data = Bytes>> Body for CountingBody<B> {
     type Data = Bytes;
     type Error = B::Error;
 
-    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
         let this = self.project();
         let res = this.inner.poll_frame(cx);
         if let Poll::Ready(Some(Ok(frame))) = &res
@@ -148,8 +155,12 @@ where
         let fut = self.inner.call(req);
         Box::pin(async move {
             let resp = fut.await?;
-            let client = header_u32(resp.headers(), CLIENT_HEADER).or(req_client).unwrap_or(0);
-            let round = header_u32(resp.headers(), ROUND_HEADER).or(req_round).unwrap_or(0);
+            let client = header_u32(resp.headers(), CLIENT_HEADER)
+                .or(req_client)
+                .unwrap_or(0);
+            let round = header_u32(resp.headers(), ROUND_HEADER)
+                .or(req_round)
+                .unwrap_or(0);
             if side == Side::Server
                 && let Some(c) = &conn
             {

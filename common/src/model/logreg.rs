@@ -22,7 +22,10 @@ impl LogRegHyper {
             l2: s.l2.unwrap_or(0.0),
         };
         if !(h.learning_rate.is_finite() && h.learning_rate > 0.0) {
-            return Err(format!("logreg.learning_rate must be positive, got {}", h.learning_rate));
+            return Err(format!(
+                "logreg.learning_rate must be positive, got {}",
+                h.learning_rate
+            ));
         }
         if h.local_epochs == 0 {
             return Err("logreg.local_epochs must be at least 1".into());
@@ -58,7 +61,13 @@ impl LogReg {
     }
 
     fn logit(&self, row: &[f64]) -> f64 {
-        self.bias + self.weights.iter().zip(row).map(|(w, x)| w * x).sum::<f64>()
+        self.bias
+            + self
+                .weights
+                .iter()
+                .zip(row)
+                .map(|(w, x)| w * x)
+                .sum::<f64>()
     }
 
     pub fn probability(&self, row: &[f64]) -> f64 {
@@ -75,7 +84,11 @@ impl LogReg {
         let sum: f64 = (0..data.len())
             .map(|i| {
                 let p = self.probability(data.row(i)).clamp(eps, 1.0 - eps);
-                if data.y[i] == 1 { -p.ln() } else { -(1.0 - p).ln() }
+                if data.y[i] == 1 {
+                    -p.ln()
+                } else {
+                    -(1.0 - p).ln()
+                }
             })
             .sum();
         sum / data.len().max(1) as f64
@@ -122,7 +135,10 @@ mod tests {
 
     fn line() -> Dataset {
         // Class 1 exactly when x > 0.
-        let xs: Vec<f64> = (-10..=10).filter(|&i| i != 0).map(|i| f64::from(i) / 5.0).collect();
+        let xs: Vec<f64> = (-10..=10)
+            .filter(|&i| i != 0)
+            .map(|i| f64::from(i) / 5.0)
+            .collect();
         Dataset {
             features: 1,
             y: xs.iter().map(|&x| u32::from(x > 0.0)).collect(),

@@ -28,7 +28,9 @@ impl AhpCriterion {
             "compute-ghz" => Ok(AhpCriterion::ComputeGhz),
             "gini" => Ok(AhpCriterion::Gini),
             "size" => Ok(AhpCriterion::Size),
-            other => Err(format!("unknown ahp criterion {other:?}; expected compute-ghz, gini or size")),
+            other => Err(format!(
+                "unknown ahp criterion {other:?}; expected compute-ghz, gini or size"
+            )),
         }
     }
 }
@@ -56,8 +58,15 @@ pub struct AhpHyper {
 impl AhpHyper {
     pub fn from_section(s: &AhpSection) -> Result<AhpHyper, String> {
         let criteria = match &s.criteria {
-            Some(names) => names.iter().map(|n| AhpCriterion::parse(n)).collect::<Result<Vec<_>, _>>()?,
-            None => vec![AhpCriterion::ComputeGhz, AhpCriterion::Gini, AhpCriterion::Size],
+            Some(names) => names
+                .iter()
+                .map(|n| AhpCriterion::parse(n))
+                .collect::<Result<Vec<_>, _>>()?,
+            None => vec![
+                AhpCriterion::ComputeGhz,
+                AhpCriterion::Gini,
+                AhpCriterion::Size,
+            ],
         };
         for (i, c) in criteria.iter().enumerate() {
             if criteria[..i].contains(c) {
@@ -100,17 +109,31 @@ pub struct Priorities {
 pub fn priorities(matrix: &[Vec<f64>]) -> Result<Priorities, String> {
     let n = matrix.len();
     if n == 0 || n >= RCI.len() {
-        return Err(format!("ahp.preference must have 1 to {} rows, got {n}", RCI.len() - 1));
+        return Err(format!(
+            "ahp.preference must have 1 to {} rows, got {n}",
+            RCI.len() - 1
+        ));
     }
     for (i, row) in matrix.iter().enumerate() {
         if row.len() != n {
-            return Err(format!("ahp.preference row {} has {} entries, expected {n}", i + 1, row.len()));
+            return Err(format!(
+                "ahp.preference row {} has {} entries, expected {n}",
+                i + 1,
+                row.len()
+            ));
         }
         if let Some(v) = row.iter().find(|v| !(v.is_finite() && **v > 0.0)) {
-            return Err(format!("ahp.preference row {} has {v}; entries must be positive", i + 1));
+            return Err(format!(
+                "ahp.preference row {} has {v}; entries must be positive",
+                i + 1
+            ));
         }
         if (row[i] - 1.0).abs() > 1e-9 {
-            return Err(format!("ahp.preference diagonal entry {} is {}, expected 1", i + 1, row[i]));
+            return Err(format!(
+                "ahp.preference diagonal entry {} is {}, expected 1",
+                i + 1,
+                row[i]
+            ));
         }
         for (j, v) in row.iter().enumerate() {
             // Written fractions like 0.333 for 1/3 are fine; 2 against 2 is not.
@@ -134,7 +157,11 @@ pub fn priorities(matrix: &[Vec<f64>]) -> Result<Priorities, String> {
     let total: f64 = gm.iter().sum();
     let weights: Vec<f64> = gm.iter().map(|g| g / total).collect();
     let lambda_max = principal_eigenvalue(matrix);
-    let ci = if n > 1 { (lambda_max - n as f64) / (n as f64 - 1.0) } else { 0.0 };
+    let ci = if n > 1 {
+        (lambda_max - n as f64) / (n as f64 - 1.0)
+    } else {
+        0.0
+    };
     let cr = if RCI[n] > 0.0 { ci / RCI[n] } else { 0.0 };
     Ok(Priorities {
         weights,
@@ -213,7 +240,9 @@ pub fn client_weights(hyper: &AhpHyper, clients: &[CriteriaValues]) -> Vec<f64> 
     if used > 0.0 {
         weights.iter_mut().for_each(|w| *w /= used);
     } else {
-        weights.iter_mut().for_each(|w| *w = 1.0 / clients.len() as f64);
+        weights
+            .iter_mut()
+            .for_each(|w| *w = 1.0 / clients.len() as f64);
     }
     weights
 }

@@ -86,15 +86,18 @@ impl ServerStrategy for FedAvgServer {
         updates: &BTreeMap<ClientId, Payload>,
     ) -> Result<Aggregate> {
         if updates.is_empty() {
-            return Err(FlintError::InvalidUpdate(format!("round {round} has no updates to aggregate")));
+            return Err(FlintError::InvalidUpdate(format!(
+                "round {round} has no updates to aggregate"
+            )));
         }
         let participants: BTreeMap<ClientId, &DataSummary> = updates
             .keys()
             .map(|id| {
-                clients
-                    .get(id)
-                    .map(|s| (*id, s))
-                    .ok_or_else(|| FlintError::InvalidUpdate(format!("update from client {id}, which never joined")))
+                clients.get(id).map(|s| (*id, s)).ok_or_else(|| {
+                    FlintError::InvalidUpdate(format!(
+                        "update from client {id}, which never joined"
+                    ))
+                })
             })
             .collect::<Result<_>>()?;
         let weights = self.weights(&participants);
@@ -193,9 +196,13 @@ mod tests {
         // §3.5: w = Σ n_k/n w_k; n = (1, 3) gives (¼, ¾).
         let clients = BTreeMap::from([(1, summary([1, 0], 1.0)), (2, summary([2, 1], 1.0))]);
         let updates = BTreeMap::from([(1, update(4.0, 1.0)), (2, update(8.0, -1.0))]);
-        let agg = FedAvgServer::by_size().aggregate(1, &clients, &updates).unwrap();
+        let agg = FedAvgServer::by_size()
+            .aggregate(1, &clients, &updates)
+            .unwrap();
         assert_eq!(agg.weights, BTreeMap::from([(1, 0.25), (2, 0.75)]));
-        let Downloads::Broadcast(p) = agg.downloads else { panic!("fedavg broadcasts") };
+        let Downloads::Broadcast(p) = agg.downloads else {
+            panic!("fedavg broadcasts")
+        };
         assert_eq!(p, update(7.0, -0.5));
     }
 
@@ -220,13 +227,21 @@ mod tests {
     fn non_linear_updates_are_refused() {
         let server = FedAvgServer::by_size();
         let wrong = Payload {
-            kind: Some(Kind::GiniIndex(crate::wire::proto::GiniIndex { value: 0.5 })),
+            kind: Some(Kind::GiniIndex(crate::wire::proto::GiniIndex {
+                value: 0.5,
+            })),
         };
         let err = server.check_update(1, &wrong).unwrap_err().to_string();
         assert!(err.contains("expected a linear_model"), "{err}");
-        let err = server.check_update(2, &update(1.0, 0.0)).unwrap_err().to_string();
+        let err = server
+            .check_update(2, &update(1.0, 0.0))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("1 weights, expected 2"), "{err}");
-        let err = server.check_update(1, &update(f32::NAN, 0.0)).unwrap_err().to_string();
+        let err = server
+            .check_update(1, &update(f32::NAN, 0.0))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("not finite"), "{err}");
     }
 }

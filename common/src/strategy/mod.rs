@@ -31,7 +31,10 @@ impl StrategyKind {
         match s {
             "fedavg" => Ok(StrategyKind::FedAvg),
             "fedavg-ahp" => Ok(StrategyKind::FedAvgAhp),
-            other => Err(format!("unknown strategy {other:?}; expected one of {:?}", Self::NAMES)),
+            other => Err(format!(
+                "unknown strategy {other:?}; expected one of {:?}",
+                Self::NAMES
+            )),
         }
     }
 
@@ -103,6 +106,8 @@ pub fn server_strategy(e: &Experiment) -> Box<dyn ServerStrategy> {
 
 pub fn client_strategy(e: &Experiment, features: usize) -> Box<dyn ClientStrategy> {
     match e.strategy {
-        StrategyKind::FedAvg | StrategyKind::FedAvgAhp => Box::new(fedavg::FedAvgClient::new(features, e.logreg)),
+        StrategyKind::FedAvg | StrategyKind::FedAvgAhp => {
+            Box::new(fedavg::FedAvgClient::new(features, e.logreg))
+        }
     }
 }

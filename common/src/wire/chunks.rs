@@ -16,9 +16,13 @@ pub fn split(mut header: UpdateHeader, payload: &Payload, chunk: usize) -> Vec<U
     let mut out = vec![UpdateChunk {
         part: Some(Part::Header(header)),
     }];
-    out.extend(bytes.chunks(chunk.clamp(1, MAX_CHUNK)).map(|c| UpdateChunk {
-        part: Some(Part::Data(c.to_vec())),
-    }));
+    out.extend(
+        bytes
+            .chunks(chunk.clamp(1, MAX_CHUNK))
+            .map(|c| UpdateChunk {
+                part: Some(Part::Data(c.to_vec())),
+            }),
+    );
     out
 }
 
@@ -37,7 +41,10 @@ impl Reassembler {
             (None, _) => bad("empty update chunk".into()),
             (Some(Part::Header(h)), None) => {
                 if h.payload_len > 1 << 34 {
-                    return bad(format!("payload_len {} is beyond any model Flint sends", h.payload_len));
+                    return bad(format!(
+                        "payload_len {} is beyond any model Flint sends",
+                        h.payload_len
+                    ));
                 }
                 self.header = Some(h);
                 Ok(self.header.as_ref())
@@ -46,10 +53,16 @@ impl Reassembler {
             (Some(Part::Data(_)), None) => bad("update data before its header".into()),
             (Some(Part::Data(d)), Some(h)) => {
                 if d.len() > MAX_CHUNK {
-                    return bad(format!("a chunk of {} bytes, above the 1 MiB limit", d.len()));
+                    return bad(format!(
+                        "a chunk of {} bytes, above the 1 MiB limit",
+                        d.len()
+                    ));
                 }
                 if (self.data.len() + d.len()) as u64 > h.payload_len {
-                    return bad(format!("more data than the header's payload_len of {}", h.payload_len));
+                    return bad(format!(
+                        "more data than the header's payload_len of {}",
+                        h.payload_len
+                    ));
                 }
                 self.data.extend_from_slice(&d);
                 Ok(None)
@@ -113,11 +126,21 @@ mod tests {
         let p = model(10);
         let mut chunks = split(UpdateHeader::default(), &p, 8);
         let mut r = Reassembler::default();
-        assert!(r.push(chunks.remove(1)).unwrap_err().to_string().contains("before its header"));
+        assert!(
+            r.push(chunks.remove(1))
+                .unwrap_err()
+                .to_string()
+                .contains("before its header")
+        );
         let mut r = Reassembler::default();
         r.push(chunks.remove(0)).unwrap();
         r.push(chunks.remove(0)).unwrap();
-        assert!(r.finish().unwrap_err().to_string().contains("ended after 8 of"));
+        assert!(
+            r.finish()
+                .unwrap_err()
+                .to_string()
+                .contains("ended after 8 of")
+        );
         let err = Reassembler::default().finish().unwrap_err().to_string();
         assert!(err.contains("without a header"), "{err}");
     }

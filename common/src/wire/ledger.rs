@@ -71,20 +71,43 @@ pub struct Ledger {
 
 impl Ledger {
     pub fn at(&mut self, client: ClientId, round: Round) -> &mut Flow {
-        self.flows.entry(client).or_default().entry(round).or_default()
+        self.flows
+            .entry(client)
+            .or_default()
+            .entry(round)
+            .or_default()
     }
 
     /// One protobuf message of `len` encoded bytes, and its paper-convention size.
-    pub fn payload(&mut self, client: ClientId, round: Round, d: Direction, len: usize, paper: u64) {
+    pub fn payload(
+        &mut self,
+        client: ClientId,
+        round: Round,
+        d: Direction,
+        len: usize,
+        paper: u64,
+    ) {
         let t = self.at(client, round).get_mut(d);
         t.messages += 1;
         t.payload += len as u64;
         t.paper += paper;
     }
 
-    pub fn message(&mut self, method: &str, client: ClientId, round: Round, d: Direction, bytes: u64) {
+    pub fn message(
+        &mut self,
+        method: &str,
+        client: ClientId,
+        round: Round,
+        d: Direction,
+        bytes: u64,
+    ) {
         self.at(client, round).get_mut(d).message += bytes;
-        let by = self.by_method.entry(method.to_string()).or_default().entry(client).or_default();
+        let by = self
+            .by_method
+            .entry(method.to_string())
+            .or_default()
+            .entry(client)
+            .or_default();
         by.get_mut(d).message += bytes;
     }
 
@@ -124,7 +147,10 @@ mod tests {
         l.payload(2, 1, Direction::Down, 7, 0);
         l.payload(2, 2, Direction::Down, 7, 0);
         let r1 = l.round_total(1);
-        assert_eq!((r1.up.payload, r1.up.message, r1.up.socket, r1.up.paper), (10, 15, 100, 8));
+        assert_eq!(
+            (r1.up.payload, r1.up.message, r1.up.socket, r1.up.paper),
+            (10, 15, 100, 8)
+        );
         assert_eq!(r1.down.payload, 7);
         assert_eq!(l.total().down.messages, 2);
         let json = serde_json::to_string(&l).unwrap();
