@@ -177,3 +177,25 @@ fn a_client_killed_mid_round_does_not_stall_the_run() {
         vec![1, 2]
     );
 }
+
+/// Stopping the server (SIGTERM, as docker stop does) still leaves the results so far.
+#[test]
+fn an_interrupted_server_writes_its_results_so_far() {
+    let dir = tempfile::tempdir().unwrap();
+    let exp = write(
+        dir.path(),
+        "stop.toml",
+        &synthetic_experiment("stop", 3, 2, ""),
+    );
+    let (mut server, addr) = start_server(&exp, dir.path());
+    let _waiting = start_clients(&exp, &addr, &["client-1"], dir.path());
+    wait_for(Duration::from_secs(30), || {
+        status(dir.path()).filter(|s| s.joined == 1)
+    });
+    server.signal("TERM");
+    assert!(server.wait(Duration::from_secs(30)).success());
+    let r = results(dir.path());
+    assert_eq!(r.clients.len(), 1, "the client that joined is recorded");
+    assert_eq!(r.rounds.len(), 1, "only the join round happened");
+    assert!(r.ledger.flows[&1][&0].up.payload > 0);
+}

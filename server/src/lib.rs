@@ -119,8 +119,8 @@ pub async fn serve(
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1()?;
 
-    let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
-    let ticker = tokio::spawn(tick_until_done(shared.clone(), out.to_path_buf(), done_tx));
+    let mut ticker = tokio::spawn(tick_until_done(shared.clone(), out.to_path_buf()));
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tonic::transport::Server::builder()
         .tcp_nodelay(true)
         .http2_keepalive_interval(Some(Duration::from_secs(10)))
@@ -130,18 +130,22 @@ pub async fn serve(
         .add_service(reflection)
         .add_service(AggregatorServer::new(AggregatorService(shared.clone())))
         .serve_with_incoming_shutdown(incoming, async {
-            tokio::select! {
-                _ = done_rx => {}
-                _ = tokio::signal::ctrl_c() => tracing::warn!("interrupted; writing results so far"),
-            }
+            let _ = stop_rx.await;
         });
     if let Some(path) = ready_file {
         results::write_atomic(path, addr.to_string().as_bytes())?;
     }
     tracing::info!(%addr, run = %run_id, "listening");
-    // Connections that stay open after the run must not keep the results from being written.
     let serving = tokio::spawn(server);
-    let _ = ticker.await;
+    tokio::select! {
+        _ = &mut ticker => {}
+        signal = interrupted() => {
+            tracing::warn!(signal, "interrupted; writing results so far");
+            ticker.abort();
+        }
+    }
+    let _ = stop_tx.send(());
+    // Connections that stay open after the run must not keep the results from being written.
     let _ = tokio::time::timeout(Duration::from_secs(5), serving).await;
 
     for c in connections.lock().expect("connections lock").iter() {
@@ -161,12 +165,20 @@ pub async fn serve(
     Ok(results)
 }
 
-/// Closes rounds at their timeouts, keeps status.json current, and signals the end of the run.
-async fn tick_until_done(
-    shared: Arc<Shared>,
-    out: PathBuf,
-    done: tokio::sync::oneshot::Sender<()>,
-) {
+/// SIGINT or SIGTERM.
+async fn interrupted() -> &'static str {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => return tokio::signal::ctrl_c().await.map_or("none", |_| "SIGINT"),
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => "SIGINT",
+        _ = term.recv() => "SIGTERM",
+    }
+}
+
+/// Closes rounds at their timeouts and keeps status.json current until the run is done.
+async fn tick_until_done(shared: Arc<Shared>, out: PathBuf) {
     let mut written = u64::MAX;
     loop {
         let now = Instant::now();
@@ -183,7 +195,6 @@ async fn tick_until_done(
             written = version;
         }
         if finished {
-            let _ = done.send(());
             // Wake every long-poll so it sees the finished run.
             shared.bump();
             return;
