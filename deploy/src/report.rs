@@ -4,6 +4,7 @@ use std::path::Path;
 
 use anyhow::Context;
 use flint_common::metrics::Metrics;
+use flint_common::wire::ledger::Traffic;
 use flint_server::results::RunResults;
 
 use crate::run::kb;
@@ -60,33 +61,22 @@ pub fn render(r: &RunResults) -> String {
         "down paper"
     );
     for rr in &r.rounds {
-        let b = rr.bytes_total;
         s += &format!(
-            "{:>5} {:>7} {} | {:>10} {:>10} {:>10} {:>10} | {:>10} {:>10} {:>10} {:>10}\n",
+            "{:>5} {:>7} {} | {} | {}\n",
             rr.round,
             rr.metrics.len(),
             fmt(rr.mean.as_ref()),
-            kb(b.up.payload),
-            kb(b.up.message),
-            kb(b.up.socket),
-            kb(b.up.paper),
-            kb(b.down.payload),
-            kb(b.down.message),
-            kb(b.down.socket),
-            kb(b.down.paper)
+            columns(&rr.bytes_total.up),
+            columns(&rr.bytes_total.down)
         );
     }
     let t = r.totals;
     s += &format!(
-        "total bytes: up {:.4} / {:.4} / {:.4} MB, down {:.4} / {:.4} / {:.4} MB (payload / message / socket); paper convention up {:.4} MB, down {:.4} MB\n\n",
-        mb(t.up.payload),
-        mb(t.up.message),
-        mb(t.up.socket),
-        mb(t.down.payload),
-        mb(t.down.message),
-        mb(t.down.socket),
-        mb(t.up.paper),
-        mb(t.down.paper)
+        "total bytes: up {} MB, down {} MB (payload / message / socket); paper convention up {:.4} MB, down {:.4} MB\n\n",
+        levels(&t.up, mb),
+        levels(&t.down, mb),
+        t.up.paper as f64 / 1e6,
+        t.down.paper as f64 / 1e6
     );
     if let Some(last) = r.rounds.iter().rev().find(|rr| !rr.metrics.is_empty()) {
         s += &format!(
@@ -117,6 +107,27 @@ pub fn render(r: &RunResults) -> String {
     s
 }
 
-fn mb(bytes: u64) -> f64 {
-    bytes as f64 / 1_000_000.0
+fn mb(bytes: u64) -> String {
+    format!("{:.4}", bytes as f64 / 1e6)
+}
+
+/// One direction's four figures as table columns.
+fn columns(t: &Traffic) -> String {
+    format!(
+        "{:>10} {:>10} {:>10} {:>10}",
+        kb(t.payload),
+        kb(t.message),
+        kb(t.socket),
+        kb(t.paper)
+    )
+}
+
+/// "payload / message / socket" in the given unit.
+pub fn levels(t: &Traffic, unit: fn(u64) -> String) -> String {
+    format!(
+        "{} / {} / {}",
+        unit(t.payload),
+        unit(t.message),
+        unit(t.socket)
+    )
 }

@@ -9,6 +9,8 @@ use anyhow::{Context, bail};
 use flint_common::config::{Experiment, parse_override};
 use flint_server::results::{RunResults, Status};
 
+use crate::report::levels;
+
 /// Built in, so `flint run` works from any directory.
 const QUICKSTART: &str = include_str!("../../experiments/quickstart.toml");
 const QUICKSTART_PATH: &str = "experiments/quickstart.toml";
@@ -220,14 +222,10 @@ fn watch(
                 }
                 let b = s.bytes.get(&r).copied().unwrap_or_default();
                 println!(
-                    "  round {r:>3}/{}  clients {n}  accuracy {acc:.4}  f1 {f1:.4}  up {} / {} / {}  down {} / {} / {}  (payload / message / socket)",
+                    "  round {r:>3}/{}  clients {n}  accuracy {acc:.4}  f1 {f1:.4}  up {}  down {}  (payload / message / socket)",
                     e.policy.rounds,
-                    kb(b.up.payload),
-                    kb(b.up.message),
-                    kb(b.up.socket),
-                    kb(b.down.payload),
-                    kb(b.down.message),
-                    kb(b.down.socket),
+                    levels(&b.up, kb),
+                    levels(&b.down, kb),
                 );
                 printed = r;
             }

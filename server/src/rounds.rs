@@ -126,6 +126,15 @@ impl Rounds {
         matches!(self.phase, Phase::Finished { .. })
     }
 
+    pub fn check_joined(&self, client: ClientId) -> Result<(), Rejection> {
+        if !self.joined.contains_key(&client) {
+            return Err(Rejection::Invalid(format!(
+                "unknown client id {client}: join first"
+            )));
+        }
+        Ok(())
+    }
+
     /// Registers a client (again, after a restart); opens round 1 once `min_clients` are in.
     pub fn join(
         &mut self,
@@ -228,11 +237,7 @@ impl Rounds {
         update: Payload,
         now: Instant,
     ) -> Result<bool, Rejection> {
-        if !self.joined.contains_key(&client) {
-            return Err(Rejection::Invalid(format!(
-                "unknown client id {client}: join first"
-            )));
-        }
+        self.check_joined(client)?;
         let features = self.features.unwrap_or(0);
         let (open, selected, updates) = match &mut self.phase {
             Phase::Open {
@@ -339,11 +344,7 @@ impl Rounds {
         round: Round,
         m: ConfusionMatrix,
     ) -> Result<bool, Rejection> {
-        if !self.joined.contains_key(&client) {
-            return Err(Rejection::Invalid(format!(
-                "unknown client id {client}: join first"
-            )));
-        }
+        self.check_joined(client)?;
         if m.classes() != self.classes {
             return Err(Rejection::Invalid(format!(
                 "evaluation has {} classes, expected {}",

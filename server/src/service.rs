@@ -51,12 +51,7 @@ impl Shared {
     }
 
     fn check_client(&self, client: ClientId) -> Result<(), Status> {
-        if !self.rounds().joined().contains_key(&client) {
-            return Err(Status::invalid_argument(format!(
-                "unknown client id {client}: join first"
-            )));
-        }
-        Ok(())
+        self.rounds().check_joined(client).map_err(status)
     }
 }
 

@@ -108,6 +108,13 @@ impl<T: AsyncRead> AsyncRead for CountingIo<T> {
     }
 }
 
+fn count_written(meter: &ConnMeter, res: Poll<io::Result<usize>>) -> Poll<io::Result<usize>> {
+    if let Poll::Ready(Ok(n)) = res {
+        meter.counts.written.fetch_add(n as u64, Ordering::Relaxed);
+    }
+    res
+}
+
 impl<T: AsyncWrite> AsyncWrite for CountingIo<T> {
     fn poll_write(
         self: Pin<&mut Self>,
@@ -115,14 +122,7 @@ impl<T: AsyncWrite> AsyncWrite for CountingIo<T> {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.project();
-        let res = this.inner.poll_write(cx, buf);
-        if let Poll::Ready(Ok(n)) = res {
-            this.meter
-                .counts
-                .written
-                .fetch_add(n as u64, Ordering::Relaxed);
-        }
-        res
+        count_written(this.meter, this.inner.poll_write(cx, buf))
     }
 
     fn poll_write_vectored(
@@ -131,14 +131,7 @@ impl<T: AsyncWrite> AsyncWrite for CountingIo<T> {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let this = self.project();
-        let res = this.inner.poll_write_vectored(cx, bufs);
-        if let Poll::Ready(Ok(n)) = res {
-            this.meter
-                .counts
-                .written
-                .fetch_add(n as u64, Ordering::Relaxed);
-        }
-        res
+        count_written(this.meter, this.inner.poll_write_vectored(cx, bufs))
     }
 
     fn is_write_vectored(&self) -> bool {
