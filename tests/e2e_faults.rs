@@ -199,3 +199,97 @@ fn an_interrupted_server_writes_its_results_so_far() {
     assert_eq!(r.rounds.len(), 1, "only the join round happened");
     assert!(r.ledger.flows[&1][&0].up.payload > 0);
 }
+
+/// DESIGN.md §Wire contract: restarts are normal. A client process that dies mid-round and is
+/// started again rejoins under the same id and answers the round it was selected for.
+#[test]
+fn a_restarted_client_rejoins_with_its_id_and_finishes_the_round() {
+    let dir = tempfile::tempdir().unwrap();
+    let exp = write(
+        dir.path(),
+        "restart.toml",
+        &synthetic_experiment("restart", 2, 2, "round_timeout_secs = 120"),
+    );
+    let (mut server, addr) = start_server(&exp, dir.path());
+    let first = start_clients(&exp, &addr, &["client-2"], dir.path());
+    wait_for(Duration::from_secs(30), || {
+        status(dir.path()).filter(|s| s.joined == 1)
+    });
+    first.signal("STOP");
+    let mut other = start_clients(&exp, &addr, &["client-1"], dir.path());
+    wait_for(Duration::from_secs(30), || {
+        status(dir.path()).filter(|s| s.open_round == Some(1) && s.updates == 1)
+    });
+    first.signal("KILL");
+    drop(first);
+    let mut again = start_clients(&exp, &addr, &["client-2"], dir.path());
+
+    assert!(server.wait(Duration::from_secs(60)).success());
+    assert!(other.wait(Duration::from_secs(30)).success());
+    assert!(again.wait(Duration::from_secs(30)).success());
+    let r = results(dir.path());
+    assert_eq!(r.clients.len(), 2);
+    for rr in &r.rounds[1..] {
+        assert_eq!(rr.participants, vec![1, 2], "round {}", rr.round);
+        assert_eq!(rr.closed_by.as_deref(), Some("all-answered"));
+    }
+}
+
+/// The server answers grpc.health.v1 and lists its services through reflection.
+#[test]
+fn health_and_reflection_are_served() {
+    use tonic_health::pb::health_client::HealthClient;
+    use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus};
+    use tonic_reflection::pb::v1::ServerReflectionRequest;
+    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+    use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+
+    let dir = tempfile::tempdir().unwrap();
+    let exp = write(
+        dir.path(),
+        "health.toml",
+        &synthetic_experiment("health", 1, 1, ""),
+    );
+    let (_server, addr) = start_server(&exp, dir.path());
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let channel = tonic::transport::Channel::from_shared(addr)
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let mut health = HealthClient::new(channel.clone());
+        let reply = health
+            .check(HealthCheckRequest {
+                service: "flint.v1.Aggregator".into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(reply.status, ServingStatus::Serving as i32);
+
+        let mut reflection = ServerReflectionClient::new(channel);
+        let ask = ServerReflectionRequest {
+            host: String::new(),
+            message_request: Some(MessageRequest::ListServices(String::new())),
+        };
+        let mut replies = reflection
+            .server_reflection_info(tokio_stream::iter([ask]))
+            .await
+            .unwrap()
+            .into_inner();
+        let reply = replies.message().await.unwrap().unwrap();
+        let Some(MessageResponse::ListServicesResponse(list)) = reply.message_response else {
+            panic!("expected a service list, got {reply:?}");
+        };
+        let names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
+        assert!(
+            names.contains(&"flint.v1.Aggregator".to_string()),
+            "{names:?}"
+        );
+        assert!(
+            names.contains(&"grpc.health.v1.Health".to_string()),
+            "{names:?}"
+        );
+    });
+}
