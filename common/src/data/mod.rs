@@ -1,6 +1,8 @@
 //! Datasets, how they are split over clients, and each client's train/test shard.
 
+pub mod booleanize;
 pub mod csv;
+pub mod idx;
 pub mod partition;
 pub mod registry;
 pub mod shard;

@@ -1,3 +1,4 @@
 //! The models Flint federates. Each has a hyper-parameter type validated once into a checked form.
 
 pub mod logreg;
+pub mod tm;

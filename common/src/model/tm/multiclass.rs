@@ -1,0 +1,412 @@
+//! The weighted multi-class Tsetlin Machine (Granmo 2018; weighted clauses: Phoulady et al.
+//! 2020), as the FedTMOS code uses: one clause bank per class, clauses alternating positive
+//! (even index) and negative (odd index) polarity, integer clause weights starting at 1.
+
+use rand::RngExt;
+
+use super::bank::{ClauseBank, FeedbackMasks};
+use super::{NegativeSampling, TmHyper};
+use crate::data::booleanize::BitRows;
+use crate::rng::FlintRng;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct MultiClassTm {
+    hyper: TmHyper,
+    classes: usize,
+    banks: Vec<ClauseBank>,
+    weights: Vec<Vec<u32>>,
+    class_counts: Vec<u64>,
+}
+
+/// Reused buffers of the training loop, so no example allocates.
+#[derive(Debug, Default)]
+pub struct Scratch {
+    fired: Vec<bool>,
+    sums: Vec<i32>,
+}
+
+impl MultiClassTm {
+    pub fn new(hyper: TmHyper, features: usize, classes: usize) -> MultiClassTm {
+        assert!(classes >= 2, "a classifier needs two classes");
+        MultiClassTm {
+            banks: (0..classes)
+                .map(|_| ClauseBank::new(hyper.clauses, features, hyper.state_bits))
+                .collect(),
+            weights: vec![vec![1; hyper.clauses]; classes],
+            class_counts: vec![0; classes],
+            hyper,
+            classes,
+        }
+    }
+
+    pub fn hyper(&self) -> &TmHyper {
+        &self.hyper
+    }
+
+    pub fn classes(&self) -> usize {
+        self.classes
+    }
+
+    pub fn features(&self) -> usize {
+        self.banks[0].features()
+    }
+
+    pub fn bank(&self, class: usize) -> &ClauseBank {
+        &self.banks[class]
+    }
+
+    /// Samples of each class this model has been trained on.
+    pub fn class_counts(&self) -> &[u64] {
+        &self.class_counts
+    }
+
+    pub fn class_weights(&self, class: usize) -> &[u32] {
+        &self.weights[class]
+    }
+
+    fn polarity(clause: usize) -> i32 {
+        if clause % 2 == 0 { 1 } else { -1 }
+    }
+
+    /// The class sum Σ polarity·weight over firing clauses, unclamped; fills `fired`.
+    fn class_sum_into(
+        &self,
+        class: usize,
+        x: &[u64],
+        training: bool,
+        fired: &mut Vec<bool>,
+    ) -> i32 {
+        let bank = &self.banks[class];
+        let w = &self.weights[class];
+        fired.clear();
+        let mut sum = 0i32;
+        for j in 0..bank.clauses() {
+            let f = bank.fires(j, x, training);
+            fired.push(f);
+            if f {
+                sum += Self::polarity(j) * w[j] as i32;
+            }
+        }
+        sum
+    }
+
+    /// Class sums of one example at inference (empty clauses do not fire).
+    pub fn class_sums(&self, x: &[u64]) -> Vec<i32> {
+        let mut fired = Vec::new();
+        (0..self.classes)
+            .map(|c| self.class_sum_into(c, x, false, &mut fired))
+            .collect()
+    }
+
+    /// The class with the largest sum; ties go to the lowest class index.
+    pub fn predict(&self, x: &[u64]) -> u32 {
+        argmax(&self.class_sums(x))
+    }
+
+    /// One example: the target class gets feedback toward voting for it, one other class toward
+    /// voting against it (Granmo 2018, Algorithm 1).
+    pub fn update(
+        &mut self,
+        x: &[u64],
+        y: u32,
+        masks: &mut FeedbackMasks,
+        rng: &mut FlintRng,
+        scratch: &mut Scratch,
+    ) {
+        let y = y as usize;
+        self.class_counts[y] += 1;
+        self.feedback(y, x, true, masks, rng, scratch);
+        let negative = match self.hyper.negative_sampling {
+            NegativeSampling::Uniform => {
+                let r = rng.random_range(0..self.classes - 1);
+                if r >= y { r + 1 } else { r }
+            }
+            NegativeSampling::Focused => self.focused_negative(y, x, rng, scratch),
+        };
+        self.feedback(negative, x, false, masks, rng, scratch);
+    }
+
+    /// A negative class drawn with probability ∝ T + clamp(v_c) among the other classes.
+    fn focused_negative(
+        &self,
+        y: usize,
+        x: &[u64],
+        rng: &mut FlintRng,
+        scratch: &mut Scratch,
+    ) -> usize {
+        let t = self.hyper.t;
+        scratch.sums.clear();
+        let mut fired = std::mem::take(&mut scratch.fired);
+        for c in 0..self.classes {
+            let v = if c == y {
+                -t
+            } else {
+                self.class_sum_into(c, x, true, &mut fired).clamp(-t, t)
+            };
+            scratch.sums.push(v + t);
+        }
+        scratch.fired = fired;
+        let total: i64 = scratch.sums.iter().map(|&v| i64::from(v)).sum();
+        if total == 0 {
+            let r = rng.random_range(0..self.classes - 1);
+            return if r >= y { r + 1 } else { r };
+        }
+        let mut pick = rng.random_range(0..total);
+        for (c, &v) in scratch.sums.iter().enumerate() {
+            if pick < i64::from(v) {
+                return c;
+            }
+            pick -= i64::from(v);
+        }
+        unreachable!("pick is below the total")
+    }
+
+    fn feedback(
+        &mut self,
+        class: usize,
+        x: &[u64],
+        target: bool,
+        masks: &mut FeedbackMasks,
+        rng: &mut FlintRng,
+        scratch: &mut Scratch,
+    ) {
+        let t = self.hyper.t;
+        let mut fired = std::mem::take(&mut scratch.fired);
+        let v = self.class_sum_into(class, x, true, &mut fired).clamp(-t, t);
+        let p = if target {
+            (t - v) as f32 / (2 * t) as f32
+        } else {
+            (t + v) as f32 / (2 * t) as f32
+        };
+        let lw = 2 * self.banks[class].feature_words();
+        let (boost, weighted) = (self.hyper.boost_true_positive, self.hyper.weighted);
+        let bank = &mut self.banks[class];
+        let weights = &mut self.weights[class];
+        for (j, &f) in fired.iter().enumerate() {
+            if rng.random::<f32>() >= p {
+                continue;
+            }
+            // Positive clauses of the target class and negative clauses of the other class
+            // learn to fire (Type I); the rest learn not to (Type II).
+            if (j % 2 == 0) == target {
+                bank.type_i(j, x, f, boost, masks.draw(lw, rng));
+                if weighted && f {
+                    weights[j] += 1;
+                }
+            } else if f {
+                bank.type_ii(j, x);
+                if weighted && weights[j] > 1 {
+                    weights[j] -= 1;
+                }
+            }
+        }
+        scratch.fired = fired;
+    }
+
+    /// One pass over `data` in an order shuffled by `rng`.
+    pub fn fit_epoch(&mut self, data: &BitRows, masks: &mut FeedbackMasks, rng: &mut FlintRng) {
+        use rand::seq::SliceRandom;
+        let mut order: Vec<usize> = (0..data.len()).collect();
+        order.shuffle(rng);
+        let mut scratch = Scratch::default();
+        for i in order {
+            self.update(data.row(i), data.labels[i], masks, rng, &mut scratch);
+        }
+    }
+
+    /// Accuracy on `data`.
+    pub fn accuracy(&self, data: &BitRows) -> f64 {
+        let correct = (0..data.len())
+            .filter(|&i| self.predict(data.row(i)) == data.labels[i])
+            .count();
+        correct as f64 / data.len().max(1) as f64
+    }
+
+    /// Replaces one class's clause weights (what FedTMOS and FedTM exchange).
+    pub fn set_class_weights(&mut self, class: usize, weights: &[u32]) -> Result<(), String> {
+        if weights.len() != self.hyper.clauses {
+            return Err(format!(
+                "{} weights for class {class}, expected {}",
+                weights.len(),
+                self.hyper.clauses
+            ));
+        }
+        if weights.contains(&0) {
+            return Err("clause weights start at 1 and never go below".into());
+        }
+        self.weights[class].copy_from_slice(weights);
+        Ok(())
+    }
+
+    /// One class's include bits: per clause, one bit per literal (features, then negations),
+    /// little-endian, clause after clause.
+    pub fn include_bits(&self, class: usize) -> Vec<u8> {
+        let bank = &self.banks[class];
+        let literals = bank.literals();
+        let mut out = vec![0u8; (bank.clauses() * literals).div_ceil(8)];
+        for j in 0..bank.clauses() {
+            for lit in 0..literals {
+                if self.included(class, j, lit) {
+                    let at = j * literals + lit;
+                    out[at / 8] |= 1 << (at % 8);
+                }
+            }
+        }
+        out
+    }
+
+    fn included(&self, class: usize, clause: usize, literal: usize) -> bool {
+        let bank = &self.banks[class];
+        let f = bank.features();
+        let (half, k) = (literal / f, literal % f);
+        bank.include(clause)[half * bank.feature_words() + k / 64] >> (k % 64) & 1 == 1
+    }
+
+    /// Replaces one class's include bits (the layout of [`Self::include_bits`]).
+    pub fn set_include_bits(&mut self, class: usize, bits: &[u8]) -> Result<(), String> {
+        let bank = &mut self.banks[class];
+        let (literals, f, fw) = (bank.literals(), bank.features(), bank.feature_words());
+        let want = (bank.clauses() * literals).div_ceil(8);
+        if bits.len() != want {
+            return Err(format!(
+                "{} include bytes for class {class}, expected {want}",
+                bits.len()
+            ));
+        }
+        let mut words = vec![0u64; 2 * fw];
+        for j in 0..bank.clauses() {
+            words.iter_mut().for_each(|w| *w = 0);
+            for lit in 0..literals {
+                let at = j * literals + lit;
+                if bits[at / 8] >> (at % 8) & 1 == 1 {
+                    let (half, k) = (lit / f, lit % f);
+                    words[half * fw + k / 64] |= 1 << (k % 64);
+                }
+            }
+            bank.set_include(j, &words);
+        }
+        Ok(())
+    }
+}
+
+pub fn argmax(sums: &[i32]) -> u32 {
+    let mut best = 0;
+    for (c, &v) in sums.iter().enumerate() {
+        if v > sums[best] {
+            best = c;
+        }
+    }
+    best as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::tm::TmParams;
+    use crate::rng::derive_rng;
+    use rand::RngExt;
+
+    fn hyper(clauses: usize, t: i32, s: f64) -> TmHyper {
+        TmHyper::from_params(&TmParams {
+            clauses: Some(clauses),
+            t: Some(t),
+            s: Some(s),
+            ..Default::default()
+        })
+        .unwrap()
+    }
+
+    /// Granmo 2018 §5.1: noisy XOR. Two relevant bits, ten random distractors, 40 % of the
+    /// training labels flipped; the clean test set must be learned perfectly. The paper's machine
+    /// has unweighted clauses and no true-positive boost (both hurt at this noise level).
+    fn noisy_xor(n: usize, noise: f64, rng: &mut FlintRng) -> BitRows {
+        let mut rows = BitRows::new(12, 2);
+        for _ in 0..n {
+            let bits: Vec<bool> = (0..12).map(|_| rng.random::<bool>()).collect();
+            let mut y = u32::from(bits[0] ^ bits[1]);
+            if rng.random::<f64>() < noise {
+                y ^= 1;
+            }
+            rows.push(&bits, y);
+        }
+        rows
+    }
+
+    #[test]
+    fn learns_noisy_xor_perfectly() {
+        let mut rng = derive_rng(3, "xor", 0);
+        let train = noisy_xor(5000, 0.4, &mut rng);
+        let test = noisy_xor(5000, 0.0, &mut rng);
+        let mut h = hyper(10, 15, 3.9);
+        (h.weighted, h.boost_true_positive) = (false, false);
+        let mut tm = MultiClassTm::new(h, 12, 2);
+        let mut masks = FeedbackMasks::new(3.9, &mut rng);
+        for _ in 0..200 {
+            tm.fit_epoch(&train, &mut masks, &mut rng);
+            if tm.accuracy(&test) == 1.0 {
+                break;
+            }
+        }
+        assert_eq!(tm.accuracy(&test), 1.0);
+    }
+
+    #[test]
+    fn same_seed_same_model() {
+        let train = noisy_xor(500, 0.1, &mut derive_rng(1, "d", 0));
+        let fit = |seed| {
+            let mut rng = derive_rng(seed, "tm", 0);
+            let mut tm = MultiClassTm::new(hyper(10, 15, 3.9), 12, 2);
+            let mut masks = FeedbackMasks::new(3.9, &mut rng);
+            tm.fit_epoch(&train, &mut masks, &mut rng);
+            tm
+        };
+        assert_eq!(fit(5), fit(5));
+        assert_ne!(fit(5), fit(6));
+    }
+
+    #[test]
+    fn exported_weights_and_include_bits_rebuild_identical_predictions() {
+        let mut rng = derive_rng(2, "xor", 0);
+        let train = noisy_xor(2000, 0.1, &mut rng);
+        let mut tm = MultiClassTm::new(hyper(20, 15, 3.9), 12, 2);
+        let mut masks = FeedbackMasks::new(3.9, &mut rng);
+        for _ in 0..5 {
+            tm.fit_epoch(&train, &mut masks, &mut rng);
+        }
+        let mut rebuilt = MultiClassTm::new(*tm.hyper(), 12, 2);
+        for c in 0..2 {
+            rebuilt.set_class_weights(c, tm.class_weights(c)).unwrap();
+            rebuilt.set_include_bits(c, &tm.include_bits(c)).unwrap();
+            assert_eq!(rebuilt.include_bits(c), tm.include_bits(c));
+        }
+        for i in 0..train.len() {
+            assert_eq!(
+                rebuilt.class_sums(train.row(i)),
+                tm.class_sums(train.row(i))
+            );
+        }
+        assert!(rebuilt.set_class_weights(0, &[1, 2]).is_err());
+        assert!(rebuilt.set_include_bits(0, &[0]).is_err());
+    }
+
+    /// Weighted clauses: Type I on a firing clause adds 1; Type II subtracts 1 while above 1.
+    #[test]
+    fn weights_follow_the_feedback_type() {
+        let mut rng = derive_rng(4, "w", 0);
+        // T large against the sums: feedback probability ≈ ½ for both classes.
+        let mut h = hyper(2, 1000, 10.0);
+        h.weighted = true;
+        let mut tm = MultiClassTm::new(h, 2, 2);
+        let mut masks = FeedbackMasks::new(10.0, &mut rng);
+        let mut scratch = Scratch::default();
+        let x = [0b01u64];
+        // Empty clauses fire while training: the target's positive clause (0) gets Type I and
+        // +1; the other class's positive clause (0) gets Type II, but its weight stays at 1.
+        for _ in 0..50 {
+            tm.update(&x, 0, &mut masks, &mut rng, &mut scratch);
+        }
+        assert!(tm.class_weights(0)[0] > 1, "{:?}", tm.class_weights(0));
+        assert!(tm.class_weights(1).iter().all(|&w| w >= 1));
+        assert_eq!(tm.class_counts(), &[50, 0]);
+    }
+}
