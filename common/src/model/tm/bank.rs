@@ -21,7 +21,22 @@ pub struct ClauseBank {
     bits: usize,
     planes: Vec<u64>,
     include: Vec<u64>,
+    /// Per (clause, literal word): which automata are above state 0. Decrements skip a cell
+    /// whose drawn automata are all at 0, so they read 8 bytes instead of the cell's planes.
+    live: Vec<u64>,
     valid: Vec<u64>,
+}
+
+/// Asks the CPU to start loading the cache line at `p`; never faults, changes nothing.
+#[inline(always)]
+fn prefetch<T>(p: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is a hint; it does not dereference or fault on any address.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch(p.cast::<i8>(), std::arch::x86_64::_MM_HINT_T1)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
 }
 
 /// Words needed for `features` bits.
@@ -37,7 +52,7 @@ impl ClauseBank {
         let lw = 2 * fw;
         let mut planes = vec![0u64; clauses * lw * bits];
         let mut valid = vec![u64::MAX; fw];
-        if features % 64 != 0 {
+        if !features.is_multiple_of(64) {
             valid[fw - 1] = (1u64 << (features % 64)) - 1;
         }
         // All low planes one, top plane zero: state 2^(bits-1) - 1.
@@ -54,6 +69,7 @@ impl ClauseBank {
             bits,
             planes,
             include: vec![0; clauses * lw],
+            live: vec![0; clauses * lw],
             valid,
         };
         for j in 0..clauses {
@@ -63,6 +79,7 @@ impl ClauseBank {
                 for p in cell.iter_mut() {
                     *p &= v;
                 }
+                bank.live[j * lw + l] = v;
             }
         }
         bank
@@ -129,7 +146,33 @@ impl ClauseBank {
         for (b, p) in cell.iter_mut().enumerate() {
             *p = (*p & !(1 << bit)) | ((((state >> b) & 1) as u64) << bit);
         }
-        self.include[clause * 2 * self.fw + word] = self.cell_mut(clause, word)[bits - 1];
+        let live = cell.iter().fold(0, |a, p| a | p);
+        let at = clause * 2 * self.fw + word;
+        self.include[at] = self.cell_mut(clause, word)[bits - 1];
+        self.live[at] = live;
+    }
+
+    /// Starts loading what feedback to `clause` will touch: its automaton planes and summaries.
+    #[inline]
+    pub fn prefetch_feedback(&self, clause: usize) {
+        let lw = self.lw();
+        let planes = &self.planes[clause * lw * self.bits..(clause + 1) * lw * self.bits];
+        for line in planes.chunks(8) {
+            prefetch(line.as_ptr());
+        }
+        for line in self.live[clause * lw..(clause + 1) * lw].chunks(8) {
+            prefetch(line.as_ptr());
+        }
+    }
+
+    /// Starts loading a clause's include words, for evaluation a few clauses ahead.
+    #[inline]
+    pub fn prefetch_include(&self, clause: usize) {
+        if clause < self.clauses {
+            for line in self.include(clause).chunks(8) {
+                prefetch(line.as_ptr());
+            }
+        }
     }
 
     /// Whether the clause fires on `x` (its included literals are all true). An empty clause
@@ -151,34 +194,43 @@ impl ClauseBank {
     /// Type I feedback (Granmo 2018, Table 2): a firing clause moves toward including its true
     /// literals (each with probability (s−1)/s, or always when `boost`) and excluding its false
     /// ones (probability 1/s); a clause that does not fire moves every automaton toward exclude
-    /// with probability 1/s. `mask` holds, per literal word, the automata drawn with probability 1/s.
-    pub fn type_i(&mut self, clause: usize, x: &[u64], fired: bool, boost: bool, mask: &[u64]) {
+    /// with probability 1/s. `lits` are the example's literal words ([`Self::literals_of`]);
+    /// `mask` holds, per literal word, the automata drawn with probability 1/s.
+    pub fn type_i(&mut self, clause: usize, lits: &[u64], fired: bool, boost: bool, mask: &[u64]) {
         let fw = self.fw;
-        for l in 0..2 * fw {
-            let k = l % fw;
-            let lit = if l < fw { x[k] } else { !x[k] & self.valid[k] };
-            let m = mask[l] & self.valid[k];
-            if fired {
-                let up = if boost { lit } else { lit & !m };
-                self.inc(clause, l, up);
-                self.dec(clause, l, !lit & m);
-            } else {
-                self.dec(clause, l, m);
+        for half in 0..2 {
+            for k in 0..fw {
+                let l = half * fw + k;
+                let (lit, m) = (lits[l], mask[l] & self.valid[k]);
+                if fired {
+                    let up = if boost { lit } else { lit & !m };
+                    self.inc(clause, l, up);
+                    self.dec(clause, l, !lit & m);
+                } else {
+                    self.dec(clause, l, m);
+                }
             }
         }
     }
 
     /// Type II feedback: a firing clause includes (one step) the excluded automata of its false
     /// literals, so that it stops firing on this example.
-    pub fn type_ii(&mut self, clause: usize, x: &[u64]) {
+    pub fn type_ii(&mut self, clause: usize, lits: &[u64]) {
         let fw = self.fw;
-        let lw = 2 * fw;
-        for l in 0..lw {
-            let k = l % fw;
-            let lit = if l < fw { x[k] } else { !x[k] & self.valid[k] };
-            let excluded = !self.include[clause * lw + l];
-            self.inc(clause, l, !lit & excluded & self.valid[k]);
+        for half in 0..2 {
+            for k in 0..fw {
+                let l = half * fw + k;
+                let excluded = !self.include[clause * 2 * fw + l];
+                self.inc(clause, l, !lits[l] & excluded & self.valid[k]);
+            }
         }
+    }
+
+    /// The literal words of an example: its features, then their negations.
+    pub fn literals_of(&self, x: &[u64], out: &mut Vec<u64>) {
+        out.clear();
+        out.extend_from_slice(&x[..self.fw]);
+        out.extend(x[..self.fw].iter().zip(&self.valid).map(|(w, v)| !w & v));
     }
 
     /// Adds 1 to the automata flagged in `active`, saturating at the top state.
@@ -204,18 +256,22 @@ impl ClauseBank {
             }
         }
         let top = cell[bits - 1];
-        self.include[clause * 2 * self.fw + word] = top;
+        let at = clause * 2 * self.fw + word;
+        self.include[at] = top;
+        self.live[at] |= active;
     }
 
     /// Subtracts 1 from the automata flagged in `active`, saturating at state 0.
     #[inline]
     fn dec(&mut self, clause: usize, word: usize, active: u64) {
-        if active == 0 {
+        let at = clause * 2 * self.fw + word;
+        // Automata at state 0 (most excluded ones) stay; the rest cannot underflow.
+        let mut borrow = active & self.live[at];
+        if borrow == 0 {
             return;
         }
         let bits = self.bits;
         let cell = self.cell_mut(clause, word);
-        let mut borrow = active;
         for p in cell.iter_mut() {
             let next = !*p & borrow;
             *p ^= borrow;
@@ -224,13 +280,10 @@ impl ClauseBank {
                 break;
             }
         }
-        if borrow != 0 {
-            for p in cell.iter_mut() {
-                *p &= !borrow;
-            }
-        }
+        let live = cell.iter().fold(0, |a, p| a | p);
         let top = cell[bits - 1];
-        self.include[clause * 2 * self.fw + word] = top;
+        self.include[at] = top;
+        self.live[at] = live;
     }
 
     /// Replaces a clause's actions: included automata at the first include state (N + 1),
@@ -247,6 +300,7 @@ impl ClauseBank {
             }
             cell[bits - 1] = inc;
             self.include[clause * 2 * self.fw + l] = inc;
+            self.live[clause * 2 * self.fw + l] = v;
         }
     }
 }
@@ -260,9 +314,9 @@ pub struct FeedbackMasks {
     used: usize,
 }
 
-const POOL_WORDS: usize = 1 << 15;
+const POOL_WORDS: usize = 1 << 12;
 /// Masks drawn before the pool is redrawn, so masks do not repeat in step with the data.
-const REFRESH_AFTER: usize = 1 << 14;
+const REFRESH_AFTER: usize = 1 << 20;
 
 impl FeedbackMasks {
     pub fn new(s: f64, rng: &mut FlintRng) -> FeedbackMasks {
@@ -276,13 +330,22 @@ impl FeedbackMasks {
         m
     }
 
+    /// Each word: 64 bits each set with probability ≈ threshold / 2^32, by comparing 64
+    /// bit-sliced 16-bit random numbers with the threshold's top 16 bits.
     fn refill(&mut self, rng: &mut FlintRng) {
+        let t = self.threshold >> 16;
         for w in self.pool.iter_mut() {
-            let mut word = 0u64;
-            for b in 0..64 {
-                word |= u64::from(rng.random::<u32>() < self.threshold) << b;
+            let (mut less, mut equal) = (0u64, u64::MAX);
+            for bit in (0..16).rev() {
+                let r: u64 = rng.random();
+                if (t >> bit) & 1 == 1 {
+                    less |= equal & !r;
+                    equal &= r;
+                } else {
+                    equal &= !r;
+                }
             }
-            *w = word;
+            *w = less;
         }
         self.used = 0;
     }
@@ -346,7 +409,8 @@ mod tests {
     #[test]
     fn type_i_on_a_firing_clause_reinforces_true_literals() {
         let mut b = ClauseBank::new(1, 2, 8);
-        let ex = x(&[true, false]);
+        let mut ex = Vec::new();
+        b.literals_of(&x(&[true, false]), &mut ex);
         let none = vec![0u64; 2];
         b.type_i(0, &ex, true, true, &none);
         assert_eq!(b.state(0, 0), 128, "x0 = 1 included");
@@ -370,8 +434,9 @@ mod tests {
     fn type_ii_includes_excluded_false_literals_only() {
         let mut b = ClauseBank::new(1, 2, 8);
         b.set_state(0, 3, 200); // ¬x1 included
-        let ex = x(&[true, true]);
-        assert!(!b.fires(0, &ex, true), "¬x1 is false");
+        let mut ex = Vec::new();
+        b.literals_of(&x(&[true, true]), &mut ex);
+        assert!(!b.fires(0, &x(&[true, true]), true), "¬x1 is false");
         b.type_ii(0, &ex);
         assert_eq!(
             b.state(0, 2),
@@ -389,7 +454,8 @@ mod tests {
     #[test]
     fn padding_automata_never_move() {
         let mut b = ClauseBank::new(1, 3, 8);
-        let ex = x(&[false, false, false]);
+        let mut ex = Vec::new();
+        b.literals_of(&x(&[false, false, false]), &mut ex);
         for _ in 0..300 {
             b.type_ii(0, &ex);
         }

@@ -1,6 +1,7 @@
 //! Tsetlin Machines: a bit-parallel clause bank and the machines built on it.
 
 pub mod bank;
+pub mod infer;
 pub mod multiclass;
 
 pub use bank::{ClauseBank, FeedbackMasks};
@@ -69,7 +70,7 @@ impl TmHyper {
                 }
             },
         };
-        if h.clauses < 2 || h.clauses % 2 != 0 {
+        if h.clauses < 2 || !h.clauses.is_multiple_of(2) {
             return Err(format!(
                 "tm.clauses must be even and at least 2, got {}",
                 h.clauses

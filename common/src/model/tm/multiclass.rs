@@ -5,6 +5,7 @@
 use rand::RngExt;
 
 use super::bank::{ClauseBank, FeedbackMasks};
+use super::infer::{CompiledClauses, Transposed};
 use super::{NegativeSampling, TmHyper};
 use crate::data::booleanize::BitRows;
 use crate::rng::FlintRng;
@@ -23,6 +24,8 @@ pub struct MultiClassTm {
 pub struct Scratch {
     fired: Vec<bool>,
     sums: Vec<i32>,
+    lits: Vec<u64>,
+    selected: Vec<u32>,
 }
 
 impl MultiClassTm {
@@ -65,7 +68,7 @@ impl MultiClassTm {
     }
 
     fn polarity(clause: usize) -> i32 {
-        if clause % 2 == 0 { 1 } else { -1 }
+        if clause.is_multiple_of(2) { 1 } else { -1 }
     }
 
     /// The class sum Σ polarity·weight over firing clauses, unclamped; fills `fired`.
@@ -80,11 +83,12 @@ impl MultiClassTm {
         let w = &self.weights[class];
         fired.clear();
         let mut sum = 0i32;
-        for j in 0..bank.clauses() {
+        for (j, &wj) in w.iter().enumerate() {
+            bank.prefetch_include(j + 4);
             let f = bank.fires(j, x, training);
             fired.push(f);
             if f {
-                sum += Self::polarity(j) * w[j] as i32;
+                sum += Self::polarity(j) * wj as i32;
             }
         }
         sum
@@ -182,19 +186,35 @@ impl MultiClassTm {
         let (boost, weighted) = (self.hyper.boost_true_positive, self.hyper.weighted);
         let bank = &mut self.banks[class];
         let weights = &mut self.weights[class];
-        for (j, &f) in fired.iter().enumerate() {
-            if rng.random::<f32>() >= p {
-                continue;
+        bank.literals_of(x, &mut scratch.lits);
+        let lits = &scratch.lits;
+        // Which clauses get feedback (one 64-bit draw decides two), decided first so that the
+        // next one's automata can be loaded while the current one is updated.
+        let threshold = (f64::from(p.clamp(0.0, 1.0)) * f64::from(u32::MAX)) as u32;
+        scratch.selected.clear();
+        let mut draw = 0u64;
+        for j in 0..fired.len() {
+            if j % 2 == 0 {
+                draw = rng.random();
             }
+            if ((draw >> (32 * (j % 2))) as u32) < threshold {
+                scratch.selected.push(j as u32);
+            }
+        }
+        for (n, &j) in scratch.selected.iter().enumerate() {
+            if let Some(&next) = scratch.selected.get(n + 1) {
+                bank.prefetch_feedback(next as usize);
+            }
+            let (j, f) = (j as usize, fired[j as usize]);
             // Positive clauses of the target class and negative clauses of the other class
             // learn to fire (Type I); the rest learn not to (Type II).
             if (j % 2 == 0) == target {
-                bank.type_i(j, x, f, boost, masks.draw(lw, rng));
+                bank.type_i(j, lits, f, boost, masks.draw(lw, rng));
                 if weighted && f {
                     weights[j] += 1;
                 }
             } else if f {
-                bank.type_ii(j, x);
+                bank.type_ii(j, lits);
                 if weighted && weights[j] > 1 {
                     weights[j] -= 1;
                 }
@@ -216,10 +236,40 @@ impl MultiClassTm {
 
     /// Accuracy on `data`.
     pub fn accuracy(&self, data: &BitRows) -> f64 {
-        let correct = (0..data.len())
-            .filter(|&i| self.predict(data.row(i)) == data.labels[i])
+        let predicted = self.predict_batch(data);
+        let correct = predicted
+            .iter()
+            .zip(&data.labels)
+            .filter(|(p, y)| p == y)
             .count();
         correct as f64 / data.len().max(1) as f64
+    }
+
+    /// Clause lists of every class for batched inference.
+    pub fn compile(&self) -> Vec<CompiledClauses> {
+        (0..self.classes)
+            .map(|c| {
+                let (bank, w) = (&self.banks[c], &self.weights[c]);
+                CompiledClauses::compile(
+                    bank.clauses(),
+                    bank.features(),
+                    |j| bank.include(j),
+                    |j| Self::polarity(j) * w[j] as i32,
+                )
+            })
+            .collect()
+    }
+
+    /// Class sums of every row of `data` (row-major, `classes` per row), 64 rows at a time.
+    pub fn class_sums_batch(&self, data: &BitRows) -> Vec<i32> {
+        Transposed::new(data).class_sums(&self.compile())
+    }
+
+    pub fn predict_batch(&self, data: &BitRows) -> Vec<u32> {
+        self.class_sums_batch(data)
+            .chunks(self.classes)
+            .map(argmax)
+            .collect()
     }
 
     /// Replaces one class's clause weights (what FedTMOS and FedTM exchange).
@@ -387,6 +437,30 @@ mod tests {
         }
         assert!(rebuilt.set_class_weights(0, &[1, 2]).is_err());
         assert!(rebuilt.set_include_bits(0, &[0]).is_err());
+    }
+
+    #[test]
+    fn batched_class_sums_equal_one_at_a_time() {
+        let mut rng = derive_rng(8, "xor", 0);
+        let train = noisy_xor(3000, 0.2, &mut rng);
+        let mut h = hyper(40, 15, 3.9);
+        h.weighted = true;
+        let mut tm = MultiClassTm::new(h, 12, 2);
+        let mut masks = FeedbackMasks::new(3.9, &mut rng);
+        for _ in 0..3 {
+            tm.fit_epoch(&train, &mut masks, &mut rng);
+        }
+        // 130 rows: two full blocks of 64 and a partial one.
+        let test = noisy_xor(130, 0.0, &mut rng);
+        let batched = tm.class_sums_batch(&test);
+        for i in 0..test.len() {
+            assert_eq!(
+                &batched[2 * i..2 * i + 2],
+                &tm.class_sums(test.row(i))[..],
+                "row {i}"
+            );
+        }
+        assert!(batched.iter().any(|&v| v != 0), "a trained machine votes");
     }
 
     /// Weighted clauses: Type I on a firing clause adds 1; Type II subtracts 1 while above 1.

@@ -1,0 +1,143 @@
+//! Batched inference: 64 samples per machine word, over the included literals only.
+//!
+//! The samples are transposed so that one word holds one feature of 64 samples; a clause's
+//! output for 64 samples is then the AND of its included literals' words, which usually reaches
+//! zero after a few literals. Clause lists are compiled once from the include bits.
+
+use crate::data::booleanize::BitRows;
+
+/// A literal of a compiled clause: feature index, and whether it is negated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Literal {
+    feature: u32,
+    negated: bool,
+}
+
+/// One class's non-empty clauses: their literals and signed weights.
+#[derive(Debug, Clone, Default)]
+pub struct CompiledClauses {
+    literals: Vec<Literal>,
+    /// Clause k uses `literals[starts[k]..starts[k + 1]]`.
+    starts: Vec<usize>,
+    weights: Vec<i32>,
+}
+
+impl CompiledClauses {
+    /// `include(j)` gives clause j's include words (features, then negations, `fw` each).
+    pub fn compile<'a>(
+        clauses: usize,
+        features: usize,
+        include: impl Fn(usize) -> &'a [u64],
+        weight: impl Fn(usize) -> i32,
+    ) -> CompiledClauses {
+        let fw = features.div_ceil(64);
+        let mut c = CompiledClauses {
+            starts: vec![0],
+            ..Default::default()
+        };
+        for j in 0..clauses {
+            let w = weight(j);
+            let inc = include(j);
+            let before = c.literals.len();
+            for (l, &word) in inc.iter().enumerate() {
+                let mut bits = word;
+                while bits != 0 {
+                    let b = bits.trailing_zeros() as usize;
+                    bits &= bits - 1;
+                    c.literals.push(Literal {
+                        feature: ((l % fw) * 64 + b) as u32,
+                        negated: l >= fw,
+                    });
+                }
+            }
+            // Empty clauses and zero weights cannot change a class sum at inference.
+            if c.literals.len() == before || w == 0 {
+                c.literals.truncate(before);
+                continue;
+            }
+            c.weights.push(w);
+            c.starts.push(c.literals.len());
+        }
+        c
+    }
+
+    /// Adds this class's sum for each of up to 64 samples of `block` into `sums[i]`.
+    fn add_sums(&self, block: &[u64], valid: u64, sums: &mut [i32], class: usize, classes: usize) {
+        for (k, &w) in self.weights.iter().enumerate() {
+            let mut out = valid;
+            for lit in &self.literals[self.starts[k]..self.starts[k + 1]] {
+                let f = block[lit.feature as usize];
+                out &= if lit.negated { !f } else { f };
+                if out == 0 {
+                    break;
+                }
+            }
+            while out != 0 {
+                let i = out.trailing_zeros() as usize;
+                out &= out - 1;
+                sums[i * classes + class] += w;
+            }
+        }
+    }
+}
+
+/// Samples transposed: block b holds, per feature, one word of samples 64b..64b+63.
+pub struct Transposed {
+    features: usize,
+    blocks: Vec<u64>,
+    len: usize,
+}
+
+impl Transposed {
+    pub fn new(data: &BitRows) -> Transposed {
+        let features = data.features();
+        let n_blocks = data.len().div_ceil(64);
+        let mut blocks = vec![0u64; n_blocks * features];
+        for i in 0..data.len() {
+            let row = data.row(i);
+            let (b, bit) = (i / 64, i % 64);
+            let block = &mut blocks[b * features..(b + 1) * features];
+            for (w, &word) in row.iter().enumerate() {
+                let mut bits = word;
+                while bits != 0 {
+                    let f = w * 64 + bits.trailing_zeros() as usize;
+                    bits &= bits - 1;
+                    block[f] |= 1 << bit;
+                }
+            }
+        }
+        Transposed {
+            features,
+            blocks,
+            len: data.len(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Class sums of every sample (row-major, `classes` per sample) over compiled classes.
+    pub fn class_sums(&self, classes: &[CompiledClauses]) -> Vec<i32> {
+        let n = classes.len();
+        let mut sums = vec![0i32; self.len * n];
+        for (b, block) in self.blocks.chunks(self.features.max(1)).enumerate() {
+            let start = b * 64;
+            let count = (self.len - start).min(64);
+            let valid = if count == 64 {
+                u64::MAX
+            } else {
+                (1u64 << count) - 1
+            };
+            let out = &mut sums[start * n..(start + count) * n];
+            for (c, compiled) in classes.iter().enumerate() {
+                compiled.add_sums(block, valid, out, c, n);
+            }
+        }
+        sums
+    }
+}
