@@ -3,7 +3,7 @@
 //!
 //! cargo run --release -p flint-common --example tm_mnist -- CLAUSES T S EPOCHS [WEIGHTED] [TRAIN_ROWS]
 
-use std::path::PathBuf;
+use std::path::Path;
 use std::time::Instant;
 
 use flint_common::data::booleanize::{BitRows, Threshold, threshold_images};
@@ -11,7 +11,7 @@ use flint_common::data::{default_data_dir, idx};
 use flint_common::model::tm::{FeedbackMasks, MultiClassTm, TmHyper, TmParams};
 use flint_common::rng::derive_rng;
 
-fn load(dir: &PathBuf, images: &str, labels: &str) -> BitRows {
+fn load(dir: &Path, images: &str, labels: &str) -> BitRows {
     let img = idx::load(&dir.join(images)).expect("images");
     let lab = idx::load(&dir.join(labels)).expect("labels");
     let labels: Vec<u32> = lab.data.iter().map(|&l| u32::from(l)).collect();
