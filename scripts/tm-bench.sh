@@ -17,13 +17,14 @@ OUT=${OUT:-runs/tm-bench}
 mkdir -p "$OUT"
 
 [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
-"$VENV/bin/pip" install -q "numpy<2" pyTsetlinMachine==0.6.6
+"$VENV/bin/pip" install -q "numpy<2" pyTsetlinMachine==0.6.6 green-tsetlin==1.1.0
 cargo build -q --release -p flint-common --example tm_mnist
 
-# name | flint arguments (clauses T s epochs weighted) | peer | peer config
+# name | flint arguments (machine clauses T s epochs weighted) | peer | peer config
 configs=(
-  "mc2000w|2000 5000 10 $EPOCHS true|pytsetlinmachine|mc2000w"
-  "mc100w|100 1000 10 $EPOCHS true|pytsetlinmachine|mc100w"
+  "mc2000w|multiclass 2000 5000 10 $EPOCHS true|pytsetlinmachine|mc2000w"
+  "mc100w|multiclass 100 1000 10 $EPOCHS true|pytsetlinmachine|mc100w"
+  "coalesced1000|coalesced 1000 1000 10 $EPOCHS true 60000 false focused|green-tsetlin|coalesced1000"
 )
 for c in "${configs[@]}"; do
   IFS='|' read -r name flint peer pconf <<<"$c"

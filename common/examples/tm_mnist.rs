@@ -1,63 +1,75 @@
-//! Trains a multi-class Tsetlin Machine on binarized MNIST (pixel > 75) and prints, per epoch,
-//! the training time and test accuracy. Used by `scripts/tm-bench.sh` beside the peers.
+//! Trains a Tsetlin Machine on binarized MNIST (pixel > 75) and prints, per epoch, the training
+//! time, test accuracy and inference speed. Run by `scripts/tm-bench.sh` beside the peers.
 //!
-//! cargo run --release -p flint-common --example tm_mnist -- CLAUSES T S EPOCHS [WEIGHTED] [TRAIN_ROWS]
+//! cargo run --release -p flint-common --example tm_mnist -- MACHINE CLAUSES T S EPOCHS [WEIGHTED] [TRAIN_ROWS] [BOOST] [NEGATIVE]
+//! MACHINE: multiclass (CLAUSES per class) or coalesced (CLAUSES shared)
 
-use std::path::Path;
 use std::time::Instant;
 
-use flint_common::data::booleanize::{BitRows, Threshold, threshold_images};
-use flint_common::data::{default_data_dir, idx};
-use flint_common::model::tm::{FeedbackMasks, MultiClassTm, TmHyper, TmParams};
-use flint_common::rng::derive_rng;
+use flint_common::data::booleanize::{BitRows, Threshold};
+use flint_common::data::default_data_dir;
+use flint_common::data::mnist::{self, Split};
+use flint_common::model::tm::{CoalescedTm, FeedbackMasks, MultiClassTm, TmHyper, TmParams};
+use flint_common::rng::{FlintRng, derive_rng};
 
-fn load(dir: &Path, images: &str, labels: &str) -> BitRows {
-    let img = idx::load(&dir.join(images)).expect("images");
-    let lab = idx::load(&dir.join(labels)).expect("labels");
-    let labels: Vec<u32> = lab.data.iter().map(|&l| u32::from(l)).collect();
-    threshold_images(
-        &img.data,
-        img.dims[1] * img.dims[2],
-        &labels,
-        10,
-        Threshold::Above(75.0),
-    )
+enum Machine {
+    MultiClass(MultiClassTm),
+    Coalesced(CoalescedTm),
+}
+
+impl Machine {
+    fn fit_epoch(&mut self, data: &BitRows, masks: &mut FeedbackMasks, rng: &mut FlintRng) {
+        match self {
+            Machine::MultiClass(tm) => tm.fit_epoch(data, masks, rng),
+            Machine::Coalesced(tm) => tm.fit_epoch(data, masks, rng),
+        }
+    }
+
+    fn accuracy(&self, data: &BitRows) -> f64 {
+        match self {
+            Machine::MultiClass(tm) => tm.accuracy(data),
+            Machine::Coalesced(tm) => tm.accuracy(data),
+        }
+    }
 }
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let arg = |i: usize, d: &str| args.get(i).cloned().unwrap_or_else(|| d.to_string());
-    let clauses: usize = arg(0, "100").parse().expect("clauses");
-    let t: i32 = arg(1, "1000").parse().expect("T");
-    let s: f64 = arg(2, "10").parse().expect("s");
-    let epochs: usize = arg(3, "10").parse().expect("epochs");
-    let weighted: bool = arg(4, "false").parse().expect("weighted");
-    let rows: usize = arg(5, "60000").parse().expect("train rows");
+    let machine = arg(0, "multiclass");
+    let clauses: usize = arg(1, "100").parse().expect("clauses");
+    let t: i32 = arg(2, "1000").parse().expect("T");
+    let s: f64 = arg(3, "10").parse().expect("s");
+    let epochs: usize = arg(4, "10").parse().expect("epochs");
+    let weighted: bool = arg(5, "true").parse().expect("weighted");
+    let rows: usize = arg(6, "60000").parse().expect("train rows");
+    let boost: bool = arg(7, "true").parse().expect("boost");
+    let negative = arg(8, "uniform");
     let dir = default_data_dir().join("mnist");
-    let train = load(
-        &dir,
-        "train-images-idx3-ubyte.gz",
-        "train-labels-idx1-ubyte.gz",
-    )
-    .head(rows);
-    let test = load(
-        &dir,
-        "t10k-images-idx3-ubyte.gz",
-        "t10k-labels-idx1-ubyte.gz",
-    );
+    let threshold = Threshold::Above(75.0);
+    let train = mnist::load(&dir, Split::Train, threshold)
+        .expect("MNIST train split")
+        .head(rows);
+    let test = mnist::load(&dir, Split::Test, threshold).expect("MNIST test split");
     let hyper = TmHyper::from_params(&TmParams {
         clauses: Some(clauses),
         t: Some(t),
         s: Some(s),
         weighted: Some(weighted),
+        boost_true_positive: Some(boost),
+        negative_sampling: Some(negative.clone()),
         ..Default::default()
     })
     .expect("hyper-parameters");
     let mut rng = derive_rng(1, "tm-mnist", 0);
     let mut masks = FeedbackMasks::new(s, &mut rng);
-    let mut tm = MultiClassTm::new(hyper, train.features(), 10);
+    let mut tm = match machine.as_str() {
+        "multiclass" => Machine::MultiClass(MultiClassTm::new(hyper, train.features(), 10)),
+        "coalesced" => Machine::Coalesced(CoalescedTm::new(hyper, train.features(), 10, &mut rng)),
+        other => panic!("unknown machine {other:?}; expected multiclass or coalesced"),
+    };
     println!(
-        "flint multiclass clauses={clauses} T={t} s={s} weighted={weighted} train={}",
+        "flint {machine} clauses={clauses} T={t} s={s} weighted={weighted} boost={boost} negative={negative} train={}",
         train.len()
     );
     for epoch in 1..=epochs {

@@ -3,6 +3,7 @@
 pub mod booleanize;
 pub mod csv;
 pub mod idx;
+pub mod mnist;
 pub mod partition;
 pub mod registry;
 pub mod shard;

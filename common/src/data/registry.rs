@@ -16,11 +16,33 @@ pub struct KnownFile {
 }
 
 /// The files Flint knows, with the checksums of the official copies.
-pub const KNOWN_FILES: &[KnownFile] = &[KnownFile {
-    dataset: "magic",
-    path: "magic-gamma-telescope/magic04.data",
-    sha256: "e9314b7ebd4b4b59a3b3d65f7316663963777b16a46786877651dbbaa640b36a",
-}];
+pub const KNOWN_FILES: &[KnownFile] = &[
+    KnownFile {
+        dataset: "magic",
+        path: "magic-gamma-telescope/magic04.data",
+        sha256: "e9314b7ebd4b4b59a3b3d65f7316663963777b16a46786877651dbbaa640b36a",
+    },
+    KnownFile {
+        dataset: "mnist",
+        path: "mnist/train-images-idx3-ubyte.gz",
+        sha256: "440fcabf73cc546fa21475e81ea370265605f56be210a4024d2ca8f203523609",
+    },
+    KnownFile {
+        dataset: "mnist",
+        path: "mnist/train-labels-idx1-ubyte.gz",
+        sha256: "3552534a0a558bbed6aed32b30c495cca23d567ec52cac8be1a0730e8010255c",
+    },
+    KnownFile {
+        dataset: "mnist",
+        path: "mnist/t10k-images-idx3-ubyte.gz",
+        sha256: "8d422c7b0a1c1c79245a5bcf07fe86e33eeafee792b84584aec276f5a2dbc4e6",
+    },
+    KnownFile {
+        dataset: "mnist",
+        path: "mnist/t10k-labels-idx1-ubyte.gz",
+        sha256: "f7ae60f92e00ec6debd23a6088c31dbd2371eca3ffa0defaefb259924204aec6",
+    },
+];
 
 /// MAGIC Gamma Telescope (UCI 159): 10 features, class `g` (gamma) = 0, `h` (hadron) = 1.
 /// The hadron class is the positive class of precision/recall, as in the AHP paper.

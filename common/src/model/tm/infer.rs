@@ -20,6 +20,8 @@ pub struct CompiledClauses {
     /// Clause k uses `literals[starts[k]..starts[k + 1]]`.
     starts: Vec<usize>,
     weights: Vec<i32>,
+    /// Index in the bank of compiled clause k.
+    ids: Vec<u32>,
 }
 
 impl CompiledClauses {
@@ -56,22 +58,30 @@ impl CompiledClauses {
                 continue;
             }
             c.weights.push(w);
+            c.ids.push(j as u32);
             c.starts.push(c.literals.len());
         }
         c
     }
 
+    /// Which of up to 64 samples of `block` compiled clause k fires on.
+    #[inline]
+    fn output(&self, k: usize, block: &[u64], valid: u64) -> u64 {
+        let mut out = valid;
+        for lit in &self.literals[self.starts[k]..self.starts[k + 1]] {
+            let f = block[lit.feature as usize];
+            out &= if lit.negated { !f } else { f };
+            if out == 0 {
+                break;
+            }
+        }
+        out
+    }
+
     /// Adds this class's sum for each of up to 64 samples of `block` into `sums[i]`.
     fn add_sums(&self, block: &[u64], valid: u64, sums: &mut [i32], class: usize, classes: usize) {
         for (k, &w) in self.weights.iter().enumerate() {
-            let mut out = valid;
-            for lit in &self.literals[self.starts[k]..self.starts[k + 1]] {
-                let f = block[lit.feature as usize];
-                out &= if lit.negated { !f } else { f };
-                if out == 0 {
-                    break;
-                }
-            }
+            let mut out = self.output(k, block, valid);
             while out != 0 {
                 let i = out.trailing_zeros() as usize;
                 out &= out - 1;
@@ -125,17 +135,48 @@ impl Transposed {
     pub fn class_sums(&self, classes: &[CompiledClauses]) -> Vec<i32> {
         let n = classes.len();
         let mut sums = vec![0i32; self.len * n];
-        for (b, block) in self.blocks.chunks(self.features.max(1)).enumerate() {
-            let start = b * 64;
-            let count = (self.len - start).min(64);
-            let valid = if count == 64 {
-                u64::MAX
-            } else {
-                (1u64 << count) - 1
-            };
-            let out = &mut sums[start * n..(start + count) * n];
+        for (start, valid, block) in self.blocks() {
+            let out = &mut sums[start * n..];
             for (c, compiled) in classes.iter().enumerate() {
                 compiled.add_sums(block, valid, out, c, n);
+            }
+        }
+        sums
+    }
+
+    /// Blocks of 64 samples: (first sample, mask of valid samples, feature words).
+    fn blocks(&self) -> impl Iterator<Item = (usize, u64, &[u64])> {
+        self.blocks
+            .chunks(self.features.max(1))
+            .enumerate()
+            .map(|(b, block)| {
+                let start = b * 64;
+                let count = (self.len - start).min(64);
+                let valid = if count == 64 {
+                    u64::MAX
+                } else {
+                    (1u64 << count) - 1
+                };
+                (start, valid, block)
+            })
+    }
+
+    /// Class sums of a shared clause bank: each clause is evaluated once and adds its weight of
+    /// every class (`weights[c][id]`) to the samples it fires on.
+    pub fn shared_class_sums(&self, clauses: &CompiledClauses, weights: &[Vec<i32>]) -> Vec<i32> {
+        let n = weights.len();
+        let mut sums = vec![0i32; self.len * n];
+        for (start, valid, block) in self.blocks() {
+            let out = &mut sums[start * n..];
+            for (k, &id) in clauses.ids.iter().enumerate() {
+                let mut fired = clauses.output(k, block, valid);
+                while fired != 0 {
+                    let i = fired.trailing_zeros() as usize;
+                    fired &= fired - 1;
+                    for (c, w) in weights.iter().enumerate() {
+                        out[i * n + c] += w[id as usize];
+                    }
+                }
             }
         }
         sums

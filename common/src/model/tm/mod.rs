@@ -1,10 +1,13 @@
 //! Tsetlin Machines: a bit-parallel clause bank and the machines built on it.
 
 pub mod bank;
+pub mod coalesced;
+pub mod composite;
 pub mod infer;
 pub mod multiclass;
 
 pub use bank::{ClauseBank, FeedbackMasks};
+pub use coalesced::CoalescedTm;
 pub use multiclass::MultiClassTm;
 
 use serde::{Deserialize, Serialize};

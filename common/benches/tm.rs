@@ -1,0 +1,83 @@
+//! Tsetlin Machine kernels: clause evaluation, one training epoch on a fixed subset, batched
+//! inference. Data are seeded synthetic 28×28 bit images (class-dependent strokes plus noise),
+//! so the benchmark needs no files; `examples/tm_mnist.rs` measures on real MNIST.
+//!
+//! cargo bench -p flint-common --bench tm
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use flint_common::data::booleanize::BitRows;
+use flint_common::model::tm::{FeedbackMasks, MultiClassTm, TmHyper, TmParams};
+use flint_common::rng::{FlintRng, derive_rng};
+use rand::RngExt;
+
+/// Ten classes, each a different set of horizontal and vertical strokes, with 5 % pixel noise.
+fn images(n: usize, rng: &mut FlintRng) -> BitRows {
+    let mut rows = BitRows::new(784, 10);
+    for _ in 0..n {
+        let class = rng.random_range(0..10u32);
+        let bits: Vec<bool> = (0..784)
+            .map(|p| {
+                let (r, c) = (p / 28, p % 28);
+                let stroke = (r as u32 % 10 == class && c > 4 && c < 24)
+                    || (c as u32 % 10 == class && r > 4 && r < 24);
+                stroke ^ (rng.random::<f64>() < 0.05)
+            })
+            .collect();
+        rows.push(&bits, class);
+    }
+    rows
+}
+
+fn trained(clauses: usize, t: i32, data: &BitRows, rng: &mut FlintRng) -> MultiClassTm {
+    let hyper = TmHyper::from_params(&TmParams {
+        clauses: Some(clauses),
+        t: Some(t),
+        s: Some(10.0),
+        weighted: Some(true),
+        ..Default::default()
+    })
+    .unwrap();
+    let mut masks = FeedbackMasks::new(10.0, rng);
+    let mut tm = MultiClassTm::new(hyper, 784, 10);
+    tm.fit_epoch(data, &mut masks, rng);
+    tm
+}
+
+fn benches(c: &mut Criterion) {
+    let mut rng = derive_rng(1, "bench", 0);
+    let train = images(2000, &mut rng);
+    let test = images(10_000, &mut rng);
+    let small = trained(100, 1000, &train, &mut rng);
+    let large = trained(2000, 5000, &train, &mut rng);
+
+    c.bench_function(
+        "clause evaluation: class sums of one example, 2000 clauses x 10 classes",
+        |b| {
+            let x = test.row(0);
+            b.iter(|| std::hint::black_box(large.class_sums(std::hint::black_box(x))))
+        },
+    );
+    let mut g = c.benchmark_group("training");
+    g.sample_size(10);
+    g.bench_function("one epoch, 2000 examples, 100 clauses x 10 classes", |b| {
+        b.iter_batched(
+            || (small.clone(), derive_rng(2, "epoch", 0)),
+            |(mut tm, mut rng)| {
+                let mut masks = FeedbackMasks::new(10.0, &mut rng);
+                tm.fit_epoch(&train, &mut masks, &mut rng);
+                tm
+            },
+            criterion::BatchSize::LargeInput,
+        )
+    });
+    g.finish();
+    let mut g = c.benchmark_group("inference");
+    g.sample_size(10);
+    g.bench_function("batched, 10000 examples, 2000 clauses x 10 classes", |b| {
+        b.iter(|| std::hint::black_box(large.predict_batch(&test)))
+    });
+    g.finish();
+}
+
+criterion_group!(tm, benches);
+criterion_main!(tm);

@@ -1,0 +1,51 @@
+//! MNIST-format datasets (MNIST, Fashion-MNIST): IDX images and labels, booleanized.
+
+use std::path::Path;
+
+use super::booleanize::{BitRows, Threshold, threshold_images};
+use super::idx;
+use crate::{FlintError, Result};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Split {
+    Train,
+    Test,
+}
+
+/// Loads `dir/{train,t10k}-{images-idx3,labels-idx1}-ubyte.gz` and booleanizes every pixel.
+pub fn load(dir: &Path, split: Split, threshold: Threshold) -> Result<BitRows> {
+    let prefix = match split {
+        Split::Train => "train",
+        Split::Test => "t10k",
+    };
+    let images_path = dir.join(format!("{prefix}-images-idx3-ubyte.gz"));
+    let labels_path = dir.join(format!("{prefix}-labels-idx1-ubyte.gz"));
+    let images = idx::load(&images_path)?;
+    let labels = idx::load(&labels_path)?;
+    if images.dims.len() != 3 {
+        return Err(FlintError::data(
+            &images_path,
+            format!("expected 3 dimensions, got {:?}", images.dims),
+        ));
+    }
+    if labels.dims.len() != 1 || labels.dims[0] != images.dims[0] {
+        return Err(FlintError::data(
+            &labels_path,
+            format!("{:?} labels for {} images", labels.dims, images.dims[0]),
+        ));
+    }
+    if let Some(bad) = labels.data.iter().find(|&&l| l > 9) {
+        return Err(FlintError::data(
+            &labels_path,
+            format!("label {bad} is not a digit class 0-9"),
+        ));
+    }
+    let y: Vec<u32> = labels.data.iter().map(|&l| u32::from(l)).collect();
+    Ok(threshold_images(
+        &images.data,
+        images.dims[1] * images.dims[2],
+        &y,
+        10,
+        threshold,
+    ))
+}

@@ -1,0 +1,407 @@
+//! The coalesced Tsetlin Machine (Glimsdal & Granmo 2021), as TPFL's tmu
+//! `TMCoalescedClassifier` runs it (REFERENCE-NOTES §1): one clause bank shared by every class,
+//! a signed integer weight per (class, clause) starting at random ±1 and free to cross zero.
+
+use rand::RngExt;
+
+use super::bank::{ClauseBank, FeedbackMasks};
+use super::infer::{CompiledClauses, Transposed};
+use super::multiclass::argmax;
+use super::{NegativeSampling, TmHyper};
+use crate::data::booleanize::BitRows;
+use crate::rng::FlintRng;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct CoalescedTm {
+    hyper: TmHyper,
+    classes: usize,
+    bank: ClauseBank,
+    weights: Vec<Vec<i32>>,
+    class_counts: Vec<u64>,
+}
+
+/// Reused buffers of the training loop.
+#[derive(Debug, Default)]
+pub struct Scratch {
+    fired: Vec<bool>,
+    lits: Vec<u64>,
+    selected: Vec<u32>,
+}
+
+impl CoalescedTm {
+    /// `rng` draws the initial ±1 weights.
+    pub fn new(hyper: TmHyper, features: usize, classes: usize, rng: &mut FlintRng) -> CoalescedTm {
+        assert!(classes >= 2, "a classifier needs two classes");
+        let weights = (0..classes)
+            .map(|_| {
+                (0..hyper.clauses)
+                    .map(|_| if rng.random::<bool>() { 1 } else { -1 })
+                    .collect()
+            })
+            .collect();
+        CoalescedTm {
+            bank: ClauseBank::new(hyper.clauses, features, hyper.state_bits),
+            weights,
+            class_counts: vec![0; classes],
+            hyper,
+            classes,
+        }
+    }
+
+    pub fn hyper(&self) -> &TmHyper {
+        &self.hyper
+    }
+
+    pub fn classes(&self) -> usize {
+        self.classes
+    }
+
+    pub fn bank(&self) -> &ClauseBank {
+        &self.bank
+    }
+
+    pub fn class_counts(&self) -> &[u64] {
+        &self.class_counts
+    }
+
+    /// One class's weight vector: what a TPFL client uploads for its confidence winner.
+    pub fn class_weights(&self, class: usize) -> &[i32] {
+        &self.weights[class]
+    }
+
+    /// Replaces one class's weight vector (a TPFL client applying its cluster's average).
+    pub fn set_class_weights(&mut self, class: usize, weights: &[i32]) -> Result<(), String> {
+        if class >= self.classes {
+            return Err(format!("class {class} of a {}-class machine", self.classes));
+        }
+        if weights.len() != self.hyper.clauses {
+            return Err(format!(
+                "{} weights for class {class}, expected {}",
+                weights.len(),
+                self.hyper.clauses
+            ));
+        }
+        self.weights[class].copy_from_slice(weights);
+        Ok(())
+    }
+
+    fn outputs(&self, x: &[u64], training: bool, fired: &mut Vec<bool>) {
+        fired.clear();
+        for j in 0..self.bank.clauses() {
+            self.bank.prefetch_include(j + 4);
+            fired.push(self.bank.fires(j, x, training));
+        }
+    }
+
+    fn sum(weights: &[i32], fired: &[bool]) -> i32 {
+        weights
+            .iter()
+            .zip(fired)
+            .filter(|(_, f)| **f)
+            .map(|(w, _)| w)
+            .sum()
+    }
+
+    /// Class sums of one example at inference (unclamped, empty clauses silent).
+    pub fn class_sums(&self, x: &[u64]) -> Vec<i32> {
+        let mut fired = Vec::new();
+        self.outputs(x, false, &mut fired);
+        self.weights.iter().map(|w| Self::sum(w, &fired)).collect()
+    }
+
+    pub fn predict(&self, x: &[u64]) -> u32 {
+        argmax(&self.class_sums(x))
+    }
+
+    /// One example (tmu's coalesced update): the target class's clauses with non-negative weight
+    /// get Type I, the others Type II, and its firing clauses +1; one other class the opposite,
+    /// with −1. Clause outputs are computed once, before either update.
+    pub fn update(
+        &mut self,
+        x: &[u64],
+        y: u32,
+        masks: &mut FeedbackMasks,
+        rng: &mut FlintRng,
+        s: &mut Scratch,
+    ) {
+        let y = y as usize;
+        self.class_counts[y] += 1;
+        let t = self.hyper.t;
+        let mut fired = std::mem::take(&mut s.fired);
+        self.outputs(x, true, &mut fired);
+        self.bank.literals_of(x, &mut s.lits);
+        let v = Self::sum(&self.weights[y], &fired).clamp(-t, t);
+        self.feedback(
+            y,
+            true,
+            (t - v) as f64 / (2 * t) as f64,
+            &fired,
+            masks,
+            rng,
+            s,
+        );
+        let negative = match self.hyper.negative_sampling {
+            NegativeSampling::Uniform => {
+                let r = rng.random_range(0..self.classes - 1);
+                Some(if r >= y { r + 1 } else { r })
+            }
+            NegativeSampling::Focused => {
+                let ps: Vec<i64> = (0..self.classes)
+                    .map(|c| {
+                        if c == y {
+                            0
+                        } else {
+                            i64::from(Self::sum(&self.weights[c], &fired).clamp(-t, t) + t)
+                        }
+                    })
+                    .collect();
+                let total: i64 = ps.iter().sum();
+                (total > 0).then(|| {
+                    let mut pick = rng.random_range(0..total);
+                    ps.iter()
+                        .position(|&p| {
+                            let hit = pick < p;
+                            pick -= p;
+                            hit
+                        })
+                        .expect("pick is below the total")
+                })
+            }
+        };
+        if let Some(c) = negative {
+            let v = Self::sum(&self.weights[c], &fired).clamp(-t, t);
+            self.feedback(
+                c,
+                false,
+                (t + v) as f64 / (2 * t) as f64,
+                &fired,
+                masks,
+                rng,
+                s,
+            );
+        }
+        s.fired = fired;
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn feedback(
+        &mut self,
+        class: usize,
+        target: bool,
+        p: f64,
+        fired: &[bool],
+        masks: &mut FeedbackMasks,
+        rng: &mut FlintRng,
+        s: &mut Scratch,
+    ) {
+        let threshold = (p.clamp(0.0, 1.0) * f64::from(u32::MAX)) as u32;
+        s.selected.clear();
+        let mut draw = 0u64;
+        for j in 0..fired.len() {
+            if j % 2 == 0 {
+                draw = rng.random();
+            }
+            if ((draw >> (32 * (j % 2))) as u32) < threshold {
+                s.selected.push(j as u32);
+            }
+        }
+        let lw = 2 * self.bank.feature_words();
+        let boost = self.hyper.boost_true_positive;
+        for (n, &j) in s.selected.iter().enumerate() {
+            if let Some(&next) = s.selected.get(n + 1) {
+                self.bank.prefetch_feedback(next as usize);
+            }
+            let j = j as usize;
+            let positive = self.weights[class][j] >= 0;
+            if positive == target {
+                self.bank
+                    .type_i(j, &s.lits, fired[j], boost, masks.draw(lw, rng));
+            } else if fired[j] {
+                self.bank.type_ii(j, &s.lits);
+            }
+        }
+        // Weights of firing clauses move toward the target, each with the same probability.
+        let step = if target { 1 } else { -1 };
+        for (j, &f) in fired.iter().enumerate() {
+            if f && rng.random::<u32>() < threshold {
+                self.weights[class][j] += step;
+            }
+        }
+    }
+
+    pub fn fit_epoch(&mut self, data: &BitRows, masks: &mut FeedbackMasks, rng: &mut FlintRng) {
+        use rand::seq::SliceRandom;
+        let mut order: Vec<usize> = (0..data.len()).collect();
+        order.shuffle(rng);
+        let mut scratch = Scratch::default();
+        for i in order {
+            self.update(data.row(i), data.labels[i], masks, rng, &mut scratch);
+        }
+    }
+
+    pub fn compile(&self) -> CompiledClauses {
+        CompiledClauses::compile(
+            self.bank.clauses(),
+            self.bank.features(),
+            |j| self.bank.include(j),
+            |_| 1,
+        )
+    }
+
+    /// Class sums of every row (row-major, `classes` per row), 64 rows at a time.
+    pub fn class_sums_batch(&self, data: &BitRows) -> Vec<i32> {
+        Transposed::new(data).shared_class_sums(&self.compile(), &self.weights)
+    }
+
+    pub fn predict_batch(&self, data: &BitRows) -> Vec<u32> {
+        self.class_sums_batch(data)
+            .chunks(self.classes)
+            .map(argmax)
+            .collect()
+    }
+
+    pub fn accuracy(&self, data: &BitRows) -> f64 {
+        let predicted = self.predict_batch(data);
+        let correct = predicted
+            .iter()
+            .zip(&data.labels)
+            .filter(|(p, y)| p == y)
+            .count();
+        correct as f64 / data.len().max(1) as f64
+    }
+
+    /// TPFL's confidence per class: the weighted class sums summed over `data` (the code's
+    /// definition; REFERENCE-NOTES §1).
+    pub fn confidence(&self, data: &BitRows) -> Vec<i64> {
+        let mut conf = vec![0i64; self.classes];
+        for row in self.class_sums_batch(data).chunks(self.classes) {
+            for (c, &v) in conf.iter_mut().zip(row) {
+                *c += i64::from(v);
+            }
+        }
+        conf
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::tm::TmParams;
+    use crate::rng::derive_rng;
+
+    fn hyper(clauses: usize, t: i32, s: f64) -> TmHyper {
+        TmHyper::from_params(&TmParams {
+            clauses: Some(clauses),
+            t: Some(t),
+            s: Some(s),
+            boost_true_positive: Some(false),
+            ..Default::default()
+        })
+        .unwrap()
+    }
+
+    fn xor(n: usize, noise: f64, rng: &mut FlintRng) -> BitRows {
+        let mut rows = BitRows::new(12, 2);
+        for _ in 0..n {
+            let bits: Vec<bool> = (0..12).map(|_| rng.random::<bool>()).collect();
+            let mut y = u32::from(bits[0] ^ bits[1]);
+            if rng.random::<f64>() < noise {
+                y ^= 1;
+            }
+            rows.push(&bits, y);
+        }
+        rows
+    }
+
+    #[test]
+    fn learns_noisy_xor() {
+        let mut rng = derive_rng(21, "cxor", 0);
+        let train = xor(5000, 0.1, &mut rng);
+        let test = xor(2000, 0.0, &mut rng);
+        let mut tm = CoalescedTm::new(hyper(20, 15, 3.9), 12, 2, &mut rng);
+        let mut masks = FeedbackMasks::new(3.9, &mut rng);
+        for _ in 0..100 {
+            tm.fit_epoch(&train, &mut masks, &mut rng);
+            if tm.accuracy(&test) == 1.0 {
+                break;
+            }
+        }
+        assert_eq!(tm.accuracy(&test), 1.0);
+    }
+
+    #[test]
+    fn initial_weights_are_plus_or_minus_one_and_seeded() {
+        let a = CoalescedTm::new(hyper(100, 15, 3.9), 4, 3, &mut derive_rng(1, "w", 0));
+        let b = CoalescedTm::new(hyper(100, 15, 3.9), 4, 3, &mut derive_rng(1, "w", 0));
+        assert_eq!(a, b);
+        let all: Vec<i32> = (0..3).flat_map(|c| a.class_weights(c).to_vec()).collect();
+        assert!(all.iter().all(|w| *w == 1 || *w == -1));
+        assert!(all.contains(&1) && all.contains(&-1));
+    }
+
+    /// An empty clause fires while training: its weight for the target class rises, for the
+    /// other class falls, and may cross zero.
+    #[test]
+    fn firing_clauses_move_weights_toward_the_target() {
+        let mut rng = derive_rng(2, "w", 0);
+        let mut tm = CoalescedTm::new(hyper(2, 1000, 10.0), 1, 2, &mut rng);
+        tm.set_class_weights(0, &[1, -1]).unwrap();
+        tm.set_class_weights(1, &[1, -1]).unwrap();
+        let mut masks = FeedbackMasks::new(10.0, &mut rng);
+        let mut s = Scratch::default();
+        // An input that no literal state change can stop from firing within a few updates is
+        // not needed: Type II needs many steps to include a literal (states start at N).
+        for _ in 0..40 {
+            tm.update(&[0], 0, &mut masks, &mut rng, &mut s);
+        }
+        assert!(
+            tm.class_weights(0).iter().all(|&w| w > 1),
+            "{:?}",
+            tm.class_weights(0)
+        );
+        assert!(
+            tm.class_weights(1).iter().all(|&w| w < -1),
+            "{:?}",
+            tm.class_weights(1)
+        );
+    }
+
+    #[test]
+    fn batched_sums_and_confidence_match_one_at_a_time() {
+        let mut rng = derive_rng(5, "cxor", 0);
+        let train = xor(2000, 0.1, &mut rng);
+        let mut tm = CoalescedTm::new(hyper(30, 15, 3.9), 12, 2, &mut rng);
+        let mut masks = FeedbackMasks::new(3.9, &mut rng);
+        for _ in 0..3 {
+            tm.fit_epoch(&train, &mut masks, &mut rng);
+        }
+        let test = xor(100, 0.0, &mut rng);
+        let batched = tm.class_sums_batch(&test);
+        let mut conf = [0i64; 2];
+        for i in 0..test.len() {
+            let one = tm.class_sums(test.row(i));
+            assert_eq!(&batched[2 * i..2 * i + 2], &one[..], "row {i}");
+            conf[0] += i64::from(one[0]);
+            conf[1] += i64::from(one[1]);
+        }
+        assert_eq!(tm.confidence(&test), conf.to_vec());
+    }
+
+    #[test]
+    fn class_weights_round_trip_and_are_checked() {
+        let mut rng = derive_rng(6, "w", 0);
+        let mut tm = CoalescedTm::new(hyper(4, 15, 3.9), 3, 2, &mut rng);
+        tm.set_class_weights(1, &[5, -3, 0, 2]).unwrap();
+        assert_eq!(tm.class_weights(1), &[5, -3, 0, 2]);
+        assert!(
+            tm.set_class_weights(1, &[1])
+                .unwrap_err()
+                .contains("expected 4")
+        );
+        assert!(
+            tm.set_class_weights(2, &[1, 1, 1, 1])
+                .unwrap_err()
+                .contains("class 2")
+        );
+    }
+}
