@@ -52,8 +52,11 @@ mod tests {
 
     #[test]
     fn a_model_with_equal_sums_abstains() {
-        let flat = vec![7, 7, 7, 3, 0, 9];
-        let other = vec![0, 1, 0, 5, 0, 0];
-        assert_eq!(composite_predict(&[flat, other], 3), vec![1, 2]);
+        // Row 0: model A's sums (7, 7, 7) are flat and abstain; model B's (0, 1, 0) → class 1.
+        // Row 1: A (3, 0, 9) / 9 = (1/3, 0, 1); B (5, 0, 0) / 5 = (1, 0, 0); total (4/3, 0, 1)
+        // → class 0.
+        let a = vec![7, 7, 7, 3, 0, 9];
+        let b = vec![0, 1, 0, 5, 0, 0];
+        assert_eq!(composite_predict(&[a, b], 3), vec![1, 0]);
     }
 }
