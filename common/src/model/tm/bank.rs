@@ -89,6 +89,43 @@ impl ClauseBank {
         self.clauses
     }
 
+    /// Every automaton state, bit-sliced (what a checkpoint stores).
+    pub fn planes(&self) -> &[u64] {
+        &self.planes
+    }
+
+    /// A bank from stored planes; the include and live summaries are derived from them.
+    pub fn from_planes(
+        clauses: usize,
+        features: usize,
+        bits: usize,
+        planes: Vec<u64>,
+    ) -> Result<ClauseBank, String> {
+        let mut bank = ClauseBank::new(clauses, features, bits);
+        if planes.len() != bank.planes.len() {
+            return Err(format!(
+                "{} automaton words for {clauses} clauses of {features} features at {bits} bits, expected {}",
+                planes.len(),
+                bank.planes.len()
+            ));
+        }
+        bank.planes = planes;
+        let lw = bank.lw();
+        for j in 0..clauses {
+            for l in 0..lw {
+                let v = bank.valid[l % bank.fw];
+                let cell = bank.cell_mut(j, l);
+                if cell.iter().any(|p| p & !v != 0) {
+                    return Err(format!("clause {j} has automata beyond the last feature"));
+                }
+                let (live, top) = (cell.iter().fold(0, |a, p| a | p), cell[bits - 1]);
+                bank.include[j * lw + l] = top;
+                bank.live[j * lw + l] = live;
+            }
+        }
+        Ok(bank)
+    }
+
     pub fn features(&self) -> usize {
         self.features
     }

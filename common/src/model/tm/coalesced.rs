@@ -48,6 +48,32 @@ impl CoalescedTm {
         }
     }
 
+    /// Reassembles a machine (checkpoints); checks that the parts agree.
+    pub(crate) fn from_parts(
+        hyper: TmHyper,
+        bank: ClauseBank,
+        weights: Vec<Vec<i32>>,
+        class_counts: Vec<u64>,
+    ) -> Result<CoalescedTm, String> {
+        let classes = weights.len();
+        if classes < 2 || class_counts.len() != classes {
+            return Err("weights and class counts disagree on the number of classes".into());
+        }
+        if weights.iter().any(|w| w.len() != hyper.clauses) || bank.clauses() != hyper.clauses {
+            return Err(format!(
+                "every class needs {} clause weights",
+                hyper.clauses
+            ));
+        }
+        Ok(CoalescedTm {
+            hyper,
+            classes,
+            bank,
+            weights,
+            class_counts,
+        })
+    }
+
     pub fn hyper(&self) -> &TmHyper {
         &self.hyper
     }

@@ -1,6 +1,7 @@
 //! Tsetlin Machines: a bit-parallel clause bank and the machines built on it.
 
 pub mod bank;
+pub mod checkpoint;
 pub mod coalesced;
 pub mod composite;
 pub mod infer;

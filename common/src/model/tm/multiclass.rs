@@ -42,6 +42,35 @@ impl MultiClassTm {
         }
     }
 
+    /// Reassembles a machine (checkpoints); checks that the parts agree.
+    pub(crate) fn from_parts(
+        hyper: TmHyper,
+        banks: Vec<ClauseBank>,
+        weights: Vec<Vec<u32>>,
+        class_counts: Vec<u64>,
+    ) -> Result<MultiClassTm, String> {
+        let classes = banks.len();
+        if weights.len() != classes || class_counts.len() != classes {
+            return Err("banks, weights and class counts disagree on the number of classes".into());
+        }
+        if weights
+            .iter()
+            .any(|w| w.len() != hyper.clauses || w.contains(&0))
+        {
+            return Err(format!(
+                "weights must be {} positive integers per class",
+                hyper.clauses
+            ));
+        }
+        Ok(MultiClassTm {
+            hyper,
+            classes,
+            banks,
+            weights,
+            class_counts,
+        })
+    }
+
     pub fn hyper(&self) -> &TmHyper {
         &self.hyper
     }
@@ -312,6 +341,21 @@ impl MultiClassTm {
         bank.include(clause)[half * bank.feature_words() + k / 64] >> (k % 64) & 1 == 1
     }
 
+    /// ORs other include bits into one class (FedTM/FedTMOS: a literal is included if it is in
+    /// any of the merged models).
+    pub fn or_include_bits(&mut self, class: usize, bits: &[u8]) -> Result<(), String> {
+        let mut merged = self.include_bits(class);
+        if bits.len() != merged.len() {
+            return Err(format!(
+                "{} include bytes for class {class}, expected {}",
+                bits.len(),
+                merged.len()
+            ));
+        }
+        merged.iter_mut().zip(bits).for_each(|(m, b)| *m |= b);
+        self.set_include_bits(class, &merged)
+    }
+
     /// Replaces one class's include bits (the layout of [`Self::include_bits`]).
     pub fn set_include_bits(&mut self, class: usize, bits: &[u8]) -> Result<(), String> {
         let bank = &mut self.banks[class];
@@ -461,6 +505,23 @@ mod tests {
             );
         }
         assert!(batched.iter().any(|&v| v != 0), "a trained machine votes");
+    }
+
+    #[test]
+    fn or_merge_includes_the_union_of_both_models() {
+        let mut rng = derive_rng(9, "xor", 0);
+        let train = noisy_xor(1000, 0.1, &mut rng);
+        let mut masks = FeedbackMasks::new(3.9, &mut rng);
+        let mut a = MultiClassTm::new(hyper(10, 15, 3.9), 12, 2);
+        let mut b = a.clone();
+        a.fit_epoch(&train, &mut masks, &mut rng);
+        b.fit_epoch(&train, &mut masks, &mut rng);
+        let (ia, ib) = (a.include_bits(1), b.include_bits(1));
+        assert_ne!(ia, ib);
+        a.or_include_bits(1, &ib).unwrap();
+        let want: Vec<u8> = ia.iter().zip(&ib).map(|(x, y)| x | y).collect();
+        assert_eq!(a.include_bits(1), want);
+        assert!(a.or_include_bits(1, &[0]).is_err());
     }
 
     /// Weighted clauses: Type I on a firing clause adds 1; Type II subtracts 1 while above 1.
