@@ -2,19 +2,22 @@
 //! time, test accuracy and inference speed. Run by `scripts/tm-bench.sh` beside the peers.
 //!
 //! cargo run --release -p flint-common --example tm_mnist -- MACHINE CLAUSES T S EPOCHS [WEIGHTED] [TRAIN_ROWS] [BOOST] [NEGATIVE]
-//! MACHINE: multiclass (CLAUSES per class) or coalesced (CLAUSES shared)
+//! MACHINE: multiclass (CLAUSES per class), coalesced (CLAUSES shared) or conv (CLAUSES per
+//! class over 10×10 patches)
 
 use std::time::Instant;
 
 use flint_common::data::booleanize::{BitRows, Threshold};
 use flint_common::data::default_data_dir;
 use flint_common::data::mnist::{self, Split};
+use flint_common::model::tm::conv::{ConvTm, PatchSpec};
 use flint_common::model::tm::{CoalescedTm, FeedbackMasks, MultiClassTm, TmHyper, TmParams};
 use flint_common::rng::{FlintRng, derive_rng};
 
 enum Machine {
     MultiClass(MultiClassTm),
     Coalesced(CoalescedTm),
+    Conv(ConvTm),
 }
 
 impl Machine {
@@ -22,6 +25,7 @@ impl Machine {
         match self {
             Machine::MultiClass(tm) => tm.fit_epoch(data, masks, rng),
             Machine::Coalesced(tm) => tm.fit_epoch(data, masks, rng),
+            Machine::Conv(tm) => tm.fit_epoch(data, masks, rng),
         }
     }
 
@@ -29,6 +33,7 @@ impl Machine {
         match self {
             Machine::MultiClass(tm) => tm.accuracy(data),
             Machine::Coalesced(tm) => tm.accuracy(data),
+            Machine::Conv(tm) => tm.accuracy(data),
         }
     }
 }
@@ -66,6 +71,15 @@ fn main() {
     let mut tm = match machine.as_str() {
         "multiclass" => Machine::MultiClass(MultiClassTm::new(hyper, train.features(), 10)),
         "coalesced" => Machine::Coalesced(CoalescedTm::new(hyper, train.features(), 10, &mut rng)),
+        "conv" => {
+            let spec = PatchSpec {
+                width: 28,
+                height: 28,
+                channels: 1,
+                patch: 10,
+            };
+            Machine::Conv(ConvTm::new(hyper, spec, 10).expect("patch fits"))
+        }
         other => panic!("unknown machine {other:?}; expected multiclass or coalesced"),
     };
     println!(

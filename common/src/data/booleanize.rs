@@ -51,6 +51,18 @@ impl BitRows {
         self.labels.push(label);
     }
 
+    /// Appends a row given as packed words (bits past `features` must be zero).
+    pub fn push_words(&mut self, words: &[u64], label: u32) {
+        assert_eq!(words.len(), self.fw, "row width in words");
+        self.bits.extend_from_slice(words);
+        self.labels.push(label);
+    }
+
+    pub fn clear(&mut self) {
+        self.bits.clear();
+        self.labels.clear();
+    }
+
     /// The first `n` rows.
     pub fn head(&self, n: usize) -> BitRows {
         let n = n.min(self.len());

@@ -78,6 +78,20 @@ impl CompiledClauses {
         out
     }
 
+    /// The summed weights of the clauses that fire on at least one of the rows of `t`: the class
+    /// sum of a convolutional machine, whose rows are one image's patches.
+    pub fn sum_if_any(&self, t: &Transposed) -> i32 {
+        let mut sum = 0;
+        for (k, &w) in self.weights.iter().enumerate() {
+            if t.blocks()
+                .any(|(_, valid, block)| self.output(k, block, valid) != 0)
+            {
+                sum += w;
+            }
+        }
+        sum
+    }
+
     /// Adds this class's sum for each of up to 64 samples of `block` into `sums[i]`.
     fn add_sums(&self, block: &[u64], valid: u64, sums: &mut [i32], class: usize, classes: usize) {
         for (k, &w) in self.weights.iter().enumerate() {

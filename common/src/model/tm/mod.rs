@@ -4,6 +4,7 @@ pub mod bank;
 pub mod checkpoint;
 pub mod coalesced;
 pub mod composite;
+pub mod conv;
 pub mod infer;
 pub mod multiclass;
 

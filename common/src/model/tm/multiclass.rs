@@ -87,6 +87,11 @@ impl MultiClassTm {
         &self.banks[class]
     }
 
+    /// Counts one training example of `class`.
+    pub(crate) fn count(&mut self, class: u32) {
+        self.class_counts[class as usize] += 1;
+    }
+
     /// Samples of each class this model has been trained on.
     pub fn class_counts(&self) -> &[u64] {
         &self.class_counts
@@ -96,7 +101,7 @@ impl MultiClassTm {
         &self.weights[class]
     }
 
-    fn polarity(clause: usize) -> i32 {
+    pub(crate) fn polarity(clause: usize) -> i32 {
         if clause.is_multiple_of(2) { 1 } else { -1 }
     }
 
@@ -206,6 +211,40 @@ impl MultiClassTm {
         let t = self.hyper.t;
         let mut fired = std::mem::take(&mut scratch.fired);
         let v = self.class_sum_into(class, x, true, &mut fired).clamp(-t, t);
+        self.banks[class].literals_of(x, &mut scratch.lits);
+        let mut selected = std::mem::take(&mut scratch.selected);
+        self.apply_feedback(
+            class,
+            target,
+            v,
+            &fired,
+            &scratch.lits,
+            None,
+            masks,
+            rng,
+            &mut selected,
+        );
+        scratch.selected = selected;
+        scratch.fired = fired;
+    }
+
+    /// Feedback to one class given its clause outputs and clamped class sum `v`. Clause j learns
+    /// from the literal row `rows[row_of[j]]` (rows of `2·fw` words; one row when `row_of` is
+    /// `None`): the convolutional machine gives each clause the patch it fired on.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn apply_feedback(
+        &mut self,
+        class: usize,
+        target: bool,
+        v: i32,
+        fired: &[bool],
+        rows: &[u64],
+        row_of: Option<&[u32]>,
+        masks: &mut FeedbackMasks,
+        rng: &mut FlintRng,
+        selected: &mut Vec<u32>,
+    ) {
+        let t = self.hyper.t;
         let p = if target {
             (t - v) as f32 / (2 * t) as f32
         } else {
@@ -215,26 +254,26 @@ impl MultiClassTm {
         let (boost, weighted) = (self.hyper.boost_true_positive, self.hyper.weighted);
         let bank = &mut self.banks[class];
         let weights = &mut self.weights[class];
-        bank.literals_of(x, &mut scratch.lits);
-        let lits = &scratch.lits;
         // Which clauses get feedback (one 64-bit draw decides two), decided first so that the
         // next one's automata can be loaded while the current one is updated.
         let threshold = (f64::from(p.clamp(0.0, 1.0)) * f64::from(u32::MAX)) as u32;
-        scratch.selected.clear();
+        selected.clear();
         let mut draw = 0u64;
         for j in 0..fired.len() {
             if j % 2 == 0 {
                 draw = rng.random();
             }
             if ((draw >> (32 * (j % 2))) as u32) < threshold {
-                scratch.selected.push(j as u32);
+                selected.push(j as u32);
             }
         }
-        for (n, &j) in scratch.selected.iter().enumerate() {
-            if let Some(&next) = scratch.selected.get(n + 1) {
+        for (n, &j) in selected.iter().enumerate() {
+            if let Some(&next) = selected.get(n + 1) {
                 bank.prefetch_feedback(next as usize);
             }
             let (j, f) = (j as usize, fired[j as usize]);
+            let row = row_of.map_or(0, |r| r[j] as usize);
+            let lits = &rows[row * lw..(row + 1) * lw];
             // Positive clauses of the target class and negative clauses of the other class
             // learn to fire (Type I); the rest learn not to (Type II).
             if (j % 2 == 0) == target {
@@ -249,7 +288,6 @@ impl MultiClassTm {
                 }
             }
         }
-        scratch.fired = fired;
     }
 
     /// One pass over `data` in an order shuffled by `rng`.

@@ -1,0 +1,408 @@
+//! The convolutional Tsetlin Machine (Granmo et al. 2019), multi-class form: clauses look at
+//! W×W patches of an image, a patch's literals being its pixels plus its position in
+//! thermometer code; a clause fires on an image when it fires on any patch, and learns from one
+//! patch drawn at random among those it fires on.
+
+use rand::RngExt;
+
+use super::bank::words_for;
+use super::infer::Transposed;
+use super::multiclass::{MultiClassTm, argmax};
+use super::{FeedbackMasks, TmHyper};
+use crate::data::booleanize::BitRows;
+use crate::rng::FlintRng;
+
+/// Image shape and patch size. An image's bit `(y·width + x)·channels + z` is pixel (x, y),
+/// channel z.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PatchSpec {
+    pub width: usize,
+    pub height: usize,
+    pub channels: usize,
+    pub patch: usize,
+}
+
+impl PatchSpec {
+    pub fn check(&self) -> Result<(), String> {
+        if self.channels == 0
+            || self.patch == 0
+            || self.patch > self.width
+            || self.patch > self.height
+        {
+            return Err(format!(
+                "a {}×{} patch does not fit a {}×{}×{} image",
+                self.patch, self.patch, self.width, self.height, self.channels
+            ));
+        }
+        Ok(())
+    }
+
+    pub fn image_bits(&self) -> usize {
+        self.width * self.height * self.channels
+    }
+
+    fn across(&self) -> usize {
+        self.width - self.patch + 1
+    }
+
+    /// Patch positions per image.
+    pub fn positions(&self) -> usize {
+        self.across() * (self.height - self.patch + 1)
+    }
+
+    /// Features of one patch: W·W·channels pixels, then y and x in thermometer code.
+    pub fn patch_features(&self) -> usize {
+        self.patch * self.patch * self.channels
+            + (self.height - self.patch)
+            + (self.width - self.patch)
+    }
+
+    /// Thermometer bits of every position: y (bit k set when py > k), then x.
+    fn position_words(&self) -> Vec<u64> {
+        let (pfw, pixels) = (
+            words_for(self.patch_features()),
+            self.patch * self.patch * self.channels,
+        );
+        let mut out = vec![0u64; self.positions() * pfw];
+        for pos in 0..self.positions() {
+            let (px, py) = (pos % self.across(), pos / self.across());
+            let row = &mut out[pos * pfw..(pos + 1) * pfw];
+            for k in 0..py {
+                set(row, pixels + k);
+            }
+            for k in 0..px {
+                set(row, pixels + (self.height - self.patch) + k);
+            }
+        }
+        out
+    }
+
+    /// The feature rows of every patch of `image`, replacing `out`'s rows.
+    fn patches(&self, image: &[u64], position_words: &[u64], out: &mut BitRows) {
+        out.clear();
+        let (w, pfw) = (self.patch, words_for(self.patch_features()));
+        let mut row = vec![0u64; pfw];
+        // One channel and narrow images: image rows as bit masks, a patch row in one shift.
+        let rows: Option<Vec<u64>> = (self.channels == 1 && self.width <= 64).then(|| {
+            (0..self.height)
+                .map(|y| bits_at(image, y * self.width, self.width))
+                .collect()
+        });
+        for pos in 0..self.positions() {
+            let (px, py) = (pos % self.across(), pos / self.across());
+            row.copy_from_slice(&position_words[pos * pfw..(pos + 1) * pfw]);
+            match &rows {
+                Some(rows) => {
+                    let keep = if w == 64 { u64::MAX } else { (1u64 << w) - 1 };
+                    for dy in 0..w {
+                        put_bits(&mut row, dy * w, (rows[py + dy] >> px) & keep, w);
+                    }
+                }
+                None => {
+                    for dy in 0..w {
+                        for dx in 0..w {
+                            for z in 0..self.channels {
+                                let src = ((py + dy) * self.width + px + dx) * self.channels + z;
+                                if image[src / 64] >> (src % 64) & 1 == 1 {
+                                    set(&mut row, (dy * w + dx) * self.channels + z);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            out.push_words(&row, 0);
+        }
+    }
+}
+
+fn set(words: &mut [u64], bit: usize) {
+    words[bit / 64] |= 1 << (bit % 64);
+}
+
+/// `len` (≤ 64) bits of `words` starting at bit `start`.
+fn bits_at(words: &[u64], start: usize, len: usize) -> u64 {
+    let (w, b) = (start / 64, start % 64);
+    let mut v = words[w] >> b;
+    if b + len > 64 && w + 1 < words.len() {
+        v |= words[w + 1] << (64 - b);
+    }
+    if len == 64 {
+        v
+    } else {
+        v & ((1u64 << len) - 1)
+    }
+}
+
+/// Writes the low `len` bits of `value` at bit `start`.
+fn put_bits(words: &mut [u64], start: usize, value: u64, len: usize) {
+    let (w, b) = (start / 64, start % 64);
+    words[w] |= value << b;
+    if b + len > 64 {
+        words[w + 1] |= value >> (64 - b);
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConvTm {
+    spec: PatchSpec,
+    position_words: Vec<u64>,
+    tm: MultiClassTm,
+}
+
+/// Reused buffers of the training loop.
+#[derive(Debug)]
+pub struct ConvScratch {
+    patches: BitRows,
+    lit_rows: Vec<u64>,
+    lits: Vec<u64>,
+    fired: Vec<bool>,
+    row_of: Vec<u32>,
+    hits: Vec<u32>,
+    selected: Vec<u32>,
+}
+
+impl ConvScratch {
+    pub fn new(spec: &PatchSpec) -> ConvScratch {
+        ConvScratch {
+            patches: BitRows::new(spec.patch_features(), 2),
+            lit_rows: Vec::new(),
+            lits: Vec::new(),
+            fired: Vec::new(),
+            row_of: Vec::new(),
+            hits: Vec::new(),
+            selected: Vec::new(),
+        }
+    }
+}
+
+impl ConvTm {
+    pub fn new(hyper: TmHyper, spec: PatchSpec, classes: usize) -> Result<ConvTm, String> {
+        spec.check()?;
+        Ok(ConvTm {
+            position_words: spec.position_words(),
+            tm: MultiClassTm::new(hyper, spec.patch_features(), classes),
+            spec,
+        })
+    }
+
+    pub fn spec(&self) -> &PatchSpec {
+        &self.spec
+    }
+
+    /// The clause banks and weights (over patch literals): what the federation exchanges.
+    pub fn machine(&self) -> &MultiClassTm {
+        &self.tm
+    }
+
+    pub fn update(
+        &mut self,
+        image: &[u64],
+        y: u32,
+        masks: &mut FeedbackMasks,
+        rng: &mut FlintRng,
+        s: &mut ConvScratch,
+    ) {
+        self.tm.count(y);
+        self.spec
+            .patches(image, &self.position_words, &mut s.patches);
+        s.lit_rows.clear();
+        for p in 0..s.patches.len() {
+            self.tm.bank(0).literals_of(s.patches.row(p), &mut s.lits);
+            s.lit_rows.extend_from_slice(&s.lits);
+        }
+        self.feedback(y as usize, true, masks, rng, s);
+        let classes = self.tm.classes();
+        let r = rng.random_range(0..classes - 1);
+        let negative = if r >= y as usize { r + 1 } else { r };
+        self.feedback(negative, false, masks, rng, s);
+    }
+
+    fn feedback(
+        &mut self,
+        class: usize,
+        target: bool,
+        masks: &mut FeedbackMasks,
+        rng: &mut FlintRng,
+        s: &mut ConvScratch,
+    ) {
+        let t = self.tm.hyper().t;
+        let bank = self.tm.bank(class);
+        s.fired.clear();
+        s.row_of.clear();
+        let mut v = 0i32;
+        for j in 0..bank.clauses() {
+            s.hits.clear();
+            for p in 0..s.patches.len() {
+                if bank.fires(j, s.patches.row(p), true) {
+                    s.hits.push(p as u32);
+                }
+            }
+            let fired = !s.hits.is_empty();
+            s.fired.push(fired);
+            s.row_of.push(if fired {
+                s.hits[rng.random_range(0..s.hits.len())]
+            } else {
+                0
+            });
+            if fired {
+                v += MultiClassTm::polarity(j) * self.tm.class_weights(class)[j] as i32;
+            }
+        }
+        let v = v.clamp(-t, t);
+        let (fired, row_of) = (std::mem::take(&mut s.fired), std::mem::take(&mut s.row_of));
+        self.tm.apply_feedback(
+            class,
+            target,
+            v,
+            &fired,
+            &s.lit_rows,
+            Some(&row_of),
+            masks,
+            rng,
+            &mut s.selected,
+        );
+        (s.fired, s.row_of) = (fired, row_of);
+    }
+
+    pub fn fit_epoch(&mut self, data: &BitRows, masks: &mut FeedbackMasks, rng: &mut FlintRng) {
+        use rand::seq::SliceRandom;
+        let mut order: Vec<usize> = (0..data.len()).collect();
+        order.shuffle(rng);
+        let mut scratch = ConvScratch::new(&self.spec);
+        for i in order {
+            self.update(data.row(i), data.labels[i], masks, rng, &mut scratch);
+        }
+    }
+
+    /// Class sums of every image (row-major, `classes` per image).
+    pub fn class_sums_batch(&self, data: &BitRows) -> Vec<i32> {
+        let compiled = self.tm.compile();
+        let mut patches = BitRows::new(self.spec.patch_features(), 2);
+        let mut sums = Vec::with_capacity(data.len() * compiled.len());
+        for i in 0..data.len() {
+            self.spec
+                .patches(data.row(i), &self.position_words, &mut patches);
+            let t = Transposed::new(&patches);
+            sums.extend(compiled.iter().map(|c| c.sum_if_any(&t)));
+        }
+        sums
+    }
+
+    pub fn predict_batch(&self, data: &BitRows) -> Vec<u32> {
+        self.class_sums_batch(data)
+            .chunks(self.tm.classes())
+            .map(argmax)
+            .collect()
+    }
+
+    pub fn accuracy(&self, data: &BitRows) -> f64 {
+        let predicted = self.predict_batch(data);
+        let correct = predicted
+            .iter()
+            .zip(&data.labels)
+            .filter(|(p, y)| p == y)
+            .count();
+        correct as f64 / data.len().max(1) as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::tm::TmParams;
+    use crate::rng::derive_rng;
+
+    #[test]
+    fn patch_literals_are_pixels_then_position_thermometers() {
+        // 3×3 image, 2×2 patches: 4 positions, 4 pixels + 1 y bit + 1 x bit per patch.
+        let spec = PatchSpec {
+            width: 3,
+            height: 3,
+            channels: 1,
+            patch: 2,
+        };
+        assert_eq!((spec.positions(), spec.patch_features()), (4, 6));
+        // Image pixels (x, y): (2, 1) and (1, 2) set.
+        let image = [(1u64 << 5) | (1 << 7)];
+        let mut out = BitRows::new(6, 2);
+        spec.patches(&image, &spec.position_words(), &mut out);
+        // Position (1, 1) (index 3): pixel (2,1) is patch (1,0) → bit 1; pixel (1,2) is patch
+        // (0,1) → bit 2; py = 1 > 0 → bit 4; px = 1 > 0 → bit 5.
+        assert_eq!(out.row(3), &[0b110110]);
+        // Position (0, 0): only pixel (1,1) would count, and it is clear; no position bits.
+        assert_eq!(out.row(0), &[0]);
+        // The bit-by-bit path (two channels) gives the same layout for channel 0.
+        let two = PatchSpec {
+            channels: 2,
+            ..spec
+        };
+        let wide: u64 = (1 << 10) | (1 << 14); // pixels (2,1) and (1,2), channel 0
+        let mut out2 = BitRows::new(two.patch_features(), 2);
+        two.patches(&[wide], &two.position_words(), &mut out2);
+        assert_eq!(out2.row(3), &[(1 << 2) | (1 << 4) | (1 << 8) | (1 << 9)]);
+    }
+
+    /// Translation invariance: a 2×2 square (class 1) or a 1×4 bar (class 0) anywhere in a
+    /// 10×10 image, learned perfectly by a small weighted machine.
+    #[test]
+    fn learns_shapes_wherever_they_are() {
+        let mut rng = derive_rng(4, "conv", 0);
+        let make = |n: usize, rng: &mut FlintRng| {
+            let mut rows = BitRows::new(100, 2);
+            for _ in 0..n {
+                let class = rng.random_range(0..2u32);
+                let mut img = vec![false; 100];
+                let (x, y) = (rng.random_range(0..6), rng.random_range(0..8));
+                let cells: &[(usize, usize)] = if class == 1 {
+                    &[(0, 0), (1, 0), (0, 1), (1, 1)]
+                } else {
+                    &[(0, 0), (1, 0), (2, 0), (3, 0)]
+                };
+                for &(dx, dy) in cells {
+                    img[(y + dy) * 10 + x + dx] = true;
+                }
+                rows.push(&img, class);
+            }
+            rows
+        };
+        let train = make(1000, &mut rng);
+        let test = make(300, &mut rng);
+        let hyper = TmHyper::from_params(&TmParams {
+            clauses: Some(10),
+            t: Some(20),
+            s: Some(3.0),
+            weighted: Some(true),
+            ..Default::default()
+        })
+        .unwrap();
+        let spec = PatchSpec {
+            width: 10,
+            height: 10,
+            channels: 1,
+            patch: 3,
+        };
+        let mut tm = ConvTm::new(hyper, spec, 2).unwrap();
+        let mut masks = FeedbackMasks::new(3.0, &mut rng);
+        for _ in 0..3 {
+            tm.fit_epoch(&train, &mut masks, &mut rng);
+        }
+        assert_eq!(tm.accuracy(&test), 1.0);
+    }
+
+    #[test]
+    fn patches_must_fit_the_image() {
+        let h = TmHyper::from_params(&TmParams::default()).unwrap();
+        let spec = PatchSpec {
+            width: 4,
+            height: 4,
+            channels: 1,
+            patch: 5,
+        };
+        assert!(
+            ConvTm::new(h, spec, 2)
+                .unwrap_err()
+                .contains("does not fit")
+        );
+    }
+}
