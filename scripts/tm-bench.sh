@@ -17,7 +17,10 @@ OUT=${OUT:-runs/tm-bench}
 mkdir -p "$OUT"
 
 [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
-"$VENV/bin/pip" install -q "numpy<2" pyTsetlinMachine==0.6.6 green-tsetlin==1.1.0
+"$VENV/bin/pip" install -q pyTsetlinMachine==0.6.6 green-tsetlin==1.1.0 tmu==0.8.3
+# tmu 0.8.3 needs numpy < 2 (it writes ~0 into uint32 arrays); the others accept it. Pin it last,
+# as installing the peers can pull numpy 2 in.
+"$VENV/bin/pip" install -q "numpy<2"
 cargo build -q --release -p flint-common --example tm_mnist
 
 # name | flint arguments (machine clauses T s epochs weighted) | peer | peer config
@@ -25,6 +28,7 @@ configs=(
   "mc2000w|multiclass 2000 5000 10 $EPOCHS true|pytsetlinmachine|mc2000w"
   "mc100w|multiclass 100 1000 10 $EPOCHS true|pytsetlinmachine|mc100w"
   "coalesced1000|coalesced 1000 1000 10 $EPOCHS true 60000 false focused|green-tsetlin|coalesced1000"
+  "conv100|conv 100 1000 5 $EPOCHS true|tmu|conv100"
 )
 for c in "${configs[@]}"; do
   IFS='|' read -r name flint peer pconf <<<"$c"

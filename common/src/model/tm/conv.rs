@@ -158,7 +158,8 @@ pub struct ConvScratch {
     lits: Vec<u64>,
     fired: Vec<bool>,
     row_of: Vec<u32>,
-    hits: Vec<u32>,
+    /// Per block of 64 patches: where the clause being evaluated fires.
+    out: Vec<u64>,
     selected: Vec<u32>,
 }
 
@@ -170,7 +171,7 @@ impl ConvScratch {
             lits: Vec::new(),
             fired: Vec::new(),
             row_of: Vec::new(),
-            hits: Vec::new(),
+            out: Vec::new(),
             selected: Vec::new(),
         }
     }
@@ -228,26 +229,58 @@ impl ConvTm {
     ) {
         let t = self.tm.hyper().t;
         let bank = self.tm.bank(class);
+        let fw = bank.feature_words();
+        // Patches transposed: one word holds a feature of 64 patches, so a clause's firing
+        // patches are the AND of its included literals' words, usually zero after a few.
+        let patches = Transposed::new(&s.patches);
+        let blocks = patches.block_count();
         s.fired.clear();
         s.row_of.clear();
         let mut v = 0i32;
         for j in 0..bank.clauses() {
-            s.hits.clear();
-            for p in 0..s.patches.len() {
-                if bank.fires(j, s.patches.row(p), true) {
-                    s.hits.push(p as u32);
+            s.out.clear();
+            s.out.extend((0..blocks).map(|b| patches.valid(b)));
+            let mut alive = true;
+            'literals: for (l, &word) in bank.include(j).iter().enumerate() {
+                let mut bits = word;
+                while bits != 0 {
+                    let f = (l % fw) * 64 + bits.trailing_zeros() as usize;
+                    bits &= bits - 1;
+                    let mut any = 0;
+                    for (b, o) in s.out.iter_mut().enumerate() {
+                        let w = patches.word(b, f);
+                        *o &= if l >= fw { !w } else { w };
+                        any |= *o;
+                    }
+                    if any == 0 {
+                        alive = false;
+                        break 'literals;
+                    }
                 }
             }
-            let fired = !s.hits.is_empty();
-            s.fired.push(fired);
-            s.row_of.push(if fired {
-                s.hits[rng.random_range(0..s.hits.len())]
-            } else {
-                0
-            });
-            if fired {
-                v += MultiClassTm::polarity(j) * self.tm.class_weights(class)[j] as i32;
+            s.fired.push(alive);
+            if !alive {
+                s.row_of.push(0);
+                continue;
             }
+            // A patch drawn uniformly among those the clause fires on.
+            let total: u32 = s.out.iter().map(|o| o.count_ones()).sum();
+            let mut pick = rng.random_range(0..total);
+            let mut row = 0;
+            for (b, &o) in s.out.iter().enumerate() {
+                let n = o.count_ones();
+                if pick < n {
+                    let mut bits = o;
+                    for _ in 0..pick {
+                        bits &= bits - 1;
+                    }
+                    row = b * 64 + bits.trailing_zeros() as usize;
+                    break;
+                }
+                pick -= n;
+            }
+            s.row_of.push(row as u32);
+            v += MultiClassTm::polarity(j) * self.tm.class_weights(class)[j] as i32;
         }
         let v = v.clamp(-t, t);
         let (fired, row_of) = (std::mem::take(&mut s.fired), std::mem::take(&mut s.row_of));

@@ -141,6 +141,27 @@ impl Transposed {
         self.len
     }
 
+    /// Blocks of 64 rows.
+    pub(crate) fn block_count(&self) -> usize {
+        self.len.div_ceil(64)
+    }
+
+    /// Feature `f` of the 64 rows of block `b`.
+    #[inline(always)]
+    pub(crate) fn word(&self, b: usize, f: usize) -> u64 {
+        self.blocks[b * self.features + f]
+    }
+
+    /// The rows present in block `b`.
+    pub(crate) fn valid(&self, b: usize) -> u64 {
+        let count = (self.len - b * 64).min(64);
+        if count == 64 {
+            u64::MAX
+        } else {
+            (1u64 << count) - 1
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
