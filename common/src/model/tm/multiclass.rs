@@ -113,19 +113,7 @@ impl MultiClassTm {
         training: bool,
         fired: &mut Vec<bool>,
     ) -> i32 {
-        let bank = &self.banks[class];
-        let w = &self.weights[class];
-        fired.clear();
-        let mut sum = 0i32;
-        for (j, &wj) in w.iter().enumerate() {
-            bank.prefetch_include(j + 4);
-            let f = bank.fires(j, x, training);
-            fired.push(f);
-            if f {
-                sum += Self::polarity(j) * wj as i32;
-            }
-        }
-        sum
+        class_sum(&self.banks[class], &self.weights[class], x, training, fired)
     }
 
     /// Class sums of one example at inference (empty clauses do not fire).
@@ -244,50 +232,12 @@ impl MultiClassTm {
         rng: &mut FlintRng,
         selected: &mut Vec<u32>,
     ) {
-        let t = self.hyper.t;
-        let p = if target {
-            (t - v) as f32 / (2 * t) as f32
-        } else {
-            (t + v) as f32 / (2 * t) as f32
-        };
-        let lw = 2 * self.banks[class].feature_words();
-        let (boost, weighted) = (self.hyper.boost_true_positive, self.hyper.weighted);
-        let bank = &mut self.banks[class];
-        let weights = &mut self.weights[class];
-        // Which clauses get feedback (one 64-bit draw decides two), decided first so that the
-        // next one's automata can be loaded while the current one is updated.
-        let threshold = (f64::from(p.clamp(0.0, 1.0)) * f64::from(u32::MAX)) as u32;
-        selected.clear();
-        let mut draw = 0u64;
-        for j in 0..fired.len() {
-            if j % 2 == 0 {
-                draw = rng.random();
-            }
-            if ((draw >> (32 * (j % 2))) as u32) < threshold {
-                selected.push(j as u32);
-            }
-        }
-        for (n, &j) in selected.iter().enumerate() {
-            if let Some(&next) = selected.get(n + 1) {
-                bank.prefetch_feedback(next as usize);
-            }
-            let (j, f) = (j as usize, fired[j as usize]);
-            let row = row_of.map_or(0, |r| r[j] as usize);
-            let lits = &rows[row * lw..(row + 1) * lw];
-            // Positive clauses of the target class and negative clauses of the other class
-            // learn to fire (Type I); the rest learn not to (Type II).
-            if (j % 2 == 0) == target {
-                bank.type_i(j, lits, f, boost, masks.draw(lw, rng));
-                if weighted && f {
-                    weights[j] += 1;
-                }
-            } else if f {
-                bank.type_ii(j, lits);
-                if weighted && weights[j] > 1 {
-                    weights[j] -= 1;
-                }
-            }
-        }
+        let hyper = self.hyper;
+        let (bank, weights) = (&mut self.banks[class], &mut self.weights[class]);
+        let rows = Rows { rows, row_of };
+        apply(
+            bank, weights, &hyper, target, v, fired, rows, masks, rng, selected,
+        );
     }
 
     /// One pass over `data` in an order shuffled by `rng`.
@@ -418,6 +368,93 @@ impl MultiClassTm {
             bank.set_include(j, &words);
         }
         Ok(())
+    }
+}
+
+/// The class sum Σ polarity·weight over firing clauses of one class, unclamped; fills `fired`.
+fn class_sum(
+    bank: &ClauseBank,
+    weights: &[u32],
+    x: &[u64],
+    training: bool,
+    fired: &mut Vec<bool>,
+) -> i32 {
+    fired.clear();
+    let mut sum = 0i32;
+    for (j, &wj) in weights.iter().enumerate() {
+        bank.prefetch_include(j + 4);
+        let f = bank.fires(j, x, training);
+        fired.push(f);
+        if f {
+            sum += MultiClassTm::polarity(j) * wj as i32;
+        }
+    }
+    sum
+}
+
+/// Where each clause's feedback literals come from: `rows[row_of[j]]` (rows of `2·fw` words;
+/// the only row when `row_of` is `None`).
+#[derive(Clone, Copy)]
+struct Rows<'a> {
+    rows: &'a [u64],
+    row_of: Option<&'a [u32]>,
+}
+
+/// Feedback to one class given its clause outputs and clamped class sum `v`.
+#[allow(clippy::too_many_arguments)]
+fn apply(
+    bank: &mut ClauseBank,
+    weights: &mut [u32],
+    hyper: &TmHyper,
+    target: bool,
+    v: i32,
+    fired: &[bool],
+    rows: Rows<'_>,
+    masks: &mut FeedbackMasks,
+    rng: &mut FlintRng,
+    selected: &mut Vec<u32>,
+) {
+    let t = hyper.t;
+    let p = if target {
+        (t - v) as f32 / (2 * t) as f32
+    } else {
+        (t + v) as f32 / (2 * t) as f32
+    };
+    let lw = 2 * bank.feature_words();
+    let (boost, weighted) = (hyper.boost_true_positive, hyper.weighted);
+    // Which clauses get feedback (one 64-bit draw decides two), decided first so that the next
+    // one's automata can be loaded while the current one is updated.
+    let threshold = (f64::from(p.clamp(0.0, 1.0)) * f64::from(u32::MAX)) as u32;
+    selected.clear();
+    let mut draw = 0u64;
+    for j in 0..fired.len() {
+        if j % 2 == 0 {
+            draw = rng.random();
+        }
+        if ((draw >> (32 * (j % 2))) as u32) < threshold {
+            selected.push(j as u32);
+        }
+    }
+    for (n, &j) in selected.iter().enumerate() {
+        if let Some(&next) = selected.get(n + 1) {
+            bank.prefetch_feedback(next as usize);
+        }
+        let (j, f) = (j as usize, fired[j as usize]);
+        let row = rows.row_of.map_or(0, |r| r[j] as usize);
+        let lits = &rows.rows[row * lw..(row + 1) * lw];
+        // Positive clauses of the target class and negative clauses of the other class learn to
+        // fire (Type I); the rest learn not to (Type II).
+        if (j % 2 == 0) == target {
+            bank.type_i(j, lits, f, boost, masks.draw(lw, rng));
+            if weighted && f {
+                weights[j] += 1;
+            }
+        } else if f {
+            bank.type_ii(j, lits);
+            if weighted && weights[j] > 1 {
+                weights[j] -= 1;
+            }
+        }
     }
 }
 
