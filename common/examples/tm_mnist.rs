@@ -1,9 +1,10 @@
 //! Trains a Tsetlin Machine on binarized MNIST (pixel > 75) and prints, per epoch, the training
 //! time, test accuracy and inference speed. Run by `scripts/tm-bench.sh` beside the peers.
 //!
-//! cargo run --release -p flint-common --example tm_mnist -- MACHINE CLAUSES T S EPOCHS [WEIGHTED] [TRAIN_ROWS] [BOOST] [NEGATIVE]
+//! cargo run --release -p flint-common --example tm_mnist -- MACHINE CLAUSES T S EPOCHS [WEIGHTED] [TRAIN_ROWS] [BOOST] [NEGATIVE] [THREADS]
 //! MACHINE: multiclass (CLAUSES per class), coalesced (CLAUSES shared) or conv (CLAUSES per
-//! class over 10×10 patches)
+//! class over 10×10 patches). THREADS (multiclass only): 0 = one random stream (default),
+//! 1 or 2 = a stream per class, with 2 threads updating the target and negative class at once.
 
 use std::time::Instant;
 
@@ -21,8 +22,15 @@ enum Machine {
 }
 
 impl Machine {
-    fn fit_epoch(&mut self, data: &BitRows, masks: &mut FeedbackMasks, rng: &mut FlintRng) {
+    fn fit_epoch(
+        &mut self,
+        data: &BitRows,
+        masks: &mut FeedbackMasks,
+        rng: &mut FlintRng,
+        threads: usize,
+    ) {
         match self {
+            Machine::MultiClass(tm) if threads > 0 => tm.fit_epoch_threaded(data, rng, threads),
             Machine::MultiClass(tm) => tm.fit_epoch(data, masks, rng),
             Machine::Coalesced(tm) => tm.fit_epoch(data, masks, rng),
             Machine::Conv(tm) => tm.fit_epoch(data, masks, rng),
@@ -50,6 +58,7 @@ fn main() {
     let rows: usize = arg(6, "60000").parse().expect("train rows");
     let boost: bool = arg(7, "true").parse().expect("boost");
     let negative = arg(8, "uniform");
+    let threads: usize = arg(9, "0").parse().expect("threads");
     let dir = default_data_dir().join("mnist");
     let threshold = Threshold::Above(75.0);
     let train = mnist::load(&dir, Split::Train, threshold)
@@ -83,12 +92,12 @@ fn main() {
         other => panic!("unknown machine {other:?}; expected multiclass or coalesced"),
     };
     println!(
-        "flint {machine} clauses={clauses} T={t} s={s} weighted={weighted} boost={boost} negative={negative} train={}",
+        "flint {machine} clauses={clauses} T={t} s={s} weighted={weighted} boost={boost} negative={negative} threads={threads} train={}",
         train.len()
     );
     for epoch in 1..=epochs {
         let start = Instant::now();
-        tm.fit_epoch(&train, &mut masks, &mut rng);
+        tm.fit_epoch(&train, &mut masks, &mut rng, threads);
         let train_secs = start.elapsed().as_secs_f64();
         let start = Instant::now();
         let acc = tm.accuracy(&test);

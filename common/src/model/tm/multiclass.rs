@@ -251,6 +251,176 @@ impl MultiClassTm {
         }
     }
 
+    /// One pass over `data` with every class on its own random stream and mask pool (drawn from
+    /// `rng`), so that the target and the negative class of an example, which are different
+    /// banks, can learn at the same time: with `threads = 2` a second thread updates the negative
+    /// class. The model is identical for 1 and 2 threads; it differs from [`Self::fit_epoch`]'s,
+    /// which draws everything from one stream.
+    pub fn fit_epoch_threaded(&mut self, data: &BitRows, rng: &mut FlintRng, threads: usize) {
+        use rand::SeedableRng;
+        use rand::seq::SliceRandom;
+        use std::sync::Mutex;
+        use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+        struct Class<'a> {
+            bank: &'a mut ClauseBank,
+            weights: &'a mut Vec<u32>,
+            rng: FlintRng,
+            masks: FeedbackMasks,
+            scratch: Scratch,
+        }
+        fn learn(c: &mut Class<'_>, hyper: &TmHyper, x: &[u64], target: bool) {
+            let t = hyper.t;
+            let v = class_sum(c.bank, c.weights, x, true, &mut c.scratch.fired).clamp(-t, t);
+            c.bank.literals_of(x, &mut c.scratch.lits);
+            let rows = Rows {
+                rows: &c.scratch.lits,
+                row_of: None,
+            };
+            let (fired, selected) = (&c.scratch.fired, &mut c.scratch.selected);
+            apply(
+                c.bank,
+                c.weights,
+                hyper,
+                target,
+                v,
+                fired,
+                rows,
+                &mut c.masks,
+                &mut c.rng,
+                selected,
+            );
+        }
+
+        let mut order: Vec<usize> = (0..data.len()).collect();
+        order.shuffle(rng);
+        let hyper = self.hyper;
+        let classes = self.classes;
+        let seeds: Vec<u64> = (0..classes).map(|_| rng.random()).collect();
+        let states: Vec<Mutex<Class<'_>>> = self
+            .banks
+            .iter_mut()
+            .zip(self.weights.iter_mut())
+            .zip(seeds)
+            .map(|((bank, weights), seed)| {
+                let mut r = FlintRng::seed_from_u64(seed);
+                let masks = FeedbackMasks::new(hyper.s, &mut r);
+                Mutex::new(Class {
+                    bank,
+                    weights,
+                    rng: r,
+                    masks,
+                    scratch: Scratch::default(),
+                })
+            })
+            .collect();
+        let lock = |c: usize| states[c].lock().expect("class lock");
+        let mut sums_scratch = Scratch::default();
+        // The negative class of each example, drawn on this thread before either update.
+        let mut negative_of = |i: usize, y: usize, rng: &mut FlintRng| match hyper.negative_sampling
+        {
+            NegativeSampling::Uniform => {
+                let r = rng.random_range(0..classes - 1);
+                if r >= y { r + 1 } else { r }
+            }
+            NegativeSampling::Focused => {
+                let t = hyper.t;
+                let weights: Vec<i64> = (0..classes)
+                    .map(|c| {
+                        if c == y {
+                            return 0;
+                        }
+                        let st = lock(c);
+                        let v = class_sum(
+                            st.bank,
+                            st.weights,
+                            data.row(i),
+                            true,
+                            &mut sums_scratch.fired,
+                        );
+                        i64::from(v.clamp(-t, t) + t)
+                    })
+                    .collect();
+                let total: i64 = weights.iter().sum();
+                if total == 0 {
+                    let r = rng.random_range(0..classes - 1);
+                    return if r >= y { r + 1 } else { r };
+                }
+                let mut pick = rng.random_range(0..total);
+                weights
+                    .iter()
+                    .position(|&w| {
+                        let hit = pick < w;
+                        pick -= w;
+                        hit
+                    })
+                    .expect("pick is below the total")
+            }
+        };
+
+        if threads < 2 {
+            for &i in &order {
+                let y = data.labels[i] as usize;
+                let neg = negative_of(i, y, rng);
+                self.class_counts[y] += 1;
+                learn(&mut lock(y), &hyper, data.row(i), true);
+                learn(&mut lock(neg), &hyper, data.row(i), false);
+            }
+            return;
+        }
+        // A second thread takes the negative class of each example; the two meet after every
+        // example by spinning on a generation counter (a sleep and wake per example would cost
+        // more than the update itself).
+        const STOP: u64 = u64::MAX;
+        let (generation, done) = (AtomicU64::new(0), AtomicU64::new(0));
+        let (job_row, job_class) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        let wait = |flag: &AtomicU64, until: &dyn Fn(u64) -> bool| {
+            let mut spins = 0u32;
+            loop {
+                let v = flag.load(Ordering::Acquire);
+                if until(v) {
+                    return v;
+                }
+                spins += 1;
+                if spins % 1024 == 0 {
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
+            }
+        };
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                let mut seen = 0;
+                loop {
+                    let g = wait(&generation, &|v| v != seen);
+                    if g == STOP {
+                        return;
+                    }
+                    let (i, c) = (
+                        job_row.load(Ordering::Relaxed),
+                        job_class.load(Ordering::Relaxed),
+                    );
+                    learn(&mut lock(c), &hyper, data.row(i), false);
+                    seen = g;
+                    done.store(g, Ordering::Release);
+                }
+            });
+            for (n, &i) in order.iter().enumerate() {
+                let y = data.labels[i] as usize;
+                let neg = negative_of(i, y, rng);
+                self.class_counts[y] += 1;
+                let g = n as u64 + 1;
+                job_row.store(i, Ordering::Relaxed);
+                job_class.store(neg, Ordering::Relaxed);
+                generation.store(g, Ordering::Release);
+                learn(&mut lock(y), &hyper, data.row(i), true);
+                wait(&done, &|v| v == g);
+            }
+            generation.store(STOP, Ordering::Release);
+        });
+    }
+
     /// Accuracy on `data`.
     pub fn accuracy(&self, data: &BitRows) -> f64 {
         let predicted = self.predict_batch(data);
@@ -580,6 +750,36 @@ mod tests {
             );
         }
         assert!(batched.iter().any(|&v| v != 0), "a trained machine votes");
+    }
+
+    /// Two threads give exactly the one-thread model: each class learns from its own stream.
+    #[test]
+    fn threaded_training_equals_one_thread() {
+        let mut rng = derive_rng(10, "xor", 0);
+        let train = noisy_xor(2000, 0.1, &mut rng);
+        for sampling in ["uniform", "focused"] {
+            let h = TmHyper::from_params(&TmParams {
+                clauses: Some(10),
+                t: Some(15),
+                s: Some(3.9),
+                weighted: Some(true),
+                negative_sampling: Some(sampling.into()),
+                ..Default::default()
+            })
+            .unwrap();
+            let fit = |threads| {
+                let mut tm = MultiClassTm::new(h, 12, 2);
+                let mut r = derive_rng(11, "threads", 0);
+                for _ in 0..3 {
+                    tm.fit_epoch_threaded(&train, &mut r, threads);
+                }
+                tm
+            };
+            let one = fit(1);
+            assert_eq!(one, fit(2), "{sampling}");
+            assert_eq!(one.class_counts().iter().sum::<u64>(), 6000);
+            assert!(one.accuracy(&train) > 0.8, "{sampling}: it learns");
+        }
     }
 
     #[test]
