@@ -382,7 +382,7 @@ impl MultiClassTm {
                     return v;
                 }
                 spins += 1;
-                if spins % 1024 == 0 {
+                if spins.is_multiple_of(1024) {
                     std::thread::yield_now();
                 } else {
                     std::hint::spin_loop();
