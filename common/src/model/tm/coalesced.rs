@@ -5,7 +5,7 @@
 use rand::RngExt;
 
 use super::bank::{ClauseBank, FeedbackMasks};
-use super::infer::{CompiledClauses, Transposed};
+use super::infer::{CompiledClauses, Transposed, accuracy, predictions};
 use super::multiclass::argmax;
 use super::{NegativeSampling, TmHyper};
 use crate::data::booleanize::BitRows;
@@ -280,20 +280,11 @@ impl CoalescedTm {
     }
 
     pub fn predict_batch(&self, data: &BitRows) -> Vec<u32> {
-        self.class_sums_batch(data)
-            .chunks(self.classes)
-            .map(argmax)
-            .collect()
+        predictions(&self.class_sums_batch(data), self.classes)
     }
 
     pub fn accuracy(&self, data: &BitRows) -> f64 {
-        let predicted = self.predict_batch(data);
-        let correct = predicted
-            .iter()
-            .zip(&data.labels)
-            .filter(|(p, y)| p == y)
-            .count();
-        correct as f64 / data.len().max(1) as f64
+        accuracy(&self.predict_batch(data), &data.labels)
     }
 
     /// TPFL's confidence per class: the weighted class sums summed over `data` (the code's
@@ -313,6 +304,7 @@ impl CoalescedTm {
 mod tests {
     use super::*;
     use crate::model::tm::TmParams;
+    use crate::model::tm::testing::noisy_xor;
     use crate::rng::derive_rng;
 
     fn hyper(clauses: usize, t: i32, s: f64) -> TmHyper {
@@ -326,24 +318,11 @@ mod tests {
         .unwrap()
     }
 
-    fn xor(n: usize, noise: f64, rng: &mut FlintRng) -> BitRows {
-        let mut rows = BitRows::new(12, 2);
-        for _ in 0..n {
-            let bits: Vec<bool> = (0..12).map(|_| rng.random::<bool>()).collect();
-            let mut y = u32::from(bits[0] ^ bits[1]);
-            if rng.random::<f64>() < noise {
-                y ^= 1;
-            }
-            rows.push(&bits, y);
-        }
-        rows
-    }
-
     #[test]
     fn learns_noisy_xor() {
         let mut rng = derive_rng(21, "cxor", 0);
-        let train = xor(5000, 0.1, &mut rng);
-        let test = xor(2000, 0.0, &mut rng);
+        let train = noisy_xor(5000, 0.1, &mut rng);
+        let test = noisy_xor(2000, 0.0, &mut rng);
         let mut tm = CoalescedTm::new(hyper(20, 15, 3.9), 12, 2, &mut rng);
         let mut masks = FeedbackMasks::new(3.9, &mut rng);
         for _ in 0..100 {
@@ -395,13 +374,13 @@ mod tests {
     #[test]
     fn batched_sums_and_confidence_match_one_at_a_time() {
         let mut rng = derive_rng(5, "cxor", 0);
-        let train = xor(2000, 0.1, &mut rng);
+        let train = noisy_xor(2000, 0.1, &mut rng);
         let mut tm = CoalescedTm::new(hyper(30, 15, 3.9), 12, 2, &mut rng);
         let mut masks = FeedbackMasks::new(3.9, &mut rng);
         for _ in 0..3 {
             tm.fit_epoch(&train, &mut masks, &mut rng);
         }
-        let test = xor(100, 0.0, &mut rng);
+        let test = noisy_xor(100, 0.0, &mut rng);
         let batched = tm.class_sums_batch(&test);
         let mut conf = [0i64; 2];
         for i in 0..test.len() {

@@ -6,8 +6,8 @@
 use rand::RngExt;
 
 use super::bank::words_for;
-use super::infer::Transposed;
-use super::multiclass::{MultiClassTm, argmax};
+use super::infer::{Transposed, accuracy, predictions};
+use super::multiclass::MultiClassTm;
 use super::{FeedbackMasks, TmHyper};
 use crate::data::booleanize::BitRows;
 use crate::rng::FlintRng;
@@ -323,20 +323,11 @@ impl ConvTm {
     }
 
     pub fn predict_batch(&self, data: &BitRows) -> Vec<u32> {
-        self.class_sums_batch(data)
-            .chunks(self.tm.classes())
-            .map(argmax)
-            .collect()
+        predictions(&self.class_sums_batch(data), self.tm.classes())
     }
 
     pub fn accuracy(&self, data: &BitRows) -> f64 {
-        let predicted = self.predict_batch(data);
-        let correct = predicted
-            .iter()
-            .zip(&data.labels)
-            .filter(|(p, y)| p == y)
-            .count();
-        correct as f64 / data.len().max(1) as f64
+        accuracy(&self.predict_batch(data), &data.labels)
     }
 }
 

@@ -6,6 +6,19 @@
 
 use crate::data::booleanize::BitRows;
 
+/// Predictions from row-major class sums: the class with the largest sum, ties to the lowest.
+pub fn predictions(sums: &[i32], classes: usize) -> Vec<u32> {
+    sums.chunks(classes)
+        .map(super::multiclass::argmax)
+        .collect()
+}
+
+/// The fraction of `predicted` equal to `labels`.
+pub fn accuracy(predicted: &[u32], labels: &[u32]) -> f64 {
+    let correct = predicted.iter().zip(labels).filter(|(p, y)| p == y).count();
+    correct as f64 / labels.len().max(1) as f64
+}
+
 /// A literal of a compiled clause: feature index, and whether it is negated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Literal {

@@ -7,6 +7,8 @@ pub mod composite;
 pub mod conv;
 pub mod infer;
 pub mod multiclass;
+#[cfg(test)]
+mod testing;
 
 pub use bank::{ClauseBank, FeedbackMasks};
 pub use coalesced::CoalescedTm;

@@ -5,7 +5,7 @@
 use rand::RngExt;
 
 use super::bank::{ClauseBank, FeedbackMasks};
-use super::infer::{CompiledClauses, Transposed};
+use super::infer::{CompiledClauses, Transposed, accuracy, predictions};
 use super::{NegativeSampling, TmHyper};
 use crate::data::booleanize::BitRows;
 use crate::rng::FlintRng;
@@ -423,13 +423,7 @@ impl MultiClassTm {
 
     /// Accuracy on `data`.
     pub fn accuracy(&self, data: &BitRows) -> f64 {
-        let predicted = self.predict_batch(data);
-        let correct = predicted
-            .iter()
-            .zip(&data.labels)
-            .filter(|(p, y)| p == y)
-            .count();
-        correct as f64 / data.len().max(1) as f64
+        accuracy(&self.predict_batch(data), &data.labels)
     }
 
     /// Clause lists of every class for batched inference.
@@ -453,10 +447,7 @@ impl MultiClassTm {
     }
 
     pub fn predict_batch(&self, data: &BitRows) -> Vec<u32> {
-        self.class_sums_batch(data)
-            .chunks(self.classes)
-            .map(argmax)
-            .collect()
+        predictions(&self.class_sums_batch(data), self.classes)
     }
 
     /// Replaces one class's clause weights (what FedTMOS and FedTM exchange).
@@ -642,8 +633,8 @@ pub fn argmax(sums: &[i32]) -> u32 {
 mod tests {
     use super::*;
     use crate::model::tm::TmParams;
+    use crate::model::tm::testing::noisy_xor;
     use crate::rng::derive_rng;
-    use rand::RngExt;
 
     fn hyper(clauses: usize, t: i32, s: f64) -> TmHyper {
         TmHyper::from_params(&TmParams {
@@ -655,22 +646,9 @@ mod tests {
         .unwrap()
     }
 
-    /// Granmo 2018 §5.1: noisy XOR. Two relevant bits, ten random distractors, 40 % of the
-    /// training labels flipped; the clean test set must be learned perfectly. The paper's machine
-    /// has unweighted clauses and no true-positive boost (both hurt at this noise level).
-    fn noisy_xor(n: usize, noise: f64, rng: &mut FlintRng) -> BitRows {
-        let mut rows = BitRows::new(12, 2);
-        for _ in 0..n {
-            let bits: Vec<bool> = (0..12).map(|_| rng.random::<bool>()).collect();
-            let mut y = u32::from(bits[0] ^ bits[1]);
-            if rng.random::<f64>() < noise {
-                y ^= 1;
-            }
-            rows.push(&bits, y);
-        }
-        rows
-    }
-
+    /// Granmo 2018 §5.1: noisy XOR, 40 % of the training labels flipped; the clean test set must
+    /// be learned perfectly. The paper's machine has unweighted clauses and no true-positive
+    /// boost (both hurt at this noise level).
     #[test]
     fn learns_noisy_xor_perfectly() {
         let mut rng = derive_rng(3, "xor", 0);

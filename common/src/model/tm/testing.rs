@@ -1,0 +1,21 @@
+//! Shared test data for the machines' unit tests.
+
+use rand::RngExt;
+
+use crate::data::booleanize::BitRows;
+use crate::rng::FlintRng;
+
+/// Granmo 2018 §5.1: noisy XOR. The label is x0 XOR x1; the other ten bits are distractors; a
+/// `noise` fraction of the labels is flipped.
+pub(crate) fn noisy_xor(n: usize, noise: f64, rng: &mut FlintRng) -> BitRows {
+    let mut rows = BitRows::new(12, 2);
+    for _ in 0..n {
+        let bits: Vec<bool> = (0..12).map(|_| rng.random::<bool>()).collect();
+        let mut y = u32::from(bits[0] ^ bits[1]);
+        if rng.random::<f64>() < noise {
+            y ^= 1;
+        }
+        rows.push(&bits, y);
+    }
+    rows
+}
