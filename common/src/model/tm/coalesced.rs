@@ -150,22 +150,34 @@ impl CoalescedTm {
         rng: &mut FlintRng,
         s: &mut Scratch,
     ) {
-        let y = y as usize;
-        self.class_counts[y] += 1;
-        let t = self.hyper.t;
         let mut fired = std::mem::take(&mut s.fired);
         self.outputs(x, true, &mut fired);
         self.bank.literals_of(x, &mut s.lits);
-        let v = Self::sum(&self.weights[y], &fired).clamp(-t, t);
-        self.feedback(
-            y,
-            true,
-            (t - v) as f64 / (2 * t) as f64,
-            &fired,
-            masks,
-            rng,
-            s,
-        );
+        let lits = std::mem::take(&mut s.lits);
+        self.learn(y, &fired, &lits, None, masks, rng, &mut s.selected);
+        (s.fired, s.lits) = (fired, lits);
+    }
+
+    /// The update given the clause outputs; clause j learns from the literal row
+    /// `rows[row_of[j]]` (the only row when `row_of` is `None`; the convolutional machine gives
+    /// each clause the patch it fired on).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn learn(
+        &mut self,
+        y: u32,
+        fired: &[bool],
+        rows: &[u64],
+        row_of: Option<&[u32]>,
+        masks: &mut FeedbackMasks,
+        rng: &mut FlintRng,
+        selected: &mut Vec<u32>,
+    ) {
+        let y = y as usize;
+        self.class_counts[y] += 1;
+        let t = self.hyper.t;
+        let v = Self::sum(&self.weights[y], fired).clamp(-t, t);
+        let p = (t - v) as f64 / (2 * t) as f64;
+        self.feedback(y, true, p, fired, rows, row_of, masks, rng, selected);
         let negative = match self.hyper.negative_sampling {
             NegativeSampling::Uniform => {
                 let r = rng.random_range(0..self.classes - 1);
@@ -177,7 +189,7 @@ impl CoalescedTm {
                         if c == y {
                             0
                         } else {
-                            i64::from(Self::sum(&self.weights[c], &fired).clamp(-t, t) + t)
+                            i64::from(Self::sum(&self.weights[c], fired).clamp(-t, t) + t)
                         }
                     })
                     .collect();
@@ -195,18 +207,10 @@ impl CoalescedTm {
             }
         };
         if let Some(c) = negative {
-            let v = Self::sum(&self.weights[c], &fired).clamp(-t, t);
-            self.feedback(
-                c,
-                false,
-                (t + v) as f64 / (2 * t) as f64,
-                &fired,
-                masks,
-                rng,
-                s,
-            );
+            let v = Self::sum(&self.weights[c], fired).clamp(-t, t);
+            let p = (t + v) as f64 / (2 * t) as f64;
+            self.feedback(c, false, p, fired, rows, row_of, masks, rng, selected);
         }
-        s.fired = fired;
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -216,34 +220,38 @@ impl CoalescedTm {
         target: bool,
         p: f64,
         fired: &[bool],
+        rows: &[u64],
+        row_of: Option<&[u32]>,
         masks: &mut FeedbackMasks,
         rng: &mut FlintRng,
-        s: &mut Scratch,
+        selected: &mut Vec<u32>,
     ) {
         let threshold = (p.clamp(0.0, 1.0) * f64::from(u32::MAX)) as u32;
-        s.selected.clear();
+        selected.clear();
         let mut draw = 0u64;
         for j in 0..fired.len() {
             if j % 2 == 0 {
                 draw = rng.random();
             }
             if ((draw >> (32 * (j % 2))) as u32) < threshold {
-                s.selected.push(j as u32);
+                selected.push(j as u32);
             }
         }
         let lw = 2 * self.bank.feature_words();
         let boost = self.hyper.boost_true_positive;
-        for (n, &j) in s.selected.iter().enumerate() {
-            if let Some(&next) = s.selected.get(n + 1) {
+        for (n, &j) in selected.iter().enumerate() {
+            if let Some(&next) = selected.get(n + 1) {
                 self.bank.prefetch_feedback(next as usize);
             }
             let j = j as usize;
+            let row = row_of.map_or(0, |r| r[j] as usize);
+            let lits = &rows[row * lw..(row + 1) * lw];
             let positive = self.weights[class][j] >= 0;
             if positive == target {
                 self.bank
-                    .type_i(j, &s.lits, fired[j], boost, masks.draw(lw, rng));
+                    .type_i(j, lits, fired[j], boost, masks.draw(lw, rng));
             } else if fired[j] {
-                self.bank.type_ii(j, &s.lits);
+                self.bank.type_ii(j, lits);
             }
         }
         // Weights of firing clauses move toward the target, each with the same probability.

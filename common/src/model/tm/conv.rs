@@ -1,11 +1,13 @@
-//! The convolutional Tsetlin Machine (Granmo et al. 2019), multi-class form: clauses look at
+//! The convolutional Tsetlin Machine (Granmo et al. 2019), in the multi-class form (a clause bank
+//! per class) or the coalesced form (one bank, a weight per class and clause): clauses look at
 //! W×W patches of an image, a patch's literals being its pixels plus its position in
 //! thermometer code; a clause fires on an image when it fires on any patch, and learns from one
 //! patch drawn at random among those it fires on.
 
 use rand::RngExt;
 
-use super::bank::words_for;
+use super::bank::{ClauseBank, words_for};
+use super::coalesced::CoalescedTm;
 use super::infer::{Transposed, accuracy, predictions};
 use super::multiclass::MultiClassTm;
 use super::{FeedbackMasks, TmHyper};
@@ -144,10 +146,16 @@ fn put_bits(words: &mut [u64], start: usize, value: u64, len: usize) {
 }
 
 #[derive(Debug, Clone, PartialEq)]
+enum Form {
+    MultiClass(MultiClassTm),
+    Coalesced(CoalescedTm),
+}
+
+#[derive(Debug, Clone, PartialEq)]
 pub struct ConvTm {
     spec: PatchSpec,
     position_words: Vec<u64>,
-    tm: MultiClassTm,
+    form: Form,
 }
 
 /// Reused buffers of the training loop.
@@ -178,11 +186,27 @@ impl ConvScratch {
 }
 
 impl ConvTm {
+    /// The multi-class form: a clause bank per class.
     pub fn new(hyper: TmHyper, spec: PatchSpec, classes: usize) -> Result<ConvTm, String> {
         spec.check()?;
         Ok(ConvTm {
             position_words: spec.position_words(),
-            tm: MultiClassTm::new(hyper, spec.patch_features(), classes),
+            form: Form::MultiClass(MultiClassTm::new(hyper, spec.patch_features(), classes)),
+            spec,
+        })
+    }
+
+    /// The coalesced form: one clause bank shared by the classes; `rng` draws the ±1 weights.
+    pub fn new_coalesced(
+        hyper: TmHyper,
+        spec: PatchSpec,
+        classes: usize,
+        rng: &mut FlintRng,
+    ) -> Result<ConvTm, String> {
+        spec.check()?;
+        Ok(ConvTm {
+            position_words: spec.position_words(),
+            form: Form::Coalesced(CoalescedTm::new(hyper, spec.patch_features(), classes, rng)),
             spec,
         })
     }
@@ -191,9 +215,27 @@ impl ConvTm {
         &self.spec
     }
 
-    /// The clause banks and weights (over patch literals): what the federation exchanges.
-    pub fn machine(&self) -> &MultiClassTm {
-        &self.tm
+    /// The multi-class machine over patch literals (what the federation exchanges), if that form.
+    pub fn multiclass(&self) -> Option<&MultiClassTm> {
+        match &self.form {
+            Form::MultiClass(tm) => Some(tm),
+            Form::Coalesced(_) => None,
+        }
+    }
+
+    /// The coalesced machine over patch literals, if that form.
+    pub fn coalesced(&self) -> Option<&CoalescedTm> {
+        match &self.form {
+            Form::Coalesced(tm) => Some(tm),
+            Form::MultiClass(_) => None,
+        }
+    }
+
+    fn classes(&self) -> usize {
+        match &self.form {
+            Form::MultiClass(tm) => tm.classes(),
+            Form::Coalesced(tm) => tm.classes(),
+        }
     }
 
     pub fn update(
@@ -204,98 +246,42 @@ impl ConvTm {
         rng: &mut FlintRng,
         s: &mut ConvScratch,
     ) {
-        self.tm.count(y);
         self.spec
             .patches(image, &self.position_words, &mut s.patches);
+        let patches = Transposed::new(&s.patches);
+        let any_bank = match &self.form {
+            Form::MultiClass(tm) => tm.bank(0),
+            Form::Coalesced(tm) => tm.bank(),
+        };
         s.lit_rows.clear();
         for p in 0..s.patches.len() {
-            self.tm.bank(0).literals_of(s.patches.row(p), &mut s.lits);
+            any_bank.literals_of(s.patches.row(p), &mut s.lits);
             s.lit_rows.extend_from_slice(&s.lits);
         }
-        self.feedback(y as usize, true, masks, rng, s);
-        let classes = self.tm.classes();
-        let r = rng.random_range(0..classes - 1);
-        let negative = if r >= y as usize { r + 1 } else { r };
-        self.feedback(negative, false, masks, rng, s);
-    }
-
-    fn feedback(
-        &mut self,
-        class: usize,
-        target: bool,
-        masks: &mut FeedbackMasks,
-        rng: &mut FlintRng,
-        s: &mut ConvScratch,
-    ) {
-        let t = self.tm.hyper().t;
-        let bank = self.tm.bank(class);
-        let fw = bank.feature_words();
-        // Patches transposed: one word holds a feature of 64 patches, so a clause's firing
-        // patches are the AND of its included literals' words, usually zero after a few.
-        let patches = Transposed::new(&s.patches);
-        let blocks = patches.block_count();
-        s.fired.clear();
-        s.row_of.clear();
-        let mut v = 0i32;
-        for j in 0..bank.clauses() {
-            s.out.clear();
-            s.out.extend((0..blocks).map(|b| patches.valid(b)));
-            let mut alive = true;
-            'literals: for (l, &word) in bank.include(j).iter().enumerate() {
-                let mut bits = word;
-                while bits != 0 {
-                    let f = (l % fw) * 64 + bits.trailing_zeros() as usize;
-                    bits &= bits - 1;
-                    let mut any = 0;
-                    for (b, o) in s.out.iter_mut().enumerate() {
-                        let w = patches.word(b, f);
-                        *o &= if l >= fw { !w } else { w };
-                        any |= *o;
-                    }
-                    if any == 0 {
-                        alive = false;
-                        break 'literals;
-                    }
-                }
+        match &mut self.form {
+            Form::MultiClass(tm) => {
+                tm.count(y);
+                learn_class(tm, y as usize, true, &patches, masks, rng, s);
+                let classes = tm.classes();
+                let r = rng.random_range(0..classes - 1);
+                let negative = if r >= y as usize { r + 1 } else { r };
+                learn_class(tm, negative, false, &patches, masks, rng, s);
             }
-            s.fired.push(alive);
-            if !alive {
-                s.row_of.push(0);
-                continue;
+            Form::Coalesced(tm) => {
+                patch_outputs(tm.bank(), &patches, rng, s);
+                let (fired, row_of) = (std::mem::take(&mut s.fired), std::mem::take(&mut s.row_of));
+                tm.learn(
+                    y,
+                    &fired,
+                    &s.lit_rows,
+                    Some(&row_of),
+                    masks,
+                    rng,
+                    &mut s.selected,
+                );
+                (s.fired, s.row_of) = (fired, row_of);
             }
-            // A patch drawn uniformly among those the clause fires on.
-            let total: u32 = s.out.iter().map(|o| o.count_ones()).sum();
-            let mut pick = rng.random_range(0..total);
-            let mut row = 0;
-            for (b, &o) in s.out.iter().enumerate() {
-                let n = o.count_ones();
-                if pick < n {
-                    let mut bits = o;
-                    for _ in 0..pick {
-                        bits &= bits - 1;
-                    }
-                    row = b * 64 + bits.trailing_zeros() as usize;
-                    break;
-                }
-                pick -= n;
-            }
-            s.row_of.push(row as u32);
-            v += MultiClassTm::polarity(j) * self.tm.class_weights(class)[j] as i32;
         }
-        let v = v.clamp(-t, t);
-        let (fired, row_of) = (std::mem::take(&mut s.fired), std::mem::take(&mut s.row_of));
-        self.tm.apply_feedback(
-            class,
-            target,
-            v,
-            &fired,
-            &s.lit_rows,
-            Some(&row_of),
-            masks,
-            rng,
-            &mut s.selected,
-        );
-        (s.fired, s.row_of) = (fired, row_of);
     }
 
     pub fn fit_epoch(&mut self, data: &BitRows, masks: &mut FeedbackMasks, rng: &mut FlintRng) {
@@ -310,25 +296,137 @@ impl ConvTm {
 
     /// Class sums of every image (row-major, `classes` per image).
     pub fn class_sums_batch(&self, data: &BitRows) -> Vec<i32> {
-        let compiled = self.tm.compile();
         let mut patches = BitRows::new(self.spec.patch_features(), 2);
-        let mut sums = Vec::with_capacity(data.len() * compiled.len());
-        for i in 0..data.len() {
-            self.spec
-                .patches(data.row(i), &self.position_words, &mut patches);
-            let t = Transposed::new(&patches);
-            sums.extend(compiled.iter().map(|c| c.sum_if_any(&t)));
+        let classes = self.classes();
+        let mut sums = Vec::with_capacity(data.len() * classes);
+        match &self.form {
+            Form::MultiClass(tm) => {
+                let compiled = tm.compile();
+                for i in 0..data.len() {
+                    self.spec
+                        .patches(data.row(i), &self.position_words, &mut patches);
+                    let t = Transposed::new(&patches);
+                    sums.extend(compiled.iter().map(|c| c.sum_if_any(&t)));
+                }
+            }
+            Form::Coalesced(tm) => {
+                let compiled = tm.compile();
+                let mut row = vec![0i32; classes];
+                for i in 0..data.len() {
+                    self.spec
+                        .patches(data.row(i), &self.position_words, &mut patches);
+                    let t = Transposed::new(&patches);
+                    row.iter_mut().for_each(|v| *v = 0);
+                    for (k, &id) in compiled.ids().iter().enumerate() {
+                        if compiled.fires_anywhere(k, &t) {
+                            for (c, v) in row.iter_mut().enumerate() {
+                                *v += tm.class_weights(c)[id as usize];
+                            }
+                        }
+                    }
+                    sums.extend_from_slice(&row);
+                }
+            }
         }
         sums
     }
 
     pub fn predict_batch(&self, data: &BitRows) -> Vec<u32> {
-        predictions(&self.class_sums_batch(data), self.tm.classes())
+        predictions(&self.class_sums_batch(data), self.classes())
     }
 
     pub fn accuracy(&self, data: &BitRows) -> f64 {
         accuracy(&self.predict_batch(data), &data.labels)
     }
+}
+
+/// Which patches each clause of `bank` fires on (training: empty clauses fire everywhere):
+/// fills `s.fired`, and `s.row_of` with one firing patch per clause drawn uniformly by `rng`.
+fn patch_outputs(bank: &ClauseBank, patches: &Transposed, rng: &mut FlintRng, s: &mut ConvScratch) {
+    let fw = bank.feature_words();
+    let blocks = patches.block_count();
+    s.fired.clear();
+    s.row_of.clear();
+    for j in 0..bank.clauses() {
+        // One word holds a feature of 64 patches: a clause's firing patches are the AND of its
+        // included literals' words, usually zero after a few.
+        s.out.clear();
+        s.out.extend((0..blocks).map(|b| patches.valid(b)));
+        let mut alive = true;
+        'literals: for (l, &word) in bank.include(j).iter().enumerate() {
+            let mut bits = word;
+            while bits != 0 {
+                let f = (l % fw) * 64 + bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                let mut any = 0;
+                for (b, o) in s.out.iter_mut().enumerate() {
+                    let w = patches.word(b, f);
+                    *o &= if l >= fw { !w } else { w };
+                    any |= *o;
+                }
+                if any == 0 {
+                    alive = false;
+                    break 'literals;
+                }
+            }
+        }
+        s.fired.push(alive);
+        if !alive {
+            s.row_of.push(0);
+            continue;
+        }
+        let total: u32 = s.out.iter().map(|o| o.count_ones()).sum();
+        let mut pick = rng.random_range(0..total);
+        let mut row = 0;
+        for (b, &o) in s.out.iter().enumerate() {
+            let n = o.count_ones();
+            if pick < n {
+                let mut bits = o;
+                for _ in 0..pick {
+                    bits &= bits - 1;
+                }
+                row = b * 64 + bits.trailing_zeros() as usize;
+                break;
+            }
+            pick -= n;
+        }
+        s.row_of.push(row as u32);
+    }
+}
+
+/// Feedback to one class of the multi-class form, each clause learning from its firing patch.
+fn learn_class(
+    tm: &mut MultiClassTm,
+    class: usize,
+    target: bool,
+    patches: &Transposed,
+    masks: &mut FeedbackMasks,
+    rng: &mut FlintRng,
+    s: &mut ConvScratch,
+) {
+    patch_outputs(tm.bank(class), patches, rng, s);
+    let t = tm.hyper().t;
+    let v: i32 = s
+        .fired
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| **f)
+        .map(|(j, _)| MultiClassTm::polarity(j) * tm.class_weights(class)[j] as i32)
+        .sum();
+    let (fired, row_of) = (std::mem::take(&mut s.fired), std::mem::take(&mut s.row_of));
+    let v = v.clamp(-t, t);
+    tm.apply_feedback(
+        class,
+        target,
+        v,
+        &fired,
+        &s.lit_rows,
+        Some(&row_of),
+        masks,
+        rng,
+        &mut s.selected,
+    );
+    (s.fired, s.row_of) = (fired, row_of);
 }
 
 #[cfg(test)]
@@ -367,51 +465,71 @@ mod tests {
         assert_eq!(out2.row(3), &[(1 << 2) | (1 << 4) | (1 << 8) | (1 << 9)]);
     }
 
-    /// Translation invariance: a 2×2 square (class 1) or a 1×4 bar (class 0) anywhere in a
-    /// 10×10 image, learned perfectly by a small weighted machine.
-    #[test]
-    fn learns_shapes_wherever_they_are() {
-        let mut rng = derive_rng(4, "conv", 0);
-        let make = |n: usize, rng: &mut FlintRng| {
-            let mut rows = BitRows::new(100, 2);
-            for _ in 0..n {
-                let class = rng.random_range(0..2u32);
-                let mut img = vec![false; 100];
-                let (x, y) = (rng.random_range(0..6), rng.random_range(0..8));
-                let cells: &[(usize, usize)] = if class == 1 {
-                    &[(0, 0), (1, 0), (0, 1), (1, 1)]
-                } else {
-                    &[(0, 0), (1, 0), (2, 0), (3, 0)]
-                };
-                for &(dx, dy) in cells {
-                    img[(y + dy) * 10 + x + dx] = true;
-                }
-                rows.push(&img, class);
+    /// A 2×2 square (class 1) or a 1×4 bar (class 0) anywhere in a 10×10 image.
+    fn shapes(n: usize, rng: &mut FlintRng) -> BitRows {
+        let mut rows = BitRows::new(100, 2);
+        for _ in 0..n {
+            let class = rng.random_range(0..2u32);
+            let mut img = vec![false; 100];
+            let (x, y) = (rng.random_range(0..6), rng.random_range(0..8));
+            let cells: &[(usize, usize)] = if class == 1 {
+                &[(0, 0), (1, 0), (0, 1), (1, 1)]
+            } else {
+                &[(0, 0), (1, 0), (2, 0), (3, 0)]
+            };
+            for &(dx, dy) in cells {
+                img[(y + dy) * 10 + x + dx] = true;
             }
-            rows
-        };
-        let train = make(1000, &mut rng);
-        let test = make(300, &mut rng);
-        let hyper = TmHyper::from_params(&TmParams {
-            clauses: Some(10),
-            t: Some(20),
+            rows.push(&img, class);
+        }
+        rows
+    }
+
+    fn hyper(clauses: usize, t: i32) -> TmHyper {
+        TmHyper::from_params(&TmParams {
+            clauses: Some(clauses),
+            t: Some(t),
             s: Some(3.0),
             weighted: Some(true),
             ..Default::default()
         })
-        .unwrap();
-        let spec = PatchSpec {
-            width: 10,
-            height: 10,
-            channels: 1,
-            patch: 3,
-        };
-        let mut tm = ConvTm::new(hyper, spec, 2).unwrap();
+        .unwrap()
+    }
+
+    const SPEC: PatchSpec = PatchSpec {
+        width: 10,
+        height: 10,
+        channels: 1,
+        patch: 3,
+    };
+
+    /// Translation invariance, learned perfectly by a small weighted machine.
+    #[test]
+    fn learns_shapes_wherever_they_are() {
+        let mut rng = derive_rng(4, "conv", 0);
+        let (train, test) = (shapes(1000, &mut rng), shapes(300, &mut rng));
+        let mut tm = ConvTm::new(hyper(10, 20), SPEC, 2).unwrap();
         let mut masks = FeedbackMasks::new(3.0, &mut rng);
         for _ in 0..3 {
             tm.fit_epoch(&train, &mut masks, &mut rng);
         }
         assert_eq!(tm.accuracy(&test), 1.0);
+        assert!(tm.multiclass().is_some() && tm.coalesced().is_none());
+    }
+
+    /// The coalesced form: one bank over patches, signed weights per class.
+    #[test]
+    fn coalesced_form_learns_shapes_too() {
+        let mut rng = derive_rng(5, "conv", 0);
+        let (train, test) = (shapes(1000, &mut rng), shapes(300, &mut rng));
+        let mut tm = ConvTm::new_coalesced(hyper(20, 20), SPEC, 2, &mut rng).unwrap();
+        let mut masks = FeedbackMasks::new(3.0, &mut rng);
+        for _ in 0..5 {
+            tm.fit_epoch(&train, &mut masks, &mut rng);
+        }
+        assert_eq!(tm.accuracy(&test), 1.0);
+        let c = tm.coalesced().unwrap();
+        assert_eq!(c.class_counts().iter().sum::<u64>(), 5000);
     }
 
     #[test]

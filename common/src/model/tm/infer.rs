@@ -96,13 +96,22 @@ impl CompiledClauses {
     pub fn sum_if_any(&self, t: &Transposed) -> i32 {
         let mut sum = 0;
         for (k, &w) in self.weights.iter().enumerate() {
-            if t.blocks()
-                .any(|(_, valid, block)| self.output(k, block, valid) != 0)
-            {
+            if self.fires_anywhere(k, t) {
                 sum += w;
             }
         }
         sum
+    }
+
+    /// Whether compiled clause k fires on at least one row of `t`.
+    pub(crate) fn fires_anywhere(&self, k: usize, t: &Transposed) -> bool {
+        t.blocks()
+            .any(|(_, valid, block)| self.output(k, block, valid) != 0)
+    }
+
+    /// Bank index of each compiled clause.
+    pub(crate) fn ids(&self) -> &[u32] {
+        &self.ids
     }
 
     /// Adds this class's sum for each of up to 64 samples of `block` into `sums[i]`.
