@@ -43,7 +43,12 @@ enum Command {
 #[derive(Subcommand)]
 enum DataCommand {
     /// Check the known dataset files below the data directory against their sha256.
+    ///
+    /// Named datasets must be present; without names, missing datasets are listed and only a
+    /// file that differs (or an empty data directory) is an error.
     Verify {
+        /// Datasets to check (e.g. magic mnist) [default: every known one that is present]
+        datasets: Vec<String>,
         /// [default: $FLINT_DATA_DIR or ./data]
         #[arg(long)]
         data_dir: Option<PathBuf>,
@@ -62,8 +67,8 @@ fn main() -> ExitCode {
             runtime().and_then(|rt| rt.block_on(flint_client::run(args)).map(|_| ()))
         }
         Command::Data {
-            command: DataCommand::Verify { data_dir },
-        } => verify(data_dir),
+            command: DataCommand::Verify { datasets, data_dir },
+        } => verify(&datasets, data_dir),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -80,11 +85,19 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .build()?)
 }
 
-fn verify(data_dir: Option<PathBuf>) -> anyhow::Result<()> {
+fn verify(datasets: &[String], data_dir: Option<PathBuf>) -> anyhow::Result<()> {
     use flint_common::data::registry::{FileCheck, KNOWN_FILES, verify};
     let dir = data_dir.unwrap_or_else(flint_common::data::default_data_dir);
-    let mut bad = 0;
-    for f in KNOWN_FILES {
+    let mut known: Vec<&str> = KNOWN_FILES.iter().map(|f| f.dataset).collect();
+    known.dedup();
+    if let Some(unknown) = datasets.iter().find(|d| !known.contains(&d.as_str())) {
+        anyhow::bail!("unknown dataset {unknown:?}; known: {known:?}");
+    }
+    let (mut ok, mut missing, mut different) = (0, 0, 0);
+    for f in KNOWN_FILES
+        .iter()
+        .filter(|f| datasets.is_empty() || datasets.iter().any(|d| d == f.dataset))
+    {
         let outcome = verify(&dir, f)?;
         let what = match &outcome {
             FileCheck::Ok => "ok".to_string(),
@@ -92,12 +105,27 @@ fn verify(data_dir: Option<PathBuf>) -> anyhow::Result<()> {
             FileCheck::Mismatch { actual } => format!("sha256 differs: {actual}"),
         };
         println!("{:<8} {:<45} {what}", f.dataset, f.path);
-        bad += usize::from(outcome != FileCheck::Ok);
+        match outcome {
+            FileCheck::Ok => ok += 1,
+            FileCheck::Missing => missing += 1,
+            FileCheck::Mismatch { .. } => different += 1,
+        }
     }
-    if bad > 0 {
+    if different > 0 {
         anyhow::bail!(
-            "{bad} of {} files missing or different in {}",
-            KNOWN_FILES.len(),
+            "{different} file(s) in {} differ from the official copies",
+            dir.display()
+        );
+    }
+    if missing > 0 && !datasets.is_empty() {
+        anyhow::bail!(
+            "{missing} file(s) of the named datasets are missing from {}",
+            dir.display()
+        );
+    }
+    if ok == 0 {
+        anyhow::bail!(
+            "no known dataset file in {}; set FLINT_DATA_DIR or --data-dir",
             dir.display()
         );
     }
