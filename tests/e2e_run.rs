@@ -168,6 +168,23 @@ fn mistakes_in_an_experiment_are_reported_not_run() {
         .output()
         .unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains("missing.toml"));
+
+    let out = flint()
+        .args(["data", "verify", "--data-dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no known dataset file"));
+    let out = flint()
+        .args(["data", "verify", "imagenet"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(r#"unknown dataset "imagenet"; known: ["magic", "mnist"]"#),
+        "{err}"
+    );
 }
 
 /// The README's first command on a fresh machine: no argument, no data files, any directory.
