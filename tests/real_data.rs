@@ -159,3 +159,67 @@ fn tm_engine_learns_an_mnist_subset() {
     let acc = tm.accuracy(&test);
     assert!(acc > 0.82, "coalesced accuracy {acc}");
 }
+
+/// FedTMOS booleanizes Fashion-MNIST with OpenCV's adaptive Gaussian threshold (window 11,
+/// C = 2). Flint's loader gives OpenCV's bits for the first three test images (reference from
+/// OpenCV 5.0.0 by `scripts/opencv_adaptive_reference.py`).
+#[test]
+#[ignore = "needs FLINT_DATA_DIR with Fashion-MNIST; CI runs it"]
+fn fashion_mnist_adaptive_threshold_equals_opencv() {
+    use flint_common::data::booleanize::Binarize;
+    use flint_common::data::mnist::{self, Split};
+
+    const OPENCV: [[u64; 13]; 3] = [
+        [
+            0xffffffffffffffff,
+            0xffffffffffffffff,
+            0x001fff0003fffdff,
+            0xf20207ff2000fff0,
+            0x0ff3ff03ff30707f,
+            0x660033fec07f3ff8,
+            0x77b780076270003f,
+            0xfe724bff860ffe00,
+            0xfffe7ffc03f611bf,
+            0x0000007f07ff07ff,
+            0x3000000000000000,
+            0xffffffe0ff000000,
+            0x000000000000ffff,
+        ],
+        [
+            0xc180fff01c000003,
+            0xffe007fffe183fff,
+            0xf339e007ff9e007f,
+            0x00f00be00f019e00,
+            0x3e00f123e00fdcbe,
+            0xffef00fffff00f3f,
+            0x0effe700effef00e,
+            0x700effe700effe70,
+            0xff701efff700effe,
+            0xdfff701cfff701cf,
+            0x01dfff701dfff701,
+            0x0601c000601c0007,
+            0x0000000000000c00,
+        ],
+        [
+            0x1ff07fc1ff04083f,
+            0xfc1ff0ffc1ff0ffc,
+            0x0ffc1ff0ffc1ff0f,
+            0xff0fbe0ff0fbe1ff,
+            0xe0ff0f9e0ff0f9e0,
+            0x71e0ff079e0ff0f9,
+            0xf071e0ff0f1e0ff0,
+            0x1ff071e0ff070e0f,
+            0x1c1ff071c1ff071e,
+            0x071c1ff071c1ff07,
+            0xff07383ff073c3ff,
+            0x83ff0f383ff0f383,
+            0x000000000000f061,
+        ],
+    ];
+    let how = Binarize::AdaptiveGaussian { block: 11, c: 2.0 };
+    let test = mnist::load(&data_dir().join("fashion-mnist"), Split::Test, how).unwrap();
+    assert_eq!(test.len(), 10_000);
+    for (i, want) in OPENCV.iter().enumerate() {
+        assert_eq!(test.row(i), &want[..], "test image {i}");
+    }
+}

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use super::booleanize::{BitRows, Threshold, threshold_images};
+use super::booleanize::{Binarize, BitRows, binarize_images};
 use super::idx;
 use crate::{FlintError, Result};
 
@@ -12,8 +12,9 @@ pub enum Split {
     Test,
 }
 
-/// Loads `dir/{train,t10k}-{images-idx3,labels-idx1}-ubyte.gz` and booleanizes every pixel.
-pub fn load(dir: &Path, split: Split, threshold: Threshold) -> Result<BitRows> {
+/// Loads `dir/{train,t10k}-{images-idx3,labels-idx1}-ubyte.gz` and booleanizes every image
+/// (a fixed [`super::booleanize::Threshold`] or the adaptive Gaussian one).
+pub fn load(dir: &Path, split: Split, how: impl Into<Binarize>) -> Result<BitRows> {
     let prefix = match split {
         Split::Train => "train",
         Split::Test => "t10k",
@@ -41,11 +42,13 @@ pub fn load(dir: &Path, split: Split, threshold: Threshold) -> Result<BitRows> {
         ));
     }
     let y: Vec<u32> = labels.data.iter().map(|&l| u32::from(l)).collect();
-    Ok(threshold_images(
+    let (height, width) = (images.dims[1], images.dims[2]);
+    Ok(binarize_images(
         &images.data,
-        images.dims[1] * images.dims[2],
+        width,
+        height,
         &y,
         10,
-        threshold,
+        how.into(),
     ))
 }

@@ -42,6 +42,26 @@ pub const KNOWN_FILES: &[KnownFile] = &[
         path: "mnist/t10k-labels-idx1-ubyte.gz",
         sha256: "f7ae60f92e00ec6debd23a6088c31dbd2371eca3ffa0defaefb259924204aec6",
     },
+    KnownFile {
+        dataset: "fashion-mnist",
+        path: "fashion-mnist/train-images-idx3-ubyte.gz",
+        sha256: "3aede38d61863908ad78613f6a32ed271626dd12800ba2636569512369268a84",
+    },
+    KnownFile {
+        dataset: "fashion-mnist",
+        path: "fashion-mnist/train-labels-idx1-ubyte.gz",
+        sha256: "a04f17134ac03560a47e3764e11b92fc97de4d1bfaf8ba1a3aa29af54cc90845",
+    },
+    KnownFile {
+        dataset: "fashion-mnist",
+        path: "fashion-mnist/t10k-images-idx3-ubyte.gz",
+        sha256: "346e55b948d973a97e58d2351dde16a484bd415d4595297633bb08f03db6a073",
+    },
+    KnownFile {
+        dataset: "fashion-mnist",
+        path: "fashion-mnist/t10k-labels-idx1-ubyte.gz",
+        sha256: "67da17c76eaffca5446c3361aaab5c3cd6d1c2608764d35dfb1850b086bf8dd5",
+    },
 ];
 
 /// MAGIC Gamma Telescope (UCI 159): 10 features, class `g` (gamma) = 0, `h` (hadron) = 1.
