@@ -206,7 +206,7 @@ mod tests {
     }
 
     fn fractions(labels: &[u32], part: &[usize]) -> Vec<f64> {
-        let mut n = vec![0usize; 10];
+        let mut n = [0usize; 10];
         for &i in part {
             n[labels[i] as usize] += 1;
         }
