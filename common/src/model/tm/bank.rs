@@ -342,6 +342,45 @@ impl ClauseBank {
     }
 }
 
+/// Which of `clauses` clauses get feedback, each with probability `p` (one 64-bit draw decides
+/// two), in ascending order: decided before any update so that the next clause's automata can be
+/// loaded while the current one is updated.
+pub(crate) fn select_for_feedback(p: f64, clauses: usize, rng: &mut FlintRng, out: &mut Vec<u32>) {
+    let threshold = (p.clamp(0.0, 1.0) * f64::from(u32::MAX)) as u32;
+    out.clear();
+    let mut draw = 0u64;
+    for j in 0..clauses {
+        if j % 2 == 0 {
+            draw = rng.random();
+        }
+        if ((draw >> (32 * (j % 2))) as u32) < threshold {
+            out.push(j as u32);
+        }
+    }
+}
+
+/// The literals each clause learns from: `rows[row_of[j]]` (rows of `2·fw` words), or the only
+/// row when `row_of` is `None`. The convolutional machine gives each clause its firing patch.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LiteralRows<'a> {
+    pub rows: &'a [u64],
+    pub row_of: Option<&'a [u32]>,
+}
+
+impl<'a> LiteralRows<'a> {
+    pub fn one(lits: &'a [u64]) -> Self {
+        LiteralRows {
+            rows: lits,
+            row_of: None,
+        }
+    }
+
+    pub fn of(&self, clause: usize, lw: usize) -> &'a [u64] {
+        let row = self.row_of.map_or(0, |r| r[clause] as usize);
+        &self.rows[row * lw..(row + 1) * lw]
+    }
+}
+
 /// Words with each bit set independently with probability 1/s, drawn from a seeded pool at a
 /// random offset: one random draw per Type I feedback instead of one per automaton.
 #[derive(Debug, Clone)]

@@ -4,7 +4,7 @@
 
 use rand::RngExt;
 
-use super::bank::{ClauseBank, FeedbackMasks};
+use super::bank::{ClauseBank, FeedbackMasks, LiteralRows, select_for_feedback};
 use super::infer::{CompiledClauses, Transposed, accuracy, predictions};
 use super::multiclass::argmax;
 use super::{NegativeSampling, TmHyper};
@@ -226,17 +226,8 @@ impl CoalescedTm {
         rng: &mut FlintRng,
         selected: &mut Vec<u32>,
     ) {
+        select_for_feedback(p, fired.len(), rng, selected);
         let threshold = (p.clamp(0.0, 1.0) * f64::from(u32::MAX)) as u32;
-        selected.clear();
-        let mut draw = 0u64;
-        for j in 0..fired.len() {
-            if j % 2 == 0 {
-                draw = rng.random();
-            }
-            if ((draw >> (32 * (j % 2))) as u32) < threshold {
-                selected.push(j as u32);
-            }
-        }
         let lw = 2 * self.bank.feature_words();
         let boost = self.hyper.boost_true_positive;
         for (n, &j) in selected.iter().enumerate() {
@@ -244,8 +235,7 @@ impl CoalescedTm {
                 self.bank.prefetch_feedback(next as usize);
             }
             let j = j as usize;
-            let row = row_of.map_or(0, |r| r[j] as usize);
-            let lits = &rows[row * lw..(row + 1) * lw];
+            let lits = LiteralRows { rows, row_of }.of(j, lw);
             let positive = self.weights[class][j] >= 0;
             if positive == target {
                 self.bank

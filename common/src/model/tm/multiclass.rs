@@ -4,7 +4,7 @@
 
 use rand::RngExt;
 
-use super::bank::{ClauseBank, FeedbackMasks};
+use super::bank::{ClauseBank, FeedbackMasks, LiteralRows, select_for_feedback};
 use super::infer::{CompiledClauses, Transposed, accuracy, predictions};
 use super::{NegativeSampling, TmHyper};
 use crate::data::booleanize::BitRows;
@@ -234,7 +234,7 @@ impl MultiClassTm {
     ) {
         let hyper = self.hyper;
         let (bank, weights) = (&mut self.banks[class], &mut self.weights[class]);
-        let rows = Rows { rows, row_of };
+        let rows = LiteralRows { rows, row_of };
         apply(
             bank, weights, &hyper, target, v, fired, rows, masks, rng, selected,
         );
@@ -273,10 +273,7 @@ impl MultiClassTm {
             let t = hyper.t;
             let v = class_sum(c.bank, c.weights, x, true, &mut c.scratch.fired).clamp(-t, t);
             c.bank.literals_of(x, &mut c.scratch.lits);
-            let rows = Rows {
-                rows: &c.scratch.lits,
-                row_of: None,
-            };
+            let rows = LiteralRows::one(&c.scratch.lits);
             let (fired, selected) = (&c.scratch.fired, &mut c.scratch.selected);
             apply(
                 c.bank,
@@ -553,14 +550,6 @@ fn class_sum(
     sum
 }
 
-/// Where each clause's feedback literals come from: `rows[row_of[j]]` (rows of `2·fw` words;
-/// the only row when `row_of` is `None`).
-#[derive(Clone, Copy)]
-struct Rows<'a> {
-    rows: &'a [u64],
-    row_of: Option<&'a [u32]>,
-}
-
 /// Feedback to one class given its clause outputs and clamped class sum `v`.
 #[allow(clippy::too_many_arguments)]
 fn apply(
@@ -570,7 +559,7 @@ fn apply(
     target: bool,
     v: i32,
     fired: &[bool],
-    rows: Rows<'_>,
+    rows: LiteralRows<'_>,
     masks: &mut FeedbackMasks,
     rng: &mut FlintRng,
     selected: &mut Vec<u32>,
@@ -583,26 +572,13 @@ fn apply(
     };
     let lw = 2 * bank.feature_words();
     let (boost, weighted) = (hyper.boost_true_positive, hyper.weighted);
-    // Which clauses get feedback (one 64-bit draw decides two), decided first so that the next
-    // one's automata can be loaded while the current one is updated.
-    let threshold = (f64::from(p.clamp(0.0, 1.0)) * f64::from(u32::MAX)) as u32;
-    selected.clear();
-    let mut draw = 0u64;
-    for j in 0..fired.len() {
-        if j % 2 == 0 {
-            draw = rng.random();
-        }
-        if ((draw >> (32 * (j % 2))) as u32) < threshold {
-            selected.push(j as u32);
-        }
-    }
+    select_for_feedback(f64::from(p), fired.len(), rng, selected);
     for (n, &j) in selected.iter().enumerate() {
         if let Some(&next) = selected.get(n + 1) {
             bank.prefetch_feedback(next as usize);
         }
         let (j, f) = (j as usize, fired[j as usize]);
-        let row = rows.row_of.map_or(0, |r| r[j] as usize);
-        let lits = &rows.rows[row * lw..(row + 1) * lw];
+        let lits = rows.of(j, lw);
         // Positive clauses of the target class and negative clauses of the other class learn to
         // fire (Type I); the rest learn not to (Type II).
         if (j % 2 == 0) == target {
