@@ -93,18 +93,7 @@ pub async fn run(args: ClientArgs) -> anyhow::Result<Vec<ClientReport>> {
                 data_dir.display()
             )
         })?;
-    let counts: Vec<Option<Vec<usize>>> = experiment
-        .clients
-        .iter()
-        .map(|c| c.class_counts.clone())
-        .collect();
-    let parts = partition(
-        &dataset,
-        experiment.partition,
-        experiment.clients.len(),
-        &counts,
-        experiment.seed,
-    )?;
+    let parts = partition(&dataset, &experiment.partition, experiment.seed)?;
     let mut tasks = Vec::new();
     for name in &args.names {
         let id = experiment.client_id(name).with_context(|| {
@@ -120,6 +109,14 @@ pub async fn run(args: ClientArgs) -> anyhow::Result<Vec<ClientReport>> {
             e.seed,
             id,
         );
+        if shard.train.is_empty() || shard.test.is_empty() {
+            bail!(
+                "client {name:?} has {} training and {} test rows of its {} rows; each split needs at least one (give it more data or change data.test_fraction)",
+                shard.train.len(),
+                shard.test.len(),
+                parts[id as usize - 1].len()
+            );
+        }
         let ghz = args
             .compute_ghz
             .unwrap_or(e.clients[id as usize - 1].compute_ghz);
@@ -157,7 +154,7 @@ struct Client {
     experiment: Arc<Experiment>,
     name: String,
     id: ClientId,
-    shard: Shard,
+    shard: Arc<Shard>,
     summary: DataSummary,
     grpc: Grpc,
     ledger: Arc<SharedLedger>,
@@ -220,7 +217,7 @@ impl Client {
             experiment,
             name,
             id,
-            shard,
+            shard: Arc::new(shard),
             summary,
             grpc: AggregatorClient::new(svc).max_decoding_message_size(2 * MAX_CHUNK),
             ledger,
@@ -310,7 +307,7 @@ impl Client {
                 break;
             }
             let round = task.round;
-            let (s, r, update) = train(strategy, self.shard.train.clone(), round, rng).await?;
+            let (s, r, update) = train(strategy, self.shard.clone(), round, rng).await?;
             (strategy, rng) = (s, r);
             self.push(&run_id, round, &update, retry_for).await?;
             trained.push(round);
@@ -413,7 +410,7 @@ impl Client {
 /// Local training off the async threads, so keep-alives and other clients keep moving.
 async fn train(
     mut strategy: Box<dyn ClientStrategy>,
-    data: Dataset,
+    shard: Arc<Shard>,
     round: Round,
     mut rng: flint_common::rng::FlintRng,
 ) -> anyhow::Result<(
@@ -422,7 +419,7 @@ async fn train(
     Payload,
 )> {
     tokio::task::spawn_blocking(move || {
-        let update = strategy.train(&data, round, &mut rng)?;
+        let update = strategy.train(&shard, round, &mut rng)?;
         Ok((strategy, rng, update))
     })
     .await

@@ -11,10 +11,13 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::data::{DataSpec, PartitionKind};
+use crate::data::{DataSpec, PartitionPlan};
+use crate::model::fcm::FcmHyper;
 use crate::model::logreg::LogRegHyper;
-use crate::strategy::StrategyKind;
+use crate::model::pso::PsoHyper;
 use crate::strategy::ahp::{AhpCriterion, AhpHyper};
+use crate::strategy::fcm::Aggregation;
+use crate::strategy::{ModelKind, StrategyKind};
 use crate::{FlintError, Result};
 
 /// Environment variables with the `FLINT_` prefix that are not experiment keys.
@@ -26,6 +29,8 @@ const RESERVED_ENV: &[&str] = &["DATA_DIR", "LOG", "LOG_FORMAT"];
 pub struct ExperimentFile {
     pub name: String,
     pub strategy: String,
+    /// `logreg` or `fcm`; needed by `local` and `central`, implied by the other strategies.
+    pub model: Option<String>,
     #[serde(default)]
     pub seed: u64,
     pub rounds: u32,
@@ -38,6 +43,10 @@ pub struct ExperimentFile {
     pub logreg: LogRegSection,
     #[serde(default)]
     pub ahp: AhpSection,
+    #[serde(default)]
+    pub fcm: FcmSection,
+    #[serde(default)]
+    pub pso: PsoSection,
     pub clients: Vec<ClientSection>,
 }
 
@@ -57,11 +66,12 @@ pub struct ServerSection {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DataSection {
-    /// `synthetic`, `magic` or `csv`.
+    /// `synthetic`, `magic`, `breast-cancer`, `adult` or `csv`.
     pub source: String,
     /// Fraction of each client's shard held out as its test split (default 0.2).
     pub test_fraction: Option<f64>,
-    /// `local-zscore` (default: each client standardises with its own training statistics) or `none`.
+    /// `local-zscore` (default: each client standardises with its own training statistics),
+    /// `local-minmax` (to [0, 1] with its own training range) or `none`.
     pub scaling: Option<String>,
     // synthetic
     pub samples: Option<usize>,
@@ -77,7 +87,8 @@ pub struct DataSection {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PartitionSection {
-    /// `iid` (default: shuffled, equal shares) or `explicit` (each client's `class_counts`).
+    /// `iid` (default: shuffled, equal shares), `explicit` (each client's `class_counts`) or
+    /// `fractions` (each client's `fraction` of the shuffled rows).
     pub kind: Option<String>,
 }
 
@@ -88,6 +99,39 @@ pub struct LogRegSection {
     /// Full-batch gradient steps per round.
     pub local_epochs: Option<u32>,
     pub l2: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FcmSection {
+    /// `tanh` (default) or `sigmoid`.
+    pub activation: Option<String>,
+    /// λ; default 2 for tanh, 5 for the sigmoid (the paper's two models).
+    pub slope: Option<f64>,
+    /// The dynamics stop when ‖c(t) − c(t−1)‖ is below this (default 1e-5).
+    pub tolerance: Option<f64>,
+    /// Iteration cap of the dynamics (default 100).
+    pub max_iterations: Option<usize>,
+    /// PSO's objective: `jaccard` (default, 1 − Jaccard of the positive class) or
+    /// `sample-jaccard` (eq. 7 per sample, averaged: the error rate).
+    pub fitness: Option<String>,
+    /// Server aggregation of `blind-fcm` / `blended-fcm`: `mean` (default), `accuracy` or `precision`.
+    pub aggregation: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PsoSection {
+    /// Particles (default 10).
+    pub swarm: Option<usize>,
+    /// Swarm moves per round (default 20).
+    pub iterations: Option<usize>,
+    /// Cognitive factor bound φ₁ (default 2).
+    pub phi1: Option<f64>,
+    /// Social factor bound φ₂ (default 2).
+    pub phi2: Option<f64>,
+    /// Velocity clamp per component (default 0.2).
+    pub max_velocity: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -107,6 +151,8 @@ pub struct ClientSection {
     pub compute_ghz: Option<f64>,
     /// Samples per class, for `partition.kind = "explicit"`.
     pub class_counts: Option<Vec<usize>>,
+    /// Share of the rows, for `partition.kind = "fractions"`.
+    pub fraction: Option<f64>,
 }
 
 /// When rounds open and close.
@@ -123,7 +169,6 @@ pub struct RoundPolicy {
 pub struct ClientSpec {
     pub name: String,
     pub compute_ghz: f64,
-    pub class_counts: Option<Vec<usize>>,
 }
 
 /// A validated experiment: every field is checked and has its final value.
@@ -134,11 +179,15 @@ pub struct Experiment {
     pub name: String,
     pub seed: u64,
     pub strategy: StrategyKind,
+    pub model: ModelKind,
     pub policy: RoundPolicy,
     pub data: DataSpec,
-    pub partition: PartitionKind,
+    pub partition: PartitionPlan,
     pub logreg: LogRegHyper,
     pub ahp: AhpHyper,
+    pub fcm: FcmHyper,
+    pub pso: PsoHyper,
+    pub aggregation: Aggregation,
     pub clients: Vec<ClientSpec>,
 }
 
@@ -200,6 +249,7 @@ impl Experiment {
             )));
         }
         let strategy = StrategyKind::parse(&file.strategy).map_err(bad)?;
+        let model = strategy.model(file.model.as_deref()).map_err(bad)?;
         if file.rounds == 0 {
             return Err(bad("rounds must be at least 1".into()));
         }
@@ -243,11 +293,7 @@ impl Experiment {
                 }
                 None => 1.0,
             };
-            clients.push(ClientSpec {
-                name,
-                compute_ghz,
-                class_counts: c.class_counts.clone(),
-            });
+            clients.push(ClientSpec { name, compute_ghz });
         }
         let policy = RoundPolicy {
             rounds: file.rounds,
@@ -276,46 +322,38 @@ impl Experiment {
                 policy.min_updates
             )));
         }
-        let data = DataSpec::from_section(&file.data).map_err(bad)?;
-        let partition = PartitionKind::parse(file.partition.kind.as_deref()).map_err(bad)?;
-        if partition == PartitionKind::Explicit {
-            for c in &clients {
-                match &c.class_counts {
-                    Some(counts) if counts.len() == data.classes().len() => {}
-                    Some(counts) => {
-                        return Err(bad(format!(
-                            "client {:?}: class_counts has {} entries but the data has {} classes",
-                            c.name,
-                            counts.len(),
-                            data.classes().len()
-                        )));
-                    }
-                    None => {
-                        return Err(bad(format!(
-                            "client {:?} needs class_counts: partition.kind is explicit",
-                            c.name
-                        )));
-                    }
-                }
-            }
-        } else if let Some(c) = clients.iter().find(|c| c.class_counts.is_some()) {
+        if strategy == StrategyKind::Central && n != 1 {
             return Err(bad(format!(
-                "client {:?} has class_counts but partition.kind is iid; set kind = \"explicit\"",
-                c.name
+                "strategy central trains one model on all the data: declare one client, not {n}"
             )));
         }
+        let data = DataSpec::from_section(&file.data).map_err(bad)?;
+        let partition = partition_plan(
+            file.partition.kind.as_deref(),
+            &file.clients,
+            &clients,
+            data.classes().len(),
+        )
+        .map_err(bad)?;
         let logreg = LogRegHyper::from_section(&file.logreg).map_err(bad)?;
+        let fcm = FcmHyper::from_section(&file.fcm).map_err(bad)?;
+        let pso = PsoHyper::from_section(&file.pso).map_err(bad)?;
+        let aggregation = Aggregation::parse(file.fcm.aggregation.as_deref()).map_err(bad)?;
         let fingerprint = fingerprint(&file);
         Ok(Experiment {
             fingerprint,
             name: file.name.clone(),
             seed: file.seed,
             strategy,
+            model,
             policy,
             data,
             partition,
             logreg,
             ahp,
+            fcm,
+            pso,
+            aggregation,
             clients,
             file,
         })
@@ -336,6 +374,88 @@ impl Experiment {
     /// The resolved experiment as TOML, so a run directory records exactly what ran.
     pub fn to_toml(&self) -> String {
         toml::to_string_pretty(&self.file).expect("experiment serialises to toml")
+    }
+}
+
+/// Checks each client's partition keys against `partition.kind`.
+fn partition_plan(
+    kind: Option<&str>,
+    files: &[ClientSection],
+    clients: &[ClientSpec],
+    classes: usize,
+) -> std::result::Result<PartitionPlan, String> {
+    let kind = kind.unwrap_or("iid");
+    let stray = |what: &str, has: fn(&ClientSection) -> bool| -> std::result::Result<(), String> {
+        match files.iter().zip(clients).find(|(f, _)| has(f)) {
+            Some((_, c)) => Err(format!(
+                "client {:?} has {what} but partition.kind is {kind}",
+                c.name
+            )),
+            None => Ok(()),
+        }
+    };
+    match kind {
+        "iid" => {
+            stray("class_counts", |f| f.class_counts.is_some())?;
+            stray("fraction", |f| f.fraction.is_some())?;
+            Ok(PartitionPlan::Iid {
+                clients: clients.len(),
+            })
+        }
+        "explicit" => {
+            stray("fraction", |f| f.fraction.is_some())?;
+            let mut all = Vec::with_capacity(clients.len());
+            for (f, c) in files.iter().zip(clients) {
+                match &f.class_counts {
+                    Some(counts) if counts.len() == classes => all.push(counts.clone()),
+                    Some(counts) => {
+                        return Err(format!(
+                            "client {:?}: class_counts has {} entries but the data has {classes} classes",
+                            c.name,
+                            counts.len(),
+                        ));
+                    }
+                    None => {
+                        return Err(format!(
+                            "client {:?} needs class_counts: partition.kind is explicit",
+                            c.name
+                        ));
+                    }
+                }
+            }
+            Ok(PartitionPlan::Explicit(all))
+        }
+        "fractions" => {
+            stray("class_counts", |f| f.class_counts.is_some())?;
+            let mut all = Vec::with_capacity(clients.len());
+            for (f, c) in files.iter().zip(clients) {
+                match f.fraction {
+                    Some(x) if x.is_finite() && x > 0.0 && x <= 1.0 => all.push(x),
+                    Some(x) => {
+                        return Err(format!(
+                            "client {:?}: fraction must be in (0, 1], got {x}",
+                            c.name
+                        ));
+                    }
+                    None => {
+                        return Err(format!(
+                            "client {:?} needs a fraction: partition.kind is fractions",
+                            c.name
+                        ));
+                    }
+                }
+            }
+            let sum: f64 = all.iter().sum();
+            if (sum - 1.0).abs() > 1e-6 {
+                return Err(format!(
+                    "the clients' fractions sum to {sum}, expected 1 (every row goes to a client)"
+                ));
+            }
+            Ok(PartitionPlan::Fractions(all))
+        }
+        other => Err(format!(
+            "unknown partition.kind {other:?}; expected iid, explicit or fractions"
+        )),
     }
 }
 

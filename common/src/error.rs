@@ -5,11 +5,11 @@ use std::path::PathBuf;
 pub enum FlintError {
     #[error("invalid experiment: {0}")]
     Config(String),
-    #[error("cannot read {path}: {source}")]
+    // The cause is in the message, so it is not also a `source` (anyhow would print it twice).
+    #[error("cannot read {path}: {error}")]
     Io {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("bad data in {path}: {reason}")]
     Data { path: PathBuf, reason: String },
@@ -24,10 +24,10 @@ pub enum FlintError {
 pub type Result<T, E = FlintError> = std::result::Result<T, E>;
 
 impl FlintError {
-    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+    pub fn io(path: impl Into<PathBuf>, error: std::io::Error) -> Self {
         FlintError::Io {
             path: path.into(),
-            source,
+            error,
         }
     }
 

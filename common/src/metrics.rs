@@ -30,6 +30,35 @@ impl ConfusionMatrix {
         m
     }
 
+    pub fn clear(&mut self) {
+        self.counts.iter_mut().for_each(|c| *c = 0);
+    }
+
+    #[inline]
+    pub fn add(&mut self, truth: usize, predicted: usize) {
+        self.counts[truth * self.classes + predicted] += 1;
+    }
+
+    /// Jaccard index: for two classes, of class 1, TP / (TP + FP + FN); for more, the mean over
+    /// the classes that occur in the truth or the predictions. An empty union is a perfect match.
+    pub fn jaccard(&self) -> f64 {
+        let of = |c: usize| -> Option<f64> {
+            let tp = self.get(c, c);
+            let predicted: u64 = (0..self.classes).map(|t| self.get(t, c)).sum();
+            let actual: u64 = (0..self.classes).map(|p| self.get(c, p)).sum();
+            let union = predicted + actual - tp;
+            (union > 0).then(|| tp as f64 / union as f64)
+        };
+        if self.classes == 2 {
+            return of(1).unwrap_or(1.0);
+        }
+        let present: Vec<f64> = (0..self.classes).filter_map(of).collect();
+        if present.is_empty() {
+            return 1.0;
+        }
+        present.iter().sum::<f64>() / present.len() as f64
+    }
+
     pub fn classes(&self) -> usize {
         self.classes
     }
@@ -146,6 +175,26 @@ mod tests {
         let m = ConfusionMatrix::from_predictions(2, &[1, 0], &[0, 0]);
         let x = m.metrics();
         assert_eq!((x.precision, x.recall, x.f1), (0.0, 0.0, 0.0));
+    }
+
+    #[test]
+    fn jaccard_of_the_positive_class_and_macro_over_present_classes() {
+        // tp 3, fp 1, fn 1: 3 / 5.
+        let m = ConfusionMatrix::from_predictions(
+            2,
+            &[1, 1, 1, 0, 0, 0, 0, 1],
+            &[1, 0, 1, 0, 1, 0, 0, 1],
+        );
+        assert_eq!(m.jaccard(), 0.6);
+        // No positives anywhere: the (empty) sets agree.
+        assert_eq!(
+            ConfusionMatrix::from_predictions(2, &[0], &[0]).jaccard(),
+            1.0
+        );
+        // Three classes, class 2 absent from truth and predictions: mean of classes 0 and 1.
+        // class 0: tp 1, union 2 (one 0 predicted as 1); class 1: tp 1, union 2.
+        let m = ConfusionMatrix::from_predictions(3, &[0, 0, 1], &[0, 1, 1]);
+        assert_eq!(m.jaccard(), 0.5);
     }
 
     #[test]

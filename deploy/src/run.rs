@@ -112,7 +112,16 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
             .context("cannot start a client process")?;
         clients.push((log.display().to_string(), child));
     }
-    let status = watch(&dir, &mut server, &experiment);
+    let status = match watch(&dir, &mut server, &mut clients, &experiment) {
+        Ok(s) => s,
+        Err(e) => {
+            for (_, child) in &mut clients {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+            return Err(e);
+        }
+    };
     let mut failed = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(30);
     for (log, child) in &mut clients {
@@ -127,7 +136,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
             }
         }
     }
-    let server_status = status?;
+    let server_status = status;
     if !server_status.success() {
         bail!(
             "server exited with {server_status}; see {}",
@@ -195,10 +204,12 @@ fn wait_until(child: &mut Child, deadline: Instant) -> Option<std::process::Exit
     }
 }
 
-/// Prints progress from status.json until the server exits.
+/// Prints progress from status.json until the server exits. A client process that fails ends
+/// the run (the server would otherwise wait for it until its timeouts).
 fn watch(
     dir: &Path,
     server: &mut Child,
+    clients: &mut [(String, Child)],
     e: &Experiment,
 ) -> anyhow::Result<std::process::ExitStatus> {
     let path = dir.join("status.json");
@@ -206,6 +217,20 @@ fn watch(
     let mut printed = 0;
     loop {
         let exited = server.try_wait()?;
+        for (log, child) in clients.iter_mut() {
+            if let Some(s) = child.try_wait()?
+                && !s.success()
+                && exited.is_none()
+            {
+                let _ = server.kill();
+                let _ = server.wait();
+                let last = std::fs::read_to_string(&*log)
+                    .ok()
+                    .and_then(|t| t.lines().last().map(str::to_string))
+                    .unwrap_or_default();
+                bail!("a client process exited with {s}: {last}\nsee {log}");
+            }
+        }
         if let Some(s) = read_status(&path) {
             if s.joined != joined {
                 joined = s.joined;

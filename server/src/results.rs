@@ -6,6 +6,7 @@ use std::io::Write;
 use std::path::Path;
 
 use flint_common::metrics::Metrics;
+use flint_common::strategy::LocalMetrics;
 use flint_common::wire::ledger::{Flow, Ledger};
 use flint_common::{ClientId, Round};
 use serde::{Deserialize, Serialize};
@@ -33,6 +34,12 @@ pub struct RoundResult {
     /// Each client's metrics on its test split with the model it holds after this round.
     pub metrics: BTreeMap<ClientId, Metrics>,
     pub mean: Option<Metrics>,
+    /// What each client's update said about its freshly trained model, before aggregation (Blind
+    /// FL: round 1's are the metrics before federation).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub local: BTreeMap<ClientId, LocalMetrics>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_mean: Option<LocalMetrics>,
     pub bytes: BTreeMap<ClientId, Flow>,
     pub bytes_total: Flow,
 }
@@ -122,6 +129,8 @@ fn round_result(rounds: &Rounds, ledger: &Ledger, round: Round) -> RoundResult {
             .map(|r| r.details.clone())
             .unwrap_or(serde_json::Value::Null),
         mean: Metrics::mean(metrics.values()),
+        local_mean: record.and_then(|r| LocalMetrics::mean(r.local.values())),
+        local: record.map(|r| r.local.clone()).unwrap_or_default(),
         metrics,
         bytes_total: ledger.round_total(round),
         bytes,

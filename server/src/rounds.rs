@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use flint_common::config::RoundPolicy;
 use flint_common::metrics::ConfusionMatrix;
-use flint_common::strategy::{Downloads, ServerStrategy};
+use flint_common::strategy::{Downloads, LocalMetrics, ServerStrategy};
 use flint_common::wire::proto::{DataSummary, Payload};
 use flint_common::{ClientId, Round};
 use serde::Serialize;
@@ -35,6 +35,7 @@ pub struct RoundRecord {
     pub seconds: f64,
     pub weights: BTreeMap<ClientId, f64>,
     pub details: serde_json::Value,
+    pub local: BTreeMap<ClientId, LocalMetrics>,
 }
 
 #[derive(Debug)]
@@ -323,6 +324,7 @@ impl Rounds {
                     seconds: now.duration_since(opened_at).as_secs_f64(),
                     weights: agg.weights,
                     details: agg.details,
+                    local: agg.local,
                 });
             }
             Err(e) => {

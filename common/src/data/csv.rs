@@ -14,6 +14,8 @@ pub struct CsvSpec {
     /// Labels as written in the file, in class-index order (class 1 is the positive class).
     pub classes: Vec<String>,
     pub header: bool,
+    /// 0-based columns to ignore (e.g. a record id).
+    pub skip_columns: Vec<usize>,
 }
 
 pub fn load(path: &Path, spec: &CsvSpec) -> Result<Dataset> {
@@ -39,6 +41,12 @@ pub fn parse(text: &str, spec: &CsvSpec) -> std::result::Result<Dataset, String>
                 n + 1
             ));
         }
+        if let Some(&c) = spec.skip_columns.iter().find(|&&c| c >= columns) {
+            return Err(format!(
+                "line {}: column {c} is to be skipped but there are only {columns} columns",
+                n + 1
+            ));
+        }
         let width = *features.get_or_insert(columns - 1);
         if columns - 1 != width {
             return Err(format!(
@@ -60,7 +68,8 @@ pub fn parse(text: &str, spec: &CsvSpec) -> std::result::Result<Dataset, String>
                 )
             })?;
         y.push(class as u32);
-        for (i, f) in fields.iter().enumerate().filter(|(i, _)| *i != label_at) {
+        let kept = |i: &usize| *i != label_at && !spec.skip_columns.contains(i);
+        for (i, f) in fields.iter().enumerate().filter(|(i, _)| kept(i)) {
             let v: f64 = f
                 .parse()
                 .map_err(|_| format!("line {}: column {i} is {f:?}, not a number", n + 1))?;
@@ -70,12 +79,13 @@ pub fn parse(text: &str, spec: &CsvSpec) -> std::result::Result<Dataset, String>
             x.push(v);
         }
     }
-    let features = features.ok_or("no rows")?;
+    let features = features.ok_or("no rows")? - spec.skip_columns.len();
     Ok(Dataset {
         features,
         x,
         y,
         classes: spec.classes.clone(),
+        categorical: Vec::new(),
     })
 }
 
@@ -89,6 +99,7 @@ mod tests {
             label_column: None,
             classes: vec!["g".into(), "h".into()],
             header: false,
+            skip_columns: Vec::new(),
         }
     }
 
@@ -120,5 +131,26 @@ mod tests {
         };
         let d = parse("label,a\nh,7\n", &s).unwrap();
         assert_eq!((d.x.clone(), d.y.clone()), (vec![7.0], vec![1]));
+        let s = CsvSpec {
+            label_column: Some(1),
+            skip_columns: vec![0],
+            ..spec()
+        };
+        let d = parse("842302,h,1.5,2\n9,g,3,4\n", &s).unwrap();
+        assert_eq!(
+            (d.features, d.x.clone(), d.y.clone()),
+            (2, vec![1.5, 2.0, 3.0, 4.0], vec![1, 0])
+        );
+        assert!(
+            parse(
+                "1,h\n",
+                &CsvSpec {
+                    skip_columns: vec![5],
+                    ..spec()
+                }
+            )
+            .unwrap_err()
+            .contains("column 5")
+        );
     }
 }

@@ -1,5 +1,6 @@
 //! Datasets, how they are split over clients, and each client's train/test shard.
 
+pub mod adult;
 pub mod booleanize;
 pub mod csv;
 pub mod idx;
@@ -14,7 +15,7 @@ use std::path::Path;
 use crate::Result;
 use crate::config::DataSection;
 
-pub use partition::{PartitionKind, partition};
+pub use partition::{PartitionPlan, partition};
 pub use shard::{Scaling, Shard};
 
 /// A labelled table: row-major features, one class index per row.
@@ -24,6 +25,9 @@ pub struct Dataset {
     pub x: Vec<f64>,
     pub y: Vec<u32>,
     pub classes: Vec<String>,
+    /// Columns holding category codes (0, 1, …) rather than measurements; each client encodes
+    /// them from its own training split (see `shard`).
+    pub categorical: Vec<usize>,
 }
 
 impl Dataset {
@@ -60,6 +64,7 @@ impl Dataset {
             x,
             y,
             classes: self.classes.clone(),
+            categorical: self.categorical.clone(),
         }
     }
 }
@@ -73,8 +78,11 @@ pub enum Source {
         features: usize,
         separation: f64,
     },
-    /// A CSV file below the data directory (MAGIC is one, with its layout built in).
+    /// A CSV file below the data directory (MAGIC and Breast Cancer are ones with their layout
+    /// built in).
     Csv(csv::CsvSpec),
+    /// Adult, both files, categorical attributes as codes (`adult`).
+    Adult,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -134,6 +142,14 @@ impl DataSpec {
                 only(&[])?;
                 Source::Csv(registry::magic())
             }
+            "breast-cancer" => {
+                only(&[])?;
+                Source::Csv(registry::breast_cancer())
+            }
+            "adult" => {
+                only(&[])?;
+                Source::Adult
+            }
             "csv" => {
                 only(&["path", "label_column", "classes", "header"])?;
                 let path = s.path.clone().ok_or("data.path is needed for source csv")?;
@@ -149,11 +165,12 @@ impl DataSpec {
                     label_column: s.label_column,
                     classes,
                     header: s.header.unwrap_or(false),
+                    skip_columns: Vec::new(),
                 })
             }
             other => {
                 return Err(format!(
-                    "unknown data source {other:?}; expected synthetic, magic or csv"
+                    "unknown data source {other:?}; expected synthetic, magic, breast-cancer, adult or csv"
                 ));
             }
         };
@@ -168,6 +185,7 @@ impl DataSpec {
         match &self.source {
             Source::Synthetic { .. } => vec!["0".into(), "1".into()],
             Source::Csv(c) => c.classes.clone(),
+            Source::Adult => adult::CLASSES.iter().map(|c| c.to_string()).collect(),
         }
     }
 
@@ -180,6 +198,7 @@ impl DataSpec {
                 separation,
             } => Ok(synthetic::generate(*samples, *features, *separation, seed)),
             Source::Csv(spec) => csv::load(&data_dir.join(&spec.path), spec),
+            Source::Adult => adult::load(data_dir),
         }
     }
 }

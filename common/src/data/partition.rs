@@ -7,37 +7,34 @@ use super::Dataset;
 use crate::rng::derive_rng;
 use crate::{FlintError, Result};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PartitionKind {
+/// How the rows are split over the clients, checked against the experiment.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PartitionPlan {
     /// Shuffled, equal shares (the first `n mod k` clients get one more).
-    Iid,
-    /// Each client gets exactly its declared samples per class, drawn without replacement.
-    Explicit,
+    Iid { clients: usize },
+    /// Client k gets exactly `counts[k][c]` samples of class c, drawn without replacement.
+    Explicit(Vec<Vec<usize>>),
+    /// Client k gets the share `fractions[k]` of the shuffled rows, with no class balancing
+    /// (Blind FL's even, random-uneven and sharply uneven splits); the shares sum to 1.
+    Fractions(Vec<f64>),
 }
 
-impl PartitionKind {
-    pub fn parse(s: Option<&str>) -> std::result::Result<PartitionKind, String> {
-        match s.unwrap_or("iid") {
-            "iid" => Ok(PartitionKind::Iid),
-            "explicit" => Ok(PartitionKind::Explicit),
-            other => Err(format!(
-                "unknown partition.kind {other:?}; expected iid or explicit"
-            )),
+impl PartitionPlan {
+    pub fn clients(&self) -> usize {
+        match self {
+            PartitionPlan::Iid { clients } => *clients,
+            PartitionPlan::Explicit(c) => c.len(),
+            PartitionPlan::Fractions(f) => f.len(),
         }
     }
 }
 
-/// Row indices per client, in client order. `class_counts[k][c]` is used by `Explicit`.
-pub fn partition(
-    data: &Dataset,
-    kind: PartitionKind,
-    clients: usize,
-    class_counts: &[Option<Vec<usize>>],
-    seed: u64,
-) -> Result<Vec<Vec<usize>>> {
+/// Row indices per client, in client order.
+pub fn partition(data: &Dataset, plan: &PartitionPlan, seed: u64) -> Result<Vec<Vec<usize>>> {
     let mut rng = derive_rng(seed, "partition", 0);
-    match kind {
-        PartitionKind::Iid => {
+    let clients = plan.clients();
+    match plan {
+        PartitionPlan::Iid { .. } => {
             if data.len() < clients {
                 return Err(FlintError::Partition(format!(
                     "{} rows cannot give each of {clients} clients a sample",
@@ -56,7 +53,32 @@ pub fn partition(
             }
             Ok(parts)
         }
-        PartitionKind::Explicit => {
+        PartitionPlan::Fractions(fractions) => {
+            let mut all: Vec<usize> = (0..data.len()).collect();
+            all.shuffle(&mut rng);
+            // Cumulative rounding: the parts cover every row exactly once.
+            let mut parts = Vec::with_capacity(clients);
+            let (mut cum, mut start) = (0.0, 0);
+            for (k, f) in fractions.iter().enumerate() {
+                cum += f;
+                let end = if k + 1 == clients {
+                    data.len()
+                } else {
+                    ((cum * data.len() as f64).round() as usize).min(data.len())
+                };
+                if end <= start {
+                    return Err(FlintError::Partition(format!(
+                        "client {} gets no row: a fraction of {f} of {} rows",
+                        k + 1,
+                        data.len()
+                    )));
+                }
+                parts.push(all[start..end].to_vec());
+                start = end;
+            }
+            Ok(parts)
+        }
+        PartitionPlan::Explicit(class_counts) => {
             let classes = data.classes.len();
             let mut pools: Vec<Vec<usize>> = vec![Vec::new(); classes];
             for (i, &c) in data.y.iter().enumerate() {
@@ -64,7 +86,7 @@ pub fn partition(
             }
             for (c, pool) in pools.iter_mut().enumerate() {
                 pool.shuffle(&mut rng);
-                let wanted: usize = class_counts.iter().flatten().map(|counts| counts[c]).sum();
+                let wanted: usize = class_counts.iter().map(|counts| counts[c]).sum();
                 if wanted > pool.len() {
                     return Err(FlintError::Partition(format!(
                         "clients ask for {wanted} samples of class {:?} but the data has {}",
@@ -75,10 +97,7 @@ pub fn partition(
             }
             let mut taken = vec![0usize; classes];
             let mut parts = Vec::with_capacity(clients);
-            for (k, counts) in class_counts.iter().enumerate().take(clients) {
-                let counts = counts.as_ref().ok_or_else(|| {
-                    FlintError::Partition(format!("client {} has no class_counts", k + 1))
-                })?;
+            for counts in class_counts {
                 let mut part = Vec::with_capacity(counts.iter().sum());
                 for (c, &n) in counts.iter().enumerate() {
                     part.extend_from_slice(&pools[c][taken[c]..taken[c] + n]);
@@ -170,13 +189,14 @@ mod tests {
             x: vec![0.0; y.len()],
             y,
             classes: vec!["a".into(), "b".into()],
+            categorical: Vec::new(),
         }
     }
 
     #[test]
     fn iid_covers_every_row_once_in_near_equal_parts() {
         let d = labels(vec![0; 10]);
-        let parts = partition(&d, PartitionKind::Iid, 3, &[], 1).unwrap();
+        let parts = partition(&d, &PartitionPlan::Iid { clients: 3 }, 1).unwrap();
         assert_eq!(
             parts.iter().map(Vec::len).collect::<Vec<_>>(),
             vec![4, 3, 3]
@@ -189,8 +209,8 @@ mod tests {
     #[test]
     fn explicit_gives_exact_class_counts_without_overlap() {
         let d = labels(vec![0, 0, 0, 0, 1, 1, 1, 0, 1, 0]);
-        let counts = vec![Some(vec![2, 1]), Some(vec![3, 2])];
-        let parts = partition(&d, PartitionKind::Explicit, 2, &counts, 5).unwrap();
+        let counts = vec![vec![2, 1], vec![3, 2]];
+        let parts = partition(&d, &PartitionPlan::Explicit(counts), 5).unwrap();
         for (part, want) in parts.iter().zip([[2, 1], [3, 2]]) {
             let got0 = part.iter().filter(|&&i| d.y[i] == 0).count();
             assert_eq!([got0, part.len() - got0], want);
@@ -269,9 +289,27 @@ mod tests {
     }
 
     #[test]
+    fn fractions_cover_every_row_once_in_the_declared_shares() {
+        let d = labels((0..100).map(|i| u32::from(i % 3 == 0)).collect());
+        let plan = PartitionPlan::Fractions(vec![0.5, 0.3, 0.15, 0.04, 0.01]);
+        let parts = partition(&d, &plan, 2).unwrap();
+        assert_eq!(
+            parts.iter().map(Vec::len).collect::<Vec<_>>(),
+            vec![50, 30, 15, 4, 1]
+        );
+        let mut all = parts.concat();
+        all.sort();
+        assert_eq!(all, (0..100).collect::<Vec<_>>());
+        assert_eq!(parts, partition(&d, &plan, 2).unwrap());
+        let tiny = PartitionPlan::Fractions(vec![0.999, 0.001]);
+        let err = partition(&labels(vec![0; 10]), &tiny, 0).unwrap_err();
+        assert!(err.to_string().contains("client 2 gets no row"), "{err}");
+    }
+
+    #[test]
     fn explicit_refuses_to_overdraw_a_class() {
         let d = labels(vec![0, 1]);
-        let err = partition(&d, PartitionKind::Explicit, 1, &[Some(vec![1, 2])], 0).unwrap_err();
+        let err = partition(&d, &PartitionPlan::Explicit(vec![vec![1, 2]]), 0).unwrap_err();
         assert!(
             err.to_string()
                 .contains("ask for 2 samples of class \"b\" but the data has 1"),

@@ -62,7 +62,37 @@ pub const KNOWN_FILES: &[KnownFile] = &[
         path: "fashion-mnist/t10k-labels-idx1-ubyte.gz",
         sha256: "67da17c76eaffca5446c3361aaab5c3cd6d1c2608764d35dfb1850b086bf8dd5",
     },
+    KnownFile {
+        dataset: "breast-cancer",
+        path: BREAST_CANCER_FILE,
+        sha256: "d606af411f3e5be8a317a5a8b652b425aaf0ff38ca683d5327ffff94c3695f4a",
+    },
+    KnownFile {
+        dataset: "adult",
+        path: super::adult::TRAIN_FILE,
+        sha256: "5b00264637dbfec36bdeaab5676b0b309ff9eb788d63554ca0a249491c86603d",
+    },
+    KnownFile {
+        dataset: "adult",
+        path: super::adult::TEST_FILE,
+        sha256: "a2a9044bc167a35b2361efbabec64e89d69ce82d9790d2980119aac5fd7e9c05",
+    },
 ];
+
+const BREAST_CANCER_FILE: &str = "breast-cancer-wisconsin/wdbc.data";
+
+/// Breast Cancer Wisconsin (Diagnostic), UCI's `wdbc.data`: 569 rows, an id, the diagnosis, 30
+/// features. Class `B` (benign) = 0, `M` (malignant) = 1: malignant is the positive class of
+/// precision (scikit-learn's loader numbers them the other way round).
+pub fn breast_cancer() -> CsvSpec {
+    CsvSpec {
+        path: BREAST_CANCER_FILE.into(),
+        label_column: Some(1),
+        classes: vec!["B".into(), "M".into()],
+        header: false,
+        skip_columns: vec![0],
+    }
+}
 
 /// MAGIC Gamma Telescope (UCI 159): 10 features, class `g` (gamma) = 0, `h` (hadron) = 1.
 /// The hadron class is the positive class of precision/recall, as in the AHP paper.
@@ -72,6 +102,7 @@ pub fn magic() -> CsvSpec {
         label_column: Some(10),
         classes: vec!["g".into(), "h".into()],
         header: false,
+        skip_columns: Vec::new(),
     }
 }
 

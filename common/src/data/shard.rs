@@ -1,5 +1,14 @@
-//! One client's data: a stratified train/test split of its part, scaled without looking at any
-//! other client's data.
+//! One client's data: a stratified train/test split of its part, encoded and scaled without
+//! looking at any other client's data.
+//!
+//! Categorical columns (category codes, e.g. Adult's) are target-encoded first: a category
+//! becomes the rate of the positive class (class 1) among the client's training rows of that
+//! category, smoothed toward the client's overall rate with 10 pseudo-rows; a category its
+//! training split never saw gets the overall rate. Only the training split informs it.
+//!
+//! `local-minmax` maps each feature to [0, 1] with the minimum and maximum of the client's
+//! training split (what an FCM's concepts expect); test values outside that range are clipped
+//! to it, and a constant column becomes 0.
 //!
 //! Scaling choice (no leakage between clients): with `local-zscore` each client standardises its
 //! features with the mean and standard deviation of *its own training split*, and applies the same
@@ -16,6 +25,7 @@ use crate::rng::derive_rng;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scaling {
     LocalZScore,
+    LocalMinMax,
     None,
 }
 
@@ -23,9 +33,10 @@ impl Scaling {
     pub fn parse(s: Option<&str>) -> std::result::Result<Scaling, String> {
         match s.unwrap_or("local-zscore") {
             "local-zscore" => Ok(Scaling::LocalZScore),
+            "local-minmax" => Ok(Scaling::LocalMinMax),
             "none" => Ok(Scaling::None),
             other => Err(format!(
-                "unknown data.scaling {other:?}; expected local-zscore or none"
+                "unknown data.scaling {other:?}; expected local-zscore, local-minmax or none"
             )),
         }
     }
@@ -66,12 +77,88 @@ impl Shard {
             train: data.select(&train_rows),
             test: data.select(&test_rows),
         };
-        if scaling == Scaling::LocalZScore {
-            let (mean, std) = column_stats(&shard.train);
-            standardise(&mut shard.train, &mean, &std);
-            standardise(&mut shard.test, &mean, &std);
+        for &column in &data.categorical {
+            let rates = target_rates(&shard.train, column);
+            rates.encode(&mut shard.train, column);
+            rates.encode(&mut shard.test, column);
+        }
+        match scaling {
+            Scaling::LocalZScore => {
+                let (mean, std) = column_stats(&shard.train);
+                standardise(&mut shard.train, &mean, &std);
+                standardise(&mut shard.test, &mean, &std);
+            }
+            Scaling::LocalMinMax => {
+                let (low, high) = column_range(&shard.train);
+                min_max(&mut shard.train, &low, &high);
+                min_max(&mut shard.test, &low, &high);
+            }
+            Scaling::None => {}
         }
         shard
+    }
+}
+
+/// Pseudo-rows at the client's overall positive rate that every category starts with.
+const SMOOTHING: f64 = 10.0;
+
+struct TargetRates {
+    by_code: std::collections::BTreeMap<u64, f64>,
+    prior: f64,
+}
+
+fn target_rates(train: &Dataset, column: usize) -> TargetRates {
+    let mut counts: std::collections::BTreeMap<u64, (f64, f64)> = Default::default();
+    let mut positives = 0.0;
+    for i in 0..train.len() {
+        let positive = f64::from(u8::from(train.y[i] == 1));
+        let e = counts.entry(train.row(i)[column] as u64).or_default();
+        e.0 += positive;
+        e.1 += 1.0;
+        positives += positive;
+    }
+    let prior = if train.is_empty() {
+        0.0
+    } else {
+        positives / train.len() as f64
+    };
+    let by_code = counts
+        .into_iter()
+        .map(|(code, (pos, n))| (code, (pos + SMOOTHING * prior) / (n + SMOOTHING)))
+        .collect();
+    TargetRates { by_code, prior }
+}
+
+impl TargetRates {
+    fn encode(&self, d: &mut Dataset, column: usize) {
+        for row in d.x.chunks_mut(d.features) {
+            let code = row[column] as u64;
+            row[column] = self.by_code.get(&code).copied().unwrap_or(self.prior);
+        }
+    }
+}
+
+fn column_range(d: &Dataset) -> (Vec<f64>, Vec<f64>) {
+    let mut low = vec![f64::INFINITY; d.features];
+    let mut high = vec![f64::NEG_INFINITY; d.features];
+    for row in d.x.chunks(d.features) {
+        for ((l, h), v) in low.iter_mut().zip(high.iter_mut()).zip(row) {
+            *l = l.min(*v);
+            *h = h.max(*v);
+        }
+    }
+    (low, high)
+}
+
+fn min_max(d: &mut Dataset, low: &[f64], high: &[f64]) {
+    for row in d.x.chunks_mut(d.features) {
+        for ((v, l), h) in row.iter_mut().zip(low).zip(high) {
+            *v = if h > l {
+                ((*v - l) / (h - l)).clamp(0.0, 1.0)
+            } else {
+                0.0
+            };
+        }
     }
 }
 
@@ -115,6 +202,7 @@ mod tests {
             x: (0..40).map(f64::from).collect(),
             y: (0..20).map(|i| u32::from(i % 4 == 0)).collect(),
             classes: vec!["a".into(), "b".into()],
+            categorical: Vec::new(),
         }
     }
 
@@ -129,6 +217,47 @@ mod tests {
         assert_eq!(s.test, again.test);
         let other_client = Shard::new(&d, &rows, 0.2, Scaling::None, 1, 2);
         assert_ne!(s.test, other_client.test);
+    }
+
+    #[test]
+    fn minmax_maps_training_to_unit_range_and_clips_test() {
+        let d = data();
+        let rows: Vec<usize> = (0..20).collect();
+        let s = Shard::new(&d, &rows, 0.25, Scaling::LocalMinMax, 3, 1);
+        for j in 0..2 {
+            let col: Vec<f64> = (0..s.train.len()).map(|i| s.train.row(i)[j]).collect();
+            let lo = col.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = col.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            assert_eq!((lo, hi), (0.0, 1.0));
+        }
+        assert!(s.test.x.iter().all(|v| (0.0..=1.0).contains(v)));
+    }
+
+    #[test]
+    fn categories_become_the_training_rate_of_the_positive_class() {
+        // Column 1 is a category: code 0 on rows 0..10 (positives at 0, 4, 8), code 1 on 10..20.
+        let mut d = data();
+        for i in 0..20 {
+            d.x[2 * i + 1] = f64::from(u8::from(i >= 10));
+        }
+        d.categorical = vec![1];
+        let rows: Vec<usize> = (0..20).collect();
+        let s = Shard::new(&d, &rows, 0.25, Scaling::None, 3, 1);
+        let (mut pos, mut n, mut all_pos) = ([0.0; 2], [0.0; 2], 0.0);
+        let raw = Shard::new(&data(), &rows, 0.25, Scaling::None, 3, 1);
+        for i in 0..raw.train.len() {
+            let code = usize::from(raw.train.row(i)[0] >= 20.0);
+            let p = f64::from(u8::from(raw.train.y[i] == 1));
+            pos[code] += p;
+            n[code] += 1.0;
+            all_pos += p;
+        }
+        let prior = all_pos / raw.train.len() as f64;
+        for i in 0..s.train.len() {
+            let code = usize::from(raw.train.row(i)[0] >= 20.0);
+            let want = (pos[code] + 10.0 * prior) / (n[code] + 10.0);
+            assert!((s.train.row(i)[1] - want).abs() < 1e-12);
+        }
     }
 
     #[test]

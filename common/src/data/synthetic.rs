@@ -39,6 +39,7 @@ pub fn generate(samples: usize, features: usize, separation: f64, seed: u64) -> 
         x,
         y,
         classes: vec!["0".into(), "1".into()],
+        categorical: Vec::new(),
     }
 }
 

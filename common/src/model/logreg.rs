@@ -144,6 +144,7 @@ mod tests {
             y: xs.iter().map(|&x| u32::from(x > 0.0)).collect(),
             x: xs,
             classes: vec!["neg".into(), "pos".into()],
+            categorical: Vec::new(),
         }
     }
 
@@ -172,6 +173,7 @@ mod tests {
             x: vec![1.0, -1.0],
             y: vec![1, 0],
             classes: vec!["a".into(), "b".into()],
+            categorical: Vec::new(),
         };
         let mut m = LogReg::zeros(1);
         m.train(

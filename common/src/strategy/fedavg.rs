@@ -7,7 +7,7 @@ use serde_json::json;
 
 use super::ahp::{self, AhpHyper, CriteriaValues};
 use super::{Aggregate, ClientStrategy, Downloads, ServerStrategy};
-use crate::data::Dataset;
+use crate::data::{Dataset, Shard};
 use crate::metrics::ConfusionMatrix;
 use crate::model::logreg::{LogReg, LogRegHyper};
 use crate::rng::FlintRng;
@@ -124,6 +124,7 @@ impl ServerStrategy for FedAvgServer {
             downloads: Downloads::Broadcast(wire::linear_payload(&global)),
             weights,
             details: json!({}),
+            local: BTreeMap::new(),
         })
     }
 
@@ -157,8 +158,8 @@ impl ClientStrategy for FedAvgClient {
         Ok(())
     }
 
-    fn train(&mut self, train: &Dataset, _round: Round, _rng: &mut FlintRng) -> Result<Payload> {
-        self.model.train(train, &self.hyper);
+    fn train(&mut self, shard: &Shard, _round: Round, _rng: &mut FlintRng) -> Result<Payload> {
+        self.model.train(&shard.train, &self.hyper);
         Ok(wire::linear_payload(&self.model))
     }
 

@@ -2,14 +2,16 @@
 //! half that trains on a shard and applies downloads. Neither does I/O.
 
 pub mod ahp;
+pub mod fcm;
 pub mod fedavg;
+pub mod local;
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::config::Experiment;
-use crate::data::Dataset;
+use crate::data::{Dataset, Shard};
 use crate::metrics::ConfusionMatrix;
 use crate::rng::FlintRng;
 use crate::wire::proto::{DataSummary, Payload};
@@ -22,15 +24,34 @@ pub enum StrategyKind {
     FedAvg,
     /// FedAvg with client weights from the Analytic Hierarchy Process.
     FedAvgAhp,
+    /// Blind FL of FCMs: the new local model is the global one.
+    BlindFcm,
+    /// Blended Blind FL of FCMs: the new local model is the mean of global and previous local.
+    BlendedFcm,
+    /// Baseline: every client trains alone; nothing is sent back.
+    Local,
+    /// Baseline: one client holding all the data.
+    Central,
 }
 
 impl StrategyKind {
-    pub const NAMES: &[&str] = &["fedavg", "fedavg-ahp"];
+    pub const NAMES: &[&str] = &[
+        "fedavg",
+        "fedavg-ahp",
+        "blind-fcm",
+        "blended-fcm",
+        "local",
+        "central",
+    ];
 
     pub fn parse(s: &str) -> std::result::Result<StrategyKind, String> {
         match s {
             "fedavg" => Ok(StrategyKind::FedAvg),
             "fedavg-ahp" => Ok(StrategyKind::FedAvgAhp),
+            "blind-fcm" => Ok(StrategyKind::BlindFcm),
+            "blended-fcm" => Ok(StrategyKind::BlendedFcm),
+            "local" => Ok(StrategyKind::Local),
+            "central" => Ok(StrategyKind::Central),
             other => Err(format!(
                 "unknown strategy {other:?}; expected one of {:?}",
                 Self::NAMES
@@ -42,7 +63,83 @@ impl StrategyKind {
         match self {
             StrategyKind::FedAvg => "fedavg",
             StrategyKind::FedAvgAhp => "fedavg-ahp",
+            StrategyKind::BlindFcm => "blind-fcm",
+            StrategyKind::BlendedFcm => "blended-fcm",
+            StrategyKind::Local => "local",
+            StrategyKind::Central => "central",
         }
+    }
+
+    /// The model this strategy trains, given the experiment's `model` key.
+    pub fn model(self, given: Option<&str>) -> std::result::Result<ModelKind, String> {
+        let given = given.map(ModelKind::parse).transpose()?;
+        let implied = match self {
+            StrategyKind::FedAvg | StrategyKind::FedAvgAhp => Some(ModelKind::LogReg),
+            StrategyKind::BlindFcm | StrategyKind::BlendedFcm => Some(ModelKind::Fcm),
+            StrategyKind::Local | StrategyKind::Central => None,
+        };
+        match (implied, given) {
+            (Some(i), None) => Ok(i),
+            (Some(i), Some(g)) if i == g => Ok(i),
+            (Some(i), Some(g)) => Err(format!(
+                "strategy {} trains {}, not model {}",
+                self.name(),
+                i.name(),
+                g.name()
+            )),
+            (None, Some(g)) => Ok(g),
+            (None, None) => Err(format!(
+                "strategy {} needs a model: set model = \"logreg\" or \"fcm\"",
+                self.name()
+            )),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ModelKind {
+    LogReg,
+    Fcm,
+}
+
+impl ModelKind {
+    pub fn parse(s: &str) -> std::result::Result<ModelKind, String> {
+        match s {
+            "logreg" => Ok(ModelKind::LogReg),
+            "fcm" => Ok(ModelKind::Fcm),
+            other => Err(format!("unknown model {other:?}; expected logreg or fcm")),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ModelKind::LogReg => "logreg",
+            ModelKind::Fcm => "fcm",
+        }
+    }
+}
+
+/// What a client said about its own freshly trained model when it uploaded (Blind FL: accuracy
+/// and precision on its test split, which the server may weight by).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct LocalMetrics {
+    pub accuracy: f64,
+    pub precision: f64,
+}
+
+impl LocalMetrics {
+    /// Unweighted mean over clients.
+    pub fn mean<'a>(all: impl IntoIterator<Item = &'a LocalMetrics>) -> Option<LocalMetrics> {
+        let all: Vec<&LocalMetrics> = all.into_iter().collect();
+        if all.is_empty() {
+            return None;
+        }
+        let n = all.len() as f64;
+        Some(LocalMetrics {
+            accuracy: all.iter().map(|m| m.accuracy).sum::<f64>() / n,
+            precision: all.iter().map(|m| m.precision).sum::<f64>() / n,
+        })
     }
 }
 
@@ -69,6 +166,8 @@ pub struct Aggregate {
     pub downloads: Downloads,
     pub weights: BTreeMap<ClientId, f64>,
     pub details: serde_json::Value,
+    /// What each participant said about its own model in its update, where the payload says it.
+    pub local: BTreeMap<ClientId, LocalMetrics>,
 }
 
 pub trait ServerStrategy: Send {
@@ -92,22 +191,38 @@ pub trait ServerStrategy: Send {
 pub trait ClientStrategy: Send {
     /// Replaces (or blends) the local model with the server's download.
     fn apply(&mut self, download: &Payload) -> Result<()>;
-    /// Trains locally for one round and returns the update to upload.
-    fn train(&mut self, train: &Dataset, round: Round, rng: &mut FlintRng) -> Result<Payload>;
+    /// Trains locally for one round on the shard's training split and returns the update to
+    /// upload (Blind FL's update also carries metrics on the test split).
+    fn train(&mut self, shard: &Shard, round: Round, rng: &mut FlintRng) -> Result<Payload>;
     fn evaluate(&self, test: &Dataset) -> ConfusionMatrix;
 }
 
 pub fn server_strategy(e: &Experiment) -> Box<dyn ServerStrategy> {
+    let classes = e.data.classes().len();
     match e.strategy {
         StrategyKind::FedAvg => Box::new(fedavg::FedAvgServer::by_size()),
         StrategyKind::FedAvgAhp => Box::new(fedavg::FedAvgServer::by_ahp(e.ahp.clone())),
+        StrategyKind::BlindFcm | StrategyKind::BlendedFcm => {
+            Box::new(fcm::FcmServer::new(classes, e.aggregation))
+        }
+        StrategyKind::Local | StrategyKind::Central => {
+            let model: Box<dyn ServerStrategy> = match e.model {
+                ModelKind::LogReg => Box::new(fedavg::FedAvgServer::by_size()),
+                ModelKind::Fcm => Box::new(fcm::FcmServer::new(classes, e.aggregation)),
+            };
+            Box::new(local::LocalServer::new(model))
+        }
     }
 }
 
 pub fn client_strategy(e: &Experiment, features: usize) -> Box<dyn ClientStrategy> {
-    match e.strategy {
-        StrategyKind::FedAvg | StrategyKind::FedAvgAhp => {
-            Box::new(fedavg::FedAvgClient::new(features, e.logreg))
-        }
+    let classes = e.data.classes().len();
+    let fcm = |blend| Box::new(fcm::FcmClient::new(features, classes, e.fcm, e.pso, blend));
+    match (e.strategy, e.model) {
+        (StrategyKind::BlindFcm, _) => fcm(fcm::Blend::Replace),
+        (StrategyKind::BlendedFcm, _) => fcm(fcm::Blend::Average),
+        // Local baselines never receive a download, so the blend does not matter.
+        (_, ModelKind::Fcm) => fcm(fcm::Blend::Replace),
+        (_, ModelKind::LogReg) => Box::new(fedavg::FedAvgClient::new(features, e.logreg)),
     }
 }

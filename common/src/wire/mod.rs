@@ -10,9 +10,11 @@ pub mod proto {
 }
 
 use proto::payload::Kind;
-use proto::{LinearModel, Payload};
+use proto::{AdjacencyMatrix, LinearModel, Payload};
 
+use crate::model::fcm::Fcm;
 use crate::model::logreg::LogReg;
+use crate::strategy::LocalMetrics;
 use crate::{FlintError, Result};
 
 /// Request and response headers that let byte counters attribute traffic to (client, round).
@@ -38,6 +40,71 @@ pub fn expect_linear(p: &Payload) -> Result<&LinearModel> {
             "expected a linear_model payload, got {}",
             kind_name(p)
         ))),
+    }
+}
+
+pub fn expect_adjacency(p: &Payload) -> Result<&AdjacencyMatrix> {
+    match &p.kind {
+        Some(Kind::AdjacencyMatrix(m)) => Ok(m),
+        _ => Err(FlintError::InvalidUpdate(format!(
+            "expected an adjacency_matrix payload, got {}",
+            kind_name(p)
+        ))),
+    }
+}
+
+/// A map as the wire carries it: the whole n × n matrix as packed floats, and, in an upload,
+/// the client's metrics on its test split.
+pub fn adjacency_payload(m: &Fcm, local: Option<LocalMetrics>) -> Payload {
+    let local = local.unwrap_or(LocalMetrics {
+        accuracy: 0.0,
+        precision: 0.0,
+    });
+    Payload {
+        kind: Some(Kind::AdjacencyMatrix(AdjacencyMatrix {
+            concepts: m.concepts() as u32,
+            weights: m.matrix().iter().map(|&w| w as f32).collect(),
+            local_accuracy: local.accuracy,
+            local_precision: local.precision,
+        })),
+    }
+}
+
+pub trait AdjacencyMatrixExt {
+    /// Checks the shape against the run (features + classes concepts), that every value is
+    /// finite, and the map's own rules (range, learnable links).
+    fn to_fcm(&self, features: usize, classes: usize) -> Result<Fcm>;
+    fn local_metrics(&self) -> LocalMetrics;
+}
+
+impl AdjacencyMatrixExt for AdjacencyMatrix {
+    fn to_fcm(&self, features: usize, classes: usize) -> Result<Fcm> {
+        let n = features + classes;
+        if self.concepts as usize != n || self.weights.len() != n * n {
+            return Err(FlintError::InvalidUpdate(format!(
+                "adjacency_matrix of {} concepts with {} weights, expected {n}×{n} ({features} features + {classes} classes)",
+                self.concepts,
+                self.weights.len()
+            )));
+        }
+        if let Some(i) = self.weights.iter().position(|w| !w.is_finite()) {
+            return Err(FlintError::InvalidUpdate(format!(
+                "adjacency_matrix weight {i} is {}, not finite",
+                self.weights[i]
+            )));
+        }
+        let w: Vec<f64> = self.weights.iter().map(|&w| f64::from(w)).collect();
+        Fcm::from_matrix(features, classes, &w).map_err(|e| match e {
+            FlintError::Model(m) => FlintError::InvalidUpdate(m),
+            other => other,
+        })
+    }
+
+    fn local_metrics(&self) -> LocalMetrics {
+        LocalMetrics {
+            accuracy: self.local_accuracy,
+            precision: self.local_precision,
+        }
     }
 }
 

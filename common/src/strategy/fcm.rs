@@ -1,0 +1,369 @@
+//! Blind and Blended Blind federated learning of FCMs (Blind FL, "Federated learning for FCMs"
+//! steps 1–8; "Aggregation methods" eq. 9–13).
+//!
+//! Round 1 has no download: there is no initial model (step 1). Each client trains its map by
+//! PSO, seeded with the map it holds from round 2 on (steps 2, 6), and uploads it with its
+//! accuracy and precision on its own test split (step 3). The server averages the matrices with
+//! equal, accuracy- or precision-proportional weights (step 4) and broadcasts the result. A blind
+//! client takes the global map as its new local map; a blended one the element-wise mean of the
+//! global and its previous local map (step 5).
+
+use std::collections::BTreeMap;
+
+use serde_json::json;
+
+use super::{Aggregate, ClientStrategy, Downloads, LocalMetrics, ServerStrategy};
+use crate::data::{Dataset, Shard};
+use crate::metrics::ConfusionMatrix;
+use crate::model::fcm::{self, Fcm, FcmHyper};
+use crate::model::pso::PsoHyper;
+use crate::rng::FlintRng;
+use crate::wire::proto::{DataSummary, Payload};
+use crate::wire::{self, AdjacencyMatrixExt};
+use crate::{ClientId, FlintError, Result, Round};
+
+/// How the server weights the participants' maps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Aggregation {
+    /// Eq. 9: 1/n each.
+    Mean,
+    /// Eq. 10–11: accuracy_i / Σ accuracy.
+    Accuracy,
+    /// Eq. 12–13: precision_i / Σ precision.
+    Precision,
+}
+
+impl Aggregation {
+    pub fn parse(s: Option<&str>) -> std::result::Result<Aggregation, String> {
+        match s.unwrap_or("mean") {
+            "mean" => Ok(Aggregation::Mean),
+            "accuracy" => Ok(Aggregation::Accuracy),
+            "precision" => Ok(Aggregation::Precision),
+            other => Err(format!(
+                "unknown fcm.aggregation {other:?}; expected mean, accuracy or precision"
+            )),
+        }
+    }
+
+    /// The participants' weights, in the order given, summing to 1. When every score is 0 (no
+    /// participant predicted a positive right) the normalisation is undefined and the mean is
+    /// used; the second value says so.
+    pub fn weights(self, locals: &[LocalMetrics]) -> (Vec<f64>, bool) {
+        let n = locals.len() as f64;
+        let score = |m: &LocalMetrics| match self {
+            Aggregation::Mean => 1.0,
+            Aggregation::Accuracy => m.accuracy,
+            Aggregation::Precision => m.precision,
+        };
+        let total: f64 = locals.iter().map(score).sum();
+        if total > 0.0 {
+            (locals.iter().map(|m| score(m) / total).collect(), false)
+        } else {
+            (vec![1.0 / n; locals.len()], true)
+        }
+    }
+}
+
+pub struct FcmServer {
+    classes: usize,
+    aggregation: Aggregation,
+}
+
+impl FcmServer {
+    pub fn new(classes: usize, aggregation: Aggregation) -> Self {
+        FcmServer {
+            classes,
+            aggregation,
+        }
+    }
+}
+
+impl ServerStrategy for FcmServer {
+    fn initial_download(&self, _features: usize) -> Option<Payload> {
+        None
+    }
+
+    fn check_update(&self, features: usize, update: &Payload) -> Result<()> {
+        let m = wire::expect_adjacency(update)?;
+        m.to_fcm(features, self.classes)?;
+        for (what, v) in [
+            ("local_accuracy", m.local_accuracy),
+            ("local_precision", m.local_precision),
+        ] {
+            if !(0.0..=1.0).contains(&v) {
+                return Err(FlintError::InvalidUpdate(format!(
+                    "adjacency_matrix {what} is {v}, expected a value in [0, 1]"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn aggregate(
+        &mut self,
+        round: Round,
+        clients: &BTreeMap<ClientId, DataSummary>,
+        updates: &BTreeMap<ClientId, Payload>,
+    ) -> Result<Aggregate> {
+        let Some(first) = updates.keys().next() else {
+            return Err(FlintError::InvalidUpdate(format!(
+                "round {round} has no updates to aggregate"
+            )));
+        };
+        let features = clients
+            .get(first)
+            .map(|s| s.features as usize)
+            .ok_or_else(|| {
+                FlintError::InvalidUpdate(format!("update from client {first}, which never joined"))
+            })?;
+        let mut maps = Vec::with_capacity(updates.len());
+        let mut local = BTreeMap::new();
+        for (id, p) in updates {
+            let m = wire::expect_adjacency(p)?;
+            maps.push(m.to_fcm(features, self.classes)?);
+            local.insert(*id, m.local_metrics());
+        }
+        let scores: Vec<LocalMetrics> = local.values().copied().collect();
+        let (weights, fallback) = self.aggregation.weights(&scores);
+        let mut global: Vec<f64> = vec![0.0; maps[0].parameters().len()];
+        for (m, a) in maps.iter().zip(&weights) {
+            for (g, w) in global.iter_mut().zip(m.parameters()) {
+                *g += a * w;
+            }
+        }
+        // A convex combination of weights in [−1, 1] stays there; clamp rounding only.
+        global.iter_mut().for_each(|g| *g = g.clamp(-1.0, 1.0));
+        let global = Fcm::from_parameters(features, self.classes, global)?;
+        if fallback {
+            tracing::warn!(
+                round,
+                aggregation = ?self.aggregation,
+                "every participant scored 0; aggregating with equal weights"
+            );
+        }
+        Ok(Aggregate {
+            downloads: Downloads::Broadcast(wire::adjacency_payload(&global, None)),
+            weights: updates.keys().copied().zip(weights).collect(),
+            details: json!({ "aggregation": self.aggregation, "equal_weights_fallback": fallback }),
+            local,
+        })
+    }
+
+    fn describe(&self) -> serde_json::Value {
+        json!({ "aggregation": self.aggregation, "classes": self.classes })
+    }
+}
+
+/// What a client does with the global map (step 5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Blend {
+    /// Blind FL: the new local map is the global map.
+    Replace,
+    /// Blended Blind FL: the new local map is the mean of the global and the previous local map.
+    Average,
+}
+
+pub struct FcmClient {
+    features: usize,
+    classes: usize,
+    hyper: FcmHyper,
+    pso: PsoHyper,
+    blend: Blend,
+    model: Option<Fcm>,
+}
+
+impl FcmClient {
+    pub fn new(
+        features: usize,
+        classes: usize,
+        hyper: FcmHyper,
+        pso: PsoHyper,
+        blend: Blend,
+    ) -> Self {
+        FcmClient {
+            features,
+            classes,
+            hyper,
+            pso,
+            blend,
+            model: None,
+        }
+    }
+
+    pub fn model(&self) -> Option<&Fcm> {
+        self.model.as_ref()
+    }
+}
+
+impl ClientStrategy for FcmClient {
+    fn apply(&mut self, download: &Payload) -> Result<()> {
+        let global = wire::expect_adjacency(download)?.to_fcm(self.features, self.classes)?;
+        self.model = Some(match (self.blend, &self.model) {
+            (Blend::Average, Some(local)) => global.blend(local)?,
+            _ => global,
+        });
+        Ok(())
+    }
+
+    fn train(&mut self, shard: &Shard, round: Round, rng: &mut FlintRng) -> Result<Payload> {
+        let t = fcm::train(
+            &shard.train,
+            self.classes,
+            &self.hyper,
+            &self.pso,
+            self.model.as_ref(),
+            rng,
+        )?;
+        let m = t.model.evaluate(&self.hyper, &shard.test).metrics();
+        tracing::debug!(
+            round,
+            fitness = t.fitness,
+            evaluations = t.evaluations,
+            accuracy = m.accuracy,
+            precision = m.precision,
+            "fcm trained"
+        );
+        let payload = wire::adjacency_payload(
+            &t.model,
+            Some(LocalMetrics {
+                accuracy: m.accuracy,
+                precision: m.precision,
+            }),
+        );
+        self.model = Some(t.model);
+        Ok(payload)
+    }
+
+    fn evaluate(&self, test: &Dataset) -> ConfusionMatrix {
+        match &self.model {
+            Some(m) => m.evaluate(&self.hyper, test),
+            None => Fcm::zeros(self.features, self.classes).evaluate(&self.hyper, test),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::fcm::Activation;
+    use crate::wire::proto::AdjacencyMatrix;
+    use crate::wire::proto::payload::Kind;
+
+    fn m(accuracy: f64, precision: f64) -> LocalMetrics {
+        LocalMetrics {
+            accuracy,
+            precision,
+        }
+    }
+
+    #[test]
+    fn weights_follow_eq_9_11_and_13() {
+        let locals = [m(0.9, 0.5), m(0.6, 0.0), m(0.5, 0.5)];
+        let (w, fb) = Aggregation::Mean.weights(&locals);
+        assert_eq!((w, fb), (vec![1.0 / 3.0; 3], false));
+        let (w, _) = Aggregation::Accuracy.weights(&locals);
+        assert_eq!(w, vec![0.9 / 2.0, 0.6 / 2.0, 0.5 / 2.0]);
+        let (w, _) = Aggregation::Precision.weights(&locals);
+        assert_eq!(w, vec![0.5, 0.0, 0.5]);
+        let (w, fb) = Aggregation::Precision.weights(&[m(0.7, 0.0), m(0.8, 0.0)]);
+        assert_eq!((w, fb), (vec![0.5, 0.5], true));
+    }
+
+    fn summary(features: u32) -> DataSummary {
+        DataSummary {
+            train_class_counts: vec![1, 1],
+            test_samples: 1,
+            features,
+            compute_ghz: 1.0,
+        }
+    }
+
+    fn upload(params: Vec<f64>, accuracy: f64, precision: f64) -> Payload {
+        let map = Fcm::from_parameters(1, 2, params).unwrap();
+        wire::adjacency_payload(&map, Some(m(accuracy, precision)))
+    }
+
+    fn params_of(p: &Payload) -> Vec<f64> {
+        wire::expect_adjacency(p)
+            .unwrap()
+            .to_fcm(1, 2)
+            .unwrap()
+            .parameters()
+            .to_vec()
+    }
+
+    #[test]
+    fn server_sends_nothing_first_then_the_weighted_average() {
+        let mut s = FcmServer::new(2, Aggregation::Accuracy);
+        assert_eq!(s.initial_download(1), None);
+        let clients = BTreeMap::from([(1, summary(1)), (2, summary(1))]);
+        let updates = BTreeMap::from([
+            (1, upload(vec![1.0, 0.5, -1.0, 0.0], 0.75, 0.5)),
+            (2, upload(vec![0.0, -0.5, 1.0, 0.25], 0.25, 0.5)),
+        ]);
+        let agg = s.aggregate(1, &clients, &updates).unwrap();
+        assert_eq!(agg.weights, BTreeMap::from([(1, 0.75), (2, 0.25)]));
+        assert_eq!(agg.local[&1], m(0.75, 0.5));
+        let Downloads::Broadcast(p) = &agg.downloads else {
+            panic!("blind fl broadcasts")
+        };
+        assert_eq!(params_of(p), vec![0.75, 0.25, -0.5, 0.0625]);
+        // The download carries no client's metrics.
+        assert_eq!(wire::expect_adjacency(p).unwrap().local_accuracy, 0.0);
+    }
+
+    fn hyper() -> FcmHyper {
+        FcmHyper {
+            activation: Activation::Tanh,
+            fitness: crate::model::fcm::Fitness::Jaccard,
+            slope: 2.0,
+            tolerance: 1e-5,
+            max_iterations: 100,
+        }
+    }
+
+    #[test]
+    fn blind_takes_the_global_map_and_blended_averages_it_with_the_local_one() {
+        let local = Fcm::from_parameters(1, 2, vec![1.0, 0.5, -1.0, 0.0]).unwrap();
+        let global = upload(vec![0.0, -0.5, 1.0, 0.5], 0.0, 0.0);
+        for (blend, want) in [
+            (Blend::Replace, vec![0.0, -0.5, 1.0, 0.5]),
+            (Blend::Average, vec![0.5, 0.0, 0.0, 0.25]),
+        ] {
+            let mut c = FcmClient::new(1, 2, hyper(), PsoHyper::default(), blend);
+            c.model = Some(local.clone());
+            c.apply(&global).unwrap();
+            assert_eq!(c.model().unwrap().parameters(), &want[..], "{blend:?}");
+        }
+        // A blended client without a local map yet takes the global one.
+        let mut c = FcmClient::new(1, 2, hyper(), PsoHyper::default(), Blend::Average);
+        c.apply(&global).unwrap();
+        assert_eq!(c.model().unwrap().parameters(), &[0.0, -0.5, 1.0, 0.5]);
+    }
+
+    #[test]
+    fn updates_are_checked_against_the_run() {
+        let s = FcmServer::new(2, Aggregation::Mean);
+        let good = upload(vec![0.1, 0.2, 0.3, 0.4], 0.5, 0.5);
+        s.check_update(1, &good).unwrap();
+        let e = s.check_update(2, &good).unwrap_err().to_string();
+        assert!(e.contains("expected 4×4"), "{e}");
+        let bad = upload(vec![0.1, 0.2, 0.3, 0.4], 1.5, 0.5);
+        let e = s.check_update(1, &bad).unwrap_err().to_string();
+        assert!(e.contains("local_accuracy is 1.5"), "{e}");
+        let nan = Payload {
+            kind: Some(Kind::AdjacencyMatrix(AdjacencyMatrix {
+                concepts: 3,
+                weights: vec![0.0, 0.0, f32::NAN, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+                local_accuracy: 0.5,
+                local_precision: 0.5,
+            })),
+        };
+        let e = s.check_update(1, &nan).unwrap_err().to_string();
+        assert!(e.contains("not finite"), "{e}");
+        let wrong = wire::linear_payload(&crate::model::logreg::LogReg::zeros(1));
+        let e = s.check_update(1, &wrong).unwrap_err().to_string();
+        assert!(e.contains("expected an adjacency_matrix"), "{e}");
+    }
+}
