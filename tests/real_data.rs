@@ -223,3 +223,81 @@ fn fashion_mnist_adaptive_threshold_equals_opencv() {
         assert_eq!(test.row(i), &want[..], "test image {i}");
     }
 }
+
+fn run_fcm(dir: &Path, file: &str, overrides: &[&str]) -> flint_server::results::RunResults {
+    let mut cmd = flint();
+    cmd.args(["run", "--runs-dir"])
+        .arg(dir)
+        .arg("--data-dir")
+        .arg(data_dir())
+        .arg(experiment(&format!("fcm/{file}")));
+    for o in overrides {
+        cmd.args(["--set", o]);
+    }
+    ok(&mut cmd);
+    let text = std::fs::read_to_string(experiment(&format!("fcm/{file}"))).unwrap();
+    let name = text
+        .lines()
+        .find_map(|l| l.strip_prefix("name = "))
+        .unwrap()
+        .trim_matches('"');
+    results(&dir.join(name))
+}
+
+#[test]
+#[ignore = "needs FLINT_DATA_DIR with Breast Cancer Wisconsin; CI runs it"]
+fn breast_cancer_central_map_and_blended_federation_improve_on_local_maps() {
+    let dir = tempfile::tempdir().unwrap();
+    // Blind FL Table 1: one map on all 569 rows, a 20 % test split (the paper's 114 rows; the
+    // stratified split rounds to 42 malignant + 71 benign).
+    let central = run_fcm(dir.path(), "breast-cancer/central-tanh.toml", &[]);
+    assert_eq!(central.clients[0].train_class_counts, vec![286, 170]);
+    assert_eq!(central.clients[0].test_samples, 113);
+    let m = central.rounds[1].mean.unwrap();
+    assert!(m.accuracy > 0.8, "central accuracy {}", m.accuracy);
+    // Blended, mean aggregation, even split (the paper's 0.9296): federation must raise the
+    // clients' mean accuracy above what their own round-1 maps reach.
+    let fed = run_fcm(dir.path(), "breast-cancer/blended-mean-tanh-even.toml", &[]);
+    assert_eq!(fed.rounds.len(), 21);
+    let before = fed.rounds[1].local_mean.unwrap();
+    let after = fed.rounds[20].mean.unwrap();
+    assert!(
+        after.accuracy > before.accuracy + 0.05 && after.accuracy > 0.9,
+        "before {before:?}, after {after:?}"
+    );
+    // Every round moves one 32 × 32 matrix each way per client (8 B per weight by the paper's
+    // convention), and the three byte levels are ordered.
+    for rr in &fed.rounds[1..] {
+        for (id, f) in &rr.bytes {
+            assert_eq!(f.up.paper, 8 * 32 * 32, "client {id} round {}", rr.round);
+            assert!(f.up.payload > 4 * 32 * 32 && f.up.message > f.up.payload);
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs FLINT_DATA_DIR with Adult; CI runs it"]
+fn adult_both_files_load_and_federation_raises_accuracy() {
+    let out = ok(flint()
+        .args(["data", "verify", "breast-cancer", "adult", "--data-dir"])
+        .arg(data_dir()));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("adult/adult.test"));
+    let dir = tempfile::tempdir().unwrap();
+    let central = run_fcm(dir.path(), "adult/central-tanh.toml", &[]);
+    // adult.data + adult.test: 37,155 rows <=50K and 11,687 >50K, 20 % of each held out.
+    let c = &central.clients[0];
+    assert_eq!(c.train_class_counts, vec![29724, 9350]);
+    assert_eq!(c.test_samples, 7431 + 2337);
+    // Five rounds of the blended even split: federation lifts the mean accuracy.
+    let fed = run_fcm(
+        dir.path(),
+        "adult/blended-mean-tanh-even.toml",
+        &["rounds=5"],
+    );
+    let before = fed.rounds[1].local_mean.unwrap();
+    let after = fed.rounds[5].mean.unwrap();
+    assert!(
+        after.accuracy > before.accuracy,
+        "before {before:?}, after {after:?}"
+    );
+}

@@ -566,6 +566,85 @@ name = "b"
     }
 
     #[test]
+    fn baselines_need_a_model_and_central_one_client() {
+        let local = BASE.replace("\"fedavg\"", "\"local\"");
+        let err = Experiment::from_toml(&local).unwrap_err().to_string();
+        assert!(err.contains("strategy local needs a model"), "{err}");
+        let e =
+            Experiment::from_toml(&local.replace("seed = 3", "seed = 3\nmodel = \"fcm\"")).unwrap();
+        assert_eq!(e.model, ModelKind::Fcm);
+        let central = BASE.replace("\"fedavg\"", "\"central\"\nmodel = \"logreg\"");
+        let err = Experiment::from_toml(&central).unwrap_err().to_string();
+        assert!(err.contains("declare one client, not 2"), "{err}");
+        let wrong = BASE.replace("\"fedavg\"", "\"blind-fcm\"\nmodel = \"logreg\"");
+        let err = Experiment::from_toml(&wrong).unwrap_err().to_string();
+        assert!(
+            err.contains("strategy blind-fcm trains fcm, not model logreg"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn fractions_must_be_declared_by_every_client_and_sum_to_one() {
+        let with = |a: &str, b: &str| {
+            BASE.replace(
+                "[[clients]]\n[[clients]]",
+                &format!("[partition]\nkind = \"fractions\"\n[[clients]]\n{a}\n[[clients]]"),
+            )
+            .replace("name = \"b\"", &format!("name = \"b\"\n{b}"))
+        };
+        let e = Experiment::from_toml(&with("fraction = 0.25", "fraction = 0.75")).unwrap();
+        assert_eq!(e.partition, PartitionPlan::Fractions(vec![0.25, 0.75]));
+        let err = Experiment::from_toml(&with("fraction = 0.25", "fraction = 0.5"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("sum to 0.75, expected 1"), "{err}");
+        let err = Experiment::from_toml(&with("", "fraction = 1.0"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("\"client-1\" needs a fraction"), "{err}");
+        let err =
+            Experiment::from_toml(&BASE.replace("name = \"b\"", "name = \"b\"\nfraction = 0.5"))
+                .unwrap_err()
+                .to_string();
+        assert!(
+            err.contains("has fraction but partition.kind is iid"),
+            "{err}"
+        );
+    }
+
+    /// Every experiment the repository ships must load (the FCM grid's files are generated).
+    #[test]
+    fn every_shipped_experiment_file_is_valid() {
+        fn walk(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+            for entry in std::fs::read_dir(dir).unwrap() {
+                let p = entry.unwrap().path();
+                if p.is_dir() {
+                    walk(&p, out);
+                } else if p.extension().is_some_and(|x| x == "toml") {
+                    out.push(p);
+                }
+            }
+        }
+        let mut files = Vec::new();
+        walk(
+            &Path::new(env!("CARGO_MANIFEST_DIR")).join("../experiments"),
+            &mut files,
+        );
+        assert!(files.len() > 100, "{} files", files.len());
+        let mut names = BTreeSet::new();
+        for f in &files {
+            let e = Experiment::load(f, &[]).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+            assert!(
+                names.insert(e.name.clone()),
+                "{}: name {} reused",
+                f.display(),
+                e.name
+            );
+        }
+    }
+
+    #[test]
     fn ahp_needs_compute_power_of_every_client() {
         let err = Experiment::from_toml(&BASE.replace("\"fedavg\"", "\"fedavg-ahp\""))
             .unwrap_err()

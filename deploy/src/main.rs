@@ -1,6 +1,7 @@
 //! `flint`: run an experiment as real processes, print a run's tables, check data, or act as the
 //! server or a client (the same code as `flint-server` / `flint-client`).
 
+mod grid;
 mod report;
 mod run;
 
@@ -24,6 +25,8 @@ struct Cli {
 enum Command {
     /// Run an experiment: one server and its clients as OS processes on loopback.
     Run(run::RunArgs),
+    /// Run many experiments (files or directories), optionally over seeds, into one summary table.
+    Grid(grid::GridArgs),
     /// Print the tables of a finished run.
     Report {
         /// A run directory (holding results.json), e.g. runs/quickstart.
@@ -59,6 +62,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(args) => run::run(args),
+        Command::Grid(args) => grid::grid(args),
         Command::Report { run_dir } => report::print(&run_dir),
         Command::Server(args) => {
             runtime().and_then(|rt| rt.block_on(flint_server::run(args)).map(|_| ()))

@@ -78,6 +78,23 @@ pub fn render(r: &RunResults) -> String {
         t.up.paper as f64 / 1e6,
         t.down.paper as f64 / 1e6
     );
+    if let Some(first) = r.rounds.iter().find(|rr| rr.round == 1)
+        && let Some(before) = first.local_mean
+    {
+        s += "Before federation (round 1 uploads: each client's own model on its test split):\n";
+        for c in &r.clients {
+            if let Some(m) = first.local.get(&c.id) {
+                s += &format!(
+                    "{:<12} accuracy {:.4} precision {:.4}\n",
+                    c.name, m.accuracy, m.precision
+                );
+            }
+        }
+        s += &format!(
+            "{:<12} accuracy {:.4} precision {:.4}\n\n",
+            "mean", before.accuracy, before.precision
+        );
+    }
     if let Some(last) = r.rounds.iter().rev().find(|rr| !rr.metrics.is_empty()) {
         s += &format!(
             "Per client after round {} (precision/recall/F1 of class 1):\n",

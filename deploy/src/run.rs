@@ -34,10 +34,17 @@ pub struct RunArgs {
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
+    let dir = execute(&args, true)?;
+    crate::report::print(&dir)
+}
+
+/// Runs one experiment to its end and returns its run directory; `progress` prints rounds as
+/// they close.
+pub fn execute(args: &RunArgs, progress: bool) -> anyhow::Result<PathBuf> {
     if args.clients_per_process == 0 {
         bail!("--clients-per-process must be at least 1");
     }
-    let experiment = load(&args)?;
+    let experiment = load(args)?;
     let dir = args.runs_dir.join(&experiment.name);
     let clients_dir = dir.join("clients");
     std::fs::create_dir_all(&clients_dir)
@@ -56,7 +63,12 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         .clone()
         .unwrap_or_else(flint_common::data::default_data_dir);
     let exe = std::env::current_exe().context("cannot find the flint executable")?;
-    println!(
+    let say = |line: String| {
+        if progress {
+            println!("{line}");
+        }
+    };
+    say(format!(
         "flint run {}: {} on {} clients, {} rounds, seed {} -> {}",
         experiment.name,
         experiment.strategy.name(),
@@ -64,7 +76,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         experiment.policy.rounds,
         experiment.seed,
         dir.display()
-    );
+    ));
     let started = Instant::now();
     let ready = dir.join("server.addr");
     let mut server = Command::new(&exe)
@@ -112,7 +124,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
             .context("cannot start a client process")?;
         clients.push((log.display().to_string(), child));
     }
-    let status = match watch(&dir, &mut server, &mut clients, &experiment) {
+    let status = match watch(&dir, &mut server, &mut clients, &experiment, progress) {
         Ok(s) => s,
         Err(e) => {
             for (_, child) in &mut clients {
@@ -144,12 +156,14 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         );
     }
     merge_client_ledgers(&dir)?;
-    println!("done in {:.1} s\n", started.elapsed().as_secs_f64());
-    crate::report::print(&dir)?;
+    say(format!(
+        "done in {:.1} s\n",
+        started.elapsed().as_secs_f64()
+    ));
     if !failed.is_empty() {
         bail!("{}", failed.join("\n"));
     }
-    Ok(())
+    Ok(dir)
 }
 
 fn load(args: &RunArgs) -> anyhow::Result<Experiment> {
@@ -211,6 +225,7 @@ fn watch(
     server: &mut Child,
     clients: &mut [(String, Child)],
     e: &Experiment,
+    progress: bool,
 ) -> anyhow::Result<std::process::ExitStatus> {
     let path = dir.join("status.json");
     let mut joined = 0;
@@ -231,7 +246,7 @@ fn watch(
                 bail!("a client process exited with {s}: {last}\nsee {log}");
             }
         }
-        if let Some(s) = read_status(&path) {
+        if progress && let Some(s) = read_status(&path) {
             if s.joined != joined {
                 joined = s.joined;
                 println!("  clients joined {joined}/{}", s.clients);

@@ -46,6 +46,14 @@ impl Aggregation {
         }
     }
 
+    pub fn name(self) -> &'static str {
+        match self {
+            Aggregation::Mean => "mean",
+            Aggregation::Accuracy => "accuracy",
+            Aggregation::Precision => "precision",
+        }
+    }
+
     /// The participants' weights, in the order given, summing to 1. When every score is 0 (no
     /// participant predicted a positive right) the normalisation is undefined and the mean is
     /// used; the second value says so.

@@ -1,0 +1,73 @@
+//! FCM fitness evaluations per second on Breast Cancer Wisconsin (Blind FL's hot loop: PSO
+//! scores every particle on the client's whole training split). Reads the data from
+//! `$FLINT_DATA_DIR` (default `../shared/data` beside the repository).
+//!
+//! cargo bench -p flint-common --bench fcm
+
+use std::path::PathBuf;
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use flint_common::config::{DataSection, FcmSection};
+use flint_common::data::{DataSpec, Scaling, Shard};
+use flint_common::model::fcm::{Evaluator, Fcm, FcmHyper};
+use flint_common::rng::derive_rng;
+use rand::RngExt;
+
+fn data_dir() -> PathBuf {
+    std::env::var_os("FLINT_DATA_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data"))
+}
+
+fn fitness(c: &mut Criterion) {
+    let spec = DataSpec::from_section(&DataSection {
+        source: "breast-cancer".into(),
+        test_fraction: None,
+        scaling: None,
+        samples: None,
+        features: None,
+        separation: None,
+        path: None,
+        label_column: None,
+        classes: None,
+        header: None,
+    })
+    .unwrap();
+    let dir = data_dir();
+    let data = spec
+        .load(&dir, 1)
+        .unwrap_or_else(|e| panic!("{e}; set FLINT_DATA_DIR to the shared data folder"));
+    let rows: Vec<usize> = (0..data.len()).collect();
+    // The central split: 456 training rows, 30 features, min-max scaled.
+    let shard = Shard::new(&data, &rows, 0.2, Scaling::LocalMinMax, 1, 1);
+    let mut rng = derive_rng(1, "bench", 0);
+    let particles: Vec<Vec<f64>> = (0..10)
+        .map(|_| {
+            (0..Fcm::parameter_count(30, 2))
+                .map(|_| rng.random_range(-1.0..=1.0))
+                .collect()
+        })
+        .collect();
+    let mut group = c.benchmark_group("fcm_fitness_breast_cancer_456_rows");
+    group.throughput(Throughput::Elements(particles.len() as u64));
+    for activation in ["tanh", "sigmoid"] {
+        let hyper = FcmHyper::from_section(&FcmSection {
+            activation: Some(activation.into()),
+            ..Default::default()
+        })
+        .unwrap();
+        let mut eval = Evaluator::new(&shard.train, 2);
+        group.bench_function(activation, |b| {
+            b.iter(|| {
+                particles
+                    .iter()
+                    .map(|p| eval.fitness(p, &hyper))
+                    .sum::<f64>()
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, fitness);
+criterion_main!(benches);

@@ -1,0 +1,362 @@
+//! `flint grid PATH…`: runs many experiments one after another (each as `flint run` does, with
+//! real processes), optionally over several seeds, and writes one summary table.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use flint_common::config::Experiment;
+use flint_common::strategy::LocalMetrics;
+use flint_common::wire::ledger::Traffic;
+use flint_server::results::RunResults;
+
+use crate::run::{RunArgs, execute};
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct GridArgs {
+    /// Experiment files, or directories searched recursively for *.toml.
+    #[arg(required = true)]
+    pub paths: Vec<PathBuf>,
+    /// Run every experiment once per seed, e.g. --seeds 1,2,3 [default: each file's own seed].
+    #[arg(long, value_delimiter = ',')]
+    pub seeds: Vec<u64>,
+    /// Data directory [default: $FLINT_DATA_DIR or ./data].
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// Where run directories go.
+    #[arg(long, default_value = "runs")]
+    pub runs_dir: PathBuf,
+    /// Summary table (markdown; a .csv is written beside it) [default: RUNS_DIR/grid-summary.md].
+    #[arg(long)]
+    pub summary: Option<PathBuf>,
+    /// Keep runs whose results.json exists instead of running them again (resume a grid).
+    #[arg(long)]
+    pub resume: bool,
+    /// Clients hosted by one client process.
+    #[arg(long, default_value_t = 1)]
+    pub clients_per_process: usize,
+}
+
+/// One experiment's outcome over its seeds.
+struct Row {
+    name: String,
+    strategy: String,
+    setting: String,
+    partition: String,
+    runs: Vec<Outcome>,
+}
+
+struct Outcome {
+    before: Option<LocalMetrics>,
+    after: Option<LocalMetrics>,
+    /// Mean per client per round (rounds 1..), up and down.
+    up: Traffic,
+    down: Traffic,
+    wall: f64,
+}
+
+pub fn grid(args: GridArgs) -> anyhow::Result<()> {
+    let mut files = Vec::new();
+    for p in &args.paths {
+        collect(p, &mut files)?;
+    }
+    files.sort();
+    files.dedup();
+    if files.is_empty() {
+        bail!("no experiment files (*.toml) under {:?}", args.paths);
+    }
+    let experiments: Vec<Experiment> = files
+        .iter()
+        .map(|f| Experiment::load(f, &[]).with_context(|| format!("in {}", f.display())))
+        .collect::<anyhow::Result<_>>()?;
+    let seeds: Vec<Option<u64>> = if args.seeds.is_empty() {
+        vec![None]
+    } else {
+        args.seeds.iter().copied().map(Some).collect()
+    };
+    let total = files.len() * seeds.len();
+    println!(
+        "flint grid: {} experiments × {} seed(s) = {total} runs -> {}",
+        files.len(),
+        seeds.len(),
+        args.runs_dir.display()
+    );
+    let started = Instant::now();
+    let mut rows = Vec::new();
+    let mut failures = Vec::new();
+    let mut done = 0;
+    for (file, e) in files.iter().zip(&experiments) {
+        let mut row = Row {
+            name: e.name.clone(),
+            strategy: e.strategy.name().to_string(),
+            setting: setting(e),
+            partition: partition(e),
+            runs: Vec::new(),
+        };
+        for seed in &seeds {
+            done += 1;
+            let mut overrides = Vec::new();
+            let mut run_name = e.name.clone();
+            if let Some(s) = seed {
+                run_name = format!("{}-s{s}", e.name);
+                overrides.push(("seed".to_string(), s.to_string()));
+                overrides.push(("name".to_string(), run_name.clone()));
+            }
+            let dir = args.runs_dir.join(&run_name);
+            let existing = args.resume && dir.join("results.json").exists();
+            let result = if existing {
+                Ok(dir.clone())
+            } else {
+                execute(
+                    &RunArgs {
+                        experiment: Some(file.clone()),
+                        clients_per_process: args.clients_per_process,
+                        data_dir: args.data_dir.clone(),
+                        runs_dir: args.runs_dir.clone(),
+                        overrides,
+                    },
+                    false,
+                )
+            };
+            match result.and_then(|d| outcome(&d)) {
+                Ok(o) => {
+                    println!(
+                        "  [{done}/{total}] {run_name}: accuracy {} -> {}, precision {} -> {}, {:.1} s{}",
+                        metric(o.before.map(|m| m.accuracy)),
+                        metric(o.after.map(|m| m.accuracy)),
+                        metric(o.before.map(|m| m.precision)),
+                        metric(o.after.map(|m| m.precision)),
+                        o.wall,
+                        if existing { " (kept)" } else { "" }
+                    );
+                    row.runs.push(o);
+                }
+                Err(err) => {
+                    println!("  [{done}/{total}] {run_name}: failed: {err:#}");
+                    failures.push(format!("{run_name}: {err:#}"));
+                }
+            }
+        }
+        rows.push(row);
+    }
+    let summary = args
+        .summary
+        .clone()
+        .unwrap_or_else(|| args.runs_dir.join("grid-summary.md"));
+    if let Some(parent) = summary.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::write(&summary, markdown(&rows))
+        .with_context(|| format!("cannot write {}", summary.display()))?;
+    std::fs::write(summary.with_extension("csv"), csv(&rows))?;
+    println!(
+        "\n{}\ngrid done in {:.1} s; summary in {} and {}",
+        markdown(&rows),
+        started.elapsed().as_secs_f64(),
+        summary.display(),
+        summary.with_extension("csv").display()
+    );
+    if !failures.is_empty() {
+        bail!("{} run(s) failed:\n{}", failures.len(), failures.join("\n"));
+    }
+    Ok(())
+}
+
+fn collect(p: &Path, out: &mut Vec<PathBuf>) -> anyhow::Result<()> {
+    if p.is_file() {
+        out.push(p.to_path_buf());
+        return Ok(());
+    }
+    let entries = std::fs::read_dir(p).with_context(|| format!("cannot read {}", p.display()))?;
+    for entry in entries {
+        let path = entry?.path();
+        if path.is_dir() {
+            collect(&path, out)?;
+        } else if path.extension().is_some_and(|x| x == "toml") {
+            out.push(path);
+        }
+    }
+    Ok(())
+}
+
+/// The strategy's knobs that the table tells apart.
+fn setting(e: &Experiment) -> String {
+    use flint_common::model::fcm::{Activation, Fitness};
+    use flint_common::strategy::{ModelKind, StrategyKind};
+    if e.model != ModelKind::Fcm {
+        return e.model.name().into();
+    }
+    let act = match e.fcm.activation {
+        Activation::Tanh => "tanh",
+        Activation::Sigmoid => "sigmoid",
+    };
+    let mut s = format!("{act} λ={}", e.fcm.slope);
+    if matches!(
+        e.strategy,
+        StrategyKind::BlindFcm | StrategyKind::BlendedFcm
+    ) {
+        s = format!("{} {s}", e.aggregation.name());
+    }
+    if e.fcm.fitness == Fitness::SampleJaccard {
+        s += " sample-jaccard";
+    }
+    s
+}
+
+fn partition(e: &Experiment) -> String {
+    use flint_common::data::PartitionPlan;
+    match &e.partition {
+        PartitionPlan::Iid { clients } => format!("iid × {clients}"),
+        PartitionPlan::Explicit(c) => format!("explicit × {}", c.len()),
+        PartitionPlan::Fractions(f) => f
+            .iter()
+            .map(|x| format!("{x}"))
+            .collect::<Vec<_>>()
+            .join("/"),
+    }
+}
+
+fn outcome(dir: &Path) -> anyhow::Result<Outcome> {
+    let path = dir.join("results.json");
+    let r: RunResults = serde_json::from_slice(
+        &std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?,
+    )
+    .with_context(|| format!("{} is not a flint results file", path.display()))?;
+    let before = r
+        .rounds
+        .iter()
+        .find(|rr| rr.round == 1)
+        .and_then(|rr| rr.local_mean);
+    let after = r
+        .rounds
+        .iter()
+        .rev()
+        .find_map(|rr| rr.mean)
+        .map(|m| LocalMetrics {
+            accuracy: m.accuracy,
+            precision: m.precision,
+        });
+    let (mut up, mut down, mut cells) = (Traffic::default(), Traffic::default(), 0u64);
+    for rr in r.rounds.iter().filter(|rr| rr.round >= 1) {
+        for (id, flow) in &rr.bytes {
+            // The client's own socket count is exact per round; the server's is per connection.
+            let client_socket = r
+                .client_ledgers
+                .get(id)
+                .and_then(|l| l.flows.get(id))
+                .and_then(|f| f.get(&rr.round));
+            let mut f = *flow;
+            if let Some(c) = client_socket {
+                f.up.socket = c.up.socket;
+                f.down.socket = c.down.socket;
+            }
+            up += f.up;
+            down += f.down;
+            cells += 1;
+        }
+    }
+    let per = |t: Traffic| Traffic {
+        messages: t.messages / cells.max(1),
+        payload: t.payload / cells.max(1),
+        message: t.message / cells.max(1),
+        socket: t.socket / cells.max(1),
+        paper: t.paper / cells.max(1),
+    };
+    Ok(Outcome {
+        before,
+        after,
+        up: per(up),
+        down: per(down),
+        wall: r.wall_seconds,
+    })
+}
+
+fn metric(v: Option<f64>) -> String {
+    v.map_or("-".into(), |v| format!("{v:.4}"))
+}
+
+/// Mean and (over more than one seed) standard deviation.
+fn stat(values: &[Option<f64>]) -> String {
+    let v: Vec<f64> = values.iter().flatten().copied().collect();
+    if v.is_empty() {
+        return "-".into();
+    }
+    let n = v.len() as f64;
+    let mean = v.iter().sum::<f64>() / n;
+    if v.len() == 1 {
+        return format!("{mean:.4}");
+    }
+    let sd = (v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt();
+    format!("{mean:.4} ± {sd:.4}")
+}
+
+fn bytes(runs: &[Outcome], pick: fn(&Outcome) -> Traffic) -> String {
+    let Some(first) = runs.first() else {
+        return "-".into();
+    };
+    let t = pick(first);
+    format!("{} / {} / {}", t.payload, t.message, t.socket)
+}
+
+fn markdown(rows: &[Row]) -> String {
+    let mut s = String::from(
+        "| experiment | strategy | setting | partition | runs | accuracy before | accuracy after | precision before | precision after | up B/client/round (payload / message / socket) | down B/client/round | s/run |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for r in rows {
+        let col = |f: fn(&Outcome) -> Option<f64>| -> String {
+            stat(&r.runs.iter().map(f).collect::<Vec<_>>())
+        };
+        let wall = r.runs.iter().map(|o| o.wall).sum::<f64>() / r.runs.len().max(1) as f64;
+        s += &format!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} |\n",
+            r.name,
+            r.strategy,
+            r.setting,
+            r.partition,
+            r.runs.len(),
+            col(|o| o.before.map(|m| m.accuracy)),
+            col(|o| o.after.map(|m| m.accuracy)),
+            col(|o| o.before.map(|m| m.precision)),
+            col(|o| o.after.map(|m| m.precision)),
+            bytes(&r.runs, |o| o.up),
+            bytes(&r.runs, |o| o.down),
+            wall
+        );
+    }
+    s
+}
+
+fn csv(rows: &[Row]) -> String {
+    let mut s = String::from(
+        "experiment,strategy,setting,partition,run,accuracy_before,accuracy_after,precision_before,precision_after,\
+up_payload,up_message,up_socket,up_paper,down_payload,down_message,down_socket,down_paper,wall_seconds\n",
+    );
+    let num = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v}"));
+    for r in rows {
+        for (i, o) in r.runs.iter().enumerate() {
+            s += &format!(
+                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.3}\n",
+                r.name,
+                r.strategy,
+                r.setting,
+                r.partition,
+                i + 1,
+                num(o.before.map(|m| m.accuracy)),
+                num(o.after.map(|m| m.accuracy)),
+                num(o.before.map(|m| m.precision)),
+                num(o.after.map(|m| m.precision)),
+                o.up.payload,
+                o.up.message,
+                o.up.socket,
+                o.up.paper,
+                o.down.payload,
+                o.down.message,
+                o.down.socket,
+                o.down.paper,
+                o.wall
+            );
+        }
+    }
+    s
+}
