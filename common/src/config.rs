@@ -70,8 +70,9 @@ pub struct DataSection {
     pub source: String,
     /// Fraction of each client's shard held out as its test split (default 0.2).
     pub test_fraction: Option<f64>,
-    /// `local-zscore` (default: each client standardises with its own training statistics),
-    /// `local-minmax` (to [0, 1] with its own training range) or `none`.
+    /// `local-zscore` (each client standardises with its own training statistics; the default
+    /// for logistic regression), `local-minmax` (to [0, 1] with its own training range; the
+    /// default for FCMs) or `none`.
     pub scaling: Option<String>,
     // synthetic
     pub samples: Option<usize>,
@@ -327,7 +328,11 @@ impl Experiment {
                 "strategy central trains one model on all the data: declare one client, not {n}"
             )));
         }
-        let data = DataSpec::from_section(&file.data).map_err(bad)?;
+        let mut data = DataSpec::from_section(&file.data).map_err(bad)?;
+        // FCM concepts live in [0, 1]: min-max is their default, z-scores logistic regression's.
+        if file.data.scaling.is_none() && model == ModelKind::Fcm {
+            data.scaling = crate::data::Scaling::LocalMinMax;
+        }
         let partition = partition_plan(
             file.partition.kind.as_deref(),
             &file.clients,
@@ -573,6 +578,7 @@ name = "b"
         let e =
             Experiment::from_toml(&local.replace("seed = 3", "seed = 3\nmodel = \"fcm\"")).unwrap();
         assert_eq!(e.model, ModelKind::Fcm);
+        assert_eq!(e.data.scaling, crate::data::Scaling::LocalMinMax);
         let central = BASE.replace("\"fedavg\"", "\"central\"\nmodel = \"logreg\"");
         let err = Experiment::from_toml(&central).unwrap_err().to_string();
         assert!(err.contains("declare one client, not 2"), "{err}");

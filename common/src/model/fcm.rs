@@ -341,11 +341,95 @@ fn settle(
     }
 }
 
+/// Rows settled side by side. Their dynamics are independent, so interleaving them lets the
+/// processor overlap one row's activations with another's; one row alone waits on every `exp`.
+const LANES: usize = 4;
+
+/// Class states of `LANES` rows, class-major: `[k · LANES + lane]`.
+struct Lanes {
+    base: Vec<f64>,
+    state: Vec<f64>,
+    next: Vec<f64>,
+}
+
+impl Lanes {
+    fn new(classes: usize) -> Lanes {
+        Lanes {
+            base: vec![0.0; classes * LANES],
+            state: vec![0.0; classes * LANES],
+            next: vec![0.0; classes * LANES],
+        }
+    }
+}
+
+/// [`settle`] for up to `LANES` rows at once, with the same arithmetic per row; a row stops when
+/// it converges, as it would alone. Writes each row's predicted class.
+fn settle_lanes(
+    params: &[f64],
+    features: usize,
+    classes: usize,
+    hyper: &FcmHyper,
+    rows: &[&[f64]],
+    s: &mut Lanes,
+    predicted: &mut [u32; LANES],
+) {
+    let stride = features + classes - 1;
+    let n = rows.len();
+    for (k, row) in params.chunks_exact(stride).enumerate() {
+        for (l, x) in rows.iter().enumerate() {
+            s.base[k * LANES + l] = row[..features].iter().zip(*x).map(|(w, v)| w * v).sum();
+            s.state[k * LANES + l] = 0.0;
+        }
+    }
+    let tol2 = hyper.tolerance * hyper.tolerance;
+    let mut live = [false; LANES];
+    live[..n].iter_mut().for_each(|l| *l = true);
+    for _ in 0..hyper.max_iterations {
+        let mut any = false;
+        for (l, alive) in live.iter_mut().enumerate().take(n) {
+            if !*alive {
+                continue;
+            }
+            let mut moved = 0.0;
+            for (k, row) in params.chunks_exact(stride).enumerate() {
+                let mut sum = s.base[k * LANES + l];
+                for (m, w) in sources(k, classes).zip(&row[features..]) {
+                    sum += w * s.state[m * LANES + l];
+                }
+                let v = hyper.activation.apply(hyper.slope, sum);
+                let old = s.state[k * LANES + l];
+                moved += (v - old) * (v - old);
+                s.next[k * LANES + l] = v;
+            }
+            for k in 0..classes {
+                s.state[k * LANES + l] = s.next[k * LANES + l];
+            }
+            if moved < tol2 {
+                *alive = false;
+            } else {
+                any = true;
+            }
+        }
+        if !any {
+            break;
+        }
+    }
+    for (l, p) in predicted.iter_mut().enumerate().take(n) {
+        let mut best = 0;
+        for k in 1..classes {
+            if s.state[k * LANES + l] > s.state[best * LANES + l] {
+                best = k;
+            }
+        }
+        *p = best as u32;
+    }
+}
+
 /// Scores parameter vectors on one dataset without allocating: the PSO fitness loop.
 pub struct Evaluator<'a> {
     data: &'a Dataset,
     classes: usize,
-    scratch: Scratch,
+    lanes: Lanes,
     confusion: ConfusionMatrix,
 }
 
@@ -354,7 +438,7 @@ impl<'a> Evaluator<'a> {
         Evaluator {
             data,
             classes,
-            scratch: Scratch::new(classes),
+            lanes: Lanes::new(classes),
             confusion: ConfusionMatrix::new(classes),
         }
     }
@@ -363,10 +447,25 @@ impl<'a> Evaluator<'a> {
     pub fn confusion(&mut self, params: &[f64], hyper: &FcmHyper) -> &ConfusionMatrix {
         self.confusion.clear();
         let f = self.data.features;
-        for (x, &y) in self.data.x.chunks_exact(f).zip(&self.data.y) {
-            settle(params, f, self.classes, hyper, x, &mut self.scratch);
-            self.confusion
-                .add(y as usize, argmax(&self.scratch.state) as usize);
+        let mut predicted = [0u32; LANES];
+        let mut rows: [&[f64]; LANES] = [&[]; LANES];
+        for (xs, ys) in self.data.x.chunks(f * LANES).zip(self.data.y.chunks(LANES)) {
+            for (slot, x) in rows.iter_mut().zip(xs.chunks_exact(f)) {
+                *slot = x;
+            }
+            let n = ys.len();
+            settle_lanes(
+                params,
+                f,
+                self.classes,
+                hyper,
+                &rows[..n],
+                &mut self.lanes,
+                &mut predicted,
+            );
+            for (&y, &p) in ys.iter().zip(&predicted) {
+                self.confusion.add(y as usize, p as usize);
+            }
         }
         &self.confusion
     }
@@ -495,6 +594,33 @@ mod tests {
         let (state, settled) = m.settle(&h, &[1.0]);
         assert_eq!(settled.iterations, 1);
         assert!(close(state[0], (0.5f64).tanh()) && close(state[1], (0.5f64).tanh()));
+    }
+
+    #[test]
+    fn rows_settled_side_by_side_predict_as_rows_settled_alone() {
+        // Random maps (many of which never settle) over 3 classes and 23 rows: 5 full groups
+        // of lanes and a partial one.
+        let mut rng = derive_rng(3, "maps", 0);
+        use rand::RngExt;
+        let data = Dataset {
+            features: 4,
+            x: (0..23 * 4).map(|_| rng.random::<f64>()).collect(),
+            y: (0..23).map(|i| i % 3).collect(),
+            classes: vec!["a".into(), "b".into(), "c".into()],
+            categorical: Vec::new(),
+        };
+        for activation in [Activation::Tanh, Activation::Sigmoid] {
+            let h = hyper(activation, 3.0);
+            for _ in 0..20 {
+                let params: Vec<f64> = (0..Fcm::parameter_count(4, 3))
+                    .map(|_| rng.random_range(-1.0..=1.0))
+                    .collect();
+                let m = Fcm::from_parameters(4, 3, params.clone()).unwrap();
+                let alone: Vec<u32> = (0..23).map(|i| m.predict(&h, data.row(i))).collect();
+                let want = ConfusionMatrix::from_predictions(3, &data.y, &alone);
+                assert_eq!(Evaluator::new(&data, 3).confusion(&params, &h), &want);
+            }
+        }
     }
 
     #[test]
