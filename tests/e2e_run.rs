@@ -182,7 +182,7 @@ fn mistakes_in_an_experiment_are_reported_not_run() {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains(r#"unknown dataset "imagenet"; known: ["magic", "mnist", "fashion-mnist"]"#),
+        err.contains(r#"unknown dataset "imagenet"; known: ["magic", "mnist", "fashion-mnist", "breast-cancer", "adult"]"#),
         "{err}"
     );
 }
