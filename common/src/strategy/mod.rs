@@ -5,6 +5,7 @@ pub mod ahp;
 pub mod fcm;
 pub mod fedavg;
 pub mod local;
+pub mod tpfl;
 
 use std::collections::BTreeMap;
 
