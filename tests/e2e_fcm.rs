@@ -118,4 +118,20 @@ fn local_baseline_sends_nothing_back_and_matches_round_one() {
         "{summary}"
     );
     assert!(runs.join("grid-summary.csv").exists());
+
+    let twin = write(
+        dir.path(),
+        "twin.toml",
+        &fcm_experiment("fed", "blended-fcm", 2, ""),
+    );
+    let out = flint()
+        .args(["grid", "--runs-dir"])
+        .arg(&runs)
+        .arg(&fed)
+        .arg(&twin)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("are both named \"fed\""), "{err}");
 }

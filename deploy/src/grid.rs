@@ -69,6 +69,18 @@ pub fn grid(args: GridArgs) -> anyhow::Result<()> {
         .iter()
         .map(|f| Experiment::load(f, &[]).with_context(|| format!("in {}", f.display())))
         .collect::<anyhow::Result<_>>()?;
+    // Runs are stored by experiment name: two files with one name would overwrite each other.
+    let mut names = std::collections::BTreeMap::new();
+    for (f, e) in files.iter().zip(&experiments) {
+        if let Some(other) = names.insert(e.name.as_str(), f) {
+            bail!(
+                "{} and {} are both named {:?}; their runs would overwrite each other",
+                other.display(),
+                f.display(),
+                e.name
+            );
+        }
+    }
     let seeds: Vec<Option<u64>> = if args.seeds.is_empty() {
         vec![None]
     } else {
