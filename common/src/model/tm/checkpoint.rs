@@ -216,7 +216,7 @@ impl CoalescedTm {
 mod tests {
     use super::*;
     use crate::data::booleanize::BitRows;
-    use crate::model::tm::{FeedbackMasks, TmParams};
+    use crate::model::tm::FeedbackMasks;
     use crate::rng::derive_rng;
     use rand::RngExt;
 
@@ -232,14 +232,10 @@ mod tests {
     }
 
     fn hyper() -> TmHyper {
-        TmHyper::from_params(&TmParams {
-            clauses: Some(10),
-            t: Some(10),
-            s: Some(3.0),
-            weighted: Some(true),
-            ..Default::default()
-        })
-        .unwrap()
+        TmHyper {
+            weighted: true,
+            ..crate::model::tm::testing::hyper(10, 10, 3.0)
+        }
     }
 
     #[test]

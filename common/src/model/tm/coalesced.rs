@@ -301,19 +301,14 @@ impl CoalescedTm {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::tm::TmParams;
-    use crate::model::tm::testing::noisy_xor;
+    use crate::model::tm::testing::{self, noisy_xor};
     use crate::rng::derive_rng;
 
     fn hyper(clauses: usize, t: i32, s: f64) -> TmHyper {
-        TmHyper::from_params(&TmParams {
-            clauses: Some(clauses),
-            t: Some(t),
-            s: Some(s),
-            boost_true_positive: Some(false),
-            ..Default::default()
-        })
-        .unwrap()
+        TmHyper {
+            boost_true_positive: false,
+            ..testing::hyper(clauses, t, s)
+        }
     }
 
     #[test]

@@ -486,14 +486,10 @@ mod tests {
     }
 
     fn hyper(clauses: usize, t: i32) -> TmHyper {
-        TmHyper::from_params(&TmParams {
-            clauses: Some(clauses),
-            t: Some(t),
-            s: Some(3.0),
-            weighted: Some(true),
-            ..Default::default()
-        })
-        .unwrap()
+        TmHyper {
+            weighted: true,
+            ..crate::model::tm::testing::hyper(clauses, t, 3.0)
+        }
     }
 
     const SPEC: PatchSpec = PatchSpec {

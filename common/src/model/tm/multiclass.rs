@@ -609,18 +609,8 @@ pub fn argmax(sums: &[i32]) -> u32 {
 mod tests {
     use super::*;
     use crate::model::tm::TmParams;
-    use crate::model::tm::testing::noisy_xor;
+    use crate::model::tm::testing::{hyper, noisy_xor};
     use crate::rng::derive_rng;
-
-    fn hyper(clauses: usize, t: i32, s: f64) -> TmHyper {
-        TmHyper::from_params(&TmParams {
-            clauses: Some(clauses),
-            t: Some(t),
-            s: Some(s),
-            ..Default::default()
-        })
-        .unwrap()
-    }
 
     /// Granmo 2018 §5.1: noisy XOR, 40 % of the training labels flipped; the clean test set must
     /// be learned perfectly. The paper's machine has unweighted clauses and no true-positive

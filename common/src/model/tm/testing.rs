@@ -2,8 +2,20 @@
 
 use rand::RngExt;
 
+use super::{TmHyper, TmParams};
 use crate::data::booleanize::BitRows;
 use crate::rng::FlintRng;
+
+/// A machine's hyper-parameters with the given clauses, T and s, the rest at their defaults.
+pub(crate) fn hyper(clauses: usize, t: i32, s: f64) -> TmHyper {
+    TmHyper::from_params(&TmParams {
+        clauses: Some(clauses),
+        t: Some(t),
+        s: Some(s),
+        ..Default::default()
+    })
+    .expect("valid test hyper-parameters")
+}
 
 /// Granmo 2018 §5.1: noisy XOR. The label is x0 XOR x1; the other ten bits are distractors; a
 /// `noise` fraction of the labels is flipped.
