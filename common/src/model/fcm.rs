@@ -131,7 +131,7 @@ pub struct Fcm {
 }
 
 /// How one sample's dynamics ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Settled {
     pub iterations: usize,
     pub converged: bool,
@@ -252,15 +252,23 @@ impl Fcm {
     }
 
     /// The class concepts' final states for one sample, and how the dynamics ended.
+    /// The class concepts' final states for one sample, and how the dynamics ended.
     pub fn settle(&self, hyper: &FcmHyper, x: &[f64]) -> (Vec<f64>, Settled) {
-        let mut s = Scratch::new(self.classes);
-        let settled = settle(&self.params, self.features, self.classes, hyper, x, &mut s);
-        (s.state, settled)
+        let (lanes, settled) = self.settle_one(hyper, x);
+        let state = (0..self.classes).map(|c| lanes.state[c * LANES]).collect();
+        (state, settled)
     }
 
     pub fn predict(&self, hyper: &FcmHyper, x: &[f64]) -> u32 {
-        let (state, _) = self.settle(hyper, x);
-        argmax(&state)
+        self.settle_one(hyper, x).0.predicted(0, self.classes)
+    }
+
+    fn settle_one(&self, hyper: &FcmHyper, x: &[f64]) -> (Lanes, Settled) {
+        let mut lanes = Lanes::new(self.classes);
+        let mut settled = [Settled::default(); LANES];
+        let (f, k) = (self.features, self.classes);
+        settle_lanes(&self.params, f, k, hyper, &[x], &mut lanes, &mut settled);
+        (lanes, settled[0])
     }
 
     pub fn evaluate(&self, hyper: &FcmHyper, data: &Dataset) -> ConfusionMatrix {
@@ -272,73 +280,6 @@ impl Fcm {
 /// The class concepts that feed class `target`, in parameter order.
 fn sources(target: usize, classes: usize) -> impl Iterator<Item = usize> {
     (0..classes).filter(move |&l| l != target)
-}
-
-fn argmax(state: &[f64]) -> u32 {
-    let mut best = 0;
-    for (k, &v) in state.iter().enumerate() {
-        if v > state[best] {
-            best = k;
-        }
-    }
-    best as u32
-}
-
-struct Scratch {
-    base: Vec<f64>,
-    state: Vec<f64>,
-    next: Vec<f64>,
-}
-
-impl Scratch {
-    fn new(classes: usize) -> Scratch {
-        Scratch {
-            base: vec![0.0; classes],
-            state: vec![0.0; classes],
-            next: vec![0.0; classes],
-        }
-    }
-}
-
-/// Eq. 1 with the feature concepts clamped to `x`; leaves the class states in `s.state`.
-#[inline]
-fn settle(
-    params: &[f64],
-    features: usize,
-    classes: usize,
-    hyper: &FcmHyper,
-    x: &[f64],
-    s: &mut Scratch,
-) -> Settled {
-    let stride = features + classes - 1;
-    for (k, row) in params.chunks_exact(stride).enumerate() {
-        s.base[k] = row[..features].iter().zip(x).map(|(w, v)| w * v).sum();
-        s.state[k] = 0.0;
-    }
-    let tol2 = hyper.tolerance * hyper.tolerance;
-    for t in 1..=hyper.max_iterations {
-        let mut moved = 0.0;
-        for (k, row) in params.chunks_exact(stride).enumerate() {
-            let mut sum = s.base[k];
-            for (l, w) in sources(k, classes).zip(&row[features..]) {
-                sum += w * s.state[l];
-            }
-            let v = hyper.activation.apply(hyper.slope, sum);
-            moved += (v - s.state[k]) * (v - s.state[k]);
-            s.next[k] = v;
-        }
-        std::mem::swap(&mut s.state, &mut s.next);
-        if moved < tol2 {
-            return Settled {
-                iterations: t,
-                converged: true,
-            };
-        }
-    }
-    Settled {
-        iterations: hyper.max_iterations,
-        converged: false,
-    }
 }
 
 /// Rows settled side by side. Their dynamics are independent, so interleaving them lets the
@@ -362,8 +303,9 @@ impl Lanes {
     }
 }
 
-/// [`settle`] for up to `LANES` rows at once, with the same arithmetic per row; a row stops when
-/// it converges, as it would alone. Writes each row's predicted class.
+/// Eq. 1 with the feature concepts clamped to each row, for up to `LANES` rows at once; a row
+/// stops when it converges, as it would alone. Leaves the class states in `s.state` and says how
+/// each row's dynamics ended.
 fn settle_lanes(
     params: &[f64],
     features: usize,
@@ -371,7 +313,7 @@ fn settle_lanes(
     hyper: &FcmHyper,
     rows: &[&[f64]],
     s: &mut Lanes,
-    predicted: &mut [u32; LANES],
+    settled: &mut [Settled; LANES],
 ) {
     let stride = features + classes - 1;
     let n = rows.len();
@@ -382,9 +324,15 @@ fn settle_lanes(
         }
     }
     let tol2 = hyper.tolerance * hyper.tolerance;
+    let unsettled = Settled {
+        iterations: hyper.max_iterations,
+        converged: false,
+    };
+    settled[..n].iter_mut().for_each(|x| *x = unsettled);
+    // A local flag per row keeps the loop in registers; `settled` is written once per row.
     let mut live = [false; LANES];
     live[..n].iter_mut().for_each(|l| *l = true);
-    for _ in 0..hyper.max_iterations {
+    for t in 1..=hyper.max_iterations {
         let mut any = false;
         for (l, alive) in live.iter_mut().enumerate().take(n) {
             if !*alive {
@@ -406,6 +354,10 @@ fn settle_lanes(
             }
             if moved < tol2 {
                 *alive = false;
+                settled[l] = Settled {
+                    iterations: t,
+                    converged: true,
+                };
             } else {
                 any = true;
             }
@@ -414,14 +366,18 @@ fn settle_lanes(
             break;
         }
     }
-    for (l, p) in predicted.iter_mut().enumerate().take(n) {
+}
+
+impl Lanes {
+    /// Lane `l`'s predicted class: the largest class state, the lowest class on a tie.
+    fn predicted(&self, l: usize, classes: usize) -> u32 {
         let mut best = 0;
         for k in 1..classes {
-            if s.state[k * LANES + l] > s.state[best * LANES + l] {
+            if self.state[k * LANES + l] > self.state[best * LANES + l] {
                 best = k;
             }
         }
-        *p = best as u32;
+        best as u32
     }
 }
 
@@ -447,7 +403,7 @@ impl<'a> Evaluator<'a> {
     pub fn confusion(&mut self, params: &[f64], hyper: &FcmHyper) -> &ConfusionMatrix {
         self.confusion.clear();
         let f = self.data.features;
-        let mut predicted = [0u32; LANES];
+        let mut settled = [Settled::default(); LANES];
         let mut rows: [&[f64]; LANES] = [&[]; LANES];
         for (xs, ys) in self.data.x.chunks(f * LANES).zip(self.data.y.chunks(LANES)) {
             for (slot, x) in rows.iter_mut().zip(xs.chunks_exact(f)) {
@@ -461,9 +417,10 @@ impl<'a> Evaluator<'a> {
                 hyper,
                 &rows[..n],
                 &mut self.lanes,
-                &mut predicted,
+                &mut settled,
             );
-            for (&y, &p) in ys.iter().zip(&predicted) {
+            for (l, &y) in ys.iter().enumerate() {
+                let p = self.lanes.predicted(l, self.classes);
                 self.confusion.add(y as usize, p as usize);
             }
         }
