@@ -119,6 +119,16 @@ fn local_baseline_sends_nothing_back_and_matches_round_one() {
     );
     assert!(runs.join("grid-summary.csv").exists());
 
+    // --resume keeps finished runs and still writes the table.
+    let out = ok(flint()
+        .args(["grid", "--resume", "--runs-dir"])
+        .arg(&runs)
+        .arg(&fed)
+        .arg(&local));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(stdout.matches("(kept)").count(), 2, "{stdout}");
+    assert_eq!(results(&runs.join("fed")).run_id, f.run_id);
+
     let twin = write(
         dir.path(),
         "twin.toml",

@@ -251,14 +251,8 @@ fn outcome(dir: &Path) -> anyhow::Result<Outcome> {
     let (mut up, mut down, mut cells) = (Traffic::default(), Traffic::default(), 0u64);
     for rr in r.rounds.iter().filter(|rr| rr.round >= 1) {
         for (id, flow) in &rr.bytes {
-            // The client's own socket count is exact per round; the server's is per connection.
-            let client_socket = r
-                .client_ledgers
-                .get(id)
-                .and_then(|l| l.flows.get(id))
-                .and_then(|f| f.get(&rr.round));
             let mut f = *flow;
-            if let Some(c) = client_socket {
+            if let Some(c) = r.client_flow(*id, rr.round) {
                 f.up.socket = c.up.socket;
                 f.down.socket = c.down.socket;
             }

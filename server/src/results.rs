@@ -65,6 +65,16 @@ pub struct RunResults {
     pub client_ledgers: BTreeMap<ClientId, Ledger>,
 }
 
+impl RunResults {
+    /// A client's own count of (client, round), exact per round at the socket level (the
+    /// server's socket count is exact per connection).
+    pub fn client_flow(&self, id: ClientId, round: Round) -> Option<&Flow> {
+        self.client_ledgers
+            .get(&id)
+            .and_then(|l| l.flows.get(&id)?.get(&round))
+    }
+}
+
 pub fn collect(shared: &Shared) -> RunResults {
     let rounds = shared.rounds.lock().expect("rounds lock");
     let ledger = shared.ledger.snapshot();
@@ -203,13 +213,8 @@ pub fn rounds_csv(r: &RunResults) -> String {
 up_payload,up_message,up_socket,up_paper,down_payload,down_message,down_socket,down_paper,\
 up_socket_client,down_socket_client\n",
     );
-    // The client's own socket count, exact per round (the server's is exact per connection).
     let client_socket = |id: ClientId, round: Round| -> String {
-        match r
-            .client_ledgers
-            .get(&id)
-            .and_then(|l| l.flows.get(&id)?.get(&round))
-        {
+        match r.client_flow(id, round) {
             Some(f) => format!("{},{}", f.up.socket, f.down.socket),
             None => ",".into(),
         }

@@ -75,19 +75,27 @@ pub fn load(data_dir: &Path) -> Result<Dataset> {
 }
 
 /// Reads rows of either file; category codes are given in order of first appearance.
-#[derive(Default)]
 pub struct Parser {
     x: Vec<f64>,
     y: Vec<u32>,
     codes: BTreeMap<(usize, String), usize>,
-    seen: Vec<usize>,
+    /// Codes given so far, per column.
+    seen: [usize; COLUMNS.len()],
+}
+
+impl Default for Parser {
+    fn default() -> Self {
+        Parser {
+            x: Vec::new(),
+            y: Vec::new(),
+            codes: BTreeMap::new(),
+            seen: [0; COLUMNS.len()],
+        }
+    }
 }
 
 impl Parser {
     pub fn add(&mut self, text: &str) -> std::result::Result<(), String> {
-        if self.seen.is_empty() {
-            self.seen = vec![0; COLUMNS.len()];
-        }
         for (n, line) in text.lines().enumerate() {
             let line = line.trim();
             // adult.test opens with a "|1x3 Cross validator" line.
