@@ -11,12 +11,13 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use flint_common::config::{Experiment, parse_override};
-use flint_common::data::{Dataset, Shard, default_data_dir, partition};
+use flint_common::data::images::BitShard;
+use flint_common::data::{PartitionPlan, Shard, default_data_dir, partition};
 use flint_common::logging::LogFormat;
 use flint_common::meter::{ConnMeter, CountingIo, MessageMeterLayer, SharedLedger};
 use flint_common::metrics::ConfusionMatrix;
 use flint_common::rng::derive_rng;
-use flint_common::strategy::{ClientStrategy, client_strategy};
+use flint_common::strategy::{ClientHalf, ClientStrategy, client_strategy};
 use flint_common::wire::chunks::{MAX_CHUNK, split};
 use flint_common::wire::ledger::{Direction, Ledger};
 use flint_common::wire::proto::{
@@ -62,6 +63,9 @@ pub struct ClientArgs {
     /// Log format on stderr.
     #[arg(long, default_value = "text")]
     pub log_format: LogFormat,
+    /// Clients of this process that train at the same time [default: the machine's cores].
+    #[arg(long)]
+    pub train_threads: Option<usize>,
 }
 
 /// What a client leaves in `--out`: its own view of the bytes it exchanged.
@@ -83,55 +87,112 @@ pub async fn run(args: ClientArgs) -> anyhow::Result<Vec<ClientReport>> {
         bail!("--compute-ghz must be positive, got {g}");
     }
     let data_dir = args.data_dir.clone().unwrap_or_else(default_data_dir);
-    let dataset = experiment
-        .data
-        .load(&data_dir, experiment.seed)
-        .with_context(|| {
-            format!(
-                "loading the data of {:?} (data directory {})",
-                experiment.name,
-                data_dir.display()
-            )
-        })?;
-    let parts = partition(&dataset, &experiment.partition, experiment.seed)?;
+    let loading = || {
+        format!(
+            "loading the data of {:?} (data directory {})",
+            experiment.name,
+            data_dir.display()
+        )
+    };
+    let threads = match args.train_threads {
+        Some(0) => bail!("--train-threads must be at least 1"),
+        Some(n) => n,
+        None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+    };
+    let ids = args
+        .names
+        .iter()
+        .map(|name| {
+            experiment.client_id(name).with_context(|| {
+                let names: Vec<&str> = experiment.clients.iter().map(|c| c.name.as_str()).collect();
+                format!("client {name:?} is not declared in the experiment; it declares {names:?}")
+            })
+        })
+        .collect::<anyhow::Result<Vec<ClientId>>>()?;
+    let shell = Shell {
+        server: args.server.clone(),
+        experiment: experiment.clone(),
+        trainers: Arc::new(tokio::sync::Semaphore::new(threads)),
+        retry_for: Duration::from_secs_f64(args.retry_secs.max(0.0)),
+    };
+    let ghz = |id: ClientId| {
+        args.compute_ghz
+            .unwrap_or(experiment.clients[id as usize - 1].compute_ghz)
+    };
     let mut tasks = Vec::new();
-    for name in &args.names {
-        let id = experiment.client_id(name).with_context(|| {
-            let names: Vec<&str> = experiment.clients.iter().map(|c| c.name.as_str()).collect();
-            format!("client {name:?} is not declared in the experiment; it declares {names:?}")
-        })?;
-        let e = &experiment;
-        let shard = Shard::new(
-            &dataset,
-            &parts[id as usize - 1],
-            e.data.test_fraction,
-            e.data.scaling,
-            e.seed,
-            id,
-        );
-        if shard.train.is_empty() || shard.test.is_empty() {
-            bail!(
-                "client {name:?} has {} training and {} test rows of its {} rows; each split needs at least one (give it more data or change data.test_fraction)",
-                shard.train.len(),
-                shard.test.len(),
-                parts[id as usize - 1].len()
-            );
+    if experiment.data.is_images() {
+        let pool = experiment
+            .data
+            .load_images(&data_dir)
+            .with_context(loading)?;
+        let PartitionPlan::Dirichlet { alphas, samples } = &experiment.partition else {
+            bail!("image data needs partition.kind = \"dirichlet\"");
+        };
+        let features = pool.train.features();
+        for (name, &id) in args.names.iter().zip(&ids) {
+            let e = &experiment;
+            let shard = BitShard::dirichlet(
+                &pool,
+                alphas[id as usize - 1],
+                e.tpfl.sizes(*samples),
+                e.tpfl.evaluation,
+                e.seed,
+                id,
+            )
+            .with_context(|| format!("drawing the data of client {name:?}"))?;
+            let ClientHalf::Bits(strategy) = client_strategy(e, id, features) else {
+                bail!("model {} does not train on images", e.model.name());
+            };
+            let summary = DataSummary {
+                train_class_counts: shard.train_class_counts(),
+                test_samples: shard.test.len() as u64,
+                features: features as u32,
+                compute_ghz: ghz(id),
+            };
+            let client = shell.client(name.clone(), id, shard, summary)?;
+            tasks.push(tokio::spawn(client.run(strategy)));
         }
-        let ghz = args
-            .compute_ghz
-            .unwrap_or(e.clients[id as usize - 1].compute_ghz);
-        let client = Client::connect(
-            &args.server,
-            experiment.clone(),
-            name.clone(),
-            id,
-            shard,
-            ghz,
-            &dataset,
-        )?;
-        tasks.push(tokio::spawn(
-            client.run(Duration::from_secs_f64(args.retry_secs.max(0.0))),
-        ));
+    } else {
+        let dataset = experiment
+            .data
+            .load(&data_dir, experiment.seed)
+            .with_context(loading)?;
+        let parts = partition(&dataset, &experiment.partition, experiment.seed)?;
+        for (name, &id) in args.names.iter().zip(&ids) {
+            let e = &experiment;
+            let shard = Shard::new(
+                &dataset,
+                &parts[id as usize - 1],
+                e.data.test_fraction,
+                e.data.scaling,
+                e.seed,
+                id,
+            );
+            if shard.train.is_empty() || shard.test.is_empty() {
+                bail!(
+                    "client {name:?} has {} training and {} test rows of its {} rows; each split needs at least one (give it more data or change data.test_fraction)",
+                    shard.train.len(),
+                    shard.test.len(),
+                    parts[id as usize - 1].len()
+                );
+            }
+            let ClientHalf::Table(strategy) = client_strategy(e, id, dataset.features) else {
+                bail!("model {} does not train on a table", e.model.name());
+            };
+            let summary = DataSummary {
+                train_class_counts: shard
+                    .train
+                    .class_counts()
+                    .iter()
+                    .map(|&c| c as u64)
+                    .collect(),
+                test_samples: shard.test.len() as u64,
+                features: dataset.features as u32,
+                compute_ghz: ghz(id),
+            };
+            let client = shell.client(name.clone(), id, shard, summary)?;
+            tasks.push(tokio::spawn(client.run(strategy)));
+        }
     }
     let mut reports = Vec::new();
     for t in tasks {
@@ -150,26 +211,37 @@ pub async fn run(args: ClientArgs) -> anyhow::Result<Vec<ClientReport>> {
 
 type Grpc = AggregatorClient<flint_common::meter::MessageMeter<Channel>>;
 
-struct Client {
+/// What every client of this process shares.
+struct Shell {
+    server: String,
+    experiment: Arc<Experiment>,
+    /// Limits how many clients train at once, so many clients share the cores without
+    /// thrashing them.
+    trainers: Arc<tokio::sync::Semaphore>,
+    retry_for: Duration,
+}
+
+struct Client<S> {
     experiment: Arc<Experiment>,
     name: String,
     id: ClientId,
-    shard: Arc<Shard>,
+    shard: Arc<S>,
     summary: DataSummary,
     grpc: Grpc,
     ledger: Arc<SharedLedger>,
+    trainers: Arc<tokio::sync::Semaphore>,
+    retry_for: Duration,
 }
 
-impl Client {
-    fn connect(
-        server: &str,
-        experiment: Arc<Experiment>,
+impl Shell {
+    fn client<S>(
+        &self,
         name: String,
         id: ClientId,
-        shard: Shard,
-        compute_ghz: f64,
-        dataset: &Dataset,
-    ) -> anyhow::Result<Client> {
+        shard: S,
+        summary: DataSummary,
+    ) -> anyhow::Result<Client<S>> {
+        let server = &self.server;
         let endpoint = Endpoint::from_shared(server.to_string())
             .with_context(|| {
                 format!("bad server address {server:?}; expected e.g. http://host:50051")
@@ -202,28 +274,25 @@ impl Client {
         let svc = tower::ServiceBuilder::new()
             .layer(MessageMeterLayer::client(ledger.clone(), meter))
             .service(channel);
-        let summary = DataSummary {
-            train_class_counts: shard
-                .train
-                .class_counts()
-                .iter()
-                .map(|&c| c as u64)
-                .collect(),
-            test_samples: shard.test.len() as u64,
-            features: dataset.features as u32,
-            compute_ghz,
-        };
+        let mut grpc = AggregatorClient::new(svc).max_decoding_message_size(2 * MAX_CHUNK);
+        if let Some(enc) = self.experiment.compression.encoding() {
+            grpc = grpc.send_compressed(enc).accept_compressed(enc);
+        }
         Ok(Client {
-            experiment,
+            experiment: self.experiment.clone(),
             name,
             id,
             shard: Arc::new(shard),
             summary,
-            grpc: AggregatorClient::new(svc).max_decoding_message_size(2 * MAX_CHUNK),
+            grpc,
             ledger,
+            trainers: self.trainers.clone(),
+            retry_for: self.retry_for,
         })
     }
+}
 
+impl<S: Send + Sync + 'static> Client<S> {
     fn request<T>(&self, msg: T, round: Option<Round>) -> Request<T> {
         let mut r = Request::new(msg);
         r.metadata_mut().insert(CLIENT_HEADER, self.id.into());
@@ -239,7 +308,8 @@ impl Client {
             .with(|l| l.payload(self.id, round, d, len, paper));
     }
 
-    async fn run(self, retry_for: Duration) -> anyhow::Result<ClientReport> {
+    async fn run(self, mut strategy: Box<dyn ClientStrategy<S>>) -> anyhow::Result<ClientReport> {
+        let retry_for = self.retry_for;
         let join = JoinRequest {
             client_name: self.name.clone(),
             experiment_fingerprint: self.experiment.fingerprint.clone(),
@@ -265,8 +335,6 @@ impl Client {
         let run_id = reply.run_id.clone();
         tracing::info!(client = self.id, name = %self.name, run = %run_id, "joined");
 
-        let mut strategy: Box<dyn ClientStrategy> =
-            client_strategy(&self.experiment, self.summary.features as usize);
         let mut rng = derive_rng(self.experiment.seed, "train", self.id);
         let mut after: Round = 0;
         let mut reported: Round = 0;
@@ -293,12 +361,12 @@ impl Client {
             self.count(ledger_round, Direction::Down, task.encoded_len(), paper);
             if let Some(d) = &task.download {
                 strategy
-                    .apply(d)
+                    .apply(ledger_round, d)
                     .context("applying the server's download")?;
             }
             // The download carries the aggregate of `ledger_round`: evaluate it once.
             if ledger_round > reported {
-                let cm = strategy.evaluate(&self.shard.test);
+                let cm = strategy.evaluate(&self.shard);
                 self.report_eval(&run_id, ledger_round, cm, retry_for)
                     .await?;
                 reported = ledger_round;
@@ -307,7 +375,14 @@ impl Client {
                 break;
             }
             let round = task.round;
+            let permit = self
+                .trainers
+                .clone()
+                .acquire_owned()
+                .await
+                .context("training slots closed")?;
             let (s, r, update) = train(strategy, self.shard.clone(), round, rng).await?;
+            drop(permit);
             (strategy, rng) = (s, r);
             self.push(&run_id, round, &update, retry_for).await?;
             trained.push(round);
@@ -408,13 +483,13 @@ impl Client {
 }
 
 /// Local training off the async threads, so keep-alives and other clients keep moving.
-async fn train(
-    mut strategy: Box<dyn ClientStrategy>,
-    shard: Arc<Shard>,
+async fn train<S: Send + Sync + 'static>(
+    mut strategy: Box<dyn ClientStrategy<S>>,
+    shard: Arc<S>,
     round: Round,
     mut rng: flint_common::rng::FlintRng,
 ) -> anyhow::Result<(
-    Box<dyn ClientStrategy>,
+    Box<dyn ClientStrategy<S>>,
     flint_common::rng::FlintRng,
     Payload,
 )> {

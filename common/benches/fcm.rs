@@ -23,14 +23,7 @@ fn fitness(c: &mut Criterion) {
     let spec = DataSpec::from_section(&DataSection {
         source: "breast-cancer".into(),
         test_fraction: None,
-        scaling: None,
-        samples: None,
-        features: None,
-        separation: None,
-        path: None,
-        label_column: None,
-        classes: None,
-        header: None,
+        ..Default::default()
     })
     .unwrap();
     let dir = data_dir();

@@ -15,15 +15,19 @@ use crate::data::{DataSpec, PartitionPlan};
 use crate::model::fcm::FcmHyper;
 use crate::model::logreg::LogRegHyper;
 use crate::model::pso::PsoHyper;
+use crate::model::tm::{TmHyper, TmParams};
 use crate::strategy::ahp::{AhpCriterion, AhpHyper};
 use crate::strategy::fcm::Aggregation;
+use crate::strategy::tpfl::TpflHyper;
 use crate::strategy::{ModelKind, StrategyKind};
+use crate::wire::Compression;
 use crate::{FlintError, Result};
 
 /// Environment variables with the `FLINT_` prefix that are not experiment keys.
 const RESERVED_ENV: &[&str] = &["DATA_DIR", "LOG", "LOG_FORMAT"];
 
-/// The experiment file as written; every section but `data` and `clients` has defaults.
+/// The experiment file as written; every section but `data` has defaults. Clients are declared
+/// one by one (`[[clients]]`) or by number (`client_count`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ExperimentFile {
@@ -47,7 +51,48 @@ pub struct ExperimentFile {
     pub fcm: FcmSection,
     #[serde(default)]
     pub pso: PsoSection,
+    /// The Tsetlin Machine (`model = "tm"`, TPFL's coalesced machine).
+    #[serde(default)]
+    pub tm: TmParams,
+    #[serde(default)]
+    pub tpfl: TpflSection,
+    #[serde(default)]
+    pub wire: WireSection,
+    /// Clients `client-1` … `client-N`, for runs too large to list (instead of `[[clients]]`).
+    pub client_count: Option<usize>,
+    #[serde(default)]
     pub clients: Vec<ClientSection>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TpflSection {
+    /// Local training epochs per round (default 10, TPFL Table 2).
+    pub local_epochs: Option<u32>,
+    /// `disjoint` (default: test and confidence rows never overlap training rows) or
+    /// `paper-code` (both are subsets of the client's training rows, as the published code).
+    pub evaluation: Option<String>,
+    /// Test rows per client (default 15000).
+    pub test_samples: Option<usize>,
+    /// Confidence rows per client (default 15000).
+    pub confidence_samples: Option<usize>,
+    /// `weighted` (default: Σ of weighted class sums, the code) or `votes` (Σ of the signs of
+    /// the weights of firing clauses, the paper's formula without weights).
+    pub confidence: Option<String>,
+    /// `members` (default: the paper's mean) or `with-previous` (the code also averages in the
+    /// cluster's previous aggregate).
+    pub cluster_mean: Option<String>,
+    /// How the average becomes integer weights: `nearest` (default) or `truncate` (the code).
+    pub rounding: Option<String>,
+    /// Upload the weights minus the vector last received for that class (default false).
+    pub delta: Option<bool>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WireSection {
+    /// gRPC message compression both ways: `none` (default), `gzip` or `zstd`.
+    pub compression: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -63,7 +108,7 @@ pub struct ServerSection {
     pub eval_timeout_secs: Option<f64>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DataSection {
     /// `synthetic`, `magic`, `breast-cancer`, `adult` or `csv`.
@@ -83,14 +128,27 @@ pub struct DataSection {
     pub label_column: Option<usize>,
     pub classes: Option<Vec<String>>,
     pub header: Option<bool>,
+    // mnist, fashion-mnist
+    /// A pixel becomes 1 when it is above this value (default 75, as TPFL).
+    pub threshold: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PartitionSection {
-    /// `iid` (default: shuffled, equal shares), `explicit` (each client's `class_counts`) or
-    /// `fractions` (each client's `fraction` of the shuffled rows).
+    /// `iid` (default: shuffled, equal shares), `explicit` (each client's `class_counts`),
+    /// `fractions` (each client's `fraction` of the shuffled rows) or `dirichlet` (TPFL §6.3;
+    /// the only one for image data).
     pub kind: Option<String>,
+    /// dirichlet: training rows per client (default 30000).
+    pub samples: Option<usize>,
+    /// dirichlet: α of the IID clients (default 10000).
+    pub iid_alpha: Option<f64>,
+    /// dirichlet: α of the non-IID clients (default 0.05).
+    pub non_iid_alpha: Option<f64>,
+    /// dirichlet: how many clients, the first ones by id, are IID (default: all). TPFL's
+    /// experiments 1–5 are 100 %, 75 %, 50 %, 25 % and 0 % of the clients.
+    pub iid_clients: Option<usize>,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -189,6 +247,9 @@ pub struct Experiment {
     pub fcm: FcmHyper,
     pub pso: PsoHyper,
     pub aggregation: Aggregation,
+    pub tm: TmHyper,
+    pub tpfl: TpflHyper,
+    pub compression: Compression,
     pub clients: Vec<ClientSpec>,
 }
 
@@ -254,14 +315,25 @@ impl Experiment {
         if file.rounds == 0 {
             return Err(bad("rounds must be at least 1".into()));
         }
-        if file.clients.is_empty() {
-            return Err(bad("at least one [[clients]] entry is needed".into()));
-        }
-        let n = file.clients.len();
+        let declared = match (file.client_count, file.clients.len()) {
+            (Some(_), l) if l > 0 => {
+                return Err(bad(
+                    "give either client_count or [[clients]] entries, not both".into(),
+                ));
+            }
+            (Some(0), _) | (None, 0) => {
+                return Err(bad(
+                    "at least one client is needed: client_count = N or [[clients]] entries".into(),
+                ));
+            }
+            (Some(n), _) => vec![ClientSection::default(); n],
+            (None, _) => file.clients.clone(),
+        };
+        let n = declared.len();
         let ahp = AhpHyper::from_section(&file.ahp).map_err(bad)?;
         let mut names = BTreeSet::new();
         let mut clients = Vec::with_capacity(n);
-        for (i, c) in file.clients.iter().enumerate() {
+        for (i, c) in declared.iter().enumerate() {
             let name = c
                 .name
                 .clone()
@@ -329,21 +401,39 @@ impl Experiment {
             )));
         }
         let mut data = DataSpec::from_section(&file.data).map_err(bad)?;
+        match (model == ModelKind::Tm, data.is_images()) {
+            (true, false) => {
+                return Err(bad(format!(
+                    "model tm needs image data (mnist or fashion-mnist), not {:?}",
+                    file.data.source
+                )));
+            }
+            (false, true) => {
+                return Err(bad(format!(
+                    "data source {:?} is images: it needs model = \"tm\" (strategy tpfl)",
+                    file.data.source
+                )));
+            }
+            _ => {}
+        }
         // FCM concepts live in [0, 1]: min-max is their default, z-scores logistic regression's.
         if file.data.scaling.is_none() && model == ModelKind::Fcm {
             data.scaling = crate::data::Scaling::LocalMinMax;
         }
-        let partition = partition_plan(
-            file.partition.kind.as_deref(),
-            &file.clients,
-            &clients,
-            data.classes().len(),
-        )
-        .map_err(bad)?;
+        let partition = partition_plan(&file.partition, &declared, &clients, data.classes().len())
+            .map_err(bad)?;
+        if data.is_images() && !matches!(partition, PartitionPlan::Dirichlet { .. }) {
+            return Err(bad(
+                "image data is split over clients by partition.kind = \"dirichlet\"".into(),
+            ));
+        }
         let logreg = LogRegHyper::from_section(&file.logreg).map_err(bad)?;
         let fcm = FcmHyper::from_section(&file.fcm).map_err(bad)?;
         let pso = PsoHyper::from_section(&file.pso).map_err(bad)?;
         let aggregation = Aggregation::parse(file.fcm.aggregation.as_deref()).map_err(bad)?;
+        let tm = TmHyper::from_params(&file.tm).map_err(bad)?;
+        let tpfl = TpflHyper::from_section(&file.tpfl).map_err(bad)?;
+        let compression = Compression::parse(file.wire.compression.as_deref()).map_err(bad)?;
         let fingerprint = fingerprint(&file);
         Ok(Experiment {
             fingerprint,
@@ -359,6 +449,9 @@ impl Experiment {
             fcm,
             pso,
             aggregation,
+            tm,
+            tpfl,
+            compression,
             clients,
             file,
         })
@@ -384,12 +477,25 @@ impl Experiment {
 
 /// Checks each client's partition keys against `partition.kind`.
 fn partition_plan(
-    kind: Option<&str>,
+    section: &PartitionSection,
     files: &[ClientSection],
     clients: &[ClientSpec],
     classes: usize,
 ) -> std::result::Result<PartitionPlan, String> {
-    let kind = kind.unwrap_or("iid");
+    let kind = section.kind.as_deref().unwrap_or("iid");
+    if kind != "dirichlet" {
+        let given = [
+            ("samples", section.samples.is_some()),
+            ("iid_alpha", section.iid_alpha.is_some()),
+            ("non_iid_alpha", section.non_iid_alpha.is_some()),
+            ("iid_clients", section.iid_clients.is_some()),
+        ];
+        if let Some((k, _)) = given.iter().find(|(_, set)| *set) {
+            return Err(format!(
+                "partition.{k} applies to partition.kind = \"dirichlet\", not {kind}"
+            ));
+        }
+    }
     let stray = |what: &str, has: fn(&ClientSection) -> bool| -> std::result::Result<(), String> {
         match files.iter().zip(clients).find(|(f, _)| has(f)) {
             Some((_, c)) => Err(format!(
@@ -458,8 +564,34 @@ fn partition_plan(
             }
             Ok(PartitionPlan::Fractions(all))
         }
+        "dirichlet" => {
+            stray("class_counts", |f| f.class_counts.is_some())?;
+            stray("fraction", |f| f.fraction.is_some())?;
+            let samples = section.samples.unwrap_or(30_000);
+            if samples == 0 {
+                return Err("partition.samples must be at least 1".into());
+            }
+            let iid_alpha = section.iid_alpha.unwrap_or(10_000.0);
+            let non_iid_alpha = section.non_iid_alpha.unwrap_or(0.05);
+            for (k, a) in [("iid_alpha", iid_alpha), ("non_iid_alpha", non_iid_alpha)] {
+                if !(a.is_finite() && a > 0.0) {
+                    return Err(format!("partition.{k} must be positive, got {a}"));
+                }
+            }
+            let iid = section.iid_clients.unwrap_or(clients.len());
+            if iid > clients.len() {
+                return Err(format!(
+                    "partition.iid_clients is {iid} but only {} clients are declared",
+                    clients.len()
+                ));
+            }
+            let alphas = (0..clients.len())
+                .map(|k| if k < iid { iid_alpha } else { non_iid_alpha })
+                .collect();
+            Ok(PartitionPlan::Dirichlet { alphas, samples })
+        }
         other => Err(format!(
-            "unknown partition.kind {other:?}; expected iid, explicit or fractions"
+            "unknown partition.kind {other:?}; expected iid, explicit, fractions or dirichlet"
         )),
     }
 }

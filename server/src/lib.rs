@@ -121,6 +121,10 @@ pub async fn serve(
 
     let mut ticker = tokio::spawn(tick_until_done(shared.clone(), out.to_path_buf()));
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let mut aggregator = AggregatorServer::new(AggregatorService(shared.clone()));
+    if let Some(enc) = shared.experiment.compression.encoding() {
+        aggregator = aggregator.send_compressed(enc).accept_compressed(enc);
+    }
     let server = tonic::transport::Server::builder()
         .tcp_nodelay(true)
         .http2_keepalive_interval(Some(Duration::from_secs(10)))
@@ -128,7 +132,7 @@ pub async fn serve(
         .layer(MessageMeterLayer::server(ledger.clone()))
         .add_service(health_service)
         .add_service(reflection)
-        .add_service(AggregatorServer::new(AggregatorService(shared.clone())))
+        .add_service(aggregator)
         .serve_with_incoming_shutdown(incoming, async {
             let _ = stop_rx.await;
         });

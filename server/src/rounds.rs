@@ -278,7 +278,7 @@ impl Rounds {
             return Ok(true);
         }
         self.strategy
-            .check_update(features, &update)
+            .check_update(client, features, &update)
             .map_err(|e| Rejection::Invalid(e.to_string()))?;
         updates.insert(client, update);
         if updates.len() == selected.len() {

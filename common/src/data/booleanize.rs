@@ -73,6 +73,18 @@ impl BitRows {
         }
     }
 
+    /// The rows at `indices`, in that order (an index may repeat).
+    pub fn select(&self, indices: &[usize]) -> BitRows {
+        let mut out = self.clone_empty();
+        out.bits.reserve(indices.len() * self.fw);
+        out.labels.reserve(indices.len());
+        for &i in indices {
+            out.bits.extend_from_slice(self.row(i));
+            out.labels.push(self.labels[i]);
+        }
+        out
+    }
+
     fn clone_empty(&self) -> BitRows {
         BitRows::new(self.features, self.classes)
     }

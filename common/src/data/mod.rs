@@ -4,6 +4,7 @@ pub mod adult;
 pub mod booleanize;
 pub mod csv;
 pub mod idx;
+pub mod images;
 pub mod mnist;
 pub mod partition;
 pub mod registry;
@@ -83,6 +84,12 @@ pub enum Source {
     Csv(csv::CsvSpec),
     /// Adult, both files, categorical attributes as codes (`adult`).
     Adult,
+    /// MNIST-format images, booleanized as pixel > `threshold`; loaded as bits for Tsetlin
+    /// Machines ([`images::ImagePool`]), never as a table.
+    Images {
+        set: images::ImageSet,
+        threshold: f64,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -110,6 +117,7 @@ impl DataSpec {
                 ("label_column", s.label_column.is_some()),
                 ("classes", s.classes.is_some()),
                 ("header", s.header.is_some()),
+                ("threshold", s.threshold.is_some()),
             ];
             match given.iter().find(|(k, set)| *set && !allowed.contains(k)) {
                 Some((k, _)) => Err(format!("data.{k} does not apply to source {:?}", s.source)),
@@ -150,6 +158,21 @@ impl DataSpec {
                 only(&[])?;
                 Source::Adult
             }
+            "mnist" | "fashion-mnist" => {
+                only(&["threshold"])?;
+                let threshold = s.threshold.unwrap_or(75.0);
+                if !(0.0..255.0).contains(&threshold) {
+                    return Err(format!(
+                        "data.threshold must be a pixel value in [0, 255), got {threshold}"
+                    ));
+                }
+                let set = if s.source == "mnist" {
+                    images::ImageSet::Mnist
+                } else {
+                    images::ImageSet::FashionMnist
+                };
+                Source::Images { set, threshold }
+            }
             "csv" => {
                 only(&["path", "label_column", "classes", "header"])?;
                 let path = s.path.clone().ok_or("data.path is needed for source csv")?;
@@ -170,7 +193,7 @@ impl DataSpec {
             }
             other => {
                 return Err(format!(
-                    "unknown data source {other:?}; expected synthetic, magic, breast-cancer, adult or csv"
+                    "unknown data source {other:?}; expected synthetic, magic, breast-cancer, adult, mnist, fashion-mnist or csv"
                 ));
             }
         };
@@ -186,12 +209,35 @@ impl DataSpec {
             Source::Synthetic { .. } => vec!["0".into(), "1".into()],
             Source::Csv(c) => c.classes.clone(),
             Source::Adult => adult::CLASSES.iter().map(|c| c.to_string()).collect(),
+            Source::Images { set, .. } => set.classes(),
         }
     }
 
-    /// Loads (or generates) the whole dataset; files resolve below `data_dir`.
+    /// True for image sources, which load as bits ([`DataSpec::load_images`]).
+    pub fn is_images(&self) -> bool {
+        matches!(self.source, Source::Images { .. })
+    }
+
+    /// Loads and booleanizes both splits of an image source.
+    pub fn load_images(&self, data_dir: &Path) -> Result<images::ImagePool> {
+        match &self.source {
+            Source::Images { set, threshold } => {
+                images::ImagePool::load(data_dir, *set, booleanize::Threshold::Above(*threshold))
+            }
+            _ => Err(crate::FlintError::Config(
+                "this data source is a table, not images".into(),
+            )),
+        }
+    }
+
+    /// Loads (or generates) the whole dataset; files resolve below `data_dir`. Image sources
+    /// load with [`DataSpec::load_images`].
     pub fn load(&self, data_dir: &Path, seed: u64) -> Result<Dataset> {
         match &self.source {
+            Source::Images { set, .. } => Err(crate::FlintError::Config(format!(
+                "{} loads as booleanized images for a Tsetlin Machine, not as a table",
+                set.dir()
+            ))),
             Source::Synthetic {
                 samples,
                 features,

@@ -17,6 +17,9 @@ pub enum PartitionPlan {
     /// Client k gets the share `fractions[k]` of the shuffled rows, with no class balancing
     /// (Blind FL's even, random-uneven and sharply uneven splits); the shares sum to 1.
     Fractions(Vec<f64>),
+    /// TPFL §6.3: client k draws `samples` rows with class proportions from
+    /// Dirichlet(alphas[k]·1); clients may share rows (see [`dirichlet`]).
+    Dirichlet { alphas: Vec<f64>, samples: usize },
 }
 
 impl PartitionPlan {
@@ -25,6 +28,7 @@ impl PartitionPlan {
             PartitionPlan::Iid { clients } => *clients,
             PartitionPlan::Explicit(c) => c.len(),
             PartitionPlan::Fractions(f) => f.len(),
+            PartitionPlan::Dirichlet { alphas, .. } => alphas.len(),
         }
     }
 }
@@ -34,6 +38,9 @@ pub fn partition(data: &Dataset, plan: &PartitionPlan, seed: u64) -> Result<Vec<
     let mut rng = derive_rng(seed, "partition", 0);
     let clients = plan.clients();
     match plan {
+        PartitionPlan::Dirichlet { alphas, samples } => {
+            dirichlet(&data.y, data.classes.len(), alphas, *samples, seed)
+        }
         PartitionPlan::Iid { .. } => {
             if data.len() < clients {
                 return Err(FlintError::Partition(format!(
@@ -110,6 +117,99 @@ pub fn partition(data: &Dataset, plan: &PartitionPlan, seed: u64) -> Result<Vec<
     }
 }
 
+/// Row indices grouped by class label.
+#[derive(Debug, Clone)]
+pub struct ClassPools(Vec<Vec<usize>>);
+
+impl ClassPools {
+    pub fn new(labels: &[u32], classes: usize) -> Result<ClassPools> {
+        let mut pools: Vec<Vec<usize>> = vec![Vec::new(); classes];
+        for (i, &c) in labels.iter().enumerate() {
+            let c = c as usize;
+            if c >= classes {
+                return Err(FlintError::Partition(format!(
+                    "label {c} of row {i} is not below {classes} classes"
+                )));
+            }
+            pools[c].push(i);
+        }
+        Ok(ClassPools(pools))
+    }
+
+    /// Only the rows for which `keep` is true, grouped as before.
+    pub fn filter(&self, keep: impl Fn(usize) -> bool) -> ClassPools {
+        ClassPools(
+            self.0
+                .iter()
+                .map(|p| p.iter().copied().filter(|&i| keep(i)).collect())
+                .collect(),
+        )
+    }
+
+    pub fn classes(&self) -> usize {
+        self.0.len()
+    }
+
+    /// `round(p_c · samples)` rows of each class c, without replacement when the class has
+    /// enough rows and with replacement when not. `client` names the client in errors.
+    pub fn draw(
+        &self,
+        p: &[f64],
+        samples: usize,
+        rng: &mut crate::rng::FlintRng,
+        client: usize,
+    ) -> Result<Vec<usize>> {
+        use rand::RngExt;
+        use rand::seq::IndexedRandom;
+        let mut part = Vec::with_capacity(samples);
+        for (c, pc) in p.iter().enumerate() {
+            let n = (pc * samples as f64).round() as usize;
+            if n == 0 {
+                continue;
+            }
+            let pool = &self.0[c];
+            if pool.is_empty() {
+                return Err(FlintError::Partition(format!(
+                    "client {client} needs {n} samples of class {c}, which has no rows"
+                )));
+            }
+            if n <= pool.len() {
+                part.extend(pool.sample(rng, n).copied());
+            } else {
+                part.extend((0..n).map(|_| pool[rng.random_range(0..pool.len())]));
+            }
+        }
+        Ok(part)
+    }
+}
+
+/// TPFL §6.3: class proportions p ~ Dirichlet(alpha·1) of one client. Tiny α can underflow
+/// every component to 0; the client then holds one class, drawn uniformly.
+pub fn dirichlet_proportions(
+    classes: usize,
+    alpha: f64,
+    rng: &mut crate::rng::FlintRng,
+    client: usize,
+) -> Result<Vec<f64>> {
+    use rand::RngExt;
+    use rand_distr::multi::Dirichlet;
+    if !(alpha.is_finite() && alpha > 0.0) {
+        return Err(FlintError::Partition(format!(
+            "client {client}: alpha must be positive, got {alpha}"
+        )));
+    }
+    let dist = Dirichlet::new(&vec![alpha; classes])
+        .map_err(|e| FlintError::Partition(format!("client {client}: {e}")))?;
+    let p: Vec<f64> = rng.sample(&dist);
+    if p.iter().any(|v| !v.is_finite()) || p.iter().sum::<f64>() <= 0.0 {
+        let pick = rng.random_range(0..classes);
+        return Ok((0..classes)
+            .map(|c| f64::from(u8::from(c == pick)))
+            .collect());
+    }
+    Ok(p)
+}
+
 /// TPFL §6.3 (and its code, REFERENCE-NOTES §1): for client k, class proportions
 /// p ~ Dirichlet(alphas[k]·1), counts = round(p · samples), each class drawn from the rows of that
 /// class (without replacement when there are enough, with replacement when not). Clients draw
@@ -122,59 +222,13 @@ pub fn dirichlet(
     samples: usize,
     seed: u64,
 ) -> Result<Vec<Vec<usize>>> {
-    use rand::RngExt;
-    use rand::seq::IndexedRandom;
-    use rand_distr::multi::Dirichlet;
-
-    let mut pools: Vec<Vec<usize>> = vec![Vec::new(); classes];
-    for (i, &c) in labels.iter().enumerate() {
-        let c = c as usize;
-        if c >= classes {
-            return Err(FlintError::Partition(format!(
-                "label {c} of row {i} is not below {classes} classes"
-            )));
-        }
-        pools[c].push(i);
-    }
+    let pools = ClassPools::new(labels, classes)?;
     let mut parts = Vec::with_capacity(alphas.len());
     for (k, &alpha) in alphas.iter().enumerate() {
-        if !(alpha.is_finite() && alpha > 0.0) {
-            return Err(FlintError::Partition(format!(
-                "client {}: alpha must be positive, got {alpha}",
-                k + 1
-            )));
-        }
-        let mut rng = derive_rng(seed, "dirichlet", k as u32 + 1);
-        let dist = Dirichlet::new(&vec![alpha; classes])
-            .map_err(|e| FlintError::Partition(format!("client {}: {e}", k + 1)))?;
-        let mut p: Vec<f64> = rng.sample(&dist);
-        // Tiny α can underflow every draw to 0: the client then holds its largest class only.
-        if p.iter().any(|v| !v.is_finite()) || p.iter().sum::<f64>() <= 0.0 {
-            let pick = rng.random_range(0..classes);
-            p = (0..classes)
-                .map(|c| f64::from(u8::from(c == pick)))
-                .collect();
-        }
-        let mut part = Vec::with_capacity(samples);
-        for (c, pc) in p.iter().enumerate() {
-            let n = (pc * samples as f64).round() as usize;
-            if n == 0 {
-                continue;
-            }
-            let pool = &pools[c];
-            if pool.is_empty() {
-                return Err(FlintError::Partition(format!(
-                    "client {} needs {n} samples of class {c}, which has no rows",
-                    k + 1
-                )));
-            }
-            if n <= pool.len() {
-                part.extend(pool.sample(&mut rng, n).copied());
-            } else {
-                part.extend((0..n).map(|_| pool[rng.random_range(0..pool.len())]));
-            }
-        }
-        parts.push(part);
+        let client = k + 1;
+        let mut rng = derive_rng(seed, "dirichlet", client as u32);
+        let p = dirichlet_proportions(classes, alpha, &mut rng, client)?;
+        parts.push(pools.draw(&p, samples, &mut rng, client)?);
     }
     Ok(parts)
 }

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use serde_json::json;
 
 use super::{Aggregate, ClientStrategy, Downloads, LocalMetrics, ServerStrategy};
-use crate::data::{Dataset, Shard};
+use crate::data::Shard;
 use crate::metrics::ConfusionMatrix;
 use crate::model::fcm::{self, Fcm, FcmHyper};
 use crate::model::pso::PsoHyper;
@@ -92,7 +92,7 @@ impl ServerStrategy for FcmServer {
         None
     }
 
-    fn check_update(&self, features: usize, update: &Payload) -> Result<()> {
+    fn check_update(&self, _client: ClientId, features: usize, update: &Payload) -> Result<()> {
         let m = wire::expect_adjacency(update)?;
         m.to_fcm(features, self.classes)?;
         for (what, v) in [
@@ -204,8 +204,8 @@ impl FcmClient {
     }
 }
 
-impl ClientStrategy for FcmClient {
-    fn apply(&mut self, download: &Payload) -> Result<()> {
+impl ClientStrategy<Shard> for FcmClient {
+    fn apply(&mut self, _round: Round, download: &Payload) -> Result<()> {
         let global = wire::expect_adjacency(download)?.to_fcm(self.features, self.classes)?;
         self.model = Some(match (self.blend, &self.model) {
             (Blend::Average, Some(local)) => global.blend(local)?,
@@ -243,7 +243,8 @@ impl ClientStrategy for FcmClient {
         Ok(payload)
     }
 
-    fn evaluate(&self, test: &Dataset) -> ConfusionMatrix {
+    fn evaluate(&self, shard: &Shard) -> ConfusionMatrix {
+        let test = &shard.test;
         match &self.model {
             Some(m) => m.evaluate(&self.hyper, test),
             None => Fcm::zeros(self.features, self.classes).evaluate(&self.hyper, test),
@@ -341,12 +342,12 @@ mod tests {
         ] {
             let mut c = FcmClient::new(1, 2, hyper(), PsoHyper::default(), blend);
             c.model = Some(local.clone());
-            c.apply(&global).unwrap();
+            c.apply(1, &global).unwrap();
             assert_eq!(c.model().unwrap().parameters(), &want[..], "{blend:?}");
         }
         // A blended client without a local map yet takes the global one.
         let mut c = FcmClient::new(1, 2, hyper(), PsoHyper::default(), Blend::Average);
-        c.apply(&global).unwrap();
+        c.apply(1, &global).unwrap();
         assert_eq!(c.model().unwrap().parameters(), &[0.0, -0.5, 1.0, 0.5]);
     }
 
@@ -354,11 +355,11 @@ mod tests {
     fn updates_are_checked_against_the_run() {
         let s = FcmServer::new(2, Aggregation::Mean);
         let good = upload(vec![0.1, 0.2, 0.3, 0.4], 0.5, 0.5);
-        s.check_update(1, &good).unwrap();
-        let e = s.check_update(2, &good).unwrap_err().to_string();
+        s.check_update(1, 1, &good).unwrap();
+        let e = s.check_update(1, 2, &good).unwrap_err().to_string();
         assert!(e.contains("expected 4×4"), "{e}");
         let bad = upload(vec![0.1, 0.2, 0.3, 0.4], 1.5, 0.5);
-        let e = s.check_update(1, &bad).unwrap_err().to_string();
+        let e = s.check_update(1, 1, &bad).unwrap_err().to_string();
         assert!(e.contains("local_accuracy is 1.5"), "{e}");
         let nan = Payload {
             kind: Some(Kind::AdjacencyMatrix(AdjacencyMatrix {
@@ -368,10 +369,10 @@ mod tests {
                 local_precision: 0.5,
             })),
         };
-        let e = s.check_update(1, &nan).unwrap_err().to_string();
+        let e = s.check_update(1, 1, &nan).unwrap_err().to_string();
         assert!(e.contains("not finite"), "{e}");
         let wrong = wire::linear_payload(&crate::model::logreg::LogReg::zeros(1));
-        let e = s.check_update(1, &wrong).unwrap_err().to_string();
+        let e = s.check_update(1, 1, &wrong).unwrap_err().to_string();
         assert!(e.contains("expected an adjacency_matrix"), "{e}");
     }
 }

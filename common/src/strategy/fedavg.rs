@@ -7,7 +7,7 @@ use serde_json::json;
 
 use super::ahp::{self, AhpHyper, CriteriaValues};
 use super::{Aggregate, ClientStrategy, Downloads, ServerStrategy};
-use crate::data::{Dataset, Shard};
+use crate::data::Shard;
 use crate::metrics::ConfusionMatrix;
 use crate::model::logreg::{LogReg, LogRegHyper};
 use crate::rng::FlintRng;
@@ -75,7 +75,7 @@ impl ServerStrategy for FedAvgServer {
         Some(wire::linear_payload(&LogReg::zeros(features)))
     }
 
-    fn check_update(&self, features: usize, update: &Payload) -> Result<()> {
+    fn check_update(&self, _client: ClientId, features: usize, update: &Payload) -> Result<()> {
         wire::expect_linear(update)?.check(features).map(|_| ())
     }
 
@@ -151,8 +151,8 @@ impl FedAvgClient {
     }
 }
 
-impl ClientStrategy for FedAvgClient {
-    fn apply(&mut self, download: &Payload) -> Result<()> {
+impl ClientStrategy<Shard> for FedAvgClient {
+    fn apply(&mut self, _round: Round, download: &Payload) -> Result<()> {
         let m = wire::expect_linear(download)?.check(self.model.features())?;
         self.model = m.to_logreg();
         Ok(())
@@ -163,8 +163,8 @@ impl ClientStrategy for FedAvgClient {
         Ok(wire::linear_payload(&self.model))
     }
 
-    fn evaluate(&self, test: &Dataset) -> ConfusionMatrix {
-        self.model.evaluate(test)
+    fn evaluate(&self, shard: &Shard) -> ConfusionMatrix {
+        self.model.evaluate(&shard.test)
     }
 }
 
@@ -232,15 +232,15 @@ mod tests {
                 value: 0.5,
             })),
         };
-        let err = server.check_update(1, &wrong).unwrap_err().to_string();
+        let err = server.check_update(1, 1, &wrong).unwrap_err().to_string();
         assert!(err.contains("expected a linear_model"), "{err}");
         let err = server
-            .check_update(2, &update(1.0, 0.0))
+            .check_update(1, 2, &update(1.0, 0.0))
             .unwrap_err()
             .to_string();
         assert!(err.contains("1 weights, expected 2"), "{err}");
         let err = server
-            .check_update(1, &update(f32::NAN, 0.0))
+            .check_update(1, 1, &update(f32::NAN, 0.0))
             .unwrap_err()
             .to_string();
         assert!(err.contains("not finite"), "{err}");

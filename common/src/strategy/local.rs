@@ -26,8 +26,8 @@ impl ServerStrategy for LocalServer {
         self.model.initial_download(features)
     }
 
-    fn check_update(&self, features: usize, update: &Payload) -> Result<()> {
-        self.model.check_update(features, update)
+    fn check_update(&self, client: ClientId, features: usize, update: &Payload) -> Result<()> {
+        self.model.check_update(client, features, update)
     }
 
     fn aggregate(
@@ -67,8 +67,8 @@ mod tests {
             precision: 0.25,
         };
         let p = wire::adjacency_payload(&Fcm::zeros(1, 2), Some(local));
-        s.check_update(1, &p).unwrap();
-        assert!(s.check_update(3, &p).is_err());
+        s.check_update(1, 1, &p).unwrap();
+        assert!(s.check_update(1, 3, &p).is_err());
         let clients = BTreeMap::from([(
             1,
             DataSummary {

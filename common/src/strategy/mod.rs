@@ -12,7 +12,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::config::Experiment;
-use crate::data::{Dataset, Shard};
+use crate::data::Shard;
+use crate::data::images::BitShard;
 use crate::metrics::ConfusionMatrix;
 use crate::rng::FlintRng;
 use crate::wire::proto::{DataSummary, Payload};
@@ -33,6 +34,8 @@ pub enum StrategyKind {
     Local,
     /// Baseline: one client holding all the data.
     Central,
+    /// TPFL: clients upload their confidence winner's weights; the server averages per class.
+    Tpfl,
 }
 
 impl StrategyKind {
@@ -43,6 +46,7 @@ impl StrategyKind {
         "blended-fcm",
         "local",
         "central",
+        "tpfl",
     ];
 
     pub fn parse(s: &str) -> std::result::Result<StrategyKind, String> {
@@ -53,6 +57,7 @@ impl StrategyKind {
             "blended-fcm" => Ok(StrategyKind::BlendedFcm),
             "local" => Ok(StrategyKind::Local),
             "central" => Ok(StrategyKind::Central),
+            "tpfl" => Ok(StrategyKind::Tpfl),
             other => Err(format!(
                 "unknown strategy {other:?}; expected one of {:?}",
                 Self::NAMES
@@ -68,6 +73,7 @@ impl StrategyKind {
             StrategyKind::BlendedFcm => "blended-fcm",
             StrategyKind::Local => "local",
             StrategyKind::Central => "central",
+            StrategyKind::Tpfl => "tpfl",
         }
     }
 
@@ -77,6 +83,7 @@ impl StrategyKind {
         let implied = match self {
             StrategyKind::FedAvg | StrategyKind::FedAvgAhp => Some(ModelKind::LogReg),
             StrategyKind::BlindFcm | StrategyKind::BlendedFcm => Some(ModelKind::Fcm),
+            StrategyKind::Tpfl => Some(ModelKind::Tm),
             StrategyKind::Local | StrategyKind::Central => None,
         };
         match (implied, given) {
@@ -90,7 +97,7 @@ impl StrategyKind {
             )),
             (None, Some(g)) => Ok(g),
             (None, None) => Err(format!(
-                "strategy {} needs a model: set model = \"logreg\" or \"fcm\"",
+                "strategy {} needs a model: set model = \"logreg\", \"fcm\" or \"tm\"",
                 self.name()
             )),
         }
@@ -102,6 +109,8 @@ impl StrategyKind {
 pub enum ModelKind {
     LogReg,
     Fcm,
+    /// TPFL's coalesced Tsetlin Machine, on booleanized images.
+    Tm,
 }
 
 impl ModelKind {
@@ -109,7 +118,10 @@ impl ModelKind {
         match s {
             "logreg" => Ok(ModelKind::LogReg),
             "fcm" => Ok(ModelKind::Fcm),
-            other => Err(format!("unknown model {other:?}; expected logreg or fcm")),
+            "tm" => Ok(ModelKind::Tm),
+            other => Err(format!(
+                "unknown model {other:?}; expected logreg, fcm or tm"
+            )),
         }
     }
 
@@ -117,6 +129,7 @@ impl ModelKind {
         match self {
             ModelKind::LogReg => "logreg",
             ModelKind::Fcm => "fcm",
+            ModelKind::Tm => "tm",
         }
     }
 }
@@ -175,7 +188,7 @@ pub trait ServerStrategy: Send {
     /// What round 1 starts from, given the feature count the clients declared.
     fn initial_download(&self, features: usize) -> Option<Payload>;
     /// Shape and value checks of one update, before it touches any state.
-    fn check_update(&self, features: usize, update: &Payload) -> Result<()>;
+    fn check_update(&self, client: ClientId, features: usize, update: &Payload) -> Result<()>;
     /// Combines a round's updates; both maps iterate in client-id order.
     fn aggregate(
         &mut self,
@@ -189,13 +202,23 @@ pub trait ServerStrategy: Send {
     }
 }
 
-pub trait ClientStrategy: Send {
-    /// Replaces (or blends) the local model with the server's download.
-    fn apply(&mut self, download: &Payload) -> Result<()>;
+/// A client half, on the shard type its model reads (`Shard` for tables, `BitShard` for
+/// booleanized images).
+pub trait ClientStrategy<S>: Send {
+    /// Replaces (or blends) the local model with the server's download, the aggregate of
+    /// `round`.
+    fn apply(&mut self, round: Round, download: &Payload) -> Result<()>;
     /// Trains locally for one round on the shard's training split and returns the update to
     /// upload (Blind FL's update also carries metrics on the test split).
-    fn train(&mut self, shard: &Shard, round: Round, rng: &mut FlintRng) -> Result<Payload>;
-    fn evaluate(&self, test: &Dataset) -> ConfusionMatrix;
+    fn train(&mut self, shard: &S, round: Round, rng: &mut FlintRng) -> Result<Payload>;
+    /// The model as it is now, on the shard's test split.
+    fn evaluate(&self, shard: &S) -> ConfusionMatrix;
+}
+
+/// A client half together with the kind of data it needs.
+pub enum ClientHalf {
+    Table(Box<dyn ClientStrategy<Shard>>),
+    Bits(Box<dyn ClientStrategy<BitShard>>),
 }
 
 pub fn server_strategy(e: &Experiment) -> Box<dyn ServerStrategy> {
@@ -206,24 +229,36 @@ pub fn server_strategy(e: &Experiment) -> Box<dyn ServerStrategy> {
         StrategyKind::BlindFcm | StrategyKind::BlendedFcm => {
             Box::new(fcm::FcmServer::new(classes, e.aggregation))
         }
+        StrategyKind::Tpfl => Box::new(tpfl::TpflServer::new(classes, e.tm.clauses, e.tpfl)),
         StrategyKind::Local | StrategyKind::Central => {
             let model: Box<dyn ServerStrategy> = match e.model {
                 ModelKind::LogReg => Box::new(fedavg::FedAvgServer::by_size()),
                 ModelKind::Fcm => Box::new(fcm::FcmServer::new(classes, e.aggregation)),
+                ModelKind::Tm => Box::new(tpfl::TpflServer::new(classes, e.tm.clauses, e.tpfl)),
             };
             Box::new(local::LocalServer::new(model))
         }
     }
 }
 
-pub fn client_strategy(e: &Experiment, features: usize) -> Box<dyn ClientStrategy> {
+/// Client `client`'s half; its model's random initial state derives from (seed, client).
+pub fn client_strategy(e: &Experiment, client: ClientId, features: usize) -> ClientHalf {
     let classes = e.data.classes().len();
-    let fcm = |blend| Box::new(fcm::FcmClient::new(features, classes, e.fcm, e.pso, blend));
+    let fcm = |blend| {
+        ClientHalf::Table(Box::new(fcm::FcmClient::new(
+            features, classes, e.fcm, e.pso, blend,
+        )))
+    };
     match (e.strategy, e.model) {
         (StrategyKind::BlindFcm, _) => fcm(fcm::Blend::Replace),
         (StrategyKind::BlendedFcm, _) => fcm(fcm::Blend::Average),
         // Local baselines never receive a download, so the blend does not matter.
         (_, ModelKind::Fcm) => fcm(fcm::Blend::Replace),
-        (_, ModelKind::LogReg) => Box::new(fedavg::FedAvgClient::new(features, e.logreg)),
+        (_, ModelKind::LogReg) => {
+            ClientHalf::Table(Box::new(fedavg::FedAvgClient::new(features, e.logreg)))
+        }
+        (_, ModelKind::Tm) => ClientHalf::Bits(Box::new(tpfl::TpflClient::new(
+            e.tm, e.tpfl, features, classes, e.seed, client,
+        ))),
     }
 }

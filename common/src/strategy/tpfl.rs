@@ -1,11 +1,109 @@
-//! TPFL's core (TPFL §5, Algorithms 1 and 2; what its code does: REFERENCE-NOTES §1): a client's
+//! TPFL (TPFL §5, Algorithms 1 and 2; what its code does: REFERENCE-NOTES §1): a client's
 //! confidence winner, the server's clustering by winning class and per-cluster averaging, and
-//! how a client applies its cluster's average. The federation shell (wire, strategy wiring) is
-//! built on these.
+//! the two strategy halves built on them.
+//!
+//! Rounding: the server rounds each cluster's mean to integer weights (`nearest` by default,
+//! `truncate` as the code's integer cast) and sends those, so every member applies the same
+//! vector and the download is packed `sint32`.
 
 use std::collections::BTreeMap;
 
-use crate::{ClientId, FlintError, Result};
+use serde_json::json;
+
+use super::{Aggregate, ClientStrategy, Downloads, ServerStrategy};
+use crate::config::TpflSection;
+use crate::data::images::{BitShard, Holdout, ShardSizes};
+use crate::metrics::ConfusionMatrix;
+use crate::model::tm::{CoalescedTm, FeedbackMasks, TmHyper};
+use crate::rng::{FlintRng, derive_rng};
+use crate::wire::proto::payload::Kind;
+use crate::wire::proto::{ClassWeights, ConfidenceWinner, DataSummary, Payload};
+use crate::wire::{self, class_weights_payload};
+use crate::{ClientId, FlintError, Result, Round};
+
+/// How a client measures its confidence in each class.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Confidence {
+    /// Σ over the confidence set of the weighted class sums (the code).
+    Weighted,
+    /// Σ of the signs of the weights of the firing clauses (the paper's formula).
+    Votes,
+}
+
+/// Checked `[tpfl]` settings.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct TpflHyper {
+    pub local_epochs: u32,
+    pub evaluation: Holdout,
+    pub test_samples: usize,
+    pub confidence_samples: usize,
+    pub confidence: Confidence,
+    pub cluster_mean: ClusterMean,
+    pub rounding: Rounding,
+    pub delta: bool,
+}
+
+impl TpflHyper {
+    pub fn from_section(s: &TpflSection) -> std::result::Result<TpflHyper, String> {
+        let confidence = match s.confidence.as_deref().unwrap_or("weighted") {
+            "weighted" => Confidence::Weighted,
+            "votes" => Confidence::Votes,
+            other => {
+                return Err(format!(
+                    "unknown tpfl.confidence {other:?}; expected weighted or votes"
+                ));
+            }
+        };
+        let cluster_mean = match s.cluster_mean.as_deref().unwrap_or("members") {
+            "members" => ClusterMean::Members,
+            "with-previous" => ClusterMean::WithPrevious,
+            other => {
+                return Err(format!(
+                    "unknown tpfl.cluster_mean {other:?}; expected members or with-previous"
+                ));
+            }
+        };
+        let rounding = match s.rounding.as_deref().unwrap_or("nearest") {
+            "nearest" => Rounding::Nearest,
+            "truncate" => Rounding::Truncate,
+            other => {
+                return Err(format!(
+                    "unknown tpfl.rounding {other:?}; expected nearest or truncate"
+                ));
+            }
+        };
+        let h = TpflHyper {
+            local_epochs: s.local_epochs.unwrap_or(10),
+            evaluation: Holdout::parse(s.evaluation.as_deref())?,
+            test_samples: s.test_samples.unwrap_or(15_000),
+            confidence_samples: s.confidence_samples.unwrap_or(15_000),
+            confidence,
+            cluster_mean,
+            rounding,
+            delta: s.delta.unwrap_or(false),
+        };
+        if h.local_epochs == 0 {
+            return Err("tpfl.local_epochs must be at least 1".into());
+        }
+        if h.test_samples == 0 || h.confidence_samples == 0 {
+            return Err(format!(
+                "tpfl.test_samples and tpfl.confidence_samples must be at least 1, got {} and {}",
+                h.test_samples, h.confidence_samples
+            ));
+        }
+        Ok(h)
+    }
+
+    /// A client's split sizes, with `train` rows from the partition.
+    pub fn sizes(&self, train: usize) -> ShardSizes {
+        ShardSizes {
+            train,
+            test: self.test_samples,
+            confidence: self.confidence_samples,
+        }
+    }
+}
 
 /// Algorithm 1, step 6: the class with the largest confidence and that confidence (the lowest
 /// class on a tie). `None` for no classes.
@@ -96,6 +194,230 @@ pub fn to_weights(mean: &[f64], rounding: Rounding) -> Vec<i32> {
             Rounding::Truncate => m.trunc() as i32,
         })
         .collect()
+}
+
+/// Algorithm 2 on the server: cluster by winning class, average, send each member its
+/// cluster's average. It sends nothing before round 1 (clients start from their own machines).
+pub struct TpflServer {
+    classes: usize,
+    clauses: usize,
+    hyper: TpflHyper,
+    previous: BTreeMap<u32, Vec<f64>>,
+    /// Every vector sent, by (client, class, round): the bases of delta uploads.
+    sent: BTreeMap<(ClientId, u32, Round), Vec<i32>>,
+}
+
+impl TpflServer {
+    pub fn new(classes: usize, clauses: usize, hyper: TpflHyper) -> TpflServer {
+        TpflServer {
+            classes,
+            clauses,
+            hyper,
+            previous: BTreeMap::new(),
+            sent: BTreeMap::new(),
+        }
+    }
+
+    /// The winner's class and weights as the client holds them (a delta is added to its base).
+    fn absolute(&self, client: ClientId, w: &ConfidenceWinner) -> Result<(u32, Vec<i32>)> {
+        let weights = w.weights.as_ref().map_or(&[][..], |c| &c.weights[..]);
+        if w.delta_base_round == 0 {
+            return Ok((w.class_index, weights.to_vec()));
+        }
+        let base = self
+            .sent
+            .get(&(client, w.class_index, w.delta_base_round))
+            .ok_or_else(|| {
+                FlintError::InvalidUpdate(format!(
+                    "delta against round {} for class {}, but client {client} was sent no weights of that class in that round",
+                    w.delta_base_round, w.class_index
+                ))
+            })?;
+        Ok((
+            w.class_index,
+            base.iter()
+                .zip(weights)
+                .map(|(b, d)| b.wrapping_add(*d))
+                .collect(),
+        ))
+    }
+}
+
+impl ServerStrategy for TpflServer {
+    fn initial_download(&self, _features: usize) -> Option<Payload> {
+        None
+    }
+
+    fn check_update(&self, client: ClientId, _features: usize, update: &Payload) -> Result<()> {
+        let w = wire::expect_winner(update)?;
+        let bad = |m: String| Err(FlintError::InvalidUpdate(m));
+        if w.class_index as usize >= self.classes {
+            return bad(format!(
+                "confidence winner class {} of {} classes",
+                w.class_index, self.classes
+            ));
+        }
+        let Some(cw) = &w.weights else {
+            return bad("confidence_winner carries no weights".into());
+        };
+        if cw.class_index != w.class_index {
+            return bad(format!(
+                "confidence winner class {} with the weights of class {}",
+                w.class_index, cw.class_index
+            ));
+        }
+        if cw.weights.len() != self.clauses {
+            return bad(format!(
+                "{} weights for class {}, expected one per clause ({})",
+                cw.weights.len(),
+                w.class_index,
+                self.clauses
+            ));
+        }
+        if !w.confidence.is_finite() {
+            return bad(format!("confidence {} is not finite", w.confidence));
+        }
+        self.absolute(client, w).map(|_| ())
+    }
+
+    fn aggregate(
+        &mut self,
+        round: Round,
+        _clients: &BTreeMap<ClientId, DataSummary>,
+        updates: &BTreeMap<ClientId, Payload>,
+    ) -> Result<Aggregate> {
+        let mut uploads = BTreeMap::new();
+        let mut winners = BTreeMap::new();
+        for (&id, p) in updates {
+            let w = wire::expect_winner(p)?;
+            uploads.insert(id, self.absolute(id, w)?);
+            winners.insert(
+                id,
+                json!({ "class": w.class_index, "confidence": w.confidence }),
+            );
+        }
+        let clusters = cluster(&uploads, &mut self.previous, self.hyper.cluster_mean)?;
+        let mut downloads = BTreeMap::new();
+        let mut weights = BTreeMap::new();
+        let mut members = serde_json::Map::new();
+        for (&class, c) in &clusters {
+            let v = to_weights(&c.mean, self.hyper.rounding);
+            for &m in &c.members {
+                downloads.insert(m, class_weights_payload(class, v.clone()));
+                weights.insert(m, 1.0 / c.members.len() as f64);
+                self.sent.insert((m, class, round), v.clone());
+            }
+            members.insert(class.to_string(), json!(c.members));
+        }
+        Ok(Aggregate {
+            downloads: Downloads::PerClient(downloads),
+            weights,
+            details: json!({
+                "clusters": members,
+                "cluster_count": clusters.len(),
+                // TPFL's accounting: one float64 vector per cluster, counted once.
+                "paper_download_bytes": 8 * self.clauses * clusters.len(),
+                "winners": winners,
+            }),
+            local: BTreeMap::new(),
+        })
+    }
+
+    fn describe(&self) -> serde_json::Value {
+        json!({ "clauses": self.clauses, "tpfl": self.hyper })
+    }
+}
+
+/// Algorithm 1 on a client: its own coalesced TM, trained for `local_epochs` per round.
+pub struct TpflClient {
+    tm: CoalescedTm,
+    masks: FeedbackMasks,
+    hyper: TpflHyper,
+    /// The last vector received per class and the round it aggregates (delta bases).
+    received: BTreeMap<u32, (Round, Vec<i32>)>,
+}
+
+impl TpflClient {
+    /// The machine's initial ±1 weights derive from (seed, client).
+    pub fn new(
+        tm: TmHyper,
+        hyper: TpflHyper,
+        features: usize,
+        classes: usize,
+        seed: u64,
+        client: ClientId,
+    ) -> TpflClient {
+        let mut rng = derive_rng(seed, "tm-init", client);
+        TpflClient {
+            tm: CoalescedTm::new(tm, features, classes, &mut rng),
+            masks: FeedbackMasks::new(tm.s, &mut rng),
+            hyper,
+            received: BTreeMap::new(),
+        }
+    }
+
+    pub fn machine(&self) -> &CoalescedTm {
+        &self.tm
+    }
+
+    /// Algorithm 1, steps 3–6: confidence per class on `data` and the winner.
+    pub fn winner(&self, data: &crate::data::booleanize::BitRows) -> Result<(u32, i64)> {
+        let conf = match self.hyper.confidence {
+            Confidence::Weighted => self.tm.confidence(data),
+            Confidence::Votes => self.tm.vote_confidence(data),
+        };
+        confidence_winner(&conf)
+            .ok_or_else(|| FlintError::Model("a machine without classes has no winner".into()))
+    }
+}
+
+impl ClientStrategy<BitShard> for TpflClient {
+    fn apply(&mut self, round: Round, download: &Payload) -> Result<()> {
+        let cw = wire::expect_class_weights(download)?;
+        self.tm
+            .set_class_weights(cw.class_index as usize, &cw.weights)
+            .map_err(|e| FlintError::InvalidUpdate(format!("download: {e}")))?;
+        self.received
+            .insert(cw.class_index, (round, cw.weights.clone()));
+        Ok(())
+    }
+
+    fn train(&mut self, shard: &BitShard, _round: Round, rng: &mut FlintRng) -> Result<Payload> {
+        for _ in 0..self.hyper.local_epochs {
+            self.tm.fit_epoch(&shard.train, &mut self.masks, rng);
+        }
+        let (class, confidence) = self.winner(&shard.confidence)?;
+        let own = self.tm.class_weights(class as usize);
+        let (weights, delta_base_round) = match self.received.get(&class) {
+            Some((r, base)) if self.hyper.delta => (
+                own.iter()
+                    .zip(base)
+                    .map(|(w, b)| w.wrapping_sub(*b))
+                    .collect(),
+                *r,
+            ),
+            _ => (own.to_vec(), 0),
+        };
+        Ok(Payload {
+            kind: Some(Kind::ConfidenceWinner(ConfidenceWinner {
+                class_index: class,
+                confidence: confidence as f64,
+                weights: Some(ClassWeights {
+                    class_index: class,
+                    weights,
+                }),
+                delta_base_round,
+            })),
+        })
+    }
+
+    fn evaluate(&self, shard: &BitShard) -> ConfusionMatrix {
+        ConfusionMatrix::from_predictions(
+            self.tm.classes(),
+            &shard.test.labels,
+            &self.tm.predict_batch(&shard.test),
+        )
+    }
 }
 
 #[cfg(test)]

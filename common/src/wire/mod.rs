@@ -10,7 +10,7 @@ pub mod proto {
 }
 
 use proto::payload::Kind;
-use proto::{AdjacencyMatrix, LinearModel, Payload};
+use proto::{AdjacencyMatrix, ClassWeights, ConfidenceWinner, LinearModel, Payload};
 
 use crate::model::fcm::Fcm;
 use crate::model::logreg::LogReg;
@@ -40,6 +40,67 @@ pub fn expect_linear(p: &Payload) -> Result<&LinearModel> {
             "expected a linear_model payload, got {}",
             kind_name(p)
         ))),
+    }
+}
+
+pub fn expect_winner(p: &Payload) -> Result<&ConfidenceWinner> {
+    match &p.kind {
+        Some(Kind::ConfidenceWinner(w)) => Ok(w),
+        _ => Err(FlintError::InvalidUpdate(format!(
+            "expected a confidence_winner payload, got {}",
+            kind_name(p)
+        ))),
+    }
+}
+
+pub fn expect_class_weights(p: &Payload) -> Result<&ClassWeights> {
+    match &p.kind {
+        Some(Kind::ClassWeights(w)) => Ok(w),
+        _ => Err(FlintError::InvalidUpdate(format!(
+            "expected a class_weights payload, got {}",
+            kind_name(p)
+        ))),
+    }
+}
+
+pub fn class_weights_payload(class: u32, weights: Vec<i32>) -> Payload {
+    Payload {
+        kind: Some(Kind::ClassWeights(ClassWeights {
+            class_index: class,
+            weights,
+        })),
+    }
+}
+
+/// gRPC message compression, the same both ways; the message-level byte count sees its effect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Compression {
+    None,
+    Gzip,
+    Zstd,
+}
+
+impl Compression {
+    pub fn parse(s: Option<&str>) -> std::result::Result<Compression, String> {
+        match s.unwrap_or("none") {
+            "none" => Ok(Compression::None),
+            "gzip" => Ok(Compression::Gzip),
+            "zstd" => Ok(Compression::Zstd),
+            other => Err(format!(
+                "unknown wire.compression {other:?}; expected none, gzip or zstd"
+            )),
+        }
+    }
+
+    /// The tonic encoding both ends enable (`None`: messages go uncompressed).
+    #[cfg(feature = "shell")]
+    pub fn encoding(self) -> Option<tonic::codec::CompressionEncoding> {
+        match self {
+            Compression::None => None,
+            Compression::Gzip => Some(tonic::codec::CompressionEncoding::Gzip),
+            Compression::Zstd => Some(tonic::codec::CompressionEncoding::Zstd),
+        }
     }
 }
 
@@ -155,11 +216,17 @@ impl LinearModelExt for LinearModel {
 }
 
 /// The papers' byte convention for a payload: parameters × the width the reference code used
-/// (logistic regression: numpy float64, 8 bytes per parameter).
+/// (logistic regression: numpy float64, 8 bytes per parameter; TPFL: int32 weights up, the
+/// float64 cluster average down). TPFL's paper counts a cluster's download once, not once per
+/// member; the per-client figure here is the per-member one, and the round's
+/// `paper_download_bytes` detail holds the paper's.
 pub fn paper_convention_bytes(p: &Payload) -> u64 {
     match &p.kind {
         Some(Kind::LinearModel(m)) => 8 * (m.weights.len() as u64 + 1),
-        Some(Kind::ClassWeights(w)) => 4 * w.weights.len() as u64,
+        Some(Kind::ConfidenceWinner(w)) => {
+            4 * w.weights.as_ref().map_or(0, |c| c.weights.len()) as u64
+        }
+        Some(Kind::ClassWeights(w)) => 8 * w.weights.len() as u64,
         Some(Kind::AdjacencyMatrix(a)) => 8 * a.weights.len() as u64,
         _ => 0,
     }

@@ -288,8 +288,25 @@ impl CoalescedTm {
     /// TPFL's confidence per class: the weighted class sums summed over `data` (the code's
     /// definition; REFERENCE-NOTES §1).
     pub fn confidence(&self, data: &BitRows) -> Vec<i64> {
+        let sums = Transposed::new(data).shared_class_sums(&self.compile(), &self.weights);
+        self.sum_over_rows(&sums)
+    }
+
+    /// TPFL §5's confidence as printed, without weights: each firing clause votes the sign of
+    /// its weight for a class; the votes are summed over `data`.
+    pub fn vote_confidence(&self, data: &BitRows) -> Vec<i64> {
+        let signs: Vec<Vec<i32>> = self
+            .weights
+            .iter()
+            .map(|w| w.iter().map(|v| v.signum()).collect())
+            .collect();
+        let sums = Transposed::new(data).shared_class_sums(&self.compile(), &signs);
+        self.sum_over_rows(&sums)
+    }
+
+    fn sum_over_rows(&self, sums: &[i32]) -> Vec<i64> {
         let mut conf = vec![0i64; self.classes];
-        for row in self.class_sums_batch(data).chunks(self.classes) {
+        for row in sums.chunks(self.classes) {
             for (c, &v) in conf.iter_mut().zip(row) {
                 *c += i64::from(v);
             }

@@ -1,0 +1,278 @@
+//! Image datasets for Tsetlin Machines (MNIST, Fashion-MNIST): booleanized once per process
+//! into a [`ImagePool`], from which each client's [`BitShard`] takes its rows.
+//!
+//! TPFL §6.3 gives every client a training, a test and a confidence set drawn with the client's
+//! own Dirichlet class proportions. Two ways to draw the last two ([`Holdout`]):
+//! - `disjoint` (default): training rows come from the official training images; test and
+//!   confidence rows from the official test images, split once (per class, seeded) into two
+//!   halves, so a client's test, confidence and training rows never overlap. A class with fewer
+//!   held-out rows than a client asks for is drawn with replacement.
+//! - `paper-code`: test and confidence rows are random subsets of the client's own training
+//!   rows, as the published code does (REFERENCE-NOTES §1); accuracy is then measured on
+//!   training data.
+
+use std::path::Path;
+
+use rand::seq::SliceRandom;
+
+use super::booleanize::{BitRows, Threshold};
+use super::mnist::{self, Split};
+use super::partition::{ClassPools, dirichlet_proportions};
+use crate::rng::derive_rng;
+use crate::{ClientId, FlintError, Result};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ImageSet {
+    Mnist,
+    FashionMnist,
+}
+
+impl ImageSet {
+    /// Folder below the data directory.
+    pub fn dir(self) -> &'static str {
+        match self {
+            ImageSet::Mnist => "mnist",
+            ImageSet::FashionMnist => "fashion-mnist",
+        }
+    }
+
+    pub fn classes(self) -> Vec<String> {
+        match self {
+            ImageSet::Mnist => (0..10).map(|d| d.to_string()).collect(),
+            ImageSet::FashionMnist => [
+                "t-shirt", "trouser", "pullover", "dress", "coat", "sandal", "shirt", "sneaker",
+                "bag", "boot",
+            ]
+            .iter()
+            .map(|c| c.to_string())
+            .collect(),
+        }
+    }
+}
+
+/// Both official splits, booleanized.
+#[derive(Debug, Clone)]
+pub struct ImagePool {
+    pub train: BitRows,
+    pub test: BitRows,
+}
+
+impl ImagePool {
+    pub fn load(data_dir: &Path, set: ImageSet, threshold: Threshold) -> Result<ImagePool> {
+        let dir = data_dir.join(set.dir());
+        Ok(ImagePool {
+            train: mnist::load(&dir, Split::Train, threshold)?,
+            test: mnist::load(&dir, Split::Test, threshold)?,
+        })
+    }
+}
+
+/// Where a client's test and confidence rows come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Holdout {
+    Disjoint,
+    PaperCode,
+}
+
+impl Holdout {
+    pub fn parse(s: Option<&str>) -> std::result::Result<Holdout, String> {
+        match s.unwrap_or("disjoint") {
+            "disjoint" => Ok(Holdout::Disjoint),
+            "paper-code" => Ok(Holdout::PaperCode),
+            other => Err(format!(
+                "unknown tpfl.evaluation {other:?}; expected disjoint or paper-code"
+            )),
+        }
+    }
+}
+
+/// How many rows each split of a client holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShardSizes {
+    pub train: usize,
+    pub test: usize,
+    pub confidence: usize,
+}
+
+/// A Tsetlin Machine client's data: training, test and confidence rows, packed.
+#[derive(Debug, Clone)]
+pub struct BitShard {
+    pub train: BitRows,
+    pub test: BitRows,
+    pub confidence: BitRows,
+}
+
+impl BitShard {
+    /// Client `client`'s shard: class proportions from Dirichlet(alpha), rows drawn as
+    /// `holdout` says. Every client process computes the same shard for the same seed.
+    pub fn dirichlet(
+        pool: &ImagePool,
+        alpha: f64,
+        sizes: ShardSizes,
+        holdout: Holdout,
+        seed: u64,
+        client: ClientId,
+    ) -> Result<BitShard> {
+        let classes = pool.train.classes;
+        let k = client as usize;
+        // The same stream as `partition::dirichlet`, so a table and an image run of one seed
+        // give a client the same class proportions.
+        let mut rng = derive_rng(seed, "dirichlet", client);
+        let p = dirichlet_proportions(classes, alpha, &mut rng, k)?;
+        let train_rows =
+            ClassPools::new(&pool.train.labels, classes)?.draw(&p, sizes.train, &mut rng, k)?;
+        let (test_rows, conf_rows) = match holdout {
+            Holdout::Disjoint => {
+                let (test_half, conf_half) = held_out_halves(&pool.test, seed)?;
+                (
+                    test_half.draw(&p, sizes.test, &mut rng, k)?,
+                    conf_half.draw(&p, sizes.confidence, &mut rng, k)?,
+                )
+            }
+            Holdout::PaperCode => {
+                if sizes.test > train_rows.len() || sizes.confidence > train_rows.len() {
+                    return Err(FlintError::Partition(format!(
+                        "client {client}: paper-code evaluation takes its {} test and {} confidence rows from its {} training rows; ask for fewer",
+                        sizes.test,
+                        sizes.confidence,
+                        train_rows.len()
+                    )));
+                }
+                let mut a = train_rows.clone();
+                a.shuffle(&mut rng);
+                let mut b = train_rows.clone();
+                b.shuffle(&mut rng);
+                (a[..sizes.test].to_vec(), b[..sizes.confidence].to_vec())
+            }
+        };
+        let held_out = match holdout {
+            Holdout::Disjoint => &pool.test,
+            Holdout::PaperCode => &pool.train,
+        };
+        let mut train_rows = train_rows;
+        train_rows.shuffle(&mut rng);
+        Ok(BitShard {
+            train: pool.train.select(&train_rows),
+            test: held_out.select(&test_rows),
+            confidence: held_out.select(&conf_rows),
+        })
+    }
+
+    pub fn train_class_counts(&self) -> Vec<u64> {
+        let mut n = vec![0u64; self.train.classes];
+        for &c in &self.train.labels {
+            n[c as usize] += 1;
+        }
+        n
+    }
+}
+
+/// The official test rows split per class into two seeded halves: test and confidence pools.
+fn held_out_halves(test: &BitRows, seed: u64) -> Result<(ClassPools, ClassPools)> {
+    let mut rng = derive_rng(seed, "holdout-halves", 0);
+    let mut order: Vec<usize> = (0..test.len()).collect();
+    order.shuffle(&mut rng);
+    let mut in_first = vec![false; test.len()];
+    let mut seen = vec![0usize; test.classes];
+    for i in order {
+        let c = test.labels[i] as usize;
+        in_first[i] = seen[c].is_multiple_of(2);
+        seen[c] += 1;
+    }
+    let all = ClassPools::new(&test.labels, test.classes)?;
+    Ok((all.filter(|i| in_first[i]), all.filter(|i| !in_first[i])))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 10 classes, `per_class` rows each; a row's first word holds its index so rows can be
+    /// traced back.
+    fn rows(per_class: usize, offset: u64) -> BitRows {
+        let mut b = BitRows::new(64, 10);
+        for i in 0..10 * per_class {
+            b.push_words(&[offset + i as u64], (i % 10) as u32);
+        }
+        b
+    }
+
+    fn pool() -> ImagePool {
+        ImagePool {
+            train: rows(100, 0),
+            test: rows(40, 1 << 32),
+        }
+    }
+
+    fn ids(b: &BitRows) -> std::collections::BTreeSet<u64> {
+        (0..b.len()).map(|i| b.row(i)[0]).collect()
+    }
+
+    const SIZES: ShardSizes = ShardSizes {
+        train: 300,
+        test: 100,
+        confidence: 100,
+    };
+
+    #[test]
+    fn disjoint_holdout_never_shares_a_row_with_training_or_between_its_halves() {
+        let s = BitShard::dirichlet(&pool(), 10_000.0, SIZES, Holdout::Disjoint, 5, 3).unwrap();
+        assert_eq!(
+            (s.train.len(), s.test.len(), s.confidence.len()),
+            (300, 100, 100)
+        );
+        let (tr, te, co) = (ids(&s.train), ids(&s.test), ids(&s.confidence));
+        assert!(tr.iter().all(|&i| i < 1 << 32));
+        assert!(te.iter().chain(&co).all(|&i| i >= 1 << 32));
+        assert!(te.is_disjoint(&co));
+        // Labels travel with their rows.
+        for b in [&s.train, &s.test, &s.confidence] {
+            for i in 0..b.len() {
+                assert_eq!(b.labels[i] as u64, (b.row(i)[0] & 0xffff_ffff) % 10);
+            }
+        }
+    }
+
+    #[test]
+    fn holdout_follows_the_clients_class_proportions() {
+        // α small: the client holds few classes, and its test rows are of those classes.
+        let s = BitShard::dirichlet(&pool(), 0.05, SIZES, Holdout::Disjoint, 9, 1).unwrap();
+        let train: std::collections::BTreeSet<u32> = s.train.labels.iter().copied().collect();
+        let test: std::collections::BTreeSet<u32> = s.test.labels.iter().copied().collect();
+        assert!(test.is_subset(&train), "{test:?} ⊄ {train:?}");
+        let share = |b: &BitRows, c: u32| {
+            b.labels.iter().filter(|&&l| l == c).count() as f64 / b.len() as f64
+        };
+        for c in 0..10 {
+            let (a, b) = (share(&s.train, c), share(&s.test, c));
+            assert!(
+                (a - b).abs() < 0.02,
+                "class {c}: {a} of training, {b} of test"
+            );
+        }
+    }
+
+    #[test]
+    fn paper_code_holdout_reuses_training_rows() {
+        let s = BitShard::dirichlet(&pool(), 10_000.0, SIZES, Holdout::PaperCode, 5, 2).unwrap();
+        let tr = ids(&s.train);
+        assert!(ids(&s.test).is_subset(&tr));
+        assert!(ids(&s.confidence).is_subset(&tr));
+        let too_many = ShardSizes { test: 301, ..SIZES };
+        let e = BitShard::dirichlet(&pool(), 1.0, too_many, Holdout::PaperCode, 5, 2)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("from its 300 training rows"), "{e}");
+    }
+
+    #[test]
+    fn a_clients_shard_depends_only_on_seed_and_id() {
+        let a = BitShard::dirichlet(&pool(), 1.0, SIZES, Holdout::Disjoint, 5, 4).unwrap();
+        let b = BitShard::dirichlet(&pool(), 1.0, SIZES, Holdout::Disjoint, 5, 4).unwrap();
+        assert_eq!(a.train, b.train);
+        assert_eq!(a.test, b.test);
+        let c = BitShard::dirichlet(&pool(), 1.0, SIZES, Holdout::Disjoint, 5, 5).unwrap();
+        assert_ne!(a.train, c.train);
+    }
+}
