@@ -301,3 +301,136 @@ fn adult_both_files_load_and_federation_raises_accuracy() {
         "before {before:?}, after {after:?}"
     );
 }
+
+/// TPFL on a small MNIST subset (TPFL §6.3 at toy size): 6 clients, the first 3 IID, as real
+/// processes, 2 clients per process.
+const TPFL_SMALL: &str = r#"
+name = "tpfl-small"
+strategy = "tpfl"
+seed = 3
+rounds = 3
+client_count = 6
+[data]
+source = "mnist"
+[partition]
+kind = "dirichlet"
+samples = 1500
+iid_clients = 3
+[tm]
+clauses = 100
+t = 1000
+s = 10
+[tpfl]
+local_epochs = 2
+test_samples = 300
+confidence_samples = 300
+"#;
+
+fn run_tpfl(dir: &Path, text: &str, set: &[&str]) -> flint_server::results::RunResults {
+    let exp = write(dir, "tpfl.toml", text);
+    let runs = dir.join("runs");
+    let mut cmd = flint();
+    cmd.args(["run", "--clients-per-process", "2", "--runs-dir"])
+        .arg(&runs)
+        .arg("--data-dir")
+        .arg(data_dir());
+    for s in set {
+        cmd.args(["--set", s]);
+    }
+    ok(cmd.arg(&exp));
+    let name = text
+        .lines()
+        .find_map(|l| l.strip_prefix("name = "))
+        .unwrap()
+        .trim_matches('"');
+    results(&runs.join(name))
+}
+
+#[test]
+#[ignore = "needs FLINT_DATA_DIR with MNIST; CI runs it"]
+fn tpfl_on_an_mnist_subset_sends_each_client_its_clusters_average() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = run_tpfl(dir.path(), TPFL_SMALL, &[]);
+    assert_eq!(r.rounds.len(), 4);
+    for c in &r.clients {
+        assert_eq!(c.train_class_counts.iter().sum::<u64>(), 1500, "{}", c.name);
+        assert_eq!(c.test_samples, 300);
+    }
+    for round in 1..=3u32 {
+        let rr = &r.rounds[round as usize];
+        assert_eq!(rr.metrics.len(), 6, "round {round}: every client evaluated");
+        // Each participant sits in the cluster of the class it said it was surest of.
+        let clusters = rr.details["clusters"].as_object().unwrap();
+        let mut members = Vec::new();
+        for (class, ids) in clusters {
+            for id in ids.as_array().unwrap() {
+                let id = id.as_u64().unwrap();
+                assert_eq!(
+                    rr.details["winners"][id.to_string()]["class"].to_string(),
+                    *class,
+                    "round {round} client {id}"
+                );
+                members.push(id as u32);
+            }
+        }
+        members.sort();
+        assert_eq!(members, rr.participants, "round {round}: clusters cover the participants");
+        assert_eq!(
+            rr.details["paper_download_bytes"],
+            8 * 100 * clusters.len(),
+            "the paper counts one float64 vector per cluster"
+        );
+        for id in 1..=6u32 {
+            let server = &r.ledger.flows[&id][&round];
+            let client = r.client_flow(id, round).unwrap();
+            // One class's 100 int32 weights up, one 100-weight average down, by the paper.
+            assert_eq!(server.up.paper, 4 * 100);
+            assert_eq!(client.down.paper, 8 * 100, "round {round} client {id}");
+            // Packed sint32 beats the paper's 4 bytes a weight.
+            assert!(server.up.payload < 4 * 100, "{}", server.up.payload);
+        }
+    }
+    // Non-IID clients (4-6) are sure of their few classes and score high on their own test rows.
+    let last = &r.rounds[3];
+    let non_iid: f64 = (4..=6).map(|id| last.metrics[&id].accuracy).sum::<f64>() / 3.0;
+    assert!(non_iid > 0.85, "non-IID clients' mean accuracy {non_iid}");
+    assert!(last.mean.unwrap().accuracy > 0.7, "{:?}", last.mean);
+
+    // Delta uploads and zstd change the bytes, never the models: every client's accuracy in
+    // every round is the same.
+    let d = tempfile::tempdir().unwrap();
+    let delta = run_tpfl(
+        d.path(),
+        TPFL_SMALL,
+        &["tpfl.delta=true", "wire.compression=zstd"],
+    );
+    for round in 1..=3usize {
+        for id in 1..=6u32 {
+            assert_eq!(
+                delta.rounds[round].metrics[&id], r.rounds[round].metrics[&id],
+                "round {round} client {id}"
+            );
+        }
+    }
+    let up = |x: &flint_server::results::RunResults| {
+        x.rounds[2..].iter().map(|rr| rr.bytes_total.up.payload).sum::<u64>()
+    };
+    println!("upload payload, rounds 2-3: absolute {} B, delta {} B", up(&r), up(&delta));
+
+    // The local baseline trains the same machines and sends nothing back.
+    let l = tempfile::tempdir().unwrap();
+    let local = run_tpfl(
+        l.path(),
+        &TPFL_SMALL.replace("strategy = \"tpfl\"", "strategy = \"local\"\nmodel = \"tm\""),
+        &[],
+    );
+    for id in 1..=6u32 {
+        let c = local.client_flow(id, 1).unwrap();
+        assert_eq!(c.down.paper, 0, "client {id} receives nothing");
+        // Round 1 trains from the same start on the same rows: the upload is the same.
+        assert_eq!(
+            local.ledger.flows[&id][&1].up.payload,
+            r.ledger.flows[&id][&1].up.payload
+        );
+    }
+}

@@ -789,4 +789,62 @@ name = "b"
             .to_string();
         assert!(err.contains("needs compute_ghz"), "{err}");
     }
+
+    const TPFL: &str = r#"
+name = "t"
+strategy = "tpfl"
+rounds = 2
+client_count = 4
+[data]
+source = "mnist"
+[partition]
+kind = "dirichlet"
+samples = 100
+iid_clients = 1
+"#;
+
+    #[test]
+    fn tpfl_declares_clients_by_number_and_splits_them_by_dirichlet() {
+        let e = Experiment::from_toml(TPFL).unwrap();
+        assert_eq!(e.model, ModelKind::Tm);
+        assert_eq!(e.clients.len(), 4);
+        assert_eq!(e.clients[3].name, "client-4");
+        assert_eq!(
+            e.partition,
+            PartitionPlan::Dirichlet {
+                alphas: vec![10_000.0, 0.05, 0.05, 0.05],
+                samples: 100
+            }
+        );
+        assert_eq!(e.tpfl.local_epochs, 10);
+        assert_eq!(e.tm.clauses, 100);
+        let cases = [
+            ("client_count = 4", "client_count = 0", "at least one client"),
+            (
+                "client_count = 4",
+                "client_count = 4\n[[clients]]",
+                "either client_count or [[clients]]",
+            ),
+            ("iid_clients = 1", "iid_clients = 5", "only 4 clients"),
+            ("kind = \"dirichlet\"", "kind = \"iid\"", "partition.samples applies"),
+            ("source = \"mnist\"", "source = \"magic\"", "model tm needs image data"),
+            (
+                "strategy = \"tpfl\"",
+                "strategy = \"fedavg\"",
+                "it needs model = \"tm\"",
+            ),
+            ("iid_clients = 1", "iid_clients = 1\n[tpfl]\nevaluation = \"peek\"", "tpfl.evaluation"),
+            ("iid_clients = 1", "iid_clients = 1\n[wire]\ncompression = \"lz4\"", "wire.compression"),
+        ];
+        for (from, to, want) in cases {
+            let err = Experiment::from_toml(&TPFL.replace(from, to))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(want), "{to}: {err}");
+        }
+        let mut no_split = TPFL.replace("kind = \"dirichlet\"\nsamples = 100\niid_clients = 1", "");
+        no_split = no_split.replace("[partition]\n", "");
+        let err = Experiment::from_toml(&no_split).unwrap_err().to_string();
+        assert!(err.contains("partition.kind = \"dirichlet\""), "{err}");
+    }
 }

@@ -230,6 +230,11 @@ fn watch(
     let path = dir.join("status.json");
     let mut joined = 0;
     let mut printed = 0;
+    let started = Instant::now();
+    // Long rounds (many clients, many local epochs) show their updates as they arrive, at most
+    // every 10 s.
+    let mut shown_updates = (0, 0);
+    let mut last_updates_line = Instant::now();
     loop {
         let exited = server.try_wait()?;
         for (log, child) in clients.iter_mut() {
@@ -250,6 +255,22 @@ fn watch(
             if s.joined != joined {
                 joined = s.joined;
                 println!("  clients joined {joined}/{}", s.clients);
+            }
+            if let Some(r) = s.open_round
+                && (r, s.updates) != shown_updates
+                && s.updates > 0
+                && s.updates < s.waiting_for
+                && last_updates_line.elapsed() >= Duration::from_secs(10)
+            {
+                println!(
+                    "  round {r:>3}/{}  updates {}/{}  ({:.0} s)",
+                    e.policy.rounds,
+                    s.updates,
+                    s.waiting_for,
+                    started.elapsed().as_secs_f64()
+                );
+                shown_updates = (r, s.updates);
+                last_updates_line = Instant::now();
             }
             // A round is printed once every joined client reported on it, or the run moved on.
             while printed < s.closed_rounds {

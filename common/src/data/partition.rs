@@ -150,8 +150,9 @@ impl ClassPools {
         self.0.len()
     }
 
-    /// `round(p_c · samples)` rows of each class c, without replacement when the class has
-    /// enough rows and with replacement when not. `client` names the client in errors.
+    /// `samples` rows split over the classes in proportion to `p` (largest remainders, so the
+    /// counts sum to `samples` exactly), drawn without replacement when the class has enough
+    /// rows and with replacement when not. `client` names the client in errors.
     pub fn draw(
         &self,
         p: &[f64],
@@ -162,8 +163,7 @@ impl ClassPools {
         use rand::RngExt;
         use rand::seq::IndexedRandom;
         let mut part = Vec::with_capacity(samples);
-        for (c, pc) in p.iter().enumerate() {
-            let n = (pc * samples as f64).round() as usize;
+        for (c, n) in apportion(p, samples).into_iter().enumerate() {
             if n == 0 {
                 continue;
             }
@@ -181,6 +181,27 @@ impl ClassPools {
         }
         Ok(part)
     }
+}
+
+/// Integer counts summing to `total`, proportional to `p` (the largest-remainder method; ties
+/// go to the lower class).
+pub fn apportion(p: &[f64], total: usize) -> Vec<usize> {
+    let sum: f64 = p.iter().sum();
+    if p.is_empty() || sum <= 0.0 {
+        return vec![0; p.len()];
+    }
+    let exact: Vec<f64> = p.iter().map(|x| x / sum * total as f64).collect();
+    let mut counts: Vec<usize> = exact.iter().map(|x| x.floor() as usize).collect();
+    let short = total - counts.iter().sum::<usize>();
+    let mut order: Vec<usize> = (0..p.len()).collect();
+    order.sort_by(|&a, &b| {
+        let (ra, rb) = (exact[a] - exact[a].floor(), exact[b] - exact[b].floor());
+        rb.total_cmp(&ra).then(a.cmp(&b))
+    });
+    for &c in order.iter().take(short) {
+        counts[c] += 1;
+    }
+    counts
 }
 
 /// TPFL §6.3: class proportions p ~ Dirichlet(alpha·1) of one client. Tiny α can underflow
@@ -211,7 +232,7 @@ pub fn dirichlet_proportions(
 }
 
 /// TPFL §6.3 (and its code, REFERENCE-NOTES §1): for client k, class proportions
-/// p ~ Dirichlet(alphas[k]·1), counts = round(p · samples), each class drawn from the rows of that
+/// p ~ Dirichlet(alphas[k]·1), counts ≈ p · samples (summing to `samples`), each class drawn from the rows of that
 /// class (without replacement when there are enough, with replacement when not). Clients draw
 /// independently, so they may share rows, as in the paper's code. Large α gives near-uniform
 /// classes (IID); small α concentrates a client on few classes.
@@ -288,11 +309,21 @@ mod tests {
     }
 
     #[test]
+    fn apportioned_counts_sum_to_the_total() {
+        assert_eq!(apportion(&[0.5, 0.5], 3), vec![2, 1]);
+        assert_eq!(apportion(&[0.15, 0.15, 0.7], 10), vec![2, 1, 7]);
+        assert_eq!(apportion(&[1.0, 0.0], 7), vec![7, 0]);
+        assert_eq!(apportion(&[0.0, 0.0], 7), vec![0, 0]);
+        let p = [0.333, 0.333, 0.334];
+        assert_eq!(apportion(&p, 1500).iter().sum::<usize>(), 1500);
+    }
+
+    #[test]
     fn dirichlet_large_alpha_is_near_uniform() {
         let labels = ten_classes(500);
         let parts = dirichlet(&labels, 10, &[10_000.0; 5], 3000, 1).unwrap();
         for part in &parts {
-            assert!((2990..=3010).contains(&part.len()));
+            assert_eq!(part.len(), 3000);
             for f in fractions(&labels, part) {
                 assert!((f - 0.1).abs() < 0.02, "{f}");
             }
@@ -323,7 +354,7 @@ mod tests {
         assert!(held < 3.0, "{held} classes above 5 % per client on average");
         // More rows of a class than it has: drawn with replacement, still from that class.
         let few = dirichlet(&ten_classes(5), 10, &[0.05], 1000, 3).unwrap();
-        assert!(few[0].len() >= 990);
+        assert_eq!(few[0].len(), 1000);
     }
 
     #[test]

@@ -423,6 +423,7 @@ impl ClientStrategy<BitShard> for TpflClient {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::data::booleanize::BitRows;
 
     #[test]
     fn the_winner_is_the_most_confident_class_lowest_on_a_tie() {
@@ -487,5 +488,188 @@ mod tests {
         let m = [1.5, -1.5, 2.4, -2.6];
         assert_eq!(to_weights(&m, Rounding::Nearest), vec![2, -2, 2, -3]);
         assert_eq!(to_weights(&m, Rounding::Truncate), vec![1, -1, 2, -2]);
+    }
+
+    fn hyper() -> TpflHyper {
+        TpflHyper::from_section(&TpflSection::default()).unwrap()
+    }
+
+    fn winner(class: u32, weights: Vec<i32>, base: Round) -> Payload {
+        Payload {
+            kind: Some(Kind::ConfidenceWinner(ConfidenceWinner {
+                class_index: class,
+                confidence: 10.0,
+                weights: Some(ClassWeights {
+                    class_index: class,
+                    weights,
+                }),
+                delta_base_round: base,
+            })),
+        }
+    }
+
+    fn sent(d: &Downloads, id: ClientId) -> Option<(u32, Vec<i32>)> {
+        let cw = wire::expect_class_weights(d.for_client(id)?).unwrap();
+        Some((cw.class_index, cw.weights.clone()))
+    }
+
+    /// Algorithm 2, last step: each client gets exactly its cluster's average, and only it.
+    #[test]
+    fn the_personalised_download_reaches_exactly_its_clusters_members() {
+        let mut s = TpflServer::new(3, 4, hyper());
+        let updates: BTreeMap<ClientId, Payload> = [
+            (1, winner(2, vec![1, 2, 3, 4], 0)),
+            (2, winner(0, vec![9, 9, 9, 9], 0)),
+            (3, winner(2, vec![3, 2, 1, -4], 0)),
+            (5, winner(2, vec![2, 5, 2, 3], 0)),
+        ]
+        .into();
+        let agg = s.aggregate(1, &BTreeMap::new(), &updates).unwrap();
+        // Cluster 2 = {1, 3, 5}: mean (2, 3, 2, 1); cluster 0 = {2}, a cluster of one.
+        for id in [1, 3, 5] {
+            assert_eq!(sent(&agg.downloads, id), Some((2, vec![2, 3, 2, 1])));
+        }
+        assert_eq!(sent(&agg.downloads, 2), Some((0, vec![9, 9, 9, 9])));
+        // A client that sent nothing (4) gets nothing; class 1 had no winner, so no cluster.
+        assert_eq!(sent(&agg.downloads, 4), None);
+        assert_eq!(agg.details["clusters"], json!({"0": [2], "2": [1, 3, 5]}));
+        assert_eq!(agg.details["cluster_count"], 2);
+        assert_eq!(agg.details["paper_download_bytes"], 2 * 8 * 4);
+        assert_eq!(agg.weights[&3], 1.0 / 3.0);
+    }
+
+    #[test]
+    fn a_delta_upload_is_rebuilt_from_what_that_client_was_sent() {
+        let mut s = TpflServer::new(3, 2, hyper());
+        let r1: BTreeMap<ClientId, Payload> = [(1, winner(1, vec![4, 6], 0))].into();
+        s.aggregate(1, &BTreeMap::new(), &r1).unwrap();
+        // Client 1 now holds (4, 6) for class 1 and trained it to (7, 5): it sends (3, -1).
+        let delta = winner(1, vec![3, -1], 1);
+        s.check_update(1, 784, &delta).unwrap();
+        let r2: BTreeMap<ClientId, Payload> = [(1, delta)].into();
+        let agg = s.aggregate(2, &BTreeMap::new(), &r2).unwrap();
+        assert_eq!(sent(&agg.downloads, 1), Some((1, vec![7, 5])));
+        // No base: another client, another class, or a round that sent it nothing.
+        for (client, p) in [
+            (2, winner(1, vec![0, 0], 1)),
+            (1, winner(0, vec![0, 0], 1)),
+            (1, winner(1, vec![0, 0], 5)),
+        ] {
+            let e = s.check_update(client, 784, &p).unwrap_err().to_string();
+            assert!(e.contains("was sent no weights of that class"), "{e}");
+        }
+    }
+
+    #[test]
+    fn malformed_winners_are_refused_with_the_reason() {
+        let s = TpflServer::new(3, 2, hyper());
+        let mut mismatched = winner(1, vec![1, 1], 0);
+        if let Some(Kind::ConfidenceWinner(w)) = &mut mismatched.kind {
+            w.weights.as_mut().unwrap().class_index = 2;
+        }
+        let mut nan = winner(1, vec![1, 1], 0);
+        if let Some(Kind::ConfidenceWinner(w)) = &mut nan.kind {
+            w.confidence = f64::NAN;
+        }
+        let cases = [
+            (winner(3, vec![1, 1], 0), "class 3 of 3 classes"),
+            (winner(1, vec![1, 1, 1], 0), "3 weights for class 1, expected one per clause (2)"),
+            (mismatched, "class 1 with the weights of class 2"),
+            (nan, "confidence NaN is not finite"),
+            (class_weights_payload(1, vec![1, 1]), "expected a confidence_winner"),
+        ];
+        for (p, want) in cases {
+            let e = s.check_update(1, 784, &p).unwrap_err().to_string();
+            assert!(e.contains(want), "{want}: {e}");
+        }
+    }
+
+    /// Three classes; class c sets bit c, plus nine random bits.
+    fn one_hot(n: usize, rng: &mut FlintRng) -> BitRows {
+        use rand::RngExt;
+        let mut rows = BitRows::new(12, 3);
+        for i in 0..n {
+            let c = (i % 3) as u32;
+            let mut bits: Vec<bool> = (0..12).map(|_| rng.random::<bool>()).collect();
+            for (b, bit) in bits.iter_mut().take(3).enumerate() {
+                *bit = b as u32 == c;
+            }
+            rows.push(&bits, c);
+        }
+        rows
+    }
+
+    fn client(delta: bool) -> TpflClient {
+        let tm = crate::model::tm::testing::hyper(20, 15, 3.0);
+        let h = TpflHyper {
+            local_epochs: 3,
+            delta,
+            ..hyper()
+        };
+        TpflClient::new(tm, h, 12, 3, 7, 1)
+    }
+
+    #[test]
+    fn a_client_uploads_its_most_confident_class_and_applies_only_that_class() {
+        let mut rng = derive_rng(3, "test", 0);
+        let all = one_hot(600, &mut rng);
+        // The confidence split holds class 2 only, so the client is surest of class 2.
+        let only_2: Vec<usize> = (0..all.len()).filter(|&i| all.labels[i] == 2).collect();
+        let shard = BitShard {
+            train: all.clone(),
+            test: all.clone(),
+            confidence: all.select(&only_2),
+        };
+        let mut c = client(false);
+        let up = c.train(&shard, 1, &mut rng).unwrap();
+        let w = wire::expect_winner(&up).unwrap();
+        let conf = c.machine().confidence(&shard.confidence);
+        assert_eq!(Some((w.class_index, w.confidence as i64)), confidence_winner(&conf));
+        assert_eq!(w.class_index, 2);
+        assert_eq!(
+            w.weights.as_ref().unwrap().weights,
+            c.machine().class_weights(2)
+        );
+        assert!(c.evaluate(&shard).metrics().accuracy > 0.9);
+        let before: Vec<Vec<i32>> = (0..3).map(|k| c.machine().class_weights(k).to_vec()).collect();
+        c.apply(1, &class_weights_payload(2, vec![5; 20])).unwrap();
+        assert_eq!(c.machine().class_weights(2), &[5; 20][..]);
+        assert_eq!(c.machine().class_weights(0), &before[0][..]);
+        assert_eq!(c.machine().class_weights(1), &before[1][..]);
+        let e = c
+            .apply(2, &class_weights_payload(2, vec![5; 19]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("19 weights for class 2, expected 20"), "{e}");
+    }
+
+    #[test]
+    fn with_delta_a_client_sends_its_weights_minus_what_it_received() {
+        let mut rng = derive_rng(4, "test", 0);
+        let all = one_hot(300, &mut rng);
+        let only_2: Vec<usize> = (0..all.len()).filter(|&i| all.labels[i] == 2).collect();
+        let shard = BitShard {
+            train: all.clone(),
+            test: all.clone(),
+            confidence: all.select(&only_2),
+        };
+        let mut c = client(true);
+        let first = c.train(&shard, 1, &mut rng).unwrap();
+        let w1 = wire::expect_winner(&first).unwrap().clone();
+        assert_eq!(w1.class_index, 2);
+        assert_eq!(w1.delta_base_round, 0, "nothing received yet: absolute weights");
+        // The server sends back the client's own vector (a cluster of one).
+        let base = w1.weights.unwrap().weights;
+        c.apply(1, &class_weights_payload(2, base.clone())).unwrap();
+        let second = c.train(&shard, 2, &mut rng).unwrap();
+        let w2 = wire::expect_winner(&second).unwrap();
+        assert_eq!((w2.class_index, w2.delta_base_round), (2, 1));
+        let rebuilt: Vec<i32> = base
+            .iter()
+            .zip(&w2.weights.as_ref().unwrap().weights)
+            .map(|(b, d)| b + d)
+            .collect();
+        assert_eq!(rebuilt, c.machine().class_weights(2));
+        assert_ne!(rebuilt, base, "training moved the weights");
     }
 }

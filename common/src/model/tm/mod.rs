@@ -8,7 +8,7 @@ pub mod conv;
 pub mod infer;
 pub mod multiclass;
 #[cfg(test)]
-mod testing;
+pub(crate) mod testing;
 
 pub use bank::{ClauseBank, FeedbackMasks};
 pub use coalesced::CoalescedTm;
