@@ -302,6 +302,24 @@ fn adult_both_files_load_and_federation_raises_accuracy() {
     );
 }
 
+/// Fields of one CSV line (RFC 4180 quoting).
+fn csv_fields(line: &str) -> Vec<String> {
+    let (mut out, mut cur, mut quoted, mut chars) = (Vec::new(), String::new(), false, line.chars().peekable());
+    while let Some(c) = chars.next() {
+        match c {
+            '"' if quoted && chars.peek() == Some(&'"') => {
+                cur.push('"');
+                chars.next();
+            }
+            '"' => quoted = !quoted,
+            ',' if !quoted => out.push(std::mem::take(&mut cur)),
+            c => cur.push(c),
+        }
+    }
+    out.push(cur);
+    out
+}
+
 /// TPFL on a small MNIST subset (TPFL §6.3 at toy size): 6 clients, the first 3 IID, as real
 /// processes, 2 clients per process.
 const TPFL_SMALL: &str = r#"
@@ -412,6 +430,31 @@ fn tpfl_on_an_mnist_subset_sends_each_client_its_clusters_average() {
             );
         }
     }
+    // The grid's totals count TPFL's download as its paper does: once per cluster.
+    let runs = dir.path().join("runs");
+    ok(flint()
+        .args(["grid", "--resume", "--runs-dir"])
+        .arg(&runs)
+        .arg(dir.path().join("tpfl.toml")));
+    let csv = std::fs::read_to_string(runs.join("grid-summary.csv")).unwrap();
+    let mut lines = csv.lines();
+    let header = csv_fields(lines.next().unwrap());
+    let row = csv_fields(lines.next().unwrap());
+    assert_eq!(header.len(), row.len(), "{row:?}");
+    let col = |name: &str| row[header.iter().position(|h| h == name).unwrap()].clone();
+    let once: u64 = r.rounds[1..]
+        .iter()
+        .map(|rr| rr.details["paper_download_bytes"].as_u64().unwrap())
+        .sum();
+    assert_eq!(col("down_total_paper"), once.to_string());
+    assert_eq!(col("up_total_paper"), (3 * 6 * 4 * 100).to_string());
+    let clusters: f64 = r.rounds[1..]
+        .iter()
+        .map(|rr| rr.details["cluster_count"].as_f64().unwrap())
+        .sum::<f64>()
+        / 3.0;
+    assert_eq!(col("clusters_per_round").parse::<f64>().unwrap(), clusters);
+
     let up = |x: &flint_server::results::RunResults| {
         x.rounds[2..].iter().map(|rr| rr.bytes_total.up.payload).sum::<u64>()
     };

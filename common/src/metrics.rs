@@ -75,7 +75,9 @@ impl ConfusionMatrix {
         self.counts.iter().sum()
     }
 
-    /// Accuracy, and precision/recall/F1 of `positive` (binary) or macro-averaged (more classes).
+    /// Accuracy, and precision/recall/F1 of class 1 (binary) or macro-averaged over the classes
+    /// that occur as truth or prediction (more classes; as scikit-learn's `average="macro"`, so
+    /// a client that never sees a class is not scored 0 on it).
     pub fn metrics(&self) -> Metrics {
         let total = self.total();
         let correct: u64 = (0..self.classes).map(|c| self.get(c, c)).sum();
@@ -85,8 +87,16 @@ impl ConfusionMatrix {
         let (precision, recall, f1) = if self.classes == 2 {
             per_class[1]
         } else {
-            let n = self.classes as f64;
-            let sum = per_class
+            let present: Vec<&(f64, f64, f64)> = per_class
+                .iter()
+                .enumerate()
+                .filter(|(c, _)| {
+                    (0..self.classes).any(|o| self.get(*c, o) > 0 || self.get(o, *c) > 0)
+                })
+                .map(|(_, p)| p)
+                .collect();
+            let n = present.len().max(1) as f64;
+            let sum = present
                 .iter()
                 .fold((0.0, 0.0, 0.0), |a, p| (a.0 + p.0, a.1 + p.1, a.2 + p.2));
             (sum.0 / n, sum.1 / n, sum.2 / n)
@@ -195,6 +205,18 @@ mod tests {
         // class 0: tp 1, union 2 (one 0 predicted as 1); class 1: tp 1, union 2.
         let m = ConfusionMatrix::from_predictions(3, &[0, 0, 1], &[0, 1, 1]);
         assert_eq!(m.jaccard(), 0.5);
+    }
+
+    #[test]
+    fn multi_class_metrics_average_over_the_classes_that_occur() {
+        // Four classes; class 3 never occurs, so the mean is over classes 0-2.
+        // Class 0: tp 2, predicted 2, actual 3 → p 1, r 2/3. Class 1: tp 1, predicted 2,
+        // actual 2 → p 1/2, r 1/2. Class 2: predicted once, never true → p 0, r 0.
+        let m = ConfusionMatrix::from_predictions(4, &[0, 0, 0, 1, 1], &[0, 0, 1, 1, 2]);
+        let x = m.metrics();
+        assert_eq!(x.accuracy, 3.0 / 5.0);
+        assert_eq!(x.precision, (1.0 + 0.5 + 0.0) / 3.0);
+        assert_eq!(x.recall, (2.0 / 3.0 + 0.5 + 0.0) / 3.0);
     }
 
     #[test]

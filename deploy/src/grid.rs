@@ -52,6 +52,12 @@ struct Outcome {
     /// Mean per client per round (rounds 1..), up and down.
     up: Traffic,
     down: Traffic,
+    /// Summed over clients and rounds 1.., up and down; the download's paper figure as the
+    /// strategy's paper counts it (TPFL: once per cluster).
+    up_total: Traffic,
+    down_total: Traffic,
+    /// Mean clusters per round, for strategies that cluster (TPFL).
+    clusters: Option<f64>,
     wall: f64,
 }
 
@@ -195,6 +201,21 @@ fn collect(p: &Path, out: &mut Vec<PathBuf>) -> anyhow::Result<()> {
 fn setting(e: &Experiment) -> String {
     use flint_common::model::fcm::{Activation, Fitness};
     use flint_common::strategy::{ModelKind, StrategyKind};
+    if e.model == ModelKind::Tm {
+        let eval = serde_json::to_value(e.tpfl.evaluation).unwrap_or_default();
+        let mut s = format!(
+            "tm {} clauses, {} evaluation",
+            e.tm.clauses,
+            eval.as_str().unwrap_or("?")
+        );
+        if e.tpfl.delta {
+            s += ", delta";
+        }
+        if e.compression != flint_common::wire::Compression::None {
+            s += &format!(", {:?}", e.compression).to_lowercase();
+        }
+        return s;
+    }
     if e.model != ModelKind::Fcm {
         return e.model.name().into();
     }
@@ -265,6 +286,21 @@ fn outcome(dir: &Path) -> anyhow::Result<Outcome> {
             cells += 1;
         }
     }
+    let (up_total, mut down_total) = (up, down);
+    let once: Vec<u64> = r
+        .rounds
+        .iter()
+        .filter_map(|rr| rr.details.get("paper_download_bytes")?.as_u64())
+        .collect();
+    if !once.is_empty() {
+        down_total.paper = once.iter().sum();
+    }
+    let counts: Vec<f64> = r
+        .rounds
+        .iter()
+        .filter_map(|rr| rr.details.get("cluster_count")?.as_f64())
+        .collect();
+    let clusters = (!counts.is_empty()).then(|| counts.iter().sum::<f64>() / counts.len() as f64);
     let per = |t: Traffic| Traffic {
         messages: t.messages / cells.max(1),
         payload: t.payload / cells.max(1),
@@ -277,6 +313,9 @@ fn outcome(dir: &Path) -> anyhow::Result<Outcome> {
         after,
         up: per(up),
         down: per(down),
+        up_total,
+        down_total,
+        clusters,
         wall: r.wall_seconds,
     })
 }
@@ -334,23 +373,57 @@ fn markdown(rows: &[Row]) -> String {
             wall
         );
     }
+    s += "\nTotals over rounds 1.. summed over clients, MB (payload / message / socket / paper convention; \
+          a download's paper figure is counted as its paper does: TPFL once per cluster).\n\n\
+          | experiment | accuracy after | up MB | down MB | clusters/round |\n|---|---|---|---|---|\n";
+    for r in rows {
+        let Some(o) = r.runs.first() else { continue };
+        let mb = |t: Traffic| {
+            format!(
+                "{:.3} / {:.3} / {:.3} / {:.3}",
+                t.payload as f64 / 1e6,
+                t.message as f64 / 1e6,
+                t.socket as f64 / 1e6,
+                t.paper as f64 / 1e6
+            )
+        };
+        s += &format!(
+            "| {} | {} | {} | {} | {} |\n",
+            r.name,
+            stat(&r.runs.iter().map(|o| o.after.map(|m| m.accuracy)).collect::<Vec<_>>()),
+            mb(o.up_total),
+            mb(o.down_total),
+            o.clusters.map_or("-".into(), |c| format!("{c:.1}"))
+        );
+    }
     s
+}
+
+/// A CSV field, quoted when it holds a comma, quote or line break (RFC 4180).
+fn field(s: &str) -> String {
+    if s.contains([',', '"', '\n']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
 }
 
 fn csv(rows: &[Row]) -> String {
     let mut s = String::from(
         "experiment,strategy,setting,partition,run,accuracy_before,accuracy_after,precision_before,precision_after,\
-up_payload,up_message,up_socket,up_paper,down_payload,down_message,down_socket,down_paper,wall_seconds\n",
+up_payload,up_message,up_socket,up_paper,down_payload,down_message,down_socket,down_paper,\
+up_total_payload,up_total_message,up_total_socket,up_total_paper,\
+down_total_payload,down_total_message,down_total_socket,down_total_paper,clusters_per_round,wall_seconds\n",
     );
     let num = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v}"));
     for r in rows {
         for (i, o) in r.runs.iter().enumerate() {
             s += &format!(
-                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.3}\n",
-                r.name,
+                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.3}\n",
+                field(&r.name),
                 r.strategy,
-                r.setting,
-                r.partition,
+                field(&r.setting),
+                field(&r.partition),
                 i + 1,
                 num(o.before.map(|m| m.accuracy)),
                 num(o.after.map(|m| m.accuracy)),
@@ -364,6 +437,15 @@ up_payload,up_message,up_socket,up_paper,down_payload,down_message,down_socket,d
                 o.down.message,
                 o.down.socket,
                 o.down.paper,
+                o.up_total.payload,
+                o.up_total.message,
+                o.up_total.socket,
+                o.up_total.paper,
+                o.down_total.payload,
+                o.down_total.message,
+                o.down_total.socket,
+                o.down_total.paper,
+                o.clusters.map_or(String::new(), |c| format!("{c}")),
                 o.wall
             );
         }

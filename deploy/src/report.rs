@@ -96,8 +96,14 @@ pub fn render(r: &RunResults) -> String {
         );
     }
     if let Some(last) = r.rounds.iter().rev().find(|rr| !rr.metrics.is_empty()) {
+        let classes = r.clients.first().map_or(2, |c| c.train_class_counts.len());
+        let of = if classes == 2 {
+            "of class 1"
+        } else {
+            "macro over the classes a client's test rows hold or its model predicts"
+        };
         s += &format!(
-            "Per client after round {} (precision/recall/F1 of class 1):\n",
+            "Per client after round {} (precision/recall/F1 {of}):\n",
             last.round
         );
         s += &format!(
