@@ -304,7 +304,8 @@ fn adult_both_files_load_and_federation_raises_accuracy() {
 
 /// Fields of one CSV line (RFC 4180 quoting).
 fn csv_fields(line: &str) -> Vec<String> {
-    let (mut out, mut cur, mut quoted, mut chars) = (Vec::new(), String::new(), false, line.chars().peekable());
+    let (mut out, mut cur, mut quoted, mut chars) =
+        (Vec::new(), String::new(), false, line.chars().peekable());
     while let Some(c) = chars.next() {
         match c {
             '"' if quoted && chars.peek() == Some(&'"') => {
@@ -392,7 +393,10 @@ fn tpfl_on_an_mnist_subset_sends_each_client_its_clusters_average() {
             }
         }
         members.sort();
-        assert_eq!(members, rr.participants, "round {round}: clusters cover the participants");
+        assert_eq!(
+            members, rr.participants,
+            "round {round}: clusters cover the participants"
+        );
         assert_eq!(
             rr.details["paper_download_bytes"],
             8 * 100 * clusters.len(),
@@ -430,8 +434,23 @@ fn tpfl_on_an_mnist_subset_sends_each_client_its_clusters_average() {
             );
         }
     }
-    // The grid's totals count TPFL's download as its paper does: once per cluster.
+    // The grid's totals and the report count TPFL's download as its paper does: once per
+    // cluster.
     let runs = dir.path().join("runs");
+    let report = ok(flint().arg("report").arg(runs.join("tpfl-small")));
+    let report = String::from_utf8_lossy(&report.stdout);
+    assert!(report.contains("Clusters per round"), "{report}");
+    assert!(
+        report.contains(&format!(
+            "total paper download, once per cluster: {:.4} MB",
+            r.rounds[1..]
+                .iter()
+                .map(|rr| rr.details["paper_download_bytes"].as_u64().unwrap())
+                .sum::<u64>() as f64
+                / 1e6
+        )),
+        "{report}"
+    );
     ok(flint()
         .args(["grid", "--resume", "--runs-dir"])
         .arg(&runs)
@@ -456,15 +475,25 @@ fn tpfl_on_an_mnist_subset_sends_each_client_its_clusters_average() {
     assert_eq!(col("clusters_per_round").parse::<f64>().unwrap(), clusters);
 
     let up = |x: &flint_server::results::RunResults| {
-        x.rounds[2..].iter().map(|rr| rr.bytes_total.up.payload).sum::<u64>()
+        x.rounds[2..]
+            .iter()
+            .map(|rr| rr.bytes_total.up.payload)
+            .sum::<u64>()
     };
-    println!("upload payload, rounds 2-3: absolute {} B, delta {} B", up(&r), up(&delta));
+    println!(
+        "upload payload, rounds 2-3: absolute {} B, delta {} B",
+        up(&r),
+        up(&delta)
+    );
 
     // The local baseline trains the same machines and sends nothing back.
     let l = tempfile::tempdir().unwrap();
     let local = run_tpfl(
         l.path(),
-        &TPFL_SMALL.replace("strategy = \"tpfl\"", "strategy = \"local\"\nmodel = \"tm\""),
+        &TPFL_SMALL.replace(
+            "strategy = \"tpfl\"",
+            "strategy = \"local\"\nmodel = \"tm\"",
+        ),
         &[],
     );
     for id in 1..=6u32 {

@@ -819,22 +819,42 @@ iid_clients = 1
         assert_eq!(e.tpfl.local_epochs, 10);
         assert_eq!(e.tm.clauses, 100);
         let cases = [
-            ("client_count = 4", "client_count = 0", "at least one client"),
+            (
+                "client_count = 4",
+                "client_count = 0",
+                "at least one client",
+            ),
             (
                 "client_count = 4",
                 "client_count = 4\n[[clients]]",
                 "either client_count or [[clients]]",
             ),
             ("iid_clients = 1", "iid_clients = 5", "only 4 clients"),
-            ("kind = \"dirichlet\"", "kind = \"iid\"", "partition.samples applies"),
-            ("source = \"mnist\"", "source = \"magic\"", "model tm needs image data"),
+            (
+                "kind = \"dirichlet\"",
+                "kind = \"iid\"",
+                "partition.samples applies",
+            ),
+            (
+                "source = \"mnist\"",
+                "source = \"magic\"",
+                "model tm needs image data",
+            ),
             (
                 "strategy = \"tpfl\"",
                 "strategy = \"fedavg\"",
                 "it needs model = \"tm\"",
             ),
-            ("iid_clients = 1", "iid_clients = 1\n[tpfl]\nevaluation = \"peek\"", "tpfl.evaluation"),
-            ("iid_clients = 1", "iid_clients = 1\n[wire]\ncompression = \"lz4\"", "wire.compression"),
+            (
+                "iid_clients = 1",
+                "iid_clients = 1\n[tpfl]\nevaluation = \"peek\"",
+                "tpfl.evaluation",
+            ),
+            (
+                "iid_clients = 1",
+                "iid_clients = 1\n[wire]\ncompression = \"lz4\"",
+                "wire.compression",
+            ),
         ];
         for (from, to, want) in cases {
             let err = Experiment::from_toml(&TPFL.replace(from, to))

@@ -390,7 +390,12 @@ fn markdown(rows: &[Row]) -> String {
         s += &format!(
             "| {} | {} | {} | {} | {} |\n",
             r.name,
-            stat(&r.runs.iter().map(|o| o.after.map(|m| m.accuracy)).collect::<Vec<_>>()),
+            stat(
+                &r.runs
+                    .iter()
+                    .map(|o| o.after.map(|m| m.accuracy))
+                    .collect::<Vec<_>>()
+            ),
             mb(o.up_total),
             mb(o.down_total),
             o.clusters.map_or("-".into(), |c| format!("{c:.1}"))

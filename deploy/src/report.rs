@@ -18,6 +18,44 @@ pub fn print(dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Strategies that cluster (TPFL): each round's clusters as class: size, and the paper's
+/// download figure (one vector per cluster).
+fn clusters(r: &RunResults) -> String {
+    let rows: Vec<String> = r
+        .rounds
+        .iter()
+        .filter_map(|rr| {
+            let clusters = rr.details.get("clusters")?.as_object()?;
+            let sizes: Vec<String> = clusters
+                .iter()
+                .map(|(class, m)| format!("{class}:{}", m.as_array().map_or(0, Vec::len)))
+                .collect();
+            let once = rr.details.get("paper_download_bytes")?.as_u64()?;
+            Some(format!(
+                "{:>5} {:>8}  {:>10.4}  {}\n",
+                rr.round,
+                clusters.len(),
+                once as f64 / 1e6,
+                sizes.join(" ")
+            ))
+        })
+        .collect();
+    if rows.is_empty() {
+        return String::new();
+    }
+    let once: u64 = r
+        .rounds
+        .iter()
+        .filter_map(|rr| rr.details.get("paper_download_bytes")?.as_u64())
+        .sum();
+    format!(
+        "Clusters per round (class:members); the paper counts one download per cluster:\n\
+         round clusters  paper down MB  sizes\n{}total paper download, once per cluster: {:.4} MB\n\n",
+        rows.concat(),
+        once as f64 / 1e6
+    )
+}
+
 fn fmt(m: Option<&Metrics>) -> String {
     match m {
         Some(m) => format!(
@@ -78,6 +116,7 @@ pub fn render(r: &RunResults) -> String {
         t.up.paper as f64 / 1e6,
         t.down.paper as f64 / 1e6
     );
+    s += &clusters(r);
     if let Some(first) = r.rounds.iter().find(|rr| rr.round == 1)
         && let Some(before) = first.local_mean
     {

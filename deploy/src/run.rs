@@ -101,6 +101,16 @@ pub fn execute(args: &RunArgs, progress: bool) -> anyhow::Result<PathBuf> {
         }
     };
     let names: Vec<String> = experiment.clients.iter().map(|c| c.name.clone()).collect();
+    // The processes share the cores: each trains as many clients at once as its share.
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let processes = names.len().div_ceil(args.clients_per_process);
+    let train_threads = (cores / processes).max(1);
+    if processes > 4 * cores {
+        say(format!(
+            "  {processes} client processes on {cores} cores; --clients-per-process {} would load the data once per core",
+            names.len().div_ceil(cores)
+        ));
+    }
     let mut clients: Vec<(String, Child)> = Vec::new();
     for group in names.chunks(args.clients_per_process) {
         let mut cmd = Command::new(&exe);
@@ -112,7 +122,9 @@ pub fn execute(args: &RunArgs, progress: bool) -> anyhow::Result<PathBuf> {
             .arg("--data-dir")
             .arg(&data_dir)
             .arg("--out")
-            .arg(&clients_dir);
+            .arg(&clients_dir)
+            .arg("--train-threads")
+            .arg(train_threads.to_string());
         for n in group {
             cmd.arg("--name").arg(n);
         }

@@ -573,10 +573,16 @@ mod tests {
         }
         let cases = [
             (winner(3, vec![1, 1], 0), "class 3 of 3 classes"),
-            (winner(1, vec![1, 1, 1], 0), "3 weights for class 1, expected one per clause (2)"),
+            (
+                winner(1, vec![1, 1, 1], 0),
+                "3 weights for class 1, expected one per clause (2)",
+            ),
             (mismatched, "class 1 with the weights of class 2"),
             (nan, "confidence NaN is not finite"),
-            (class_weights_payload(1, vec![1, 1]), "expected a confidence_winner"),
+            (
+                class_weights_payload(1, vec![1, 1]),
+                "expected a confidence_winner",
+            ),
         ];
         for (p, want) in cases {
             let e = s.check_update(1, 784, &p).unwrap_err().to_string();
@@ -624,14 +630,19 @@ mod tests {
         let up = c.train(&shard, 1, &mut rng).unwrap();
         let w = wire::expect_winner(&up).unwrap();
         let conf = c.machine().confidence(&shard.confidence);
-        assert_eq!(Some((w.class_index, w.confidence as i64)), confidence_winner(&conf));
+        assert_eq!(
+            Some((w.class_index, w.confidence as i64)),
+            confidence_winner(&conf)
+        );
         assert_eq!(w.class_index, 2);
         assert_eq!(
             w.weights.as_ref().unwrap().weights,
             c.machine().class_weights(2)
         );
         assert!(c.evaluate(&shard).metrics().accuracy > 0.9);
-        let before: Vec<Vec<i32>> = (0..3).map(|k| c.machine().class_weights(k).to_vec()).collect();
+        let before: Vec<Vec<i32>> = (0..3)
+            .map(|k| c.machine().class_weights(k).to_vec())
+            .collect();
         c.apply(1, &class_weights_payload(2, vec![5; 20])).unwrap();
         assert_eq!(c.machine().class_weights(2), &[5; 20][..]);
         assert_eq!(c.machine().class_weights(0), &before[0][..]);
@@ -657,7 +668,10 @@ mod tests {
         let first = c.train(&shard, 1, &mut rng).unwrap();
         let w1 = wire::expect_winner(&first).unwrap().clone();
         assert_eq!(w1.class_index, 2);
-        assert_eq!(w1.delta_base_round, 0, "nothing received yet: absolute weights");
+        assert_eq!(
+            w1.delta_base_round, 0,
+            "nothing received yet: absolute weights"
+        );
         // The server sends back the client's own vector (a cluster of one).
         let base = w1.weights.unwrap().weights;
         c.apply(1, &class_weights_payload(2, base.clone())).unwrap();
