@@ -203,7 +203,8 @@ pub struct TpflServer {
     clauses: usize,
     hyper: TpflHyper,
     previous: BTreeMap<u32, Vec<f64>>,
-    /// Every vector sent, by (client, class, round): the bases of delta uploads.
+    /// With `delta`, every vector sent, by (client, class, round): the bases of delta uploads
+    /// (a client that missed a download refers to an older one, so all are kept).
     sent: BTreeMap<(ClientId, u32, Round), Vec<i32>>,
 }
 
@@ -305,7 +306,9 @@ impl ServerStrategy for TpflServer {
             for &m in &c.members {
                 downloads.insert(m, class_weights_payload(class, v.clone()));
                 weights.insert(m, 1.0 / c.members.len() as f64);
-                self.sent.insert((m, class, round), v.clone());
+                if self.hyper.delta {
+                    self.sent.insert((m, class, round), v.clone());
+                }
             }
             members.insert(class.to_string(), json!(c.members));
         }
@@ -540,7 +543,11 @@ mod tests {
 
     #[test]
     fn a_delta_upload_is_rebuilt_from_what_that_client_was_sent() {
-        let mut s = TpflServer::new(3, 2, hyper());
+        let h = TpflHyper {
+            delta: true,
+            ..hyper()
+        };
+        let mut s = TpflServer::new(3, 2, h);
         let r1: BTreeMap<ClientId, Payload> = [(1, winner(1, vec![4, 6], 0))].into();
         s.aggregate(1, &BTreeMap::new(), &r1).unwrap();
         // Client 1 now holds (4, 6) for class 1 and trained it to (7, 5): it sends (3, -1).
