@@ -33,34 +33,36 @@ pub fn kind_name(p: &Payload) -> &'static str {
     }
 }
 
+/// The payload's message of the kind `pick` selects, or an error naming both kinds.
+fn expect<'a, T>(
+    p: &'a Payload,
+    what: &str,
+    pick: impl Fn(&'a Kind) -> Option<&'a T>,
+) -> Result<&'a T> {
+    p.kind.as_ref().and_then(pick).ok_or_else(|| {
+        FlintError::InvalidUpdate(format!("expected {what} payload, got {}", kind_name(p)))
+    })
+}
+
 pub fn expect_linear(p: &Payload) -> Result<&LinearModel> {
-    match &p.kind {
-        Some(Kind::LinearModel(m)) => Ok(m),
-        _ => Err(FlintError::InvalidUpdate(format!(
-            "expected a linear_model payload, got {}",
-            kind_name(p)
-        ))),
-    }
+    expect(p, "a linear_model", |k| match k {
+        Kind::LinearModel(m) => Some(m),
+        _ => None,
+    })
 }
 
 pub fn expect_winner(p: &Payload) -> Result<&ConfidenceWinner> {
-    match &p.kind {
-        Some(Kind::ConfidenceWinner(w)) => Ok(w),
-        _ => Err(FlintError::InvalidUpdate(format!(
-            "expected a confidence_winner payload, got {}",
-            kind_name(p)
-        ))),
-    }
+    expect(p, "a confidence_winner", |k| match k {
+        Kind::ConfidenceWinner(m) => Some(m),
+        _ => None,
+    })
 }
 
 pub fn expect_class_weights(p: &Payload) -> Result<&ClassWeights> {
-    match &p.kind {
-        Some(Kind::ClassWeights(w)) => Ok(w),
-        _ => Err(FlintError::InvalidUpdate(format!(
-            "expected a class_weights payload, got {}",
-            kind_name(p)
-        ))),
-    }
+    expect(p, "a class_weights", |k| match k {
+        Kind::ClassWeights(m) => Some(m),
+        _ => None,
+    })
 }
 
 pub fn class_weights_payload(class: u32, weights: Vec<i32>) -> Payload {
@@ -105,13 +107,10 @@ impl Compression {
 }
 
 pub fn expect_adjacency(p: &Payload) -> Result<&AdjacencyMatrix> {
-    match &p.kind {
-        Some(Kind::AdjacencyMatrix(m)) => Ok(m),
-        _ => Err(FlintError::InvalidUpdate(format!(
-            "expected an adjacency_matrix payload, got {}",
-            kind_name(p)
-        ))),
-    }
+    expect(p, "an adjacency_matrix", |k| match k {
+        Kind::AdjacencyMatrix(m) => Some(m),
+        _ => None,
+    })
 }
 
 /// A map as the wire carries it: the whole n × n matrix as packed floats, and, in an upload,
