@@ -400,6 +400,19 @@ mod tests {
             conf[1] += i64::from(one[1]);
         }
         assert_eq!(tm.confidence(&test), conf.to_vec());
+        // TPFL §5 as printed: each firing clause votes the sign of its weight.
+        let mut votes = [0i64; 2];
+        for i in 0..test.len() {
+            for j in 0..30 {
+                if tm.bank().fires(j, test.row(i), false) {
+                    for (c, v) in votes.iter_mut().enumerate() {
+                        *v += i64::from(tm.class_weights(c)[j].signum());
+                    }
+                }
+            }
+        }
+        assert_eq!(tm.vote_confidence(&test), votes.to_vec());
+        assert_ne!(votes.to_vec(), conf.to_vec(), "the weights matter");
     }
 
     #[test]
