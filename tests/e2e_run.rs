@@ -121,6 +121,21 @@ fn the_same_experiment_and_seed_give_identical_metrics() {
         .arg(&exp));
     let a = metrics_of(&dir.path().join("a/repro"));
     assert_eq!(a, metrics_of(&dir.path().join("b/repro")));
+    // gzip on the wire changes the message bytes, not the models.
+    ok(flint()
+        .args(["run", "--set", "wire.compression=gzip", "--runs-dir"])
+        .arg(dir.path().join("g"))
+        .arg(&exp));
+    assert_eq!(a, metrics_of(&dir.path().join("g/repro")));
+    let (plain, gzip) = (
+        results(&dir.path().join("a/repro")).totals.up,
+        results(&dir.path().join("g/repro")).totals.up,
+    );
+    assert_eq!(gzip.payload, plain.payload);
+    assert_ne!(
+        gzip.message, plain.message,
+        "gzip frames are not the plain ones"
+    );
     assert_ne!(
         a,
         metrics_of(&dir.path().join("c/repro")),
