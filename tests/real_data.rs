@@ -224,24 +224,35 @@ fn fashion_mnist_adaptive_threshold_equals_opencv() {
     }
 }
 
-fn run_fcm(dir: &Path, file: &str, overrides: &[&str]) -> flint_server::results::RunResults {
+/// `flint run FILE` with `--set` overrides into `runs`; its results, found by the file's name.
+fn run_file(
+    runs: &Path,
+    file: &Path,
+    args: &[&str],
+    overrides: &[&str],
+) -> flint_server::results::RunResults {
     let mut cmd = flint();
-    cmd.args(["run", "--runs-dir"])
-        .arg(dir)
+    cmd.arg("run")
+        .args(args)
+        .arg("--runs-dir")
+        .arg(runs)
         .arg("--data-dir")
-        .arg(data_dir())
-        .arg(experiment(&format!("fcm/{file}")));
+        .arg(data_dir());
     for o in overrides {
         cmd.args(["--set", o]);
     }
-    ok(&mut cmd);
-    let text = std::fs::read_to_string(experiment(&format!("fcm/{file}"))).unwrap();
+    ok(cmd.arg(file));
+    let text = std::fs::read_to_string(file).unwrap();
     let name = text
         .lines()
         .find_map(|l| l.strip_prefix("name = "))
         .unwrap()
         .trim_matches('"');
-    results(&dir.join(name))
+    results(&runs.join(name))
+}
+
+fn run_fcm(dir: &Path, file: &str, overrides: &[&str]) -> flint_server::results::RunResults {
+    run_file(dir, &experiment(&format!("fcm/{file}")), &[], overrides)
 }
 
 #[test]
@@ -347,22 +358,12 @@ confidence_samples = 300
 
 fn run_tpfl(dir: &Path, text: &str, set: &[&str]) -> flint_server::results::RunResults {
     let exp = write(dir, "tpfl.toml", text);
-    let runs = dir.join("runs");
-    let mut cmd = flint();
-    cmd.args(["run", "--clients-per-process", "2", "--runs-dir"])
-        .arg(&runs)
-        .arg("--data-dir")
-        .arg(data_dir());
-    for s in set {
-        cmd.args(["--set", s]);
-    }
-    ok(cmd.arg(&exp));
-    let name = text
-        .lines()
-        .find_map(|l| l.strip_prefix("name = "))
-        .unwrap()
-        .trim_matches('"');
-    results(&runs.join(name))
+    run_file(
+        &dir.join("runs"),
+        &exp,
+        &["--clients-per-process", "2"],
+        set,
+    )
 }
 
 #[test]

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use flint_common::config::{Experiment, parse_override};
-use flint_common::data::images::BitShard;
+use flint_common::data::images::ShardSource;
 use flint_common::data::{PartitionPlan, Shard, default_data_dir, partition};
 use flint_common::logging::LogFormat;
 use flint_common::meter::{ConnMeter, CountingIo, MessageMeterLayer, SharedLedger};
@@ -129,17 +129,17 @@ pub async fn run(args: ClientArgs) -> anyhow::Result<Vec<ClientReport>> {
             bail!("image data needs partition.kind = \"dirichlet\"");
         };
         let features = pool.train.features();
+        let source = ShardSource::new(&pool, experiment.seed)?;
         for (name, &id) in args.names.iter().zip(&ids) {
             let e = &experiment;
-            let shard = BitShard::dirichlet(
-                &pool,
-                alphas[id as usize - 1],
-                e.tpfl.sizes(*samples),
-                e.tpfl.evaluation,
-                e.seed,
-                id,
-            )
-            .with_context(|| format!("drawing the data of client {name:?}"))?;
+            let shard = source
+                .dirichlet(
+                    alphas[id as usize - 1],
+                    e.tpfl.sizes(*samples),
+                    e.tpfl.evaluation,
+                    id,
+                )
+                .with_context(|| format!("drawing the data of client {name:?}"))?;
             let ClientHalf::Bits(strategy) = client_strategy(e, id, features) else {
                 bail!("model {} does not train on images", e.model.name());
             };

@@ -103,33 +103,49 @@ pub struct BitShard {
     pub confidence: BitRows,
 }
 
-impl BitShard {
+/// What every client of a process draws its shard from, grouped by class once.
+pub struct ShardSource<'a> {
+    pool: &'a ImagePool,
+    seed: u64,
+    train: ClassPools,
+    test_half: ClassPools,
+    confidence_half: ClassPools,
+}
+
+impl<'a> ShardSource<'a> {
+    pub fn new(pool: &'a ImagePool, seed: u64) -> Result<ShardSource<'a>> {
+        let (test_half, confidence_half) = held_out_halves(&pool.test, seed)?;
+        Ok(ShardSource {
+            pool,
+            seed,
+            train: ClassPools::new(&pool.train.labels, pool.train.classes)?,
+            test_half,
+            confidence_half,
+        })
+    }
+
     /// Client `client`'s shard: class proportions from Dirichlet(alpha), rows drawn as
     /// `holdout` says. Every client process computes the same shard for the same seed.
     pub fn dirichlet(
-        pool: &ImagePool,
+        &self,
         alpha: f64,
         sizes: ShardSizes,
         holdout: Holdout,
-        seed: u64,
         client: ClientId,
     ) -> Result<BitShard> {
-        let classes = pool.train.classes;
+        let pool = self.pool;
         let k = client as usize;
         // The same stream as `partition::dirichlet`, so a table and an image run of one seed
         // give a client the same class proportions.
-        let mut rng = derive_rng(seed, "dirichlet", client);
-        let p = dirichlet_proportions(classes, alpha, &mut rng, k)?;
-        let train_rows =
-            ClassPools::new(&pool.train.labels, classes)?.draw(&p, sizes.train, &mut rng, k)?;
+        let mut rng = derive_rng(self.seed, "dirichlet", client);
+        let p = dirichlet_proportions(self.train.classes(), alpha, &mut rng, k)?;
+        let train_rows = self.train.draw(&p, sizes.train, &mut rng, k)?;
         let (test_rows, conf_rows) = match holdout {
-            Holdout::Disjoint => {
-                let (test_half, conf_half) = held_out_halves(&pool.test, seed)?;
-                (
-                    test_half.draw(&p, sizes.test, &mut rng, k)?,
-                    conf_half.draw(&p, sizes.confidence, &mut rng, k)?,
-                )
-            }
+            Holdout::Disjoint => (
+                self.test_half.draw(&p, sizes.test, &mut rng, k)?,
+                self.confidence_half
+                    .draw(&p, sizes.confidence, &mut rng, k)?,
+            ),
             Holdout::PaperCode => {
                 if sizes.test > train_rows.len() || sizes.confidence > train_rows.len() {
                     return Err(FlintError::Partition(format!(
@@ -158,7 +174,9 @@ impl BitShard {
             confidence: held_out.select(&conf_rows),
         })
     }
+}
 
+impl BitShard {
     pub fn train_class_counts(&self) -> Vec<u64> {
         let mut n = vec![0u64; self.train.classes];
         for &c in &self.train.labels {
@@ -217,7 +235,10 @@ mod tests {
 
     #[test]
     fn disjoint_holdout_never_shares_a_row_with_training_or_between_its_halves() {
-        let s = BitShard::dirichlet(&pool(), 10_000.0, SIZES, Holdout::Disjoint, 5, 3).unwrap();
+        let s = ShardSource::new(&pool(), 5)
+            .unwrap()
+            .dirichlet(10_000.0, SIZES, Holdout::Disjoint, 3)
+            .unwrap();
         assert_eq!(
             (s.train.len(), s.test.len(), s.confidence.len()),
             (300, 100, 100)
@@ -237,7 +258,10 @@ mod tests {
     #[test]
     fn holdout_follows_the_clients_class_proportions() {
         // α small: the client holds few classes, and its test rows are of those classes.
-        let s = BitShard::dirichlet(&pool(), 0.05, SIZES, Holdout::Disjoint, 9, 1).unwrap();
+        let s = ShardSource::new(&pool(), 9)
+            .unwrap()
+            .dirichlet(0.05, SIZES, Holdout::Disjoint, 1)
+            .unwrap();
         let train: std::collections::BTreeSet<u32> = s.train.labels.iter().copied().collect();
         let test: std::collections::BTreeSet<u32> = s.test.labels.iter().copied().collect();
         assert!(test.is_subset(&train), "{test:?} ⊄ {train:?}");
@@ -255,12 +279,17 @@ mod tests {
 
     #[test]
     fn paper_code_holdout_reuses_training_rows() {
-        let s = BitShard::dirichlet(&pool(), 10_000.0, SIZES, Holdout::PaperCode, 5, 2).unwrap();
+        let s = ShardSource::new(&pool(), 5)
+            .unwrap()
+            .dirichlet(10_000.0, SIZES, Holdout::PaperCode, 2)
+            .unwrap();
         let tr = ids(&s.train);
         assert!(ids(&s.test).is_subset(&tr));
         assert!(ids(&s.confidence).is_subset(&tr));
         let too_many = ShardSizes { test: 301, ..SIZES };
-        let e = BitShard::dirichlet(&pool(), 1.0, too_many, Holdout::PaperCode, 5, 2)
+        let e = ShardSource::new(&pool(), 5)
+            .unwrap()
+            .dirichlet(1.0, too_many, Holdout::PaperCode, 2)
             .unwrap_err()
             .to_string();
         assert!(e.contains("from its 300 training rows"), "{e}");
@@ -268,11 +297,20 @@ mod tests {
 
     #[test]
     fn a_clients_shard_depends_only_on_seed_and_id() {
-        let a = BitShard::dirichlet(&pool(), 1.0, SIZES, Holdout::Disjoint, 5, 4).unwrap();
-        let b = BitShard::dirichlet(&pool(), 1.0, SIZES, Holdout::Disjoint, 5, 4).unwrap();
+        let a = ShardSource::new(&pool(), 5)
+            .unwrap()
+            .dirichlet(1.0, SIZES, Holdout::Disjoint, 4)
+            .unwrap();
+        let b = ShardSource::new(&pool(), 5)
+            .unwrap()
+            .dirichlet(1.0, SIZES, Holdout::Disjoint, 4)
+            .unwrap();
         assert_eq!(a.train, b.train);
         assert_eq!(a.test, b.test);
-        let c = BitShard::dirichlet(&pool(), 1.0, SIZES, Holdout::Disjoint, 5, 5).unwrap();
+        let c = ShardSource::new(&pool(), 5)
+            .unwrap()
+            .dirichlet(1.0, SIZES, Holdout::Disjoint, 5)
+            .unwrap();
         assert_ne!(a.train, c.train);
     }
 }
