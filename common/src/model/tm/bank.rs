@@ -5,9 +5,12 @@
 //! - An example is its features as bits in 64-bit words (`fw` words); the negated literals are
 //!   `!x & valid` and never stored.
 //! - A clause has `lw = 2·fw` literal words: `fw` for the features, then `fw` for their negations.
-//! - Automaton states are bit-sliced: for each (clause, literal word), `bits` planes of 64 bits,
-//!   least significant first, so one increment moves 64 automata. The top plane is the action
-//!   (include), mirrored into a dense `include` array that clause evaluation reads.
+//! - Automaton states are bit-sliced and plane-major: a clause is `bits` planes of `lw` words,
+//!   least significant plane first, so one word operation moves 64 automata and one plane
+//!   operation a whole clause. The top plane is the action (include), mirrored into a dense
+//!   `include` array that clause evaluation reads.
+//! - Feedback updates a clause without branching on the data, eight literal words at a time, so
+//!   the compiler keeps them in vector registers.
 
 use rand::RngExt;
 
@@ -20,12 +23,14 @@ pub struct ClauseBank {
     fw: usize,
     bits: usize,
     planes: Vec<u64>,
+    /// Every clause's top plane, contiguous, so that evaluating clause after clause streams.
     include: Vec<u64>,
-    /// Per (clause, literal word): which automata are above state 0. Decrements skip a cell
-    /// whose drawn automata are all at 0, so they read 8 bytes instead of the cell's planes.
-    live: Vec<u64>,
+    /// Per literal word: which bits are real literals (the features', then the negations').
     valid: Vec<u64>,
 }
+
+/// Literal words one chunk of a clause update holds in registers.
+const CHUNK: usize = 8;
 
 /// Asks the CPU to start loading the cache line at `p`; never faults, changes nothing.
 #[inline(always)]
@@ -49,79 +54,81 @@ impl ClauseBank {
     pub fn new(clauses: usize, features: usize, bits: usize) -> ClauseBank {
         assert!((2..=16).contains(&bits), "state bits must be 2..=16");
         let fw = words_for(features);
-        let lw = 2 * fw;
-        let mut planes = vec![0u64; clauses * lw * bits];
         let mut valid = vec![u64::MAX; fw];
         if !features.is_multiple_of(64) {
             valid[fw - 1] = (1u64 << (features % 64)) - 1;
         }
-        // All low planes one, top plane zero: state 2^(bits-1) - 1.
-        for cell in planes.chunks_mut(bits) {
-            for p in &mut cell[..bits - 1] {
-                *p = u64::MAX;
+        let valid: Vec<u64> = valid.iter().chain(&valid).copied().collect();
+        let lw = 2 * fw;
+        // All low planes one, top plane zero: state 2^(bits-1) - 1. Padding bits beyond the
+        // last feature stay at state 0 in every plane.
+        let mut planes = vec![0u64; clauses * lw * bits];
+        for clause in planes.chunks_mut(lw * bits) {
+            for plane in clause[..(bits - 1) * lw].chunks_mut(lw) {
+                plane.copy_from_slice(&valid);
             }
         }
-        // Padding bits beyond the last feature stay at state 0 in every plane.
-        let mut bank = ClauseBank {
+        ClauseBank {
             clauses,
             features,
             fw,
             bits,
             planes,
             include: vec![0; clauses * lw],
-            live: vec![0; clauses * lw],
             valid,
-        };
-        for j in 0..clauses {
-            for l in 0..lw {
-                let v = bank.valid[l % fw];
-                let cell = bank.cell_mut(j, l);
-                for p in cell.iter_mut() {
-                    *p &= v;
-                }
-                bank.live[j * lw + l] = v;
-            }
         }
-        bank
     }
 
     pub fn clauses(&self) -> usize {
         self.clauses
     }
 
-    /// Every automaton state, bit-sliced (what a checkpoint stores).
-    pub fn planes(&self) -> &[u64] {
-        &self.planes
+    /// Every automaton state, bit-sliced, cell by cell: for each (clause, literal word), its
+    /// `bits` planes. The checkpoint format; the bank itself keeps planes whole.
+    pub fn cell_major_planes(&self) -> Vec<u64> {
+        let (lw, bits) = (self.lw(), self.bits);
+        let mut out = Vec::with_capacity(self.planes.len());
+        for clause in self.planes.chunks(lw * bits) {
+            for l in 0..lw {
+                out.extend((0..bits).map(|b| clause[b * lw + l]));
+            }
+        }
+        out
     }
 
-    /// A bank from stored planes; the include and live summaries are derived from them.
-    pub fn from_planes(
+    /// A bank from stored planes in [`Self::cell_major_planes`] order.
+    pub fn from_cell_major_planes(
         clauses: usize,
         features: usize,
         bits: usize,
-        planes: Vec<u64>,
+        cells: Vec<u64>,
     ) -> Result<ClauseBank, String> {
         let mut bank = ClauseBank::new(clauses, features, bits);
-        if planes.len() != bank.planes.len() {
+        if cells.len() != bank.planes.len() {
             return Err(format!(
                 "{} automaton words for {clauses} clauses of {features} features at {bits} bits, expected {}",
-                planes.len(),
+                cells.len(),
                 bank.planes.len()
             ));
         }
-        bank.planes = planes;
         let lw = bank.lw();
-        for j in 0..clauses {
-            for l in 0..lw {
-                let v = bank.valid[l % bank.fw];
-                let cell = bank.cell_mut(j, l);
-                if cell.iter().any(|p| p & !v != 0) {
+        for (j, (clause, stored)) in bank
+            .planes
+            .chunks_mut(lw * bits)
+            .zip(cells.chunks(lw * bits))
+            .enumerate()
+        {
+            for (l, cell) in stored.chunks(bits).enumerate() {
+                if cell.iter().any(|p| p & !bank.valid[l] != 0) {
                     return Err(format!("clause {j} has automata beyond the last feature"));
                 }
-                let (live, top) = (cell.iter().fold(0, |a, p| a | p), cell[bits - 1]);
-                bank.include[j * lw + l] = top;
-                bank.live[j * lw + l] = live;
+                for (b, &p) in cell.iter().enumerate() {
+                    clause[b * lw + l] = p;
+                }
             }
+        }
+        for j in 0..clauses {
+            bank.mirror_include(j);
         }
         Ok(bank)
     }
@@ -147,24 +154,30 @@ impl ClauseBank {
         2 * self.fw
     }
 
-    fn cell_mut(&mut self, clause: usize, word: usize) -> &mut [u64] {
-        let at = (clause * self.lw() + word) * self.bits;
-        &mut self.planes[at..at + self.bits]
+    fn clause_planes(&self, clause: usize) -> &[u64] {
+        let size = self.lw() * self.bits;
+        &self.planes[clause * size..(clause + 1) * size]
     }
 
-    /// The include words of a clause: features first, then negations.
+    /// The include words of a clause (its top plane): features first, then negations.
     pub fn include(&self, clause: usize) -> &[u64] {
         let lw = self.lw();
         &self.include[clause * lw..(clause + 1) * lw]
     }
 
+    /// Copies a clause's top plane into the include mirror, after its automata moved.
+    fn mirror_include(&mut self, clause: usize) {
+        let (lw, bits) = (self.lw(), self.bits);
+        let top = (clause * bits + bits - 1) * lw;
+        self.include[clause * lw..(clause + 1) * lw].copy_from_slice(&self.planes[top..top + lw]);
+    }
+
     /// State of one automaton; literal `k < features` is feature k, else the negation of k − features.
     pub fn state(&self, clause: usize, literal: usize) -> u32 {
-        let word = self.literal_word(literal);
-        let bit = literal % self.features % 64;
-        let at = (clause * self.lw() + word) * self.bits;
+        let (word, bit) = (self.literal_word(literal), literal % self.features % 64);
+        let planes = self.clause_planes(clause);
         (0..self.bits).fold(0, |s, b| {
-            s | ((((self.planes[at + b] >> bit) & 1) as u32) << b)
+            s | ((((planes[b * self.lw() + word] >> bit) & 1) as u32) << b)
         })
     }
 
@@ -176,28 +189,20 @@ impl ClauseBank {
     /// Sets one automaton's state (tests, and rebuilding from include bits).
     pub fn set_state(&mut self, clause: usize, literal: usize, state: u32) {
         assert!(state < (1 << self.bits), "state beyond {} bits", self.bits);
-        let word = self.literal_word(literal);
-        let bit = literal % self.features % 64;
-        let bits = self.bits;
-        let cell = self.cell_mut(clause, word);
-        for (b, p) in cell.iter_mut().enumerate() {
+        let (word, bit) = (self.literal_word(literal), literal % self.features % 64);
+        let (lw, bits) = (self.lw(), self.bits);
+        let planes = &mut self.planes[clause * lw * bits..(clause + 1) * lw * bits];
+        for b in 0..bits {
+            let p = &mut planes[b * lw + word];
             *p = (*p & !(1 << bit)) | ((((state >> b) & 1) as u64) << bit);
         }
-        let live = cell.iter().fold(0, |a, p| a | p);
-        let at = clause * 2 * self.fw + word;
-        self.include[at] = self.cell_mut(clause, word)[bits - 1];
-        self.live[at] = live;
+        self.mirror_include(clause);
     }
 
-    /// Starts loading what feedback to `clause` will touch: its automaton planes and summaries.
+    /// Starts loading what feedback to `clause` will touch: its automaton planes.
     #[inline]
     pub fn prefetch_feedback(&self, clause: usize) {
-        let lw = self.lw();
-        let planes = &self.planes[clause * lw * self.bits..(clause + 1) * lw * self.bits];
-        for line in planes.chunks(8) {
-            prefetch(line.as_ptr());
-        }
-        for line in self.live[clause * lw..(clause + 1) * lw].chunks(8) {
+        for line in self.clause_planes(clause).chunks(8) {
             prefetch(line.as_ptr());
         }
     }
@@ -214,18 +219,25 @@ impl ClauseBank {
 
     /// Whether the clause fires on `x` (its included literals are all true). An empty clause
     /// fires during training (so it can learn) and not at inference.
-    #[inline]
+    #[inline(always)]
     pub fn fires(&self, clause: usize, x: &[u64], training: bool) -> bool {
-        let inc = self.include(clause);
-        let (pos, neg) = inc.split_at(self.fw);
-        let mut any = 0;
-        for k in 0..self.fw {
-            if (pos[k] & !x[k]) | (neg[k] & x[k]) != 0 {
-                return false;
-            }
-            any |= pos[k] | neg[k];
+        let (pos, neg) = self.include(clause).split_at(self.fw);
+        // No early exit: where a clause fails is unpredictable, and all its words are a few
+        // vector operations.
+        let (mut violated, mut any) = (0, 0);
+        for ((p, n), w) in pos.iter().zip(neg).zip(&x[..self.fw]) {
+            violated |= (p & !w) | (n & w);
+            any |= p | n;
         }
-        training || any != 0
+        violated == 0 && (training || any != 0)
+    }
+
+    fn clause_planes_mut(&mut self, clause: usize) -> (&mut [u64], &[u64]) {
+        let size = self.lw() * self.bits;
+        (
+            &mut self.planes[clause * size..(clause + 1) * size],
+            &self.valid,
+        )
     }
 
     /// Type I feedback (Granmo 2018, Table 2): a firing clause moves toward including its true
@@ -234,33 +246,31 @@ impl ClauseBank {
     /// with probability 1/s. `lits` are the example's literal words ([`Self::literals_of`]);
     /// `mask` holds, per literal word, the automata drawn with probability 1/s.
     pub fn type_i(&mut self, clause: usize, lits: &[u64], fired: bool, boost: bool, mask: &[u64]) {
-        let fw = self.fw;
-        for half in 0..2 {
-            for k in 0..fw {
-                let l = half * fw + k;
-                let (lit, m) = (lits[l], mask[l] & self.valid[k]);
-                if fired {
-                    let up = if boost { lit } else { lit & !m };
-                    self.inc(clause, l, up);
-                    self.dec(clause, l, !lit & m);
-                } else {
-                    self.dec(clause, l, m);
-                }
-            }
+        let lw = self.lw();
+        let (planes, valid) = self.clause_planes_mut(clause);
+        let m = |l: usize| mask[l] & valid[l];
+        if !fired {
+            step(planes, lw, |_, _| 0, m);
+        } else if boost {
+            step(planes, lw, |l, _| lits[l], |l| !lits[l] & m(l));
+        } else {
+            step(planes, lw, |l, _| lits[l] & !m(l), |l| !lits[l] & m(l));
         }
+        self.mirror_include(clause);
     }
 
     /// Type II feedback: a firing clause includes (one step) the excluded automata of its false
     /// literals, so that it stops firing on this example.
     pub fn type_ii(&mut self, clause: usize, lits: &[u64]) {
-        let fw = self.fw;
-        for half in 0..2 {
-            for k in 0..fw {
-                let l = half * fw + k;
-                let excluded = !self.include[clause * 2 * fw + l];
-                self.inc(clause, l, !lits[l] & excluded & self.valid[k]);
-            }
-        }
+        let lw = self.lw();
+        let (planes, valid) = self.clause_planes_mut(clause);
+        step(
+            planes,
+            lw,
+            |l, include| !lits[l] & !include & valid[l],
+            |_| 0,
+        );
+        self.mirror_include(clause);
     }
 
     /// The literal words of an example: its features, then their negations.
@@ -270,74 +280,105 @@ impl ClauseBank {
         out.extend(x[..self.fw].iter().zip(&self.valid).map(|(w, v)| !w & v));
     }
 
-    /// Adds 1 to the automata flagged in `active`, saturating at the top state.
-    #[inline]
+    /// Adds 1 to the automata flagged in `active` of one literal word, saturating at the top.
+    #[cfg(test)]
     fn inc(&mut self, clause: usize, word: usize, active: u64) {
-        if active == 0 {
-            return;
-        }
-        let bits = self.bits;
-        let cell = self.cell_mut(clause, word);
-        let mut carry = active;
-        for p in cell.iter_mut() {
-            let next = *p & carry;
-            *p ^= carry;
-            carry = next;
-            if carry == 0 {
-                break;
-            }
-        }
-        if carry != 0 {
-            for p in cell.iter_mut() {
-                *p |= carry;
-            }
-        }
-        let top = cell[bits - 1];
-        let at = clause * 2 * self.fw + word;
-        self.include[at] = top;
-        self.live[at] |= active;
+        let lw = self.lw();
+        let (planes, _) = self.clause_planes_mut(clause);
+        step(planes, lw, |l, _| if l == word { active } else { 0 }, |_| 0);
+        self.mirror_include(clause);
     }
 
-    /// Subtracts 1 from the automata flagged in `active`, saturating at state 0.
-    #[inline]
+    /// Subtracts 1 from the automata flagged in `active` of one literal word, saturating at 0.
+    #[cfg(test)]
     fn dec(&mut self, clause: usize, word: usize, active: u64) {
-        let at = clause * 2 * self.fw + word;
-        // Automata at state 0 (most excluded ones) stay; the rest cannot underflow.
-        let mut borrow = active & self.live[at];
-        if borrow == 0 {
-            return;
-        }
-        let bits = self.bits;
-        let cell = self.cell_mut(clause, word);
-        for p in cell.iter_mut() {
-            let next = !*p & borrow;
-            *p ^= borrow;
-            borrow = next;
-            if borrow == 0 {
-                break;
-            }
-        }
-        let live = cell.iter().fold(0, |a, p| a | p);
-        let top = cell[bits - 1];
-        self.include[at] = top;
-        self.live[at] = live;
+        let lw = self.lw();
+        let (planes, _) = self.clause_planes_mut(clause);
+        step(planes, lw, |_, _| 0, |l| if l == word { active } else { 0 });
+        self.mirror_include(clause);
     }
 
     /// Replaces a clause's actions: included automata at the first include state (N + 1),
     /// excluded ones at the last exclude state (N). Predictions depend only on the actions.
     pub fn set_include(&mut self, clause: usize, include: &[u64]) {
         assert_eq!(include.len(), self.lw());
-        let bits = self.bits;
-        for (l, &inc) in include.iter().enumerate() {
-            let v = self.valid[l % self.fw];
+        let (lw, bits) = (self.lw(), self.bits);
+        let planes = &mut self.planes[clause * lw * bits..(clause + 1) * lw * bits];
+        for (l, (&inc, &v)) in include.iter().zip(&self.valid).enumerate() {
             let inc = inc & v;
-            let cell = self.cell_mut(clause, l);
-            for p in &mut cell[..bits - 1] {
-                *p = !inc & v;
+            for b in 0..bits - 1 {
+                planes[b * lw + l] = !inc & v;
             }
-            cell[bits - 1] = inc;
-            self.include[clause * 2 * self.fw + l] = inc;
-            self.live[clause * 2 * self.fw + l] = v;
+            planes[(bits - 1) * lw + l] = inc;
+        }
+        self.mirror_include(clause);
+    }
+}
+
+/// Moves one clause's automata (`planes`: its `bits` planes of `lw` words): those flagged by
+/// `up(l, include word l)` one state up, by `down(l)` one state down, both saturating. The two
+/// must not share a bit.
+#[inline(always)]
+fn step(
+    planes: &mut [u64],
+    lw: usize,
+    up: impl Fn(usize, u64) -> u64,
+    down: impl Fn(usize) -> u64,
+) {
+    let mut start = 0;
+    while start + CHUNK <= lw {
+        step_chunk::<CHUNK>(planes, lw, start, &up, &down);
+        start += CHUNK;
+    }
+    while start < lw {
+        step_chunk::<1>(planes, lw, start, &up, &down);
+        start += 1;
+    }
+}
+
+/// Literal words `start..start + N` of [`step`]: branch-free bit-sliced counters, a carry for
+/// the automata stepping up and a borrow for those stepping down.
+#[inline(always)]
+fn step_chunk<const N: usize>(
+    planes: &mut [u64],
+    lw: usize,
+    start: usize,
+    up: &impl Fn(usize, u64) -> u64,
+    down: &impl Fn(usize) -> u64,
+) {
+    let bits = planes.len() / lw;
+    let include: &[u64; N] = planes[(bits - 1) * lw + start..][..N]
+        .try_into()
+        .expect("a chunk of N words");
+    let mut carry: [u64; N] = std::array::from_fn(|i| up(start + i, include[i]));
+    let mut borrow: [u64; N] = std::array::from_fn(|i| down(start + i));
+    if carry.iter().chain(&borrow).all(|&w| w == 0) {
+        return;
+    }
+    // Automata at the top cannot step up, those at state 0 cannot step down.
+    let (mut full, mut nonzero) = ([u64::MAX; N], [0u64; N]);
+    for b in 0..bits {
+        let p: &[u64; N] = planes[b * lw + start..][..N]
+            .try_into()
+            .expect("a chunk of N words");
+        for i in 0..N {
+            full[i] &= p[i];
+            nonzero[i] |= p[i];
+        }
+    }
+    for i in 0..N {
+        carry[i] &= !full[i];
+        borrow[i] &= nonzero[i];
+    }
+    for b in 0..bits {
+        let p: &mut [u64; N] = (&mut planes[b * lw + start..][..N])
+            .try_into()
+            .expect("a chunk of N words");
+        for i in 0..N {
+            let (c, d) = (p[i] & carry[i], !p[i] & borrow[i]);
+            p[i] ^= carry[i] | borrow[i];
+            carry[i] = c;
+            borrow[i] = d;
         }
     }
 }
@@ -347,16 +388,22 @@ impl ClauseBank {
 /// loaded while the current one is updated.
 pub(crate) fn select_for_feedback(p: f64, clauses: usize, rng: &mut FlintRng, out: &mut Vec<u32>) {
     let threshold = (p.clamp(0.0, 1.0) * f64::from(u32::MAX)) as u32;
+    // Written without a branch on the draw: at p near ½ half such branches would mispredict.
     out.clear();
-    let mut draw = 0u64;
-    for j in 0..clauses {
-        if j % 2 == 0 {
-            draw = rng.random();
-        }
-        if ((draw >> (32 * (j % 2))) as u32) < threshold {
-            out.push(j as u32);
+    out.resize(clauses, 0);
+    let mut n = 0;
+    for pair in 0..clauses.div_ceil(2) {
+        let draw: u64 = rng.random();
+        for half in 0..2 {
+            let j = 2 * pair + half;
+            if j == clauses {
+                break;
+            }
+            out[n] = j as u32;
+            n += usize::from(((draw >> (32 * half)) as u32) < threshold);
         }
     }
+    out.truncate(n);
 }
 
 /// The literals each clause learns from: `rows[row_of[j]]` (rows of `2·fw` words), or the only
@@ -548,6 +595,67 @@ mod tests {
         assert_eq!((b.state(0, 0), b.state(0, 1)), (128, 127));
         assert_eq!(b.state(0, 64), 128);
         assert_eq!(b.state(0, 129), 128, "¬x64");
+    }
+
+    /// The bit-sliced, chunked updates against one automaton at a time, on random feedback
+    /// over 600 features (two full chunks and a tail of single words).
+    #[test]
+    fn sliced_feedback_matches_automaton_by_automaton_rules() {
+        let (features, bits) = (600, 4);
+        let mut bank = ClauseBank::new(3, features, bits);
+        let mut states = vec![vec![(1u32 << (bits - 1)) - 1; 2 * features]; 3];
+        let mut rng = derive_rng(3, "sliced", 0);
+        let (top, fw) = ((1 << bits) - 1, bank.feature_words());
+        for round in 0..400 {
+            let bools: Vec<bool> = (0..features).map(|_| rng.random()).collect();
+            let mut lits = Vec::new();
+            bank.literals_of(&x(&bools), &mut lits);
+            let mask: Vec<u64> = (0..lits.len())
+                .map(|_| rng.random::<u64>() & rng.random::<u64>())
+                .collect();
+            let (clause, fired, boost) = (round % 3, rng.random::<bool>(), rng.random::<bool>());
+            let literal = |k: usize| {
+                if k < features {
+                    bools[k]
+                } else {
+                    !bools[k - features]
+                }
+            };
+            let drawn = |k: usize| {
+                let (half, f) = (k / features, k % features);
+                mask[half * fw + f / 64] >> (f % 64) & 1 == 1
+            };
+            let s = &mut states[clause];
+            if round % 5 == 4 {
+                bank.type_ii(clause, &lits);
+                for (k, st) in s.iter_mut().enumerate() {
+                    if !literal(k) && *st < 1 << (bits - 1) {
+                        *st += 1;
+                    }
+                }
+            } else {
+                bank.type_i(clause, &lits, fired, boost, &mask);
+                for (k, st) in s.iter_mut().enumerate() {
+                    let up = fired && literal(k) && (boost || !drawn(k));
+                    let down = drawn(k) && !(fired && literal(k));
+                    if up {
+                        *st = (*st + 1).min(top);
+                    } else if down {
+                        *st = st.saturating_sub(1);
+                    }
+                }
+            }
+            for (k, &st) in states[clause].iter().enumerate() {
+                assert_eq!(bank.state(clause, k), st, "round {round}, literal {k}");
+            }
+        }
+        let include_bits: u32 = (0..3)
+            .map(|j| bank.include(j).iter().map(|w| w.count_ones()).sum::<u32>())
+            .sum();
+        assert!(include_bits > 0, "some automata reached include");
+        let stored =
+            ClauseBank::from_cell_major_planes(3, features, bits, bank.cell_major_planes());
+        assert_eq!(stored, Ok(bank), "cell-major storage round-trips");
     }
 
     #[test]

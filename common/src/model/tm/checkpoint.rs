@@ -141,7 +141,7 @@ impl MultiClassTm {
         let mut w = Writer::default();
         w.header(MULTICLASS, self.hyper(), self.features(), self.classes());
         for c in 0..self.classes() {
-            w.words(self.bank(c).planes());
+            w.words(&self.bank(c).cell_major_planes());
             w.words(
                 &self
                     .class_weights(c)
@@ -160,7 +160,7 @@ impl MultiClassTm {
         let mut banks = Vec::with_capacity(classes);
         let mut weights = Vec::with_capacity(classes);
         for _ in 0..classes {
-            banks.push(ClauseBank::from_planes(
+            banks.push(ClauseBank::from_cell_major_planes(
                 h.clauses,
                 features,
                 h.state_bits,
@@ -184,7 +184,7 @@ impl CoalescedTm {
             self.bank().features(),
             self.classes(),
         );
-        w.words(self.bank().planes());
+        w.words(&self.bank().cell_major_planes());
         for c in 0..self.classes() {
             // Signed weights as their two's-complement bits.
             w.words(
@@ -202,7 +202,8 @@ impl CoalescedTm {
     pub fn from_bytes(bytes: &[u8]) -> Result<CoalescedTm, String> {
         let mut r = Reader(bytes);
         let (h, features, classes) = r.header(COALESCED)?;
-        let bank = ClauseBank::from_planes(h.clauses, features, h.state_bits, r.words()?)?;
+        let bank =
+            ClauseBank::from_cell_major_planes(h.clauses, features, h.state_bits, r.words()?)?;
         let weights: Vec<Vec<i32>> = (0..classes)
             .map(|_| Ok(r.words()?.into_iter().map(|x| x as u32 as i32).collect()))
             .collect::<Result<_, String>>()?;

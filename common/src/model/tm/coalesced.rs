@@ -25,7 +25,36 @@ pub struct CoalescedTm {
 pub struct Scratch {
     fired: Vec<bool>,
     lits: Vec<u64>,
+    learn: LearnBuffers,
+}
+
+/// Reused buffers of [`CoalescedTm::learn`].
+#[derive(Debug, Default)]
+pub(crate) struct LearnBuffers {
+    /// The clauses that get feedback from one class.
     selected: Vec<u32>,
+    /// The firing clauses, ascending.
+    firing: Vec<u32>,
+}
+
+/// What one example's feedback reads: clause outputs, as flags and as a list, and the literal
+/// rows clauses learn from.
+struct Feedback<'a> {
+    fired: &'a [bool],
+    firing: &'a [u32],
+    rows: LiteralRows<'a>,
+}
+
+/// The indices of the firing clauses, ascending.
+fn firing_clauses(fired: &[bool], out: &mut Vec<u32>) {
+    out.clear();
+    out.resize(fired.len(), 0);
+    let mut n = 0;
+    for (j, &f) in fired.iter().enumerate() {
+        out[n] = j as u32;
+        n += usize::from(f);
+    }
+    out.truncate(n);
 }
 
 impl CoalescedTm {
@@ -113,26 +142,24 @@ impl CoalescedTm {
 
     fn outputs(&self, x: &[u64], training: bool, fired: &mut Vec<bool>) {
         fired.clear();
+
         for j in 0..self.bank.clauses() {
             self.bank.prefetch_include(j + 4);
             fired.push(self.bank.fires(j, x, training));
         }
     }
 
-    fn sum(weights: &[i32], fired: &[bool]) -> i32 {
-        weights
-            .iter()
-            .zip(fired)
-            .filter(|(_, f)| **f)
-            .map(|(w, _)| w)
-            .sum()
+    fn sum(weights: &[i32], firing: &[u32]) -> i32 {
+        firing.iter().map(|&j| weights[j as usize]).sum()
     }
 
     /// Class sums of one example at inference (unclamped, empty clauses silent).
     pub fn class_sums(&self, x: &[u64]) -> Vec<i32> {
         let mut fired = Vec::new();
         self.outputs(x, false, &mut fired);
-        self.weights.iter().map(|w| Self::sum(w, &fired)).collect()
+        let mut firing = Vec::new();
+        firing_clauses(&fired, &mut firing);
+        self.weights.iter().map(|w| Self::sum(w, &firing)).collect()
     }
 
     pub fn predict(&self, x: &[u64]) -> u32 {
@@ -154,7 +181,7 @@ impl CoalescedTm {
         self.outputs(x, true, &mut fired);
         self.bank.literals_of(x, &mut s.lits);
         let lits = std::mem::take(&mut s.lits);
-        self.learn(y, &fired, &lits, None, masks, rng, &mut s.selected);
+        self.learn(y, &fired, &lits, None, masks, rng, &mut s.learn);
         (s.fired, s.lits) = (fired, lits);
     }
 
@@ -170,14 +197,21 @@ impl CoalescedTm {
         row_of: Option<&[u32]>,
         masks: &mut FeedbackMasks,
         rng: &mut FlintRng,
-        selected: &mut Vec<u32>,
+        buffers: &mut LearnBuffers,
     ) {
         let y = y as usize;
         self.class_counts[y] += 1;
         let t = self.hyper.t;
-        let v = Self::sum(&self.weights[y], fired).clamp(-t, t);
+        firing_clauses(fired, &mut buffers.firing);
+        let firing = &buffers.firing;
+        let v = Self::sum(&self.weights[y], firing).clamp(-t, t);
         let p = (t - v) as f64 / (2 * t) as f64;
-        self.feedback(y, true, p, fired, rows, row_of, masks, rng, selected);
+        let at = Feedback {
+            fired,
+            firing,
+            rows: LiteralRows { rows, row_of },
+        };
+        self.feedback(y, true, p, &at, masks, rng, &mut buffers.selected);
         let negative = match self.hyper.negative_sampling {
             NegativeSampling::Uniform => {
                 let r = rng.random_range(0..self.classes - 1);
@@ -189,7 +223,7 @@ impl CoalescedTm {
                         if c == y {
                             0
                         } else {
-                            i64::from(Self::sum(&self.weights[c], fired).clamp(-t, t) + t)
+                            i64::from(Self::sum(&self.weights[c], firing).clamp(-t, t) + t)
                         }
                     })
                     .collect();
@@ -207,9 +241,9 @@ impl CoalescedTm {
             }
         };
         if let Some(c) = negative {
-            let v = Self::sum(&self.weights[c], fired).clamp(-t, t);
+            let v = Self::sum(&self.weights[c], firing).clamp(-t, t);
             let p = (t + v) as f64 / (2 * t) as f64;
-            self.feedback(c, false, p, fired, rows, row_of, masks, rng, selected);
+            self.feedback(c, false, p, &at, masks, rng, &mut buffers.selected);
         }
     }
 
@@ -219,37 +253,33 @@ impl CoalescedTm {
         class: usize,
         target: bool,
         p: f64,
-        fired: &[bool],
-        rows: &[u64],
-        row_of: Option<&[u32]>,
+        at: &Feedback<'_>,
         masks: &mut FeedbackMasks,
         rng: &mut FlintRng,
         selected: &mut Vec<u32>,
     ) {
-        select_for_feedback(p, fired.len(), rng, selected);
+        select_for_feedback(p, at.fired.len(), rng, selected);
         let threshold = (p.clamp(0.0, 1.0) * f64::from(u32::MAX)) as u32;
         let lw = 2 * self.bank.feature_words();
         let boost = self.hyper.boost_true_positive;
-        for (n, &j) in selected.iter().enumerate() {
-            if let Some(&next) = selected.get(n + 1) {
-                self.bank.prefetch_feedback(next as usize);
-            }
+        // No prefetch: a clause's planes are one contiguous block the hardware streams.
+        for &j in selected.iter() {
             let j = j as usize;
-            let lits = LiteralRows { rows, row_of }.of(j, lw);
+            let lits = at.rows.of(j, lw);
             let positive = self.weights[class][j] >= 0;
             if positive == target {
                 self.bank
-                    .type_i(j, lits, fired[j], boost, masks.draw(lw, rng));
-            } else if fired[j] {
+                    .type_i(j, lits, at.fired[j], boost, masks.draw(lw, rng));
+            } else if at.fired[j] {
                 self.bank.type_ii(j, lits);
             }
         }
         // Weights of firing clauses move toward the target, each with the same probability.
         let step = if target { 1 } else { -1 };
-        for (j, &f) in fired.iter().enumerate() {
-            if f && rng.random::<u32>() < threshold {
-                self.weights[class][j] += step;
-            }
+        let weights = &mut self.weights[class];
+        for &j in at.firing {
+            let moves = rng.random::<u32>() < threshold;
+            weights[j as usize] += step * i32::from(moves);
         }
     }
 

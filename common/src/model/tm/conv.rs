@@ -7,7 +7,7 @@
 use rand::RngExt;
 
 use super::bank::{ClauseBank, words_for};
-use super::coalesced::CoalescedTm;
+use super::coalesced::{CoalescedTm, LearnBuffers};
 use super::infer::{Transposed, accuracy, predictions};
 use super::multiclass::MultiClassTm;
 use super::{FeedbackMasks, TmHyper};
@@ -169,6 +169,7 @@ pub struct ConvScratch {
     /// Per block of 64 patches: where the clause being evaluated fires.
     out: Vec<u64>,
     selected: Vec<u32>,
+    coalesced: LearnBuffers,
 }
 
 impl ConvScratch {
@@ -181,6 +182,7 @@ impl ConvScratch {
             row_of: Vec::new(),
             out: Vec::new(),
             selected: Vec::new(),
+            coalesced: LearnBuffers::default(),
         }
     }
 }
@@ -277,7 +279,7 @@ impl ConvTm {
                     Some(&row_of),
                     masks,
                     rng,
-                    &mut s.selected,
+                    &mut s.coalesced,
                 );
                 (s.fired, s.row_of) = (fired, row_of);
             }
