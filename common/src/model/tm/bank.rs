@@ -232,6 +232,7 @@ impl ClauseBank {
         violated == 0 && (training || any != 0)
     }
 
+    /// A clause's planes to update, and the valid-literal words that masks are cut to.
     fn clause_planes_mut(&mut self, clause: usize) -> (&mut [u64], &[u64]) {
         let size = self.lw() * self.bits;
         (
