@@ -142,7 +142,6 @@ impl CoalescedTm {
 
     fn outputs(&self, x: &[u64], training: bool, fired: &mut Vec<bool>) {
         fired.clear();
-
         for j in 0..self.bank.clauses() {
             self.bank.prefetch_include(j + 4);
             fired.push(self.bank.fires(j, x, training));
