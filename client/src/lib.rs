@@ -87,6 +87,7 @@ pub async fn run(args: ClientArgs) -> anyhow::Result<Vec<ClientReport>> {
         bail!("--compute-ghz must be positive, got {g}");
     }
     let data_dir = args.data_dir.clone().unwrap_or_else(default_data_dir);
+    experiment.data.check_files(&data_dir)?;
     let loading = || {
         format!(
             "loading the data of {:?} (data directory {})",

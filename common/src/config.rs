@@ -111,7 +111,7 @@ pub struct ServerSection {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DataSection {
-    /// `synthetic`, `magic`, `breast-cancer`, `adult` or `csv`.
+    /// `synthetic`, `magic`, `breast-cancer`, `adult`, `mnist`, `fashion-mnist` or `csv`.
     pub source: String,
     /// Fraction of each client's shard held out as its test split (default 0.2).
     pub test_fraction: Option<f64>,

@@ -11,6 +11,8 @@ pub enum FlintError {
         path: PathBuf,
         error: std::io::Error,
     },
+    #[error("cannot find {file} in the data directory {dir}; set FLINT_DATA_DIR or --data-dir")]
+    MissingData { file: PathBuf, dir: PathBuf },
     #[error("bad data in {path}: {reason}")]
     Data { path: PathBuf, reason: String },
     #[error("cannot partition the data: {0}")]

@@ -45,6 +45,11 @@ pub fn execute(args: &RunArgs, progress: bool) -> anyhow::Result<PathBuf> {
         bail!("--clients-per-process must be at least 1");
     }
     let experiment = load(args)?;
+    let data_dir = args
+        .data_dir
+        .clone()
+        .unwrap_or_else(flint_common::data::default_data_dir);
+    experiment.data.check_files(&data_dir)?;
     let dir = args.runs_dir.join(&experiment.name);
     let clients_dir = dir.join("clients");
     std::fs::create_dir_all(&clients_dir)
@@ -58,10 +63,6 @@ pub fn execute(args: &RunArgs, progress: bool) -> anyhow::Result<PathBuf> {
     // Server and clients read exactly what was resolved here (overrides included).
     let resolved = dir.join("experiment.resolved.toml");
     std::fs::write(&resolved, experiment.to_toml())?;
-    let data_dir = args
-        .data_dir
-        .clone()
-        .unwrap_or_else(flint_common::data::default_data_dir);
     let exe = std::env::current_exe().context("cannot find the flint executable")?;
     let say = |line: String| {
         if progress {

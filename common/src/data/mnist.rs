@@ -12,15 +12,22 @@ pub enum Split {
     Test,
 }
 
+impl Split {
+    /// The split's images and labels files.
+    pub fn files(self) -> [&'static str; 2] {
+        match self {
+            Split::Train => ["train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"],
+            Split::Test => ["t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"],
+        }
+    }
+}
+
 /// Loads `dir/{train,t10k}-{images-idx3,labels-idx1}-ubyte.gz` and booleanizes every image
 /// (a fixed [`super::booleanize::Threshold`] or the adaptive Gaussian one).
 pub fn load(dir: &Path, split: Split, how: impl Into<Binarize>) -> Result<BitRows> {
-    let prefix = match split {
-        Split::Train => "train",
-        Split::Test => "t10k",
-    };
-    let images_path = dir.join(format!("{prefix}-images-idx3-ubyte.gz"));
-    let labels_path = dir.join(format!("{prefix}-labels-idx1-ubyte.gz"));
+    let [images_file, labels_file] = split.files();
+    let images_path = dir.join(images_file);
+    let labels_path = dir.join(labels_file);
     let images = idx::load(&images_path)?;
     let labels = idx::load(&labels_path)?;
     if images.dims.len() != 3 {

@@ -213,6 +213,36 @@ impl DataSpec {
         }
     }
 
+    /// The files the source reads, relative to the data directory (none for synthetic data).
+    pub fn files(&self) -> Vec<std::path::PathBuf> {
+        match &self.source {
+            Source::Synthetic { .. } => Vec::new(),
+            Source::Csv(c) => vec![c.path.clone().into()],
+            Source::Adult => vec![adult::TRAIN_FILE.into(), adult::TEST_FILE.into()],
+            Source::Images { set, .. } => [mnist::Split::Train, mnist::Split::Test]
+                .into_iter()
+                .flat_map(|s| s.files())
+                .map(|f| Path::new(set.dir()).join(f))
+                .collect(),
+        }
+    }
+
+    /// Names the first of the source's files missing below `data_dir`, so that a launcher
+    /// stops before it starts any process.
+    pub fn check_files(&self, data_dir: &Path) -> Result<()> {
+        match self
+            .files()
+            .into_iter()
+            .find(|f| !data_dir.join(f).is_file())
+        {
+            None => Ok(()),
+            Some(file) => Err(crate::FlintError::MissingData {
+                file,
+                dir: data_dir.to_path_buf(),
+            }),
+        }
+    }
+
     /// True for image sources, which load as bits ([`DataSpec::load_images`]).
     pub fn is_images(&self) -> bool {
         matches!(self.source, Source::Images { .. })
@@ -254,4 +284,45 @@ pub fn default_data_dir() -> std::path::PathBuf {
     std::env::var_os("FLINT_DATA_DIR")
         .map(Into::into)
         .unwrap_or_else(|| "data".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(source: &str) -> DataSpec {
+        DataSpec::from_section(&DataSection {
+            source: source.into(),
+            ..DataSection::default()
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn a_missing_file_is_named_with_the_data_directory_before_anything_loads() {
+        let dir = std::env::temp_dir().join(format!("flint-check-files-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("fashion-mnist")).unwrap();
+        let fashion = spec("fashion-mnist");
+        assert_eq!(fashion.files().len(), 4);
+        for f in &fashion.files()[..3] {
+            std::fs::write(dir.join(f), b"").unwrap();
+        }
+        let err = fashion.check_files(&dir).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            format!(
+                "cannot find fashion-mnist/t10k-labels-idx1-ubyte.gz in the data directory {}; set FLINT_DATA_DIR or --data-dir",
+                dir.display()
+            )
+        );
+        std::fs::write(dir.join(&fashion.files()[3]), b"").unwrap();
+        assert!(fashion.check_files(&dir).is_ok());
+        assert!(spec("adult").check_files(&dir).is_err());
+        assert!(
+            spec("synthetic")
+                .check_files(Path::new("/nonexistent"))
+                .is_ok()
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
