@@ -293,3 +293,203 @@ fn health_and_reflection_are_served() {
         );
     });
 }
+
+/// A server half that aggregates as the experiment's own does, but holds round 1's aggregation
+/// until the test releases it: a stand-in for a slow one (FedTMOS's k-means, 1,000 clients).
+struct HeldAggregation {
+    inner: Box<dyn flint_common::strategy::ServerStrategy>,
+    entered: std::sync::mpsc::Sender<()>,
+    release: std::sync::mpsc::Receiver<()>,
+}
+
+impl flint_common::strategy::ServerStrategy for HeldAggregation {
+    fn initial_download(&self, features: usize) -> Option<Payload> {
+        self.inner.initial_download(features)
+    }
+
+    fn decode(
+        &self,
+        client: u32,
+        features: usize,
+        update: &Payload,
+    ) -> flint_common::Result<flint_common::wire::Update> {
+        self.inner.decode(client, features, update)
+    }
+
+    fn aggregate(
+        &mut self,
+        round: u32,
+        clients: &std::collections::BTreeMap<u32, DataSummary>,
+        updates: &std::collections::BTreeMap<u32, flint_common::wire::Update>,
+    ) -> flint_common::Result<flint_common::strategy::Aggregate> {
+        if round == 1 {
+            self.entered.send(()).unwrap();
+            self.release
+                .recv_timeout(Duration::from_secs(60))
+                .expect("the test releases the aggregation");
+        }
+        self.inner.aggregate(round, clients, updates)
+    }
+
+    fn snapshot(&self) -> flint_common::strategy::StrategyState {
+        self.inner.snapshot()
+    }
+
+    fn restore(
+        &mut self,
+        state: flint_common::strategy::StrategyState,
+    ) -> flint_common::Result<()> {
+        self.inner.restore(state)
+    }
+}
+
+/// The raft-rs `Ready` split: a round's aggregation runs off the lock and off the async threads,
+/// so while it runs the server still answers health checks, refuses what it must refuse, reports
+/// its progress, and holds long-polls until the next round opens.
+#[test]
+fn the_server_keeps_answering_while_a_round_aggregates() {
+    use tonic_health::pb::health_client::HealthClient;
+    use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus};
+
+    let dir = tempfile::tempdir().unwrap();
+    let exp_path = write(
+        dir.path(),
+        "held.toml",
+        &synthetic_experiment("held", 2, 2, "round_timeout_secs = 120"),
+    );
+    let experiment = Experiment::load(&exp_path, &[]).unwrap();
+    let (entered_tx, entered) = std::sync::mpsc::channel();
+    let (release, release_rx) = std::sync::mpsc::channel();
+    let strategy = Box::new(HeldAggregation {
+        inner: experiment.strategy.server(2),
+        entered: entered_tx,
+        release: release_rx,
+    });
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = format!("http://{}", listener.local_addr().unwrap());
+        let out = dir.path().to_path_buf();
+        let fingerprint = experiment.fingerprint.clone();
+        let server = tokio::spawn(async move {
+            flint_server::serve_with(experiment, strategy, listener, &out, None).await
+        });
+        let channel = tonic::transport::Channel::from_shared(addr.clone())
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let mut grpc = AggregatorClient::new(channel.clone());
+        let mut run_id = String::new();
+        for name in ["client-1", "client-2"] {
+            let reply = grpc
+                .join(JoinRequest {
+                    client_name: name.into(),
+                    experiment_fingerprint: fingerprint.clone(),
+                    summary: Some(DataSummary {
+                        train_class_counts: vec![200, 100],
+                        test_samples: 75,
+                        features: 6,
+                        compute_ghz: 2.0,
+                    }),
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            run_id = reply.run_id;
+        }
+        let push = |client: u32, round: u32| {
+            let mut g = grpc.clone();
+            let header = UpdateHeader {
+                client_id: client,
+                run_id: run_id.clone(),
+                round,
+                payload_len: 0,
+            };
+            async move {
+                g.push_update(tokio_stream::iter(split(
+                    header,
+                    &linear(vec![0.5; 6]),
+                    MAX_CHUNK,
+                )))
+                .await
+            }
+        };
+        push(1, 1).await.unwrap();
+        push(2, 1).await.unwrap();
+        // The second update closed round 1; its aggregation is now held.
+        tokio::task::spawn_blocking(move || entered.recv_timeout(Duration::from_secs(30)))
+            .await
+            .unwrap()
+            .expect("round 1's aggregation starts");
+
+        // Every answer below needs the round state; a held lock would leave them unanswered,
+        // and the guard turns that hang into a failure.
+        fn answered<T>(what: &str) -> impl FnOnce(Result<T, tokio::time::error::Elapsed>) -> T {
+            move |r| r.unwrap_or_else(|_| panic!("{what}: no answer while round 1 aggregates"))
+        }
+        let guard = Duration::from_secs(20);
+        let long_poll = {
+            let mut g = grpc.clone();
+            let ask = RoundRequest {
+                client_id: 1,
+                run_id: run_id.clone(),
+                after_round: 1,
+            };
+            tokio::spawn(async move { g.get_round(ask).await })
+        };
+        let health = tokio::time::timeout(
+            guard,
+            HealthClient::new(channel.clone()).check(HealthCheckRequest {
+                service: "flint.v1.Aggregator".into(),
+            }),
+        )
+        .await;
+        let health = answered("health")(health).unwrap().into_inner();
+        assert_eq!(health.status, ServingStatus::Serving as i32);
+        let late =
+            answered("a late update")(tokio::time::timeout(guard, push(1, 1)).await).unwrap_err();
+        assert_eq!(late.code(), Code::FailedPrecondition, "{late:?}");
+        assert!(
+            late.message().contains("round 1 is being aggregated"),
+            "{late:?}"
+        );
+        let mut stranger = grpc.clone();
+        let unknown = stranger.get_round(RoundRequest {
+            client_id: 9,
+            run_id: run_id.clone(),
+            after_round: 0,
+        });
+        let unknown =
+            answered("an unknown client")(tokio::time::timeout(guard, unknown).await).unwrap_err();
+        assert_eq!(unknown.code(), Code::NotFound, "{unknown:?}");
+        let progress = tokio::task::spawn_blocking({
+            let dir = dir.path().to_path_buf();
+            move || {
+                wait_for(Duration::from_secs(20), || {
+                    status(&dir).filter(|s| s.aggregating == Some(1))
+                })
+            }
+        })
+        .await
+        .unwrap();
+        assert_eq!(progress.closed_rounds, 0);
+        assert!(
+            !long_poll.is_finished(),
+            "no round 2 before round 1 is installed"
+        );
+
+        release.send(()).unwrap();
+        let task = answered("the long-poll")(tokio::time::timeout(guard, long_poll).await)
+            .unwrap()
+            .unwrap()
+            .into_inner();
+        assert_eq!(task.round, 2);
+        let global = flint_common::wire::decode_linear(&task.download.unwrap(), 6).unwrap();
+        assert!(
+            global.weights.iter().all(|w| (w - 0.5).abs() < 1e-6),
+            "the average of two equal models is that model: {global:?}"
+        );
+        server.abort();
+    });
+}

@@ -117,7 +117,7 @@ fn magic_table3_split_and_ahp_beats_fedavg_as_in_the_paper() {
 fn tm_engine_learns_an_mnist_subset() {
     use flint_common::data::booleanize::Threshold;
     use flint_common::data::mnist::{self, Split};
-    use flint_common::model::tm::{CoalescedTm, FeedbackMasks, MultiClassTm, TmHyper, TmParams};
+    use flint_common::model::tm::{CoalescedTm, FeedbackMasks, MultiClassTm, TmSection};
     use flint_common::rng::derive_rng;
 
     let dir = data_dir().join("mnist");
@@ -131,7 +131,7 @@ fn tm_engine_learns_an_mnist_subset() {
         (20_000, 10_000, 784)
     );
     let hyper = |clauses| {
-        TmHyper::from_params(&TmParams {
+        TmSection::check(&TmSection {
             clauses: Some(clauses),
             t: Some(1000),
             s: Some(10.0),
@@ -356,6 +356,16 @@ test_samples = 300
 confidence_samples = 300
 "#;
 
+/// TPFL's download bytes by the paper's convention (once per cluster) in one round.
+fn paper_download(rr: &flint_server::results::RoundResult) -> u64 {
+    rr.report
+        .as_ref()
+        .unwrap()
+        .tpfl()
+        .unwrap()
+        .paper_download_bytes
+}
+
 fn run_tpfl(dir: &Path, text: &str, set: &[&str]) -> flint_server::results::RunResults {
     let exp = write(dir, "tpfl.toml", text);
     run_file(
@@ -380,17 +390,16 @@ fn tpfl_on_an_mnist_subset_sends_each_client_its_clusters_average() {
         let rr = &r.rounds[round as usize];
         assert_eq!(rr.metrics.len(), 6, "round {round}: every client evaluated");
         // Each participant sits in the cluster of the class it said it was surest of.
-        let clusters = rr.details["clusters"].as_object().unwrap();
+        let report = rr.report.as_ref().unwrap().tpfl().unwrap();
+        let clusters = &report.clusters;
         let mut members = Vec::new();
         for (class, ids) in clusters {
-            for id in ids.as_array().unwrap() {
-                let id = id.as_u64().unwrap();
+            for &id in ids {
                 assert_eq!(
-                    rr.details["winners"][id.to_string()]["class"].to_string(),
-                    *class,
+                    report.winners[&id].class, *class,
                     "round {round} client {id}"
                 );
-                members.push(id as u32);
+                members.push(id);
             }
         }
         members.sort();
@@ -399,7 +408,7 @@ fn tpfl_on_an_mnist_subset_sends_each_client_its_clusters_average() {
             "round {round}: clusters cover the participants"
         );
         assert_eq!(
-            rr.details["paper_download_bytes"],
+            report.paper_download_bytes as usize,
             8 * 100 * clusters.len(),
             "the paper counts one float64 vector per cluster"
         );
@@ -444,11 +453,7 @@ fn tpfl_on_an_mnist_subset_sends_each_client_its_clusters_average() {
     assert!(
         report.contains(&format!(
             "total paper download, once per cluster: {:.4} MB",
-            r.rounds[1..]
-                .iter()
-                .map(|rr| rr.details["paper_download_bytes"].as_u64().unwrap())
-                .sum::<u64>() as f64
-                / 1e6
+            r.rounds[1..].iter().map(paper_download).sum::<u64>() as f64 / 1e6
         )),
         "{report}"
     );
@@ -462,15 +467,12 @@ fn tpfl_on_an_mnist_subset_sends_each_client_its_clusters_average() {
     let row = csv_fields(lines.next().unwrap());
     assert_eq!(header.len(), row.len(), "{row:?}");
     let col = |name: &str| row[header.iter().position(|h| h == name).unwrap()].clone();
-    let once: u64 = r.rounds[1..]
-        .iter()
-        .map(|rr| rr.details["paper_download_bytes"].as_u64().unwrap())
-        .sum();
+    let once: u64 = r.rounds[1..].iter().map(paper_download).sum();
     assert_eq!(col("down_total_paper"), once.to_string());
     assert_eq!(col("up_total_paper"), (3 * 6 * 4 * 100).to_string());
     let clusters: f64 = r.rounds[1..]
         .iter()
-        .map(|rr| rr.details["cluster_count"].as_f64().unwrap())
+        .map(|rr| rr.report.as_ref().unwrap().tpfl().unwrap().cluster_count() as f64)
         .sum::<f64>()
         / 3.0;
     assert_eq!(col("clusters_per_round").parse::<f64>().unwrap(), clusters);

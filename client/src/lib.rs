@@ -10,14 +10,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use flint_common::clients::{BoundHalf, prepare};
 use flint_common::config::{Experiment, parse_override};
-use flint_common::data::images::ShardSource;
-use flint_common::data::{PartitionPlan, Shard, default_data_dir, partition};
+use flint_common::data::default_data_dir;
 use flint_common::logging::LogFormat;
 use flint_common::meter::{ConnMeter, CountingIo, MessageMeterLayer, SharedLedger};
 use flint_common::metrics::ConfusionMatrix;
 use flint_common::rng::derive_rng;
-use flint_common::strategy::{ClientHalf, ClientStrategy, client_strategy};
 use flint_common::wire::chunks::{MAX_CHUNK, split};
 use flint_common::wire::ledger::{Direction, Ledger};
 use flint_common::wire::proto::{
@@ -116,84 +115,19 @@ pub async fn run(args: ClientArgs) -> anyhow::Result<Vec<ClientReport>> {
         trainers: Arc::new(tokio::sync::Semaphore::new(threads)),
         retry_for: Duration::from_secs_f64(args.retry_secs.max(0.0)),
     };
-    let ghz = |id: ClientId| {
-        args.compute_ghz
-            .unwrap_or(experiment.clients[id as usize - 1].compute_ghz)
-    };
+    // Loading and booleanizing can take seconds: off the async threads.
+    let setup = (experiment.clone(), data_dir.clone(), ids.clone());
+    let prepared = tokio::task::spawn_blocking(move || {
+        let (e, dir, ids) = setup;
+        prepare(&e, &dir, &ids, args.compute_ghz)
+    })
+    .await
+    .context("loading the data panicked")?
+    .with_context(loading)?;
     let mut tasks = Vec::new();
-    if experiment.data.is_images() {
-        let pool = experiment
-            .data
-            .load_images(&data_dir)
-            .with_context(loading)?;
-        let PartitionPlan::Dirichlet { alphas, samples } = &experiment.partition else {
-            bail!("image data needs partition.kind = \"dirichlet\"");
-        };
-        let features = pool.train.features();
-        let source = ShardSource::new(&pool, experiment.seed)?;
-        for (name, &id) in args.names.iter().zip(&ids) {
-            let e = &experiment;
-            let shard = source
-                .dirichlet(
-                    alphas[id as usize - 1],
-                    e.tpfl.sizes(*samples),
-                    e.tpfl.evaluation,
-                    id,
-                )
-                .with_context(|| format!("drawing the data of client {name:?}"))?;
-            let ClientHalf::Bits(strategy) = client_strategy(e, id, features) else {
-                bail!("model {} does not train on images", e.model.name());
-            };
-            let summary = DataSummary {
-                train_class_counts: shard.train_class_counts(),
-                test_samples: shard.test.len() as u64,
-                features: features as u32,
-                compute_ghz: ghz(id),
-            };
-            let client = shell.client(name.clone(), id, shard, summary)?;
-            tasks.push(tokio::spawn(client.run(strategy)));
-        }
-    } else {
-        let dataset = experiment
-            .data
-            .load(&data_dir, experiment.seed)
-            .with_context(loading)?;
-        let parts = partition(&dataset, &experiment.partition, experiment.seed)?;
-        for (name, &id) in args.names.iter().zip(&ids) {
-            let e = &experiment;
-            let shard = Shard::new(
-                &dataset,
-                &parts[id as usize - 1],
-                e.data.test_fraction,
-                e.data.scaling,
-                e.seed,
-                id,
-            );
-            if shard.train.is_empty() || shard.test.is_empty() {
-                bail!(
-                    "client {name:?} has {} training and {} test rows of its {} rows; each split needs at least one (give it more data or change data.test_fraction)",
-                    shard.train.len(),
-                    shard.test.len(),
-                    parts[id as usize - 1].len()
-                );
-            }
-            let ClientHalf::Table(strategy) = client_strategy(e, id, dataset.features) else {
-                bail!("model {} does not train on a table", e.model.name());
-            };
-            let summary = DataSummary {
-                train_class_counts: shard
-                    .train
-                    .class_counts()
-                    .iter()
-                    .map(|&c| c as u64)
-                    .collect(),
-                test_samples: shard.test.len() as u64,
-                features: dataset.features as u32,
-                compute_ghz: ghz(id),
-            };
-            let client = shell.client(name.clone(), id, shard, summary)?;
-            tasks.push(tokio::spawn(client.run(strategy)));
-        }
+    for p in prepared {
+        let client = shell.client(p.name, p.id, p.summary)?;
+        tasks.push(tokio::spawn(client.run(p.half)));
     }
     let mut reports = Vec::new();
     for t in tasks {
@@ -222,11 +156,10 @@ struct Shell {
     retry_for: Duration,
 }
 
-struct Client<S> {
+struct Client {
     experiment: Arc<Experiment>,
     name: String,
     id: ClientId,
-    shard: Arc<S>,
     summary: DataSummary,
     grpc: Grpc,
     ledger: Arc<SharedLedger>,
@@ -235,13 +168,7 @@ struct Client<S> {
 }
 
 impl Shell {
-    fn client<S>(
-        &self,
-        name: String,
-        id: ClientId,
-        shard: S,
-        summary: DataSummary,
-    ) -> anyhow::Result<Client<S>> {
+    fn client(&self, name: String, id: ClientId, summary: DataSummary) -> anyhow::Result<Client> {
         let server = &self.server;
         let endpoint = Endpoint::from_shared(server.to_string())
             .with_context(|| {
@@ -283,7 +210,6 @@ impl Shell {
             experiment: self.experiment.clone(),
             name,
             id,
-            shard: Arc::new(shard),
             summary,
             grpc,
             ledger,
@@ -293,7 +219,7 @@ impl Shell {
     }
 }
 
-impl<S: Send + Sync + 'static> Client<S> {
+impl Client {
     fn request<T>(&self, msg: T, round: Option<Round>) -> Request<T> {
         let mut r = Request::new(msg);
         r.metadata_mut().insert(CLIENT_HEADER, self.id.into());
@@ -309,7 +235,7 @@ impl<S: Send + Sync + 'static> Client<S> {
             .with(|l| l.payload(self.id, round, d, len, paper));
     }
 
-    async fn run(self, mut strategy: Box<dyn ClientStrategy<S>>) -> anyhow::Result<ClientReport> {
+    async fn run(self, mut half: Box<dyn BoundHalf>) -> anyhow::Result<ClientReport> {
         let retry_for = self.retry_for;
         let join = JoinRequest {
             client_name: self.name.clone(),
@@ -361,13 +287,12 @@ impl<S: Send + Sync + 'static> Client<S> {
             self.count(ledger_round, Direction::Up, ask.encoded_len(), 0);
             self.count(ledger_round, Direction::Down, task.encoded_len(), paper);
             if let Some(d) = &task.download {
-                strategy
-                    .apply(ledger_round, d)
+                half.apply(ledger_round, d)
                     .context("applying the server's download")?;
             }
             // The download carries the aggregate of `ledger_round`: evaluate it once.
             if ledger_round > reported {
-                let cm = strategy.evaluate(&self.shard);
+                let cm = half.evaluate();
                 self.report_eval(&run_id, ledger_round, cm, retry_for)
                     .await?;
                 reported = ledger_round;
@@ -382,9 +307,9 @@ impl<S: Send + Sync + 'static> Client<S> {
                 .acquire_owned()
                 .await
                 .context("training slots closed")?;
-            let (s, r, update) = train(strategy, self.shard.clone(), round, rng).await?;
+            let (h, r, update) = train(half, round, rng).await?;
             drop(permit);
-            (strategy, rng) = (s, r);
+            (half, rng) = (h, r);
             self.push(&run_id, round, &update, retry_for).await?;
             trained.push(round);
             after = round;
@@ -484,19 +409,14 @@ impl<S: Send + Sync + 'static> Client<S> {
 }
 
 /// Local training off the async threads, so keep-alives and other clients keep moving.
-async fn train<S: Send + Sync + 'static>(
-    mut strategy: Box<dyn ClientStrategy<S>>,
-    shard: Arc<S>,
+async fn train(
+    mut half: Box<dyn BoundHalf>,
     round: Round,
     mut rng: flint_common::rng::FlintRng,
-) -> anyhow::Result<(
-    Box<dyn ClientStrategy<S>>,
-    flint_common::rng::FlintRng,
-    Payload,
-)> {
+) -> anyhow::Result<(Box<dyn BoundHalf>, flint_common::rng::FlintRng, Payload)> {
     tokio::task::spawn_blocking(move || {
-        let update = strategy.train(&shard, round, &mut rng)?;
-        Ok((strategy, rng, update))
+        let update = half.train(round, &mut rng)?;
+        Ok((half, rng, update))
     })
     .await
     .context("training panicked")?

@@ -7,9 +7,8 @@
 use std::path::PathBuf;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use flint_common::config::{DataSection, FcmSection};
-use flint_common::data::{DataSpec, Scaling, Shard};
-use flint_common::model::fcm::{Evaluator, Fcm, FcmHyper};
+use flint_common::data::{DataSection, Scaling, Shard};
+use flint_common::model::fcm::{Evaluator, Fcm, FcmSection};
 use flint_common::rng::derive_rng;
 use rand::RngExt;
 
@@ -20,11 +19,12 @@ fn data_dir() -> PathBuf {
 }
 
 fn fitness(c: &mut Criterion) {
-    let spec = DataSpec::from_section(&DataSection {
+    let spec = DataSection {
         source: "breast-cancer".into(),
         test_fraction: None,
         ..Default::default()
-    })
+    }
+    .check(Scaling::LocalMinMax)
     .unwrap();
     let dir = data_dir();
     let data = spec
@@ -44,10 +44,11 @@ fn fitness(c: &mut Criterion) {
     let mut group = c.benchmark_group("fcm_fitness_breast_cancer_456_rows");
     group.throughput(Throughput::Elements(particles.len() as u64));
     for activation in ["tanh", "sigmoid"] {
-        let hyper = FcmHyper::from_section(&FcmSection {
+        let hyper = FcmSection {
             activation: Some(activation.into()),
             ..Default::default()
-        })
+        }
+        .check()
         .unwrap();
         let mut eval = Evaluator::new(&shard.train, 2);
         group.bench_function(activation, |b| {

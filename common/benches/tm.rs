@@ -6,7 +6,7 @@
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use flint_common::data::booleanize::BitRows;
-use flint_common::model::tm::{FeedbackMasks, MultiClassTm, TmHyper, TmParams};
+use flint_common::model::tm::{FeedbackMasks, MultiClassTm, TmSection};
 use flint_common::rng::{FlintRng, derive_rng};
 use rand::RngExt;
 
@@ -29,7 +29,7 @@ fn images(n: usize, rng: &mut FlintRng) -> BitRows {
 }
 
 fn trained(clauses: usize, t: i32, data: &BitRows, rng: &mut FlintRng) -> MultiClassTm {
-    let hyper = TmHyper::from_params(&TmParams {
+    let hyper = TmSection::check(&TmSection {
         clauses: Some(clauses),
         t: Some(t),
         s: Some(10.0),

@@ -12,7 +12,7 @@ use flint_common::data::booleanize::{BitRows, Threshold};
 use flint_common::data::default_data_dir;
 use flint_common::data::mnist::{self, Split};
 use flint_common::model::tm::conv::{ConvTm, PatchSpec};
-use flint_common::model::tm::{CoalescedTm, FeedbackMasks, MultiClassTm, TmHyper, TmParams};
+use flint_common::model::tm::{CoalescedTm, FeedbackMasks, MultiClassTm, TmSection};
 use flint_common::rng::{FlintRng, derive_rng};
 
 enum Machine {
@@ -65,7 +65,7 @@ fn main() {
         .expect("MNIST train split")
         .head(rows);
     let test = mnist::load(&dir, Split::Test, threshold).expect("MNIST test split");
-    let hyper = TmHyper::from_params(&TmParams {
+    let hyper = TmSection::check(&TmSection {
         clauses: Some(clauses),
         t: Some(t),
         s: Some(s),

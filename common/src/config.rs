@@ -3,24 +3,30 @@
 //! Overrides, strongest last: the file, `FLINT_…` environment variables (`FLINT_ROUNDS=3`,
 //! `FLINT_SERVER__ROUND_TIMEOUT_SECS=5`: `__` separates sections), then `--set key=value` flags.
 //! `FLINT_DATA_DIR`, `FLINT_LOG` and `FLINT_LOG_FORMAT` are not experiment keys.
+//!
+//! Each section's type and its check live beside the algorithm it configures; this module only
+//! assembles them and checks the rules that tie sections together.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::data::{DataSpec, PartitionPlan};
-use crate::model::fcm::FcmHyper;
-use crate::model::logreg::LogRegHyper;
-use crate::model::pso::PsoHyper;
-use crate::model::tm::{TmHyper, TmParams};
-use crate::strategy::ahp::{AhpCriterion, AhpHyper};
-use crate::strategy::fcm::Aggregation;
-use crate::strategy::tpfl::TpflHyper;
-use crate::strategy::{ModelKind, StrategyKind};
-use crate::wire::Compression;
+use crate::data::partition::declare_clients;
+use crate::data::{
+    ClientSection, ClientSpec, DataSection, DataSpec, PartitionPlan, PartitionSection, Scaling,
+};
+use crate::model::fcm::FcmSection;
+use crate::model::logreg::LogRegSection;
+use crate::model::pso::PsoSection;
+use crate::model::tm::TmSection;
+use crate::params::ParamError;
+use crate::strategy::ahp::AhpSection;
+use crate::strategy::tpfl::TpflSection;
+use crate::strategy::{ModelKind, Sections, StrategyKind, StrategySpec};
+use crate::wire::{Compression, WireSection};
 use crate::{FlintError, Result};
 
 /// Environment variables with the `FLINT_` prefix that are not experiment keys.
@@ -33,7 +39,7 @@ const RESERVED_ENV: &[&str] = &["DATA_DIR", "LOG", "LOG_FORMAT"];
 pub struct ExperimentFile {
     pub name: String,
     pub strategy: String,
-    /// `logreg` or `fcm`; needed by `local` and `central`, implied by the other strategies.
+    /// `logreg`, `fcm` or `tm`; needed by `local` and `central`, implied by the other strategies.
     pub model: Option<String>,
     #[serde(default)]
     pub seed: u64,
@@ -53,7 +59,7 @@ pub struct ExperimentFile {
     pub pso: PsoSection,
     /// The Tsetlin Machine (`model = "tm"`, TPFL's coalesced machine).
     #[serde(default)]
-    pub tm: TmParams,
+    pub tm: TmSection,
     #[serde(default)]
     pub tpfl: TpflSection,
     #[serde(default)]
@@ -62,37 +68,6 @@ pub struct ExperimentFile {
     pub client_count: Option<usize>,
     #[serde(default)]
     pub clients: Vec<ClientSection>,
-}
-
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TpflSection {
-    /// Local training epochs per round (default 10, TPFL Table 2).
-    pub local_epochs: Option<u32>,
-    /// `disjoint` (default: test and confidence rows never overlap training rows) or
-    /// `paper-code` (both are subsets of the client's training rows, as the published code).
-    pub evaluation: Option<String>,
-    /// Test rows per client (default 15000).
-    pub test_samples: Option<usize>,
-    /// Confidence rows per client (default 15000).
-    pub confidence_samples: Option<usize>,
-    /// `weighted` (default: Σ of weighted class sums, the code) or `votes` (Σ of the signs of
-    /// the weights of firing clauses, the paper's formula without weights).
-    pub confidence: Option<String>,
-    /// `members` (default: the paper's mean) or `with-previous` (the code also averages in the
-    /// cluster's previous aggregate).
-    pub cluster_mean: Option<String>,
-    /// How the average becomes integer weights: `nearest` (default) or `truncate` (the code).
-    pub rounding: Option<String>,
-    /// Upload the weights minus the vector last received for that class (default false).
-    pub delta: Option<bool>,
-}
-
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct WireSection {
-    /// gRPC message compression both ways: `none` (default), `gzip` or `zstd`.
-    pub compression: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -108,112 +83,6 @@ pub struct ServerSection {
     pub eval_timeout_secs: Option<f64>,
 }
 
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct DataSection {
-    /// `synthetic`, `magic`, `breast-cancer`, `adult`, `mnist`, `fashion-mnist` or `csv`.
-    pub source: String,
-    /// Fraction of each client's shard held out as its test split (default 0.2).
-    pub test_fraction: Option<f64>,
-    /// `local-zscore` (each client standardises with its own training statistics; the default
-    /// for logistic regression), `local-minmax` (to [0, 1] with its own training range; the
-    /// default for FCMs) or `none`.
-    pub scaling: Option<String>,
-    // synthetic
-    pub samples: Option<usize>,
-    pub features: Option<usize>,
-    pub separation: Option<f64>,
-    // csv
-    pub path: Option<String>,
-    pub label_column: Option<usize>,
-    pub classes: Option<Vec<String>>,
-    pub header: Option<bool>,
-    // mnist, fashion-mnist
-    /// A pixel becomes 1 when it is above this value (default 75, as TPFL).
-    pub threshold: Option<f64>,
-}
-
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PartitionSection {
-    /// `iid` (default: shuffled, equal shares), `explicit` (each client's `class_counts`),
-    /// `fractions` (each client's `fraction` of the shuffled rows) or `dirichlet` (TPFL §6.3;
-    /// the only one for image data).
-    pub kind: Option<String>,
-    /// dirichlet: training rows per client (default 30000).
-    pub samples: Option<usize>,
-    /// dirichlet: α of the IID clients (default 10000).
-    pub iid_alpha: Option<f64>,
-    /// dirichlet: α of the non-IID clients (default 0.05).
-    pub non_iid_alpha: Option<f64>,
-    /// dirichlet: how many clients, the first ones by id, are IID (default: all). TPFL's
-    /// experiments 1–5 are 100 %, 75 %, 50 %, 25 % and 0 % of the clients.
-    pub iid_clients: Option<usize>,
-}
-
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LogRegSection {
-    pub learning_rate: Option<f64>,
-    /// Full-batch gradient steps per round.
-    pub local_epochs: Option<u32>,
-    pub l2: Option<f64>,
-}
-
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FcmSection {
-    /// `tanh` (default) or `sigmoid`.
-    pub activation: Option<String>,
-    /// λ; default 2 for tanh, 5 for the sigmoid (the paper's two models).
-    pub slope: Option<f64>,
-    /// The dynamics stop when ‖c(t) − c(t−1)‖ is below this (default 1e-5).
-    pub tolerance: Option<f64>,
-    /// Iteration cap of the dynamics (default 100).
-    pub max_iterations: Option<usize>,
-    /// PSO's objective: `jaccard` (default, 1 − Jaccard of the positive class) or
-    /// `sample-jaccard` (eq. 7 per sample, averaged: the error rate).
-    pub fitness: Option<String>,
-    /// Server aggregation of `blind-fcm` / `blended-fcm`: `mean` (default), `accuracy` or `precision`.
-    pub aggregation: Option<String>,
-}
-
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PsoSection {
-    /// Particles (default 10).
-    pub swarm: Option<usize>,
-    /// Swarm moves per round (default 20).
-    pub iterations: Option<usize>,
-    /// Cognitive factor bound φ₁ (default 2).
-    pub phi1: Option<f64>,
-    /// Social factor bound φ₂ (default 2).
-    pub phi2: Option<f64>,
-    /// Velocity clamp per component (default 0.2).
-    pub max_velocity: Option<f64>,
-}
-
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AhpSection {
-    /// Criteria in the order of the matrix rows; default `["compute-ghz", "gini", "size"]`.
-    pub criteria: Option<Vec<String>>,
-    /// Pairwise preference matrix (Saaty scale); default: the AHP paper's Figure 1.
-    pub preference: Option<Vec<Vec<f64>>>,
-}
-
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ClientSection {
-    pub name: Option<String>,
-    /// Declared compute power; `flint-client --compute-ghz` overrides it for a real machine.
-    pub compute_ghz: Option<f64>,
-    /// Samples per class, for `partition.kind = "explicit"`.
-    pub class_counts: Option<Vec<usize>>,
-    /// Share of the rows, for `partition.kind = "fractions"`.
-    pub fraction: Option<f64>,
-}
-
 /// When rounds open and close.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RoundPolicy {
@@ -224,10 +93,31 @@ pub struct RoundPolicy {
     pub eval_timeout: Duration,
 }
 
-#[derive(Debug, Clone, PartialEq)]
-pub struct ClientSpec {
-    pub name: String,
-    pub compute_ghz: f64,
+impl ServerSection {
+    /// The policy of a run of `rounds` rounds over `clients` declared clients.
+    pub fn check(&self, rounds: u32, clients: usize) -> Result<RoundPolicy> {
+        let bad = |m: String| FlintError::Config(m);
+        let policy = RoundPolicy {
+            rounds,
+            min_clients: self.min_clients.unwrap_or(clients),
+            min_updates: self.min_updates.unwrap_or(1),
+            round_timeout: secs("server.round_timeout_secs", self.round_timeout_secs, 600.0)?,
+            eval_timeout: secs("server.eval_timeout_secs", self.eval_timeout_secs, 60.0)?,
+        };
+        if policy.min_clients == 0 || policy.min_clients > clients {
+            return Err(bad(format!(
+                "server.min_clients must be between 1 and the {clients} declared clients, got {}",
+                policy.min_clients
+            )));
+        }
+        if policy.min_updates == 0 || policy.min_updates > clients {
+            return Err(bad(format!(
+                "server.min_updates must be between 1 and the {clients} declared clients, got {}",
+                policy.min_updates
+            )));
+        }
+        Ok(policy)
+    }
 }
 
 /// A validated experiment: every field is checked and has its final value.
@@ -237,20 +127,19 @@ pub struct Experiment {
     pub fingerprint: String,
     pub name: String,
     pub seed: u64,
-    pub strategy: StrategyKind,
-    pub model: ModelKind,
+    /// The strategy with exactly the hyper-parameters it uses.
+    pub strategy: StrategySpec,
     pub policy: RoundPolicy,
     pub data: DataSpec,
     pub partition: PartitionPlan,
-    pub logreg: LogRegHyper,
-    pub ahp: AhpHyper,
-    pub fcm: FcmHyper,
-    pub pso: PsoHyper,
-    pub aggregation: Aggregation,
-    pub tm: TmHyper,
-    pub tpfl: TpflHyper,
     pub compression: Compression,
     pub clients: Vec<ClientSpec>,
+}
+
+impl From<ParamError> for FlintError {
+    fn from(e: ParamError) -> Self {
+        FlintError::Config(e.to_string())
+    }
 }
 
 impl Experiment {
@@ -298,7 +187,8 @@ impl Experiment {
         Experiment::check(file)
     }
 
-    /// Validates a parsed file into its checked form.
+    /// Validates a parsed file into its checked form: each section by its own check, then the
+    /// rules that tie them together.
     pub fn check(file: ExperimentFile) -> Result<Experiment> {
         let bad = |m: String| FlintError::Config(m);
         if file.name.trim().is_empty() {
@@ -310,97 +200,40 @@ impl Experiment {
                 file.name
             )));
         }
-        let strategy = StrategyKind::parse(&file.strategy).map_err(bad)?;
-        let model = strategy.model(file.model.as_deref()).map_err(bad)?;
+        let strategy = StrategySpec::check(
+            &file.strategy,
+            file.model.as_deref(),
+            Sections {
+                logreg: &file.logreg,
+                ahp: &file.ahp,
+                fcm: &file.fcm,
+                pso: &file.pso,
+                tm: &file.tm,
+                tpfl: &file.tpfl,
+            },
+        )?;
         if file.rounds == 0 {
             return Err(bad("rounds must be at least 1".into()));
         }
-        let declared = match (file.client_count, file.clients.len()) {
-            (Some(_), l) if l > 0 => {
-                return Err(bad(
-                    "give either client_count or [[clients]] entries, not both".into(),
-                ));
-            }
-            (Some(0), _) | (None, 0) => {
-                return Err(bad(
-                    "at least one client is needed: client_count = N or [[clients]] entries".into(),
-                ));
-            }
-            (Some(n), _) => vec![ClientSection::default(); n],
-            (None, _) => file.clients.clone(),
-        };
-        let n = declared.len();
-        let ahp = AhpHyper::from_section(&file.ahp).map_err(bad)?;
-        let mut names = BTreeSet::new();
-        let mut clients = Vec::with_capacity(n);
-        for (i, c) in declared.iter().enumerate() {
-            let name = c
-                .name
-                .clone()
-                .unwrap_or_else(|| format!("client-{}", i + 1));
-            if name.is_empty()
-                || !name
-                    .chars()
-                    .all(|ch| ch.is_ascii_alphanumeric() || "-_.".contains(ch))
-            {
-                return Err(bad(format!(
-                    "client name {name:?} must be non-empty ASCII letters, digits, '-', '_' or '.'"
-                )));
-            }
-            if !names.insert(name.clone()) {
-                return Err(bad(format!("client name {name:?} appears twice")));
-            }
-            let needs_ghz = strategy == StrategyKind::FedAvgAhp
-                && ahp.criteria.contains(&AhpCriterion::ComputeGhz);
-            let compute_ghz = match c.compute_ghz {
-                Some(g) if g.is_finite() && g > 0.0 => g,
-                Some(g) => {
-                    return Err(bad(format!(
-                        "client {name:?}: compute_ghz must be positive, got {g}"
-                    )));
-                }
-                None if needs_ghz => {
-                    return Err(bad(format!(
-                        "client {name:?} needs compute_ghz: the ahp criterion compute-ghz uses it"
-                    )));
-                }
-                None => 1.0,
-            };
-            clients.push(ClientSpec { name, compute_ghz });
-        }
-        let policy = RoundPolicy {
-            rounds: file.rounds,
-            min_clients: file.server.min_clients.unwrap_or(n),
-            min_updates: file.server.min_updates.unwrap_or(1),
-            round_timeout: secs(
-                "server.round_timeout_secs",
-                file.server.round_timeout_secs,
-                600.0,
-            )?,
-            eval_timeout: secs(
-                "server.eval_timeout_secs",
-                file.server.eval_timeout_secs,
-                60.0,
-            )?,
-        };
-        if policy.min_clients == 0 || policy.min_clients > n {
-            return Err(bad(format!(
-                "server.min_clients must be between 1 and the {n} declared clients, got {}",
-                policy.min_clients
-            )));
-        }
-        if policy.min_updates == 0 || policy.min_updates > n {
-            return Err(bad(format!(
-                "server.min_updates must be between 1 and the {n} declared clients, got {}",
-                policy.min_updates
-            )));
-        }
-        if strategy == StrategyKind::Central && n != 1 {
+        let (declared, clients) = declare_clients(
+            file.client_count,
+            &file.clients,
+            strategy.needs_compute_ghz(),
+        )?;
+        let n = clients.len();
+        let policy = file.server.check(file.rounds, n)?;
+        if strategy.kind() == StrategyKind::Central && n != 1 {
             return Err(bad(format!(
                 "strategy central trains one model on all the data: declare one client, not {n}"
             )));
         }
-        let mut data = DataSpec::from_section(&file.data).map_err(bad)?;
+        let model = strategy.model().kind();
+        // FCM concepts live in [0, 1]: min-max is their default, z-scores logistic regression's.
+        let model_scaling = match model {
+            ModelKind::Fcm => Scaling::LocalMinMax,
+            _ => Scaling::LocalZScore,
+        };
+        let data = file.data.check(model_scaling)?;
         match (model == ModelKind::Tm, data.is_images()) {
             (true, false) => {
                 return Err(bad(format!(
@@ -416,41 +249,24 @@ impl Experiment {
             }
             _ => {}
         }
-        // FCM concepts live in [0, 1]: min-max is their default, z-scores logistic regression's.
-        if file.data.scaling.is_none() && model == ModelKind::Fcm {
-            data.scaling = crate::data::Scaling::LocalMinMax;
-        }
-        let partition = partition_plan(&file.partition, &declared, &clients, data.classes().len())
-            .map_err(bad)?;
+        let partition = file
+            .partition
+            .plan(&declared, &clients, data.classes().len())?;
         if data.is_images() && !matches!(partition, PartitionPlan::Dirichlet { .. }) {
             return Err(bad(
                 "image data is split over clients by partition.kind = \"dirichlet\"".into(),
             ));
         }
-        let logreg = LogRegHyper::from_section(&file.logreg).map_err(bad)?;
-        let fcm = FcmHyper::from_section(&file.fcm).map_err(bad)?;
-        let pso = PsoHyper::from_section(&file.pso).map_err(bad)?;
-        let aggregation = Aggregation::parse(file.fcm.aggregation.as_deref()).map_err(bad)?;
-        let tm = TmHyper::from_params(&file.tm).map_err(bad)?;
-        let tpfl = TpflHyper::from_section(&file.tpfl).map_err(bad)?;
-        let compression = Compression::parse(file.wire.compression.as_deref()).map_err(bad)?;
+        let compression = file.wire.check()?;
         let fingerprint = fingerprint(&file);
         Ok(Experiment {
             fingerprint,
             name: file.name.clone(),
             seed: file.seed,
             strategy,
-            model,
             policy,
             data,
             partition,
-            logreg,
-            ahp,
-            fcm,
-            pso,
-            aggregation,
-            tm,
-            tpfl,
             compression,
             clients,
             file,
@@ -472,127 +288,6 @@ impl Experiment {
     /// The resolved experiment as TOML, so a run directory records exactly what ran.
     pub fn to_toml(&self) -> String {
         toml::to_string_pretty(&self.file).expect("experiment serialises to toml")
-    }
-}
-
-/// Checks each client's partition keys against `partition.kind`.
-fn partition_plan(
-    section: &PartitionSection,
-    files: &[ClientSection],
-    clients: &[ClientSpec],
-    classes: usize,
-) -> std::result::Result<PartitionPlan, String> {
-    let kind = section.kind.as_deref().unwrap_or("iid");
-    if kind != "dirichlet" {
-        let given = [
-            ("samples", section.samples.is_some()),
-            ("iid_alpha", section.iid_alpha.is_some()),
-            ("non_iid_alpha", section.non_iid_alpha.is_some()),
-            ("iid_clients", section.iid_clients.is_some()),
-        ];
-        if let Some((k, _)) = given.iter().find(|(_, set)| *set) {
-            return Err(format!(
-                "partition.{k} applies to partition.kind = \"dirichlet\", not {kind}"
-            ));
-        }
-    }
-    let stray = |what: &str, has: fn(&ClientSection) -> bool| -> std::result::Result<(), String> {
-        match files.iter().zip(clients).find(|(f, _)| has(f)) {
-            Some((_, c)) => Err(format!(
-                "client {:?} has {what} but partition.kind is {kind}",
-                c.name
-            )),
-            None => Ok(()),
-        }
-    };
-    match kind {
-        "iid" => {
-            stray("class_counts", |f| f.class_counts.is_some())?;
-            stray("fraction", |f| f.fraction.is_some())?;
-            Ok(PartitionPlan::Iid {
-                clients: clients.len(),
-            })
-        }
-        "explicit" => {
-            stray("fraction", |f| f.fraction.is_some())?;
-            let mut all = Vec::with_capacity(clients.len());
-            for (f, c) in files.iter().zip(clients) {
-                match &f.class_counts {
-                    Some(counts) if counts.len() == classes => all.push(counts.clone()),
-                    Some(counts) => {
-                        return Err(format!(
-                            "client {:?}: class_counts has {} entries but the data has {classes} classes",
-                            c.name,
-                            counts.len(),
-                        ));
-                    }
-                    None => {
-                        return Err(format!(
-                            "client {:?} needs class_counts: partition.kind is explicit",
-                            c.name
-                        ));
-                    }
-                }
-            }
-            Ok(PartitionPlan::Explicit(all))
-        }
-        "fractions" => {
-            stray("class_counts", |f| f.class_counts.is_some())?;
-            let mut all = Vec::with_capacity(clients.len());
-            for (f, c) in files.iter().zip(clients) {
-                match f.fraction {
-                    Some(x) if x.is_finite() && x > 0.0 && x <= 1.0 => all.push(x),
-                    Some(x) => {
-                        return Err(format!(
-                            "client {:?}: fraction must be in (0, 1], got {x}",
-                            c.name
-                        ));
-                    }
-                    None => {
-                        return Err(format!(
-                            "client {:?} needs a fraction: partition.kind is fractions",
-                            c.name
-                        ));
-                    }
-                }
-            }
-            let sum: f64 = all.iter().sum();
-            if (sum - 1.0).abs() > 1e-6 {
-                return Err(format!(
-                    "the clients' fractions sum to {sum}, expected 1 (every row goes to a client)"
-                ));
-            }
-            Ok(PartitionPlan::Fractions(all))
-        }
-        "dirichlet" => {
-            stray("class_counts", |f| f.class_counts.is_some())?;
-            stray("fraction", |f| f.fraction.is_some())?;
-            let samples = section.samples.unwrap_or(30_000);
-            if samples == 0 {
-                return Err("partition.samples must be at least 1".into());
-            }
-            let iid_alpha = section.iid_alpha.unwrap_or(10_000.0);
-            let non_iid_alpha = section.non_iid_alpha.unwrap_or(0.05);
-            for (k, a) in [("iid_alpha", iid_alpha), ("non_iid_alpha", non_iid_alpha)] {
-                if !(a.is_finite() && a > 0.0) {
-                    return Err(format!("partition.{k} must be positive, got {a}"));
-                }
-            }
-            let iid = section.iid_clients.unwrap_or(clients.len());
-            if iid > clients.len() {
-                return Err(format!(
-                    "partition.iid_clients is {iid} but only {} clients are declared",
-                    clients.len()
-                ));
-            }
-            let alphas = (0..clients.len())
-                .map(|k| if k < iid { iid_alpha } else { non_iid_alpha })
-                .collect();
-            Ok(PartitionPlan::Dirichlet { alphas, samples })
-        }
-        other => Err(format!(
-            "unknown partition.kind {other:?}; expected iid, explicit, fractions or dirichlet"
-        )),
     }
 }
 
@@ -632,6 +327,8 @@ pub fn parse_override(s: &str) -> std::result::Result<(String, String), String> 
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeSet;
+
     use super::*;
 
     const BASE: &str = r#"
@@ -709,7 +406,7 @@ name = "b"
         assert!(err.contains("strategy local needs a model"), "{err}");
         let e =
             Experiment::from_toml(&local.replace("seed = 3", "seed = 3\nmodel = \"fcm\"")).unwrap();
-        assert_eq!(e.model, ModelKind::Fcm);
+        assert_eq!(e.strategy.model().kind(), ModelKind::Fcm);
         assert_eq!(e.data.scaling, crate::data::Scaling::LocalMinMax);
         let central = BASE.replace("\"fedavg\"", "\"central\"\nmodel = \"logreg\"");
         let err = Experiment::from_toml(&central).unwrap_err().to_string();
@@ -806,7 +503,7 @@ iid_clients = 1
     #[test]
     fn tpfl_declares_clients_by_number_and_splits_them_by_dirichlet() {
         let e = Experiment::from_toml(TPFL).unwrap();
-        assert_eq!(e.model, ModelKind::Tm);
+        assert_eq!(e.strategy.model().kind(), ModelKind::Tm);
         assert_eq!(e.clients.len(), 4);
         assert_eq!(e.clients[3].name, "client-4");
         assert_eq!(
@@ -816,8 +513,11 @@ iid_clients = 1
                 samples: 100
             }
         );
-        assert_eq!(e.tpfl.local_epochs, 10);
-        assert_eq!(e.tm.clauses, 100);
+        let StrategySpec::Tpfl(tm) = &e.strategy else {
+            panic!("{:?}", e.strategy)
+        };
+        assert_eq!(tm.tpfl.local_epochs, 10);
+        assert_eq!(tm.tm.clauses, 100);
         let cases = [
             (
                 "client_count = 4",

@@ -21,6 +21,15 @@ pub enum FlintError {
     InvalidUpdate(String),
     #[error("invalid model: {0}")]
     Model(String),
+    /// A malformed request other than an update (a bad data summary or evaluation).
+    #[error("{0}")]
+    InvalidRequest(String),
+    /// A request that does not fit the run's state: wrong round, wrong run, finished.
+    #[error("{0}")]
+    Precondition(String),
+    /// A client id or name this run does not know (or that has not joined).
+    #[error("{0}")]
+    UnknownClient(String),
 }
 
 pub type Result<T, E = FlintError> = std::result::Result<T, E>;

@@ -3,11 +3,13 @@
 //! The algorithm of every strategy lives here as plain functions of their inputs (the raft-rs
 //! pattern): the `flint-server` and `flint-client` crates only move bytes, keep time and persist.
 
+pub mod clients;
 pub mod config;
 pub mod data;
 pub mod error;
 pub mod metrics;
 pub mod model;
+pub mod params;
 pub mod rng;
 pub mod strategy;
 pub mod wire;

@@ -159,6 +159,29 @@ impl Metrics {
     }
 }
 
+/// What a client said about its own freshly trained model when it uploaded (Blind FL: accuracy
+/// and precision on its test split, which the server may weight by).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct LocalMetrics {
+    pub accuracy: f64,
+    pub precision: f64,
+}
+
+impl LocalMetrics {
+    /// Unweighted mean over clients.
+    pub fn mean<'a>(all: impl IntoIterator<Item = &'a LocalMetrics>) -> Option<LocalMetrics> {
+        let all: Vec<&LocalMetrics> = all.into_iter().collect();
+        if all.is_empty() {
+            return None;
+        }
+        let n = all.len() as f64;
+        Some(LocalMetrics {
+            accuracy: all.iter().map(|m| m.accuracy).sum::<f64>() / n,
+            precision: all.iter().map(|m| m.precision).sum::<f64>() / n,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,7 +6,9 @@ use std::time::Instant;
 
 use anyhow::{Context, bail};
 use flint_common::config::Experiment;
+use flint_common::params::name_of;
 use flint_common::strategy::LocalMetrics;
+use flint_common::strategy::tpfl::TpflRound;
 use flint_common::wire::ledger::Traffic;
 use flint_server::results::RunResults;
 
@@ -106,7 +108,7 @@ pub fn grid(args: GridArgs) -> anyhow::Result<()> {
     for (file, e) in files.iter().zip(&experiments) {
         let mut row = Row {
             name: e.name.clone(),
-            strategy: e.strategy.name().to_string(),
+            strategy: e.strategy.name(),
             setting: setting(e),
             partition: partition(e),
             runs: Vec::new(),
@@ -199,41 +201,38 @@ fn collect(p: &Path, out: &mut Vec<PathBuf>) -> anyhow::Result<()> {
 
 /// The strategy's knobs that the table tells apart.
 fn setting(e: &Experiment) -> String {
-    use flint_common::model::fcm::{Activation, Fitness};
-    use flint_common::strategy::{ModelKind, StrategyKind};
-    if e.model == ModelKind::Tm {
-        let eval = serde_json::to_value(e.tpfl.evaluation).unwrap_or_default();
-        let mut s = format!(
-            "tm {} clauses, {} evaluation",
-            e.tm.clauses,
-            eval.as_str().unwrap_or("?")
-        );
-        if e.tpfl.delta {
-            s += ", delta";
+    use flint_common::model::fcm::Fitness;
+    use flint_common::strategy::{ModelSpec, StrategySpec};
+    match e.strategy.model() {
+        ModelSpec::Tm(t) => {
+            let mut s = format!(
+                "tm {} clauses, {} evaluation",
+                t.tm.clauses,
+                name_of(&t.tpfl.evaluation)
+            );
+            if t.tpfl.delta {
+                s += ", delta";
+            }
+            if e.compression != flint_common::wire::Compression::None {
+                s += &format!(", {}", name_of(&e.compression));
+            }
+            s
         }
-        if e.compression != flint_common::wire::Compression::None {
-            s += &format!(", {:?}", e.compression).to_lowercase();
+        ModelSpec::LogReg(_) => e.strategy.model().kind().name(),
+        ModelSpec::Fcm(f) => {
+            let mut s = format!("{} λ={}", name_of(&f.fcm.activation), f.fcm.slope);
+            if matches!(
+                e.strategy,
+                StrategySpec::BlindFcm(_) | StrategySpec::BlendedFcm(_)
+            ) {
+                s = format!("{} {s}", f.aggregation.name());
+            }
+            if f.fcm.fitness == Fitness::SampleJaccard {
+                s += " sample-jaccard";
+            }
+            s
         }
-        return s;
     }
-    if e.model != ModelKind::Fcm {
-        return e.model.name().into();
-    }
-    let act = match e.fcm.activation {
-        Activation::Tanh => "tanh",
-        Activation::Sigmoid => "sigmoid",
-    };
-    let mut s = format!("{act} λ={}", e.fcm.slope);
-    if matches!(
-        e.strategy,
-        StrategyKind::BlindFcm | StrategyKind::BlendedFcm
-    ) {
-        s = format!("{} {s}", e.aggregation.name());
-    }
-    if e.fcm.fitness == Fitness::SampleJaccard {
-        s += " sample-jaccard";
-    }
-    s
 }
 
 fn partition(e: &Experiment) -> String {
@@ -287,19 +286,16 @@ fn outcome(dir: &Path) -> anyhow::Result<Outcome> {
         }
     }
     let (up_total, mut down_total) = (up, down);
-    let once: Vec<u64> = r
+    let tpfl: Vec<&TpflRound> = r
         .rounds
         .iter()
-        .filter_map(|rr| rr.details.get("paper_download_bytes")?.as_u64())
+        .filter_map(|rr| rr.report.as_ref()?.tpfl())
         .collect();
+    let once: Vec<u64> = tpfl.iter().map(|t| t.paper_download_bytes).collect();
     if !once.is_empty() {
         down_total.paper = once.iter().sum();
     }
-    let counts: Vec<f64> = r
-        .rounds
-        .iter()
-        .filter_map(|rr| rr.details.get("cluster_count")?.as_f64())
-        .collect();
+    let counts: Vec<f64> = tpfl.iter().map(|t| t.cluster_count() as f64).collect();
     let clusters = (!counts.is_empty()).then(|| counts.iter().sum::<f64>() / counts.len() as f64);
     let per = |t: Traffic| Traffic {
         messages: t.messages / cells.max(1),

@@ -25,17 +25,17 @@ fn clusters(r: &RunResults) -> String {
         .rounds
         .iter()
         .filter_map(|rr| {
-            let clusters = rr.details.get("clusters")?.as_object()?;
-            let sizes: Vec<String> = clusters
+            let t = rr.report.as_ref()?.tpfl()?;
+            let sizes: Vec<String> = t
+                .clusters
                 .iter()
-                .map(|(class, m)| format!("{class}:{}", m.as_array().map_or(0, Vec::len)))
+                .map(|(class, m)| format!("{class}:{}", m.len()))
                 .collect();
-            let once = rr.details.get("paper_download_bytes")?.as_u64()?;
             Some(format!(
                 "{:>5} {:>8}  {:>10.4}  {}\n",
                 rr.round,
-                clusters.len(),
-                once as f64 / 1e6,
+                t.cluster_count(),
+                t.paper_download_bytes as f64 / 1e6,
                 sizes.join(" ")
             ))
         })
@@ -46,7 +46,7 @@ fn clusters(r: &RunResults) -> String {
     let once: u64 = r
         .rounds
         .iter()
-        .filter_map(|rr| rr.details.get("paper_download_bytes")?.as_u64())
+        .filter_map(|rr| Some(rr.report.as_ref()?.tpfl()?.paper_download_bytes))
         .sum();
     format!(
         "Clusters per round (class:members); the paper counts one download per cluster:\n\

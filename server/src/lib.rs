@@ -22,7 +22,7 @@ use anyhow::Context;
 use flint_common::config::{Experiment, parse_override};
 use flint_common::logging::LogFormat;
 use flint_common::meter::{ConnMeter, CountingIo, MessageMeterLayer, SharedLedger, Side};
-use flint_common::strategy::server_strategy;
+use flint_common::strategy::ServerStrategy;
 use tokio::net::TcpListener;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::TcpListenerStream;
@@ -76,15 +76,24 @@ pub async fn serve(
     out: &Path,
     ready_file: Option<&Path>,
 ) -> anyhow::Result<RunResults> {
+    let strategy = experiment.strategy.server(experiment.data.classes().len());
+    serve_with(experiment, strategy, listener, out, ready_file).await
+}
+
+/// [`serve`] with a given server half instead of the experiment's own (tests use it to watch
+/// the server while an aggregation is held up).
+pub async fn serve_with(
+    experiment: Experiment,
+    strategy: Box<dyn ServerStrategy>,
+    listener: TcpListener,
+    out: &Path,
+    ready_file: Option<&Path>,
+) -> anyhow::Result<RunResults> {
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
     let addr = listener.local_addr()?;
     let run_id = format!("{}-{:016x}", experiment.name, rand::random::<u64>());
     let classes = experiment.data.classes().len();
-    let rounds = Rounds::new(
-        experiment.policy.clone(),
-        server_strategy(&experiment),
-        classes,
-    );
+    let rounds = Rounds::new(experiment.policy.clone(), strategy, classes);
     std::fs::write(out.join("experiment.toml"), experiment.to_toml())?;
     let ledger = Arc::new(SharedLedger::default());
     let shared = Arc::new(Shared {
@@ -186,11 +195,12 @@ async fn tick_until_done(shared: Arc<Shared>, out: PathBuf) {
     let mut written = u64::MAX;
     loop {
         let now = Instant::now();
-        let (changed, finished) = {
-            let mut r = shared.rounds.lock().expect("rounds lock");
+        let (closed, finished) = {
+            let mut r = shared.rounds();
             (r.tick(now), r.is_done(now))
         };
-        if changed {
+        if let Some(job) = closed {
+            shared.aggregate(job);
             shared.bump();
         }
         let version = *shared.version.borrow();

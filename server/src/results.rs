@@ -6,7 +6,7 @@ use std::io::Write;
 use std::path::Path;
 
 use flint_common::metrics::Metrics;
-use flint_common::strategy::LocalMetrics;
+use flint_common::strategy::{LocalMetrics, RoundReport};
 use flint_common::wire::ledger::{Flow, Ledger};
 use flint_common::{ClientId, Round};
 use serde::{Deserialize, Serialize};
@@ -30,7 +30,8 @@ pub struct RoundResult {
     pub closed_by: Option<String>,
     pub seconds: Option<f64>,
     pub weights: BTreeMap<ClientId, f64>,
-    pub details: serde_json::Value,
+    /// What the strategy recorded about the round (none for round 0).
+    pub report: Option<RoundReport>,
     /// Each client's metrics on its test split with the model it holds after this round.
     pub metrics: BTreeMap<ClientId, Metrics>,
     pub mean: Option<Metrics>,
@@ -52,6 +53,8 @@ pub struct RunResults {
     pub seed: u64,
     pub fingerprint: String,
     pub rounds_planned: u32,
+    /// The strategy and every hyper-parameter it ran with (write-only: the experiment file is
+    /// the input).
     pub strategy_info: serde_json::Value,
     pub clients: Vec<ClientRecord>,
     /// Round 0 is the join and the initial download; rounds 1.. as run.
@@ -76,7 +79,7 @@ impl RunResults {
 }
 
 pub fn collect(shared: &Shared) -> RunResults {
-    let rounds = shared.rounds.lock().expect("rounds lock");
+    let rounds = shared.rounds();
     let ledger = shared.ledger.snapshot();
     let e = &shared.experiment;
     let clients = rounds
@@ -97,11 +100,11 @@ pub fn collect(shared: &Shared) -> RunResults {
     RunResults {
         run_id: shared.run_id.clone(),
         name: e.name.clone(),
-        strategy: e.strategy.name().into(),
+        strategy: e.strategy.name(),
         seed: e.seed,
         fingerprint: e.fingerprint.clone(),
         rounds_planned: e.policy.rounds,
-        strategy_info: rounds.strategy().describe(),
+        strategy_info: serde_json::to_value(&e.strategy).unwrap_or_default(),
         clients,
         rounds: results,
         totals: ledger.total(),
@@ -135,9 +138,7 @@ fn round_result(rounds: &Rounds, ledger: &Ledger, round: Round) -> RoundResult {
         }),
         seconds: record.map(|r| r.seconds),
         weights: record.map(|r| r.weights.clone()).unwrap_or_default(),
-        details: record
-            .map(|r| r.details.clone())
-            .unwrap_or(serde_json::Value::Null),
+        report: record.map(|r| r.report.clone()),
         mean: Metrics::mean(metrics.values()),
         local_mean: record.and_then(|r| LocalMetrics::mean(r.local.values())),
         local: record.map(|r| r.local.clone()).unwrap_or_default(),
@@ -155,6 +156,9 @@ pub struct Status {
     pub joined: usize,
     pub clients: usize,
     pub open_round: Option<Round>,
+    /// The round whose aggregation is running.
+    #[serde(default)]
+    pub aggregating: Option<Round>,
     pub updates: usize,
     pub waiting_for: usize,
     pub closed_rounds: Round,
@@ -165,7 +169,7 @@ pub struct Status {
 }
 
 pub fn status(shared: &Shared) -> Status {
-    let rounds = shared.rounds.lock().expect("rounds lock");
+    let rounds = shared.rounds();
     let ledger = shared.ledger.snapshot();
     let (open_round, updates, waiting_for) = match rounds.open_round() {
         Some((r, u, s)) => (Some(r), u, s),
@@ -187,6 +191,7 @@ pub fn status(shared: &Shared) -> Status {
         joined: rounds.joined().len(),
         clients: shared.experiment.clients.len(),
         open_round,
+        aggregating: rounds.aggregating(),
         updates,
         waiting_for,
         closed_rounds: closed,

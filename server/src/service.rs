@@ -1,5 +1,6 @@
-//! The tonic shell around [`Rounds`]: validates requests, counts payload bytes, maps refusals
-//! to gRPC codes, and wakes long-polls when state changes.
+//! The tonic shell around [`Rounds`]: validates requests, counts payload bytes, runs closed
+//! rounds' aggregations off the lock, maps refusals to gRPC codes (in one place, [`status`]),
+//! and wakes long-polls when state changes.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -13,13 +14,13 @@ use flint_common::wire::proto::{
     Ack, EvalReport, JoinReply, JoinRequest, RoundRequest, RoundTask, UpdateChunk,
 };
 use flint_common::wire::{CLIENT_HEADER, ROUND_HEADER, paper_convention_bytes};
-use flint_common::{ClientId, Round};
+use flint_common::{ClientId, FlintError, Round};
 use prost::Message;
 use tokio::sync::watch;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::proto::aggregator_server::Aggregator;
-use crate::rounds::{Rejection, Rounds, Task};
+use crate::rounds::{AggregationJob, Rounds, Task};
 
 pub struct Shared {
     pub experiment: Experiment,
@@ -36,13 +37,13 @@ impl Shared {
         self.version.send_modify(|v| *v += 1);
     }
 
-    fn rounds(&self) -> std::sync::MutexGuard<'_, Rounds> {
+    pub fn rounds(&self) -> std::sync::MutexGuard<'_, Rounds> {
         self.rounds.lock().expect("rounds lock")
     }
 
-    fn check_run(&self, run_id: &str) -> Result<(), Status> {
+    fn check_run(&self, run_id: &str) -> Result<(), FlintError> {
         if run_id != self.run_id {
-            return Err(Status::failed_precondition(format!(
+            return Err(FlintError::Precondition(format!(
                 "request for run {run_id:?} but this server runs {:?}; rejoin",
                 self.run_id
             )));
@@ -50,17 +51,52 @@ impl Shared {
         Ok(())
     }
 
-    fn check_client(&self, client: ClientId) -> Result<(), Status> {
-        self.rounds().check_joined(client).map_err(status)
+    fn check_client(&self, client: ClientId) -> Result<(), FlintError> {
+        self.rounds().check_joined(client)
+    }
+
+    /// Runs a closed round's aggregation on the blocking pool, then installs it and wakes
+    /// everyone waiting; the lock is free meanwhile.
+    pub fn aggregate(self: &Arc<Self>, job: AggregationJob) {
+        let shared = self.clone();
+        let round = job.round();
+        tokio::spawn(async move {
+            let started = Instant::now();
+            match tokio::task::spawn_blocking(move || job.run()).await {
+                Ok(done) => shared.rounds().install(done, Instant::now()),
+                // `run` catches a strategy's panic, so only a cancelled pool ends here.
+                Err(e) => tracing::error!(round, error = %e, "aggregation did not finish"),
+            }
+            tracing::debug!(
+                round,
+                seconds = started.elapsed().as_secs_f64(),
+                "round aggregated"
+            );
+            shared.bump();
+        });
     }
 }
 
 pub struct AggregatorService(pub Arc<Shared>);
 
-fn status(r: Rejection) -> Status {
-    match r {
-        Rejection::Invalid(m) => Status::invalid_argument(m),
-        Rejection::Precondition(m) => Status::failed_precondition(m),
+/// The one place a refusal becomes a gRPC status.
+pub fn status(e: FlintError) -> Status {
+    let message = e.to_string();
+    match e {
+        FlintError::InvalidUpdate(_) | FlintError::InvalidRequest(_) => {
+            Status::invalid_argument(message)
+        }
+        FlintError::Precondition(_) => Status::failed_precondition(message),
+        FlintError::UnknownClient(_) => Status::not_found(message),
+        FlintError::Config(_)
+        | FlintError::Io { .. }
+        | FlintError::MissingData { .. }
+        | FlintError::Data { .. }
+        | FlintError::Partition(_)
+        | FlintError::Model(_) => {
+            tracing::error!(error = %message, "internal error answering a request");
+            Status::internal(message)
+        }
     }
 }
 
@@ -94,28 +130,29 @@ impl Aggregator for AggregatorService {
                 .iter()
                 .map(|c| c.name.as_str())
                 .collect();
-            Status::invalid_argument(format!(
+            status(FlintError::UnknownClient(format!(
                 "unknown client name {:?}; this experiment declares {names:?}",
                 req.client_name
-            ))
+            )))
         })?;
         if req.experiment_fingerprint != s.experiment.fingerprint {
-            return Err(Status::failed_precondition(format!(
+            return Err(status(FlintError::Precondition(format!(
                 "client experiment fingerprint {:?} differs from the server's {:?}: start the client with the server's experiment file",
                 req.experiment_fingerprint, s.experiment.fingerprint
-            )));
+            ))));
         }
-        let summary = req
-            .summary
-            .clone()
-            .ok_or_else(|| Status::invalid_argument("join without a data summary"))?;
+        let summary = req.summary.clone().ok_or_else(|| {
+            status(FlintError::InvalidRequest(
+                "join without a data summary".into(),
+            ))
+        })?;
         s.rounds()
             .join(id, summary, Instant::now())
             .map_err(status)?;
         let reply = JoinReply {
             client_id: id,
             run_id: s.run_id.clone(),
-            strategy: s.experiment.strategy.name().into(),
+            strategy: s.experiment.strategy.name(),
             seed: s.experiment.seed,
             rounds: s.experiment.policy.rounds,
         };
@@ -134,8 +171,8 @@ impl Aggregator for AggregatorService {
     ) -> Result<Response<RoundTask>, Status> {
         let s = &self.0;
         let req = request.into_inner();
-        s.check_run(&req.run_id)?;
-        s.check_client(req.client_id)?;
+        s.check_run(&req.run_id).map_err(status)?;
+        s.check_client(req.client_id).map_err(status)?;
         let mut changes = s.version.subscribe();
         let task = loop {
             let task = s.rounds().task_for(req.client_id, req.after_round);
@@ -206,17 +243,12 @@ impl Aggregator for AggregatorService {
         let mut sizes = Vec::new();
         while let Some(chunk) = stream.message().await? {
             sizes.push(chunk.encoded_len());
-            if let Some(h) = parts
-                .push(chunk)
-                .map_err(|e| Status::invalid_argument(e.to_string()))?
-            {
-                s.check_run(&h.run_id)?;
-                s.check_client(h.client_id)?;
+            if let Some(h) = parts.push(chunk).map_err(status)? {
+                s.check_run(&h.run_id).map_err(status)?;
+                s.check_client(h.client_id).map_err(status)?;
             }
         }
-        let (header, payload) = parts
-            .finish()
-            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let (header, payload) = parts.finish().map_err(status)?;
         let (client, round) = (header.client_id, header.round);
         let paper = paper_convention_bytes(&payload);
         s.ledger.with(|l| {
@@ -227,12 +259,17 @@ impl Aggregator for AggregatorService {
         });
         let outcome = s
             .rounds()
-            .accept_update(client, round, payload, Instant::now());
+            .accept_update(client, round, &payload, Instant::now());
         let duplicate = match outcome {
-            Ok(d) => d,
-            Err(r) => {
-                tracing::warn!(client, round, reason = ?r, "update refused");
-                return Err(status(r));
+            Ok(accepted) => {
+                if let Some(job) = accepted.closed {
+                    s.aggregate(job);
+                }
+                accepted.duplicate
+            }
+            Err(e) => {
+                tracing::warn!(client, round, reason = %e, "update refused");
+                return Err(status(e));
             }
         };
         tracing::debug!(client, round, duplicate, "update accepted");
@@ -246,8 +283,8 @@ impl Aggregator for AggregatorService {
     async fn report_eval(&self, request: Request<EvalReport>) -> Result<Response<Ack>, Status> {
         let s = &self.0;
         let req = request.into_inner();
-        s.check_run(&req.run_id)?;
-        s.check_client(req.client_id)?;
+        s.check_run(&req.run_id).map_err(status)?;
+        s.check_client(req.client_id).map_err(status)?;
         s.ledger.with(|l| {
             l.payload(
                 req.client_id,
@@ -259,11 +296,11 @@ impl Aggregator for AggregatorService {
         });
         let m = ConfusionMatrix::from_counts(req.classes as usize, req.confusion.clone())
             .ok_or_else(|| {
-                Status::invalid_argument(format!(
+                status(FlintError::InvalidRequest(format!(
                     "confusion matrix has {} counts, expected {} (classes²)",
                     req.confusion.len(),
-                    req.classes * req.classes
-                ))
+                    u64::from(req.classes) * u64::from(req.classes)
+                )))
             })?;
         let duplicate = s
             .rounds()

@@ -2,8 +2,6 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::tm::bank::words_for;
-
 /// Examples as packed bits (64 features a word), with their class labels.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BitRows {
@@ -246,6 +244,11 @@ pub fn thermometer(v: f64, min: f64, max: f64, levels: usize, out: &mut Vec<bool
         let cut = min + (max - min) * i as f64 / (levels + 1) as f64;
         out.push(v > cut);
     }
+}
+
+/// Words needed for `features` bits.
+pub fn words_for(features: usize) -> usize {
+    features.div_ceil(64)
 }
 
 #[cfg(test)]

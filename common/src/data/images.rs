@@ -68,23 +68,11 @@ impl ImagePool {
 }
 
 /// Where a client's test and confidence rows come from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Holdout {
     Disjoint,
     PaperCode,
-}
-
-impl Holdout {
-    pub fn parse(s: Option<&str>) -> std::result::Result<Holdout, String> {
-        match s.unwrap_or("disjoint") {
-            "disjoint" => Ok(Holdout::Disjoint),
-            "paper-code" => Ok(Holdout::PaperCode),
-            other => Err(format!(
-                "unknown tpfl.evaluation {other:?}; expected disjoint or paper-code"
-            )),
-        }
-    }
 }
 
 /// How many rows each split of a client holds.
@@ -92,15 +80,17 @@ impl Holdout {
 pub struct ShardSizes {
     pub train: usize,
     pub test: usize,
-    pub confidence: usize,
+    /// Rows of a confidence split, for strategies that need one (TPFL's); none is drawn for the
+    /// others.
+    pub confidence: Option<usize>,
 }
 
-/// A Tsetlin Machine client's data: training, test and confidence rows, packed.
+/// A Tsetlin Machine client's data: training, test and (if asked for) confidence rows, packed.
 #[derive(Debug, Clone)]
 pub struct BitShard {
     pub train: BitRows,
     pub test: BitRows,
-    pub confidence: BitRows,
+    pub confidence: Option<BitRows>,
 }
 
 /// What every client of a process draws its shard from, grouped by class once.
@@ -141,25 +131,31 @@ impl<'a> ShardSource<'a> {
         let p = dirichlet_proportions(self.train.classes(), alpha, &mut rng, k)?;
         let train_rows = self.train.draw(&p, sizes.train, &mut rng, k)?;
         let (test_rows, conf_rows) = match holdout {
-            Holdout::Disjoint => (
-                self.test_half.draw(&p, sizes.test, &mut rng, k)?,
-                self.confidence_half
-                    .draw(&p, sizes.confidence, &mut rng, k)?,
-            ),
+            Holdout::Disjoint => {
+                let test = self.test_half.draw(&p, sizes.test, &mut rng, k)?;
+                let confidence = match sizes.confidence {
+                    Some(n) => Some(self.confidence_half.draw(&p, n, &mut rng, k)?),
+                    None => None,
+                };
+                (test, confidence)
+            }
             Holdout::PaperCode => {
-                if sizes.test > train_rows.len() || sizes.confidence > train_rows.len() {
+                let confidence = sizes.confidence.unwrap_or(0);
+                if sizes.test > train_rows.len() || confidence > train_rows.len() {
                     return Err(FlintError::Partition(format!(
-                        "client {client}: paper-code evaluation takes its {} test and {} confidence rows from its {} training rows; ask for fewer",
+                        "client {client}: paper-code evaluation takes its {} test and {confidence} confidence rows from its {} training rows; ask for fewer",
                         sizes.test,
-                        sizes.confidence,
                         train_rows.len()
                     )));
                 }
                 let mut a = train_rows.clone();
                 a.shuffle(&mut rng);
-                let mut b = train_rows.clone();
-                b.shuffle(&mut rng);
-                (a[..sizes.test].to_vec(), b[..sizes.confidence].to_vec())
+                let b = sizes.confidence.map(|n| {
+                    let mut b = train_rows.clone();
+                    b.shuffle(&mut rng);
+                    b[..n].to_vec()
+                });
+                (a[..sizes.test].to_vec(), b)
             }
         };
         let held_out = match holdout {
@@ -171,7 +167,7 @@ impl<'a> ShardSource<'a> {
         Ok(BitShard {
             train: pool.train.select(&train_rows),
             test: held_out.select(&test_rows),
-            confidence: held_out.select(&conf_rows),
+            confidence: conf_rows.map(|rows| held_out.select(&rows)),
         })
     }
 }
@@ -230,7 +226,7 @@ mod tests {
     const SIZES: ShardSizes = ShardSizes {
         train: 300,
         test: 100,
-        confidence: 100,
+        confidence: Some(100),
     };
 
     #[test]
@@ -239,16 +235,15 @@ mod tests {
             .unwrap()
             .dirichlet(10_000.0, SIZES, Holdout::Disjoint, 3)
             .unwrap();
-        assert_eq!(
-            (s.train.len(), s.test.len(), s.confidence.len()),
-            (300, 100, 100)
-        );
-        let (tr, te, co) = (ids(&s.train), ids(&s.test), ids(&s.confidence));
+        assert_eq!((s.train.len(), s.test.len()), (300, 100));
+        let confidence = s.confidence.as_ref().unwrap();
+        assert_eq!(confidence.len(), 100);
+        let (tr, te, co) = (ids(&s.train), ids(&s.test), ids(confidence));
         assert!(tr.iter().all(|&i| i < 1 << 32));
         assert!(te.iter().chain(&co).all(|&i| i >= 1 << 32));
         assert!(te.is_disjoint(&co));
         // Labels travel with their rows.
-        for b in [&s.train, &s.test, &s.confidence] {
+        for b in [&s.train, &s.test, confidence] {
             for i in 0..b.len() {
                 assert_eq!(b.labels[i] as u64, (b.row(i)[0] & 0xffff_ffff) % 10);
             }
@@ -285,7 +280,7 @@ mod tests {
             .unwrap();
         let tr = ids(&s.train);
         assert!(ids(&s.test).is_subset(&tr));
-        assert!(ids(&s.confidence).is_subset(&tr));
+        assert!(ids(s.confidence.as_ref().unwrap()).is_subset(&tr));
         let too_many = ShardSizes { test: 301, ..SIZES };
         let e = ShardSource::new(&pool(), 5)
             .unwrap()

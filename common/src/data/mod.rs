@@ -13,11 +13,39 @@ pub mod synthetic;
 
 use std::path::Path;
 
-use crate::Result;
-use crate::config::DataSection;
+use serde::{Deserialize, Serialize};
 
-pub use partition::{PartitionPlan, partition};
+use crate::Result;
+use crate::params::{ParamError, ParamResult, parse_name_or};
+
+pub use partition::{ClientSection, ClientSpec, PartitionPlan, PartitionSection, partition};
 pub use shard::{Scaling, Shard};
+
+/// `[data]` as written; [`DataSection::check`] makes it a [`DataSpec`].
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DataSection {
+    /// `synthetic`, `magic`, `breast-cancer`, `adult`, `mnist`, `fashion-mnist` or `csv`.
+    pub source: String,
+    /// Fraction of each client's shard held out as its test split (default 0.2).
+    pub test_fraction: Option<f64>,
+    /// `local-zscore` (each client standardises with its own training statistics; the default
+    /// for logistic regression), `local-minmax` (to [0, 1] with its own training range; the
+    /// default for FCMs) or `none`.
+    pub scaling: Option<String>,
+    // synthetic
+    pub samples: Option<usize>,
+    pub features: Option<usize>,
+    pub separation: Option<f64>,
+    // csv
+    pub path: Option<String>,
+    pub label_column: Option<usize>,
+    pub classes: Option<Vec<String>>,
+    pub header: Option<bool>,
+    // mnist, fashion-mnist
+    /// A pixel becomes 1 when it is above this value (default 75, as TPFL).
+    pub threshold: Option<f64>,
+}
 
 /// A labelled table: row-major features, one class index per row.
 #[derive(Debug, Clone, PartialEq)]
@@ -99,16 +127,20 @@ pub struct DataSpec {
     pub scaling: Scaling,
 }
 
-impl DataSpec {
-    pub fn from_section(s: &DataSection) -> std::result::Result<DataSpec, String> {
+impl DataSection {
+    /// The checked spec; `scaling` defaults to `model_scaling` (each model's own default).
+    pub fn check(&self, model_scaling: Scaling) -> ParamResult<DataSpec> {
+        let s = self;
+        let bad = ParamError::Inconsistent;
         let test_fraction = s.test_fraction.unwrap_or(0.2);
-        if !(test_fraction > 0.0 && test_fraction < 1.0) {
-            return Err(format!(
-                "data.test_fraction must be between 0 and 1 (exclusive), got {test_fraction}"
-            ));
-        }
-        let scaling = Scaling::parse(s.scaling.as_deref())?;
-        let only = |allowed: &[&str]| -> std::result::Result<(), String> {
+        let test_fraction = crate::params::require(
+            "data.test_fraction",
+            "between 0 and 1 (exclusive)",
+            test_fraction,
+            test_fraction > 0.0 && test_fraction < 1.0,
+        )?;
+        let scaling = parse_name_or("data.scaling", s.scaling.as_deref(), model_scaling)?;
+        let only = |allowed: &[&str]| -> ParamResult<()> {
             let given = [
                 ("samples", s.samples.is_some()),
                 ("features", s.features.is_some()),
@@ -120,7 +152,10 @@ impl DataSpec {
                 ("threshold", s.threshold.is_some()),
             ];
             match given.iter().find(|(k, set)| *set && !allowed.contains(k)) {
-                Some((k, _)) => Err(format!("data.{k} does not apply to source {:?}", s.source)),
+                Some((k, _)) => Err(bad(format!(
+                    "data.{k} does not apply to source {:?}",
+                    s.source
+                ))),
                 None => Ok(()),
             }
         };
@@ -131,14 +166,14 @@ impl DataSpec {
                 let features = s.features.unwrap_or(8);
                 let separation = s.separation.unwrap_or(1.5);
                 if samples < 2 || features == 0 {
-                    return Err(format!(
+                    return Err(bad(format!(
                         "synthetic data needs at least 2 samples and 1 feature, got {samples} and {features}"
-                    ));
+                    )));
                 }
                 if !(separation.is_finite() && separation >= 0.0) {
-                    return Err(format!(
+                    return Err(bad(format!(
                         "data.separation must be a non-negative number, got {separation}"
-                    ));
+                    )));
                 }
                 Source::Synthetic {
                     samples,
@@ -162,9 +197,9 @@ impl DataSpec {
                 only(&["threshold"])?;
                 let threshold = s.threshold.unwrap_or(75.0);
                 if !(0.0..255.0).contains(&threshold) {
-                    return Err(format!(
+                    return Err(bad(format!(
                         "data.threshold must be a pixel value in [0, 255), got {threshold}"
-                    ));
+                    )));
                 }
                 let set = if s.source == "mnist" {
                     images::ImageSet::Mnist
@@ -175,13 +210,16 @@ impl DataSpec {
             }
             "csv" => {
                 only(&["path", "label_column", "classes", "header"])?;
-                let path = s.path.clone().ok_or("data.path is needed for source csv")?;
+                let path = s
+                    .path
+                    .clone()
+                    .ok_or_else(|| bad("data.path is needed for source csv".into()))?;
                 let classes = s
                     .classes
                     .clone()
-                    .ok_or("data.classes is needed for source csv")?;
+                    .ok_or_else(|| bad("data.classes is needed for source csv".into()))?;
                 if classes.len() < 2 {
-                    return Err("data.classes needs at least two labels".into());
+                    return Err(bad("data.classes needs at least two labels".into()));
                 }
                 Source::Csv(csv::CsvSpec {
                     path,
@@ -192,9 +230,9 @@ impl DataSpec {
                 })
             }
             other => {
-                return Err(format!(
+                return Err(bad(format!(
                     "unknown data source {other:?}; expected synthetic, magic, breast-cancer, adult, mnist, fashion-mnist or csv"
-                ));
+                )));
             }
         };
         Ok(DataSpec {
@@ -203,7 +241,9 @@ impl DataSpec {
             scaling,
         })
     }
+}
 
+impl DataSpec {
     pub fn classes(&self) -> Vec<String> {
         match &self.source {
             Source::Synthetic { .. } => vec!["0".into(), "1".into()],
@@ -291,10 +331,11 @@ mod tests {
     use super::*;
 
     fn spec(source: &str) -> DataSpec {
-        DataSpec::from_section(&DataSection {
+        DataSection {
             source: source.into(),
             ..DataSection::default()
-        })
+        }
+        .check(Scaling::LocalZScore)
         .unwrap()
     }
 

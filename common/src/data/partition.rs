@@ -1,11 +1,245 @@
 //! Splitting a dataset over clients. Every partitioner is a function of (dataset, seed), so each
 //! client process computes the same split and keeps its own part.
 
+use std::collections::BTreeSet;
+
 use rand::seq::SliceRandom;
+use serde::{Deserialize, Serialize};
 
 use super::Dataset;
+use crate::params::{ParamError, ParamResult};
 use crate::rng::derive_rng;
 use crate::{FlintError, Result};
+
+/// `[partition]` as written; [`PartitionSection::plan`] checks it with the clients' own keys.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PartitionSection {
+    /// `iid` (default: shuffled, equal shares), `explicit` (each client's `class_counts`),
+    /// `fractions` (each client's `fraction` of the shuffled rows) or `dirichlet` (TPFL §6.3;
+    /// the only one for image data).
+    pub kind: Option<String>,
+    /// dirichlet: training rows per client (default 30000).
+    pub samples: Option<usize>,
+    /// dirichlet: α of the IID clients (default 10000).
+    pub iid_alpha: Option<f64>,
+    /// dirichlet: α of the non-IID clients (default 0.05).
+    pub non_iid_alpha: Option<f64>,
+    /// dirichlet: how many clients, the first ones by id, are IID (default: all). TPFL's
+    /// experiments 1–5 are 100 %, 75 %, 50 %, 25 % and 0 % of the clients.
+    pub iid_clients: Option<usize>,
+}
+
+/// One `[[clients]]` entry as written.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientSection {
+    pub name: Option<String>,
+    /// Declared compute power; `flint-client --compute-ghz` overrides it for a real machine.
+    pub compute_ghz: Option<f64>,
+    /// Samples per class, for `partition.kind = "explicit"`.
+    pub class_counts: Option<Vec<usize>>,
+    /// Share of the rows, for `partition.kind = "fractions"`.
+    pub fraction: Option<f64>,
+}
+
+/// A declared client, checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClientSpec {
+    pub name: String,
+    pub compute_ghz: f64,
+}
+
+/// The clients an experiment declares, one by one (`[[clients]]`) or by number
+/// (`client_count`, clients `client-1` … `client-N`), with their entries as written.
+/// `needs_ghz`: every client must declare its compute power.
+pub fn declare_clients(
+    client_count: Option<usize>,
+    entries: &[ClientSection],
+    needs_ghz: bool,
+) -> ParamResult<(Vec<ClientSection>, Vec<ClientSpec>)> {
+    let bad = |m: String| Err(ParamError::Inconsistent(m));
+    let declared = match (client_count, entries.len()) {
+        (Some(_), l) if l > 0 => {
+            return bad("give either client_count or [[clients]] entries, not both".into());
+        }
+        (Some(0), _) | (None, 0) => {
+            return bad(
+                "at least one client is needed: client_count = N or [[clients]] entries".into(),
+            );
+        }
+        (Some(n), _) => vec![ClientSection::default(); n],
+        (None, _) => entries.to_vec(),
+    };
+    let mut names = BTreeSet::new();
+    let mut clients = Vec::with_capacity(declared.len());
+    for (i, c) in declared.iter().enumerate() {
+        let name = c
+            .name
+            .clone()
+            .unwrap_or_else(|| format!("client-{}", i + 1));
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|ch| ch.is_ascii_alphanumeric() || "-_.".contains(ch))
+        {
+            return bad(format!(
+                "client name {name:?} must be non-empty ASCII letters, digits, '-', '_' or '.'"
+            ));
+        }
+        if !names.insert(name.clone()) {
+            return bad(format!("client name {name:?} appears twice"));
+        }
+        let compute_ghz = match c.compute_ghz {
+            Some(g) if g.is_finite() && g > 0.0 => g,
+            Some(g) => {
+                return bad(format!(
+                    "client {name:?}: compute_ghz must be positive, got {g}"
+                ));
+            }
+            None if needs_ghz => {
+                return bad(format!(
+                    "client {name:?} needs compute_ghz: the ahp criterion compute-ghz uses it"
+                ));
+            }
+            None => 1.0,
+        };
+        clients.push(ClientSpec { name, compute_ghz });
+    }
+    Ok((declared, clients))
+}
+
+impl PartitionSection {
+    /// Checks each client's partition keys against `partition.kind`.
+    pub fn plan(
+        &self,
+        files: &[ClientSection],
+        clients: &[ClientSpec],
+        classes: usize,
+    ) -> ParamResult<PartitionPlan> {
+        plan(self, files, clients, classes).map_err(ParamError::Inconsistent)
+    }
+}
+
+fn plan(
+    section: &PartitionSection,
+    files: &[ClientSection],
+    clients: &[ClientSpec],
+    classes: usize,
+) -> std::result::Result<PartitionPlan, String> {
+    let kind = section.kind.as_deref().unwrap_or("iid");
+    if kind != "dirichlet" {
+        let given = [
+            ("samples", section.samples.is_some()),
+            ("iid_alpha", section.iid_alpha.is_some()),
+            ("non_iid_alpha", section.non_iid_alpha.is_some()),
+            ("iid_clients", section.iid_clients.is_some()),
+        ];
+        if let Some((k, _)) = given.iter().find(|(_, set)| *set) {
+            return Err(format!(
+                "partition.{k} applies to partition.kind = \"dirichlet\", not {kind}"
+            ));
+        }
+    }
+    let stray = |what: &str, has: fn(&ClientSection) -> bool| -> std::result::Result<(), String> {
+        match files.iter().zip(clients).find(|(f, _)| has(f)) {
+            Some((_, c)) => Err(format!(
+                "client {:?} has {what} but partition.kind is {kind}",
+                c.name
+            )),
+            None => Ok(()),
+        }
+    };
+    match kind {
+        "iid" => {
+            stray("class_counts", |f| f.class_counts.is_some())?;
+            stray("fraction", |f| f.fraction.is_some())?;
+            Ok(PartitionPlan::Iid {
+                clients: clients.len(),
+            })
+        }
+        "explicit" => {
+            stray("fraction", |f| f.fraction.is_some())?;
+            let mut all = Vec::with_capacity(clients.len());
+            for (f, c) in files.iter().zip(clients) {
+                match &f.class_counts {
+                    Some(counts) if counts.len() == classes => all.push(counts.clone()),
+                    Some(counts) => {
+                        return Err(format!(
+                            "client {:?}: class_counts has {} entries but the data has {classes} classes",
+                            c.name,
+                            counts.len(),
+                        ));
+                    }
+                    None => {
+                        return Err(format!(
+                            "client {:?} needs class_counts: partition.kind is explicit",
+                            c.name
+                        ));
+                    }
+                }
+            }
+            Ok(PartitionPlan::Explicit(all))
+        }
+        "fractions" => {
+            stray("class_counts", |f| f.class_counts.is_some())?;
+            let mut all = Vec::with_capacity(clients.len());
+            for (f, c) in files.iter().zip(clients) {
+                match f.fraction {
+                    Some(x) if x.is_finite() && x > 0.0 && x <= 1.0 => all.push(x),
+                    Some(x) => {
+                        return Err(format!(
+                            "client {:?}: fraction must be in (0, 1], got {x}",
+                            c.name
+                        ));
+                    }
+                    None => {
+                        return Err(format!(
+                            "client {:?} needs a fraction: partition.kind is fractions",
+                            c.name
+                        ));
+                    }
+                }
+            }
+            let sum: f64 = all.iter().sum();
+            if (sum - 1.0).abs() > 1e-6 {
+                return Err(format!(
+                    "the clients' fractions sum to {sum}, expected 1 (every row goes to a client)"
+                ));
+            }
+            Ok(PartitionPlan::Fractions(all))
+        }
+        "dirichlet" => {
+            stray("class_counts", |f| f.class_counts.is_some())?;
+            stray("fraction", |f| f.fraction.is_some())?;
+            let samples = section.samples.unwrap_or(30_000);
+            if samples == 0 {
+                return Err("partition.samples must be at least 1".into());
+            }
+            let iid_alpha = section.iid_alpha.unwrap_or(10_000.0);
+            let non_iid_alpha = section.non_iid_alpha.unwrap_or(0.05);
+            for (k, a) in [("iid_alpha", iid_alpha), ("non_iid_alpha", non_iid_alpha)] {
+                if !(a.is_finite() && a > 0.0) {
+                    return Err(format!("partition.{k} must be positive, got {a}"));
+                }
+            }
+            let iid = section.iid_clients.unwrap_or(clients.len());
+            if iid > clients.len() {
+                return Err(format!(
+                    "partition.iid_clients is {iid} but only {} clients are declared",
+                    clients.len()
+                ));
+            }
+            let alphas = (0..clients.len())
+                .map(|k| if k < iid { iid_alpha } else { non_iid_alpha })
+                .collect();
+            Ok(PartitionPlan::Dirichlet { alphas, samples })
+        }
+        other => Err(format!(
+            "unknown partition.kind {other:?}; expected iid, explicit, fractions or dirichlet"
+        )),
+    }
+}
 
 /// How the rows are split over the clients, checked against the experiment.
 #[derive(Debug, Clone, PartialEq)]

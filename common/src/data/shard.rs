@@ -22,24 +22,15 @@ use super::Dataset;
 use crate::ClientId;
 use crate::rng::derive_rng;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How a client scales its features (see the module doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Scaling {
+    #[serde(rename = "local-zscore")]
     LocalZScore,
+    #[serde(rename = "local-minmax")]
     LocalMinMax,
     None,
-}
-
-impl Scaling {
-    pub fn parse(s: Option<&str>) -> std::result::Result<Scaling, String> {
-        match s.unwrap_or("local-zscore") {
-            "local-zscore" => Ok(Scaling::LocalZScore),
-            "local-minmax" => Ok(Scaling::LocalMinMax),
-            "none" => Ok(Scaling::None),
-            other => Err(format!(
-                "unknown data.scaling {other:?}; expected local-zscore, local-minmax or none"
-            )),
-        }
-    }
 }
 
 #[derive(Debug, Clone)]

@@ -28,15 +28,17 @@
 //!   and {ŷ_i}, averaged over the samples. With one label per sample that is 1 if the prediction
 //!   is right and 0 if not, so the fitness is the error rate.
 
-use crate::config::FcmSection;
+use serde::{Deserialize, Serialize};
+
 use crate::data::Dataset;
 use crate::metrics::ConfusionMatrix;
 use crate::model::pso::{self, PsoHyper};
+use crate::params::{ParamResult, parse_name_or, positive, require};
 use crate::rng::FlintRng;
 use crate::{FlintError, Result};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Activation {
     /// Unipolar, states in (0, 1) (eq. 2).
     Sigmoid,
@@ -56,15 +58,35 @@ impl Activation {
 }
 
 /// What PSO minimises (see the module doc).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Fitness {
     Jaccard,
     SampleJaccard,
 }
 
+/// `[fcm]` as written; [`FcmSection::check`] makes it an [`FcmHyper`]. `aggregation` belongs to
+/// the Blind FL server (`strategy::fcm::Aggregation`).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FcmSection {
+    /// `tanh` (default) or `sigmoid`.
+    pub activation: Option<String>,
+    /// λ; default 2 for tanh, 5 for the sigmoid (the paper's two models).
+    pub slope: Option<f64>,
+    /// The dynamics stop when ‖c(t) − c(t−1)‖ is below this (default 1e-5).
+    pub tolerance: Option<f64>,
+    /// Iteration cap of the dynamics (default 100).
+    pub max_iterations: Option<usize>,
+    /// PSO's objective: `jaccard` (default, 1 − Jaccard of the positive class) or
+    /// `sample-jaccard` (eq. 7 per sample, averaged: the error rate).
+    pub fitness: Option<String>,
+    /// Server aggregation of `blind-fcm` / `blended-fcm`: `mean` (default), `accuracy` or `precision`.
+    pub aggregation: Option<String>,
+}
+
 /// Checked FCM hyper-parameters.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct FcmHyper {
     pub activation: Activation,
     pub fitness: Fitness,
@@ -74,50 +96,30 @@ pub struct FcmHyper {
     pub max_iterations: usize,
 }
 
-impl FcmHyper {
-    pub fn from_section(s: &FcmSection) -> std::result::Result<FcmHyper, String> {
-        let activation = match s.activation.as_deref().unwrap_or("tanh") {
-            "tanh" => Activation::Tanh,
-            "sigmoid" => Activation::Sigmoid,
-            other => {
-                return Err(format!(
-                    "unknown fcm.activation {other:?}; expected tanh or sigmoid"
-                ));
-            }
-        };
+impl FcmSection {
+    pub fn check(&self) -> ParamResult<FcmHyper> {
+        let activation = parse_name_or(
+            "fcm.activation",
+            self.activation.as_deref(),
+            Activation::Tanh,
+        )?;
         let default_slope = match activation {
             Activation::Tanh => 2.0,
             Activation::Sigmoid => 5.0,
         };
-        let fitness = match s.fitness.as_deref().unwrap_or("jaccard") {
-            "jaccard" => Fitness::Jaccard,
-            "sample-jaccard" => Fitness::SampleJaccard,
-            other => {
-                return Err(format!(
-                    "unknown fcm.fitness {other:?}; expected jaccard or sample-jaccard"
-                ));
-            }
-        };
-        let h = FcmHyper {
+        let max_iterations = self.max_iterations.unwrap_or(100);
+        Ok(FcmHyper {
             activation,
-            fitness,
-            slope: s.slope.unwrap_or(default_slope),
-            tolerance: s.tolerance.unwrap_or(1e-5),
-            max_iterations: s.max_iterations.unwrap_or(100),
-        };
-        if !(h.slope.is_finite() && h.slope > 0.0) {
-            return Err(format!("fcm.slope must be positive, got {}", h.slope));
-        }
-        if !(h.tolerance.is_finite() && h.tolerance > 0.0) {
-            return Err(format!(
-                "fcm.tolerance must be positive, got {}",
-                h.tolerance
-            ));
-        }
-        if h.max_iterations == 0 {
-            return Err("fcm.max_iterations must be at least 1".into());
-        }
-        Ok(h)
+            fitness: parse_name_or("fcm.fitness", self.fitness.as_deref(), Fitness::Jaccard)?,
+            slope: positive("fcm.slope", self.slope.unwrap_or(default_slope))?,
+            tolerance: positive("fcm.tolerance", self.tolerance.unwrap_or(1e-5))?,
+            max_iterations: require(
+                "fcm.max_iterations",
+                "at least 1",
+                max_iterations,
+                max_iterations > 0,
+            )?,
+        })
     }
 }
 

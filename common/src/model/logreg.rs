@@ -1,12 +1,24 @@
 //! Logistic regression (AHP paper §3.4): `p = σ(β₀ + Σ βᵢxᵢ)`, binary cross-entropy minimised by
 //! full-batch gradient descent, class 1 predicted when p > 0.5.
 
-use crate::config::LogRegSection;
+use serde::{Deserialize, Serialize};
+
 use crate::data::Dataset;
 use crate::metrics::ConfusionMatrix;
+use crate::params::{ParamResult, positive, require};
+
+/// `[logreg]` as written; [`LogRegSection::check`] makes it a [`LogRegHyper`].
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogRegSection {
+    pub learning_rate: Option<f64>,
+    /// Full-batch gradient steps per round.
+    pub local_epochs: Option<u32>,
+    pub l2: Option<f64>,
+}
 
 /// Checked hyper-parameters.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct LogRegHyper {
     pub learning_rate: f64,
     /// Gradient steps over the whole training split per round.
@@ -14,26 +26,25 @@ pub struct LogRegHyper {
     pub l2: f64,
 }
 
-impl LogRegHyper {
-    pub fn from_section(s: &LogRegSection) -> Result<LogRegHyper, String> {
-        let h = LogRegHyper {
-            learning_rate: s.learning_rate.unwrap_or(0.1),
-            local_epochs: s.local_epochs.unwrap_or(10),
-            l2: s.l2.unwrap_or(0.0),
-        };
-        if !(h.learning_rate.is_finite() && h.learning_rate > 0.0) {
-            return Err(format!(
-                "logreg.learning_rate must be positive, got {}",
-                h.learning_rate
-            ));
-        }
-        if h.local_epochs == 0 {
-            return Err("logreg.local_epochs must be at least 1".into());
-        }
-        if !(h.l2.is_finite() && h.l2 >= 0.0) {
-            return Err(format!("logreg.l2 must be zero or positive, got {}", h.l2));
-        }
-        Ok(h)
+impl LogRegSection {
+    pub fn check(&self) -> ParamResult<LogRegHyper> {
+        let l2 = self.l2.unwrap_or(0.0);
+        let local_epochs = self.local_epochs.unwrap_or(10);
+        Ok(LogRegHyper {
+            learning_rate: positive("logreg.learning_rate", self.learning_rate.unwrap_or(0.1))?,
+            local_epochs: require(
+                "logreg.local_epochs",
+                "at least 1",
+                local_epochs,
+                local_epochs > 0,
+            )?,
+            l2: require(
+                "logreg.l2",
+                "zero or positive",
+                l2,
+                l2.is_finite() && l2 >= 0.0,
+            )?,
+        })
     }
 }
 

@@ -10,8 +10,26 @@
 
 use rand::RngExt;
 
-use crate::config::PsoSection;
+use serde::{Deserialize, Serialize};
+
+use crate::params::{ParamResult, positive, require};
 use crate::rng::FlintRng;
+
+/// `[pso]` as written; [`PsoSection::check`] makes it a [`PsoHyper`].
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PsoSection {
+    /// Particles (default 10).
+    pub swarm: Option<usize>,
+    /// Swarm moves per round (default 20).
+    pub iterations: Option<usize>,
+    /// Cognitive factor bound φ₁ (default 2).
+    pub phi1: Option<f64>,
+    /// Social factor bound φ₂ (default 2).
+    pub phi2: Option<f64>,
+    /// Velocity clamp per component (default 0.2).
+    pub max_velocity: Option<f64>,
+}
 
 /// Checked PSO hyper-parameters.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
@@ -40,33 +58,26 @@ impl Default for PsoHyper {
     }
 }
 
-impl PsoHyper {
-    pub fn from_section(s: &PsoSection) -> Result<PsoHyper, String> {
+impl PsoSection {
+    pub fn check(&self) -> ParamResult<PsoHyper> {
         let d = PsoHyper::default();
-        let h = PsoHyper {
-            swarm: s.swarm.unwrap_or(d.swarm),
-            iterations: s.iterations.unwrap_or(d.iterations),
-            phi1: s.phi1.unwrap_or(d.phi1),
-            phi2: s.phi2.unwrap_or(d.phi2),
-            max_velocity: s.max_velocity.unwrap_or(d.max_velocity),
-        };
-        if h.swarm == 0 {
-            return Err("pso.swarm must be at least 1".into());
-        }
-        for (key, v) in [("pso.phi1", h.phi1), ("pso.phi2", h.phi2)] {
-            if !(v.is_finite() && v >= 0.0) {
-                return Err(format!("{key} must be zero or positive, got {v}"));
-            }
-        }
-        if !(h.max_velocity.is_finite() && h.max_velocity > 0.0) {
-            return Err(format!(
-                "pso.max_velocity must be positive, got {}",
-                h.max_velocity
-            ));
-        }
-        Ok(h)
+        let swarm = self.swarm.unwrap_or(d.swarm);
+        let non_negative =
+            |key, v: f64| require(key, "zero or positive", v, v.is_finite() && v >= 0.0);
+        Ok(PsoHyper {
+            swarm: require("pso.swarm", "at least 1", swarm, swarm > 0)?,
+            iterations: self.iterations.unwrap_or(d.iterations),
+            phi1: non_negative("pso.phi1", self.phi1.unwrap_or(d.phi1))?,
+            phi2: non_negative("pso.phi2", self.phi2.unwrap_or(d.phi2))?,
+            max_velocity: positive(
+                "pso.max_velocity",
+                self.max_velocity.unwrap_or(d.max_velocity),
+            )?,
+        })
     }
+}
 
+impl PsoHyper {
     /// Fitness evaluations one run makes: the initial swarm, then one per particle per iteration.
     pub fn evaluations(&self) -> usize {
         self.swarm * (self.iterations + 1)
@@ -226,16 +237,17 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            PsoHyper::from_section(&s).unwrap_err(),
-            "pso.swarm must be at least 1"
+            s.check().unwrap_err().to_string(),
+            "pso.swarm must be at least 1, got 0"
         );
         let s = PsoSection {
             max_velocity: Some(0.0),
             ..Default::default()
         };
         assert!(
-            PsoHyper::from_section(&s)
+            s.check()
                 .unwrap_err()
+                .to_string()
                 .contains("max_velocity must be positive")
         );
     }

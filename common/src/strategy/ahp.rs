@@ -6,33 +6,20 @@
 //! of the round and combined with the priorities (see REFERENCE-NOTES §3 for why this reproduces
 //! the paper's weights).
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-use crate::config::AhpSection;
+use crate::params::{ParamError, ParamResult, parse_name};
 
 /// The paper's criteria, in the order of its preference matrix (REFERENCE-NOTES §3).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum AhpCriterion {
     /// Declared compute power of the client machine.
     ComputeGhz,
-    /// Class balance of the training split, `1 − Σ p²`.
+    /// Class balance of the training split, its Gini impurity `1 − Σ p²`.
     Gini,
     /// Training samples.
     Size,
-}
-
-impl AhpCriterion {
-    fn parse(s: &str) -> Result<AhpCriterion, String> {
-        match s {
-            "compute-ghz" => Ok(AhpCriterion::ComputeGhz),
-            "gini" => Ok(AhpCriterion::Gini),
-            "size" => Ok(AhpCriterion::Size),
-            other => Err(format!(
-                "unknown ahp criterion {other:?}; expected compute-ghz, gini or size"
-            )),
-        }
-    }
 }
 
 /// Random consistency index by matrix size (the paper's Table 2).
@@ -47,6 +34,16 @@ pub fn paper_matrix() -> Vec<Vec<f64>> {
     ]
 }
 
+/// `[ahp]` as written; [`AhpSection::check`] makes it an [`AhpHyper`].
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AhpSection {
+    /// Criteria in the order of the matrix rows; default `["compute-ghz", "gini", "size"]`.
+    pub criteria: Option<Vec<String>>,
+    /// Pairwise preference matrix (Saaty scale); default: the AHP paper's Figure 1.
+    pub preference: Option<Vec<Vec<f64>>>,
+}
+
 /// Checked AHP settings with their priority vector.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct AhpHyper {
@@ -55,13 +52,13 @@ pub struct AhpHyper {
     pub priorities: Priorities,
 }
 
-impl AhpHyper {
-    pub fn from_section(s: &AhpSection) -> Result<AhpHyper, String> {
-        let criteria = match &s.criteria {
+impl AhpSection {
+    pub fn check(&self) -> ParamResult<AhpHyper> {
+        let criteria = match &self.criteria {
             Some(names) => names
                 .iter()
-                .map(|n| AhpCriterion::parse(n))
-                .collect::<Result<Vec<_>, _>>()?,
+                .map(|n| parse_name("ahp criterion", n))
+                .collect::<ParamResult<Vec<AhpCriterion>>>()?,
             None => vec![
                 AhpCriterion::ComputeGhz,
                 AhpCriterion::Gini,
@@ -70,18 +67,20 @@ impl AhpHyper {
         };
         for (i, c) in criteria.iter().enumerate() {
             if criteria[..i].contains(c) {
-                return Err(format!("ahp criterion {c:?} appears twice"));
+                return Err(ParamError::Inconsistent(format!(
+                    "ahp criterion {c:?} appears twice"
+                )));
             }
         }
-        let matrix = s.preference.clone().unwrap_or_else(paper_matrix);
-        let priorities = priorities(&matrix)?;
+        let matrix = self.preference.clone().unwrap_or_else(paper_matrix);
+        let priorities = priorities(&matrix).map_err(ParamError::Inconsistent)?;
         if matrix.len() != criteria.len() {
-            return Err(format!(
+            return Err(ParamError::Inconsistent(format!(
                 "ahp.preference is {}×{} but there are {} criteria",
                 matrix.len(),
                 matrix.len(),
                 criteria.len()
-            ));
+            )));
         }
         if priorities.cr > 0.1 {
             tracing::warn!(
@@ -192,8 +191,9 @@ fn principal_eigenvalue(matrix: &[Vec<f64>]) -> f64 {
     lambda
 }
 
-/// Gini impurity of a class distribution, `1 − Σ p²` (0.5 for a balanced binary client).
-pub fn gini(class_counts: &[u64]) -> f64 {
+/// Gini impurity of a class distribution, `1 − Σ p²` (0.5 for a balanced binary client): the
+/// AHP paper's balance criterion. Not FedTMOS's `GiniIndex`, which is `Σ p²`.
+pub fn gini_impurity(class_counts: &[u64]) -> f64 {
     let n: u64 = class_counts.iter().sum();
     if n == 0 {
         return 0.0;
@@ -280,7 +280,7 @@ mod tests {
                 size,
             })
             .collect();
-        let hyper = AhpHyper::from_section(&AhpSection::default()).unwrap();
+        let hyper = AhpSection::default().check().unwrap();
         let w = client_weights(&hyper, &clients);
         for (got, want) in w.iter().zip([0.242, 0.199, 0.171, 0.222, 0.164]) {
             assert!((got - want).abs() <= 0.01, "{w:?}");
@@ -290,9 +290,9 @@ mod tests {
 
     #[test]
     fn gini_of_table3_counts() {
-        assert_eq!(gini(&[2000, 2000]), 0.5);
-        assert!((gini(&[4500, 1800]) - 0.408).abs() < 0.001);
-        assert_eq!(gini(&[]), 0.0);
+        assert_eq!(gini_impurity(&[2000, 2000]), 0.5);
+        assert!((gini_impurity(&[4500, 1800]) - 0.408).abs() < 0.001);
+        assert_eq!(gini_impurity(&[]), 0.0);
     }
 
     #[test]
@@ -307,7 +307,7 @@ mod tests {
             criteria: Some(vec!["gini".into(), "size".into()]),
             preference: None,
         };
-        let e = AhpHyper::from_section(&section).unwrap_err();
+        let e = section.check().unwrap_err().to_string();
         assert!(e.contains("3×3 but there are 2 criteria"), "{e}");
     }
 

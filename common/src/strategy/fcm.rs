@@ -10,21 +10,25 @@
 
 use std::collections::BTreeMap;
 
-use serde_json::json;
+use serde::{Deserialize, Serialize};
 
-use super::{Aggregate, ClientStrategy, Downloads, LocalMetrics, ServerStrategy};
+use super::{
+    Aggregate, ClientStrategy, Downloads, LocalMetrics, RoundReport, ServerStrategy, StrategyState,
+    restore_stateless, unexpected,
+};
 use crate::data::Shard;
 use crate::metrics::ConfusionMatrix;
 use crate::model::fcm::{self, Fcm, FcmHyper};
 use crate::model::pso::PsoHyper;
+use crate::params::name_of;
 use crate::rng::FlintRng;
 use crate::wire::proto::{DataSummary, Payload};
-use crate::wire::{self, AdjacencyMatrixExt};
+use crate::wire::{self, Update};
 use crate::{ClientId, FlintError, Result, Round};
 
 /// How the server weights the participants' maps.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Aggregation {
     /// Eq. 9: 1/n each.
     Mean,
@@ -35,23 +39,8 @@ pub enum Aggregation {
 }
 
 impl Aggregation {
-    pub fn parse(s: Option<&str>) -> std::result::Result<Aggregation, String> {
-        match s.unwrap_or("mean") {
-            "mean" => Ok(Aggregation::Mean),
-            "accuracy" => Ok(Aggregation::Accuracy),
-            "precision" => Ok(Aggregation::Precision),
-            other => Err(format!(
-                "unknown fcm.aggregation {other:?}; expected mean, accuracy or precision"
-            )),
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Aggregation::Mean => "mean",
-            Aggregation::Accuracy => "accuracy",
-            Aggregation::Precision => "precision",
-        }
+    pub fn name(self) -> String {
+        name_of(&self)
     }
 
     /// The participants' weights, in the order given, summing to 1. When every score is 0 (no
@@ -73,6 +62,14 @@ impl Aggregation {
     }
 }
 
+/// Blind FL's record of a round.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct FcmRound {
+    pub aggregation: Aggregation,
+    /// Every participant scored 0, so the maps were averaged with equal weights.
+    pub equal_weights_fallback: bool,
+}
+
 pub struct FcmServer {
     classes: usize,
     aggregation: Aggregation,
@@ -92,49 +89,41 @@ impl ServerStrategy for FcmServer {
         None
     }
 
-    fn check_update(&self, _client: ClientId, features: usize, update: &Payload) -> Result<()> {
-        let m = wire::expect_adjacency(update)?;
-        m.to_fcm(features, self.classes)?;
-        for (what, v) in [
-            ("local_accuracy", m.local_accuracy),
-            ("local_precision", m.local_precision),
-        ] {
-            if !(0.0..=1.0).contains(&v) {
-                return Err(FlintError::InvalidUpdate(format!(
-                    "adjacency_matrix {what} is {v}, expected a value in [0, 1]"
-                )));
-            }
-        }
-        Ok(())
+    fn decode(&self, _client: ClientId, features: usize, update: &Payload) -> Result<Update> {
+        let (map, local) = wire::decode_map(update, features, self.classes)?;
+        Ok(Update::Map { map, local })
     }
 
     fn aggregate(
         &mut self,
         round: Round,
-        clients: &BTreeMap<ClientId, DataSummary>,
-        updates: &BTreeMap<ClientId, Payload>,
+        _clients: &BTreeMap<ClientId, DataSummary>,
+        updates: &BTreeMap<ClientId, Update>,
     ) -> Result<Aggregate> {
-        let Some(first) = updates.keys().next() else {
+        let mut maps = Vec::with_capacity(updates.len());
+        let mut local = BTreeMap::new();
+        for (id, u) in updates {
+            let Update::Map { map, local: l } = u else {
+                return Err(unexpected("adjacency_matrix", u));
+            };
+            maps.push(map);
+            local.insert(*id, *l);
+        }
+        let Some(first) = maps.first() else {
             return Err(FlintError::InvalidUpdate(format!(
                 "round {round} has no updates to aggregate"
             )));
         };
-        let features = clients
-            .get(first)
-            .map(|s| s.features as usize)
-            .ok_or_else(|| {
-                FlintError::InvalidUpdate(format!("update from client {first}, which never joined"))
-            })?;
-        let mut maps = Vec::with_capacity(updates.len());
-        let mut local = BTreeMap::new();
-        for (id, p) in updates {
-            let m = wire::expect_adjacency(p)?;
-            maps.push(m.to_fcm(features, self.classes)?);
-            local.insert(*id, m.local_metrics());
+        let (features, parameters) = (first.features(), first.parameters().len());
+        if let Some(m) = maps.iter().find(|m| m.features() != features) {
+            return Err(FlintError::InvalidUpdate(format!(
+                "updates disagree on the feature count: {} and {features}",
+                m.features()
+            )));
         }
         let scores: Vec<LocalMetrics> = local.values().copied().collect();
         let (weights, fallback) = self.aggregation.weights(&scores);
-        let mut global: Vec<f64> = vec![0.0; maps[0].parameters().len()];
+        let mut global: Vec<f64> = vec![0.0; parameters];
         for (m, a) in maps.iter().zip(&weights) {
             for (g, w) in global.iter_mut().zip(m.parameters()) {
                 *g += a * w;
@@ -151,15 +140,22 @@ impl ServerStrategy for FcmServer {
             );
         }
         Ok(Aggregate {
-            downloads: Downloads::Broadcast(wire::adjacency_payload(&global, None)),
+            downloads: Downloads::Broadcast(wire::encode_map(&global, None)),
             weights: updates.keys().copied().zip(weights).collect(),
-            details: json!({ "aggregation": self.aggregation, "equal_weights_fallback": fallback }),
+            report: RoundReport::Fcm(FcmRound {
+                aggregation: self.aggregation,
+                equal_weights_fallback: fallback,
+            }),
             local,
         })
     }
 
-    fn describe(&self) -> serde_json::Value {
-        json!({ "aggregation": self.aggregation, "classes": self.classes })
+    fn snapshot(&self) -> StrategyState {
+        StrategyState::Stateless
+    }
+
+    fn restore(&mut self, state: StrategyState) -> Result<()> {
+        restore_stateless("blind fl", state)
     }
 }
 
@@ -206,7 +202,7 @@ impl FcmClient {
 
 impl ClientStrategy<Shard> for FcmClient {
     fn apply(&mut self, _round: Round, download: &Payload) -> Result<()> {
-        let global = wire::expect_adjacency(download)?.to_fcm(self.features, self.classes)?;
+        let (global, _) = wire::decode_map(download, self.features, self.classes)?;
         self.model = Some(match (self.blend, &self.model) {
             (Blend::Average, Some(local)) => global.blend(local)?,
             _ => global,
@@ -232,7 +228,7 @@ impl ClientStrategy<Shard> for FcmClient {
             precision = m.precision,
             "fcm trained"
         );
-        let payload = wire::adjacency_payload(
+        let payload = wire::encode_map(
             &t.model,
             Some(LocalMetrics {
                 accuracy: m.accuracy,
@@ -290,16 +286,17 @@ mod tests {
 
     fn upload(params: Vec<f64>, accuracy: f64, precision: f64) -> Payload {
         let map = Fcm::from_parameters(1, 2, params).unwrap();
-        wire::adjacency_payload(&map, Some(m(accuracy, precision)))
+        wire::encode_map(&map, Some(m(accuracy, precision)))
+    }
+
+    fn decoded(p: &Payload) -> Update {
+        FcmServer::new(2, Aggregation::Mean)
+            .decode(1, 1, p)
+            .unwrap()
     }
 
     fn params_of(p: &Payload) -> Vec<f64> {
-        wire::expect_adjacency(p)
-            .unwrap()
-            .to_fcm(1, 2)
-            .unwrap()
-            .parameters()
-            .to_vec()
+        wire::decode_map(p, 1, 2).unwrap().0.parameters().to_vec()
     }
 
     #[test]
@@ -308,8 +305,8 @@ mod tests {
         assert_eq!(s.initial_download(1), None);
         let clients = BTreeMap::from([(1, summary(1)), (2, summary(1))]);
         let updates = BTreeMap::from([
-            (1, upload(vec![1.0, 0.5, -1.0, 0.0], 0.75, 0.5)),
-            (2, upload(vec![0.0, -0.5, 1.0, 0.25], 0.25, 0.5)),
+            (1, decoded(&upload(vec![1.0, 0.5, -1.0, 0.0], 0.75, 0.5))),
+            (2, decoded(&upload(vec![0.0, -0.5, 1.0, 0.25], 0.25, 0.5))),
         ]);
         let agg = s.aggregate(1, &clients, &updates).unwrap();
         assert_eq!(agg.weights, BTreeMap::from([(1, 0.75), (2, 0.25)]));
@@ -319,7 +316,7 @@ mod tests {
         };
         assert_eq!(params_of(p), vec![0.75, 0.25, -0.5, 0.0625]);
         // The download carries no client's metrics.
-        assert_eq!(wire::expect_adjacency(p).unwrap().local_accuracy, 0.0);
+        assert_eq!(wire::decode_map(p, 1, 2).unwrap().1.accuracy, 0.0);
     }
 
     fn hyper() -> FcmHyper {
@@ -355,11 +352,11 @@ mod tests {
     fn updates_are_checked_against_the_run() {
         let s = FcmServer::new(2, Aggregation::Mean);
         let good = upload(vec![0.1, 0.2, 0.3, 0.4], 0.5, 0.5);
-        s.check_update(1, 1, &good).unwrap();
-        let e = s.check_update(1, 2, &good).unwrap_err().to_string();
+        s.decode(1, 1, &good).unwrap();
+        let e = s.decode(1, 2, &good).unwrap_err().to_string();
         assert!(e.contains("expected 4×4"), "{e}");
         let bad = upload(vec![0.1, 0.2, 0.3, 0.4], 1.5, 0.5);
-        let e = s.check_update(1, 1, &bad).unwrap_err().to_string();
+        let e = s.decode(1, 1, &bad).unwrap_err().to_string();
         assert!(e.contains("local_accuracy is 1.5"), "{e}");
         let nan = Payload {
             kind: Some(Kind::AdjacencyMatrix(AdjacencyMatrix {
@@ -369,10 +366,10 @@ mod tests {
                 local_precision: 0.5,
             })),
         };
-        let e = s.check_update(1, 1, &nan).unwrap_err().to_string();
+        let e = s.decode(1, 1, &nan).unwrap_err().to_string();
         assert!(e.contains("not finite"), "{e}");
-        let wrong = wire::linear_payload(&crate::model::logreg::LogReg::zeros(1));
-        let e = s.check_update(1, 1, &wrong).unwrap_err().to_string();
+        let wrong = wire::encode_linear(&crate::model::logreg::LogReg::zeros(1));
+        let e = s.decode(1, 1, &wrong).unwrap_err().to_string();
         assert!(e.contains("expected an adjacency_matrix"), "{e}");
     }
 }

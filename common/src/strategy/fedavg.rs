@@ -3,16 +3,17 @@
 
 use std::collections::BTreeMap;
 
-use serde_json::json;
-
 use super::ahp::{self, AhpHyper, CriteriaValues};
-use super::{Aggregate, ClientStrategy, Downloads, ServerStrategy};
+use super::{
+    Aggregate, ClientStrategy, Downloads, RoundReport, ServerStrategy, StrategyState,
+    restore_stateless, unexpected,
+};
 use crate::data::Shard;
 use crate::metrics::ConfusionMatrix;
 use crate::model::logreg::{LogReg, LogRegHyper};
 use crate::rng::FlintRng;
 use crate::wire::proto::{DataSummary, Payload};
-use crate::wire::{self, LinearModelExt};
+use crate::wire::{self, Update};
 use crate::{ClientId, FlintError, Result, Round};
 
 #[derive(Debug, Clone)]
@@ -60,7 +61,7 @@ impl FedAvgServer {
                     .values()
                     .map(|s| CriteriaValues {
                         compute_ghz: s.compute_ghz,
-                        gini: ahp::gini(&s.train_class_counts),
+                        gini: ahp::gini_impurity(&s.train_class_counts),
                         size: samples(s),
                     })
                     .collect();
@@ -72,18 +73,18 @@ impl FedAvgServer {
 
 impl ServerStrategy for FedAvgServer {
     fn initial_download(&self, features: usize) -> Option<Payload> {
-        Some(wire::linear_payload(&LogReg::zeros(features)))
+        Some(wire::encode_linear(&LogReg::zeros(features)))
     }
 
-    fn check_update(&self, _client: ClientId, features: usize, update: &Payload) -> Result<()> {
-        wire::expect_linear(update)?.check(features).map(|_| ())
+    fn decode(&self, _client: ClientId, features: usize, update: &Payload) -> Result<Update> {
+        wire::decode_linear(update, features).map(Update::Linear)
     }
 
     fn aggregate(
         &mut self,
         round: Round,
         clients: &BTreeMap<ClientId, DataSummary>,
-        updates: &BTreeMap<ClientId, Payload>,
+        updates: &BTreeMap<ClientId, Update>,
     ) -> Result<Aggregate> {
         if updates.is_empty() {
             return Err(FlintError::InvalidUpdate(format!(
@@ -101,9 +102,12 @@ impl ServerStrategy for FedAvgServer {
             })
             .collect::<Result<_>>()?;
         let weights = self.weights(&participants);
-        let models: Vec<LogReg> = updates
+        let models: Vec<&LogReg> = updates
             .values()
-            .map(|p| wire::expect_linear(p).map(|m| m.to_logreg()))
+            .map(|u| match u {
+                Update::Linear(m) => Ok(m),
+                other => Err(unexpected("linear_model", other)),
+            })
             .collect::<Result<_>>()?;
         let features = models[0].features();
         let mut global = LogReg::zeros(features);
@@ -121,18 +125,19 @@ impl ServerStrategy for FedAvgServer {
         }
         let weights: BTreeMap<ClientId, f64> = updates.keys().copied().zip(weights).collect();
         Ok(Aggregate {
-            downloads: Downloads::Broadcast(wire::linear_payload(&global)),
+            downloads: Downloads::Broadcast(wire::encode_linear(&global)),
             weights,
-            details: json!({}),
+            report: RoundReport::FedAvg,
             local: BTreeMap::new(),
         })
     }
 
-    fn describe(&self) -> serde_json::Value {
-        match &self.weighting {
-            Weighting::DatasetSize => json!({ "weighting": "n_k / n" }),
-            Weighting::Ahp(h) => json!({ "weighting": "ahp", "ahp": h }),
-        }
+    fn snapshot(&self) -> StrategyState {
+        StrategyState::Stateless
+    }
+
+    fn restore(&mut self, state: StrategyState) -> Result<()> {
+        restore_stateless("fedavg", state)
     }
 }
 
@@ -153,14 +158,13 @@ impl FedAvgClient {
 
 impl ClientStrategy<Shard> for FedAvgClient {
     fn apply(&mut self, _round: Round, download: &Payload) -> Result<()> {
-        let m = wire::expect_linear(download)?.check(self.model.features())?;
-        self.model = m.to_logreg();
+        self.model = wire::decode_linear(download, self.model.features())?;
         Ok(())
     }
 
     fn train(&mut self, shard: &Shard, _round: Round, _rng: &mut FlintRng) -> Result<Payload> {
         self.model.train(&shard.train, &self.hyper);
-        Ok(wire::linear_payload(&self.model))
+        Ok(wire::encode_linear(&self.model))
     }
 
     fn evaluate(&self, shard: &Shard) -> ConfusionMatrix {
@@ -183,13 +187,19 @@ mod tests {
         }
     }
 
-    fn update(w: f32, b: f32) -> Payload {
+    fn payload(w: f32, b: f32) -> Payload {
         Payload {
             kind: Some(Kind::LinearModel(LinearModel {
                 weights: vec![w],
                 bias: b,
             })),
         }
+    }
+
+    fn update(w: f32, b: f32) -> Update {
+        FedAvgServer::by_size()
+            .decode(1, 1, &payload(w, b))
+            .unwrap()
     }
 
     #[test]
@@ -204,7 +214,7 @@ mod tests {
         let Downloads::Broadcast(p) = agg.downloads else {
             panic!("fedavg broadcasts")
         };
-        assert_eq!(p, update(7.0, -0.5));
+        assert_eq!(p, payload(7.0, -0.5));
     }
 
     #[test]
@@ -215,7 +225,8 @@ mod tests {
             (3, summary([1, 1], 3.0)),
         ]);
         let updates = BTreeMap::from([(1, update(1.0, 0.0)), (3, update(1.0, 0.0))]);
-        let server = FedAvgServer::by_ahp(AhpHyper::from_section(&Default::default()).unwrap());
+        let server =
+            FedAvgServer::by_ahp(crate::strategy::ahp::AhpSection::default().check().unwrap());
         let mut s = server;
         let agg = s.aggregate(2, &clients, &updates).unwrap();
         assert_eq!(agg.weights.keys().copied().collect::<Vec<_>>(), vec![1, 3]);
@@ -232,15 +243,15 @@ mod tests {
                 value: 0.5,
             })),
         };
-        let err = server.check_update(1, 1, &wrong).unwrap_err().to_string();
+        let err = server.decode(1, 1, &wrong).unwrap_err().to_string();
         assert!(err.contains("expected a linear_model"), "{err}");
         let err = server
-            .check_update(1, 2, &update(1.0, 0.0))
+            .decode(1, 2, &payload(1.0, 0.0))
             .unwrap_err()
             .to_string();
         assert!(err.contains("1 weights, expected 2"), "{err}");
         let err = server
-            .check_update(1, 1, &update(f32::NAN, 0.0))
+            .decode(1, 1, &payload(f32::NAN, 0.0))
             .unwrap_err()
             .to_string();
         assert!(err.contains("not finite"), "{err}");

@@ -4,7 +4,8 @@
 
 use std::collections::BTreeMap;
 
-use super::{Aggregate, Downloads, ServerStrategy};
+use super::{Aggregate, Downloads, RoundReport, ServerStrategy, StrategyState};
+use crate::wire::Update;
 use crate::wire::proto::{DataSummary, Payload};
 use crate::{ClientId, Result, Round};
 
@@ -26,27 +27,31 @@ impl ServerStrategy for LocalServer {
         self.model.initial_download(features)
     }
 
-    fn check_update(&self, client: ClientId, features: usize, update: &Payload) -> Result<()> {
-        self.model.check_update(client, features, update)
+    fn decode(&self, client: ClientId, features: usize, update: &Payload) -> Result<Update> {
+        self.model.decode(client, features, update)
     }
 
     fn aggregate(
         &mut self,
         round: Round,
         clients: &BTreeMap<ClientId, DataSummary>,
-        updates: &BTreeMap<ClientId, Payload>,
+        updates: &BTreeMap<ClientId, Update>,
     ) -> Result<Aggregate> {
         let recorded = self.model.aggregate(round, clients, updates)?;
         Ok(Aggregate {
             downloads: Downloads::PerClient(BTreeMap::new()),
             weights: BTreeMap::new(),
-            details: serde_json::json!({ "federation": "none" }),
+            report: RoundReport::Local,
             local: recorded.local,
         })
     }
 
-    fn describe(&self) -> serde_json::Value {
-        serde_json::json!({ "federation": "none", "model": self.model.describe() })
+    fn snapshot(&self) -> StrategyState {
+        self.model.snapshot()
+    }
+
+    fn restore(&mut self, state: StrategyState) -> Result<()> {
+        self.model.restore(state)
     }
 }
 
@@ -66,9 +71,9 @@ mod tests {
             accuracy: 0.5,
             precision: 0.25,
         };
-        let p = wire::adjacency_payload(&Fcm::zeros(1, 2), Some(local));
-        s.check_update(1, 1, &p).unwrap();
-        assert!(s.check_update(1, 3, &p).is_err());
+        let p = wire::encode_map(&Fcm::zeros(1, 2), Some(local));
+        let u = s.decode(1, 1, &p).unwrap();
+        assert!(s.decode(1, 3, &p).is_err());
         let clients = BTreeMap::from([(
             1,
             DataSummary {
@@ -78,7 +83,7 @@ mod tests {
                 compute_ghz: 1.0,
             },
         )]);
-        let agg = s.aggregate(1, &clients, &BTreeMap::from([(1, p)])).unwrap();
+        let agg = s.aggregate(1, &clients, &BTreeMap::from([(1, u)])).unwrap();
         assert_eq!(agg.downloads.for_client(1), None);
         assert_eq!(agg.local[&1], local);
     }

@@ -1,30 +1,40 @@
 //! Strategies: each has a server half, a pure function of the updates it is given, and a client
 //! half that trains on a shard and applies downloads. Neither does I/O.
+//!
+//! A strategy is chosen and configured by its [`StrategySpec`]; received updates reach it only
+//! through its own `decode` (see `wire::convert`), and it reports each round as a typed
+//! [`RoundReport`].
 
 pub mod ahp;
 pub mod fcm;
 pub mod fedavg;
 pub mod local;
+pub mod spec;
 pub mod tpfl;
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::Experiment;
-use crate::data::Shard;
-use crate::data::images::BitShard;
 use crate::metrics::ConfusionMatrix;
+use crate::params::name_of;
 use crate::rng::FlintRng;
+use crate::wire::Update;
 use crate::wire::proto::{DataSummary, Payload};
-use crate::{ClientId, Result, Round};
+use crate::{ClientId, FlintError, Result, Round};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub use crate::metrics::LocalMetrics;
+pub use spec::{FcmSpec, ModelSpec, Sections, StrategySpec, TmSpec};
+
+/// The strategies by name, as `strategy = "…"` writes them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum StrategyKind {
     /// FedAvg, client weights n_k / n.
+    #[serde(rename = "fedavg")]
     FedAvg,
     /// FedAvg with client weights from the Analytic Hierarchy Process.
+    #[serde(rename = "fedavg-ahp")]
     FedAvgAhp,
     /// Blind FL of FCMs: the new local model is the global one.
     BlindFcm,
@@ -39,74 +49,16 @@ pub enum StrategyKind {
 }
 
 impl StrategyKind {
-    pub const NAMES: &[&str] = &[
-        "fedavg",
-        "fedavg-ahp",
-        "blind-fcm",
-        "blended-fcm",
-        "local",
-        "central",
-        "tpfl",
-    ];
-
-    pub fn parse(s: &str) -> std::result::Result<StrategyKind, String> {
-        match s {
-            "fedavg" => Ok(StrategyKind::FedAvg),
-            "fedavg-ahp" => Ok(StrategyKind::FedAvgAhp),
-            "blind-fcm" => Ok(StrategyKind::BlindFcm),
-            "blended-fcm" => Ok(StrategyKind::BlendedFcm),
-            "local" => Ok(StrategyKind::Local),
-            "central" => Ok(StrategyKind::Central),
-            "tpfl" => Ok(StrategyKind::Tpfl),
-            other => Err(format!(
-                "unknown strategy {other:?}; expected one of {:?}",
-                Self::NAMES
-            )),
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            StrategyKind::FedAvg => "fedavg",
-            StrategyKind::FedAvgAhp => "fedavg-ahp",
-            StrategyKind::BlindFcm => "blind-fcm",
-            StrategyKind::BlendedFcm => "blended-fcm",
-            StrategyKind::Local => "local",
-            StrategyKind::Central => "central",
-            StrategyKind::Tpfl => "tpfl",
-        }
-    }
-
-    /// The model this strategy trains, given the experiment's `model` key.
-    pub fn model(self, given: Option<&str>) -> std::result::Result<ModelKind, String> {
-        let given = given.map(ModelKind::parse).transpose()?;
-        let implied = match self {
-            StrategyKind::FedAvg | StrategyKind::FedAvgAhp => Some(ModelKind::LogReg),
-            StrategyKind::BlindFcm | StrategyKind::BlendedFcm => Some(ModelKind::Fcm),
-            StrategyKind::Tpfl => Some(ModelKind::Tm),
-            StrategyKind::Local | StrategyKind::Central => None,
-        };
-        match (implied, given) {
-            (Some(i), None) => Ok(i),
-            (Some(i), Some(g)) if i == g => Ok(i),
-            (Some(i), Some(g)) => Err(format!(
-                "strategy {} trains {}, not model {}",
-                self.name(),
-                i.name(),
-                g.name()
-            )),
-            (None, Some(g)) => Ok(g),
-            (None, None) => Err(format!(
-                "strategy {} needs a model: set model = \"logreg\", \"fcm\" or \"tm\"",
-                self.name()
-            )),
-        }
+    pub fn name(self) -> String {
+        name_of(&self)
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+/// The models, as `model = "…"` writes them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ModelKind {
+    #[serde(rename = "logreg")]
     LogReg,
     Fcm,
     /// TPFL's coalesced Tsetlin Machine, on booleanized images.
@@ -114,46 +66,8 @@ pub enum ModelKind {
 }
 
 impl ModelKind {
-    pub fn parse(s: &str) -> std::result::Result<ModelKind, String> {
-        match s {
-            "logreg" => Ok(ModelKind::LogReg),
-            "fcm" => Ok(ModelKind::Fcm),
-            "tm" => Ok(ModelKind::Tm),
-            other => Err(format!(
-                "unknown model {other:?}; expected logreg, fcm or tm"
-            )),
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            ModelKind::LogReg => "logreg",
-            ModelKind::Fcm => "fcm",
-            ModelKind::Tm => "tm",
-        }
-    }
-}
-
-/// What a client said about its own freshly trained model when it uploaded (Blind FL: accuracy
-/// and precision on its test split, which the server may weight by).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct LocalMetrics {
-    pub accuracy: f64,
-    pub precision: f64,
-}
-
-impl LocalMetrics {
-    /// Unweighted mean over clients.
-    pub fn mean<'a>(all: impl IntoIterator<Item = &'a LocalMetrics>) -> Option<LocalMetrics> {
-        let all: Vec<&LocalMetrics> = all.into_iter().collect();
-        if all.is_empty() {
-            return None;
-        }
-        let n = all.len() as f64;
-        Some(LocalMetrics {
-            accuracy: all.iter().map(|m| m.accuracy).sum::<f64>() / n,
-            precision: all.iter().map(|m| m.precision).sum::<f64>() / n,
-        })
+    pub fn name(self) -> String {
+        name_of(&self)
     }
 }
 
@@ -173,33 +87,85 @@ impl Downloads {
     }
 }
 
-/// A round's result: the downloads, each participant's aggregation weight, and what the
-/// strategy wants recorded about the round.
-#[derive(Debug, Clone)]
+/// What a strategy records about one round, beyond the weights: typed, so readers (`flint
+/// report`, `flint grid`, the tests) never look values up by name.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RoundReport {
+    /// FedAvg and AHP-FedAvg: the aggregation weights say it all.
+    FedAvg,
+    /// Blind FL.
+    Fcm(fcm::FcmRound),
+    /// TPFL: the clusters, each client's winner, and the paper's download bytes.
+    Tpfl(tpfl::TpflRound),
+    /// `local` and `central`: nothing was sent back.
+    Local,
+}
+
+impl RoundReport {
+    pub fn tpfl(&self) -> Option<&tpfl::TpflRound> {
+        match self {
+            RoundReport::Tpfl(t) => Some(t),
+            _ => None,
+        }
+    }
+}
+
+/// A round's result: the downloads, each participant's aggregation weight, and the report.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Aggregate {
     pub downloads: Downloads,
     pub weights: BTreeMap<ClientId, f64>,
-    pub details: serde_json::Value,
-    /// What each participant said about its own model in its update, where the payload says it.
+    pub report: RoundReport,
+    /// What each participant said about its own model in its update, where the update says it.
     pub local: BTreeMap<ClientId, LocalMetrics>,
+}
+
+/// What a server half keeps from one round to the next, so a restarted server can go on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StrategyState {
+    /// Nothing: every round is a function of its updates alone (FedAvg, Blind FL).
+    Stateless,
+    Tpfl(tpfl::TpflState),
 }
 
 pub trait ServerStrategy: Send {
     /// What round 1 starts from, given the feature count the clients declared.
     fn initial_download(&self, features: usize) -> Option<Payload>;
-    /// Shape and value checks of one update, before it touches any state.
-    fn check_update(&self, client: ClientId, features: usize, update: &Payload) -> Result<()>;
-    /// Combines a round's updates; both maps iterate in client-id order.
+    /// Decodes one received update, checking it against the run: the only place a received
+    /// payload is read. A refused update changes no state.
+    fn decode(&self, client: ClientId, features: usize, update: &Payload) -> Result<Update>;
+    /// Combines a round's decoded updates; both maps iterate in client-id order.
     fn aggregate(
         &mut self,
         round: Round,
         clients: &BTreeMap<ClientId, DataSummary>,
-        updates: &BTreeMap<ClientId, Payload>,
+        updates: &BTreeMap<ClientId, Update>,
     ) -> Result<Aggregate>;
-    /// What the strategy wants recorded once per run (e.g. AHP priorities).
-    fn describe(&self) -> serde_json::Value {
-        serde_json::Value::Null
+    /// What the strategy keeps between rounds.
+    fn snapshot(&self) -> StrategyState;
+    /// Takes back what [`ServerStrategy::snapshot`] gave, into a strategy built from the same spec.
+    fn restore(&mut self, state: StrategyState) -> Result<()>;
+}
+
+/// `restore` of a strategy that keeps nothing between rounds.
+fn restore_stateless(who: &str, state: StrategyState) -> Result<()> {
+    match state {
+        StrategyState::Stateless => Ok(()),
+        StrategyState::Tpfl(_) => Err(FlintError::Model(format!(
+            "{who} keeps no state between rounds, but was given tpfl's"
+        ))),
     }
+}
+
+/// An update of another kind than the strategy decodes: only possible if a caller bypassed
+/// `decode`, so it is refused rather than trusted.
+fn unexpected(want: &str, got: &Update) -> FlintError {
+    FlintError::InvalidUpdate(format!(
+        "expected {want} updates to aggregate, got a {}",
+        got.kind_name()
+    ))
 }
 
 /// A client half, on the shard type its model reads (`Shard` for tables, `BitShard` for
@@ -215,50 +181,139 @@ pub trait ClientStrategy<S>: Send {
     fn evaluate(&self, shard: &S) -> ConfusionMatrix;
 }
 
-/// A client half together with the kind of data it needs.
-pub enum ClientHalf {
-    Table(Box<dyn ClientStrategy<Shard>>),
-    Bits(Box<dyn ClientStrategy<BitShard>>),
-}
+#[cfg(test)]
+mod tests {
+    use super::fcm::{Aggregation, FcmServer};
+    use super::fedavg::FedAvgServer;
+    use super::local::LocalServer;
+    use super::tpfl::{ClusterMean, TpflSection, TpflServer};
+    use super::*;
+    use crate::model::fcm::Fcm;
+    use crate::model::logreg::LogReg;
+    use crate::wire;
 
-pub fn server_strategy(e: &Experiment) -> Box<dyn ServerStrategy> {
-    let classes = e.data.classes().len();
-    match e.strategy {
-        StrategyKind::FedAvg => Box::new(fedavg::FedAvgServer::by_size()),
-        StrategyKind::FedAvgAhp => Box::new(fedavg::FedAvgServer::by_ahp(e.ahp.clone())),
-        StrategyKind::BlindFcm | StrategyKind::BlendedFcm => {
-            Box::new(fcm::FcmServer::new(classes, e.aggregation))
-        }
-        StrategyKind::Tpfl => Box::new(tpfl::TpflServer::new(classes, e.tm.clauses, e.tpfl)),
-        StrategyKind::Local | StrategyKind::Central => {
-            let model: Box<dyn ServerStrategy> = match e.model {
-                ModelKind::LogReg => Box::new(fedavg::FedAvgServer::by_size()),
-                ModelKind::Fcm => Box::new(fcm::FcmServer::new(classes, e.aggregation)),
-                ModelKind::Tm => Box::new(tpfl::TpflServer::new(classes, e.tm.clauses, e.tpfl)),
-            };
-            Box::new(local::LocalServer::new(model))
-        }
+    fn summaries(features: u32) -> BTreeMap<ClientId, DataSummary> {
+        (1..=2)
+            .map(|id| {
+                let summary = DataSummary {
+                    train_class_counts: vec![10 * u64::from(id), 5, 5],
+                    test_samples: 4,
+                    features,
+                    compute_ghz: f64::from(id),
+                };
+                (id, summary)
+            })
+            .collect()
     }
-}
 
-/// Client `client`'s half; its model's random initial state derives from (seed, client).
-pub fn client_strategy(e: &Experiment, client: ClientId, features: usize) -> ClientHalf {
-    let classes = e.data.classes().len();
-    let fcm = |blend| {
-        ClientHalf::Table(Box::new(fcm::FcmClient::new(
-            features, classes, e.fcm, e.pso, blend,
-        )))
-    };
-    match (e.strategy, e.model) {
-        (StrategyKind::BlindFcm, _) => fcm(fcm::Blend::Replace),
-        (StrategyKind::BlendedFcm, _) => fcm(fcm::Blend::Average),
-        // Local baselines never receive a download, so the blend does not matter.
-        (_, ModelKind::Fcm) => fcm(fcm::Blend::Replace),
-        (_, ModelKind::LogReg) => {
-            ClientHalf::Table(Box::new(fedavg::FedAvgClient::new(features, e.logreg)))
+    /// Snapshot after round 1, restore into a fresh strategy of the same spec (through JSON, as
+    /// a restarted server would read it), and both must decode and aggregate round 2 alike.
+    fn round_trips(
+        make: impl Fn() -> Box<dyn ServerStrategy>,
+        features: u32,
+        round1: &[(ClientId, Payload)],
+        round2: &[(ClientId, Payload)],
+    ) -> (Box<dyn ServerStrategy>, Box<dyn ServerStrategy>) {
+        let clients = summaries(features);
+        let decode = |s: &dyn ServerStrategy, ups: &[(ClientId, Payload)]| {
+            ups.iter()
+                .map(|(id, p)| Ok((*id, s.decode(*id, features as usize, p)?)))
+                .collect::<Result<BTreeMap<_, _>>>()
+        };
+        let mut a = make();
+        let first = decode(&*a, round1).unwrap();
+        a.aggregate(1, &clients, &first).unwrap();
+        let json = serde_json::to_string(&a.snapshot()).unwrap();
+        let state: StrategyState = serde_json::from_str(&json).unwrap();
+        assert_eq!(state, a.snapshot());
+        let mut b = make();
+        b.restore(state).unwrap();
+        let (ua, ub) = (decode(&*a, round2).unwrap(), decode(&*b, round2).unwrap());
+        assert_eq!(ua, ub);
+        let (ra, rb) = (
+            a.aggregate(2, &clients, &ua).unwrap(),
+            b.aggregate(2, &clients, &ub).unwrap(),
+        );
+        assert_eq!(ra, rb);
+        assert_eq!(a.snapshot(), b.snapshot());
+        (a, b)
+    }
+
+    #[test]
+    fn fedavg_and_blind_fl_keep_nothing_and_restore_as_they_were() {
+        let linear = |w: f64| {
+            wire::encode_linear(&LogReg {
+                weights: vec![w, -w],
+                bias: w / 2.0,
+            })
+        };
+        let lr = [(1, linear(1.0)), (2, linear(3.0))];
+        let ahp = ahp::AhpSection::default().check().unwrap();
+        let (a, _) = round_trips(|| Box::new(FedAvgServer::by_size()), 2, &lr, &lr);
+        assert_eq!(a.snapshot(), StrategyState::Stateless);
+        round_trips(|| Box::new(FedAvgServer::by_ahp(ahp.clone())), 2, &lr, &lr);
+        let map = |x: f64, accuracy: f64| {
+            let m = Fcm::from_parameters(1, 3, vec![x; Fcm::parameter_count(1, 3)]).unwrap();
+            let local = LocalMetrics {
+                accuracy,
+                precision: accuracy,
+            };
+            wire::encode_map(&m, Some(local))
+        };
+        let maps = [(1, map(0.5, 0.75)), (2, map(-0.25, 0.5))];
+        round_trips(
+            || Box::new(FcmServer::new(3, Aggregation::Accuracy)),
+            1,
+            &maps,
+            &maps,
+        );
+        let mut s = FcmServer::new(3, Aggregation::Mean);
+        let tpfl_state = StrategyState::Tpfl(Default::default());
+        assert!(s.restore(tpfl_state).is_err());
+    }
+
+    #[test]
+    fn tpfl_restores_its_previous_aggregates_and_delta_bases() {
+        // TPFL §5 with the code's cluster mean (the previous aggregate is averaged in) and
+        // delta uploads: both depend on what the server kept from round 1.
+        let hyper = TpflSection {
+            cluster_mean: Some("with-previous".into()),
+            delta: Some(true),
+            ..Default::default()
         }
-        (_, ModelKind::Tm) => ClientHalf::Bits(Box::new(tpfl::TpflClient::new(
-            e.tm, e.tpfl, features, classes, e.seed, client,
-        ))),
+        .check()
+        .unwrap();
+        assert_eq!(hyper.cluster_mean, ClusterMean::WithPrevious);
+        let make = || -> Box<dyn ServerStrategy> { Box::new(TpflServer::new(3, 2, hyper)) };
+        let winner = |class, weights: Vec<i32>, base| {
+            wire::encode_winner(&wire::WinnerUpload {
+                class,
+                confidence: 5.0,
+                weights,
+                delta_base_round: base,
+            })
+        };
+        let round1 = [(1, winner(2, vec![4, 6], 0)), (2, winner(2, vec![2, 2], 0))];
+        // Round 2: client 1 sends a delta against what it got in round 1.
+        let round2 = [
+            (1, winner(2, vec![1, -1], 1)),
+            (2, winner(0, vec![7, 7], 0)),
+        ];
+        let (a, _) = round_trips(make, 784, &round1, &round2);
+        let StrategyState::Tpfl(state) = a.snapshot() else {
+            panic!("tpfl keeps state")
+        };
+        assert_eq!(state.previous.len(), 2, "classes 0 and 2 have aggregates");
+        assert_eq!(
+            state.sent.len(),
+            4,
+            "one vector per member per round, two rounds of two"
+        );
+        // Without the restore, the delta has no base and is refused.
+        let e = make().decode(1, 784, &round2[0].1).unwrap_err().to_string();
+        assert!(e.contains("was sent no weights of that class"), "{e}");
+        let local = || -> Box<dyn ServerStrategy> { Box::new(LocalServer::new(make())) };
+        round_trips(local, 784, &round1, &round2);
+        assert!(make().restore(StrategyState::Stateless).is_err());
     }
 }

@@ -8,21 +8,22 @@
 
 use std::collections::BTreeMap;
 
-use serde_json::json;
+use super::{
+    Aggregate, ClientStrategy, Downloads, RoundReport, ServerStrategy, StrategyState, unexpected,
+};
+use serde::{Deserialize, Serialize};
 
-use super::{Aggregate, ClientStrategy, Downloads, ServerStrategy};
-use crate::config::TpflSection;
 use crate::data::images::{BitShard, Holdout, ShardSizes};
 use crate::metrics::ConfusionMatrix;
 use crate::model::tm::{CoalescedTm, FeedbackMasks, TmHyper};
+use crate::params::{ParamResult, parse_name_or, require};
 use crate::rng::{FlintRng, derive_rng};
-use crate::wire::proto::payload::Kind;
-use crate::wire::proto::{ClassWeights, ConfidenceWinner, DataSummary, Payload};
-use crate::wire::{self, class_weights_payload};
+use crate::wire::proto::{DataSummary, Payload};
+use crate::wire::{self, Update, Winner, WinnerUpload};
 use crate::{ClientId, FlintError, Result, Round};
 
 /// How a client measures its confidence in each class.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Confidence {
     /// Σ over the confidence set of the weighted class sums (the code).
@@ -31,8 +32,33 @@ pub enum Confidence {
     Votes,
 }
 
+/// `[tpfl]` as written; [`TpflSection::check`] makes it a [`TpflHyper`].
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TpflSection {
+    /// Local training epochs per round (default 10, TPFL Table 2).
+    pub local_epochs: Option<u32>,
+    /// `disjoint` (default: test and confidence rows never overlap training rows) or
+    /// `paper-code` (both are subsets of the client's training rows, as the published code).
+    pub evaluation: Option<String>,
+    /// Test rows per client (default 15000).
+    pub test_samples: Option<usize>,
+    /// Confidence rows per client (default 15000).
+    pub confidence_samples: Option<usize>,
+    /// `weighted` (default: Σ of weighted class sums, the code) or `votes` (Σ of the signs of
+    /// the weights of firing clauses, the paper's formula without weights).
+    pub confidence: Option<String>,
+    /// `members` (default: the paper's mean) or `with-previous` (the code also averages in the
+    /// cluster's previous aggregate).
+    pub cluster_mean: Option<String>,
+    /// How the average becomes integer weights: `nearest` (default) or `truncate` (the code).
+    pub rounding: Option<String>,
+    /// Upload the weights minus the vector last received for that class (default false).
+    pub delta: Option<bool>,
+}
+
 /// Checked `[tpfl]` settings.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct TpflHyper {
     pub local_epochs: u32,
     pub evaluation: Holdout,
@@ -44,63 +70,50 @@ pub struct TpflHyper {
     pub delta: bool,
 }
 
-impl TpflHyper {
-    pub fn from_section(s: &TpflSection) -> std::result::Result<TpflHyper, String> {
-        let confidence = match s.confidence.as_deref().unwrap_or("weighted") {
-            "weighted" => Confidence::Weighted,
-            "votes" => Confidence::Votes,
-            other => {
-                return Err(format!(
-                    "unknown tpfl.confidence {other:?}; expected weighted or votes"
-                ));
-            }
-        };
-        let cluster_mean = match s.cluster_mean.as_deref().unwrap_or("members") {
-            "members" => ClusterMean::Members,
-            "with-previous" => ClusterMean::WithPrevious,
-            other => {
-                return Err(format!(
-                    "unknown tpfl.cluster_mean {other:?}; expected members or with-previous"
-                ));
-            }
-        };
-        let rounding = match s.rounding.as_deref().unwrap_or("nearest") {
-            "nearest" => Rounding::Nearest,
-            "truncate" => Rounding::Truncate,
-            other => {
-                return Err(format!(
-                    "unknown tpfl.rounding {other:?}; expected nearest or truncate"
-                ));
-            }
-        };
-        let h = TpflHyper {
-            local_epochs: s.local_epochs.unwrap_or(10),
-            evaluation: Holdout::parse(s.evaluation.as_deref())?,
-            test_samples: s.test_samples.unwrap_or(15_000),
-            confidence_samples: s.confidence_samples.unwrap_or(15_000),
-            confidence,
-            cluster_mean,
-            rounding,
-            delta: s.delta.unwrap_or(false),
-        };
-        if h.local_epochs == 0 {
-            return Err("tpfl.local_epochs must be at least 1".into());
-        }
-        if h.test_samples == 0 || h.confidence_samples == 0 {
-            return Err(format!(
-                "tpfl.test_samples and tpfl.confidence_samples must be at least 1, got {} and {}",
-                h.test_samples, h.confidence_samples
-            ));
-        }
-        Ok(h)
+impl TpflSection {
+    pub fn check(&self) -> ParamResult<TpflHyper> {
+        let local_epochs = self.local_epochs.unwrap_or(10);
+        let at_least_one = |key, n: usize| require(key, "at least 1", n, n > 0);
+        Ok(TpflHyper {
+            local_epochs: require(
+                "tpfl.local_epochs",
+                "at least 1",
+                local_epochs,
+                local_epochs > 0,
+            )?,
+            evaluation: parse_name_or(
+                "tpfl.evaluation",
+                self.evaluation.as_deref(),
+                Holdout::Disjoint,
+            )?,
+            test_samples: at_least_one("tpfl.test_samples", self.test_samples.unwrap_or(15_000))?,
+            confidence_samples: at_least_one(
+                "tpfl.confidence_samples",
+                self.confidence_samples.unwrap_or(15_000),
+            )?,
+            confidence: parse_name_or(
+                "tpfl.confidence",
+                self.confidence.as_deref(),
+                Confidence::Weighted,
+            )?,
+            cluster_mean: parse_name_or(
+                "tpfl.cluster_mean",
+                self.cluster_mean.as_deref(),
+                ClusterMean::Members,
+            )?,
+            rounding: parse_name_or("tpfl.rounding", self.rounding.as_deref(), Rounding::Nearest)?,
+            delta: self.delta.unwrap_or(false),
+        })
     }
+}
 
+impl TpflHyper {
     /// A client's split sizes, with `train` rows from the partition.
     pub fn sizes(&self, train: usize) -> ShardSizes {
         ShardSizes {
             train,
             test: self.test_samples,
-            confidence: self.confidence_samples,
+            confidence: Some(self.confidence_samples),
         }
     }
 }
@@ -118,7 +131,7 @@ pub fn confidence_winner(confidence: &[i64]) -> Option<(u32, i64)> {
 }
 
 /// How a cluster's average is formed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ClusterMean {
     /// The paper: the plain mean of the members' vectors.
@@ -178,7 +191,7 @@ pub fn cluster(
 }
 
 /// How a client turns its cluster's (real-valued) average back into integer clause weights.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Rounding {
     /// To the nearest integer, halves away from zero (Flint's default: unbiased in sign).
@@ -194,6 +207,45 @@ pub fn to_weights(mean: &[f64], rounding: Rounding) -> Vec<i32> {
             Rounding::Truncate => m.trunc() as i32,
         })
         .collect()
+}
+
+/// TPFL's record of a round.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TpflRound {
+    /// Members of each cluster, keyed by the class they won.
+    pub clusters: BTreeMap<u32, Vec<ClientId>>,
+    /// TPFL's accounting: one float64 vector per cluster, counted once.
+    pub paper_download_bytes: u64,
+    pub winners: BTreeMap<ClientId, WinnerRecord>,
+}
+
+impl TpflRound {
+    pub fn cluster_count(&self) -> usize {
+        self.clusters.len()
+    }
+}
+
+/// What a client said it was surest of.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct WinnerRecord {
+    pub class: u32,
+    pub confidence: f64,
+}
+
+/// What the server keeps between rounds: each class's previous aggregate, and with `delta`
+/// every vector it sent (the bases of later delta uploads).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct TpflState {
+    pub previous: Vec<(u32, Vec<f64>)>,
+    pub sent: Vec<SentVector>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SentVector {
+    pub client: ClientId,
+    pub class: u32,
+    pub round: Round,
+    pub weights: Vec<i32>,
 }
 
 /// Algorithm 2 on the server: cluster by winning class, average, send each member its
@@ -219,28 +271,33 @@ impl TpflServer {
         }
     }
 
-    /// The winner's class and weights as the client holds them (a delta is added to its base).
-    fn absolute(&self, client: ClientId, w: &ConfidenceWinner) -> Result<(u32, Vec<i32>)> {
-        let weights = w.weights.as_ref().map_or(&[][..], |c| &c.weights[..]);
+    /// The winner's weights as the client holds them (a delta is added to its base).
+    fn absolute(&self, client: ClientId, w: WinnerUpload) -> Result<Winner> {
         if w.delta_base_round == 0 {
-            return Ok((w.class_index, weights.to_vec()));
+            return Ok(Winner {
+                class: w.class,
+                confidence: w.confidence,
+                weights: w.weights,
+            });
         }
         let base = self
             .sent
-            .get(&(client, w.class_index, w.delta_base_round))
+            .get(&(client, w.class, w.delta_base_round))
             .ok_or_else(|| {
                 FlintError::InvalidUpdate(format!(
                     "delta against round {} for class {}, but client {client} was sent no weights of that class in that round",
-                    w.delta_base_round, w.class_index
+                    w.delta_base_round, w.class
                 ))
             })?;
-        Ok((
-            w.class_index,
-            base.iter()
-                .zip(weights)
+        Ok(Winner {
+            class: w.class,
+            confidence: w.confidence,
+            weights: base
+                .iter()
+                .zip(&w.weights)
                 .map(|(b, d)| b.wrapping_add(*d))
                 .collect(),
-        ))
+        })
     }
 }
 
@@ -249,85 +306,113 @@ impl ServerStrategy for TpflServer {
         None
     }
 
-    fn check_update(&self, client: ClientId, _features: usize, update: &Payload) -> Result<()> {
-        let w = wire::expect_winner(update)?;
-        let bad = |m: String| Err(FlintError::InvalidUpdate(m));
-        if w.class_index as usize >= self.classes {
-            return bad(format!(
-                "confidence winner class {} of {} classes",
-                w.class_index, self.classes
-            ));
-        }
-        let Some(cw) = &w.weights else {
-            return bad("confidence_winner carries no weights".into());
-        };
-        if cw.class_index != w.class_index {
-            return bad(format!(
-                "confidence winner class {} with the weights of class {}",
-                w.class_index, cw.class_index
-            ));
-        }
-        if cw.weights.len() != self.clauses {
-            return bad(format!(
-                "{} weights for class {}, expected one per clause ({})",
-                cw.weights.len(),
-                w.class_index,
-                self.clauses
-            ));
-        }
-        if !w.confidence.is_finite() {
-            return bad(format!("confidence {} is not finite", w.confidence));
-        }
-        self.absolute(client, w).map(|_| ())
+    fn decode(&self, client: ClientId, _features: usize, update: &Payload) -> Result<Update> {
+        let upload = wire::decode_winner(update, self.classes, self.clauses)?;
+        self.absolute(client, upload).map(Update::Winner)
     }
 
     fn aggregate(
         &mut self,
         round: Round,
         _clients: &BTreeMap<ClientId, DataSummary>,
-        updates: &BTreeMap<ClientId, Payload>,
+        updates: &BTreeMap<ClientId, Update>,
     ) -> Result<Aggregate> {
         let mut uploads = BTreeMap::new();
         let mut winners = BTreeMap::new();
-        for (&id, p) in updates {
-            let w = wire::expect_winner(p)?;
-            uploads.insert(id, self.absolute(id, w)?);
+        for (&id, u) in updates {
+            let Update::Winner(w) = u else {
+                return Err(unexpected("confidence_winner", u));
+            };
+            uploads.insert(id, (w.class, w.weights.clone()));
             winners.insert(
                 id,
-                json!({ "class": w.class_index, "confidence": w.confidence }),
+                WinnerRecord {
+                    class: w.class,
+                    confidence: w.confidence,
+                },
             );
         }
         let clusters = cluster(&uploads, &mut self.previous, self.hyper.cluster_mean)?;
         let mut downloads = BTreeMap::new();
         let mut weights = BTreeMap::new();
-        let mut members = serde_json::Map::new();
+        let mut members = BTreeMap::new();
         for (&class, c) in &clusters {
             let v = to_weights(&c.mean, self.hyper.rounding);
             for &m in &c.members {
-                downloads.insert(m, class_weights_payload(class, v.clone()));
+                downloads.insert(m, wire::encode_class_weights(class, &v));
                 weights.insert(m, 1.0 / c.members.len() as f64);
                 if self.hyper.delta {
                     self.sent.insert((m, class, round), v.clone());
                 }
             }
-            members.insert(class.to_string(), json!(c.members));
+            members.insert(class, c.members.clone());
         }
         Ok(Aggregate {
             downloads: Downloads::PerClient(downloads),
             weights,
-            details: json!({
-                "clusters": members,
-                "cluster_count": clusters.len(),
-                // TPFL's accounting: one float64 vector per cluster, counted once.
-                "paper_download_bytes": 8 * self.clauses * clusters.len(),
-                "winners": winners,
+            report: RoundReport::Tpfl(TpflRound {
+                clusters: members,
+                paper_download_bytes: (8 * self.clauses * clusters.len()) as u64,
+                winners,
             }),
             local: BTreeMap::new(),
         })
     }
 
-    fn describe(&self) -> serde_json::Value {
-        json!({ "clauses": self.clauses, "tpfl": self.hyper })
+    fn snapshot(&self) -> StrategyState {
+        StrategyState::Tpfl(TpflState {
+            previous: self.previous.iter().map(|(c, v)| (*c, v.clone())).collect(),
+            sent: self
+                .sent
+                .iter()
+                .map(|(&(client, class, round), weights)| SentVector {
+                    client,
+                    class,
+                    round,
+                    weights: weights.clone(),
+                })
+                .collect(),
+        })
+    }
+
+    fn restore(&mut self, state: StrategyState) -> Result<()> {
+        let StrategyState::Tpfl(state) = state else {
+            return Err(FlintError::Model(
+                "tpfl's server was given another strategy's state".into(),
+            ));
+        };
+        let bad = |m: String| Err(FlintError::Model(format!("tpfl state: {m}")));
+        if let Some((c, v)) = state
+            .previous
+            .iter()
+            .find(|(c, v)| *c as usize >= self.classes || v.len() != self.clauses)
+        {
+            return bad(format!(
+                "aggregate of class {c} with {} weights, expected {} classes of {} weights",
+                v.len(),
+                self.classes,
+                self.clauses
+            ));
+        }
+        if let Some(s) = state
+            .sent
+            .iter()
+            .find(|s| s.class as usize >= self.classes || s.weights.len() != self.clauses)
+        {
+            return bad(format!(
+                "vector sent to client {} for class {} with {} weights",
+                s.client,
+                s.class,
+                s.weights.len()
+            ));
+        }
+        self.previous = state.previous.into_iter().collect();
+        self.sent = state
+            .sent
+            .into_iter()
+            .map(|s| ((s.client, s.class, s.round), s.weights))
+            .collect();
+        Ok(())
     }
 }
 
@@ -376,12 +461,19 @@ impl TpflClient {
 
 impl ClientStrategy<BitShard> for TpflClient {
     fn apply(&mut self, round: Round, download: &Payload) -> Result<()> {
-        let cw = wire::expect_class_weights(download)?;
+        let (class, weights) = wire::decode_class_weights(
+            download,
+            self.tm.classes(),
+            self.tm.clauses(),
+        )
+        .map_err(|e| match e {
+            FlintError::InvalidUpdate(m) => FlintError::InvalidUpdate(format!("download: {m}")),
+            other => other,
+        })?;
         self.tm
-            .set_class_weights(cw.class_index as usize, &cw.weights)
+            .set_class_weights(class as usize, &weights)
             .map_err(|e| FlintError::InvalidUpdate(format!("download: {e}")))?;
-        self.received
-            .insert(cw.class_index, (round, cw.weights.clone()));
+        self.received.insert(class, (round, weights));
         Ok(())
     }
 
@@ -389,7 +481,10 @@ impl ClientStrategy<BitShard> for TpflClient {
         for _ in 0..self.hyper.local_epochs {
             self.tm.fit_epoch(&shard.train, &mut self.masks, rng);
         }
-        let (class, confidence) = self.winner(&shard.confidence)?;
+        let confidence_rows = shard.confidence.as_ref().ok_or_else(|| {
+            FlintError::Model("tpfl needs a confidence split, and this shard has none".into())
+        })?;
+        let (class, confidence) = self.winner(confidence_rows)?;
         let own = self.tm.class_weights(class as usize);
         let (weights, delta_base_round) = match self.received.get(&class) {
             Some((r, base)) if self.hyper.delta => (
@@ -401,17 +496,12 @@ impl ClientStrategy<BitShard> for TpflClient {
             ),
             _ => (own.to_vec(), 0),
         };
-        Ok(Payload {
-            kind: Some(Kind::ConfidenceWinner(ConfidenceWinner {
-                class_index: class,
-                confidence: confidence as f64,
-                weights: Some(ClassWeights {
-                    class_index: class,
-                    weights,
-                }),
-                delta_base_round,
-            })),
-        })
+        Ok(wire::encode_winner(&WinnerUpload {
+            class,
+            confidence: confidence as f64,
+            weights,
+            delta_base_round,
+        }))
     }
 
     fn evaluate(&self, shard: &BitShard) -> ConfusionMatrix {
@@ -494,39 +584,49 @@ mod tests {
     }
 
     fn hyper() -> TpflHyper {
-        TpflHyper::from_section(&TpflSection::default()).unwrap()
+        TpflSection::default().check().unwrap()
     }
 
     fn winner(class: u32, weights: Vec<i32>, base: Round) -> Payload {
-        Payload {
-            kind: Some(Kind::ConfidenceWinner(ConfidenceWinner {
-                class_index: class,
-                confidence: 10.0,
-                weights: Some(ClassWeights {
-                    class_index: class,
-                    weights,
-                }),
-                delta_base_round: base,
-            })),
-        }
+        wire::encode_winner(&WinnerUpload {
+            class,
+            confidence: 10.0,
+            weights,
+            delta_base_round: base,
+        })
+    }
+
+    /// Decoded as the server decodes every upload.
+    fn decoded(s: &TpflServer, updates: Vec<(ClientId, Payload)>) -> BTreeMap<ClientId, Update> {
+        updates
+            .into_iter()
+            .map(|(id, p)| (id, s.decode(id, 784, &p).unwrap()))
+            .collect()
     }
 
     fn sent(d: &Downloads, id: ClientId) -> Option<(u32, Vec<i32>)> {
-        let cw = wire::expect_class_weights(d.for_client(id)?).unwrap();
-        Some((cw.class_index, cw.weights.clone()))
+        use crate::wire::proto::payload::Kind;
+        let p = d.for_client(id)?;
+        let clauses = match &p.kind {
+            Some(Kind::ClassWeights(cw)) => cw.weights.len(),
+            _ => 0,
+        };
+        Some(wire::decode_class_weights(p, 10, clauses).unwrap())
     }
 
     /// Algorithm 2, last step: each client gets exactly its cluster's average, and only it.
     #[test]
     fn the_personalised_download_reaches_exactly_its_clusters_members() {
         let mut s = TpflServer::new(3, 4, hyper());
-        let updates: BTreeMap<ClientId, Payload> = [
-            (1, winner(2, vec![1, 2, 3, 4], 0)),
-            (2, winner(0, vec![9, 9, 9, 9], 0)),
-            (3, winner(2, vec![3, 2, 1, -4], 0)),
-            (5, winner(2, vec![2, 5, 2, 3], 0)),
-        ]
-        .into();
+        let updates = decoded(
+            &s,
+            vec![
+                (1, winner(2, vec![1, 2, 3, 4], 0)),
+                (2, winner(0, vec![9, 9, 9, 9], 0)),
+                (3, winner(2, vec![3, 2, 1, -4], 0)),
+                (5, winner(2, vec![2, 5, 2, 3], 0)),
+            ],
+        );
         let agg = s.aggregate(1, &BTreeMap::new(), &updates).unwrap();
         // Cluster 2 = {1, 3, 5}: mean (2, 3, 2, 1); cluster 0 = {2}, a cluster of one.
         for id in [1, 3, 5] {
@@ -535,9 +635,13 @@ mod tests {
         assert_eq!(sent(&agg.downloads, 2), Some((0, vec![9, 9, 9, 9])));
         // A client that sent nothing (4) gets nothing; class 1 had no winner, so no cluster.
         assert_eq!(sent(&agg.downloads, 4), None);
-        assert_eq!(agg.details["clusters"], json!({"0": [2], "2": [1, 3, 5]}));
-        assert_eq!(agg.details["cluster_count"], 2);
-        assert_eq!(agg.details["paper_download_bytes"], 2 * 8 * 4);
+        let report = agg.report.tpfl().unwrap();
+        assert_eq!(
+            report.clusters,
+            BTreeMap::from([(0, vec![2]), (2, vec![1, 3, 5])])
+        );
+        assert_eq!(report.cluster_count(), 2);
+        assert_eq!(report.paper_download_bytes, 2 * 8 * 4);
         assert_eq!(agg.weights[&3], 1.0 / 3.0);
     }
 
@@ -548,12 +652,11 @@ mod tests {
             ..hyper()
         };
         let mut s = TpflServer::new(3, 2, h);
-        let r1: BTreeMap<ClientId, Payload> = [(1, winner(1, vec![4, 6], 0))].into();
+        let r1 = decoded(&s, vec![(1, winner(1, vec![4, 6], 0))]);
         s.aggregate(1, &BTreeMap::new(), &r1).unwrap();
         // Client 1 now holds (4, 6) for class 1 and trained it to (7, 5): it sends (3, -1).
         let delta = winner(1, vec![3, -1], 1);
-        s.check_update(1, 784, &delta).unwrap();
-        let r2: BTreeMap<ClientId, Payload> = [(1, delta)].into();
+        let r2 = decoded(&s, vec![(1, delta)]);
         let agg = s.aggregate(2, &BTreeMap::new(), &r2).unwrap();
         assert_eq!(sent(&agg.downloads, 1), Some((1, vec![7, 5])));
         // No base: another client, another class, or a round that sent it nothing.
@@ -562,13 +665,14 @@ mod tests {
             (1, winner(0, vec![0, 0], 1)),
             (1, winner(1, vec![0, 0], 5)),
         ] {
-            let e = s.check_update(client, 784, &p).unwrap_err().to_string();
+            let e = s.decode(client, 784, &p).unwrap_err().to_string();
             assert!(e.contains("was sent no weights of that class"), "{e}");
         }
     }
 
     #[test]
     fn malformed_winners_are_refused_with_the_reason() {
+        use crate::wire::proto::payload::Kind;
         let s = TpflServer::new(3, 2, hyper());
         let mut mismatched = winner(1, vec![1, 1], 0);
         if let Some(Kind::ConfidenceWinner(w)) = &mut mismatched.kind {
@@ -587,12 +691,12 @@ mod tests {
             (mismatched, "class 1 with the weights of class 2"),
             (nan, "confidence NaN is not finite"),
             (
-                class_weights_payload(1, vec![1, 1]),
+                wire::encode_class_weights(1, &[1, 1]),
                 "expected a confidence_winner",
             ),
         ];
         for (p, want) in cases {
-            let e = s.check_update(1, 784, &p).unwrap_err().to_string();
+            let e = s.decode(1, 784, &p).unwrap_err().to_string();
             assert!(e.contains(want), "{want}: {e}");
         }
     }
@@ -631,31 +735,29 @@ mod tests {
         let shard = BitShard {
             train: all.clone(),
             test: all.clone(),
-            confidence: all.select(&only_2),
+            confidence: Some(all.select(&only_2)),
         };
         let mut c = client(false);
         let up = c.train(&shard, 1, &mut rng).unwrap();
-        let w = wire::expect_winner(&up).unwrap();
-        let conf = c.machine().confidence(&shard.confidence);
+        let w = wire::decode_winner(&up, 3, 20).unwrap();
+        let conf = c.machine().confidence(shard.confidence.as_ref().unwrap());
         assert_eq!(
-            Some((w.class_index, w.confidence as i64)),
+            Some((w.class, w.confidence as i64)),
             confidence_winner(&conf)
         );
-        assert_eq!(w.class_index, 2);
-        assert_eq!(
-            w.weights.as_ref().unwrap().weights,
-            c.machine().class_weights(2)
-        );
+        assert_eq!(w.class, 2);
+        assert_eq!(w.weights, c.machine().class_weights(2));
         assert!(c.evaluate(&shard).metrics().accuracy > 0.9);
         let before: Vec<Vec<i32>> = (0..3)
             .map(|k| c.machine().class_weights(k).to_vec())
             .collect();
-        c.apply(1, &class_weights_payload(2, vec![5; 20])).unwrap();
+        c.apply(1, &wire::encode_class_weights(2, &[5; 20]))
+            .unwrap();
         assert_eq!(c.machine().class_weights(2), &[5; 20][..]);
         assert_eq!(c.machine().class_weights(0), &before[0][..]);
         assert_eq!(c.machine().class_weights(1), &before[1][..]);
         let e = c
-            .apply(2, &class_weights_payload(2, vec![5; 19]))
+            .apply(2, &wire::encode_class_weights(2, &[5; 19]))
             .unwrap_err()
             .to_string();
         assert!(e.contains("19 weights for class 2, expected 20"), "{e}");
@@ -669,27 +771,23 @@ mod tests {
         let shard = BitShard {
             train: all.clone(),
             test: all.clone(),
-            confidence: all.select(&only_2),
+            confidence: Some(all.select(&only_2)),
         };
         let mut c = client(true);
         let first = c.train(&shard, 1, &mut rng).unwrap();
-        let w1 = wire::expect_winner(&first).unwrap().clone();
-        assert_eq!(w1.class_index, 2);
+        let w1 = wire::decode_winner(&first, 3, 20).unwrap();
+        assert_eq!(w1.class, 2);
         assert_eq!(
             w1.delta_base_round, 0,
             "nothing received yet: absolute weights"
         );
         // The server sends back the client's own vector (a cluster of one).
-        let base = w1.weights.unwrap().weights;
-        c.apply(1, &class_weights_payload(2, base.clone())).unwrap();
+        let base = w1.weights;
+        c.apply(1, &wire::encode_class_weights(2, &base)).unwrap();
         let second = c.train(&shard, 2, &mut rng).unwrap();
-        let w2 = wire::expect_winner(&second).unwrap();
-        assert_eq!((w2.class_index, w2.delta_base_round), (2, 1));
-        let rebuilt: Vec<i32> = base
-            .iter()
-            .zip(&w2.weights.as_ref().unwrap().weights)
-            .map(|(b, d)| b + d)
-            .collect();
+        let w2 = wire::decode_winner(&second, 3, 20).unwrap();
+        assert_eq!((w2.class, w2.delta_base_round), (2, 1));
+        let rebuilt: Vec<i32> = base.iter().zip(&w2.weights).map(|(b, d)| b + d).collect();
         assert_eq!(rebuilt, c.machine().class_weights(2));
         assert_ne!(rebuilt, base, "training moved the weights");
     }

@@ -14,6 +14,7 @@
 
 use rand::RngExt;
 
+use crate::data::booleanize::words_for;
 use crate::rng::FlintRng;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -42,11 +43,6 @@ fn prefetch<T>(p: *const T) {
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = p;
-}
-
-/// Words needed for `features` bits.
-pub fn words_for(features: usize) -> usize {
-    features.div_ceil(64)
 }
 
 impl ClauseBank {

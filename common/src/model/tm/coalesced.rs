@@ -107,6 +107,11 @@ impl CoalescedTm {
         &self.hyper
     }
 
+    /// Clauses of the shared bank, and so weights per class.
+    pub fn clauses(&self) -> usize {
+        self.hyper.clauses
+    }
+
     pub fn classes(&self) -> usize {
         self.classes
     }

@@ -6,12 +6,13 @@
 
 use rand::RngExt;
 
-use super::bank::{ClauseBank, words_for};
+use super::bank::ClauseBank;
 use super::coalesced::{CoalescedTm, LearnBuffers};
 use super::infer::{Transposed, accuracy, predictions};
 use super::multiclass::MultiClassTm;
 use super::{FeedbackMasks, TmHyper};
 use crate::data::booleanize::BitRows;
+use crate::data::booleanize::words_for;
 use crate::rng::FlintRng;
 
 /// Image shape and patch size. An image's bit `(y·width + x)·channels + z` is pixel (x, y),
@@ -434,7 +435,7 @@ fn learn_class(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::tm::TmParams;
+    use crate::model::tm::TmSection;
     use crate::rng::derive_rng;
 
     #[test]
@@ -532,7 +533,7 @@ mod tests {
 
     #[test]
     fn patches_must_fit_the_image() {
-        let h = TmHyper::from_params(&TmParams::default()).unwrap();
+        let h = TmSection::check(&TmSection::default()).unwrap();
         let spec = PatchSpec {
             width: 4,
             height: 4,

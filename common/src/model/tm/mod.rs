@@ -16,10 +16,12 @@ pub use multiclass::MultiClassTm;
 
 use serde::{Deserialize, Serialize};
 
-/// Hyper-parameters as written in an experiment (`[tm]`); see [`TmHyper`] for their meaning.
+use crate::params::{ParamResult, parse_name_or, require};
+
+/// `[tm]` as written; [`TmSection::check`] makes it a [`TmHyper`], which says what each means.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct TmParams {
+pub struct TmSection {
     pub clauses: Option<usize>,
     pub t: Option<i32>,
     pub s: Option<f64>,
@@ -58,43 +60,34 @@ pub struct TmHyper {
     pub negative_sampling: NegativeSampling,
 }
 
-impl TmHyper {
-    pub fn from_params(p: &TmParams) -> Result<TmHyper, String> {
-        let h = TmHyper {
-            clauses: p.clauses.unwrap_or(100),
-            t: p.t.unwrap_or(1000),
-            s: p.s.unwrap_or(10.0),
-            state_bits: p.state_bits.unwrap_or(8),
-            weighted: p.weighted.unwrap_or(false),
-            boost_true_positive: p.boost_true_positive.unwrap_or(true),
-            negative_sampling: match p.negative_sampling.as_deref().unwrap_or("uniform") {
-                "uniform" => NegativeSampling::Uniform,
-                "focused" => NegativeSampling::Focused,
-                other => {
-                    return Err(format!(
-                        "unknown tm.negative_sampling {other:?}; expected uniform or focused"
-                    ));
-                }
-            },
-        };
-        if h.clauses < 2 || !h.clauses.is_multiple_of(2) {
-            return Err(format!(
-                "tm.clauses must be even and at least 2, got {}",
-                h.clauses
-            ));
-        }
-        if h.t < 1 {
-            return Err(format!("tm.t must be at least 1, got {}", h.t));
-        }
-        if !(h.s.is_finite() && h.s >= 1.0) {
-            return Err(format!("tm.s must be at least 1, got {}", h.s));
-        }
-        if !(2..=16).contains(&h.state_bits) {
-            return Err(format!(
-                "tm.state_bits must be 2 to 16, got {}",
-                h.state_bits
-            ));
-        }
-        Ok(h)
+impl TmSection {
+    pub fn check(&self) -> ParamResult<TmHyper> {
+        let clauses = self.clauses.unwrap_or(100);
+        let t = self.t.unwrap_or(1000);
+        let s = self.s.unwrap_or(10.0);
+        let state_bits = self.state_bits.unwrap_or(8);
+        Ok(TmHyper {
+            clauses: require(
+                "tm.clauses",
+                "even and at least 2",
+                clauses,
+                clauses >= 2 && clauses.is_multiple_of(2),
+            )?,
+            t: require("tm.t", "at least 1", t, t >= 1)?,
+            s: require("tm.s", "at least 1", s, s.is_finite() && s >= 1.0)?,
+            state_bits: require(
+                "tm.state_bits",
+                "2 to 16",
+                state_bits,
+                (2..=16).contains(&state_bits),
+            )?,
+            weighted: self.weighted.unwrap_or(false),
+            boost_true_positive: self.boost_true_positive.unwrap_or(true),
+            negative_sampling: parse_name_or(
+                "tm.negative_sampling",
+                self.negative_sampling.as_deref(),
+                NegativeSampling::Uniform,
+            )?,
+        })
     }
 }

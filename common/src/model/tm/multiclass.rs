@@ -608,7 +608,7 @@ pub fn argmax(sums: &[i32]) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::tm::TmParams;
+    use crate::model::tm::TmSection;
     use crate::model::tm::testing::{hyper, noisy_xor};
     use crate::rng::derive_rng;
 
@@ -702,7 +702,7 @@ mod tests {
         let mut rng = derive_rng(10, "xor", 0);
         let train = noisy_xor(2000, 0.1, &mut rng);
         for sampling in ["uniform", "focused"] {
-            let h = TmHyper::from_params(&TmParams {
+            let h = TmSection::check(&TmSection {
                 clauses: Some(10),
                 t: Some(15),
                 s: Some(3.9),

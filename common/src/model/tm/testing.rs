@@ -2,13 +2,13 @@
 
 use rand::RngExt;
 
-use super::{TmHyper, TmParams};
+use super::{TmHyper, TmSection};
 use crate::data::booleanize::BitRows;
 use crate::rng::FlintRng;
 
 /// A machine's hyper-parameters with the given clauses, T and s, the rest at their defaults.
 pub(crate) fn hyper(clauses: usize, t: i32, s: f64) -> TmHyper {
-    TmHyper::from_params(&TmParams {
+    TmSection::check(&TmSection {
         clauses: Some(clauses),
         t: Some(t),
         s: Some(s),

@@ -1,0 +1,157 @@
+//! A client process's set-up: from (experiment, data directory, client ids) to each client's
+//! shard, data summary and client half, bound together. The client binary drives what this
+//! returns and knows no strategy; the strategy says what its shard needs
+//! ([`StrategySpec::image_shard`]).
+
+use std::path::Path;
+
+use crate::config::Experiment;
+use crate::data::images::{BitShard, ShardSource};
+use crate::data::{PartitionPlan, Shard, partition};
+use crate::metrics::ConfusionMatrix;
+use crate::rng::FlintRng;
+use crate::strategy::ClientStrategy;
+use crate::wire::proto::{DataSummary, Payload};
+use crate::{ClientId, FlintError, Result, Round};
+
+/// A client half with its own shard: what a client process trains, applies and evaluates.
+pub trait BoundHalf: Send {
+    /// Takes the server's download, the aggregate of `round`.
+    fn apply(&mut self, round: Round, download: &Payload) -> Result<()>;
+    /// Trains for one round on the training split; returns the update to upload.
+    fn train(&mut self, round: Round, rng: &mut FlintRng) -> Result<Payload>;
+    /// The model as it is now, on the test split.
+    fn evaluate(&self) -> ConfusionMatrix;
+}
+
+struct OnShard<S> {
+    shard: S,
+    half: Box<dyn ClientStrategy<S>>,
+}
+
+impl<S: Send> BoundHalf for OnShard<S> {
+    fn apply(&mut self, round: Round, download: &Payload) -> Result<()> {
+        self.half.apply(round, download)
+    }
+
+    fn train(&mut self, round: Round, rng: &mut FlintRng) -> Result<Payload> {
+        self.half.train(&self.shard, round, rng)
+    }
+
+    fn evaluate(&self) -> ConfusionMatrix {
+        self.half.evaluate(&self.shard)
+    }
+}
+
+/// One client, ready to join.
+pub struct Prepared {
+    pub id: ClientId,
+    pub name: String,
+    pub summary: DataSummary,
+    pub half: Box<dyn BoundHalf>,
+}
+
+/// Loads the data once and prepares every client in `ids` (ids are positions in the
+/// experiment's client list). `compute_ghz` replaces the declared compute power.
+pub fn prepare(
+    e: &Experiment,
+    data_dir: &Path,
+    ids: &[ClientId],
+    compute_ghz: Option<f64>,
+) -> Result<Vec<Prepared>> {
+    let declared = |id: ClientId| {
+        e.client(id).ok_or_else(|| {
+            FlintError::Config(format!(
+                "client id {id} is not declared: the experiment has {} clients",
+                e.clients.len()
+            ))
+        })
+    };
+    for &id in ids {
+        declared(id)?;
+    }
+    let summary =
+        |id: ClientId, train_class_counts: Vec<u64>, test: usize, features: usize| DataSummary {
+            train_class_counts,
+            test_samples: test as u64,
+            features: features as u32,
+            compute_ghz: compute_ghz.unwrap_or(e.clients[id as usize - 1].compute_ghz),
+        };
+    let classes = e.data.classes().len();
+    let mut out = Vec::with_capacity(ids.len());
+    if e.data.is_images() {
+        let pool = e.data.load_images(data_dir)?;
+        let PartitionPlan::Dirichlet { alphas, samples } = &e.partition else {
+            return Err(FlintError::Config(
+                "image data needs partition.kind = \"dirichlet\"".into(),
+            ));
+        };
+        let (sizes, holdout) = e.strategy.image_shard(*samples).ok_or_else(|| {
+            FlintError::Config(format!(
+                "strategy {} does not train on images",
+                e.strategy.name()
+            ))
+        })?;
+        let features = pool.train.features();
+        let source = ShardSource::new(&pool, e.seed)?;
+        for &id in ids {
+            let name = declared(id)?.name.clone();
+            let shard: BitShard = source
+                .dirichlet(alphas[id as usize - 1], sizes, holdout, id)
+                .map_err(|err| in_client(&name, err))?;
+            let half = e.strategy.bits_client(features, classes, e.seed, id)?;
+            out.push(Prepared {
+                id,
+                summary: summary(id, shard.train_class_counts(), shard.test.len(), features),
+                half: Box::new(OnShard { shard, half }),
+                name,
+            });
+        }
+        return Ok(out);
+    }
+    let dataset = e.data.load(data_dir, e.seed)?;
+    let parts = partition(&dataset, &e.partition, e.seed)?;
+    for &id in ids {
+        let name = declared(id)?.name.clone();
+        let rows = &parts[id as usize - 1];
+        let shard = Shard::new(
+            &dataset,
+            rows,
+            e.data.test_fraction,
+            e.data.scaling,
+            e.seed,
+            id,
+        );
+        if shard.train.is_empty() || shard.test.is_empty() {
+            return Err(FlintError::Partition(format!(
+                "client {name:?} has {} training and {} test rows of its {} rows; each split needs at least one (give it more data or change data.test_fraction)",
+                shard.train.len(),
+                shard.test.len(),
+                rows.len()
+            )));
+        }
+        let half = e.strategy.table_client(dataset.features, classes)?;
+        let counts = shard
+            .train
+            .class_counts()
+            .iter()
+            .map(|&c| c as u64)
+            .collect();
+        out.push(Prepared {
+            id,
+            summary: summary(id, counts, shard.test.len(), dataset.features),
+            half: Box::new(OnShard { shard, half }),
+            name,
+        });
+    }
+    Ok(out)
+}
+
+fn in_client(name: &str, e: FlintError) -> FlintError {
+    match e {
+        FlintError::Partition(m) => {
+            FlintError::Partition(format!("drawing the data of client {name:?}: {m}"))
+        }
+        other => other,
+    }
+}

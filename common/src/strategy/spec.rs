@@ -1,0 +1,270 @@
+//! Which strategy a run uses, with exactly the hyper-parameters it uses, and the factories of its
+//! two halves. A new strategy is one arm here, its module beside this one, and its update kind in
+//! `wire::convert`.
+
+use serde::Serialize;
+
+use super::ahp::{AhpCriterion, AhpHyper, AhpSection};
+use super::fcm::{Aggregation, Blend, FcmClient, FcmServer};
+use super::fedavg::{FedAvgClient, FedAvgServer};
+use super::local::LocalServer;
+use super::tpfl::{TpflClient, TpflHyper, TpflSection, TpflServer};
+use super::{ClientStrategy, ModelKind, ServerStrategy, StrategyKind};
+use crate::data::Shard;
+use crate::data::images::{BitShard, Holdout, ShardSizes};
+use crate::model::fcm::{FcmHyper, FcmSection};
+use crate::model::logreg::{LogRegHyper, LogRegSection};
+use crate::model::pso::{PsoHyper, PsoSection};
+use crate::model::tm::{TmHyper, TmSection};
+use crate::params::{ParamError, ParamResult, parse_name, parse_name_or};
+use crate::{ClientId, FlintError, Result};
+
+/// The algorithm sections of an experiment file, as written.
+#[derive(Debug, Clone, Copy)]
+pub struct Sections<'a> {
+    pub logreg: &'a LogRegSection,
+    pub ahp: &'a AhpSection,
+    pub fcm: &'a FcmSection,
+    pub pso: &'a PsoSection,
+    pub tm: &'a TmSection,
+    pub tpfl: &'a TpflSection,
+}
+
+/// Blind FL's map, its training, and the server's weighting.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct FcmSpec {
+    pub fcm: FcmHyper,
+    pub pso: PsoHyper,
+    pub aggregation: Aggregation,
+}
+
+/// TPFL's coalesced machine and its rounds.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct TmSpec {
+    pub tm: TmHyper,
+    pub tpfl: TpflHyper,
+}
+
+/// The model a baseline (`local`, `central`) trains, trained as its federated strategy does.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ModelSpec {
+    #[serde(rename = "logreg")]
+    LogReg(LogRegHyper),
+    Fcm(FcmSpec),
+    Tm(TmSpec),
+}
+
+/// A checked strategy: one arm per strategy, holding what that strategy uses.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StrategySpec {
+    #[serde(rename = "fedavg")]
+    FedAvg {
+        logreg: LogRegHyper,
+    },
+    #[serde(rename = "fedavg-ahp")]
+    FedAvgAhp {
+        logreg: LogRegHyper,
+        ahp: AhpHyper,
+    },
+    BlindFcm(FcmSpec),
+    BlendedFcm(FcmSpec),
+    Tpfl(TmSpec),
+    Local(ModelSpec),
+    Central(ModelSpec),
+}
+
+impl FcmSpec {
+    fn check(s: Sections<'_>) -> ParamResult<FcmSpec> {
+        Ok(FcmSpec {
+            fcm: s.fcm.check()?,
+            pso: s.pso.check()?,
+            aggregation: parse_name_or(
+                "fcm.aggregation",
+                s.fcm.aggregation.as_deref(),
+                Aggregation::Mean,
+            )?,
+        })
+    }
+}
+
+impl TmSpec {
+    fn check(s: Sections<'_>) -> ParamResult<TmSpec> {
+        Ok(TmSpec {
+            tm: s.tm.check()?,
+            tpfl: s.tpfl.check()?,
+        })
+    }
+}
+
+impl ModelSpec {
+    fn check(model: ModelKind, s: Sections<'_>) -> ParamResult<ModelSpec> {
+        Ok(match model {
+            ModelKind::LogReg => ModelSpec::LogReg(s.logreg.check()?),
+            ModelKind::Fcm => ModelSpec::Fcm(FcmSpec::check(s)?),
+            ModelKind::Tm => ModelSpec::Tm(TmSpec::check(s)?),
+        })
+    }
+
+    pub fn kind(&self) -> ModelKind {
+        match self {
+            ModelSpec::LogReg(_) => ModelKind::LogReg,
+            ModelSpec::Fcm(_) => ModelKind::Fcm,
+            ModelSpec::Tm(_) => ModelKind::Tm,
+        }
+    }
+
+    /// The federated strategy of this model: the baselines check and record updates with it.
+    fn server(&self, classes: usize) -> Box<dyn ServerStrategy> {
+        match self {
+            ModelSpec::LogReg(_) => Box::new(FedAvgServer::by_size()),
+            ModelSpec::Fcm(f) => Box::new(FcmServer::new(classes, f.aggregation)),
+            ModelSpec::Tm(t) => Box::new(TpflServer::new(classes, t.tm.clauses, t.tpfl)),
+        }
+    }
+}
+
+impl StrategySpec {
+    /// `strategy` and `model` as written, and the sections the strategy takes its settings from.
+    pub fn check(strategy: &str, model: Option<&str>, s: Sections<'_>) -> ParamResult<Self> {
+        let kind: StrategyKind = parse_name("strategy", strategy)?;
+        let given: Option<ModelKind> = model.map(|m| parse_name("model", m)).transpose()?;
+        let implied = match kind {
+            StrategyKind::FedAvg | StrategyKind::FedAvgAhp => Some(ModelKind::LogReg),
+            StrategyKind::BlindFcm | StrategyKind::BlendedFcm => Some(ModelKind::Fcm),
+            StrategyKind::Tpfl => Some(ModelKind::Tm),
+            StrategyKind::Local | StrategyKind::Central => None,
+        };
+        let model = match (implied, given) {
+            (Some(i), Some(g)) if i != g => {
+                return Err(ParamError::Inconsistent(format!(
+                    "strategy {} trains {}, not model {}",
+                    kind.name(),
+                    i.name(),
+                    g.name()
+                )));
+            }
+            (Some(m), _) | (None, Some(m)) => m,
+            (None, None) => {
+                return Err(ParamError::Inconsistent(format!(
+                    "strategy {} needs a model: set model = \"logreg\", \"fcm\" or \"tm\"",
+                    kind.name()
+                )));
+            }
+        };
+        Ok(match kind {
+            StrategyKind::FedAvg => StrategySpec::FedAvg {
+                logreg: s.logreg.check()?,
+            },
+            StrategyKind::FedAvgAhp => StrategySpec::FedAvgAhp {
+                logreg: s.logreg.check()?,
+                ahp: s.ahp.check()?,
+            },
+            StrategyKind::BlindFcm => StrategySpec::BlindFcm(FcmSpec::check(s)?),
+            StrategyKind::BlendedFcm => StrategySpec::BlendedFcm(FcmSpec::check(s)?),
+            StrategyKind::Tpfl => StrategySpec::Tpfl(TmSpec::check(s)?),
+            StrategyKind::Local => StrategySpec::Local(ModelSpec::check(model, s)?),
+            StrategyKind::Central => StrategySpec::Central(ModelSpec::check(model, s)?),
+        })
+    }
+
+    pub fn kind(&self) -> StrategyKind {
+        match self {
+            StrategySpec::FedAvg { .. } => StrategyKind::FedAvg,
+            StrategySpec::FedAvgAhp { .. } => StrategyKind::FedAvgAhp,
+            StrategySpec::BlindFcm(_) => StrategyKind::BlindFcm,
+            StrategySpec::BlendedFcm(_) => StrategyKind::BlendedFcm,
+            StrategySpec::Tpfl(_) => StrategyKind::Tpfl,
+            StrategySpec::Local(_) => StrategyKind::Local,
+            StrategySpec::Central(_) => StrategyKind::Central,
+        }
+    }
+
+    pub fn name(&self) -> String {
+        self.kind().name()
+    }
+
+    /// The model every client trains.
+    pub fn model(&self) -> ModelSpec {
+        match self {
+            StrategySpec::FedAvg { logreg } | StrategySpec::FedAvgAhp { logreg, .. } => {
+                ModelSpec::LogReg(*logreg)
+            }
+            StrategySpec::BlindFcm(f) | StrategySpec::BlendedFcm(f) => ModelSpec::Fcm(*f),
+            StrategySpec::Tpfl(t) => ModelSpec::Tm(*t),
+            StrategySpec::Local(m) | StrategySpec::Central(m) => m.clone(),
+        }
+    }
+
+    /// Whether every client must declare its compute power (AHP's compute-ghz criterion).
+    pub fn needs_compute_ghz(&self) -> bool {
+        matches!(self, StrategySpec::FedAvgAhp { ahp, .. } if ahp.criteria.contains(&AhpCriterion::ComputeGhz))
+    }
+
+    pub fn server(&self, classes: usize) -> Box<dyn ServerStrategy> {
+        match self {
+            StrategySpec::FedAvg { .. } => Box::new(FedAvgServer::by_size()),
+            StrategySpec::FedAvgAhp { ahp, .. } => Box::new(FedAvgServer::by_ahp(ahp.clone())),
+            StrategySpec::BlindFcm(f) | StrategySpec::BlendedFcm(f) => {
+                Box::new(FcmServer::new(classes, f.aggregation))
+            }
+            StrategySpec::Tpfl(t) => Box::new(TpflServer::new(classes, t.tm.clauses, t.tpfl)),
+            StrategySpec::Local(m) | StrategySpec::Central(m) => {
+                Box::new(LocalServer::new(m.server(classes)))
+            }
+        }
+    }
+
+    /// The client half of a model that trains on a table (logistic regression, FCMs).
+    pub fn table_client(
+        &self,
+        features: usize,
+        classes: usize,
+    ) -> Result<Box<dyn ClientStrategy<Shard>>> {
+        // Local baselines never receive a download, so their blend does not matter.
+        let blend = match self {
+            StrategySpec::BlendedFcm(_) => Blend::Average,
+            _ => Blend::Replace,
+        };
+        match self.model() {
+            ModelSpec::LogReg(h) => Ok(Box::new(FedAvgClient::new(features, h))),
+            ModelSpec::Fcm(f) => Ok(Box::new(FcmClient::new(
+                features, classes, f.fcm, f.pso, blend,
+            ))),
+            ModelSpec::Tm(_) => Err(FlintError::Config(format!(
+                "strategy {} trains a tsetlin machine on images, not on a table",
+                self.name()
+            ))),
+        }
+    }
+
+    /// The client half of a model that trains on booleanized images; its machine's initial
+    /// state derives from (seed, client).
+    pub fn bits_client(
+        &self,
+        features: usize,
+        classes: usize,
+        seed: u64,
+        client: ClientId,
+    ) -> Result<Box<dyn ClientStrategy<BitShard>>> {
+        match self.model() {
+            ModelSpec::Tm(t) => Ok(Box::new(TpflClient::new(
+                t.tm, t.tpfl, features, classes, seed, client,
+            ))),
+            other => Err(FlintError::Config(format!(
+                "model {} trains on a table, not on images",
+                other.kind().name()
+            ))),
+        }
+    }
+
+    /// What an image client's shard holds beyond its `train` rows (TPFL: test and confidence
+    /// rows, drawn as its evaluation says); `None` for models that do not read images.
+    pub fn image_shard(&self, train: usize) -> Option<(ShardSizes, Holdout)> {
+        match self.model() {
+            ModelSpec::Tm(t) => Some((t.tpfl.sizes(train), t.tpfl.evaluation)),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,294 @@
+//! Every model ⇄ proto conversion, one style: `encode_*` builds a [`Payload`], `decode_*` checks
+//! one against the run's shape (never the sender's) and returns the model. A received update is
+//! decoded once, on arrival, into an [`Update`]; nothing downstream sees its payload again.
+
+use proto::payload::Kind;
+use proto::{AdjacencyMatrix, ClassWeights, ConfidenceWinner, LinearModel, Payload};
+
+use super::{kind_name, proto};
+use crate::metrics::LocalMetrics;
+use crate::model::fcm::Fcm;
+use crate::model::logreg::LogReg;
+use crate::{FlintError, Result, Round};
+
+/// A checked update, as aggregation takes it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Update {
+    /// FedAvg: a client's logistic regression.
+    Linear(LogReg),
+    /// Blind FL: a client's map and its own metrics on its test split.
+    Map { map: Fcm, local: LocalMetrics },
+    /// TPFL: the confidence winner with its absolute weights (a delta already rebuilt).
+    Winner(Winner),
+}
+
+impl Update {
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            Update::Linear(_) => "linear_model",
+            Update::Map { .. } => "adjacency_matrix",
+            Update::Winner(_) => "confidence_winner",
+        }
+    }
+}
+
+/// TPFL Algorithm 1, step 6, as aggregation takes it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Winner {
+    pub class: u32,
+    pub confidence: f64,
+    pub weights: Vec<i32>,
+}
+
+/// A confidence winner as it travels: its weights are the client's own, or with
+/// `delta_base_round > 0` its own minus what it was sent for that class in that round.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WinnerUpload {
+    pub class: u32,
+    pub confidence: f64,
+    pub weights: Vec<i32>,
+    pub delta_base_round: Round,
+}
+
+fn invalid<T>(message: String) -> Result<T> {
+    Err(FlintError::InvalidUpdate(message))
+}
+
+fn kind<'a, T>(
+    p: &'a Payload,
+    what: &str,
+    pick: impl Fn(&'a Kind) -> Option<&'a T>,
+) -> Result<&'a T> {
+    p.kind.as_ref().and_then(pick).ok_or_else(|| {
+        FlintError::InvalidUpdate(format!("expected {what} payload, got {}", kind_name(p)))
+    })
+}
+
+fn finite(what: &str, values: &[f32]) -> Result<()> {
+    match values.iter().position(|w| !w.is_finite()) {
+        Some(i) => invalid(format!("{what} weight {i} is {}, not finite", values[i])),
+        None => Ok(()),
+    }
+}
+
+pub fn encode_linear(m: &LogReg) -> Payload {
+    Payload {
+        kind: Some(Kind::LinearModel(LinearModel {
+            weights: m.weights.iter().map(|&w| w as f32).collect(),
+            bias: m.bias as f32,
+        })),
+    }
+}
+
+/// One weight per feature of the run, every value finite.
+pub fn decode_linear(p: &Payload, features: usize) -> Result<LogReg> {
+    let m = kind(p, "a linear_model", |k| match k {
+        Kind::LinearModel(m) => Some(m),
+        _ => None,
+    })?;
+    if m.weights.len() != features {
+        return invalid(format!(
+            "linear_model has {} weights, expected {features} (one per feature)",
+            m.weights.len()
+        ));
+    }
+    finite("linear_model", &m.weights)?;
+    if !m.bias.is_finite() {
+        return invalid(format!("linear_model bias is {}, not finite", m.bias));
+    }
+    Ok(LogReg {
+        weights: m.weights.iter().map(|&w| f64::from(w)).collect(),
+        bias: f64::from(m.bias),
+    })
+}
+
+/// A map as the wire carries it: the whole n × n matrix as packed floats, and, in an upload,
+/// the client's metrics on its test split (zeros in a download).
+pub fn encode_map(m: &Fcm, local: Option<LocalMetrics>) -> Payload {
+    let local = local.unwrap_or(LocalMetrics {
+        accuracy: 0.0,
+        precision: 0.0,
+    });
+    Payload {
+        kind: Some(Kind::AdjacencyMatrix(AdjacencyMatrix {
+            concepts: m.concepts() as u32,
+            weights: m.matrix().iter().map(|&w| w as f32).collect(),
+            local_accuracy: local.accuracy,
+            local_precision: local.precision,
+        })),
+    }
+}
+
+/// Checks the shape against the run (features + classes concepts), that every value is finite,
+/// the map's own rules (range, learnable links), and metrics in [0, 1].
+pub fn decode_map(p: &Payload, features: usize, classes: usize) -> Result<(Fcm, LocalMetrics)> {
+    let m = kind(p, "an adjacency_matrix", |k| match k {
+        Kind::AdjacencyMatrix(m) => Some(m),
+        _ => None,
+    })?;
+    let n = features + classes;
+    if m.concepts as usize != n || m.weights.len() != n * n {
+        return invalid(format!(
+            "adjacency_matrix of {} concepts with {} weights, expected {n}×{n} ({features} features + {classes} classes)",
+            m.concepts,
+            m.weights.len()
+        ));
+    }
+    finite("adjacency_matrix", &m.weights)?;
+    for (what, v) in [
+        ("local_accuracy", m.local_accuracy),
+        ("local_precision", m.local_precision),
+    ] {
+        if !(0.0..=1.0).contains(&v) {
+            return invalid(format!(
+                "adjacency_matrix {what} is {v}, expected a value in [0, 1]"
+            ));
+        }
+    }
+    let w: Vec<f64> = m.weights.iter().map(|&w| f64::from(w)).collect();
+    let map = Fcm::from_matrix(features, classes, &w).map_err(|e| match e {
+        FlintError::Model(m) => FlintError::InvalidUpdate(m),
+        other => other,
+    })?;
+    let local = LocalMetrics {
+        accuracy: m.local_accuracy,
+        precision: m.local_precision,
+    };
+    Ok((map, local))
+}
+
+pub fn encode_winner(w: &WinnerUpload) -> Payload {
+    Payload {
+        kind: Some(Kind::ConfidenceWinner(ConfidenceWinner {
+            class_index: w.class,
+            confidence: w.confidence,
+            weights: Some(ClassWeights {
+                class_index: w.class,
+                weights: w.weights.clone(),
+            }),
+            delta_base_round: w.delta_base_round,
+        })),
+    }
+}
+
+/// A class of the run, one weight per clause, the weights of the winning class, a finite
+/// confidence. A delta is returned as sent: only the server knows its base.
+pub fn decode_winner(p: &Payload, classes: usize, clauses: usize) -> Result<WinnerUpload> {
+    let w = kind(p, "a confidence_winner", |k| match k {
+        Kind::ConfidenceWinner(m) => Some(m),
+        _ => None,
+    })?;
+    if w.class_index as usize >= classes {
+        return invalid(format!(
+            "confidence winner class {} of {classes} classes",
+            w.class_index
+        ));
+    }
+    let Some(cw) = &w.weights else {
+        return invalid("confidence_winner carries no weights".into());
+    };
+    if cw.class_index != w.class_index {
+        return invalid(format!(
+            "confidence winner class {} with the weights of class {}",
+            w.class_index, cw.class_index
+        ));
+    }
+    if cw.weights.len() != clauses {
+        return invalid(format!(
+            "{} weights for class {}, expected one per clause ({clauses})",
+            cw.weights.len(),
+            w.class_index
+        ));
+    }
+    if !w.confidence.is_finite() {
+        return invalid(format!("confidence {} is not finite", w.confidence));
+    }
+    Ok(WinnerUpload {
+        class: w.class_index,
+        confidence: w.confidence,
+        weights: cw.weights.clone(),
+        delta_base_round: w.delta_base_round,
+    })
+}
+
+pub fn encode_class_weights(class: u32, weights: &[i32]) -> Payload {
+    Payload {
+        kind: Some(Kind::ClassWeights(ClassWeights {
+            class_index: class,
+            weights: weights.to_vec(),
+        })),
+    }
+}
+
+/// One class of the run and one weight per clause.
+pub fn decode_class_weights(
+    p: &Payload,
+    classes: usize,
+    clauses: usize,
+) -> Result<(u32, Vec<i32>)> {
+    let cw = kind(p, "a class_weights", |k| match k {
+        Kind::ClassWeights(m) => Some(m),
+        _ => None,
+    })?;
+    if cw.class_index as usize >= classes {
+        return invalid(format!(
+            "class_weights of class {} of {classes} classes",
+            cw.class_index
+        ));
+    }
+    if cw.weights.len() != clauses {
+        return invalid(format!(
+            "{} weights for class {}, expected {clauses}",
+            cw.weights.len(),
+            cw.class_index
+        ));
+    }
+    Ok((cw.class_index, cw.weights.clone()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_model_survives_its_round_trip() {
+        let lr = LogReg {
+            weights: vec![0.5, -2.0],
+            bias: 0.25,
+        };
+        assert_eq!(decode_linear(&encode_linear(&lr), 2).unwrap(), lr);
+        let map = Fcm::from_parameters(1, 2, vec![1.0, 0.5, -1.0, 0.0]).unwrap();
+        let local = LocalMetrics {
+            accuracy: 0.75,
+            precision: 0.5,
+        };
+        assert_eq!(
+            decode_map(&encode_map(&map, Some(local)), 1, 2).unwrap(),
+            (map, local)
+        );
+        let w = WinnerUpload {
+            class: 2,
+            confidence: 7.0,
+            weights: vec![3, -1],
+            delta_base_round: 4,
+        };
+        assert_eq!(decode_winner(&encode_winner(&w), 3, 2).unwrap(), w);
+        let cw = encode_class_weights(1, &[5, 6]);
+        assert_eq!(decode_class_weights(&cw, 2, 2).unwrap(), (1, vec![5, 6]));
+    }
+
+    #[test]
+    fn shapes_come_from_the_run_not_the_sender() {
+        let e = decode_class_weights(&encode_class_weights(2, &[1]), 2, 1)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("class 2 of 2 classes"), "{e}");
+        let e = decode_linear(&encode_class_weights(0, &[1]), 1)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("expected a linear_model payload, got class_weights"),
+            "{e}"
+        );
+    }
+}
