@@ -22,6 +22,21 @@ fn linear(weights: Vec<f32>) -> Payload {
     }
 }
 
+/// The join of a client driven by hand over gRPC, with a summary that fits the synthetic
+/// experiments (6 features, 2 classes).
+fn hand_made_join(name: &str, fingerprint: &str) -> JoinRequest {
+    JoinRequest {
+        client_name: name.into(),
+        experiment_fingerprint: fingerprint.into(),
+        summary: Some(DataSummary {
+            train_class_counts: vec![200, 100],
+            test_samples: 75,
+            features: 6,
+            compute_ghz: 2.0,
+        }),
+    }
+}
+
 /// DESIGN.md §Wire contract: every received update is validated before it touches state; a bad
 /// one gets INVALID_ARGUMENT with the reason, a wrong round FAILED_PRECONDITION, and the run
 /// completes with the other clients.
@@ -41,16 +56,7 @@ fn malformed_updates_get_clear_errors_and_the_run_completes() {
     rt.block_on(async {
         let mut grpc = AggregatorClient::connect(addr.clone()).await.unwrap();
         let reply = grpc
-            .join(JoinRequest {
-                client_name: "client-3".into(),
-                experiment_fingerprint: experiment.fingerprint.clone(),
-                summary: Some(DataSummary {
-                    train_class_counts: vec![200, 100],
-                    test_samples: 75,
-                    features: 6,
-                    compute_ghz: 2.0,
-                }),
-            })
+            .join(hand_made_join("client-3", &experiment.fingerprint))
             .await
             .unwrap()
             .into_inner();
@@ -383,16 +389,7 @@ fn the_server_keeps_answering_while_a_round_aggregates() {
         let mut run_id = String::new();
         for name in ["client-1", "client-2"] {
             let reply = grpc
-                .join(JoinRequest {
-                    client_name: name.into(),
-                    experiment_fingerprint: fingerprint.clone(),
-                    summary: Some(DataSummary {
-                        train_class_counts: vec![200, 100],
-                        test_samples: 75,
-                        features: 6,
-                        compute_ghz: 2.0,
-                    }),
-                })
+                .join(hand_made_join(name, &fingerprint))
                 .await
                 .unwrap()
                 .into_inner();
