@@ -8,6 +8,7 @@
 pub mod ahp;
 pub mod fcm;
 pub mod fedavg;
+pub mod fedtmos;
 pub mod local;
 pub mod spec;
 pub mod tpfl;

@@ -1,0 +1,661 @@
+//! FedTMOS's server, step by step (FedTMOS §4.2, Algorithms 1–3; what the published code does:
+//! FEDTMOS-CODE-NOTES §2). Pure functions of the clients' uploads; the strategy halves and the
+//! wire format build on them.
+//!
+//! 1. Every client's `GiniIndex` g_j = Σ_c p²; x = mean g_j if it exceeds σ, else 1.
+//! 2. Scaling: θ'_{j,c} = ⌊x · θ_{j,c} · n_{j,c} / n_j⌋, in float64, truncated once (the code's
+//!    `u32(...)`; the paper has clients scale by n_{j,c}/n_j, which would truncate twice).
+//! 3. The vectors entering k-means: one per (client, class it holds), class-major and in
+//!    client-id order within a class (the code permutes them with numpy's global generator);
+//!    with `filter`, only those whose mean scaled weight floors above 0 (the code's
+//!    undocumented filter).
+//! 4. k-means (`model::kmeans`), k = min(vectors − 1, k_max), seeded from the run.
+//! 5. Reassignment into φ server models (Algorithm 2, as the code runs it): clusters with the
+//!    fewest distinct classes first; each (client, class) goes to the model without that class
+//!    whose average linkage (eq. 5) it raises to the largest value (an empty model counts as
+//!    0); if every model holds the class, to the model with the fewest distinct classes, and on
+//!    a tie the one that took the fewest clusters ("least overlapping clusters", §4.2.2: the code
+//!    compares a cluster id with class counts here, a bug fixed by default). Then every model
+//!    holding fewer than 2 classes takes the missing ones from clusters it has not taken, the
+//!    combination of largest linkage, each under a client that holds the class (the code takes
+//!    the cluster's first client whether or not it holds it, averaging in zeros: fixed).
+//! 6. Averaging (Algorithm 3): per model and class, the truncated mean of the contributors'
+//!    scaled weights, and the OR of the include bits of the top K contributors (K = 2) ranked
+//!    by their samples of that class (the paper) or by their mean scaled weight (the code).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::kmeans::{self, LloydParams};
+use crate::rng::FlintRng;
+use crate::{ClientId, FlintError, Result};
+
+/// A class's include bits: per clause, one bit per literal (the layout of
+/// `MultiClassTm::include_bits`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct IncludeBits(pub Vec<u8>);
+
+impl IncludeBits {
+    /// The literals included by either.
+    fn or(&mut self, other: &IncludeBits) {
+        if self.0.len() < other.0.len() {
+            self.0.resize(other.0.len(), 0);
+        }
+        self.0.iter_mut().zip(&other.0).for_each(|(a, b)| *a |= b);
+    }
+}
+
+/// What a client uploads for one class it holds: its clause weights θ_{j,c}, include bits and
+/// samples n_{j,c}.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClassUpload {
+    pub weights: Vec<u32>,
+    pub include: IncludeBits,
+    pub samples: u64,
+}
+
+/// A client's whole upload: the classes it holds, and its `GiniIndex`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClientUpload {
+    pub classes: BTreeMap<u32, ClassUpload>,
+    pub gini_index: f64,
+}
+
+impl ClientUpload {
+    /// n_j: the client's samples over all its classes.
+    pub fn samples(&self) -> u64 {
+        self.classes.values().map(|c| c.samples).sum()
+    }
+}
+
+/// How the include bits of a class's contributors are ranked for the top K.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BitsBy {
+    /// The paper (§4.2.2): the clients with the most samples of the class.
+    Samples,
+    /// The code: the clients with the largest mean scaled weight of the class.
+    MeanWeight,
+}
+
+/// The server's settings (checked).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct FedTmosServerParams {
+    /// φ: server models.
+    pub models: usize,
+    /// σ: the mean Gini index above which weights are scaled by it.
+    pub sigma: f64,
+    /// k of k-means, at most (it is also at most the vectors − 1).
+    pub k_max: usize,
+    /// K of TopK: contributors whose include bits are ORed.
+    pub top_k: usize,
+    pub bits_by: BitsBy,
+    /// The code's filter: drop vectors whose mean scaled weight floors to 0.
+    pub filter: bool,
+}
+
+/// FedTMOS's `GiniIndex` of a class distribution: Σ p² (1 for a client of one class, 1/C for a
+/// balanced one). Not the AHP criterion, which is the impurity 1 − Σ p².
+pub fn gini_index(class_counts: &[u64]) -> f64 {
+    let n: u64 = class_counts.iter().sum();
+    if n == 0 {
+        return 0.0;
+    }
+    class_counts
+        .iter()
+        .map(|&c| (c as f64 / n as f64).powi(2))
+        .sum()
+}
+
+/// Step 1: x, the mean Gini index if it is above σ, else 1 (no scaling).
+pub fn scale_factor(gini_indices: &[f64], sigma: f64) -> f64 {
+    if gini_indices.is_empty() {
+        return 1.0;
+    }
+    let mean = gini_indices.iter().sum::<f64>() / gini_indices.len() as f64;
+    if mean > sigma { mean } else { 1.0 }
+}
+
+/// Step 2: ⌊x · θ · n_c / n⌋ per clause.
+pub fn scale(weights: &[u32], class_samples: u64, samples: u64, x: f64) -> Vec<u32> {
+    let share = class_samples as f64 / samples.max(1) as f64;
+    weights
+        .iter()
+        .map(|&w| (x * f64::from(w) * share) as u32)
+        .collect()
+}
+
+fn mean(v: &[u32]) -> f64 {
+    v.iter().map(|&w| f64::from(w)).sum::<f64>() / v.len().max(1) as f64
+}
+
+/// One (client, class) vector of scaled weights.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Entry {
+    pub client: ClientId,
+    pub class: u32,
+    pub scaled: Vec<u32>,
+}
+
+/// Steps 1–3: the scaled vectors that enter k-means, class-major, client-id order within a
+/// class; and x.
+pub fn entries(
+    uploads: &BTreeMap<ClientId, ClientUpload>,
+    sigma: f64,
+    filter: bool,
+) -> (Vec<Entry>, f64) {
+    let ginis: Vec<f64> = uploads
+        .values()
+        .filter(|u| u.samples() > 0)
+        .map(|u| u.gini_index)
+        .collect();
+    let x = scale_factor(&ginis, sigma);
+    let classes: BTreeSet<u32> = uploads
+        .values()
+        .flat_map(|u| u.classes.keys().copied())
+        .collect();
+    let mut out = Vec::new();
+    for class in classes {
+        for (&client, u) in uploads {
+            let Some(c) = u.classes.get(&class) else {
+                continue;
+            };
+            let scaled = scale(&c.weights, c.samples, u.samples(), x);
+            if filter && mean(&scaled).floor() <= 0.0 {
+                continue;
+            }
+            out.push(Entry {
+                client,
+                class,
+                scaled,
+            });
+        }
+    }
+    (out, x)
+}
+
+/// A k-means cluster: its centroid and its (client, class) members in entry order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Cluster {
+    pub centroid: Vec<f64>,
+    pub members: Vec<(ClientId, u32)>,
+}
+
+impl Cluster {
+    fn classes(&self) -> BTreeSet<u32> {
+        self.members.iter().map(|&(_, c)| c).collect()
+    }
+}
+
+/// Step 4: k-means over the entries, k = min(entries − 1, k_max) (at least 1).
+pub fn cluster(entries: &[Entry], k_max: usize, rng: &mut FlintRng) -> Result<Vec<Cluster>> {
+    if entries.is_empty() {
+        return Err(FlintError::Model(
+            "fedtmos has no class weights to cluster".into(),
+        ));
+    }
+    let k = k_max.min(entries.len().saturating_sub(1)).max(1);
+    let points: Vec<Vec<f64>> = entries
+        .iter()
+        .map(|e| e.scaled.iter().map(|&w| f64::from(w)).collect())
+        .collect();
+    let fit = kmeans::kmeans(&points, k, LloydParams::default(), rng).map_err(FlintError::Model)?;
+    let mut clusters: Vec<Cluster> = fit
+        .centroids
+        .into_iter()
+        .map(|centroid| Cluster {
+            centroid,
+            members: Vec::new(),
+        })
+        .collect();
+    for (e, &l) in entries.iter().zip(&fit.labels) {
+        clusters[l].members.push((e.client, e.class));
+    }
+    Ok(clusters)
+}
+
+/// Eq. 5's average linkage of one model: the mean over pairs of its classes of the squared
+/// distance between their means (0 below two classes).
+pub fn linkage(means: &BTreeMap<u32, Vec<f64>>) -> f64 {
+    let all: Vec<&Vec<f64>> = means.values().collect();
+    let (mut total, mut pairs) = (0.0, 0usize);
+    for (i, a) in all.iter().enumerate() {
+        for b in &all[i + 1..] {
+            total += a
+                .iter()
+                .zip(b.iter())
+                .map(|(x, y)| (x - y).powi(2))
+                .sum::<f64>();
+            pairs += 1;
+        }
+    }
+    if pairs == 0 {
+        0.0
+    } else {
+        total / pairs as f64
+    }
+}
+
+/// A server model as reassignment builds it.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ModelPlan {
+    /// Each class's mean: its cluster's centroid (averaged with the next one's if the class
+    /// comes twice).
+    pub means: BTreeMap<u32, Vec<f64>>,
+    /// The clients whose weights of the class the model averages.
+    pub contributors: BTreeMap<u32, Vec<ClientId>>,
+    /// The clusters it took from.
+    pub clusters: BTreeSet<usize>,
+}
+
+impl ModelPlan {
+    fn add(&mut self, client: ClientId, class: u32, cluster: usize, centroid: &[f64]) {
+        self.contributors.entry(class).or_default().push(client);
+        self.means
+            .entry(class)
+            .and_modify(|m| {
+                m.iter_mut()
+                    .zip(centroid)
+                    .for_each(|(a, b)| *a = (*a + b) / 2.0)
+            })
+            .or_insert_with(|| centroid.to_vec());
+        self.clusters.insert(cluster);
+    }
+
+    fn linkage_with(&self, added: &[(u32, &[f64])]) -> f64 {
+        let mut means = self.means.clone();
+        for (class, centroid) in added {
+            means.insert(*class, centroid.to_vec());
+        }
+        linkage(&means)
+    }
+}
+
+/// Step 5: Algorithm 2 and the fill (see the module doc).
+pub fn reassign(clusters: &[Cluster], models: usize) -> Vec<ModelPlan> {
+    let mut plans = vec![ModelPlan::default(); models];
+    let mut order: Vec<usize> = (0..clusters.len()).collect();
+    order.sort_by_key(|&l| clusters[l].classes().len());
+    for &l in &order {
+        let centroid = &clusters[l].centroid;
+        for &(client, class) in &clusters[l].members {
+            let mut best: Option<(usize, f64)> = None;
+            for (m, plan) in plans.iter().enumerate() {
+                if plan.means.contains_key(&class) {
+                    continue;
+                }
+                let l2 = plan.linkage_with(&[(class, centroid)]);
+                if best.is_none_or(|(_, b)| l2 > b) {
+                    best = Some((m, l2));
+                }
+            }
+            let m = match best {
+                Some((m, _)) => m,
+                // Every model holds the class: the fewest classes, then the fewest clusters.
+                None => (0..plans.len())
+                    .min_by_key(|&m| (plans[m].means.len(), plans[m].clusters.len()))
+                    .unwrap_or(0),
+            };
+            plans[m].add(client, class, l, centroid);
+        }
+    }
+    for plan in &mut plans {
+        fill(plan, clusters);
+    }
+    plans
+}
+
+/// A model with fewer than 2 classes takes the missing ones from clusters it has not taken.
+fn fill(plan: &mut ModelPlan, clusters: &[Cluster]) {
+    let need = 2usize.saturating_sub(plan.means.len());
+    if need == 0 {
+        return;
+    }
+    // (cluster, class, a client of that cluster holding it), each class from the first cluster
+    // (by index) that has it.
+    let mut seen = BTreeSet::new();
+    let mut candidates: Vec<(usize, u32, ClientId)> = Vec::new();
+    for (l, c) in clusters.iter().enumerate() {
+        if plan.clusters.contains(&l) {
+            continue;
+        }
+        for &(client, class) in &c.members {
+            if !plan.means.contains_key(&class) && seen.insert(class) {
+                candidates.push((l, class, client));
+            }
+        }
+    }
+    let mut best: Option<(Vec<usize>, f64)> = None;
+    let mut consider = |picked: Vec<usize>| {
+        let added: Vec<(u32, &[f64])> = picked
+            .iter()
+            .map(|&i| {
+                (
+                    candidates[i].1,
+                    clusters[candidates[i].0].centroid.as_slice(),
+                )
+            })
+            .collect();
+        let l2 = plan.linkage_with(&added);
+        if best.as_ref().is_none_or(|(_, b)| l2 > *b) {
+            best = Some((picked, l2));
+        }
+    };
+    match (need, candidates.len()) {
+        (_, 0) => return,
+        (2, n) if n >= 2 => {
+            for i in 0..n {
+                for j in i + 1..n {
+                    consider(vec![i, j]);
+                }
+            }
+        }
+        (_, n) => (0..n).for_each(|i| consider(vec![i])),
+    }
+    let Some((picked, _)) = best else {
+        return;
+    };
+    for i in picked {
+        let (l, class, client) = candidates[i];
+        plan.add(client, class, l, &clusters[l].centroid);
+    }
+}
+
+/// One class of a server model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerClass {
+    pub weights: Vec<u32>,
+    pub include: IncludeBits,
+}
+
+/// A server model: the classes it holds (the others vote 0).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ServerModel {
+    pub classes: BTreeMap<u32, ServerClass>,
+}
+
+/// Step 6: Algorithm 3 over the plans. `scaled` holds every contributor's scaled weights.
+pub fn average(
+    plans: &[ModelPlan],
+    uploads: &BTreeMap<ClientId, ClientUpload>,
+    scaled: &BTreeMap<(ClientId, u32), Vec<u32>>,
+    top_k: usize,
+    bits_by: BitsBy,
+) -> Result<Vec<ServerModel>> {
+    let missing = |client: ClientId, class: u32| {
+        FlintError::Model(format!(
+            "client {client} contributes class {class} but uploaded none"
+        ))
+    };
+    let mut out = Vec::with_capacity(plans.len());
+    for plan in plans {
+        let mut model = ServerModel::default();
+        for (&class, contributors) in &plan.contributors {
+            let vectors: Vec<&Vec<u32>> = contributors
+                .iter()
+                .map(|&j| scaled.get(&(j, class)).ok_or_else(|| missing(j, class)))
+                .collect::<Result<_>>()?;
+            let clauses = vectors[0].len();
+            let weights: Vec<u32> = (0..clauses)
+                .map(|i| {
+                    let sum: f64 = vectors.iter().map(|v| f64::from(v[i])).sum();
+                    (sum / vectors.len() as f64) as u32
+                })
+                .collect();
+            let mut ranked: Vec<(ClientId, f64)> = contributors
+                .iter()
+                .zip(&vectors)
+                .map(|(&j, v)| {
+                    let score = match bits_by {
+                        BitsBy::Samples => uploads
+                            .get(&j)
+                            .and_then(|u| u.classes.get(&class))
+                            .map_or(0.0, |c| c.samples as f64),
+                        BitsBy::MeanWeight => mean(v),
+                    };
+                    (j, score)
+                })
+                .collect();
+            // Highest first; the lower client id on a tie. A client counted twice counts once.
+            ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+            ranked.dedup_by_key(|r| r.0);
+            let mut include = IncludeBits::default();
+            for (j, _) in ranked.iter().take(top_k) {
+                let bits = uploads
+                    .get(j)
+                    .and_then(|u| u.classes.get(&class))
+                    .ok_or_else(|| missing(*j, class))?;
+                include.or(&bits.include);
+            }
+            model
+                .classes
+                .insert(class, ServerClass { weights, include });
+        }
+        out.push(model);
+    }
+    Ok(out)
+}
+
+/// Steps 1–6 on a round's uploads.
+pub fn aggregate(
+    uploads: &BTreeMap<ClientId, ClientUpload>,
+    params: &FedTmosServerParams,
+    rng: &mut FlintRng,
+) -> Result<(Vec<ServerModel>, Vec<ModelPlan>, f64)> {
+    let (entries, x) = entries(uploads, params.sigma, params.filter);
+    let clusters = cluster(&entries, params.k_max, rng)?;
+    let plans = reassign(&clusters, params.models);
+    let mut scaled = BTreeMap::new();
+    for (&j, u) in uploads {
+        for (&c, cu) in &u.classes {
+            scaled.insert((j, c), scale(&cu.weights, cu.samples, u.samples(), x));
+        }
+    }
+    let models = average(&plans, uploads, &scaled, params.top_k, params.bits_by)?;
+    Ok((models, plans, x))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rng::derive_rng;
+
+    fn upload(classes: &[(u32, Vec<u32>, u8, u64)]) -> ClientUpload {
+        let counts: Vec<u64> = classes.iter().map(|c| c.3).collect();
+        ClientUpload {
+            classes: classes
+                .iter()
+                .map(|(c, w, bits, n)| {
+                    let up = ClassUpload {
+                        weights: w.clone(),
+                        include: IncludeBits(vec![*bits]),
+                        samples: *n,
+                    };
+                    (*c, up)
+                })
+                .collect(),
+            gini_index: gini_index(&counts),
+        }
+    }
+
+    #[test]
+    fn the_gini_index_and_scaling_follow_section_4_2_1() {
+        assert_eq!(gini_index(&[10]), 1.0);
+        assert_eq!(gini_index(&[5, 5, 5, 5]), 0.25);
+        assert!((gini_index(&[3, 1]) - 0.625).abs() < 1e-12);
+        // x is the mean Gini index only above σ.
+        assert_eq!(scale_factor(&[0.8, 0.6], 0.5), 0.7);
+        assert_eq!(scale_factor(&[0.4, 0.5], 0.5), 1.0);
+        // ⌊x · θ · n_c / n⌋, truncated once: 0.7 · 10 · 3/4 = 5.25 → 5; 0.7 · 3 · 3/4 = 1.575 → 1.
+        assert_eq!(scale(&[10, 3, 1], 3, 4, 0.7), vec![5, 1, 0]);
+    }
+
+    #[test]
+    fn vectors_are_class_major_and_the_code_filter_drops_minority_classes() {
+        let uploads = BTreeMap::from([
+            (1, upload(&[(0, vec![8, 8], 1, 99), (1, vec![8, 8], 1, 1)])),
+            (2, upload(&[(0, vec![4, 4], 1, 10)])),
+        ]);
+        let (all, x) = entries(&uploads, 0.5, false);
+        // Client 1's Gini index is 0.99² + 0.01² = 0.9802, client 2's 1: x = 0.9901.
+        assert!((x - 0.9901).abs() < 1e-12);
+        let keys: Vec<(ClientId, u32)> = all.iter().map(|e| (e.client, e.class)).collect();
+        assert_eq!(keys, vec![(1, 0), (2, 0), (1, 1)]);
+        // Client 1's class 1: 0.9901 · 8 · 1/100 = 0.08 → 0: the filter drops it.
+        let (kept, _) = entries(&uploads, 0.5, true);
+        let keys: Vec<(ClientId, u32)> = kept.iter().map(|e| (e.client, e.class)).collect();
+        assert_eq!(keys, vec![(1, 0), (2, 0)]);
+    }
+
+    fn cluster_of(centroid: Vec<f64>, members: &[(ClientId, u32)]) -> Cluster {
+        Cluster {
+            centroid,
+            members: members.to_vec(),
+        }
+    }
+
+    #[test]
+    fn reassignment_maximizes_linkage_and_never_doubles_a_class_while_a_model_lacks_it() {
+        // Algorithm 2 on hand-made clusters: class 0 in clusters at 0 and 10, class 1 at 3,
+        // class 2 at 100.
+        let clusters = vec![
+            cluster_of(vec![0.0], &[(1, 0)]),
+            cluster_of(vec![10.0], &[(2, 0)]),
+            cluster_of(vec![3.0], &[(3, 1)]),
+            cluster_of(vec![100.0], &[(4, 2)]),
+        ];
+        let plans = reassign(&clusters, 2);
+        // Every cluster has one class; they go in index order. (1, 0) → model 0 (both empty,
+        // linkage 0, the first). (2, 0) → model 1, the only one without class 0. (3, 1): model
+        // 0 gives |3 − 0|² = 9, model 1 |3 − 10|² = 49 → model 1. (4, 2): model 0 gives
+        // 100² = 10000, model 1 (7² + 90² + 97²)/3 ≈ 5853 → model 0.
+        assert_eq!(plans[0].contributors[&0], vec![1]);
+        assert_eq!(plans[1].contributors[&0], vec![2]);
+        assert_eq!(plans[1].contributors[&1], vec![3]);
+        let with_2: Vec<usize> = (0..2)
+            .filter(|&m| plans[m].contributors.contains_key(&2))
+            .collect();
+        let l0 = linkage(&BTreeMap::from([(0, vec![0.0]), (2, vec![100.0])]));
+        let l1 = linkage(&BTreeMap::from([
+            (0, vec![10.0]),
+            (1, vec![3.0]),
+            (2, vec![100.0]),
+        ]));
+        assert_eq!(with_2, vec![if l1 > l0 { 1 } else { 0 }]);
+        for plan in &plans {
+            assert!(plan.means.len() >= 2, "every model holds two classes");
+        }
+    }
+
+    #[test]
+    fn when_every_model_holds_the_class_it_goes_to_the_fewest_classes_then_fewest_clusters() {
+        // Class 0 three times (three clusters), two models: the third copy goes where there
+        // are fewer classes; both hold one class, and each took one cluster: the first wins
+        // the tie, and its mean becomes the average of the two centroids.
+        let clusters = vec![
+            cluster_of(vec![0.0], &[(1, 0)]),
+            cluster_of(vec![4.0], &[(2, 0)]),
+            cluster_of(vec![8.0], &[(3, 0)]),
+            cluster_of(vec![50.0], &[(4, 1)]),
+        ];
+        let plans = reassign(&clusters, 2);
+        assert_eq!(plans[0].contributors[&0], vec![1, 3]);
+        assert_eq!(plans[0].means[&0], vec![4.0]);
+        assert_eq!(plans[1].contributors[&0], vec![2]);
+    }
+
+    #[test]
+    fn the_fill_takes_a_class_from_an_untaken_cluster_under_a_client_that_holds_it() {
+        // One cluster holds classes 0 and 1 (clients 1 and 2), another class 2 (client 3). With
+        // three models, model 2 ends with one class and takes another from the clusters it has
+        // not taken, under the client of that cluster holding it.
+        let clusters = vec![
+            cluster_of(vec![0.0], &[(1, 0), (2, 1)]),
+            cluster_of(vec![9.0], &[(3, 2)]),
+        ];
+        let plans = reassign(&clusters, 3);
+        for plan in &plans {
+            for (class, clients) in &plan.contributors {
+                for &j in clients {
+                    let holder = clusters.iter().any(|c| c.members.contains(&(j, *class)));
+                    assert!(holder, "client {j} does not hold class {class}");
+                }
+            }
+            assert!(plan.means.len() >= 2, "{plan:?}");
+        }
+    }
+
+    #[test]
+    fn averaging_truncates_the_mean_and_ors_the_top_two_include_bits() {
+        // Algorithm 3: class 0 from clients 1, 2 and 3 with 5, 50 and 20 samples.
+        let uploads = BTreeMap::from([
+            (1, upload(&[(0, vec![1, 1], 0b0001, 5)])),
+            (2, upload(&[(0, vec![1, 1], 0b0010, 50)])),
+            (3, upload(&[(0, vec![1, 1], 0b0100, 20)])),
+        ]);
+        let scaled = BTreeMap::from([
+            ((1, 0), vec![9, 1]),
+            ((2, 0), vec![2, 2]),
+            ((3, 0), vec![4, 1]),
+        ]);
+        let plan = ModelPlan {
+            contributors: BTreeMap::from([(0, vec![1, 2, 3])]),
+            ..Default::default()
+        };
+        let by_samples = average(
+            std::slice::from_ref(&plan),
+            &uploads,
+            &scaled,
+            2,
+            BitsBy::Samples,
+        )
+        .unwrap();
+        let class = &by_samples[0].classes[&0];
+        // (9 + 2 + 4) / 3 = 5, (1 + 2 + 1) / 3 = 1.33 → 1.
+        assert_eq!(class.weights, vec![5, 1]);
+        // The most samples: clients 2 and 3.
+        assert_eq!(class.include, IncludeBits(vec![0b0110]));
+        // By mean scaled weight: client 1 (5), then client 3 (2.5).
+        let by_weight = average(&[plan], &uploads, &scaled, 2, BitsBy::MeanWeight).unwrap();
+        assert_eq!(by_weight[0].classes[&0].include, IncludeBits(vec![0b0101]));
+    }
+
+    #[test]
+    fn a_whole_aggregation_covers_every_class_in_every_model_it_can() {
+        // Ten clients of two classes each over four classes, two server models.
+        let mut uploads = BTreeMap::new();
+        for j in 0..10u32 {
+            let (a, b) = (j % 4, (j + 1) % 4);
+            let w = |c: u32| (0..6).map(|i| 10 + c * 7 + i + j % 3).collect::<Vec<u32>>();
+            uploads.insert(j + 1, upload(&[(a, w(a), 1, 30), (b, w(b), 2, 10)]));
+        }
+        let params = FedTmosServerParams {
+            models: 2,
+            sigma: 0.5,
+            k_max: 5,
+            top_k: 2,
+            bits_by: BitsBy::Samples,
+            filter: false,
+        };
+        let (models, plans, x) =
+            aggregate(&uploads, &params, &mut derive_rng(1, "fedtmos", 0)).unwrap();
+        assert!((x - 0.625).abs() < 1e-12, "every client's Gini is 0.625");
+        assert_eq!(models.len(), 2);
+        let covered: BTreeSet<u32> = models
+            .iter()
+            .flat_map(|m| m.classes.keys().copied())
+            .collect();
+        assert_eq!(covered, BTreeSet::from([0, 1, 2, 3]));
+        for (m, p) in models.iter().zip(&plans) {
+            assert_eq!(
+                m.classes.keys().collect::<Vec<_>>(),
+                p.contributors.keys().collect::<Vec<_>>()
+            );
+            assert!(m.classes.values().all(|c| c.weights.len() == 6));
+        }
+        // The same seed gives the same models.
+        let again = aggregate(&uploads, &params, &mut derive_rng(1, "fedtmos", 0)).unwrap();
+        assert_eq!(again.0, models);
+    }
+}
