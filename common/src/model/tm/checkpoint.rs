@@ -47,6 +47,7 @@ impl Writer {
         self.u8(match h.negative_sampling {
             NegativeSampling::Uniform => 0,
             NegativeSampling::Focused => 1,
+            NegativeSampling::All => 2,
         });
         self.u64(features as u64);
         self.u64(classes as u64);
@@ -112,10 +113,11 @@ impl Reader<'_> {
             state_bits: usize::from(self.u8()?),
             weighted: self.u8()? == 1,
             boost_true_positive: self.u8()? == 1,
-            negative_sampling: if self.u8()? == 1 {
-                NegativeSampling::Focused
-            } else {
-                NegativeSampling::Uniform
+            negative_sampling: match self.u8()? {
+                0 => NegativeSampling::Uniform,
+                1 => NegativeSampling::Focused,
+                2 => NegativeSampling::All,
+                other => return Err(format!("unknown negative sampling {other}")),
             },
         };
         let (features, classes) = (self.u64()? as usize, self.u64()? as usize);
@@ -253,6 +255,23 @@ mod tests {
         tm.fit_epoch(&d, &mut masks, &mut rng);
         back.fit_epoch(&d, &mut m1, &mut r1);
         assert_eq!(back, tm);
+    }
+
+    #[test]
+    fn every_negative_sampling_survives_the_round_trip() {
+        for negative_sampling in [
+            NegativeSampling::Uniform,
+            NegativeSampling::Focused,
+            NegativeSampling::All,
+        ] {
+            let h = TmHyper {
+                negative_sampling,
+                ..hyper()
+            };
+            let tm = MultiClassTm::new(h, 70, 3);
+            let back = MultiClassTm::from_bytes(&tm.to_bytes()).unwrap();
+            assert_eq!(back.hyper().negative_sampling, negative_sampling);
+        }
     }
 
     #[test]

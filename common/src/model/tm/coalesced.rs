@@ -221,6 +221,14 @@ impl CoalescedTm {
                 let r = rng.random_range(0..self.classes - 1);
                 Some(if r >= y { r + 1 } else { r })
             }
+            NegativeSampling::All => {
+                for c in (0..self.classes).filter(|&c| c != y) {
+                    let v = Self::sum(&self.weights[c], firing).clamp(-t, t);
+                    let p = (t + v) as f64 / (2 * t) as f64;
+                    self.feedback(c, false, p, &at, masks, rng, &mut buffers.selected);
+                }
+                None
+            }
             NegativeSampling::Focused => {
                 let ps: Vec<i64> = (0..self.classes)
                     .map(|c| {

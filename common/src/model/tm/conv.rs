@@ -10,7 +10,7 @@ use super::bank::ClauseBank;
 use super::coalesced::{CoalescedTm, LearnBuffers};
 use super::infer::{Transposed, accuracy, predictions};
 use super::multiclass::MultiClassTm;
-use super::{FeedbackMasks, TmHyper};
+use super::{FeedbackMasks, NegativeSampling, TmHyper};
 use crate::data::booleanize::BitRows;
 use crate::data::booleanize::words_for;
 use crate::rng::FlintRng;
@@ -264,11 +264,19 @@ impl ConvTm {
         match &mut self.form {
             Form::MultiClass(tm) => {
                 tm.count(y);
-                learn_class(tm, y as usize, true, &patches, masks, rng, s);
+                let y = y as usize;
+                learn_class(tm, y, true, &patches, masks, rng, s);
                 let classes = tm.classes();
-                let r = rng.random_range(0..classes - 1);
-                let negative = if r >= y as usize { r + 1 } else { r };
-                learn_class(tm, negative, false, &patches, masks, rng, s);
+                if tm.hyper().negative_sampling == NegativeSampling::All {
+                    for c in (0..classes).filter(|&c| c != y) {
+                        learn_class(tm, c, false, &patches, masks, rng, s);
+                    }
+                } else {
+                    // Focused sampling is the multi-class machine's; here the negative is uniform.
+                    let r = rng.random_range(0..classes - 1);
+                    let negative = if r >= y { r + 1 } else { r };
+                    learn_class(tm, negative, false, &patches, masks, rng, s);
+                }
             }
             Form::Coalesced(tm) => {
                 patch_outputs(tm.bank(), &patches, rng, s);

@@ -31,14 +31,17 @@ pub struct TmSection {
     pub negative_sampling: Option<String>,
 }
 
-/// How the one negative class of a training example is chosen.
+/// Which classes a training example trains against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum NegativeSampling {
-    /// Uniformly among the other classes (Granmo 2018).
+    /// One, uniformly among the other classes (Granmo 2018).
     Uniform,
-    /// In proportion to how strongly each other class votes for the example (T + v_c).
+    /// One, in proportion to how strongly each other class votes for the example (T + v_c).
     Focused,
+    /// Every other class (one-vs-all: the FedTMOS code's `mc_tm_update`). The classes then
+    /// learn independently of each other, so threaded training runs them in parallel.
+    All,
 }
 
 /// Checked hyper-parameters; the defaults are pyTsetlinMachine's (unweighted, boost on, 8 bits).

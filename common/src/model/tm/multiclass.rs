@@ -148,6 +148,12 @@ impl MultiClassTm {
                 if r >= y { r + 1 } else { r }
             }
             NegativeSampling::Focused => self.focused_negative(y, x, rng, scratch),
+            NegativeSampling::All => {
+                for c in (0..self.classes).filter(|&c| c != y) {
+                    self.feedback(c, x, false, masks, rng, scratch);
+                }
+                return;
+            }
         };
         self.feedback(negative, x, false, masks, rng, scratch);
     }
@@ -312,11 +318,35 @@ impl MultiClassTm {
             })
             .collect();
         let lock = |c: usize| states[c].lock().expect("class lock");
+        if hyper.negative_sampling == NegativeSampling::All {
+            // One-vs-all: each class learns from every example on its own stream, independently
+            // of the others, so the classes are split over the threads whole.
+            for &i in &order {
+                self.class_counts[data.labels[i] as usize] += 1;
+            }
+            let workers = threads.clamp(1, classes);
+            let train = |w: usize| {
+                for c in (w..classes).step_by(workers) {
+                    let mut st = lock(c);
+                    for &i in &order {
+                        learn(&mut st, &hyper, data.row(i), data.labels[i] as usize == c);
+                    }
+                }
+            };
+            std::thread::scope(|scope| {
+                for w in 1..workers {
+                    scope.spawn(move || train(w));
+                }
+                train(0);
+            });
+            return;
+        }
         let mut sums_scratch = Scratch::default();
         // The negative class of each example, drawn on this thread before either update.
         let mut negative_of = |i: usize, y: usize, rng: &mut FlintRng| match hyper.negative_sampling
         {
-            NegativeSampling::Uniform => {
+            // `All` returned above.
+            NegativeSampling::Uniform | NegativeSampling::All => {
                 let r = rng.random_range(0..classes - 1);
                 if r >= y { r + 1 } else { r }
             }
@@ -701,7 +731,7 @@ mod tests {
     fn threaded_training_equals_one_thread() {
         let mut rng = derive_rng(10, "xor", 0);
         let train = noisy_xor(2000, 0.1, &mut rng);
-        for sampling in ["uniform", "focused"] {
+        for sampling in ["uniform", "focused", "all"] {
             let h = TmSection::check(&TmSection {
                 clauses: Some(10),
                 t: Some(15),
@@ -723,6 +753,43 @@ mod tests {
             assert_eq!(one, fit(2), "{sampling}");
             assert_eq!(one.class_counts().iter().sum::<u64>(), 6000);
             assert!(one.accuracy(&train) > 0.8, "{sampling}: it learns");
+        }
+    }
+
+    /// One-vs-all (the FedTMOS code's `mc_tm_update`): an example trains its class toward it and
+    /// every other class against it; one negative class is trained otherwise.
+    #[test]
+    fn one_vs_all_trains_every_other_class_on_each_example() {
+        let x: Vec<bool> = (0..12).map(|i| i % 3 == 0).collect();
+        let mut rows = BitRows::new(12, 3);
+        rows.push(&x, 0);
+        for (sampling, changed) in [("uniform", 1), ("all", 2)] {
+            let h = TmSection::check(&TmSection {
+                clauses: Some(4),
+                t: Some(15),
+                s: Some(3.9),
+                negative_sampling: Some(sampling.into()),
+                ..Default::default()
+            })
+            .unwrap();
+            let fresh = MultiClassTm::new(h, 12, 3);
+            let mut tm = fresh.clone();
+            let mut rng = derive_rng(12, "one-vs-all", 0);
+            let mut masks = FeedbackMasks::new(3.9, &mut rng);
+            tm.update(
+                rows.row(0),
+                0,
+                &mut masks,
+                &mut rng,
+                &mut Scratch::default(),
+            );
+            // Every clause of a fresh machine fires in training, so Type II feedback moves the
+            // automata of the literals that are 0 into their include half.
+            let moved = (1..3)
+                .filter(|&c| tm.include_bits(c) != fresh.include_bits(c))
+                .count();
+            assert_eq!(moved, changed, "{sampling}");
+            assert_eq!(tm.class_counts(), &[1, 0, 0]);
         }
     }
 
