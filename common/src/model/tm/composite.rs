@@ -1,24 +1,155 @@
 //! TM composite inference (FedTMOS §4, eq. 3): several models vote together, each model's class
-//! sums divided by its spread (max − min over classes), so that no model outvotes the others by
-//! scale alone. FedTMOS's server models and the ensemble baseline both predict this way.
+//! sums divided by its spread (max − min), so that no model outvotes the others by scale alone.
+//! FedTMOS's server models and the ensemble baseline both predict this way.
+//!
+//! Two readings of the spread ([`Normalization`]): eq. 3 takes it per input (one row of class
+//! sums); the published code takes one constant per model over the whole evaluated batch
+//! (FEDTMOS-CODE-NOTES §3). The code also clamps every class sum to [−T, T] first, as training
+//! does ([`CompositeOptions::clamp`]).
+
+use serde::{Deserialize, Serialize};
+
+use super::{CoalescedTm, MultiClassTm, conv::ConvTm};
+use crate::data::booleanize::BitRows;
+
+/// Where a model's spread is taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Normalization {
+    /// Eq. 3: per input, max − min over its classes; a model whose sums are all equal for an
+    /// input abstains on it.
+    PerSample,
+    /// The code: per model, max − min over every class sum of the batch (0 counts as 1).
+    PerBatch,
+}
+
+/// How a composite predicts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompositeOptions {
+    pub normalization: Normalization,
+    /// Clamp each model's class sums to [−T, T] (its own T) before normalizing.
+    pub clamp: bool,
+}
+
+impl Default for CompositeOptions {
+    fn default() -> Self {
+        CompositeOptions {
+            normalization: Normalization::PerSample,
+            clamp: false,
+        }
+    }
+}
+
+/// A machine that gives row-major class sums for a batch: what a composite is made of.
+pub trait ClassSums: Send + Sync {
+    fn classes(&self) -> usize;
+    /// The voting margin T of its training.
+    fn margin(&self) -> i32;
+    /// `rows × classes` unclamped sums.
+    fn class_sums_batch(&self, data: &BitRows) -> Vec<i32>;
+}
+
+impl ClassSums for MultiClassTm {
+    fn classes(&self) -> usize {
+        MultiClassTm::classes(self)
+    }
+    fn margin(&self) -> i32 {
+        self.hyper().t
+    }
+    fn class_sums_batch(&self, data: &BitRows) -> Vec<i32> {
+        MultiClassTm::class_sums_batch(self, data)
+    }
+}
+
+impl ClassSums for CoalescedTm {
+    fn classes(&self) -> usize {
+        CoalescedTm::classes(self)
+    }
+    fn margin(&self) -> i32 {
+        self.hyper().t
+    }
+    fn class_sums_batch(&self, data: &BitRows) -> Vec<i32> {
+        CoalescedTm::class_sums_batch(self, data)
+    }
+}
+
+impl ClassSums for ConvTm {
+    fn classes(&self) -> usize {
+        ConvTm::classes(self)
+    }
+    fn margin(&self) -> i32 {
+        self.hyper().t
+    }
+    fn class_sums_batch(&self, data: &BitRows) -> Vec<i32> {
+        ConvTm::class_sums_batch(self, data)
+    }
+}
+
+/// The composite's predictions for `data`; every model must have the same classes.
+pub fn predict(
+    models: &[&dyn ClassSums],
+    data: &BitRows,
+    options: CompositeOptions,
+) -> Result<Vec<u32>, String> {
+    let Some(first) = models.first() else {
+        return Err("a composite needs at least one model".into());
+    };
+    let classes = first.classes();
+    if let Some(m) = models.iter().find(|m| m.classes() != classes) {
+        return Err(format!(
+            "composite models of {classes} and {} classes",
+            m.classes()
+        ));
+    }
+    let sums: Vec<Vec<i32>> = models
+        .iter()
+        .map(|m| {
+            let mut s = m.class_sums_batch(data);
+            if options.clamp {
+                let t = m.margin();
+                s.iter_mut().for_each(|v| *v = (*v).clamp(-t, t));
+            }
+            s
+        })
+        .collect();
+    Ok(composite_predict(&sums, classes, options.normalization))
+}
 
 /// Predictions from per-model class sums: `sums[m]` is model m's row-major matrix of
-/// `rows × classes` sums. A model whose sums are all equal for a row abstains on it.
-pub fn composite_predict(sums: &[Vec<i32>], classes: usize) -> Vec<u32> {
+/// `rows × classes` sums.
+pub fn composite_predict(
+    sums: &[Vec<i32>],
+    classes: usize,
+    normalization: Normalization,
+) -> Vec<u32> {
     let rows = sums.first().map_or(0, |s| s.len() / classes.max(1));
+    let spread = |values: &[i32]| {
+        let (min, max) = values
+            .iter()
+            .fold((i32::MAX, i32::MIN), |(lo, hi), &v| (lo.min(v), hi.max(v)));
+        f64::from(max) - f64::from(min)
+    };
+    // PerBatch: one constant per model (0 → 1, as the code).
+    let batch: Vec<f64> = sums
+        .iter()
+        .map(|s| match spread(s) {
+            d if d > 0.0 => d,
+            _ => 1.0,
+        })
+        .collect();
     let mut votes = vec![0f64; classes];
     (0..rows)
         .map(|i| {
             votes.iter_mut().for_each(|v| *v = 0.0);
-            for model in sums {
+            for (model, &batch_spread) in sums.iter().zip(&batch) {
                 let row = &model[i * classes..(i + 1) * classes];
-                let (min, max) = row
-                    .iter()
-                    .fold((i32::MAX, i32::MIN), |(lo, hi), &v| (lo.min(v), hi.max(v)));
-                if max > min {
-                    let spread = f64::from(max - min);
+                let d = match normalization {
+                    Normalization::PerSample => spread(row),
+                    Normalization::PerBatch => batch_spread,
+                };
+                if d > 0.0 {
                     for (v, &s) in votes.iter_mut().zip(row) {
-                        *v += f64::from(s) / spread;
+                        *v += f64::from(s) / d;
                     }
                 }
             }
@@ -37,6 +168,8 @@ pub fn composite_predict(sums: &[Vec<i32>], classes: usize) -> Vec<u32> {
 mod tests {
     use super::*;
 
+    const PER_SAMPLE: Normalization = Normalization::PerSample;
+
     #[test]
     fn each_model_votes_by_its_normalised_sums() {
         // Model A: sums (100, 0, 50): spread 100 → (1.0, 0.0, 0.5).
@@ -45,9 +178,15 @@ mod tests {
         // normalisation model A's scale would decide alone (100 + 0 against 0 + 4).
         let a = vec![100, 0, 50];
         let b = vec![0, 4, 1];
-        assert_eq!(composite_predict(&[a.clone(), b.clone()], 3), vec![0]);
+        assert_eq!(
+            composite_predict(&[a.clone(), b.clone()], 3, PER_SAMPLE),
+            vec![0]
+        );
         // A third model leaning to class 1 breaks the tie.
-        assert_eq!(composite_predict(&[a, b, vec![0, 2, 1]], 3), vec![1]);
+        assert_eq!(
+            composite_predict(&[a, b, vec![0, 2, 1]], 3, PER_SAMPLE),
+            vec![1]
+        );
     }
 
     #[test]
@@ -57,6 +196,71 @@ mod tests {
         // → class 0.
         let a = vec![7, 7, 7, 3, 0, 9];
         let b = vec![0, 1, 0, 5, 0, 0];
-        assert_eq!(composite_predict(&[a, b], 3), vec![1, 0]);
+        assert_eq!(composite_predict(&[a, b], 3, PER_SAMPLE), vec![1, 0]);
+    }
+
+    /// The code's normalization: one constant per model over the batch. A model whose sums are
+    /// large on one row and small on another keeps that difference, where eq. 3 erases it.
+    #[test]
+    fn the_batch_normalization_keeps_a_models_confidence_across_rows() {
+        // Model A: row 0 (100, 0), row 1 (0, 50). Model B: row 0 (0, 100), row 1 (10, 0).
+        // Both spread 100 over the batch.
+        let a = vec![100, 0, 0, 50];
+        let b = vec![0, 100, 10, 0];
+        // Row 1 per batch: (0, 0.5) + (0.1, 0) → class 1. Per sample: (0, 1) + (1, 0), a tie
+        // → class 0. Row 0 ties either way → class 0.
+        assert_eq!(
+            composite_predict(&[a.clone(), b.clone()], 2, Normalization::PerBatch),
+            vec![0, 1]
+        );
+        assert_eq!(
+            composite_predict(&[a, b.clone()], 2, PER_SAMPLE),
+            vec![0, 0]
+        );
+        // A flat batch counts as spread 1 and adds nothing: B decides.
+        assert_eq!(
+            composite_predict(&[vec![0, 0, 0, 0], b], 2, Normalization::PerBatch),
+            vec![1, 0]
+        );
+    }
+
+    #[test]
+    fn machines_of_every_kind_compose_through_their_class_sums() {
+        use crate::model::tm::FeedbackMasks;
+        use crate::model::tm::testing::{hyper, noisy_xor};
+        use crate::rng::derive_rng;
+        let mut rng = derive_rng(21, "composite", 0);
+        let train = noisy_xor(1500, 0.1, &mut rng);
+        let test = noisy_xor(200, 0.0, &mut rng);
+        let mut masks = FeedbackMasks::new(3.9, &mut rng);
+        let mut a = MultiClassTm::new(hyper(20, 15, 3.9), 12, 2);
+        let mut b = CoalescedTm::new(hyper(20, 15, 3.9), 12, 2, &mut rng);
+        for _ in 0..5 {
+            a.fit_epoch(&train, &mut masks, &mut rng);
+            b.fit_epoch(&train, &mut masks, &mut rng);
+        }
+        let models: [&dyn ClassSums; 2] = [&a, &b];
+        for normalization in [Normalization::PerSample, Normalization::PerBatch] {
+            let options = CompositeOptions {
+                normalization,
+                clamp: true,
+            };
+            let got = predict(&models, &test, options).unwrap();
+            let clamped = |s: Vec<i32>| s.into_iter().map(|v| v.clamp(-15, 15)).collect();
+            let want = composite_predict(
+                &[
+                    clamped(a.class_sums_batch(&test)),
+                    clamped(b.class_sums_batch(&test)),
+                ],
+                2,
+                normalization,
+            );
+            assert_eq!(got, want, "{normalization:?}");
+            let correct = got.iter().zip(&test.labels).filter(|(p, y)| p == y).count();
+            assert!(correct > 180, "{normalization:?}: {correct} of 200");
+        }
+        let three = MultiClassTm::new(hyper(20, 15, 3.9), 12, 3);
+        let e = predict(&[&a, &three], &test, CompositeOptions::default()).unwrap_err();
+        assert!(e.contains("2 and 3 classes"), "{e}");
     }
 }

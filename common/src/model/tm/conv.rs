@@ -234,10 +234,17 @@ impl ConvTm {
         }
     }
 
-    fn classes(&self) -> usize {
+    pub fn classes(&self) -> usize {
         match &self.form {
             Form::MultiClass(tm) => tm.classes(),
             Form::Coalesced(tm) => tm.classes(),
+        }
+    }
+
+    pub fn hyper(&self) -> &TmHyper {
+        match &self.form {
+            Form::MultiClass(tm) => tm.hyper(),
+            Form::Coalesced(tm) => tm.hyper(),
         }
     }
 
