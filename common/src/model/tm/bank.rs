@@ -298,18 +298,39 @@ impl ClauseBank {
     /// Replaces a clause's actions: included automata at the first include state (N + 1),
     /// excluded ones at the last exclude state (N). Predictions depend only on the actions.
     pub fn set_include(&mut self, clause: usize, include: &[u64]) {
+        self.set_include_at(clause, include, ExcludedAt::LastExclude);
+    }
+
+    /// [`Self::set_include`], with the excluded automata where `excluded` says.
+    pub fn set_include_at(&mut self, clause: usize, include: &[u64], excluded: ExcludedAt) {
         assert_eq!(include.len(), self.lw());
         let (lw, bits) = (self.lw(), self.bits);
         let planes = &mut self.planes[clause * lw * bits..(clause + 1) * lw * bits];
         for (l, (&inc, &v)) in include.iter().zip(&self.valid).enumerate() {
             let inc = inc & v;
+            let low = match excluded {
+                ExcludedAt::LastExclude => !inc & v,
+                ExcludedAt::Zero => 0,
+            };
             for b in 0..bits - 1 {
-                planes[b * lw + l] = !inc & v;
+                planes[b * lw + l] = low;
             }
             planes[(bits - 1) * lw + l] = inc;
         }
         self.mirror_include(clause);
     }
+}
+
+/// Where a machine rebuilt from include bits puts its excluded automata (included ones go to
+/// the first include state, N + 1, either way).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ExcludedAt {
+    /// The last exclude state, N: one reward away from including, as a trained machine's
+    /// undecided automata sit (Flint's default).
+    LastExclude,
+    /// State 0, the deepest exclude: the FedTMOS code's convention (FEDTMOS-CODE-NOTES §4).
+    Zero,
 }
 
 /// Moves one clause's automata (`planes`: its `bits` planes of `lw` words): those flagged by

@@ -10,7 +10,7 @@ pub mod multiclass;
 #[cfg(test)]
 pub(crate) mod testing;
 
-pub use bank::{ClauseBank, FeedbackMasks};
+pub use bank::{ClauseBank, ExcludedAt, FeedbackMasks};
 pub use coalesced::CoalescedTm;
 pub use multiclass::MultiClassTm;
 

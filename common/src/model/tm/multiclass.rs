@@ -4,7 +4,7 @@
 
 use rand::RngExt;
 
-use super::bank::{ClauseBank, FeedbackMasks, LiteralRows, select_for_feedback};
+use super::bank::{ClauseBank, ExcludedAt, FeedbackMasks, LiteralRows, select_for_feedback};
 use super::infer::{CompiledClauses, Transposed, accuracy, predictions};
 use super::{NegativeSampling, TmHyper};
 use crate::data::booleanize::BitRows;
@@ -40,6 +40,48 @@ impl MultiClassTm {
             hyper,
             classes,
         }
+    }
+
+    /// A machine built from per-class weights and include bits (the layout of
+    /// [`Self::include_bits`]), as FedTMOS's server models and FedTM's global model are: it
+    /// predicts exactly as its include bits say. A class not given has zero weights and no
+    /// literal, so it votes 0. Weights may be 0 (a truncated mean).
+    pub fn rebuild(
+        hyper: TmHyper,
+        features: usize,
+        classes: usize,
+        given: &[(u32, &[u32], &[u8])],
+        excluded: ExcludedAt,
+    ) -> Result<MultiClassTm, String> {
+        if classes < 2 {
+            return Err("a classifier needs two classes".into());
+        }
+        let mut tm = MultiClassTm::new(hyper, features, classes);
+        tm.weights.iter_mut().for_each(|w| w.fill(0));
+        for class in 0..classes {
+            tm.set_include_bits_at(class, &vec![0; tm.include_bytes()], excluded)?;
+        }
+        for &(class, weights, bits) in given {
+            let c = class as usize;
+            if c >= classes {
+                return Err(format!("class {class} of a {classes}-class machine"));
+            }
+            if weights.len() != hyper.clauses {
+                return Err(format!(
+                    "{} weights for class {class}, expected {}",
+                    weights.len(),
+                    hyper.clauses
+                ));
+            }
+            tm.weights[c].copy_from_slice(weights);
+            tm.set_include_bits_at(c, bits, excluded)?;
+        }
+        Ok(tm)
+    }
+
+    /// Bytes of one class's include bits.
+    fn include_bytes(&self) -> usize {
+        (self.hyper.clauses * self.banks[0].literals()).div_ceil(8)
     }
 
     /// Reassembles a machine (checkpoints); checks that the parts agree.
@@ -534,6 +576,16 @@ impl MultiClassTm {
 
     /// Replaces one class's include bits (the layout of [`Self::include_bits`]).
     pub fn set_include_bits(&mut self, class: usize, bits: &[u8]) -> Result<(), String> {
+        self.set_include_bits_at(class, bits, ExcludedAt::LastExclude)
+    }
+
+    /// [`Self::set_include_bits`], with the excluded automata where `excluded` says.
+    pub fn set_include_bits_at(
+        &mut self,
+        class: usize,
+        bits: &[u8],
+        excluded: ExcludedAt,
+    ) -> Result<(), String> {
         let bank = &mut self.banks[class];
         let (literals, f, fw) = (bank.literals(), bank.features(), bank.feature_words());
         let want = (bank.clauses() * literals).div_ceil(8);
@@ -553,7 +605,7 @@ impl MultiClassTm {
                     words[half * fw + k / 64] |= 1 << (k % 64);
                 }
             }
-            bank.set_include(j, &words);
+            bank.set_include_at(j, &words, excluded);
         }
         Ok(())
     }
@@ -791,6 +843,48 @@ mod tests {
             assert_eq!(moved, changed, "{sampling}");
             assert_eq!(tm.class_counts(), &[1, 0, 0]);
         }
+    }
+
+    /// FedTMOS's download: a machine rebuilt from weights and include bits predicts exactly as
+    /// the trained one, with either convention for the excluded automata; a class left out votes
+    /// 0.
+    #[test]
+    fn a_machine_rebuilt_from_weights_and_include_bits_predicts_as_the_original() {
+        let mut rng = derive_rng(30, "rebuild", 0);
+        let train = noisy_xor(1500, 0.1, &mut rng);
+        let mut h = hyper(20, 15, 3.9);
+        h.weighted = true;
+        let mut tm = MultiClassTm::new(h, 12, 2);
+        let mut masks = FeedbackMasks::new(3.9, &mut rng);
+        for _ in 0..4 {
+            tm.fit_epoch(&train, &mut masks, &mut rng);
+        }
+        let bits: Vec<Vec<u8>> = (0..2).map(|c| tm.include_bits(c)).collect();
+        let given: Vec<(u32, &[u32], &[u8])> = (0..2)
+            .map(|c| (c as u32, tm.class_weights(c), &bits[c][..]))
+            .collect();
+        let test = noisy_xor(300, 0.0, &mut rng);
+        for excluded in [ExcludedAt::LastExclude, ExcludedAt::Zero] {
+            let back = MultiClassTm::rebuild(h, 12, 2, &given, excluded).unwrap();
+            assert_eq!(back.class_sums_batch(&test), tm.class_sums_batch(&test));
+            assert_eq!(back.include_bits(1), bits[1]);
+            // Included automata sit at the first include state; excluded ones where asked.
+            let bank = back.bank(0);
+            let lit = (0..bank.literals())
+                .find(|&l| bits[0][l / 8] >> (l % 8) & 1 == 0)
+                .unwrap();
+            let want = match excluded {
+                ExcludedAt::LastExclude => 127,
+                ExcludedAt::Zero => 0,
+            };
+            assert_eq!(bank.state(0, lit), want, "{excluded:?}");
+        }
+        let only_1 = MultiClassTm::rebuild(h, 12, 2, &given[1..], ExcludedAt::Zero).unwrap();
+        let sums = only_1.class_sums_batch(&test);
+        assert!(sums.chunks(2).all(|s| s[0] == 0), "class 0 was not given");
+        let e = MultiClassTm::rebuild(h, 12, 2, &[(2, given[0].1, given[0].2)], ExcludedAt::Zero)
+            .unwrap_err();
+        assert!(e.contains("class 2 of a 2-class machine"), "{e}");
     }
 
     #[test]
