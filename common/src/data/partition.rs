@@ -488,6 +488,167 @@ pub fn dirichlet(
     Ok(parts)
 }
 
+/// Proportions q ~ Dirichlet(α·1_n), with TPFL's fallback when tiny α underflows.
+fn dirichlet_over(
+    n: usize,
+    alpha: f64,
+    rng: &mut crate::rng::FlintRng,
+    what: usize,
+) -> Result<Vec<f64>> {
+    if n == 1 {
+        return Ok(vec![1.0]);
+    }
+    dirichlet_proportions(n, alpha, rng, what)
+}
+
+/// FedTMOS §5 (Hsu et al., 2019): for each class c, proportions over the `clients` from
+/// Dirichlet(α·1_J); class c's shuffled rows are split at the cumulative ⌊q·n_c⌋ (the last
+/// client takes the remainder). Every row goes to exactly one client; a client may get none,
+/// which the caller reports.
+pub fn dirichlet_by_class(
+    labels: &[u32],
+    classes: usize,
+    clients: usize,
+    alpha: f64,
+    seed: u64,
+) -> Result<Vec<Vec<usize>>> {
+    if clients == 0 {
+        return Err(FlintError::Partition("no clients to split over".into()));
+    }
+    let pools = ClassPools::new(labels, classes)?;
+    let mut rng = derive_rng(seed, "dirichlet-by-class", 0);
+    let mut parts = vec![Vec::new(); clients];
+    for c in 0..classes {
+        let mut rows = pools.0[c].clone();
+        rows.shuffle(&mut rng);
+        let q = dirichlet_over(clients, alpha, &mut rng, c)?;
+        let mut start = 0;
+        let mut cum = 0.0;
+        for (k, part) in parts.iter_mut().enumerate() {
+            cum += q[k];
+            let end = if k + 1 == clients {
+                rows.len()
+            } else {
+                ((cum * rows.len() as f64).floor() as usize).clamp(start, rows.len())
+            };
+            part.extend_from_slice(&rows[start..end]);
+            start = end;
+        }
+    }
+    Ok(parts)
+}
+
+/// The FedTMOS code's Dirichlet split (FEDTMOS-CODE-NOTES §5), kept to show its effect:
+/// P = Dirichlet(α·1_J) per class, "balanced" by J rounds of dividing by column then row sums,
+/// and client j takes ⌊P[j][c] · total rows⌋ rows of class c as a cumulative slice of the class's
+/// rows in dataset order. The counts scale with the whole dataset, not the class, so the first
+/// clients take whole classes and later ones often get nothing.
+pub fn dirichlet_fedtmos_code(
+    labels: &[u32],
+    classes: usize,
+    clients: usize,
+    alpha: f64,
+    seed: u64,
+) -> Result<Vec<Vec<usize>>> {
+    if clients == 0 {
+        return Err(FlintError::Partition("no clients to split over".into()));
+    }
+    let pools = ClassPools::new(labels, classes)?;
+    let mut rng = derive_rng(seed, "dirichlet-fedtmos-code", 0);
+    // p[j][c]
+    let mut p = vec![vec![0.0; classes]; clients];
+    for c in 0..classes {
+        let q = dirichlet_over(clients, alpha, &mut rng, c)?;
+        for (j, row) in p.iter_mut().enumerate() {
+            row[c] = q[j];
+        }
+    }
+    for _ in 0..clients {
+        for c in 0..classes {
+            let col: f64 = p.iter().map(|row| row[c]).sum();
+            if col > 0.0 {
+                p.iter_mut().for_each(|row| row[c] /= col);
+            }
+        }
+        for row in p.iter_mut() {
+            let sum: f64 = row.iter().sum();
+            if sum > 0.0 {
+                row.iter_mut().for_each(|v| *v /= sum);
+            }
+        }
+    }
+    let total = labels.len() as f64;
+    let mut taken = vec![0usize; classes];
+    let mut parts = Vec::with_capacity(clients);
+    for row in &p {
+        let mut part = Vec::new();
+        for (c, &share) in row.iter().enumerate() {
+            let pool = &pools.0[c];
+            let n = (share * total).floor() as usize;
+            let end = (taken[c] + n).min(pool.len());
+            part.extend_from_slice(&pool[taken[c]..end]);
+            taken[c] = end;
+        }
+        parts.push(part);
+    }
+    Ok(parts)
+}
+
+/// FedTMOS's S(β): client i holds class i mod C and β − 1 other classes drawn from the seed;
+/// each class's shuffled rows are split evenly (sizes differ by at most one) over the clients
+/// holding it, in client order. Rows of a class nobody holds go to no one.
+pub fn classes_per_client(
+    labels: &[u32],
+    classes: usize,
+    clients: usize,
+    beta: usize,
+    seed: u64,
+) -> Result<Vec<Vec<usize>>> {
+    use rand::seq::IndexedRandom;
+    if beta == 0 || beta > classes {
+        return Err(FlintError::Partition(format!(
+            "each client must hold 1 to {classes} classes, not {beta}"
+        )));
+    }
+    let pools = ClassPools::new(labels, classes)?;
+    let mut rng = derive_rng(seed, "classes-per-client", 0);
+    let held: Vec<Vec<usize>> = (0..clients)
+        .map(|i| {
+            let own = i % classes;
+            let others: Vec<usize> = (0..classes).filter(|&c| c != own).collect();
+            let mut set = vec![own];
+            set.extend(others.sample(&mut rng, beta - 1).copied());
+            set
+        })
+        .collect();
+    let mut parts = vec![Vec::new(); clients];
+    for c in 0..classes {
+        let holders: Vec<usize> = (0..clients).filter(|&i| held[i].contains(&c)).collect();
+        if holders.is_empty() {
+            continue;
+        }
+        let mut rows = pools.0[c].clone();
+        rows.shuffle(&mut rng);
+        let (base, extra) = (rows.len() / holders.len(), rows.len() % holders.len());
+        let mut start = 0;
+        for (k, &i) in holders.iter().enumerate() {
+            let len = base + usize::from(k < extra);
+            parts[i].extend_from_slice(&rows[start..start + len]);
+            start += len;
+        }
+    }
+    Ok(parts)
+}
+
+/// The 1-based ids of the clients a split left without rows, to report (never to drop
+/// silently).
+pub fn empty_clients(parts: &[Vec<usize>]) -> Vec<usize> {
+    (0..parts.len())
+        .filter(|&k| parts[k].is_empty())
+        .map(|k| k + 1)
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -634,5 +795,89 @@ mod tests {
                 .contains("ask for 2 samples of class \"b\" but the data has 1"),
             "{err}"
         );
+    }
+
+    fn mnist_like(per_class: usize) -> Vec<u32> {
+        (0..10 * per_class).map(|i| (i % 10) as u32).collect()
+    }
+
+    fn class_sets(parts: &[Vec<usize>], labels: &[u32]) -> Vec<std::collections::BTreeSet<u32>> {
+        parts
+            .iter()
+            .map(|p| p.iter().map(|&i| labels[i]).collect())
+            .collect()
+    }
+
+    /// FedTMOS §5, Hsu et al.'s Dir(α): every row of every class goes to exactly one client.
+    #[test]
+    fn dirichlet_by_class_splits_every_class_exactly_once() {
+        let y = mnist_like(100);
+        for alpha in [0.05, 0.3, 1000.0] {
+            let parts = dirichlet_by_class(&y, 10, 10, alpha, 7).unwrap();
+            let mut all: Vec<usize> = parts.concat();
+            all.sort();
+            assert_eq!(all, (0..y.len()).collect::<Vec<_>>(), "alpha {alpha}");
+            assert_eq!(parts, dirichlet_by_class(&y, 10, 10, alpha, 7).unwrap());
+        }
+        // Large α: near-equal shares; small α: clients concentrate on few classes.
+        let even = dirichlet_by_class(&y, 10, 10, 1000.0, 7).unwrap();
+        assert!(
+            even.iter().all(|p| (80..=120).contains(&p.len())),
+            "{:?}",
+            even.iter().map(Vec::len).collect::<Vec<_>>()
+        );
+        let skewed = dirichlet_by_class(&y, 10, 10, 0.05, 7).unwrap();
+        let mean_classes = class_sets(&skewed, &y)
+            .iter()
+            .map(|s| s.len())
+            .sum::<usize>() as f64
+            / 10.0;
+        assert!(
+            mean_classes < 5.0,
+            "{mean_classes} classes per client at α = 0.05"
+        );
+    }
+
+    /// The published code's variant: counts from the dataset total, so later clients starve.
+    #[test]
+    fn the_fedtmos_code_dirichlet_leaves_later_clients_empty() {
+        let y = mnist_like(100);
+        let parts = dirichlet_fedtmos_code(&y, 10, 10, 0.1, 3).unwrap();
+        let mut all: Vec<usize> = parts.concat();
+        let n = all.len();
+        all.sort();
+        all.dedup();
+        assert_eq!(all.len(), n, "no row twice");
+        assert!(
+            !empty_clients(&parts).is_empty(),
+            "{:?}",
+            parts.iter().map(Vec::len).collect::<Vec<_>>()
+        );
+        assert!(empty_clients(&dirichlet_by_class(&y, 10, 10, 1000.0, 3).unwrap()).is_empty());
+    }
+
+    #[test]
+    fn s_beta_gives_each_client_exactly_beta_classes_including_its_own() {
+        let y = mnist_like(60);
+        for beta in [1, 2, 3, 4] {
+            let parts = classes_per_client(&y, 10, 10, beta, 5).unwrap();
+            for (i, set) in class_sets(&parts, &y).iter().enumerate() {
+                assert_eq!(set.len(), beta, "client {} with β = {beta}", i + 1);
+                assert!(
+                    set.contains(&(i as u32)),
+                    "client {} holds its own class",
+                    i + 1
+                );
+            }
+            let mut all: Vec<usize> = parts.concat();
+            let n = all.len();
+            all.sort();
+            all.dedup();
+            assert_eq!(all.len(), n, "no row twice");
+        }
+        let e = classes_per_client(&y, 10, 10, 11, 5)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("1 to 10 classes, not 11"), "{e}");
     }
 }
