@@ -28,46 +28,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use crate::model::kmeans::{self, LloydParams};
+use crate::model::tm::parts::{ClassParts, IncludeBits, TmParts, TmUpload};
 use crate::rng::FlintRng;
 use crate::{ClientId, FlintError, Result};
-
-/// A class's include bits: per clause, one bit per literal (the layout of
-/// `MultiClassTm::include_bits`).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct IncludeBits(pub Vec<u8>);
-
-impl IncludeBits {
-    /// The literals included by either.
-    fn or(&mut self, other: &IncludeBits) {
-        if self.0.len() < other.0.len() {
-            self.0.resize(other.0.len(), 0);
-        }
-        self.0.iter_mut().zip(&other.0).for_each(|(a, b)| *a |= b);
-    }
-}
-
-/// What a client uploads for one class it holds: its clause weights θ_{j,c}, include bits and
-/// samples n_{j,c}.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ClassUpload {
-    pub weights: Vec<u32>,
-    pub include: IncludeBits,
-    pub samples: u64,
-}
-
-/// A client's whole upload: the classes it holds, and its `GiniIndex`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ClientUpload {
-    pub classes: BTreeMap<u32, ClassUpload>,
-    pub gini_index: f64,
-}
-
-impl ClientUpload {
-    /// n_j: the client's samples over all its classes.
-    pub fn samples(&self) -> u64 {
-        self.classes.values().map(|c| c.samples).sum()
-    }
-}
 
 /// How the include bits of a class's contributors are ranked for the top K.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -141,27 +104,27 @@ pub struct Entry {
 /// Steps 1–3: the scaled vectors that enter k-means, class-major, client-id order within a
 /// class; and x.
 pub fn entries(
-    uploads: &BTreeMap<ClientId, ClientUpload>,
+    uploads: &BTreeMap<ClientId, TmUpload>,
     sigma: f64,
     filter: bool,
 ) -> (Vec<Entry>, f64) {
     let ginis: Vec<f64> = uploads
         .values()
-        .filter(|u| u.samples() > 0)
+        .filter(|u| u.parts.samples() > 0)
         .map(|u| u.gini_index)
         .collect();
     let x = scale_factor(&ginis, sigma);
     let classes: BTreeSet<u32> = uploads
         .values()
-        .flat_map(|u| u.classes.keys().copied())
+        .flat_map(|u| u.parts.classes.keys().copied())
         .collect();
     let mut out = Vec::new();
     for class in classes {
         for (&client, u) in uploads {
-            let Some(c) = u.classes.get(&class) else {
+            let Some(c) = u.parts.classes.get(&class) else {
                 continue;
             };
-            let scaled = scale(&c.weights, c.samples, u.samples(), x);
+            let scaled = scale(&c.weights, c.samples, u.parts.samples(), x);
             if filter && mean(&scaled).floor() <= 0.0 {
                 continue;
             }
@@ -362,27 +325,14 @@ fn fill(plan: &mut ModelPlan, clusters: &[Cluster]) {
     }
 }
 
-/// One class of a server model.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ServerClass {
-    pub weights: Vec<u32>,
-    pub include: IncludeBits,
-}
-
-/// A server model: the classes it holds (the others vote 0).
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct ServerModel {
-    pub classes: BTreeMap<u32, ServerClass>,
-}
-
 /// Step 6: Algorithm 3 over the plans. `scaled` holds every contributor's scaled weights.
 pub fn average(
     plans: &[ModelPlan],
-    uploads: &BTreeMap<ClientId, ClientUpload>,
+    uploads: &BTreeMap<ClientId, TmUpload>,
     scaled: &BTreeMap<(ClientId, u32), Vec<u32>>,
     top_k: usize,
     bits_by: BitsBy,
-) -> Result<Vec<ServerModel>> {
+) -> Result<Vec<TmParts>> {
     let missing = |client: ClientId, class: u32| {
         FlintError::Model(format!(
             "client {client} contributes class {class} but uploaded none"
@@ -390,7 +340,7 @@ pub fn average(
     };
     let mut out = Vec::with_capacity(plans.len());
     for plan in plans {
-        let mut model = ServerModel::default();
+        let mut model = TmParts::default();
         for (&class, contributors) in &plan.contributors {
             let vectors: Vec<&Vec<u32>> = contributors
                 .iter()
@@ -410,7 +360,7 @@ pub fn average(
                     let score = match bits_by {
                         BitsBy::Samples => uploads
                             .get(&j)
-                            .and_then(|u| u.classes.get(&class))
+                            .and_then(|u| u.parts.classes.get(&class))
                             .map_or(0.0, |c| c.samples as f64),
                         BitsBy::MeanWeight => mean(v),
                     };
@@ -424,13 +374,16 @@ pub fn average(
             for (j, _) in ranked.iter().take(top_k) {
                 let bits = uploads
                     .get(j)
-                    .and_then(|u| u.classes.get(&class))
+                    .and_then(|u| u.parts.classes.get(&class))
                     .ok_or_else(|| missing(*j, class))?;
                 include.or(&bits.include);
             }
-            model
-                .classes
-                .insert(class, ServerClass { weights, include });
+            let parts = ClassParts {
+                weights,
+                include,
+                samples: 0,
+            };
+            model.classes.insert(class, parts);
         }
         out.push(model);
     }
@@ -439,17 +392,17 @@ pub fn average(
 
 /// Steps 1–6 on a round's uploads.
 pub fn aggregate(
-    uploads: &BTreeMap<ClientId, ClientUpload>,
+    uploads: &BTreeMap<ClientId, TmUpload>,
     params: &FedTmosServerParams,
     rng: &mut FlintRng,
-) -> Result<(Vec<ServerModel>, Vec<ModelPlan>, f64)> {
+) -> Result<(Vec<TmParts>, Vec<ModelPlan>, f64)> {
     let (entries, x) = entries(uploads, params.sigma, params.filter);
     let clusters = cluster(&entries, params.k_max, rng)?;
     let plans = reassign(&clusters, params.models);
     let mut scaled = BTreeMap::new();
     for (&j, u) in uploads {
-        for (&c, cu) in &u.classes {
-            scaled.insert((j, c), scale(&cu.weights, cu.samples, u.samples(), x));
+        for (&c, cu) in &u.parts.classes {
+            scaled.insert((j, c), scale(&cu.weights, cu.samples, u.parts.samples(), x));
         }
     }
     let models = average(&plans, uploads, &scaled, params.top_k, params.bits_by)?;
@@ -461,20 +414,21 @@ mod tests {
     use super::*;
     use crate::rng::derive_rng;
 
-    fn upload(classes: &[(u32, Vec<u32>, u8, u64)]) -> ClientUpload {
+    fn upload(classes: &[(u32, Vec<u32>, u8, u64)]) -> TmUpload {
         let counts: Vec<u64> = classes.iter().map(|c| c.3).collect();
-        ClientUpload {
-            classes: classes
-                .iter()
-                .map(|(c, w, bits, n)| {
-                    let up = ClassUpload {
-                        weights: w.clone(),
-                        include: IncludeBits(vec![*bits]),
-                        samples: *n,
-                    };
-                    (*c, up)
-                })
-                .collect(),
+        let classes = classes
+            .iter()
+            .map(|(c, w, bits, n)| {
+                let up = ClassParts {
+                    weights: w.clone(),
+                    include: IncludeBits(vec![*bits]),
+                    samples: *n,
+                };
+                (*c, up)
+            })
+            .collect();
+        TmUpload {
+            parts: TmParts { classes },
             gini_index: gini_index(&counts),
         }
     }

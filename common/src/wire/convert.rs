@@ -2,13 +2,19 @@
 //! one against the run's shape (never the sender's) and returns the model. A received update is
 //! decoded once, on arrival, into an [`Update`]; nothing downstream sees its payload again.
 
+use std::collections::BTreeMap;
+
 use proto::payload::Kind;
-use proto::{AdjacencyMatrix, ClassWeights, ConfidenceWinner, LinearModel, Payload};
+use proto::{
+    AdjacencyMatrix, ClassWeights, ConfidenceWinner, GiniIndex, LinearModel, Payload, TmComposite,
+    TmModel,
+};
 
 use super::{kind_name, proto};
 use crate::metrics::LocalMetrics;
 use crate::model::fcm::Fcm;
 use crate::model::logreg::LogReg;
+use crate::model::tm::parts::{ClassParts, IncludeBits, TmParts, TmUpload};
 use crate::{FlintError, Result, Round};
 
 /// A checked update, as aggregation takes it.
@@ -20,6 +26,8 @@ pub enum Update {
     Map { map: Fcm, local: LocalMetrics },
     /// TPFL: the confidence winner with its absolute weights (a delta already rebuilt).
     Winner(Winner),
+    /// FedTMOS: the classes a client holds and its Gini index.
+    Tm(TmUpload),
 }
 
 impl Update {
@@ -28,6 +36,7 @@ impl Update {
             Update::Linear(_) => "linear_model",
             Update::Map { .. } => "adjacency_matrix",
             Update::Winner(_) => "confidence_winner",
+            Update::Tm(_) => "tm_upload",
         }
     }
 }
@@ -246,6 +255,159 @@ pub fn decode_class_weights(
     Ok((cw.class_index, cw.weights.clone()))
 }
 
+/// The shape every exchanged Tsetlin Machine must have: the run's, never the sender's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TmShape {
+    pub classes: usize,
+    pub clauses: usize,
+    /// Literals per clause (2 × the machine's features).
+    pub literals: usize,
+}
+
+fn encode_tm_parts(parts: &TmParts, shape: TmShape) -> TmModel {
+    TmModel {
+        clauses: shape.clauses as u32,
+        literals: shape.literals as u32,
+        class_weights: parts
+            .classes
+            .iter()
+            .map(|(&class, c)| ClassWeights {
+                class_index: class,
+                weights: c
+                    .weights
+                    .iter()
+                    .map(|&w| w.min(i32::MAX as u32) as i32)
+                    .collect(),
+            })
+            .collect(),
+        include_bits: parts
+            .classes
+            .values()
+            .map(|c| c.include.0.clone())
+            .collect(),
+        class_counts: parts.classes.values().map(|c| c.samples).collect(),
+    }
+}
+
+/// Classes of the run, each once, one non-negative weight per clause, include bits of the
+/// run's size, a sample count per class.
+fn decode_tm_parts(m: &TmModel, shape: TmShape) -> Result<TmParts> {
+    if m.clauses as usize != shape.clauses || m.literals as usize != shape.literals {
+        return invalid(format!(
+            "tm_model of {} clauses of {} literals, expected {} of {}",
+            m.clauses, m.literals, shape.clauses, shape.literals
+        ));
+    }
+    let n = m.class_weights.len();
+    if m.include_bits.len() != n || m.class_counts.len() != n {
+        return invalid(format!(
+            "tm_model has {n} classes of weights, {} of include bits and {} counts",
+            m.include_bits.len(),
+            m.class_counts.len()
+        ));
+    }
+    let bytes = IncludeBits::bytes_for(shape.clauses, shape.literals);
+    let mut classes = BTreeMap::new();
+    for ((cw, bits), &samples) in m
+        .class_weights
+        .iter()
+        .zip(&m.include_bits)
+        .zip(&m.class_counts)
+    {
+        let class = cw.class_index;
+        if class as usize >= shape.classes {
+            return invalid(format!(
+                "tm_model class {class} of {} classes",
+                shape.classes
+            ));
+        }
+        if cw.weights.len() != shape.clauses {
+            return invalid(format!(
+                "{} weights for class {class}, expected one per clause ({})",
+                cw.weights.len(),
+                shape.clauses
+            ));
+        }
+        if let Some(w) = cw.weights.iter().find(|w| **w < 0) {
+            return invalid(format!("class {class} has clause weight {w}, below 0"));
+        }
+        if bits.len() != bytes {
+            return invalid(format!(
+                "{} include bytes for class {class}, expected {bytes}",
+                bits.len()
+            ));
+        }
+        let parts = ClassParts {
+            weights: cw.weights.iter().map(|&w| w as u32).collect(),
+            include: IncludeBits(bits.clone()),
+            samples,
+        };
+        if classes.insert(class, parts).is_some() {
+            return invalid(format!("tm_model has class {class} twice"));
+        }
+    }
+    Ok(TmParts { classes })
+}
+
+pub fn encode_tm_upload(u: &TmUpload, shape: TmShape) -> Payload {
+    Payload {
+        kind: Some(Kind::TmUpload(proto::TmUpload {
+            model: Some(encode_tm_parts(&u.parts, shape)),
+            gini_index: Some(GiniIndex {
+                value: u.gini_index,
+            }),
+        })),
+    }
+}
+
+/// [`decode_tm_parts`], every class with samples, and a Gini index Σ p² in (0, 1].
+pub fn decode_tm_upload(p: &Payload, shape: TmShape) -> Result<TmUpload> {
+    let u = kind(p, "a tm_upload", |k| match k {
+        Kind::TmUpload(u) => Some(u),
+        _ => None,
+    })?;
+    let Some(model) = &u.model else {
+        return invalid("tm_upload carries no model".into());
+    };
+    let parts = decode_tm_parts(model, shape)?;
+    if parts.classes.is_empty() {
+        return invalid("tm_upload holds no class".into());
+    }
+    if let Some((c, _)) = parts.classes.iter().find(|(_, c)| c.samples == 0) {
+        return invalid(format!("tm_upload class {c} has no samples"));
+    }
+    let gini_index = u.gini_index.as_ref().map_or(f64::NAN, |g| g.value);
+    if !(gini_index > 0.0 && gini_index <= 1.0) {
+        return invalid(format!(
+            "gini index {gini_index}, expected a value in (0, 1]"
+        ));
+    }
+    Ok(TmUpload { parts, gini_index })
+}
+
+pub fn encode_tm_composite(models: &[TmParts], shape: TmShape) -> Payload {
+    Payload {
+        kind: Some(Kind::TmComposite(TmComposite {
+            models: models.iter().map(|m| encode_tm_parts(m, shape)).collect(),
+        })),
+    }
+}
+
+/// Between 1 and `max_models` models of the run's shape.
+pub fn decode_tm_composite(p: &Payload, shape: TmShape, max_models: usize) -> Result<Vec<TmParts>> {
+    let c = kind(p, "a tm_composite", |k| match k {
+        Kind::TmComposite(c) => Some(c),
+        _ => None,
+    })?;
+    if c.models.is_empty() || c.models.len() > max_models {
+        return invalid(format!(
+            "tm_composite of {} models, expected 1 to {max_models}",
+            c.models.len()
+        ));
+    }
+    c.models.iter().map(|m| decode_tm_parts(m, shape)).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -275,6 +437,62 @@ mod tests {
         assert_eq!(decode_winner(&encode_winner(&w), 3, 2).unwrap(), w);
         let cw = encode_class_weights(1, &[5, 6]);
         assert_eq!(decode_class_weights(&cw, 2, 2).unwrap(), (1, vec![5, 6]));
+    }
+
+    #[test]
+    fn tm_uploads_and_composites_round_trip_and_are_checked_against_the_run() {
+        let shape = TmShape {
+            classes: 3,
+            clauses: 2,
+            literals: 6,
+        };
+        let class = |w: u32, bits: u8, samples| ClassParts {
+            weights: vec![w, w + 1],
+            include: IncludeBits(vec![bits, 0]),
+            samples,
+        };
+        let parts = TmParts {
+            classes: BTreeMap::from([(0, class(3, 0b101, 40)), (2, class(1, 0b010, 10))]),
+        };
+        let up = TmUpload {
+            parts: parts.clone(),
+            gini_index: 0.68,
+        };
+        assert_eq!(
+            decode_tm_upload(&encode_tm_upload(&up, shape), shape).unwrap(),
+            up
+        );
+        let models = vec![parts.clone(), TmParts::default()];
+        let c = encode_tm_composite(&models, shape);
+        assert_eq!(decode_tm_composite(&c, shape, 4).unwrap(), models);
+        assert!(decode_tm_composite(&c, shape, 1).is_err());
+        let other = TmShape {
+            clauses: 3,
+            ..shape
+        };
+        let e = decode_tm_upload(&encode_tm_upload(&up, shape), other)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("2 clauses of 6 literals, expected 3 of 6"),
+            "{e}"
+        );
+        let few = TmShape {
+            classes: 2,
+            ..shape
+        };
+        let e = decode_tm_upload(&encode_tm_upload(&up, shape), few)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("class 2 of 2 classes"), "{e}");
+        let lying = TmUpload {
+            gini_index: 1.5,
+            ..up
+        };
+        let e = decode_tm_upload(&encode_tm_upload(&lying, shape), shape)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("gini index 1.5"), "{e}");
     }
 
     #[test]

@@ -11,8 +11,9 @@ pub mod proto {
 }
 
 pub use convert::{
-    Update, Winner, WinnerUpload, decode_class_weights, decode_linear, decode_map, decode_winner,
-    encode_class_weights, encode_linear, encode_map, encode_winner,
+    TmShape, Update, Winner, WinnerUpload, decode_class_weights, decode_linear, decode_map,
+    decode_tm_composite, decode_tm_upload, decode_winner, encode_class_weights, encode_linear,
+    encode_map, encode_tm_composite, encode_tm_upload, encode_winner,
 };
 
 use proto::Payload;
@@ -34,6 +35,8 @@ pub fn kind_name(p: &Payload) -> &'static str {
         Some(Kind::GiniIndex(_)) => "gini_index",
         Some(Kind::TmModel(_)) => "tm_model",
         Some(Kind::AdjacencyMatrix(_)) => "adjacency_matrix",
+        Some(Kind::TmUpload(_)) => "tm_upload",
+        Some(Kind::TmComposite(_)) => "tm_composite",
     }
 }
 

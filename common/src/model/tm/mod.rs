@@ -7,6 +7,7 @@ pub mod composite;
 pub mod conv;
 pub mod infer;
 pub mod multiclass;
+pub mod parts;
 #[cfg(test)]
 pub(crate) mod testing;
 
