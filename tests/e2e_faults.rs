@@ -367,7 +367,7 @@ fn the_server_keeps_answering_while_a_round_aggregates() {
     let (entered_tx, entered) = std::sync::mpsc::channel();
     let (release, release_rx) = std::sync::mpsc::channel();
     let strategy = Box::new(HeldAggregation {
-        inner: experiment.strategy.server(2),
+        inner: experiment.strategy.server(2, experiment.seed),
         entered: entered_tx,
         release: release_rx,
     });

@@ -509,3 +509,95 @@ fn tpfl_on_an_mnist_subset_sends_each_client_its_clusters_average() {
         );
     }
 }
+
+/// FedTMOS (one round) on a small MNIST subset with real processes: each client trains its
+/// convolutional machine one-vs-all, uploads the classes it holds, and predicts with the φ
+/// server models the server built from them.
+const FEDTMOS_SMALL: &str = r#"
+name = "fedtmos-small"
+strategy = "fedtmos"
+seed = 1
+rounds = 1
+client_count = 4
+[data]
+source = "mnist"
+[partition]
+kind = "dirichlet"
+samples = 1000
+iid_clients = 0
+non_iid_alpha = 0.3
+[tm]
+clauses = 40
+t = 1000
+s = 5
+weighted = true
+negative_sampling = "all"
+[fedtmos]
+models = 2
+local_epochs = 2
+test_samples = 300
+k_max = 5
+"#;
+
+#[test]
+#[ignore = "needs FLINT_DATA_DIR with MNIST; CI runs it"]
+fn fedtmos_builds_server_models_every_client_predicts_with() {
+    let dir = tempfile::tempdir().unwrap();
+    let exp = write(dir.path(), "fedtmos.toml", FEDTMOS_SMALL);
+    let r = run_file(
+        &dir.path().join("runs"),
+        &exp,
+        &["--clients-per-process", "2"],
+        &[],
+    );
+    assert_eq!(r.rounds.len(), 2, "one round");
+    let rr = &r.rounds[1];
+    assert_eq!(rr.participants, vec![1, 2, 3, 4]);
+    assert_eq!(rr.metrics.len(), 4, "every client evaluated the composite");
+    let report = rr.report.as_ref().unwrap().fedtmos().unwrap();
+    assert_eq!(report.models.len(), 2, "φ = 2 server models");
+    // Every class some client holds is in some server model, and only those clients give it.
+    let held: std::collections::BTreeSet<u32> = r
+        .clients
+        .iter()
+        .flat_map(|c| {
+            c.train_class_counts
+                .iter()
+                .enumerate()
+                .filter(|(_, n)| **n > 0)
+                .map(|(k, _)| k as u32)
+        })
+        .collect();
+    let covered: std::collections::BTreeSet<u32> = report
+        .models
+        .iter()
+        .flat_map(|m| m.keys().copied())
+        .collect();
+    assert_eq!(covered, held);
+    for m in &report.models {
+        for (class, clients) in m {
+            for id in clients {
+                let c = r.clients.iter().find(|c| c.id == *id).unwrap();
+                assert!(
+                    c.train_class_counts[*class as usize] > 0,
+                    "client {id} lacks class {class}"
+                );
+            }
+        }
+    }
+    // Upload: per class held, 40 weights and 40 clauses × 272 literals of include bits.
+    for c in &r.clients {
+        let classes = c.train_class_counts.iter().filter(|n| **n > 0).count() as u64;
+        let up = r.ledger.flows[&c.id][&1].up.payload;
+        assert!(
+            up > classes * 1360 && up < classes * (1360 + 40 * 5 + 24),
+            "client {}: {up} B for {classes} classes",
+            c.id
+        );
+    }
+    let mean = rr.mean.unwrap().accuracy;
+    assert!(
+        mean > 0.4,
+        "the composite predicts far above chance: {mean}"
+    );
+}

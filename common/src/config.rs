@@ -24,6 +24,7 @@ use crate::model::pso::PsoSection;
 use crate::model::tm::TmSection;
 use crate::params::ParamError;
 use crate::strategy::ahp::AhpSection;
+use crate::strategy::fedtmos::FedTmosSection;
 use crate::strategy::tpfl::TpflSection;
 use crate::strategy::{ModelKind, Sections, StrategyKind, StrategySpec};
 use crate::wire::{Compression, WireSection};
@@ -62,6 +63,8 @@ pub struct ExperimentFile {
     pub tm: TmSection,
     #[serde(default)]
     pub tpfl: TpflSection,
+    #[serde(default)]
+    pub fedtmos: FedTmosSection,
     #[serde(default)]
     pub wire: WireSection,
     /// Clients `client-1` … `client-N`, for runs too large to list (instead of `[[clients]]`).
@@ -210,10 +213,17 @@ impl Experiment {
                 pso: &file.pso,
                 tm: &file.tm,
                 tpfl: &file.tpfl,
+                fedtmos: &file.fedtmos,
             },
         )?;
         if file.rounds == 0 {
             return Err(bad("rounds must be at least 1".into()));
+        }
+        if strategy.kind() == StrategyKind::FedTmos && file.rounds != 1 {
+            return Err(bad(format!(
+                "strategy fedtmos is one-shot: set rounds = 1, not {}",
+                file.rounds
+            )));
         }
         let (declared, clients) = declare_clients(
             file.client_count,
@@ -566,5 +576,37 @@ iid_clients = 1
         no_split = no_split.replace("[partition]\n", "");
         let err = Experiment::from_toml(&no_split).unwrap_err().to_string();
         assert!(err.contains("partition.kind = \"dirichlet\""), "{err}");
+    }
+
+    #[test]
+    fn fedtmos_is_one_shot_on_images_with_its_own_section() {
+        let fedtmos = TPFL
+            .replace("strategy = \"tpfl\"", "strategy = \"fedtmos\"")
+            .replace("rounds = 2", "rounds = 1");
+        let e = Experiment::from_toml(&fedtmos).unwrap();
+        let StrategySpec::FedTmos(f) = &e.strategy else {
+            panic!("{:?}", e.strategy)
+        };
+        assert_eq!((f.fedtmos.server.models, f.fedtmos.server.k_max), (4, 30));
+        assert_eq!(f.fedtmos.patch, 10);
+        let cases = [
+            ("rounds = 1", "rounds = 3", "fedtmos is one-shot: set rounds = 1, not 3"),
+            (
+                "iid_clients = 1",
+                "iid_clients = 1\n[fedtmos]\nnormalization = \"max\"",
+                "unknown fedtmos.normalization \"max\"; expected per-sample or per-batch",
+            ),
+            (
+                "iid_clients = 1",
+                "iid_clients = 1\n[fedtmos]\nmodels = 0",
+                "fedtmos.models must be at least 1, got 0",
+            ),
+        ];
+        for (from, to, want) in cases {
+            let err = Experiment::from_toml(&fedtmos.replace(from, to))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(want), "{to}: {err}");
+        }
     }
 }

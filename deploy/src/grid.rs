@@ -218,6 +218,10 @@ fn setting(e: &Experiment) -> String {
             }
             s
         }
+        ModelSpec::ConvTm(f) => format!(
+            "conv tm {} clauses, {}×{} patch, φ = {}",
+            f.tm.clauses, f.fedtmos.patch, f.fedtmos.patch, f.fedtmos.server.models
+        ),
         ModelSpec::LogReg(_) => e.strategy.model().kind().name(),
         ModelSpec::Fcm(f) => {
             let mut s = format!("{} λ={}", name_of(&f.fcm.activation), f.fcm.slope);

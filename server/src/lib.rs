@@ -76,7 +76,9 @@ pub async fn serve(
     out: &Path,
     ready_file: Option<&Path>,
 ) -> anyhow::Result<RunResults> {
-    let strategy = experiment.strategy.server(experiment.data.classes().len());
+    let strategy = experiment
+        .strategy
+        .server(experiment.data.classes().len(), experiment.seed);
     serve_with(experiment, strategy, listener, out, ready_file).await
 }
 

@@ -27,10 +27,22 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+use super::{
+    Aggregate, ClientStrategy, Downloads, RoundReport, ServerStrategy, StrategyState,
+    restore_stateless, unexpected,
+};
+use crate::data::images::BitShard;
+use crate::metrics::ConfusionMatrix;
 use crate::model::kmeans::{self, LloydParams};
+use crate::model::tm::composite::{self, ClassSums, CompositeOptions, Normalization};
+use crate::model::tm::conv::{ConvTm, PatchSpec};
 use crate::model::tm::parts::{ClassParts, IncludeBits, TmParts, TmUpload};
-use crate::rng::FlintRng;
-use crate::{ClientId, FlintError, Result};
+use crate::model::tm::{ExcludedAt, FeedbackMasks, MultiClassTm, TmHyper};
+use crate::params::{ParamResult, parse_name_or, positive, require};
+use crate::rng::{FlintRng, derive_rng};
+use crate::wire::proto::{DataSummary, Payload};
+use crate::wire::{self, TmShape, Update};
+use crate::{ClientId, FlintError, Result, Round};
 
 /// How the include bits of a class's contributors are ranked for the top K.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -390,12 +402,24 @@ pub fn average(
     Ok(out)
 }
 
+/// What steps 1–6 made of a round's uploads.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Steps {
+    pub models: Vec<TmParts>,
+    pub plans: Vec<ModelPlan>,
+    /// x.
+    pub scale: f64,
+    /// Vectors that entered k-means, and its k.
+    pub vectors: usize,
+    pub clusters: usize,
+}
+
 /// Steps 1–6 on a round's uploads.
-pub fn aggregate(
+pub fn server_steps(
     uploads: &BTreeMap<ClientId, TmUpload>,
     params: &FedTmosServerParams,
     rng: &mut FlintRng,
-) -> Result<(Vec<TmParts>, Vec<ModelPlan>, f64)> {
+) -> Result<Steps> {
     let (entries, x) = entries(uploads, params.sigma, params.filter);
     let clusters = cluster(&entries, params.k_max, rng)?;
     let plans = reassign(&clusters, params.models);
@@ -406,7 +430,292 @@ pub fn aggregate(
         }
     }
     let models = average(&plans, uploads, &scaled, params.top_k, params.bits_by)?;
-    Ok((models, plans, x))
+    Ok(Steps {
+        models,
+        plans,
+        scale: x,
+        vectors: entries.len(),
+        clusters: clusters.len(),
+    })
+}
+
+/// `[fedtmos]` as written; [`FedTmosSection::check`] makes it a [`FedTmosHyper`].
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FedTmosSection {
+    /// φ: server models (default 4, the paper's MNIST).
+    pub models: Option<usize>,
+    /// σ: the mean Gini index above which weights are scaled (default 0.5).
+    pub sigma: Option<f64>,
+    /// k of k-means, at most (default 30, the paper's Dir partitions; 10 for S(β)).
+    pub k_max: Option<usize>,
+    /// K of TopK (default 2).
+    pub top_k: Option<usize>,
+    /// `samples` (default, the paper) or `mean-weight` (the code).
+    pub bits_by: Option<String>,
+    /// The code's filter on vectors whose mean scaled weight floors to 0 (default false).
+    pub filter: Option<bool>,
+    /// Local training epochs before the one upload (default 30).
+    pub local_epochs: Option<u32>,
+    /// Convolution patch width W (default 10, the paper's MNIST).
+    pub patch: Option<usize>,
+    /// Test rows per client (default 1000).
+    pub test_samples: Option<usize>,
+    /// Composite normalization: `per-sample` (default, eq. 3) or `per-batch` (the code).
+    pub normalization: Option<String>,
+    /// Clamp class sums to [−T, T] at inference, as the code (default false).
+    pub clamp: Option<bool>,
+    /// Where a rebuilt machine's excluded automata sit: `last-exclude` (default) or `zero`.
+    pub excluded_at: Option<String>,
+}
+
+/// Checked `[fedtmos]` settings.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct FedTmosHyper {
+    pub server: FedTmosServerParams,
+    pub local_epochs: u32,
+    pub patch: usize,
+    pub test_samples: usize,
+    pub composite: CompositeOptions,
+    pub excluded_at: ExcludedAt,
+}
+
+impl FedTmosSection {
+    pub fn check(&self) -> ParamResult<FedTmosHyper> {
+        let at_least_one = |key, n: usize| require(key, "at least 1", n, n > 0);
+        let epochs = self.local_epochs.unwrap_or(30);
+        Ok(FedTmosHyper {
+            server: FedTmosServerParams {
+                models: at_least_one("fedtmos.models", self.models.unwrap_or(4))?,
+                sigma: positive("fedtmos.sigma", self.sigma.unwrap_or(0.5))?,
+                k_max: at_least_one("fedtmos.k_max", self.k_max.unwrap_or(30))?,
+                top_k: at_least_one("fedtmos.top_k", self.top_k.unwrap_or(2))?,
+                bits_by: parse_name_or(
+                    "fedtmos.bits_by",
+                    self.bits_by.as_deref(),
+                    BitsBy::Samples,
+                )?,
+                filter: self.filter.unwrap_or(false),
+            },
+            local_epochs: require("fedtmos.local_epochs", "at least 1", epochs, epochs > 0)?,
+            patch: at_least_one("fedtmos.patch", self.patch.unwrap_or(10))?,
+            test_samples: at_least_one("fedtmos.test_samples", self.test_samples.unwrap_or(1000))?,
+            composite: CompositeOptions {
+                normalization: parse_name_or(
+                    "fedtmos.normalization",
+                    self.normalization.as_deref(),
+                    Normalization::PerSample,
+                )?,
+                clamp: self.clamp.unwrap_or(false),
+            },
+            excluded_at: parse_name_or(
+                "fedtmos.excluded_at",
+                self.excluded_at.as_deref(),
+                ExcludedAt::LastExclude,
+            )?,
+        })
+    }
+}
+
+impl FedTmosHyper {
+    /// The convolution over 28 × 28 single-channel images (MNIST, Fashion-MNIST).
+    pub fn patch_spec(&self) -> PatchSpec {
+        PatchSpec {
+            width: 28,
+            height: 28,
+            channels: 1,
+            patch: self.patch,
+        }
+    }
+
+    /// What every exchanged machine must look like.
+    pub fn shape(&self, tm: &TmHyper, classes: usize) -> TmShape {
+        TmShape {
+            classes,
+            clauses: tm.clauses,
+            literals: 2 * self.patch_spec().patch_features(),
+        }
+    }
+}
+
+/// FedTMOS's record of its round.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FedTmosRound {
+    /// x: the factor the weights were scaled by (1: none).
+    pub scale: f64,
+    /// (client, class) vectors that entered k-means, and the clusters they formed.
+    pub vectors: usize,
+    pub clusters: usize,
+    /// Per server model, per class, the clients whose weights it averages.
+    pub models: Vec<BTreeMap<u32, Vec<ClientId>>>,
+}
+
+/// The server: steps 1–6 on the one round's uploads; it broadcasts the φ server models.
+pub struct FedTmosServer {
+    hyper: FedTmosHyper,
+    shape: TmShape,
+    seed: u64,
+}
+
+impl FedTmosServer {
+    pub fn new(hyper: FedTmosHyper, tm: &TmHyper, classes: usize, seed: u64) -> FedTmosServer {
+        FedTmosServer {
+            shape: hyper.shape(tm, classes),
+            hyper,
+            seed,
+        }
+    }
+}
+
+impl ServerStrategy for FedTmosServer {
+    fn initial_download(&self, _features: usize) -> Option<Payload> {
+        None
+    }
+
+    fn decode(&self, _client: ClientId, _features: usize, update: &Payload) -> Result<Update> {
+        wire::decode_tm_upload(update, self.shape).map(Update::Tm)
+    }
+
+    fn aggregate(
+        &mut self,
+        round: Round,
+        _clients: &BTreeMap<ClientId, DataSummary>,
+        updates: &BTreeMap<ClientId, Update>,
+    ) -> Result<Aggregate> {
+        let mut uploads = BTreeMap::new();
+        for (&id, u) in updates {
+            let Update::Tm(t) = u else {
+                return Err(unexpected("tm_upload", u));
+            };
+            uploads.insert(id, t.clone());
+        }
+        let mut rng = derive_rng(self.seed, "fedtmos-kmeans", round);
+        let steps = server_steps(&uploads, &self.hyper.server, &mut rng)?;
+        let n = updates.len() as f64;
+        Ok(Aggregate {
+            downloads: Downloads::Broadcast(wire::encode_tm_composite(&steps.models, self.shape)),
+            weights: updates.keys().map(|&id| (id, 1.0 / n)).collect(),
+            report: RoundReport::FedTmos(FedTmosRound {
+                scale: steps.scale,
+                vectors: steps.vectors,
+                clusters: steps.clusters,
+                models: steps.plans.into_iter().map(|p| p.contributors).collect(),
+            }),
+            local: BTreeMap::new(),
+        })
+    }
+
+    fn snapshot(&self) -> StrategyState {
+        StrategyState::Stateless
+    }
+
+    fn restore(&mut self, state: StrategyState) -> Result<()> {
+        restore_stateless("fedtmos", state)
+    }
+}
+
+/// A client: trains its convolutional multi-class machine once, uploads the classes it holds
+/// with their counts and its Gini index, then predicts with the server's composite.
+pub struct FedTmosClient {
+    tm: ConvTm,
+    masks: FeedbackMasks,
+    hyper: FedTmosHyper,
+    shape: TmShape,
+    composite: Vec<ConvTm>,
+}
+
+impl FedTmosClient {
+    pub fn new(
+        tm: TmHyper,
+        hyper: FedTmosHyper,
+        classes: usize,
+        seed: u64,
+        client: ClientId,
+    ) -> Result<FedTmosClient> {
+        let mut rng = derive_rng(seed, "tm-init", client);
+        Ok(FedTmosClient {
+            tm: ConvTm::new(tm, hyper.patch_spec(), classes).map_err(FlintError::Model)?,
+            masks: FeedbackMasks::new(tm.s, &mut rng),
+            shape: hyper.shape(&tm, classes),
+            hyper,
+            composite: Vec::new(),
+        })
+    }
+
+    fn machine(&self) -> Result<&MultiClassTm> {
+        self.tm
+            .multiclass()
+            .ok_or_else(|| FlintError::Model("fedtmos trains the multi-class form".into()))
+    }
+}
+
+impl ClientStrategy<BitShard> for FedTmosClient {
+    fn apply(&mut self, _round: Round, download: &Payload) -> Result<()> {
+        let models = wire::decode_tm_composite(download, self.shape, self.hyper.server.models)?;
+        let hyper = *self.machine()?.hyper();
+        let spec = self.hyper.patch_spec();
+        self.composite = models
+            .iter()
+            .map(|m| {
+                let given: Vec<(u32, &[u32], &[u8])> = m
+                    .classes
+                    .iter()
+                    .map(|(&c, p)| (c, &p.weights[..], &p.include.0[..]))
+                    .collect();
+                let tm = MultiClassTm::rebuild(
+                    hyper,
+                    spec.patch_features(),
+                    self.shape.classes,
+                    &given,
+                    self.hyper.excluded_at,
+                )?;
+                ConvTm::from_multiclass(spec, tm)
+            })
+            .collect::<std::result::Result<_, String>>()
+            .map_err(|e| FlintError::InvalidUpdate(format!("download: {e}")))?;
+        Ok(())
+    }
+
+    fn train(&mut self, shard: &BitShard, _round: Round, rng: &mut FlintRng) -> Result<Payload> {
+        for _ in 0..self.hyper.local_epochs {
+            self.tm.fit_epoch(&shard.train, &mut self.masks, rng);
+        }
+        let counts = shard.train_class_counts();
+        let tm = self.machine()?;
+        let classes = counts
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| **n > 0)
+            .map(|(c, &n)| {
+                let parts = ClassParts {
+                    weights: tm.class_weights(c).to_vec(),
+                    include: IncludeBits(tm.include_bits(c)),
+                    samples: n,
+                };
+                (c as u32, parts)
+            })
+            .collect();
+        let upload = TmUpload {
+            parts: TmParts { classes },
+            gini_index: gini_index(&counts),
+        };
+        Ok(wire::encode_tm_upload(&upload, self.shape))
+    }
+
+    fn evaluate(&self, shard: &BitShard) -> ConfusionMatrix {
+        let test = &shard.test;
+        let predictions = if self.composite.is_empty() {
+            self.tm.predict_batch(test)
+        } else {
+            let models: Vec<&dyn ClassSums> =
+                self.composite.iter().map(|m| m as &dyn ClassSums).collect();
+            composite::predict(&models, test, self.hyper.composite).unwrap_or_else(|e| {
+                tracing::error!(error = %e, "composite cannot predict; using the local machine");
+                self.tm.predict_batch(test)
+            })
+        };
+        ConfusionMatrix::from_predictions(self.shape.classes, &test.labels, &predictions)
+    }
 }
 
 #[cfg(test)]
@@ -592,8 +901,8 @@ mod tests {
             bits_by: BitsBy::Samples,
             filter: false,
         };
-        let (models, plans, x) =
-            aggregate(&uploads, &params, &mut derive_rng(1, "fedtmos", 0)).unwrap();
+        let steps = server_steps(&uploads, &params, &mut derive_rng(1, "fedtmos", 0)).unwrap();
+        let (models, plans, x) = (steps.models.clone(), steps.plans, steps.scale);
         assert!((x - 0.625).abs() < 1e-12, "every client's Gini is 0.625");
         assert_eq!(models.len(), 2);
         let covered: BTreeSet<u32> = models
@@ -609,7 +918,7 @@ mod tests {
             assert!(m.classes.values().all(|c| c.weights.len() == 6));
         }
         // The same seed gives the same models.
-        let again = aggregate(&uploads, &params, &mut derive_rng(1, "fedtmos", 0)).unwrap();
-        assert_eq!(again.0, models);
+        let again = server_steps(&uploads, &params, &mut derive_rng(1, "fedtmos", 0)).unwrap();
+        assert_eq!(again.models, models);
     }
 }

@@ -25,7 +25,7 @@ use crate::wire::proto::{DataSummary, Payload};
 use crate::{ClientId, FlintError, Result, Round};
 
 pub use crate::metrics::LocalMetrics;
-pub use spec::{FcmSpec, ModelSpec, Sections, StrategySpec, TmSpec};
+pub use spec::{FcmSpec, FedTmosSpec, ModelSpec, Sections, StrategySpec, TmSpec};
 
 /// The strategies by name, as `strategy = "…"` writes them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -47,6 +47,10 @@ pub enum StrategyKind {
     Central,
     /// TPFL: clients upload their confidence winner's weights; the server averages per class.
     Tpfl,
+    /// FedTMOS: one round; clients upload per-class weights, include bits and their Gini index;
+    /// the server builds φ server models they predict with together.
+    #[serde(rename = "fedtmos")]
+    FedTmos,
 }
 
 impl StrategyKind {
@@ -99,6 +103,9 @@ pub enum RoundReport {
     Fcm(fcm::FcmRound),
     /// TPFL: the clusters, each client's winner, and the paper's download bytes.
     Tpfl(tpfl::TpflRound),
+    /// FedTMOS: the scaling, the clustering and what each server model averages.
+    #[serde(rename = "fedtmos")]
+    FedTmos(fedtmos::FedTmosRound),
     /// `local` and `central`: nothing was sent back.
     Local,
 }
@@ -107,6 +114,13 @@ impl RoundReport {
     pub fn tpfl(&self) -> Option<&tpfl::TpflRound> {
         match self {
             RoundReport::Tpfl(t) => Some(t),
+            _ => None,
+        }
+    }
+
+    pub fn fedtmos(&self) -> Option<&fedtmos::FedTmosRound> {
+        match self {
+            RoundReport::FedTmos(f) => Some(f),
             _ => None,
         }
     }

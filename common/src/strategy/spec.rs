@@ -7,6 +7,7 @@ use serde::Serialize;
 use super::ahp::{AhpCriterion, AhpHyper, AhpSection};
 use super::fcm::{Aggregation, Blend, FcmClient, FcmServer};
 use super::fedavg::{FedAvgClient, FedAvgServer};
+use super::fedtmos::{FedTmosClient, FedTmosHyper, FedTmosSection, FedTmosServer};
 use super::local::LocalServer;
 use super::tpfl::{TpflClient, TpflHyper, TpflSection, TpflServer};
 use super::{ClientStrategy, ModelKind, ServerStrategy, StrategyKind};
@@ -28,6 +29,7 @@ pub struct Sections<'a> {
     pub pso: &'a PsoSection,
     pub tm: &'a TmSection,
     pub tpfl: &'a TpflSection,
+    pub fedtmos: &'a FedTmosSection,
 }
 
 /// Blind FL's map, its training, and the server's weighting.
@@ -45,6 +47,13 @@ pub struct TmSpec {
     pub tpfl: TpflHyper,
 }
 
+/// FedTMOS's convolutional multi-class machine and its one round.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct FedTmosSpec {
+    pub tm: TmHyper,
+    pub fedtmos: FedTmosHyper,
+}
+
 /// The model a baseline (`local`, `central`) trains, trained as its federated strategy does.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -53,6 +62,8 @@ pub enum ModelSpec {
     LogReg(LogRegHyper),
     Fcm(FcmSpec),
     Tm(TmSpec),
+    /// FedTMOS's convolutional machine (a `local` baseline of it is each client's own).
+    ConvTm(FedTmosSpec),
 }
 
 /// A checked strategy: one arm per strategy, holding what that strategy uses.
@@ -71,6 +82,8 @@ pub enum StrategySpec {
     BlindFcm(FcmSpec),
     BlendedFcm(FcmSpec),
     Tpfl(TmSpec),
+    #[serde(rename = "fedtmos")]
+    FedTmos(FedTmosSpec),
     Local(ModelSpec),
     Central(ModelSpec),
 }
@@ -98,6 +111,15 @@ impl TmSpec {
     }
 }
 
+impl FedTmosSpec {
+    fn check(s: Sections<'_>) -> ParamResult<FedTmosSpec> {
+        Ok(FedTmosSpec {
+            tm: s.tm.check()?,
+            fedtmos: s.fedtmos.check()?,
+        })
+    }
+}
+
 impl ModelSpec {
     fn check(model: ModelKind, s: Sections<'_>) -> ParamResult<ModelSpec> {
         Ok(match model {
@@ -111,16 +133,17 @@ impl ModelSpec {
         match self {
             ModelSpec::LogReg(_) => ModelKind::LogReg,
             ModelSpec::Fcm(_) => ModelKind::Fcm,
-            ModelSpec::Tm(_) => ModelKind::Tm,
+            ModelSpec::Tm(_) | ModelSpec::ConvTm(_) => ModelKind::Tm,
         }
     }
 
     /// The federated strategy of this model: the baselines check and record updates with it.
-    fn server(&self, classes: usize) -> Box<dyn ServerStrategy> {
+    fn server(&self, classes: usize, seed: u64) -> Box<dyn ServerStrategy> {
         match self {
             ModelSpec::LogReg(_) => Box::new(FedAvgServer::by_size()),
             ModelSpec::Fcm(f) => Box::new(FcmServer::new(classes, f.aggregation)),
             ModelSpec::Tm(t) => Box::new(TpflServer::new(classes, t.tm.clauses, t.tpfl)),
+            ModelSpec::ConvTm(f) => Box::new(FedTmosServer::new(f.fedtmos, &f.tm, classes, seed)),
         }
     }
 }
@@ -133,7 +156,7 @@ impl StrategySpec {
         let implied = match kind {
             StrategyKind::FedAvg | StrategyKind::FedAvgAhp => Some(ModelKind::LogReg),
             StrategyKind::BlindFcm | StrategyKind::BlendedFcm => Some(ModelKind::Fcm),
-            StrategyKind::Tpfl => Some(ModelKind::Tm),
+            StrategyKind::Tpfl | StrategyKind::FedTmos => Some(ModelKind::Tm),
             StrategyKind::Local | StrategyKind::Central => None,
         };
         let model = match (implied, given) {
@@ -164,6 +187,7 @@ impl StrategySpec {
             StrategyKind::BlindFcm => StrategySpec::BlindFcm(FcmSpec::check(s)?),
             StrategyKind::BlendedFcm => StrategySpec::BlendedFcm(FcmSpec::check(s)?),
             StrategyKind::Tpfl => StrategySpec::Tpfl(TmSpec::check(s)?),
+            StrategyKind::FedTmos => StrategySpec::FedTmos(FedTmosSpec::check(s)?),
             StrategyKind::Local => StrategySpec::Local(ModelSpec::check(model, s)?),
             StrategyKind::Central => StrategySpec::Central(ModelSpec::check(model, s)?),
         })
@@ -176,6 +200,7 @@ impl StrategySpec {
             StrategySpec::BlindFcm(_) => StrategyKind::BlindFcm,
             StrategySpec::BlendedFcm(_) => StrategyKind::BlendedFcm,
             StrategySpec::Tpfl(_) => StrategyKind::Tpfl,
+            StrategySpec::FedTmos(_) => StrategyKind::FedTmos,
             StrategySpec::Local(_) => StrategyKind::Local,
             StrategySpec::Central(_) => StrategyKind::Central,
         }
@@ -193,6 +218,7 @@ impl StrategySpec {
             }
             StrategySpec::BlindFcm(f) | StrategySpec::BlendedFcm(f) => ModelSpec::Fcm(*f),
             StrategySpec::Tpfl(t) => ModelSpec::Tm(*t),
+            StrategySpec::FedTmos(f) => ModelSpec::ConvTm(*f),
             StrategySpec::Local(m) | StrategySpec::Central(m) => m.clone(),
         }
     }
@@ -202,7 +228,8 @@ impl StrategySpec {
         matches!(self, StrategySpec::FedAvgAhp { ahp, .. } if ahp.criteria.contains(&AhpCriterion::ComputeGhz))
     }
 
-    pub fn server(&self, classes: usize) -> Box<dyn ServerStrategy> {
+    /// The server half; `seed` is the run's (FedTMOS seeds its k-means from it).
+    pub fn server(&self, classes: usize, seed: u64) -> Box<dyn ServerStrategy> {
         match self {
             StrategySpec::FedAvg { .. } => Box::new(FedAvgServer::by_size()),
             StrategySpec::FedAvgAhp { ahp, .. } => Box::new(FedAvgServer::by_ahp(ahp.clone())),
@@ -210,8 +237,11 @@ impl StrategySpec {
                 Box::new(FcmServer::new(classes, f.aggregation))
             }
             StrategySpec::Tpfl(t) => Box::new(TpflServer::new(classes, t.tm.clauses, t.tpfl)),
+            StrategySpec::FedTmos(f) => {
+                Box::new(FedTmosServer::new(f.fedtmos, &f.tm, classes, seed))
+            }
             StrategySpec::Local(m) | StrategySpec::Central(m) => {
-                Box::new(LocalServer::new(m.server(classes)))
+                Box::new(LocalServer::new(m.server(classes, seed)))
             }
         }
     }
@@ -232,7 +262,7 @@ impl StrategySpec {
             ModelSpec::Fcm(f) => Ok(Box::new(FcmClient::new(
                 features, classes, f.fcm, f.pso, blend,
             ))),
-            ModelSpec::Tm(_) => Err(FlintError::Config(format!(
+            ModelSpec::Tm(_) | ModelSpec::ConvTm(_) => Err(FlintError::Config(format!(
                 "strategy {} trains a tsetlin machine on images, not on a table",
                 self.name()
             ))),
@@ -252,6 +282,9 @@ impl StrategySpec {
             ModelSpec::Tm(t) => Ok(Box::new(TpflClient::new(
                 t.tm, t.tpfl, features, classes, seed, client,
             ))),
+            ModelSpec::ConvTm(f) => Ok(Box::new(FedTmosClient::new(
+                f.tm, f.fedtmos, classes, seed, client,
+            )?)),
             other => Err(FlintError::Config(format!(
                 "model {} trains on a table, not on images",
                 other.kind().name()
@@ -264,6 +297,14 @@ impl StrategySpec {
     pub fn image_shard(&self, train: usize) -> Option<(ShardSizes, Holdout)> {
         match self.model() {
             ModelSpec::Tm(t) => Some((t.tpfl.sizes(train), t.tpfl.evaluation)),
+            ModelSpec::ConvTm(f) => Some((
+                ShardSizes {
+                    train,
+                    test: f.fedtmos.test_samples,
+                    confidence: None,
+                },
+                Holdout::Disjoint,
+            )),
             _ => None,
         }
     }

@@ -199,6 +199,24 @@ impl ConvTm {
         })
     }
 
+    /// The multi-class form around a machine over this spec's patch features (FedTMOS's server
+    /// models, rebuilt from weights and include bits).
+    pub fn from_multiclass(spec: PatchSpec, tm: MultiClassTm) -> Result<ConvTm, String> {
+        spec.check()?;
+        if tm.features() != spec.patch_features() {
+            return Err(format!(
+                "a machine of {} features for patches of {}",
+                tm.features(),
+                spec.patch_features()
+            ));
+        }
+        Ok(ConvTm {
+            position_words: spec.position_words(),
+            form: Form::MultiClass(tm),
+            spec,
+        })
+    }
+
     /// The coalesced form: one clause bank shared by the classes; `rng` draws the ±1 weights.
     pub fn new_coalesced(
         hyper: TmHyper,
