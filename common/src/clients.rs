@@ -81,24 +81,47 @@ pub fn prepare(
     let mut out = Vec::with_capacity(ids.len());
     if e.data.is_images() {
         let pool = e.data.load_images(data_dir)?;
-        let PartitionPlan::Dirichlet { alphas, samples } = &e.partition else {
-            return Err(FlintError::Config(
-                "image data needs partition.kind = \"dirichlet\"".into(),
-            ));
-        };
-        let (sizes, holdout) = e.strategy.image_shard(*samples).ok_or_else(|| {
+        let not_images = || {
             FlintError::Config(format!(
                 "strategy {} does not train on images",
                 e.strategy.name()
             ))
-        })?;
+        };
         let features = pool.train.features();
         let source = ShardSource::new(&pool, e.seed)?;
+        // A split of the whole training set is computed once for every client of the process.
+        let split_rows = match &e.partition {
+            PartitionPlan::ByClass { clients, split } => {
+                Some(split.split_all_served(&pool.train.labels, classes, *clients, e.seed)?)
+            }
+            _ => None,
+        };
         for &id in ids {
             let name = declared(id)?.name.clone();
-            let shard: BitShard = source
-                .dirichlet(alphas[id as usize - 1], sizes, holdout, id)
-                .map_err(|err| in_client(&name, err))?;
+            let shard: BitShard = match (&e.partition, &split_rows) {
+                (PartitionPlan::Dirichlet { alphas, samples }, _) => {
+                    let (sizes, holdout) = e.strategy.image_shard(*samples).ok_or_else(not_images)?;
+                    source.dirichlet(alphas[id as usize - 1], sizes, holdout, id)
+                }
+                (_, Some(rows)) => {
+                    let rows = &rows[id as usize - 1];
+                    let (sizes, _) = e.strategy.image_shard(rows.len()).ok_or_else(not_images)?;
+                    if sizes.confidence.is_some() {
+                        return Err(FlintError::Config(format!(
+                            "strategy {} needs a confidence split, which partition.kind = \"dirichlet\" draws",
+                            e.strategy.name()
+                        )));
+                    }
+                    source.from_rows(rows, sizes.test, id)
+                }
+                _ => {
+                    return Err(FlintError::Config(
+                        "image data needs partition.kind = \"dirichlet\" or a split by class"
+                            .into(),
+                    ));
+                }
+            }
+            .map_err(|err| in_client(&name, err))?;
             let half = e.strategy.bits_client(features, classes, e.seed, id)?;
             out.push(Prepared {
                 id,

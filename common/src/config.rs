@@ -262,9 +262,14 @@ impl Experiment {
         let partition = file
             .partition
             .plan(&declared, &clients, data.classes().len())?;
-        if data.is_images() && !matches!(partition, PartitionPlan::Dirichlet { .. }) {
+        if data.is_images()
+            && !matches!(
+                partition,
+                PartitionPlan::Dirichlet { .. } | PartitionPlan::ByClass { .. }
+            )
+        {
             return Err(bad(
-                "image data is split over clients by partition.kind = \"dirichlet\"".into(),
+                "image data is split over clients by partition.kind = \"dirichlet\" (or a split by class: dirichlet-by-class, dirichlet-fedtmos-code, classes-per-client)".into(),
             ));
         }
         let compression = file.wire.check()?;
@@ -590,7 +595,11 @@ iid_clients = 1
         assert_eq!((f.fedtmos.server.models, f.fedtmos.server.k_max), (4, 30));
         assert_eq!(f.fedtmos.patch, 10);
         let cases = [
-            ("rounds = 1", "rounds = 3", "fedtmos is one-shot: set rounds = 1, not 3"),
+            (
+                "rounds = 1",
+                "rounds = 3",
+                "fedtmos is one-shot: set rounds = 1, not 3",
+            ),
             (
                 "iid_clients = 1",
                 "iid_clients = 1\n[fedtmos]\nnormalization = \"max\"",
@@ -607,6 +616,50 @@ iid_clients = 1
                 .unwrap_err()
                 .to_string();
             assert!(err.contains(want), "{to}: {err}");
+        }
+    }
+
+    #[test]
+    fn splits_by_class_take_alpha_or_beta_and_nothing_else() {
+        let by_class = |kind: &str, extra: &str| {
+            TPFL.replace(
+                "kind = \"dirichlet\"\nsamples = 100\niid_clients = 1",
+                &format!("kind = \"{kind}\"\n{extra}"),
+            )
+        };
+        let e = Experiment::from_toml(&by_class("dirichlet-by-class", "alpha = 0.3")).unwrap();
+        assert_eq!(
+            e.partition,
+            PartitionPlan::ByClass {
+                clients: 4,
+                split: crate::data::partition::ClassSplit::DirichletByClass { alpha: 0.3 }
+            }
+        );
+        let e = Experiment::from_toml(&by_class("classes-per-client", "")).unwrap();
+        assert_eq!(
+            e.partition,
+            PartitionPlan::ByClass {
+                clients: 4,
+                split: crate::data::partition::ClassSplit::ClassesPerClient { beta: 2 }
+            }
+        );
+        let cases = [
+            (
+                by_class("classes-per-client", "alpha = 0.3"),
+                "partition.alpha applies to partition.kind = \"dirichlet-by-class\" or \"dirichlet-fedtmos-code\", not classes-per-client",
+            ),
+            (
+                by_class("classes-per-client", "beta = 11"),
+                "partition.beta must be 1 to the 10 classes, got 11",
+            ),
+            (
+                by_class("dirichlet-by-class", "samples = 10"),
+                "partition.samples applies to partition.kind = \"dirichlet\"",
+            ),
+        ];
+        for (text, want) in cases {
+            let err = Experiment::from_toml(&text).unwrap_err().to_string();
+            assert!(err.contains(want), "{err}");
         }
     }
 }

@@ -249,6 +249,7 @@ fn partition(e: &Experiment) -> String {
             .map(|x| format!("{x}"))
             .collect::<Vec<_>>()
             .join("/"),
+        PartitionPlan::ByClass { clients, split } => format!("{split:?} × {clients}"),
         PartitionPlan::Dirichlet { alphas, samples } => {
             let iid = e.file.partition.iid_clients.unwrap_or(alphas.len());
             format!("dirichlet {iid}/{} iid × {samples}", alphas.len())

@@ -172,6 +172,28 @@ impl<'a> ShardSource<'a> {
     }
 }
 
+impl ShardSource<'_> {
+    /// Client `client`'s shard from its training rows (a split of the whole training set):
+    /// its test rows drawn from the test half with the same class proportions.
+    pub fn from_rows(&self, rows: &[usize], test: usize, client: ClientId) -> Result<BitShard> {
+        let pool = self.pool;
+        let mut counts = vec![0usize; self.train.classes()];
+        for &i in rows {
+            counts[pool.train.labels[i] as usize] += 1;
+        }
+        let p: Vec<f64> = counts.iter().map(|&n| n as f64).collect();
+        let mut rng = derive_rng(self.seed, "shard-from-rows", client);
+        let test_rows = self.test_half.draw(&p, test, &mut rng, client as usize)?;
+        let mut train_rows = rows.to_vec();
+        train_rows.shuffle(&mut rng);
+        Ok(BitShard {
+            train: pool.train.select(&train_rows),
+            test: pool.test.select(&test_rows),
+            confidence: None,
+        })
+    }
+}
+
 impl BitShard {
     pub fn train_class_counts(&self) -> Vec<u64> {
         let mut n = vec![0u64; self.train.classes];

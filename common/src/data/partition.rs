@@ -28,6 +28,11 @@ pub struct PartitionSection {
     /// dirichlet: how many clients, the first ones by id, are IID (default: all). TPFL's
     /// experiments 1–5 are 100 %, 75 %, 50 %, 25 % and 0 % of the clients.
     pub iid_clients: Option<usize>,
+    /// dirichlet-by-class, dirichlet-fedtmos-code: α of Dir(α) over the clients, per class
+    /// (default 0.1, FedTMOS's default).
+    pub alpha: Option<f64>,
+    /// classes-per-client: β, the classes each client holds (default 2).
+    pub beta: Option<usize>,
 }
 
 /// One `[[clients]]` entry as written.
@@ -128,18 +133,35 @@ fn plan(
     classes: usize,
 ) -> std::result::Result<PartitionPlan, String> {
     let kind = section.kind.as_deref().unwrap_or("iid");
-    if kind != "dirichlet" {
-        let given = [
-            ("samples", section.samples.is_some()),
-            ("iid_alpha", section.iid_alpha.is_some()),
-            ("non_iid_alpha", section.non_iid_alpha.is_some()),
-            ("iid_clients", section.iid_clients.is_some()),
-        ];
-        if let Some((k, _)) = given.iter().find(|(_, set)| *set) {
-            return Err(format!(
-                "partition.{k} applies to partition.kind = \"dirichlet\", not {kind}"
-            ));
-        }
+    let given = [
+        ("samples", section.samples.is_some(), &["dirichlet"][..]),
+        ("iid_alpha", section.iid_alpha.is_some(), &["dirichlet"][..]),
+        (
+            "non_iid_alpha",
+            section.non_iid_alpha.is_some(),
+            &["dirichlet"][..],
+        ),
+        (
+            "iid_clients",
+            section.iid_clients.is_some(),
+            &["dirichlet"][..],
+        ),
+        (
+            "alpha",
+            section.alpha.is_some(),
+            &["dirichlet-by-class", "dirichlet-fedtmos-code"][..],
+        ),
+        ("beta", section.beta.is_some(), &["classes-per-client"][..]),
+    ];
+    if let Some((k, _, kinds)) = given
+        .iter()
+        .find(|(_, set, kinds)| *set && !kinds.contains(&kind))
+    {
+        let kinds: Vec<String> = kinds.iter().map(|k| format!("{k:?}")).collect();
+        return Err(format!(
+            "partition.{k} applies to partition.kind = {}, not {kind}",
+            kinds.join(" or ")
+        ));
     }
     let stray = |what: &str, has: fn(&ClientSection) -> bool| -> std::result::Result<(), String> {
         match files.iter().zip(clients).find(|(f, _)| has(f)) {
@@ -235,9 +257,85 @@ fn plan(
                 .collect();
             Ok(PartitionPlan::Dirichlet { alphas, samples })
         }
+        "dirichlet-by-class" | "dirichlet-fedtmos-code" | "classes-per-client" => {
+            stray("class_counts", |f| f.class_counts.is_some())?;
+            stray("fraction", |f| f.fraction.is_some())?;
+            let alpha = section.alpha.unwrap_or(0.1);
+            if !(alpha.is_finite() && alpha > 0.0) {
+                return Err(format!("partition.alpha must be positive, got {alpha}"));
+            }
+            let beta = section.beta.unwrap_or(2);
+            if beta == 0 || beta > classes {
+                return Err(format!(
+                    "partition.beta must be 1 to the {classes} classes, got {beta}"
+                ));
+            }
+            let split = match kind {
+                "dirichlet-by-class" => ClassSplit::DirichletByClass { alpha },
+                "dirichlet-fedtmos-code" => ClassSplit::DirichletFedTmosCode { alpha },
+                _ => ClassSplit::ClassesPerClient { beta },
+            };
+            Ok(PartitionPlan::ByClass {
+                clients: clients.len(),
+                split,
+            })
+        }
         other => Err(format!(
-            "unknown partition.kind {other:?}; expected iid, explicit, fractions or dirichlet"
+            "unknown partition.kind {other:?}; expected iid, explicit, fractions, dirichlet, dirichlet-by-class, dirichlet-fedtmos-code or classes-per-client"
         )),
+    }
+}
+
+/// Splits of the whole dataset by its labels, every row to at most one client (FedTMOS §5).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ClassSplit {
+    /// Hsu et al.'s Dir(α): [`dirichlet_by_class`].
+    DirichletByClass { alpha: f64 },
+    /// The FedTMOS code's variant: [`dirichlet_fedtmos_code`].
+    DirichletFedTmosCode { alpha: f64 },
+    /// S(β): [`classes_per_client`].
+    ClassesPerClient { beta: usize },
+}
+
+impl ClassSplit {
+    /// Row indices per client; a client may get none (see [`empty_clients`]).
+    pub fn split(
+        self,
+        labels: &[u32],
+        classes: usize,
+        clients: usize,
+        seed: u64,
+    ) -> Result<Vec<Vec<usize>>> {
+        match self {
+            ClassSplit::DirichletByClass { alpha } => {
+                dirichlet_by_class(labels, classes, clients, alpha, seed)
+            }
+            ClassSplit::DirichletFedTmosCode { alpha } => {
+                dirichlet_fedtmos_code(labels, classes, clients, alpha, seed)
+            }
+            ClassSplit::ClassesPerClient { beta } => {
+                classes_per_client(labels, classes, clients, beta, seed)
+            }
+        }
+    }
+
+    /// [`Self::split`], refusing one that leaves a client without rows: a run waits for every
+    /// declared client, so the empty ones are named instead of dropped.
+    pub fn split_all_served(
+        self,
+        labels: &[u32],
+        classes: usize,
+        clients: usize,
+        seed: u64,
+    ) -> Result<Vec<Vec<usize>>> {
+        let parts = self.split(labels, classes, clients, seed)?;
+        let empty = empty_clients(&parts);
+        if !empty.is_empty() {
+            return Err(FlintError::Partition(format!(
+                "{self:?} leaves clients {empty:?} of {clients} without rows; declare fewer clients, another seed or a larger alpha"
+            )));
+        }
+        Ok(parts)
     }
 }
 
@@ -254,6 +352,8 @@ pub enum PartitionPlan {
     /// TPFL §6.3: client k draws `samples` rows with class proportions from
     /// Dirichlet(alphas[k]·1); clients may share rows (see [`dirichlet`]).
     Dirichlet { alphas: Vec<f64>, samples: usize },
+    /// FedTMOS §5: the whole dataset split by its labels.
+    ByClass { clients: usize, split: ClassSplit },
 }
 
 impl PartitionPlan {
@@ -263,6 +363,7 @@ impl PartitionPlan {
             PartitionPlan::Explicit(c) => c.len(),
             PartitionPlan::Fractions(f) => f.len(),
             PartitionPlan::Dirichlet { alphas, .. } => alphas.len(),
+            PartitionPlan::ByClass { clients, .. } => *clients,
         }
     }
 }
@@ -274,6 +375,9 @@ pub fn partition(data: &Dataset, plan: &PartitionPlan, seed: u64) -> Result<Vec<
     match plan {
         PartitionPlan::Dirichlet { alphas, samples } => {
             dirichlet(&data.y, data.classes.len(), alphas, *samples, seed)
+        }
+        PartitionPlan::ByClass { split, .. } => {
+            split.split_all_served(&data.y, data.classes.len(), clients, seed)
         }
         PartitionPlan::Iid { .. } => {
             if data.len() < clients {
