@@ -292,8 +292,14 @@ impl Client {
             }
             // The download carries the aggregate of `ledger_round`: evaluate it once.
             if ledger_round > reported {
+                // The shared test set first: the server ends the run once every participant
+                // has reported on its own rows.
+                if let Some(cm) = half.evaluate_global() {
+                    self.report_eval(&run_id, ledger_round, cm, true, retry_for)
+                        .await?;
+                }
                 let cm = half.evaluate();
-                self.report_eval(&run_id, ledger_round, cm, retry_for)
+                self.report_eval(&run_id, ledger_round, cm, false, retry_for)
                     .await?;
                 reported = ledger_round;
             }
@@ -378,6 +384,7 @@ impl Client {
         run_id: &str,
         round: Round,
         cm: ConfusionMatrix,
+        global_test: bool,
         retry_for: Duration,
     ) -> anyhow::Result<()> {
         let m = cm.metrics();
@@ -386,6 +393,7 @@ impl Client {
             round,
             accuracy = m.accuracy,
             f1 = m.f1,
+            global_test,
             "evaluated"
         );
         let report = EvalReport {
@@ -394,6 +402,7 @@ impl Client {
             round,
             classes: cm.classes() as u32,
             confusion: cm.counts().to_vec(),
+            global_test,
         };
         let ack = retry(retry_for, "report evaluation", || {
             let mut g = self.grpc.clone();

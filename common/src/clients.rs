@@ -22,11 +22,15 @@ pub trait BoundHalf: Send {
     fn train(&mut self, round: Round, rng: &mut FlintRng) -> Result<Payload>;
     /// The model as it is now, on the test split.
     fn evaluate(&self) -> ConfusionMatrix;
+    /// The model on the run's shared test set, if this client holds it.
+    fn evaluate_global(&self) -> Option<ConfusionMatrix>;
 }
 
 struct OnShard<S> {
     shard: S,
     half: Box<dyn ClientStrategy<S>>,
+    /// The shared test set, as a shard whose test split it is.
+    global: Option<S>,
 }
 
 impl<S: Send> BoundHalf for OnShard<S> {
@@ -40,6 +44,10 @@ impl<S: Send> BoundHalf for OnShard<S> {
 
     fn evaluate(&self) -> ConfusionMatrix {
         self.half.evaluate(&self.shard)
+    }
+
+    fn evaluate_global(&self) -> Option<ConfusionMatrix> {
+        self.global.as_ref().map(|g| self.half.evaluate(g))
     }
 }
 
@@ -123,10 +131,25 @@ pub fn prepare(
             }
             .map_err(|err| in_client(&name, err))?;
             let half = e.strategy.bits_client(features, classes, e.seed, id)?;
+            // The first client holds the shared test set, so the server never holds data.
+            let global = match e.strategy.global_test_rows() {
+                Some(rows) if id == 1 => Some(BitShard {
+                    train: pool.train.select(&[]),
+                    test: pool
+                        .test
+                        .select(&rows.filter(|&i| i < pool.test.len()).collect::<Vec<_>>()),
+                    confidence: None,
+                }),
+                _ => None,
+            };
             out.push(Prepared {
                 id,
                 summary: summary(id, shard.train_class_counts(), shard.test.len(), features),
-                half: Box::new(OnShard { shard, half }),
+                half: Box::new(OnShard {
+                    shard,
+                    half,
+                    global,
+                }),
                 name,
             });
         }
@@ -163,7 +186,11 @@ pub fn prepare(
         out.push(Prepared {
             id,
             summary: summary(id, counts, shard.test.len(), dataset.features),
-            half: Box::new(OnShard { shard, half }),
+            half: Box::new(OnShard {
+                shard,
+                half,
+                global: None,
+            }),
             name,
         });
     }

@@ -117,6 +117,14 @@ pub fn render(r: &RunResults) -> String {
         t.down.paper as f64 / 1e6
     );
     s += &clusters(r);
+    for rr in &r.rounds {
+        if let Some(g) = &rr.global_test {
+            s += &format!(
+                "Round {} on the shared test set ({} rows): accuracy {:.4}, f1 {:.4}\n\n",
+                rr.round, g.samples, g.accuracy, g.f1
+            );
+        }
+    }
     if let Some(first) = r.rounds.iter().find(|rr| rr.round == 1)
         && let Some(before) = first.local_mean
     {

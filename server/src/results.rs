@@ -35,6 +35,9 @@ pub struct RoundResult {
     /// Each client's metrics on its test split with the model it holds after this round.
     pub metrics: BTreeMap<ClientId, Metrics>,
     pub mean: Option<Metrics>,
+    /// The model's metrics on the run's shared test set, where the strategy has one (FedTMOS).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub global_test: Option<Metrics>,
     /// What each client's update said about its freshly trained model, before aggregation (Blind
     /// FL: round 1's are the metrics before federation).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -140,6 +143,7 @@ fn round_result(rounds: &Rounds, ledger: &Ledger, round: Round) -> RoundResult {
         weights: record.map(|r| r.weights.clone()).unwrap_or_default(),
         report: record.map(|r| r.report.clone()),
         mean: Metrics::mean(metrics.values()),
+        global_test: rounds.global_evals().get(&round).map(|m| m.metrics()),
         local_mean: record.and_then(|r| LocalMetrics::mean(r.local.values())),
         local: record.map(|r| r.local.clone()).unwrap_or_default(),
         metrics,

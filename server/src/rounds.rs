@@ -142,6 +142,8 @@ pub struct Rounds {
     downloads: Option<Downloads>,
     history: Vec<RoundRecord>,
     evals: BTreeMap<Round, BTreeMap<ClientId, ConfusionMatrix>>,
+    /// Per round, the evaluation on the run's shared test set (one client holds it).
+    global_evals: BTreeMap<Round, ConfusionMatrix>,
 }
 
 impl Rounds {
@@ -156,6 +158,7 @@ impl Rounds {
             downloads: None,
             history: Vec::new(),
             evals: BTreeMap::new(),
+            global_evals: BTreeMap::new(),
         }
     }
 
@@ -169,6 +172,10 @@ impl Rounds {
 
     pub fn evals(&self) -> &BTreeMap<Round, BTreeMap<ClientId, ConfusionMatrix>> {
         &self.evals
+    }
+
+    pub fn global_evals(&self) -> &BTreeMap<Round, ConfusionMatrix> {
+        &self.global_evals
     }
 
     /// What the strategy keeps between rounds; `None` while a round aggregates.
@@ -468,12 +475,14 @@ impl Rounds {
         }
     }
 
-    /// Takes a client's evaluation of the model it holds after `round`.
+    /// Takes a client's evaluation of the model it holds after `round`, on its own test rows
+    /// or (`global_test`) on the run's shared test set.
     pub fn report_eval(
         &mut self,
         client: ClientId,
         round: Round,
         m: ConfusionMatrix,
+        global_test: bool,
     ) -> Result<bool> {
         self.check_joined(client)?;
         if m.classes() != self.classes {
@@ -488,6 +497,12 @@ impl Rounds {
             return Err(FlintError::Precondition(format!(
                 "evaluation for round {round} but the last closed round is {closed}"
             )));
+        }
+        if global_test {
+            // Every client predicts with the same model; the first report of a round stands.
+            let fresh = !self.global_evals.contains_key(&round);
+            self.global_evals.entry(round).or_insert(m);
+            return Ok(!fresh);
         }
         let evals = self.evals.entry(round).or_default();
         if evals.contains_key(&client) {
@@ -656,10 +671,10 @@ mod tests {
         );
         assert!(!r.is_done(t0));
         let cm = ConfusionMatrix::from_predictions(2, &[0, 1], &[0, 1]);
-        let e = r.report_eval(1, 2, cm.clone()).unwrap_err();
+        let e = r.report_eval(1, 2, cm.clone(), false).unwrap_err();
         assert!(matches!(e, FlintError::Precondition(_)));
-        assert!(!r.report_eval(1, 1, cm.clone()).unwrap());
-        assert!(r.report_eval(1, 1, cm).unwrap());
+        assert!(!r.report_eval(1, 1, cm.clone(), false).unwrap());
+        assert!(r.report_eval(1, 1, cm, false).unwrap());
         assert!(r.is_done(t0));
     }
 

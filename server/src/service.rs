@@ -304,7 +304,7 @@ impl Aggregator for AggregatorService {
             })?;
         let duplicate = s
             .rounds()
-            .report_eval(req.client_id, req.round, m)
+            .report_eval(req.client_id, req.round, m, req.global_test)
             .map_err(status)?;
         s.bump();
         let ack = Ack { duplicate };

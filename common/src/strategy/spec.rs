@@ -292,6 +292,16 @@ impl StrategySpec {
         }
     }
 
+    /// The official test images every client's composite is also measured on, held by client
+    /// 1: FedTMOS's global test set, the second half (indices 4992–9999; the paper used the
+    /// first half as another method's public data).
+    pub fn global_test_rows(&self) -> Option<std::ops::Range<usize>> {
+        match self.model() {
+            ModelSpec::ConvTm(_) => Some(4992..10_000),
+            _ => None,
+        }
+    }
+
     /// What an image client's shard holds beyond its `train` rows (TPFL: test and confidence
     /// rows, drawn as its evaluation says); `None` for models that do not read images.
     pub fn image_shard(&self, train: usize) -> Option<(ShardSizes, Holdout)> {
