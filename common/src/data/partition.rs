@@ -607,8 +607,10 @@ fn dirichlet_over(
 
 /// FedTMOS §5 (Hsu et al., 2019): for each class c, proportions over the `clients` from
 /// Dirichlet(α·1_J); class c's shuffled rows are split at the cumulative ⌊q·n_c⌋ (the last
-/// client takes the remainder). Every row goes to exactly one client; a client may get none,
-/// which the caller reports.
+/// client takes the remainder). Every row goes to exactly one client. A draw that leaves a
+/// client with fewer than 10 rows (fewer than its share when the data are small) is drawn
+/// again, as NIID-Bench's implementation of this split does, up to 1,000 times; after that the
+/// caller reports the empty clients.
 pub fn dirichlet_by_class(
     labels: &[u32],
     classes: usize,
@@ -621,22 +623,29 @@ pub fn dirichlet_by_class(
     }
     let pools = ClassPools::new(labels, classes)?;
     let mut rng = derive_rng(seed, "dirichlet-by-class", 0);
-    let mut parts = vec![Vec::new(); clients];
-    for c in 0..classes {
-        let mut rows = pools.0[c].clone();
-        rows.shuffle(&mut rng);
-        let q = dirichlet_over(clients, alpha, &mut rng, c)?;
-        let mut start = 0;
-        let mut cum = 0.0;
-        for (k, part) in parts.iter_mut().enumerate() {
-            cum += q[k];
-            let end = if k + 1 == clients {
-                rows.len()
-            } else {
-                ((cum * rows.len() as f64).floor() as usize).clamp(start, rows.len())
-            };
-            part.extend_from_slice(&rows[start..end]);
-            start = end;
+    let least = 10.min(labels.len() / clients).max(1);
+    let mut parts = Vec::new();
+    for _ in 0..1000 {
+        parts = vec![Vec::new(); clients];
+        for c in 0..classes {
+            let mut rows = pools.0[c].clone();
+            rows.shuffle(&mut rng);
+            let q = dirichlet_over(clients, alpha, &mut rng, c)?;
+            let mut start = 0;
+            let mut cum = 0.0;
+            for (k, part) in parts.iter_mut().enumerate() {
+                cum += q[k];
+                let end = if k + 1 == clients {
+                    rows.len()
+                } else {
+                    ((cum * rows.len() as f64).floor() as usize).clamp(start, rows.len())
+                };
+                part.extend_from_slice(&rows[start..end]);
+                start = end;
+            }
+        }
+        if parts.iter().all(|p| p.len() >= least) {
+            break;
         }
     }
     Ok(parts)
@@ -931,6 +940,12 @@ mod tests {
             even.iter().map(Vec::len).collect::<Vec<_>>()
         );
         let skewed = dirichlet_by_class(&y, 10, 10, 0.05, 7).unwrap();
+        // A draw that starves a client is drawn again (NIID-Bench's rule): at least 10 rows.
+        assert!(
+            skewed.iter().all(|p| p.len() >= 10),
+            "{:?}",
+            skewed.iter().map(Vec::len).collect::<Vec<_>>()
+        );
         let mean_classes = class_sets(&skewed, &y)
             .iter()
             .map(|s| s.len())
