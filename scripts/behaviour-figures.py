@@ -16,7 +16,8 @@ def figures(r):
     rounds = []
     for rr in r["rounds"]:
         flows = {c: per[str(rr["round"])] for c, per in r["ledger"]["flows"].items() if str(rr["round"]) in per}
-        details = rr.get("details") or {}
+        # This version's typed report, or an older file's untyped details.
+        tpfl = (rr.get("report") or {}).get("tpfl") or rr.get("details") or {}
         rounds.append({
             "round": rr["round"],
             "participants": rr["participants"],
@@ -27,7 +28,7 @@ def figures(r):
                 c: [f["up"]["payload"], f["down"]["payload"], f["up"]["paper"], f["down"]["paper"]]
                 for c, f in flows.items()
             },
-            "clusters": details.get("clusters") if isinstance(details, dict) else None,
+            "clusters": tpfl.get("clusters") if isinstance(tpfl, dict) else None,
         })
     return {"name": r["name"], "strategy": r["strategy"], "rounds": rounds}
 

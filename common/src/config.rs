@@ -30,6 +30,10 @@ use crate::strategy::{ModelKind, Sections, StrategyKind, StrategySpec};
 use crate::wire::{Compression, WireSection};
 use crate::{FlintError, Result};
 
+fn is_unset<T: Default + PartialEq>(section: &T) -> bool {
+    *section == T::default()
+}
+
 /// Environment variables with the `FLINT_` prefix that are not experiment keys.
 const RESERVED_ENV: &[&str] = &["DATA_DIR", "LOG", "LOG_FORMAT"];
 
@@ -63,7 +67,9 @@ pub struct ExperimentFile {
     pub tm: TmSection,
     #[serde(default)]
     pub tpfl: TpflSection,
-    #[serde(default)]
+    /// Left out of the resolved file while unset, so that experiments written before FedTMOS
+    /// keep their fingerprints.
+    #[serde(default, skip_serializing_if = "is_unset")]
     pub fedtmos: FedTmosSection,
     #[serde(default)]
     pub wire: WireSection,

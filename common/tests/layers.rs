@@ -28,13 +28,7 @@ fn imports(source: &str) -> BTreeSet<String> {
     for (i, _) in code.match_indices("crate::") {
         let rest = &code[i + "crate::".len()..];
         let names: Vec<&str> = match rest.strip_prefix('{') {
-            Some(group) => group
-                .split('}')
-                .next()
-                .unwrap_or("")
-                .split(',')
-                .map(|s| s.trim())
-                .collect(),
+            Some(group) => top_level_items(group),
             None => vec![rest],
         };
         for name in names {
@@ -49,6 +43,29 @@ fn imports(source: &str) -> BTreeSet<String> {
         }
     }
     found
+}
+
+/// The items of a `{…}` group (its opening brace already taken), split at the commas outside
+/// nested groups.
+fn top_level_items(group: &str) -> Vec<&str> {
+    let (mut depth, mut start, mut items) = (0usize, 0usize, Vec::new());
+    for (i, ch) in group.char_indices() {
+        match ch {
+            '{' => depth += 1,
+            '}' if depth == 0 => {
+                items.push(group[start..i].trim());
+                return items;
+            }
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                items.push(group[start..i].trim());
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    items.push(group[start..].trim());
+    items
 }
 
 fn walk(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
@@ -103,7 +120,7 @@ fn every_module_imports_only_from_the_layers_above_it() {
 
 #[test]
 fn the_scan_reads_grouped_and_plain_paths() {
-    let s = "use crate::data::Shard;\nuse crate::{ClientId, wire::Update, model::fcm};\n\
+    let s = "use crate::data::Shard;\nuse crate::{ClientId, wire::{Update, proto}, model::fcm};\n\
              #[cfg(test)]\nmod tests { use crate::config::X; }";
     let got: Vec<String> = imports(s).into_iter().collect();
     assert_eq!(got, ["data", "model", "wire"]);

@@ -259,7 +259,7 @@ fn partition(e: &Experiment) -> String {
 
 fn outcome(dir: &Path) -> anyhow::Result<Outcome> {
     let path = dir.join("results.json");
-    let r: RunResults = serde_json::from_slice(
+    let r = RunResults::read(
         &std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?,
     )
     .with_context(|| format!("{} is not a flint results file", path.display()))?;

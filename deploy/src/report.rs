@@ -12,7 +12,7 @@ use crate::run::kb;
 pub fn print(dir: &Path) -> anyhow::Result<()> {
     let path = dir.join("results.json");
     let bytes = std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
-    let r: RunResults = serde_json::from_slice(&bytes)
+    let r = RunResults::read(&bytes)
         .with_context(|| format!("{} is not a flint results file", path.display()))?;
     print!("{}", render(&r));
     Ok(())

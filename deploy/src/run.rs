@@ -322,7 +322,7 @@ pub fn kb(bytes: u64) -> String {
 /// Adds each client's own ledger (clients/client-<name>.json) to results.json.
 fn merge_client_ledgers(dir: &Path) -> anyhow::Result<()> {
     let path = dir.join("results.json");
-    let mut results: RunResults = serde_json::from_slice(&std::fs::read(&path)?)
+    let mut results = RunResults::read(&std::fs::read(&path)?)
         .with_context(|| format!("cannot read {}", path.display()))?;
     for entry in std::fs::read_dir(dir.join("clients"))?.flatten() {
         let p = entry.path();

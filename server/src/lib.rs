@@ -95,7 +95,9 @@ pub async fn serve_with(
     let addr = listener.local_addr()?;
     let run_id = format!("{}-{:016x}", experiment.name, rand::random::<u64>());
     let classes = experiment.data.classes().len();
-    let rounds = Rounds::new(experiment.policy.clone(), strategy, classes);
+    let holder = experiment.strategy.global_test_rows().map(|_| 1);
+    let rounds =
+        Rounds::new(experiment.policy.clone(), strategy, classes).with_global_test_holder(holder);
     std::fs::write(out.join("experiment.toml"), experiment.to_toml())?;
     let ledger = Arc::new(SharedLedger::default());
     let shared = Arc::new(Shared {
@@ -158,6 +160,12 @@ pub async fn serve_with(
             tracing::warn!(signal, "interrupted; writing results so far");
             ticker.abort();
         }
+    }
+    // A round being aggregated when the run stops is waited for (briefly), so that the results
+    // hold it.
+    let waited = Instant::now();
+    while shared.rounds().aggregating().is_some() && waited.elapsed() < Duration::from_secs(30) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let _ = stop_tx.send(());
     // Connections that stay open after the run must not keep the results from being written.

@@ -6,6 +6,7 @@ use std::io::Write;
 use std::path::Path;
 
 use flint_common::metrics::Metrics;
+use flint_common::strategy::tpfl::{TpflRound, WinnerRecord};
 use flint_common::strategy::{LocalMetrics, RoundReport};
 use flint_common::wire::ledger::{Flow, Ledger};
 use flint_common::{ClientId, Round};
@@ -46,6 +47,19 @@ pub struct RoundResult {
     pub local_mean: Option<LocalMetrics>,
     pub bytes: BTreeMap<ClientId, Flow>,
     pub bytes_total: Flow,
+    /// Files written before the typed report kept it as `details`; [`RunResults::read`]
+    /// turns TPFL's into a report.
+    #[serde(default, rename = "details", skip_serializing)]
+    legacy_details: Option<LegacyDetails>,
+}
+
+/// The untyped round details of older results files, as far as they are still read.
+#[derive(Debug, Clone, Default, Deserialize)]
+struct LegacyDetails {
+    clusters: Option<BTreeMap<u32, Vec<ClientId>>>,
+    paper_download_bytes: Option<u64>,
+    #[serde(default)]
+    winners: BTreeMap<ClientId, WinnerRecord>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -72,6 +86,26 @@ pub struct RunResults {
 }
 
 impl RunResults {
+    /// Parses a results.json, this version's or an older one.
+    pub fn read(bytes: &[u8]) -> serde_json::Result<RunResults> {
+        let mut r: RunResults = serde_json::from_slice(bytes)?;
+        for rr in &mut r.rounds {
+            let Some(old) = rr.legacy_details.take() else {
+                continue;
+            };
+            if let (None, Some(clusters), Some(paper_download_bytes)) =
+                (&rr.report, old.clusters, old.paper_download_bytes)
+            {
+                rr.report = Some(RoundReport::Tpfl(TpflRound {
+                    clusters,
+                    paper_download_bytes,
+                    winners: old.winners,
+                }));
+            }
+        }
+        Ok(r)
+    }
+
     /// A client's own count of (client, round), exact per round at the socket level (the
     /// server's socket count is exact per connection).
     pub fn client_flow(&self, id: ClientId, round: Round) -> Option<&Flow> {
@@ -107,7 +141,10 @@ pub fn collect(shared: &Shared) -> RunResults {
         seed: e.seed,
         fingerprint: e.fingerprint.clone(),
         rounds_planned: e.policy.rounds,
-        strategy_info: serde_json::to_value(&e.strategy).unwrap_or_default(),
+        strategy_info: serde_json::to_value(&e.strategy).unwrap_or_else(|err| {
+            tracing::error!(error = %err, "cannot record the strategy's settings");
+            serde_json::Value::Null
+        }),
         clients,
         rounds: results,
         totals: ledger.total(),
@@ -149,6 +186,7 @@ fn round_result(rounds: &Rounds, ledger: &Ledger, round: Round) -> RoundResult {
         metrics,
         bytes_total: ledger.round_total(round),
         bytes,
+        legacy_details: None,
     }
 }
 
@@ -290,4 +328,74 @@ up_socket_client,down_socket_client\n",
         );
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(rounds: Vec<RoundResult>) -> RunResults {
+        RunResults {
+            run_id: "r".into(),
+            name: "n".into(),
+            strategy: "tpfl".into(),
+            seed: 1,
+            fingerprint: "f".into(),
+            rounds_planned: 1,
+            strategy_info: serde_json::Value::Null,
+            clients: Vec::new(),
+            rounds,
+            totals: Flow::default(),
+            wall_seconds: 0.0,
+            ledger: Ledger::default(),
+            client_ledgers: BTreeMap::new(),
+        }
+    }
+
+    fn round(report: Option<RoundReport>) -> RoundResult {
+        RoundResult {
+            round: 1,
+            participants: vec![1, 2],
+            closed_by: None,
+            seconds: None,
+            weights: BTreeMap::new(),
+            report,
+            metrics: BTreeMap::new(),
+            mean: None,
+            global_test: None,
+            local: BTreeMap::new(),
+            local_mean: None,
+            bytes: BTreeMap::new(),
+            bytes_total: Flow::default(),
+            legacy_details: None,
+        }
+    }
+
+    /// A results.json of an earlier version kept TPFL's round as untyped `details`; it still
+    /// reads, as the typed report.
+    #[test]
+    fn an_older_results_file_reads_with_its_tpfl_report() {
+        let mut old = serde_json::to_value(run(vec![round(None)])).unwrap();
+        let details = serde_json::json!({
+            "clusters": {"3": [1, 2]},
+            "cluster_count": 1,
+            "paper_download_bytes": 800,
+            "winners": {"1": {"class": 3, "confidence": 5.0}, "2": {"class": 3, "confidence": 2.0}},
+        });
+        old["rounds"][0]["details"] = details;
+        old["rounds"][0].as_object_mut().unwrap().remove("report");
+        let r = RunResults::read(&serde_json::to_vec(&old).unwrap()).unwrap();
+        let t = r.rounds[0].report.as_ref().unwrap().tpfl().unwrap();
+        assert_eq!(t.clusters, BTreeMap::from([(3, vec![1, 2])]));
+        assert_eq!(t.paper_download_bytes, 800);
+        assert_eq!(t.winners[&2].class, 3);
+        // Other strategies' old details (here Blind FL's) leave no report.
+        old["rounds"][0]["details"] =
+            serde_json::json!({"aggregation": "mean", "equal_weights_fallback": false});
+        let r = RunResults::read(&serde_json::to_vec(&old).unwrap()).unwrap();
+        assert_eq!(r.rounds[0].report, None);
+        // This version's files never write `details`.
+        let new = serde_json::to_value(run(vec![round(Some(RoundReport::FedAvg))])).unwrap();
+        assert!(new["rounds"][0].get("details").is_none());
+    }
 }

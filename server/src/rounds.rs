@@ -97,12 +97,13 @@ impl AggregationJob {
     pub fn run(mut self) -> Aggregated {
         let strategy = &mut self.strategy;
         let (round, joined, updates) = (self.round, &self.joined, &self.updates);
-        // A panicking strategy must not take the run with it: the round keeps the previous
-        // model, as when aggregation returns an error.
-        let result = catch_unwind(AssertUnwindSafe(|| {
+        // A panicking strategy must not take the server with it: the results so far are kept
+        // and the run ends (see `install`).
+        let outcome = catch_unwind(AssertUnwindSafe(|| {
             strategy.aggregate(round, joined, updates)
-        }))
-        .unwrap_or_else(|_| {
+        }));
+        let panicked = outcome.is_err();
+        let result = outcome.unwrap_or_else(|_| {
             Err(FlintError::Model(format!(
                 "aggregation of round {round} panicked"
             )))
@@ -111,6 +112,7 @@ impl AggregationJob {
             round,
             strategy: self.strategy,
             result,
+            panicked,
         }
     }
 }
@@ -120,6 +122,8 @@ pub struct Aggregated {
     round: Round,
     strategy: Box<dyn ServerStrategy>,
     result: Result<Aggregate>,
+    /// The strategy panicked: its state is not to be trusted, so the run ends.
+    panicked: bool,
 }
 
 /// What [`Rounds::accept_update`] did.
@@ -144,6 +148,8 @@ pub struct Rounds {
     evals: BTreeMap<Round, BTreeMap<ClientId, ConfusionMatrix>>,
     /// Per round, the evaluation on the run's shared test set (one client holds it).
     global_evals: BTreeMap<Round, ConfusionMatrix>,
+    /// The client that holds the shared test set, if the strategy has one.
+    global_holder: Option<ClientId>,
 }
 
 impl Rounds {
@@ -159,6 +165,22 @@ impl Rounds {
             history: Vec::new(),
             evals: BTreeMap::new(),
             global_evals: BTreeMap::new(),
+            global_holder: None,
+        }
+    }
+
+    /// Names the client that holds the run's shared test set: only its reports on it count.
+    pub fn with_global_test_holder(mut self, holder: Option<ClientId>) -> Rounds {
+        self.global_holder = holder;
+        self
+    }
+
+    /// A round's aggregation never came back (its task was lost): the run ends with what it
+    /// has, rather than waiting forever.
+    pub fn abandon_aggregation(&mut self, now: Instant) {
+        if let Phase::Aggregating { round, .. } = self.phase {
+            tracing::error!(round, "aggregation lost; the run ends here");
+            self.phase = Phase::Finished { at: now };
         }
     }
 
@@ -403,6 +425,11 @@ impl Rounds {
     }
 
     fn close(&mut self, closed_by: ClosedBy, now: Instant) -> Option<AggregationJob> {
+        // Only an open round with its strategy at hand closes; anything else is left as it is.
+        if !matches!(self.phase, Phase::Open { .. }) {
+            return None;
+        }
+        let strategy = self.strategy.take()?;
         let Phase::Open {
             round,
             opened_at,
@@ -410,9 +437,8 @@ impl Rounds {
             updates,
         } = std::mem::replace(&mut self.phase, Phase::WaitingForClients)
         else {
-            return None;
+            unreachable!("the phase was checked to be open");
         };
-        let strategy = self.strategy.take()?;
         tracing::info!(round, ?closed_by, updates = updates.len(), "round closed");
         self.phase = Phase::Aggregating {
             round,
@@ -433,6 +459,14 @@ impl Rounds {
     /// Takes a finished aggregation back: records the round, then opens the next one or
     /// finishes the run.
     pub fn install(&mut self, done: Aggregated, now: Instant) {
+        self.strategy = Some(done.strategy);
+        if self.aggregating() != Some(done.round) {
+            tracing::error!(
+                round = done.round,
+                "an aggregation came back for a round that is not aggregating; ignored"
+            );
+            return;
+        }
         let Phase::Aggregating {
             round,
             opened_at,
@@ -442,14 +476,14 @@ impl Rounds {
             participants,
         } = std::mem::replace(&mut self.phase, Phase::WaitingForClients)
         else {
-            tracing::error!(
-                round = done.round,
-                "an aggregation came back while no round was aggregating"
-            );
-            return;
+            unreachable!("the phase was checked to be aggregating");
         };
-        debug_assert_eq!(round, done.round);
-        self.strategy = Some(done.strategy);
+        if done.panicked {
+            // The strategy's state may be half-updated: no further round is run on it.
+            tracing::error!(round, "aggregation panicked; the run ends here");
+            self.phase = Phase::Finished { at: now };
+            return;
+        }
         match done.result {
             Ok(agg) => {
                 self.downloads = Some(agg.downloads);
@@ -499,6 +533,11 @@ impl Rounds {
             )));
         }
         if global_test {
+            if self.global_holder != Some(client) {
+                return Err(FlintError::InvalidRequest(format!(
+                    "client {client} reports on the shared test set, which it does not hold"
+                )));
+            }
             // Every client predicts with the same model; the first report of a round stands.
             let fresh = !self.global_evals.contains_key(&round);
             self.global_evals.entry(round).or_insert(m);
@@ -535,7 +574,7 @@ mod tests {
     use super::*;
     use flint_common::model::logreg::LogReg;
     use flint_common::strategy::fedavg::FedAvgServer;
-    use flint_common::wire::encode_linear as linear_payload;
+    use flint_common::wire::encode_linear;
     use std::time::Duration;
 
     fn policy(rounds: u32, min_clients: usize, min_updates: usize) -> RoundPolicy {
@@ -558,7 +597,7 @@ mod tests {
     }
 
     fn model(w: f64) -> Payload {
-        linear_payload(&LogReg {
+        encode_linear(&LogReg {
             weights: vec![w, w],
             bias: 0.0,
         })
@@ -630,7 +669,7 @@ mod tests {
         assert!(matches!(e, FlintError::Precondition(m) if m.contains("round 2 is not open yet")));
         let e = take(&mut r, 9, 1, model(1.0), t0).unwrap_err();
         assert!(matches!(e, FlintError::UnknownClient(m) if m.contains("unknown client id 9")));
-        let bad = linear_payload(&LogReg::zeros(3));
+        let bad = encode_linear(&LogReg::zeros(3));
         let e = take(&mut r, 2, 1, bad, t0).unwrap_err();
         assert!(matches!(e, FlintError::InvalidUpdate(m) if m.contains("3 weights, expected 2")));
         // The refused update left round 1 open with client 1's update intact.
@@ -703,5 +742,58 @@ mod tests {
             Err(FlintError::Precondition(_))
         ));
         assert!(r.join(1, summary(1), t0).is_ok());
+    }
+
+    /// A strategy that panics in aggregation: the server keeps running.
+    struct Panics;
+
+    impl ServerStrategy for Panics {
+        fn initial_download(&self, _features: usize) -> Option<Payload> {
+            None
+        }
+        fn decode(&self, client: ClientId, features: usize, update: &Payload) -> Result<Update> {
+            FedAvgServer::by_size().decode(client, features, update)
+        }
+        fn aggregate(
+            &mut self,
+            _round: Round,
+            _clients: &BTreeMap<ClientId, DataSummary>,
+            _updates: &BTreeMap<ClientId, Update>,
+        ) -> Result<Aggregate> {
+            panic!("a bug in a strategy")
+        }
+        fn snapshot(&self) -> StrategyState {
+            StrategyState::Stateless
+        }
+        fn restore(&mut self, _state: StrategyState) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_panicking_aggregation_ends_the_run_with_what_it_has() {
+        let t0 = Instant::now();
+        let mut r = Rounds::new(policy(3, 1, 1), Box::new(Panics), 2);
+        r.join(1, summary(1), t0).unwrap();
+        take(&mut r, 1, 1, model(1.0), t0).unwrap();
+        assert!(r.is_finished(), "no round runs on a strategy that panicked");
+        assert!(r.history().is_empty());
+        assert!(r.strategy_state().is_some(), "the strategy came back");
+    }
+
+    #[test]
+    fn only_the_holder_reports_on_the_shared_test_set() {
+        let t0 = Instant::now();
+        let mut r = rounds(policy(1, 2, 1)).with_global_test_holder(Some(1));
+        r.join(1, summary(1), t0).unwrap();
+        r.join(2, summary(1), t0).unwrap();
+        take(&mut r, 1, 1, model(1.0), t0).unwrap();
+        take(&mut r, 2, 1, model(1.0), t0).unwrap();
+        let cm = ConfusionMatrix::from_predictions(2, &[0, 1], &[0, 1]);
+        let e = r.report_eval(2, 1, cm.clone(), true).unwrap_err();
+        assert!(matches!(e, FlintError::InvalidRequest(m) if m.contains("does not hold")));
+        assert!(!r.report_eval(1, 1, cm.clone(), true).unwrap());
+        assert!(r.report_eval(1, 1, cm, true).unwrap(), "a repeat");
+        assert_eq!(r.global_evals().len(), 1);
     }
 }

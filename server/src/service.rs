@@ -65,7 +65,10 @@ impl Shared {
             match tokio::task::spawn_blocking(move || job.run()).await {
                 Ok(done) => shared.rounds().install(done, Instant::now()),
                 // `run` catches a strategy's panic, so only a cancelled pool ends here.
-                Err(e) => tracing::error!(round, error = %e, "aggregation did not finish"),
+                Err(e) => {
+                    tracing::error!(round, error = %e, "aggregation did not finish");
+                    shared.rounds().abandon_aggregation(Instant::now());
+                }
             }
             tracing::debug!(
                 round,

@@ -47,7 +47,7 @@ pub fn ok(cmd: &mut Command) -> Output {
 
 pub fn results(run_dir: &Path) -> RunResults {
     let bytes = std::fs::read(run_dir.join("results.json")).expect("results.json exists");
-    serde_json::from_slice(&bytes).expect("results.json parses")
+    RunResults::read(&bytes).expect("results.json parses")
 }
 
 pub fn status(run_dir: &Path) -> Option<Status> {

@@ -29,9 +29,12 @@ pub struct PartitionSection {
     /// experiments 1–5 are 100 %, 75 %, 50 %, 25 % and 0 % of the clients.
     pub iid_clients: Option<usize>,
     /// dirichlet-by-class, dirichlet-fedtmos-code: α of Dir(α) over the clients, per class
-    /// (default 0.1, FedTMOS's default).
+    /// (default 0.1, FedTMOS's default). Unset keys stay out of the resolved file (see
+    /// `config::ExperimentFile::fedtmos`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub alpha: Option<f64>,
     /// classes-per-client: β, the classes each client holds (default 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub beta: Option<usize>,
 }
 

@@ -68,7 +68,8 @@ impl AhpSection {
         for (i, c) in criteria.iter().enumerate() {
             if criteria[..i].contains(c) {
                 return Err(ParamError::Inconsistent(format!(
-                    "ahp criterion {c:?} appears twice"
+                    "ahp criterion {} appears twice",
+                    crate::params::name_of(c)
                 )));
             }
         }

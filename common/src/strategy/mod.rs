@@ -98,6 +98,7 @@ impl Downloads {
 #[serde(rename_all = "kebab-case")]
 pub enum RoundReport {
     /// FedAvg and AHP-FedAvg: the aggregation weights say it all.
+    #[serde(rename = "fedavg")]
     FedAvg,
     /// Blind FL.
     Fcm(fcm::FcmRound),

@@ -152,6 +152,13 @@ impl StrategySpec {
     /// `strategy` and `model` as written, and the sections the strategy takes its settings from.
     pub fn check(strategy: &str, model: Option<&str>, s: Sections<'_>) -> ParamResult<Self> {
         let kind: StrategyKind = parse_name("strategy", strategy)?;
+        // Every section is checked, used or not: a typo in one this strategy ignores is still
+        // a typo the user wants to hear about.
+        s.logreg.check()?;
+        s.ahp.check()?;
+        FcmSpec::check(s)?;
+        TmSpec::check(s)?;
+        s.fedtmos.check()?;
         let given: Option<ModelKind> = model.map(|m| parse_name("model", m)).transpose()?;
         let implied = match kind {
             StrategyKind::FedAvg | StrategyKind::FedAvgAhp => Some(ModelKind::LogReg),

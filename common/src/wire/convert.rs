@@ -376,6 +376,14 @@ pub fn decode_tm_upload(p: &Payload, shape: TmShape) -> Result<TmUpload> {
     if let Some((c, _)) = parts.classes.iter().find(|(_, c)| c.samples == 0) {
         return invalid(format!("tm_upload class {c} has no samples"));
     }
+    if parts
+        .classes
+        .values()
+        .try_fold(0u64, |n, c| n.checked_add(c.samples))
+        .is_none()
+    {
+        return invalid("tm_upload class counts overflow".into());
+    }
     let gini_index = u.gini_index.as_ref().map_or(f64::NAN, |g| g.value);
     if !(gini_index > 0.0 && gini_index <= 1.0) {
         return invalid(format!(

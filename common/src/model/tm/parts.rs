@@ -40,9 +40,11 @@ pub struct TmParts {
 }
 
 impl TmParts {
-    /// n_j: the samples over all its classes.
+    /// n_j: the samples over all its classes (saturating: counts come from clients).
     pub fn samples(&self) -> u64 {
-        self.classes.values().map(|c| c.samples).sum()
+        self.classes
+            .values()
+            .fold(0u64, |n, c| n.saturating_add(c.samples))
     }
 }
 
