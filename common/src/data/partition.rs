@@ -595,6 +595,14 @@ pub fn dirichlet(
     Ok(parts)
 }
 
+/// The rows by class, for a split over `clients` (at least one).
+fn pools_for(labels: &[u32], classes: usize, clients: usize) -> Result<ClassPools> {
+    if clients == 0 {
+        return Err(FlintError::Partition("no clients to split over".into()));
+    }
+    ClassPools::new(labels, classes)
+}
+
 /// Proportions q ~ Dirichlet(α·1_n), with TPFL's fallback when tiny α underflows.
 fn dirichlet_over(
     n: usize,
@@ -621,10 +629,7 @@ pub fn dirichlet_by_class(
     alpha: f64,
     seed: u64,
 ) -> Result<Vec<Vec<usize>>> {
-    if clients == 0 {
-        return Err(FlintError::Partition("no clients to split over".into()));
-    }
-    let pools = ClassPools::new(labels, classes)?;
+    let pools = pools_for(labels, classes, clients)?;
     let mut rng = derive_rng(seed, "dirichlet-by-class", 0);
     let least = 10.min(labels.len() / clients).max(1);
     let mut parts = Vec::new();
@@ -666,10 +671,7 @@ pub fn dirichlet_fedtmos_code(
     alpha: f64,
     seed: u64,
 ) -> Result<Vec<Vec<usize>>> {
-    if clients == 0 {
-        return Err(FlintError::Partition("no clients to split over".into()));
-    }
-    let pools = ClassPools::new(labels, classes)?;
+    let pools = pools_for(labels, classes, clients)?;
     let mut rng = derive_rng(seed, "dirichlet-fedtmos-code", 0);
     // p[j][c]
     let mut p = vec![vec![0.0; classes]; clients];
