@@ -292,8 +292,7 @@ impl Client {
             }
             // The download carries the aggregate of `ledger_round`: evaluate it once.
             if ledger_round > reported {
-                // The shared test set first: the server ends the run once every participant
-                // has reported on its own rows.
+                // The shared test set, if this client holds it (the server waits for both).
                 if let Some(cm) = half.evaluate_global() {
                     self.report_eval(&run_id, ledger_round, cm, true, retry_for)
                         .await?;

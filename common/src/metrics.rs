@@ -159,6 +159,19 @@ impl Metrics {
     }
 }
 
+/// FedTMOS's `GiniIndex` of a class distribution: Σ p² (1 for a client of one class, 1/C for a
+/// balanced one). Not the AHP criterion, which is the impurity 1 − Σ p².
+pub fn gini_index(class_counts: &[u64]) -> f64 {
+    let n: u64 = class_counts.iter().sum();
+    if n == 0 {
+        return 0.0;
+    }
+    class_counts
+        .iter()
+        .map(|&c| (c as f64 / n as f64).powi(2))
+        .sum()
+}
+
 /// What a client said about its own freshly trained model when it uploaded (Blind FL: accuracy
 /// and precision on its test split, which the server may weight by).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]

@@ -551,8 +551,8 @@ impl Rounds {
         Ok(false)
     }
 
-    /// Finished, and every participant of the last round has reported on the final model, or
-    /// the evaluation timeout has passed.
+    /// Finished, and every participant of the last round has reported on the final model (the
+    /// holder of the shared test set on that as well), or the evaluation timeout has passed.
     pub fn is_done(&self, now: Instant) -> bool {
         let Phase::Finished { at } = self.phase else {
             return false;
@@ -565,7 +565,11 @@ impl Rounds {
             .participants
             .iter()
             .all(|c| reported.is_some_and(|r| r.contains_key(c)));
-        all || now >= at + self.policy.eval_timeout
+        // The holder of the shared test set reports on it too, when it took part.
+        let global = self.global_holder.is_none_or(|h| {
+            !last.participants.contains(&h) || self.global_evals.contains_key(&last.round)
+        });
+        (all && global) || now >= at + self.policy.eval_timeout
     }
 }
 
@@ -795,5 +799,18 @@ mod tests {
         assert!(!r.report_eval(1, 1, cm.clone(), true).unwrap());
         assert!(r.report_eval(1, 1, cm, true).unwrap(), "a repeat");
         assert_eq!(r.global_evals().len(), 1);
+    }
+
+    #[test]
+    fn the_run_waits_for_the_holders_report_on_the_shared_test_set() {
+        let t0 = Instant::now();
+        let mut r = rounds(policy(1, 1, 1)).with_global_test_holder(Some(1));
+        r.join(1, summary(1), t0).unwrap();
+        take(&mut r, 1, 1, model(1.0), t0).unwrap();
+        let cm = ConfusionMatrix::from_predictions(2, &[0, 1], &[0, 1]);
+        r.report_eval(1, 1, cm.clone(), false).unwrap();
+        assert!(!r.is_done(t0), "the shared test set is not reported yet");
+        r.report_eval(1, 1, cm, true).unwrap();
+        assert!(r.is_done(t0));
     }
 }

@@ -195,14 +195,10 @@ fn principal_eigenvalue(matrix: &[Vec<f64>]) -> f64 {
 /// Gini impurity of a class distribution, `1 − Σ p²` (0.5 for a balanced binary client): the
 /// AHP paper's balance criterion. Not FedTMOS's `GiniIndex`, which is `Σ p²`.
 pub fn gini_impurity(class_counts: &[u64]) -> f64 {
-    let n: u64 = class_counts.iter().sum();
-    if n == 0 {
+    if class_counts.iter().all(|&c| c == 0) {
         return 0.0;
     }
-    1.0 - class_counts
-        .iter()
-        .map(|&c| (c as f64 / n as f64).powi(2))
-        .sum::<f64>()
+    1.0 - crate::metrics::gini_index(class_counts)
 }
 
 /// One client's value of every criterion.

@@ -23,6 +23,7 @@
 //!    scaled weights, and the OR of the include bits of the top K contributors (K = 2) ranked
 //!    by their samples of that class (the paper) or by their mean scaled weight (the code).
 
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
@@ -32,7 +33,7 @@ use super::{
     restore_stateless, unexpected,
 };
 use crate::data::images::BitShard;
-use crate::metrics::ConfusionMatrix;
+use crate::metrics::{ConfusionMatrix, gini_index};
 use crate::model::kmeans::{self, LloydParams};
 use crate::model::tm::composite::{self, ClassSums, CompositeOptions, Normalization};
 use crate::model::tm::conv::{ConvTm, PatchSpec};
@@ -70,19 +71,6 @@ pub struct FedTmosServerParams {
     pub filter: bool,
 }
 
-/// FedTMOS's `GiniIndex` of a class distribution: Σ p² (1 for a client of one class, 1/C for a
-/// balanced one). Not the AHP criterion, which is the impurity 1 − Σ p².
-pub fn gini_index(class_counts: &[u64]) -> f64 {
-    let n: u64 = class_counts.iter().sum();
-    if n == 0 {
-        return 0.0;
-    }
-    class_counts
-        .iter()
-        .map(|&c| (c as f64 / n as f64).powi(2))
-        .sum()
-}
-
 /// Step 1: x, the mean Gini index if it is above σ, else 1 (no scaling).
 pub fn scale_factor(gini_indices: &[f64], sigma: f64) -> f64 {
     if gini_indices.is_empty() {
@@ -115,24 +103,26 @@ pub struct Entry {
 
 /// Steps 1–3: the scaled vectors that enter k-means, class-major, client-id order within a
 /// class; and x.
-pub fn entries(
-    uploads: &BTreeMap<ClientId, TmUpload>,
+pub fn entries<U: Borrow<TmUpload>>(
+    uploads: &BTreeMap<ClientId, U>,
     sigma: f64,
     filter: bool,
 ) -> (Vec<Entry>, f64) {
     let ginis: Vec<f64> = uploads
         .values()
+        .map(Borrow::borrow)
         .filter(|u| u.parts.samples() > 0)
         .map(|u| u.gini_index)
         .collect();
     let x = scale_factor(&ginis, sigma);
     let classes: BTreeSet<u32> = uploads
         .values()
-        .flat_map(|u| u.parts.classes.keys().copied())
+        .flat_map(|u| u.borrow().parts.classes.keys().copied())
         .collect();
     let mut out = Vec::new();
     for class in classes {
         for (&client, u) in uploads {
+            let u = u.borrow();
             let Some(c) = u.parts.classes.get(&class) else {
                 continue;
             };
@@ -338,9 +328,9 @@ fn fill(plan: &mut ModelPlan, clusters: &[Cluster]) {
 }
 
 /// Step 6: Algorithm 3 over the plans. `scaled` holds every contributor's scaled weights.
-pub fn average(
+pub fn average<U: Borrow<TmUpload>>(
     plans: &[ModelPlan],
-    uploads: &BTreeMap<ClientId, TmUpload>,
+    uploads: &BTreeMap<ClientId, U>,
     scaled: &BTreeMap<(ClientId, u32), Vec<u32>>,
     top_k: usize,
     bits_by: BitsBy,
@@ -372,7 +362,7 @@ pub fn average(
                     let score = match bits_by {
                         BitsBy::Samples => uploads
                             .get(&j)
-                            .and_then(|u| u.parts.classes.get(&class))
+                            .and_then(|u| u.borrow().parts.classes.get(&class))
                             .map_or(0.0, |c| c.samples as f64),
                         BitsBy::MeanWeight => mean(v),
                     };
@@ -386,7 +376,7 @@ pub fn average(
             for (j, _) in ranked.iter().take(top_k) {
                 let bits = uploads
                     .get(j)
-                    .and_then(|u| u.parts.classes.get(&class))
+                    .and_then(|u| u.borrow().parts.classes.get(&class))
                     .ok_or_else(|| missing(*j, class))?;
                 include.or(&bits.include);
             }
@@ -415,26 +405,26 @@ pub struct Steps {
 }
 
 /// Steps 1–6 on a round's uploads.
-pub fn server_steps(
-    uploads: &BTreeMap<ClientId, TmUpload>,
+pub fn server_steps<U: Borrow<TmUpload>>(
+    uploads: &BTreeMap<ClientId, U>,
     params: &FedTmosServerParams,
     rng: &mut FlintRng,
 ) -> Result<Steps> {
     let (entries, x) = entries(uploads, params.sigma, params.filter);
     let clusters = cluster(&entries, params.k_max, rng)?;
     let plans = reassign(&clusters, params.models);
-    let mut scaled = BTreeMap::new();
-    for (&j, u) in uploads {
-        for (&c, cu) in &u.parts.classes {
-            scaled.insert((j, c), scale(&cu.weights, cu.samples, u.parts.samples(), x));
-        }
-    }
+    let vectors = entries.len();
+    // Every contributor a plan names is one of the clustered entries, already scaled.
+    let scaled: BTreeMap<(ClientId, u32), Vec<u32>> = entries
+        .into_iter()
+        .map(|e| ((e.client, e.class), e.scaled))
+        .collect();
     let models = average(&plans, uploads, &scaled, params.top_k, params.bits_by)?;
     Ok(Steps {
         models,
         plans,
         scale: x,
-        vectors: entries.len(),
+        vectors,
         clusters: clusters.len(),
     })
 }
@@ -587,7 +577,7 @@ impl ServerStrategy for FedTmosServer {
             let Update::Tm(t) = u else {
                 return Err(unexpected("tm_upload", u));
             };
-            uploads.insert(id, t.clone());
+            uploads.insert(id, t);
         }
         let mut rng = derive_rng(self.seed, "fedtmos-kmeans", round);
         let steps = server_steps(&uploads, &self.hyper.server, &mut rng)?;

@@ -62,7 +62,8 @@ pub enum ModelSpec {
     LogReg(LogRegHyper),
     Fcm(FcmSpec),
     Tm(TmSpec),
-    /// FedTMOS's convolutional machine (a `local` baseline of it is each client's own).
+    /// FedTMOS's convolutional machine (`local` and `central` do not offer it yet: their
+    /// `tm` is TPFL's machine).
     ConvTm(FedTmosSpec),
 }
 
@@ -88,45 +89,47 @@ pub enum StrategySpec {
     Central(ModelSpec),
 }
 
-impl FcmSpec {
-    fn check(s: Sections<'_>) -> ParamResult<FcmSpec> {
-        Ok(FcmSpec {
-            fcm: s.fcm.check()?,
-            pso: s.pso.check()?,
-            aggregation: parse_name_or(
-                "fcm.aggregation",
-                s.fcm.aggregation.as_deref(),
-                Aggregation::Mean,
-            )?,
-        })
-    }
+/// Every section, checked once, whether the strategy uses it or not: a typo in one this
+/// strategy ignores is still a typo the user wants to hear about.
+struct Checked {
+    logreg: LogRegHyper,
+    ahp: AhpHyper,
+    fcm: FcmSpec,
+    tm: TmSpec,
+    fedtmos: FedTmosHyper,
 }
 
-impl TmSpec {
-    fn check(s: Sections<'_>) -> ParamResult<TmSpec> {
-        Ok(TmSpec {
-            tm: s.tm.check()?,
-            tpfl: s.tpfl.check()?,
-        })
-    }
-}
-
-impl FedTmosSpec {
-    fn check(s: Sections<'_>) -> ParamResult<FedTmosSpec> {
-        Ok(FedTmosSpec {
-            tm: s.tm.check()?,
+impl Checked {
+    fn of(s: Sections<'_>) -> ParamResult<Checked> {
+        Ok(Checked {
+            logreg: s.logreg.check()?,
+            ahp: s.ahp.check()?,
+            fcm: FcmSpec {
+                fcm: s.fcm.check()?,
+                pso: s.pso.check()?,
+                aggregation: parse_name_or(
+                    "fcm.aggregation",
+                    s.fcm.aggregation.as_deref(),
+                    Aggregation::Mean,
+                )?,
+            },
+            tm: TmSpec {
+                tm: s.tm.check()?,
+                tpfl: s.tpfl.check()?,
+            },
             fedtmos: s.fedtmos.check()?,
         })
     }
 }
 
 impl ModelSpec {
-    fn check(model: ModelKind, s: Sections<'_>) -> ParamResult<ModelSpec> {
-        Ok(match model {
-            ModelKind::LogReg => ModelSpec::LogReg(s.logreg.check()?),
-            ModelKind::Fcm => ModelSpec::Fcm(FcmSpec::check(s)?),
-            ModelKind::Tm => ModelSpec::Tm(TmSpec::check(s)?),
-        })
+    /// A baseline's model, from the checked sections (the `tm` model is TPFL's machine).
+    fn of(model: ModelKind, c: &Checked) -> ModelSpec {
+        match model {
+            ModelKind::LogReg => ModelSpec::LogReg(c.logreg),
+            ModelKind::Fcm => ModelSpec::Fcm(c.fcm),
+            ModelKind::Tm => ModelSpec::Tm(c.tm),
+        }
     }
 
     pub fn kind(&self) -> ModelKind {
@@ -152,13 +155,7 @@ impl StrategySpec {
     /// `strategy` and `model` as written, and the sections the strategy takes its settings from.
     pub fn check(strategy: &str, model: Option<&str>, s: Sections<'_>) -> ParamResult<Self> {
         let kind: StrategyKind = parse_name("strategy", strategy)?;
-        // Every section is checked, used or not: a typo in one this strategy ignores is still
-        // a typo the user wants to hear about.
-        s.logreg.check()?;
-        s.ahp.check()?;
-        FcmSpec::check(s)?;
-        TmSpec::check(s)?;
-        s.fedtmos.check()?;
+        let c = Checked::of(s)?;
         let given: Option<ModelKind> = model.map(|m| parse_name("model", m)).transpose()?;
         let implied = match kind {
             StrategyKind::FedAvg | StrategyKind::FedAvgAhp => Some(ModelKind::LogReg),
@@ -184,19 +181,20 @@ impl StrategySpec {
             }
         };
         Ok(match kind {
-            StrategyKind::FedAvg => StrategySpec::FedAvg {
-                logreg: s.logreg.check()?,
-            },
+            StrategyKind::FedAvg => StrategySpec::FedAvg { logreg: c.logreg },
             StrategyKind::FedAvgAhp => StrategySpec::FedAvgAhp {
-                logreg: s.logreg.check()?,
-                ahp: s.ahp.check()?,
+                logreg: c.logreg,
+                ahp: c.ahp,
             },
-            StrategyKind::BlindFcm => StrategySpec::BlindFcm(FcmSpec::check(s)?),
-            StrategyKind::BlendedFcm => StrategySpec::BlendedFcm(FcmSpec::check(s)?),
-            StrategyKind::Tpfl => StrategySpec::Tpfl(TmSpec::check(s)?),
-            StrategyKind::FedTmos => StrategySpec::FedTmos(FedTmosSpec::check(s)?),
-            StrategyKind::Local => StrategySpec::Local(ModelSpec::check(model, s)?),
-            StrategyKind::Central => StrategySpec::Central(ModelSpec::check(model, s)?),
+            StrategyKind::BlindFcm => StrategySpec::BlindFcm(c.fcm),
+            StrategyKind::BlendedFcm => StrategySpec::BlendedFcm(c.fcm),
+            StrategyKind::Tpfl => StrategySpec::Tpfl(c.tm),
+            StrategyKind::FedTmos => StrategySpec::FedTmos(FedTmosSpec {
+                tm: c.tm.tm,
+                fedtmos: c.fedtmos,
+            }),
+            StrategyKind::Local => StrategySpec::Local(ModelSpec::of(model, &c)),
+            StrategyKind::Central => StrategySpec::Central(ModelSpec::of(model, &c)),
         })
     }
 

@@ -129,14 +129,17 @@ pub fn composite_predict(
             .fold((i32::MAX, i32::MIN), |(lo, hi), &v| (lo.min(v), hi.max(v)));
         f64::from(max) - f64::from(min)
     };
-    // PerBatch: one constant per model (0 → 1, as the code).
-    let batch: Vec<f64> = sums
-        .iter()
-        .map(|s| match spread(s) {
-            d if d > 0.0 => d,
-            _ => 1.0,
-        })
-        .collect();
+    // PerBatch: one constant per model (0 → 1, as the code); PerSample needs none.
+    let batch: Vec<f64> = match normalization {
+        Normalization::PerBatch => sums
+            .iter()
+            .map(|s| match spread(s) {
+                d if d > 0.0 => d,
+                _ => 1.0,
+            })
+            .collect(),
+        Normalization::PerSample => vec![1.0; sums.len()],
+    };
     let mut votes = vec![0f64; classes];
     (0..rows)
         .map(|i| {
