@@ -5,7 +5,9 @@ local epochs, Dir(0.05 / 0.1 / 0.3) by class (Hsu et al.) and S(2 / 3 / 4), seed
 
 TM settings are the published code's for MNIST (FEDTMOS-CODE-NOTES §1): a convolutional machine
 with 10×10 patches, 100 clauses, T = 1000, s = 5, weighted clauses, one-vs-all training, pixels
-above 75. Server: φ = 4 models, σ = 0.5, k = 30 for Dir and 10 for S(β)."""
+above 75. Server: φ = 4 models, σ = 0.5, k = 30 for Dir and 10 for S(β). Every run also sends
+the clients' own machines (`baselines = true`), so client 1 measures the ensemble baseline, each
+client alone and both composite readings on the shared test set from the same trained clients."""
 
 from pathlib import Path
 
@@ -53,6 +55,7 @@ def experiment(name, kind, key, k_max):
         f"k_max = {k_max}",
         "local_epochs = 30",
         "patch = 10",
+        "baselines = true",
         "",
     ])
 

@@ -537,6 +537,7 @@ models = 2
 local_epochs = 2
 test_samples = 300
 k_max = 5
+baselines = true
 "#;
 
 #[test]
@@ -585,8 +586,9 @@ fn fedtmos_builds_server_models_every_client_predicts_with() {
             }
         }
     }
-    // Upload: per class held, 40 weights and 40 clauses × 272 literals of include bits.
-    for c in &r.clients {
+    // Upload: per class held, 40 weights and 40 clauses × 272 literals of include bits (client
+    // 1 also reports the baselines on the shared test set).
+    for c in r.clients.iter().filter(|c| c.id != 1) {
         let classes = c.train_class_counts.iter().filter(|n| **n > 0).count() as u64;
         let up = r.ledger.flows[&c.id][&1].up.payload;
         assert!(
@@ -600,4 +602,27 @@ fn fedtmos_builds_server_models_every_client_predicts_with() {
         mean > 0.4,
         "the composite predicts far above chance: {mean}"
     );
+    // On the shared test half (client 1 holds it): the composite beats the clients alone, and
+    // the download carried what the baselines were measured with.
+    let global = rr.global_test.unwrap();
+    assert_eq!(global.samples, 5008);
+    let alone: Vec<f64> = (1..=4)
+        .map(|id| rr.baselines[&format!("client-{id}")].accuracy)
+        .collect();
+    let mean_alone = alone.iter().sum::<f64>() / 4.0;
+    assert!(
+        global.accuracy > mean_alone,
+        "composite {} against the clients alone {alone:?}",
+        global.accuracy
+    );
+    for name in ["ensemble", "ensemble:per-batch+clamp", "composite:per-batch+clamp"] {
+        assert!(rr.baselines.contains_key(name), "{name}: {:?}", rr.baselines.keys());
+    }
+    assert!(report.ensemble_bytes > 0 && report.composite_bytes > 0);
+    let down = r.ledger.flows[&1][&1].down.payload;
+    assert!(down >= report.composite_bytes + report.ensemble_bytes, "{down}");
+    // The code's convention: all 10 classes × 40 clauses × (1 + ⌈272 / 32⌉) × 4 B per machine,
+    // one up, φ + J = 6 down.
+    assert_eq!(r.ledger.flows[&2][&1].up.paper, 16_000);
+    assert_eq!(r.ledger.flows[&2][&1].down.paper, 6 * 16_000);
 }

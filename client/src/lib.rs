@@ -17,6 +17,7 @@ use flint_common::logging::LogFormat;
 use flint_common::meter::{ConnMeter, CountingIo, MessageMeterLayer, SharedLedger};
 use flint_common::metrics::ConfusionMatrix;
 use flint_common::rng::derive_rng;
+use flint_common::strategy::Predictor;
 use flint_common::wire::chunks::{MAX_CHUNK, split};
 use flint_common::wire::ledger::{Direction, Ledger};
 use flint_common::wire::proto::{
@@ -229,6 +230,12 @@ impl Client {
         r
     }
 
+    /// The run's classes (one count per class in the data summary), for the papers' byte
+    /// convention.
+    fn classes(&self) -> usize {
+        self.summary.train_class_counts.len()
+    }
+
     /// Records a request's payload once the server answered (so it reached the handler).
     fn count(&self, round: Round, d: Direction, len: usize, paper: u64) {
         self.ledger
@@ -283,7 +290,10 @@ impl Client {
             } else {
                 task.round - 1
             };
-            let paper = task.download.as_ref().map_or(0, paper_convention_bytes);
+            let paper = task
+                .download
+                .as_ref()
+                .map_or(0, |d| paper_convention_bytes(d, self.classes()));
             self.count(ledger_round, Direction::Up, ask.encoded_len(), 0);
             self.count(ledger_round, Direction::Down, task.encoded_len(), paper);
             if let Some(d) = &task.download {
@@ -293,12 +303,13 @@ impl Client {
             // The download carries the aggregate of `ledger_round`: evaluate it once.
             if ledger_round > reported {
                 // The shared test set, if this client holds it (the server waits for both).
-                if let Some(cm) = half.evaluate_global() {
-                    self.report_eval(&run_id, ledger_round, cm, true, retry_for)
+                // Baselines first, the model last: the server waits for the model's report.
+                for (predictor, cm) in half.evaluate_global() {
+                    self.report_eval(&run_id, ledger_round, cm, Some(predictor), retry_for)
                         .await?;
                 }
                 let cm = half.evaluate();
-                self.report_eval(&run_id, ledger_round, cm, false, retry_for)
+                self.report_eval(&run_id, ledger_round, cm, None, retry_for)
                     .await?;
                 reported = ledger_round;
             }
@@ -352,8 +363,9 @@ impl Client {
             for c in &chunks {
                 s.count(round, Direction::Up, c.encoded_len(), 0);
             }
-            s.ledger
-                .with(|l| l.at(s.id, round).up.paper += paper_convention_bytes(update));
+            s.ledger.with(|l| {
+                l.at(s.id, round).up.paper += paper_convention_bytes(update, s.classes())
+            });
         };
         match outcome {
             Ok(ack) => {
@@ -383,16 +395,18 @@ impl Client {
         run_id: &str,
         round: Round,
         cm: ConfusionMatrix,
-        global_test: bool,
+        global_test: Option<Predictor>,
         retry_for: Duration,
     ) -> anyhow::Result<()> {
         let m = cm.metrics();
+        let predictor = global_test.map_or_else(String::new, Predictor::name);
         tracing::info!(
             client = self.id,
             round,
             accuracy = m.accuracy,
             f1 = m.f1,
-            global_test,
+            global_test = global_test.is_some(),
+            predictor = predictor.as_str(),
             "evaluated"
         );
         let report = EvalReport {
@@ -401,7 +415,8 @@ impl Client {
             round,
             classes: cm.classes() as u32,
             confusion: cm.counts().to_vec(),
-            global_test,
+            global_test: global_test.is_some(),
+            predictor,
         };
         let ack = retry(retry_for, "report evaluation", || {
             let mut g = self.grpc.clone();

@@ -10,7 +10,7 @@ use crate::data::images::{BitShard, ShardSource};
 use crate::data::{PartitionPlan, Shard, partition};
 use crate::metrics::ConfusionMatrix;
 use crate::rng::FlintRng;
-use crate::strategy::ClientStrategy;
+use crate::strategy::{ClientStrategy, Predictor};
 use crate::wire::proto::{DataSummary, Payload};
 use crate::{ClientId, FlintError, Result, Round};
 
@@ -22,8 +22,9 @@ pub trait BoundHalf: Send {
     fn train(&mut self, round: Round, rng: &mut FlintRng) -> Result<Payload>;
     /// The model as it is now, on the test split.
     fn evaluate(&self) -> ConfusionMatrix;
-    /// The model on the run's shared test set, if this client holds it.
-    fn evaluate_global(&self) -> Option<ConfusionMatrix>;
+    /// The model and its baselines on the run's shared test set, the model last; empty unless
+    /// this client holds the set.
+    fn evaluate_global(&self) -> Vec<(Predictor, ConfusionMatrix)>;
 }
 
 struct OnShard<S> {
@@ -46,8 +47,10 @@ impl<S: Send> BoundHalf for OnShard<S> {
         self.half.evaluate(&self.shard)
     }
 
-    fn evaluate_global(&self) -> Option<ConfusionMatrix> {
-        self.global.as_ref().map(|g| self.half.evaluate(g))
+    fn evaluate_global(&self) -> Vec<(Predictor, ConfusionMatrix)> {
+        self.global
+            .as_ref()
+            .map_or_else(Vec::new, |g| self.half.evaluate_all(g))
     }
 }
 
@@ -130,7 +133,9 @@ pub fn prepare(
                 }
             }
             .map_err(|err| in_client(&name, err))?;
-            let half = e.strategy.bits_client(features, classes, e.seed, id)?;
+            let half = e
+                .strategy
+                .bits_client(features, classes, e.seed, id, e.clients.len())?;
             // The first client holds the shared test set, so the server never holds data.
             let global = match e.strategy.global_test_rows() {
                 Some(rows) if id == 1 => Some(BitShard {

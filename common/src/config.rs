@@ -225,9 +225,14 @@ impl Experiment {
         if file.rounds == 0 {
             return Err(bad("rounds must be at least 1".into()));
         }
-        if strategy.kind() == StrategyKind::FedTmos && file.rounds != 1 {
+        let one_shot = matches!(
+            strategy.kind(),
+            StrategyKind::FedTmos | StrategyKind::Ensemble
+        );
+        if one_shot && file.rounds != 1 {
             return Err(bad(format!(
-                "strategy fedtmos is one-shot: set rounds = 1, not {}",
+                "strategy {} is one-shot: set rounds = 1, not {}",
+                strategy.name(),
                 file.rounds
             )));
         }

@@ -120,9 +120,32 @@ pub fn render(r: &RunResults) -> String {
     for rr in &r.rounds {
         if let Some(g) = &rr.global_test {
             s += &format!(
-                "Round {} on the shared test set ({} rows): accuracy {:.4}, f1 {:.4}\n\n",
+                "Round {} on the shared test set ({} rows): accuracy {:.4}, f1 {:.4}\n",
                 rr.round, g.samples, g.accuracy, g.f1
             );
+            for (name, b) in &rr.baselines {
+                s += &format!(
+                    "  {name:<26} accuracy {:.4}, f1 {:.4}\n",
+                    b.accuracy, b.f1
+                );
+            }
+            let singles: Vec<f64> = rr
+                .baselines
+                .iter()
+                .filter(|(name, _)| name.starts_with("client-"))
+                .map(|(_, b)| b.accuracy)
+                .collect();
+            if !singles.is_empty() {
+                s += &format!(
+                    "  {:<26} accuracy {:.4}\n",
+                    "mean of the clients alone",
+                    singles.iter().sum::<f64>() / singles.len() as f64
+                );
+            }
+            if let Some(a) = rr.aggregation_seconds {
+                s += &format!("  server aggregation {:.2} ms\n", a * 1e3);
+            }
+            s += "\n";
         }
     }
     if let Some(first) = r.rounds.iter().find(|rr| rr.round == 1)

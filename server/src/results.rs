@@ -7,7 +7,7 @@ use std::path::Path;
 
 use flint_common::metrics::Metrics;
 use flint_common::strategy::tpfl::{TpflRound, WinnerRecord};
-use flint_common::strategy::{LocalMetrics, RoundReport};
+use flint_common::strategy::{LocalMetrics, Predictor, RoundReport};
 use flint_common::wire::ledger::{Flow, Ledger};
 use flint_common::{ClientId, Round};
 use serde::{Deserialize, Serialize};
@@ -30,6 +30,9 @@ pub struct RoundResult {
     pub participants: Vec<ClientId>,
     pub closed_by: Option<String>,
     pub seconds: Option<f64>,
+    /// The strategy's aggregation alone, within `seconds`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aggregation_seconds: Option<f64>,
     pub weights: BTreeMap<ClientId, f64>,
     /// What the strategy recorded about the round (none for round 0).
     pub report: Option<RoundReport>,
@@ -39,6 +42,10 @@ pub struct RoundResult {
     /// The model's metrics on the run's shared test set, where the strategy has one (FedTMOS).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub global_test: Option<Metrics>,
+    /// Baselines the download also carried, on the shared test set, by predictor name
+    /// (`strategy::Predictor`: "ensemble", "client-3", "composite:per-batch+clamp", …).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub baselines: BTreeMap<String, Metrics>,
     /// What each client's update said about its freshly trained model, before aggregation (Blind
     /// FL: round 1's are the metrics before federation).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -166,6 +173,7 @@ fn round_result(rounds: &Rounds, ledger: &Ledger, round: Round) -> RoundResult {
         .iter()
         .filter_map(|(c, per_round)| per_round.get(&round).map(|f| (*c, *f)))
         .collect();
+    let global = rounds.global_evals().get(&round);
     RoundResult {
         round,
         participants: record.map(|r| r.participants.clone()).unwrap_or_default(),
@@ -177,10 +185,21 @@ fn round_result(rounds: &Rounds, ledger: &Ledger, round: Round) -> RoundResult {
                 .to_string()
         }),
         seconds: record.map(|r| r.seconds),
+        aggregation_seconds: record.map(|r| r.aggregation_seconds),
         weights: record.map(|r| r.weights.clone()).unwrap_or_default(),
         report: record.map(|r| r.report.clone()),
         mean: Metrics::mean(metrics.values()),
-        global_test: rounds.global_evals().get(&round).map(|m| m.metrics()),
+        global_test: global
+            .and_then(|g| g.get(&Predictor::Model))
+            .map(|m| m.metrics()),
+        baselines: global
+            .map(|g| {
+                g.iter()
+                    .filter(|(p, _)| **p != Predictor::Model)
+                    .map(|(p, cm)| (p.name(), cm.metrics()))
+                    .collect()
+            })
+            .unwrap_or_default(),
         local_mean: record.and_then(|r| LocalMetrics::mean(r.local.values())),
         local: record.map(|r| r.local.clone()).unwrap_or_default(),
         metrics,
@@ -358,11 +377,13 @@ mod tests {
             participants: vec![1, 2],
             closed_by: None,
             seconds: None,
+            aggregation_seconds: None,
             weights: BTreeMap::new(),
             report,
             metrics: BTreeMap::new(),
             mean: None,
             global_test: None,
+            baselines: BTreeMap::new(),
             local: BTreeMap::new(),
             local_mean: None,
             bytes: BTreeMap::new(),

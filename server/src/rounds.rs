@@ -13,7 +13,7 @@ use std::time::Instant;
 use flint_common::config::RoundPolicy;
 use flint_common::metrics::ConfusionMatrix;
 use flint_common::strategy::{
-    Aggregate, Downloads, LocalMetrics, RoundReport, ServerStrategy, StrategyState,
+    Aggregate, Downloads, LocalMetrics, Predictor, RoundReport, ServerStrategy, StrategyState,
 };
 use flint_common::wire::Update;
 use flint_common::wire::proto::{DataSummary, Payload};
@@ -35,6 +35,8 @@ pub struct RoundRecord {
     pub participants: Vec<ClientId>,
     pub closed_by: ClosedBy,
     pub seconds: f64,
+    /// The strategy's aggregation alone (decoded updates in, encoded downloads out).
+    pub aggregation_seconds: f64,
     pub weights: BTreeMap<ClientId, f64>,
     pub report: RoundReport,
     pub local: BTreeMap<ClientId, LocalMetrics>,
@@ -99,9 +101,11 @@ impl AggregationJob {
         let (round, joined, updates) = (self.round, &self.joined, &self.updates);
         // A panicking strategy must not take the server with it: the results so far are kept
         // and the run ends (see `install`).
+        let started = Instant::now();
         let outcome = catch_unwind(AssertUnwindSafe(|| {
             strategy.aggregate(round, joined, updates)
         }));
+        let seconds = started.elapsed().as_secs_f64();
         let panicked = outcome.is_err();
         let result = outcome.unwrap_or_else(|_| {
             Err(FlintError::Model(format!(
@@ -113,6 +117,7 @@ impl AggregationJob {
             strategy: self.strategy,
             result,
             panicked,
+            seconds,
         }
     }
 }
@@ -124,6 +129,7 @@ pub struct Aggregated {
     result: Result<Aggregate>,
     /// The strategy panicked: its state is not to be trusted, so the run ends.
     panicked: bool,
+    seconds: f64,
 }
 
 /// What [`Rounds::accept_update`] did.
@@ -146,8 +152,9 @@ pub struct Rounds {
     downloads: Option<Downloads>,
     history: Vec<RoundRecord>,
     evals: BTreeMap<Round, BTreeMap<ClientId, ConfusionMatrix>>,
-    /// Per round, the evaluation on the run's shared test set (one client holds it).
-    global_evals: BTreeMap<Round, ConfusionMatrix>,
+    /// Per round, the evaluations on the run's shared test set (one client holds it): the model
+    /// and the baselines its download carries.
+    global_evals: BTreeMap<Round, BTreeMap<Predictor, ConfusionMatrix>>,
     /// The client that holds the shared test set, if the strategy has one.
     global_holder: Option<ClientId>,
 }
@@ -196,7 +203,7 @@ impl Rounds {
         &self.evals
     }
 
-    pub fn global_evals(&self) -> &BTreeMap<Round, ConfusionMatrix> {
+    pub fn global_evals(&self) -> &BTreeMap<Round, BTreeMap<Predictor, ConfusionMatrix>> {
         &self.global_evals
     }
 
@@ -493,6 +500,7 @@ impl Rounds {
                     participants,
                     closed_by,
                     seconds: closed_at.duration_since(opened_at).as_secs_f64(),
+                    aggregation_seconds: done.seconds,
                     weights: agg.weights,
                     report: agg.report,
                     local: agg.local,
@@ -510,15 +518,30 @@ impl Rounds {
     }
 
     /// Takes a client's evaluation of the model it holds after `round`, on its own test rows
-    /// or (`global_test`) on the run's shared test set.
+    /// or (`global_test`) on the run's shared test set, where it may also report the baselines
+    /// its download carries (`predictor`).
     pub fn report_eval(
         &mut self,
         client: ClientId,
         round: Round,
         m: ConfusionMatrix,
         global_test: bool,
+        predictor: Predictor,
     ) -> Result<bool> {
         self.check_joined(client)?;
+        if predictor != Predictor::Model && !global_test {
+            return Err(FlintError::InvalidRequest(format!(
+                "predictor {:?} is reported on the shared test set only",
+                predictor.name()
+            )));
+        }
+        if let Predictor::Client(j) = predictor
+            && !self.joined.contains_key(&j)
+        {
+            return Err(FlintError::InvalidRequest(format!(
+                "predictor client-{j} names no client of the run"
+            )));
+        }
         if m.classes() != self.classes {
             return Err(FlintError::InvalidRequest(format!(
                 "evaluation has {} classes, expected {}",
@@ -539,8 +562,9 @@ impl Rounds {
                 )));
             }
             // Every client predicts with the same model; the first report of a round stands.
-            let fresh = !self.global_evals.contains_key(&round);
-            self.global_evals.entry(round).or_insert(m);
+            let reports = self.global_evals.entry(round).or_default();
+            let fresh = !reports.contains_key(&predictor);
+            reports.entry(predictor).or_insert(m);
             return Ok(!fresh);
         }
         let evals = self.evals.entry(round).or_default();
@@ -567,7 +591,11 @@ impl Rounds {
             .all(|c| reported.is_some_and(|r| r.contains_key(c)));
         // The holder of the shared test set reports on it too, when it took part.
         let global = self.global_holder.is_none_or(|h| {
-            !last.participants.contains(&h) || self.global_evals.contains_key(&last.round)
+            !last.participants.contains(&h)
+                || self
+                    .global_evals
+                    .get(&last.round)
+                    .is_some_and(|g| g.contains_key(&Predictor::Model))
         });
         (all && global) || now >= at + self.policy.eval_timeout
     }
@@ -714,10 +742,15 @@ mod tests {
         );
         assert!(!r.is_done(t0));
         let cm = ConfusionMatrix::from_predictions(2, &[0, 1], &[0, 1]);
-        let e = r.report_eval(1, 2, cm.clone(), false).unwrap_err();
+        let e = r
+            .report_eval(1, 2, cm.clone(), false, Predictor::Model)
+            .unwrap_err();
         assert!(matches!(e, FlintError::Precondition(_)));
-        assert!(!r.report_eval(1, 1, cm.clone(), false).unwrap());
-        assert!(r.report_eval(1, 1, cm, false).unwrap());
+        assert!(
+            !r.report_eval(1, 1, cm.clone(), false, Predictor::Model)
+                .unwrap()
+        );
+        assert!(r.report_eval(1, 1, cm, false, Predictor::Model).unwrap());
         assert!(r.is_done(t0));
     }
 
@@ -794,11 +827,51 @@ mod tests {
         take(&mut r, 1, 1, model(1.0), t0).unwrap();
         take(&mut r, 2, 1, model(1.0), t0).unwrap();
         let cm = ConfusionMatrix::from_predictions(2, &[0, 1], &[0, 1]);
-        let e = r.report_eval(2, 1, cm.clone(), true).unwrap_err();
+        let e = r
+            .report_eval(2, 1, cm.clone(), true, Predictor::Model)
+            .unwrap_err();
         assert!(matches!(e, FlintError::InvalidRequest(m) if m.contains("does not hold")));
-        assert!(!r.report_eval(1, 1, cm.clone(), true).unwrap());
-        assert!(r.report_eval(1, 1, cm, true).unwrap(), "a repeat");
+        assert!(
+            !r.report_eval(1, 1, cm.clone(), true, Predictor::Model)
+                .unwrap()
+        );
+        assert!(
+            r.report_eval(1, 1, cm.clone(), true, Predictor::Model)
+                .unwrap(),
+            "a repeat"
+        );
         assert_eq!(r.global_evals().len(), 1);
+    }
+
+    #[test]
+    fn baselines_are_taken_on_the_shared_test_set_for_clients_of_the_run_only() {
+        let t0 = Instant::now();
+        let mut r = rounds(policy(1, 2, 1)).with_global_test_holder(Some(1));
+        r.join(1, summary(1), t0).unwrap();
+        r.join(2, summary(1), t0).unwrap();
+        take(&mut r, 1, 1, model(1.0), t0).unwrap();
+        take(&mut r, 2, 1, model(1.0), t0).unwrap();
+        let cm = ConfusionMatrix::from_predictions(2, &[0, 1], &[0, 1]);
+        let wrong = ConfusionMatrix::from_predictions(2, &[0, 1], &[1, 1]);
+        let e = r
+            .report_eval(1, 1, cm.clone(), false, Predictor::Ensemble)
+            .unwrap_err();
+        assert!(matches!(e, FlintError::InvalidRequest(m) if m.contains("shared test set only")));
+        let e = r
+            .report_eval(1, 1, cm.clone(), true, Predictor::Client(9))
+            .unwrap_err();
+        assert!(
+            matches!(e, FlintError::InvalidRequest(m) if m.contains("client-9 names no client"))
+        );
+        for p in [Predictor::Ensemble, Predictor::Client(2)] {
+            assert!(!r.report_eval(1, 1, cm.clone(), true, p).unwrap());
+            // The first report of a predictor stands.
+            assert!(r.report_eval(1, 1, wrong.clone(), true, p).unwrap());
+        }
+        let reports = &r.global_evals()[&1];
+        assert_eq!(reports.len(), 2);
+        assert_eq!(reports[&Predictor::Ensemble], cm);
+        assert!(!r.is_done(t0), "baselines are not the model's report");
     }
 
     #[test]
@@ -808,9 +881,10 @@ mod tests {
         r.join(1, summary(1), t0).unwrap();
         take(&mut r, 1, 1, model(1.0), t0).unwrap();
         let cm = ConfusionMatrix::from_predictions(2, &[0, 1], &[0, 1]);
-        r.report_eval(1, 1, cm.clone(), false).unwrap();
+        r.report_eval(1, 1, cm.clone(), false, Predictor::Model)
+            .unwrap();
         assert!(!r.is_done(t0), "the shared test set is not reported yet");
-        r.report_eval(1, 1, cm, true).unwrap();
+        r.report_eval(1, 1, cm, true, Predictor::Model).unwrap();
         assert!(r.is_done(t0));
     }
 }

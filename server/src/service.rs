@@ -8,6 +8,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use flint_common::config::Experiment;
 use flint_common::meter::SharedLedger;
 use flint_common::metrics::ConfusionMatrix;
+use flint_common::strategy::Predictor;
 use flint_common::wire::chunks::Reassembler;
 use flint_common::wire::ledger::Direction;
 use flint_common::wire::proto::{
@@ -35,6 +36,11 @@ pub struct Shared {
 impl Shared {
     pub fn bump(&self) {
         self.version.send_modify(|v| *v += 1);
+    }
+
+    /// The run's classes, for the papers' byte convention.
+    fn classes(&self) -> usize {
+        self.experiment.data.classes().len()
     }
 
     pub fn rounds(&self) -> std::sync::MutexGuard<'_, Rounds> {
@@ -215,7 +221,10 @@ impl Aggregator for AggregatorService {
             ),
             Task::Wait => unreachable!("the loop only ends on a task"),
         };
-        let paper = reply.download.as_ref().map_or(0, paper_convention_bytes);
+        let paper = reply
+            .download
+            .as_ref()
+            .map_or(0, |d| paper_convention_bytes(d, s.classes()));
         s.ledger.with(|l| {
             l.payload(
                 req.client_id,
@@ -253,7 +262,7 @@ impl Aggregator for AggregatorService {
         }
         let (header, payload) = parts.finish().map_err(status)?;
         let (client, round) = (header.client_id, header.round);
-        let paper = paper_convention_bytes(&payload);
+        let paper = paper_convention_bytes(&payload, s.classes());
         s.ledger.with(|l| {
             for n in &sizes {
                 l.payload(client, round, Direction::Up, *n, 0);
@@ -305,9 +314,10 @@ impl Aggregator for AggregatorService {
                     u64::from(req.classes) * u64::from(req.classes)
                 )))
             })?;
+        let predictor = Predictor::parse(&req.predictor).map_err(status)?;
         let duplicate = s
             .rounds()
-            .report_eval(req.client_id, req.round, m, req.global_test)
+            .report_eval(req.client_id, req.round, m, req.global_test, predictor)
             .map_err(status)?;
         s.bump();
         let ack = Ack { duplicate };

@@ -29,21 +29,23 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use super::{
-    Aggregate, ClientStrategy, Downloads, RoundReport, ServerStrategy, StrategyState,
+    Aggregate, ClientStrategy, Downloads, Predictor, RoundReport, ServerStrategy, StrategyState,
     restore_stateless, unexpected,
 };
+use crate::data::booleanize::BitRows;
 use crate::data::images::BitShard;
 use crate::metrics::{ConfusionMatrix, gini_index};
 use crate::model::kmeans::{self, LloydParams};
-use crate::model::tm::composite::{self, ClassSums, CompositeOptions, Normalization};
+use crate::model::tm::composite::{self, BatchSums, CompositeOptions, Normalization};
 use crate::model::tm::conv::{ConvTm, PatchSpec};
 use crate::model::tm::parts::{ClassParts, IncludeBits, TmParts, TmUpload};
 use crate::model::tm::{ExcludedAt, FeedbackMasks, MultiClassTm, TmHyper};
 use crate::params::{ParamResult, parse_name_or, positive, require};
 use crate::rng::{FlintRng, derive_rng};
 use crate::wire::proto::{DataSummary, Payload};
-use crate::wire::{self, TmShape, Update};
+use crate::wire::{self, CompositeDownload, TmShape, Update};
 use crate::{ClientId, FlintError, Result, Round};
+use prost::Message;
 
 /// How the include bits of a class's contributors are ranked for the top K.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -457,6 +459,10 @@ pub struct FedTmosSection {
     pub clamp: Option<bool>,
     /// Where a rebuilt machine's excluded automata sit: `last-exclude` (default) or `zero`.
     pub excluded_at: Option<String>,
+    /// Also send every client's own machine, so the holder of the shared test set measures the
+    /// ensemble baseline, each client alone and both composite readings from the same trained
+    /// clients (default false: the download is then J machines larger).
+    pub baselines: Option<bool>,
 }
 
 /// Checked `[fedtmos]` settings.
@@ -468,6 +474,7 @@ pub struct FedTmosHyper {
     pub test_samples: usize,
     pub composite: CompositeOptions,
     pub excluded_at: ExcludedAt,
+    pub baselines: bool,
 }
 
 impl FedTmosSection {
@@ -503,11 +510,21 @@ impl FedTmosSection {
                 self.excluded_at.as_deref(),
                 ExcludedAt::LastExclude,
             )?,
+            baselines: self.baselines.unwrap_or(false),
         })
     }
 }
 
 impl FedTmosHyper {
+    pub(crate) fn rebuild(&self, tm: TmHyper, classes: usize) -> Rebuild {
+        Rebuild {
+            tm,
+            spec: self.patch_spec(),
+            classes,
+            excluded_at: self.excluded_at,
+        }
+    }
+
     /// The convolution over 28 × 28 single-channel images (MNIST, Fashion-MNIST).
     pub fn patch_spec(&self) -> PatchSpec {
         PatchSpec {
@@ -538,6 +555,44 @@ pub struct FedTmosRound {
     pub clusters: usize,
     /// Per server model, per class, the clients whose weights it averages.
     pub models: Vec<BTreeMap<u32, Vec<ClientId>>>,
+    /// Payload bytes of the download: the φ server models, and the clients' own machines it also
+    /// carries with `fedtmos.baselines` (0 without).
+    #[serde(default)]
+    pub composite_bytes: u64,
+    #[serde(default)]
+    pub ensemble_bytes: u64,
+}
+
+/// The ensemble baseline's record of its round.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EnsembleRound {
+    /// The clients whose machines the download carries.
+    pub clients: Vec<ClientId>,
+}
+
+/// Every client's own machine as it uploaded it (unscaled), in client-id order, without its
+/// counts: the ensemble baseline (FEDTMOS-CODE-NOTES §4).
+fn client_machines(uploads: &BTreeMap<ClientId, &TmUpload>) -> Vec<(ClientId, TmParts)> {
+    uploads
+        .iter()
+        .map(|(&id, u)| {
+            let mut parts = u.parts.clone();
+            parts.classes.values_mut().for_each(|c| c.samples = 0);
+            (id, parts)
+        })
+        .collect()
+}
+
+pub(crate) fn tm_uploads(
+    updates: &BTreeMap<ClientId, Update>,
+) -> Result<BTreeMap<ClientId, &TmUpload>> {
+    updates
+        .iter()
+        .map(|(&id, u)| match u {
+            Update::Tm(t) => Ok((id, t)),
+            other => Err(unexpected("tm_upload", other)),
+        })
+        .collect()
 }
 
 /// The server: steps 1–6 on the one round's uploads; it broadcasts the φ server models.
@@ -572,24 +627,30 @@ impl ServerStrategy for FedTmosServer {
         _clients: &BTreeMap<ClientId, DataSummary>,
         updates: &BTreeMap<ClientId, Update>,
     ) -> Result<Aggregate> {
-        let mut uploads = BTreeMap::new();
-        for (&id, u) in updates {
-            let Update::Tm(t) = u else {
-                return Err(unexpected("tm_upload", u));
-            };
-            uploads.insert(id, t);
-        }
+        let uploads = tm_uploads(updates)?;
         let mut rng = derive_rng(self.seed, "fedtmos-kmeans", round);
         let steps = server_steps(&uploads, &self.hyper.server, &mut rng)?;
+        let mut download = CompositeDownload {
+            models: steps.models,
+            ensemble: Vec::new(),
+        };
+        let composite_bytes = wire::encode_tm_composite(&download, self.shape).encoded_len();
+        if self.hyper.baselines {
+            download.ensemble = client_machines(&uploads);
+        }
+        let payload = wire::encode_tm_composite(&download, self.shape);
+        let ensemble_bytes = payload.encoded_len() - composite_bytes;
         let n = updates.len() as f64;
         Ok(Aggregate {
-            downloads: Downloads::Broadcast(wire::encode_tm_composite(&steps.models, self.shape)),
+            downloads: Downloads::Broadcast(payload),
             weights: updates.keys().map(|&id| (id, 1.0 / n)).collect(),
             report: RoundReport::FedTmos(FedTmosRound {
                 scale: steps.scale,
                 vectors: steps.vectors,
                 clusters: steps.clusters,
                 models: steps.plans.into_iter().map(|p| p.contributors).collect(),
+                composite_bytes: composite_bytes as u64,
+                ensemble_bytes: ensemble_bytes as u64,
             }),
             local: BTreeMap::new(),
         })
@@ -604,65 +665,192 @@ impl ServerStrategy for FedTmosServer {
     }
 }
 
-/// A client: trains its convolutional multi-class machine once, uploads the classes it holds
-/// with their counts and its Gini index, then predicts with the server's composite.
+/// The ensemble baseline (FEDTMOS-CODE-NOTES §4): no scaling, no clustering; every client's own
+/// machine goes back to every client, which predicts with all of them as one composite.
+pub struct EnsembleServer {
+    shape: TmShape,
+}
+
+impl EnsembleServer {
+    pub fn new(hyper: FedTmosHyper, tm: &TmHyper, classes: usize) -> EnsembleServer {
+        EnsembleServer {
+            shape: hyper.shape(tm, classes),
+        }
+    }
+}
+
+impl ServerStrategy for EnsembleServer {
+    fn initial_download(&self, _features: usize) -> Option<Payload> {
+        None
+    }
+
+    fn decode(&self, _client: ClientId, _features: usize, update: &Payload) -> Result<Update> {
+        wire::decode_tm_upload(update, self.shape).map(Update::Tm)
+    }
+
+    fn aggregate(
+        &mut self,
+        _round: Round,
+        _clients: &BTreeMap<ClientId, DataSummary>,
+        updates: &BTreeMap<ClientId, Update>,
+    ) -> Result<Aggregate> {
+        let machines = client_machines(&tm_uploads(updates)?);
+        let clients = machines.iter().map(|&(id, _)| id).collect();
+        let download = CompositeDownload {
+            models: machines.into_iter().map(|(_, m)| m).collect(),
+            ensemble: Vec::new(),
+        };
+        let n = updates.len() as f64;
+        Ok(Aggregate {
+            downloads: Downloads::Broadcast(wire::encode_tm_composite(&download, self.shape)),
+            weights: updates.keys().map(|&id| (id, 1.0 / n)).collect(),
+            report: RoundReport::Ensemble(EnsembleRound { clients }),
+            local: BTreeMap::new(),
+        })
+    }
+
+    fn snapshot(&self) -> StrategyState {
+        StrategyState::Stateless
+    }
+
+    fn restore(&mut self, state: StrategyState) -> Result<()> {
+        restore_stateless("ensemble", state)
+    }
+}
+
+/// What every FedTMOS-family client needs to rebuild machines of the run.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Rebuild {
+    tm: TmHyper,
+    spec: PatchSpec,
+    classes: usize,
+    excluded_at: ExcludedAt,
+}
+
+impl Rebuild {
+    pub(crate) fn machine(&self, parts: &TmParts) -> Result<ConvTm> {
+        let given: Vec<(u32, &[u32], &[u8])> = parts
+            .classes
+            .iter()
+            .map(|(&c, p)| (c, &p.weights[..], &p.include.0[..]))
+            .collect();
+        MultiClassTm::rebuild(
+            self.tm,
+            self.spec.patch_features(),
+            self.classes,
+            &given,
+            self.excluded_at,
+        )
+        .and_then(|tm| ConvTm::from_multiclass(self.spec, tm))
+        .map_err(|e| FlintError::InvalidUpdate(format!("download: {e}")))
+    }
+}
+
+/// The upload of FedTMOS, FedTM and the ensemble (§4.2.1): for every class the client holds,
+/// its weights, include bits and samples; and the client's Gini index.
+pub(crate) fn upload_of(tm: &ConvTm, counts: &[u64]) -> Result<TmUpload> {
+    let tm = tm
+        .multiclass()
+        .ok_or_else(|| FlintError::Model("fedtmos trains the multi-class form".into()))?;
+    let classes = counts
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| **n > 0)
+        .map(|(c, &n)| {
+            let parts = ClassParts {
+                weights: tm.class_weights(c).to_vec(),
+                include: IncludeBits(tm.include_bits(c)),
+                samples: n,
+            };
+            (c as u32, parts)
+        })
+        .collect();
+    Ok(TmUpload {
+        parts: TmParts { classes },
+        gini_index: gini_index(counts),
+    })
+}
+
+/// Each machine's class sums over `data`, on as many threads as there are cores.
+fn sums_of(machines: &[&ConvTm], data: &BitRows) -> Vec<BatchSums> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let per = machines.len().div_ceil(threads).max(1);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = machines
+            .chunks(per)
+            .map(|chunk| {
+                scope.spawn(move || {
+                    chunk
+                        .iter()
+                        .map(|m| BatchSums::of(*m, data))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().expect("class sums never panic"))
+            .collect()
+    })
+}
+
+/// A client of FedTMOS and of the ensemble: trains its convolutional multi-class machine once,
+/// uploads the classes it holds with their counts and its Gini index, then predicts with the
+/// composite it is sent (FedTMOS: the φ server models; the ensemble: every client's machine).
 pub struct FedTmosClient {
     tm: ConvTm,
     masks: FeedbackMasks,
     hyper: FedTmosHyper,
     shape: TmShape,
+    rebuild: Rebuild,
+    /// The most machines a download's composite may hold (φ, or the run's clients).
+    max_models: usize,
+    /// The run's clients: the most client machines a download may carry.
+    clients: usize,
     composite: Vec<ConvTm>,
+    /// With `fedtmos.baselines`: every client's own machine, by client id.
+    ensemble: Vec<(ClientId, ConvTm)>,
 }
 
 impl FedTmosClient {
+    /// `max_models`: φ for FedTMOS, `clients` for the ensemble.
     pub fn new(
         tm: TmHyper,
         hyper: FedTmosHyper,
         classes: usize,
         seed: u64,
         client: ClientId,
+        max_models: usize,
+        clients: usize,
     ) -> Result<FedTmosClient> {
         let mut rng = derive_rng(seed, "tm-init", client);
         Ok(FedTmosClient {
             tm: ConvTm::new(tm, hyper.patch_spec(), classes).map_err(FlintError::Model)?,
             masks: FeedbackMasks::new(tm.s, &mut rng),
             shape: hyper.shape(&tm, classes),
+            rebuild: hyper.rebuild(tm, classes),
             hyper,
+            max_models,
+            clients,
             composite: Vec::new(),
+            ensemble: Vec::new(),
         })
-    }
-
-    fn machine(&self) -> Result<&MultiClassTm> {
-        self.tm
-            .multiclass()
-            .ok_or_else(|| FlintError::Model("fedtmos trains the multi-class form".into()))
     }
 }
 
 impl ClientStrategy<BitShard> for FedTmosClient {
     fn apply(&mut self, _round: Round, download: &Payload) -> Result<()> {
-        let models = wire::decode_tm_composite(download, self.shape, self.hyper.server.models)?;
-        let hyper = *self.machine()?.hyper();
-        let spec = self.hyper.patch_spec();
-        self.composite = models
+        let d = wire::decode_tm_composite(download, self.shape, self.max_models, self.clients)?;
+        self.composite = d
+            .models
             .iter()
-            .map(|m| {
-                let given: Vec<(u32, &[u32], &[u8])> = m
-                    .classes
-                    .iter()
-                    .map(|(&c, p)| (c, &p.weights[..], &p.include.0[..]))
-                    .collect();
-                let tm = MultiClassTm::rebuild(
-                    hyper,
-                    spec.patch_features(),
-                    self.shape.classes,
-                    &given,
-                    self.hyper.excluded_at,
-                )?;
-                ConvTm::from_multiclass(spec, tm)
-            })
-            .collect::<std::result::Result<_, String>>()
-            .map_err(|e| FlintError::InvalidUpdate(format!("download: {e}")))?;
+            .map(|m| self.rebuild.machine(m))
+            .collect::<Result<_>>()?;
+        self.ensemble = d
+            .ensemble
+            .iter()
+            .map(|(id, m)| self.rebuild.machine(m).map(|tm| (*id, tm)))
+            .collect::<Result<_>>()?;
         Ok(())
     }
 
@@ -670,25 +858,7 @@ impl ClientStrategy<BitShard> for FedTmosClient {
         for _ in 0..self.hyper.local_epochs {
             self.tm.fit_epoch(&shard.train, &mut self.masks, rng);
         }
-        let counts = shard.train_class_counts();
-        let tm = self.machine()?;
-        let classes = counts
-            .iter()
-            .enumerate()
-            .filter(|(_, n)| **n > 0)
-            .map(|(c, &n)| {
-                let parts = ClassParts {
-                    weights: tm.class_weights(c).to_vec(),
-                    include: IncludeBits(tm.include_bits(c)),
-                    samples: n,
-                };
-                (c as u32, parts)
-            })
-            .collect();
-        let upload = TmUpload {
-            parts: TmParts { classes },
-            gini_index: gini_index(&counts),
-        };
+        let upload = upload_of(&self.tm, &shard.train_class_counts())?;
         Ok(wire::encode_tm_upload(&upload, self.shape))
     }
 
@@ -697,14 +867,66 @@ impl ClientStrategy<BitShard> for FedTmosClient {
         let predictions = if self.composite.is_empty() {
             self.tm.predict_batch(test)
         } else {
-            let models: Vec<&dyn ClassSums> =
-                self.composite.iter().map(|m| m as &dyn ClassSums).collect();
-            composite::predict(&models, test, self.hyper.composite).unwrap_or_else(|e| {
-                tracing::error!(error = %e, "composite cannot predict; using the local machine");
-                self.tm.predict_batch(test)
-            })
+            let models: Vec<&ConvTm> = self.composite.iter().collect();
+            let sums = sums_of(&models, test);
+            composite::vote(
+                &sums.iter().collect::<Vec<_>>(),
+                self.shape.classes,
+                self.hyper.composite,
+            )
         };
         ConfusionMatrix::from_predictions(self.shape.classes, &test.labels, &predictions)
+    }
+
+    /// With the clients' machines in the download: the composite under both readings, the
+    /// ensemble under both, and every client alone, from one computation of each machine's sums.
+    fn evaluate_all(&self, shard: &BitShard) -> Vec<(Predictor, ConfusionMatrix)> {
+        if self.ensemble.is_empty() || self.composite.is_empty() {
+            return vec![(Predictor::Model, self.evaluate(shard))];
+        }
+        let test = &shard.test;
+        let classes = self.shape.classes;
+        let machines: Vec<&ConvTm> = self
+            .composite
+            .iter()
+            .chain(self.ensemble.iter().map(|(_, m)| m))
+            .collect();
+        let sums = sums_of(&machines, test);
+        let (server, clients) = sums.split_at(self.composite.len());
+        let server: Vec<&BatchSums> = server.iter().collect();
+        let all: Vec<&BatchSums> = clients.iter().collect();
+        let (ours, other) = (self.hyper.composite, self.hyper.composite.other_reading());
+        let matrix = |p: Vec<u32>| ConfusionMatrix::from_predictions(classes, &test.labels, &p);
+        // One machine alone: the argmax of its sums (a positive constant changes nothing).
+        let alone = CompositeOptions {
+            normalization: Normalization::PerBatch,
+            clamp: false,
+        };
+        let mut out = vec![
+            (
+                Predictor::ModelAs(other),
+                matrix(composite::vote(&server, classes, other)),
+            ),
+            (
+                Predictor::Ensemble,
+                matrix(composite::vote(&all, classes, ours)),
+            ),
+            (
+                Predictor::EnsembleAs(other),
+                matrix(composite::vote(&all, classes, other)),
+            ),
+        ];
+        for ((id, _), s) in self.ensemble.iter().zip(clients) {
+            out.push((
+                Predictor::Client(*id),
+                matrix(composite::vote(&[s], classes, alone)),
+            ));
+        }
+        out.push((
+            Predictor::Model,
+            matrix(composite::vote(&server, classes, ours)),
+        ));
+        out
     }
 }
 

@@ -8,6 +8,7 @@
 pub mod ahp;
 pub mod fcm;
 pub mod fedavg;
+pub mod fedtm;
 pub mod fedtmos;
 pub mod local;
 pub mod spec;
@@ -18,6 +19,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::metrics::ConfusionMatrix;
+use crate::model::tm::composite::CompositeOptions;
 use crate::params::name_of;
 use crate::rng::FlintRng;
 use crate::wire::Update;
@@ -51,6 +53,12 @@ pub enum StrategyKind {
     /// the server builds φ server models they predict with together.
     #[serde(rename = "fedtmos")]
     FedTmos,
+    /// FedTMOS's ensemble baseline: one round; every client predicts with all clients' machines.
+    Ensemble,
+    /// FedTM, FedTMOS's iterative baseline: per class the mean weights and the top-K clients'
+    /// include bits, every round.
+    #[serde(rename = "fedtm")]
+    FedTm,
 }
 
 impl StrategyKind {
@@ -107,6 +115,9 @@ pub enum RoundReport {
     /// FedTMOS: the scaling, the clustering and what each server model averages.
     #[serde(rename = "fedtmos")]
     FedTmos(fedtmos::FedTmosRound),
+    Ensemble(fedtmos::EnsembleRound),
+    #[serde(rename = "fedtm")]
+    FedTm(fedtm::FedTmRound),
     /// `local` and `central`: nothing was sent back.
     Local,
 }
@@ -184,6 +195,62 @@ fn unexpected(want: &str, got: &Update) -> FlintError {
     ))
 }
 
+/// What an evaluation measured: the model the strategy predicts with, or a baseline its download
+/// also carries. Baselines are measured on the run's shared test set only, by its holder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Predictor {
+    /// What the strategy predicts with (wire name: empty).
+    Model,
+    /// The strategy's composite under another reading (FedTMOS: the other normalization).
+    ModelAs(CompositeOptions),
+    /// Every client's own machine in one composite (FedTMOS's ensemble baseline).
+    Ensemble,
+    EnsembleAs(CompositeOptions),
+    /// One client's own machine alone.
+    Client(ClientId),
+}
+
+impl Predictor {
+    /// As `EvalReport.predictor` and results.json write it: "", "composite:per-batch+clamp",
+    /// "ensemble", "ensemble:per-sample", "client-3".
+    pub fn name(self) -> String {
+        match self {
+            Predictor::Model => String::new(),
+            Predictor::ModelAs(o) => format!("composite:{}", o.name()),
+            Predictor::Ensemble => "ensemble".into(),
+            Predictor::EnsembleAs(o) => format!("ensemble:{}", o.name()),
+            Predictor::Client(id) => format!("client-{id}"),
+        }
+    }
+
+    pub fn parse(name: &str) -> Result<Predictor> {
+        let options = |o: &str| {
+            CompositeOptions::parse(o).ok_or_else(|| {
+                FlintError::InvalidRequest(format!("unknown composite reading {o:?}"))
+            })
+        };
+        if name.is_empty() {
+            return Ok(Predictor::Model);
+        }
+        if name == "ensemble" {
+            return Ok(Predictor::Ensemble);
+        }
+        if let Some(o) = name.strip_prefix("composite:") {
+            return options(o).map(Predictor::ModelAs);
+        }
+        if let Some(o) = name.strip_prefix("ensemble:") {
+            return options(o).map(Predictor::EnsembleAs);
+        }
+        if let Some(id) = name.strip_prefix("client-").and_then(|i| i.parse().ok()) {
+            return Ok(Predictor::Client(id));
+        }
+        let shown: String = name.chars().take(40).collect();
+        Err(FlintError::InvalidRequest(format!(
+            "unknown predictor {shown:?}"
+        )))
+    }
+}
+
 /// A client half, on the shard type its model reads (`Shard` for tables, `BitShard` for
 /// booleanized images).
 pub trait ClientStrategy<S>: Send {
@@ -195,6 +262,11 @@ pub trait ClientStrategy<S>: Send {
     fn train(&mut self, shard: &S, round: Round, rng: &mut FlintRng) -> Result<Payload>;
     /// The model as it is now, on the shard's test split.
     fn evaluate(&self, shard: &S) -> ConfusionMatrix;
+    /// The model and every baseline the last download carries, on the shard's test split, the
+    /// model last (its holder measures the shared test set this way).
+    fn evaluate_all(&self, shard: &S) -> Vec<(Predictor, ConfusionMatrix)> {
+        vec![(Predictor::Model, self.evaluate(shard))]
+    }
 }
 
 #[cfg(test)]

@@ -7,7 +7,8 @@ use serde::Serialize;
 use super::ahp::{AhpCriterion, AhpHyper, AhpSection};
 use super::fcm::{Aggregation, Blend, FcmClient, FcmServer};
 use super::fedavg::{FedAvgClient, FedAvgServer};
-use super::fedtmos::{FedTmosClient, FedTmosHyper, FedTmosSection, FedTmosServer};
+use super::fedtm::{FedTmClient, FedTmServer};
+use super::fedtmos::{EnsembleServer, FedTmosClient, FedTmosHyper, FedTmosSection, FedTmosServer};
 use super::local::LocalServer;
 use super::tpfl::{TpflClient, TpflHyper, TpflSection, TpflServer};
 use super::{ClientStrategy, ModelKind, ServerStrategy, StrategyKind};
@@ -47,7 +48,7 @@ pub struct TmSpec {
     pub tpfl: TpflHyper,
 }
 
-/// FedTMOS's convolutional multi-class machine and its one round.
+/// FedTMOS's convolutional multi-class machine and its one round (also its two baselines').
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct FedTmosSpec {
     pub tm: TmHyper,
@@ -85,6 +86,9 @@ pub enum StrategySpec {
     Tpfl(TmSpec),
     #[serde(rename = "fedtmos")]
     FedTmos(FedTmosSpec),
+    Ensemble(FedTmosSpec),
+    #[serde(rename = "fedtm")]
+    FedTm(FedTmosSpec),
     Local(ModelSpec),
     Central(ModelSpec),
 }
@@ -160,7 +164,10 @@ impl StrategySpec {
         let implied = match kind {
             StrategyKind::FedAvg | StrategyKind::FedAvgAhp => Some(ModelKind::LogReg),
             StrategyKind::BlindFcm | StrategyKind::BlendedFcm => Some(ModelKind::Fcm),
-            StrategyKind::Tpfl | StrategyKind::FedTmos => Some(ModelKind::Tm),
+            StrategyKind::Tpfl
+            | StrategyKind::FedTmos
+            | StrategyKind::Ensemble
+            | StrategyKind::FedTm => Some(ModelKind::Tm),
             StrategyKind::Local | StrategyKind::Central => None,
         };
         let model = match (implied, given) {
@@ -180,6 +187,10 @@ impl StrategySpec {
                 )));
             }
         };
+        let conv = FedTmosSpec {
+            tm: c.tm.tm,
+            fedtmos: c.fedtmos,
+        };
         Ok(match kind {
             StrategyKind::FedAvg => StrategySpec::FedAvg { logreg: c.logreg },
             StrategyKind::FedAvgAhp => StrategySpec::FedAvgAhp {
@@ -189,10 +200,9 @@ impl StrategySpec {
             StrategyKind::BlindFcm => StrategySpec::BlindFcm(c.fcm),
             StrategyKind::BlendedFcm => StrategySpec::BlendedFcm(c.fcm),
             StrategyKind::Tpfl => StrategySpec::Tpfl(c.tm),
-            StrategyKind::FedTmos => StrategySpec::FedTmos(FedTmosSpec {
-                tm: c.tm.tm,
-                fedtmos: c.fedtmos,
-            }),
+            StrategyKind::FedTmos => StrategySpec::FedTmos(conv),
+            StrategyKind::Ensemble => StrategySpec::Ensemble(conv),
+            StrategyKind::FedTm => StrategySpec::FedTm(conv),
             StrategyKind::Local => StrategySpec::Local(ModelSpec::of(model, &c)),
             StrategyKind::Central => StrategySpec::Central(ModelSpec::of(model, &c)),
         })
@@ -206,6 +216,8 @@ impl StrategySpec {
             StrategySpec::BlendedFcm(_) => StrategyKind::BlendedFcm,
             StrategySpec::Tpfl(_) => StrategyKind::Tpfl,
             StrategySpec::FedTmos(_) => StrategyKind::FedTmos,
+            StrategySpec::Ensemble(_) => StrategyKind::Ensemble,
+            StrategySpec::FedTm(_) => StrategyKind::FedTm,
             StrategySpec::Local(_) => StrategyKind::Local,
             StrategySpec::Central(_) => StrategyKind::Central,
         }
@@ -223,7 +235,9 @@ impl StrategySpec {
             }
             StrategySpec::BlindFcm(f) | StrategySpec::BlendedFcm(f) => ModelSpec::Fcm(*f),
             StrategySpec::Tpfl(t) => ModelSpec::Tm(*t),
-            StrategySpec::FedTmos(f) => ModelSpec::ConvTm(*f),
+            StrategySpec::FedTmos(f) | StrategySpec::Ensemble(f) | StrategySpec::FedTm(f) => {
+                ModelSpec::ConvTm(*f)
+            }
             StrategySpec::Local(m) | StrategySpec::Central(m) => m.clone(),
         }
     }
@@ -245,6 +259,8 @@ impl StrategySpec {
             StrategySpec::FedTmos(f) => {
                 Box::new(FedTmosServer::new(f.fedtmos, &f.tm, classes, seed))
             }
+            StrategySpec::Ensemble(f) => Box::new(EnsembleServer::new(f.fedtmos, &f.tm, classes)),
+            StrategySpec::FedTm(f) => Box::new(FedTmServer::new(f.fedtmos, &f.tm, classes)),
             StrategySpec::Local(m) | StrategySpec::Central(m) => {
                 Box::new(LocalServer::new(m.server(classes, seed)))
             }
@@ -275,20 +291,40 @@ impl StrategySpec {
     }
 
     /// The client half of a model that trains on booleanized images; its machine's initial
-    /// state derives from (seed, client).
+    /// state derives from (seed, client). `clients`: the run's, bounding what a download holds.
     pub fn bits_client(
         &self,
         features: usize,
         classes: usize,
         seed: u64,
         client: ClientId,
+        clients: usize,
     ) -> Result<Box<dyn ClientStrategy<BitShard>>> {
+        match self {
+            StrategySpec::Ensemble(f) => {
+                return Ok(Box::new(FedTmosClient::new(
+                    f.tm, f.fedtmos, classes, seed, client, clients, 0,
+                )?));
+            }
+            StrategySpec::FedTm(f) => {
+                return Ok(Box::new(FedTmClient::new(
+                    f.tm, f.fedtmos, classes, seed, client,
+                )?));
+            }
+            _ => {}
+        }
         match self.model() {
             ModelSpec::Tm(t) => Ok(Box::new(TpflClient::new(
                 t.tm, t.tpfl, features, classes, seed, client,
             ))),
             ModelSpec::ConvTm(f) => Ok(Box::new(FedTmosClient::new(
-                f.tm, f.fedtmos, classes, seed, client,
+                f.tm,
+                f.fedtmos,
+                classes,
+                seed,
+                client,
+                f.fedtmos.server.models,
+                clients,
             )?)),
             other => Err(FlintError::Config(format!(
                 "model {} trains on a table, not on images",

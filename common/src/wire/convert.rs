@@ -15,7 +15,7 @@ use crate::metrics::LocalMetrics;
 use crate::model::fcm::Fcm;
 use crate::model::logreg::LogReg;
 use crate::model::tm::parts::{ClassParts, IncludeBits, TmParts, TmUpload};
-use crate::{FlintError, Result, Round};
+use crate::{ClientId, FlintError, Result, Round};
 
 /// A checked update, as aggregation takes it.
 #[derive(Debug, Clone, PartialEq)]
@@ -393,16 +393,36 @@ pub fn decode_tm_upload(p: &Payload, shape: TmShape) -> Result<TmUpload> {
     Ok(TmUpload { parts, gini_index })
 }
 
-pub fn encode_tm_composite(models: &[TmParts], shape: TmShape) -> Payload {
+/// What a `TmComposite` download holds: the machines to predict with, and (FedTMOS with
+/// baselines) every client's own machine, in client-id order.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct CompositeDownload {
+    pub models: Vec<TmParts>,
+    pub ensemble: Vec<(ClientId, TmParts)>,
+}
+
+pub fn encode_tm_composite(d: &CompositeDownload, shape: TmShape) -> Payload {
     Payload {
         kind: Some(Kind::TmComposite(TmComposite {
-            models: models.iter().map(|m| encode_tm_parts(m, shape)).collect(),
+            models: d.models.iter().map(|m| encode_tm_parts(m, shape)).collect(),
+            ensemble: d
+                .ensemble
+                .iter()
+                .map(|(_, m)| encode_tm_parts(m, shape))
+                .collect(),
+            ensemble_clients: d.ensemble.iter().map(|&(id, _)| id).collect(),
         })),
     }
 }
 
-/// Between 1 and `max_models` models of the run's shape.
-pub fn decode_tm_composite(p: &Payload, shape: TmShape, max_models: usize) -> Result<Vec<TmParts>> {
+/// Between 1 and `max_models` models of the run's shape, and at most `max_clients` client
+/// models, one per client id, ids in increasing order.
+pub fn decode_tm_composite(
+    p: &Payload,
+    shape: TmShape,
+    max_models: usize,
+    max_clients: usize,
+) -> Result<CompositeDownload> {
     let c = kind(p, "a tm_composite", |k| match k {
         Kind::TmComposite(c) => Some(c),
         _ => None,
@@ -413,7 +433,28 @@ pub fn decode_tm_composite(p: &Payload, shape: TmShape, max_models: usize) -> Re
             c.models.len()
         ));
     }
-    c.models.iter().map(|m| decode_tm_parts(m, shape)).collect()
+    if c.ensemble.len() != c.ensemble_clients.len() || c.ensemble.len() > max_clients {
+        return invalid(format!(
+            "tm_composite has {} client models for {} client ids, expected at most {max_clients}",
+            c.ensemble.len(),
+            c.ensemble_clients.len()
+        ));
+    }
+    if !c.ensemble_clients.windows(2).all(|w| w[0] < w[1]) {
+        return invalid("tm_composite client ids are not increasing".into());
+    }
+    let models = c
+        .models
+        .iter()
+        .map(|m| decode_tm_parts(m, shape))
+        .collect::<Result<_>>()?;
+    let ensemble = c
+        .ensemble_clients
+        .iter()
+        .zip(&c.ensemble)
+        .map(|(&id, m)| decode_tm_parts(m, shape).map(|parts| (id, parts)))
+        .collect::<Result<_>>()?;
+    Ok(CompositeDownload { models, ensemble })
 }
 
 #[cfg(test)]
@@ -470,10 +511,28 @@ mod tests {
             decode_tm_upload(&encode_tm_upload(&up, shape), shape).unwrap(),
             up
         );
-        let models = vec![parts.clone(), TmParts::default()];
-        let c = encode_tm_composite(&models, shape);
-        assert_eq!(decode_tm_composite(&c, shape, 4).unwrap(), models);
-        assert!(decode_tm_composite(&c, shape, 1).is_err());
+        let download = CompositeDownload {
+            models: vec![parts.clone(), TmParts::default()],
+            ensemble: vec![(1, parts.clone()), (4, parts.clone())],
+        };
+        let c = encode_tm_composite(&download, shape);
+        assert_eq!(decode_tm_composite(&c, shape, 4, 2).unwrap(), download);
+        assert!(decode_tm_composite(&c, shape, 1, 2).is_err());
+        let e = decode_tm_composite(&c, shape, 4, 1)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("2 client models for 2 client ids, expected at most 1"),
+            "{e}"
+        );
+        let mut swapped = c.clone();
+        if let Some(Kind::TmComposite(t)) = &mut swapped.kind {
+            t.ensemble_clients.reverse();
+        }
+        let e = decode_tm_composite(&swapped, shape, 4, 2)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not increasing"), "{e}");
         let other = TmShape {
             clauses: 3,
             ..shape

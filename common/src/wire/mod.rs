@@ -11,9 +11,9 @@ pub mod proto {
 }
 
 pub use convert::{
-    TmShape, Update, Winner, WinnerUpload, decode_class_weights, decode_linear, decode_map,
-    decode_tm_composite, decode_tm_upload, decode_winner, encode_class_weights, encode_linear,
-    encode_map, encode_tm_composite, encode_tm_upload, encode_winner,
+    CompositeDownload, TmShape, Update, Winner, WinnerUpload, decode_class_weights, decode_linear,
+    decode_map, decode_tm_composite, decode_tm_upload, decode_winner, encode_class_weights,
+    encode_linear, encode_map, encode_tm_composite, encode_tm_upload, encode_winner,
 };
 
 use proto::Payload;
@@ -83,9 +83,17 @@ impl Compression {
 /// (logistic regression: numpy float64, 8 bytes per parameter; TPFL: int32 weights up, the
 /// float64 cluster average down). TPFL's paper counts a cluster's download once, not once per
 /// member; the per-client figure here is the per-member one, and the round report's
-/// `paper_download_bytes` (`strategy::tpfl::TpflRound`) holds the paper's.
-pub fn paper_convention_bytes(p: &Payload) -> u64 {
+/// `paper_download_bytes` (`strategy::tpfl::TpflRound`) holds the paper's. FedTMOS's code
+/// (`size`, FEDTMOS-CODE-NOTES §7) counts every one of the run's `classes` of every machine, held
+/// or not: per class, clauses × (one u32 weight + ⌈literals / 32⌉ u32 words of include bits).
+pub fn paper_convention_bytes(p: &Payload, classes: usize) -> u64 {
+    let tm = |m: &proto::TmModel| {
+        let words = 1 + u64::from(m.literals).div_ceil(32);
+        4 * classes as u64 * u64::from(m.clauses) * words
+    };
     match &p.kind {
+        Some(Kind::TmUpload(u)) => u.model.as_ref().map_or(0, tm),
+        Some(Kind::TmComposite(c)) => c.models.iter().chain(&c.ensemble).map(tm).sum(),
         Some(Kind::LinearModel(m)) => 8 * (m.weights.len() as u64 + 1),
         Some(Kind::ConfidenceWinner(w)) => {
             4 * w.weights.as_ref().map_or(0, |c| c.weights.len()) as u64

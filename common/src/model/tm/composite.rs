@@ -13,7 +13,7 @@ use super::{CoalescedTm, MultiClassTm, conv::ConvTm};
 use crate::data::booleanize::BitRows;
 
 /// Where a model's spread is taken.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Normalization {
     /// Eq. 3: per input, max − min over its classes; a model whose sums are all equal for an
@@ -24,11 +24,51 @@ pub enum Normalization {
 }
 
 /// How a composite predicts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct CompositeOptions {
     pub normalization: Normalization,
     /// Clamp each model's class sums to [−T, T] (its own T) before normalizing.
     pub clamp: bool,
+}
+
+impl CompositeOptions {
+    /// The published code's reading: one spread per model over the batch, sums clamped.
+    pub const CODE: CompositeOptions = CompositeOptions {
+        normalization: Normalization::PerBatch,
+        clamp: true,
+    };
+
+    /// The other of the two readings FedTMOS results are compared under: eq. 3 if this is
+    /// not eq. 3 as written (per sample, no clamp), else the code's.
+    pub fn other_reading(self) -> CompositeOptions {
+        if self == CompositeOptions::default() {
+            CompositeOptions::CODE
+        } else {
+            CompositeOptions::default()
+        }
+    }
+
+    /// `per-sample`, `per-batch+clamp`, …
+    pub fn name(self) -> String {
+        let n = crate::params::name_of(&self.normalization);
+        if self.clamp { format!("{n}+clamp") } else { n }
+    }
+
+    pub fn parse(name: &str) -> Option<CompositeOptions> {
+        let (n, clamp) = match name.strip_suffix("+clamp") {
+            Some(n) => (n, true),
+            None => (name, false),
+        };
+        let normalization = match n {
+            "per-sample" => Normalization::PerSample,
+            "per-batch" => Normalization::PerBatch,
+            _ => return None,
+        };
+        Some(CompositeOptions {
+            normalization,
+            clamp,
+        })
+    }
 }
 
 impl Default for CompositeOptions {
@@ -85,6 +125,41 @@ impl ClassSums for ConvTm {
     }
 }
 
+/// One machine's class sums over a batch, computed once, so that several composites (and the
+/// machine alone) can vote from them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BatchSums {
+    /// `rows × classes`, unclamped.
+    pub sums: Vec<i32>,
+    /// The machine's T.
+    pub margin: i32,
+}
+
+impl BatchSums {
+    pub fn of(model: &dyn ClassSums, data: &BitRows) -> BatchSums {
+        BatchSums {
+            sums: model.class_sums_batch(data),
+            margin: model.margin(),
+        }
+    }
+}
+
+/// The composite's predictions from its machines' sums (see [`BatchSums`]).
+pub fn vote(models: &[&BatchSums], classes: usize, options: CompositeOptions) -> Vec<u32> {
+    let sums: Vec<Vec<i32>> = models
+        .iter()
+        .map(|m| {
+            if options.clamp {
+                let t = m.margin;
+                m.sums.iter().map(|v| (*v).clamp(-t, t)).collect()
+            } else {
+                m.sums.clone()
+            }
+        })
+        .collect();
+    composite_predict(&sums, classes, options.normalization)
+}
+
 /// The composite's predictions for `data`; every model must have the same classes.
 pub fn predict(
     models: &[&dyn ClassSums],
@@ -101,18 +176,8 @@ pub fn predict(
             m.classes()
         ));
     }
-    let sums: Vec<Vec<i32>> = models
-        .iter()
-        .map(|m| {
-            let mut s = m.class_sums_batch(data);
-            if options.clamp {
-                let t = m.margin();
-                s.iter_mut().for_each(|v| *v = (*v).clamp(-t, t));
-            }
-            s
-        })
-        .collect();
-    Ok(composite_predict(&sums, classes, options.normalization))
+    let sums: Vec<BatchSums> = models.iter().map(|m| BatchSums::of(*m, data)).collect();
+    Ok(vote(&sums.iter().collect::<Vec<_>>(), classes, options))
 }
 
 /// Predictions from per-model class sums: `sums[m]` is model m's row-major matrix of
@@ -265,5 +330,18 @@ mod tests {
         let three = MultiClassTm::new(hyper(20, 15, 3.9), 12, 3);
         let e = predict(&[&a, &three], &test, CompositeOptions::default()).unwrap_err();
         assert!(e.contains("2 and 3 classes"), "{e}");
+    }
+
+    #[test]
+    fn the_two_readings_are_named_and_each_is_the_others_other() {
+        let eq3 = CompositeOptions::default();
+        assert_eq!(eq3.name(), "per-sample");
+        assert_eq!(CompositeOptions::CODE.name(), "per-batch+clamp");
+        assert_eq!(eq3.other_reading(), CompositeOptions::CODE);
+        assert_eq!(CompositeOptions::CODE.other_reading(), eq3);
+        for o in [eq3, CompositeOptions::CODE] {
+            assert_eq!(CompositeOptions::parse(&o.name()), Some(o));
+        }
+        assert_eq!(CompositeOptions::parse("per-row"), None);
     }
 }

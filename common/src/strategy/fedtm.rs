@@ -1,0 +1,163 @@
+//! FedTM (FedTMOS §2.2 and §4.2.2; no public code, FEDTMOS-CODE-NOTES §4): the iterative baseline.
+//! Every round each client trains its machine for `fedtmos.local_epochs` epochs and uploads what a
+//! FedTMOS client uploads; the server makes one global machine, per class the truncated mean of
+//! the weights of every client holding the class (unscaled) and the OR of the include bits of the
+//! K clients with the most samples of it; every client rebuilds its machine from it and trains on.
+//!
+//! Choices where the paper is silent: a class no client holds is left out (it votes 0); the
+//! rebuilt machine's excluded automata sit where `fedtmos.excluded_at` says (the last exclude
+//! state by default, so a literal is one step from inclusion); every client's machine starts
+//! from its own random state, there is no round-0 model.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::fedtmos::{BitsBy, FedTmosHyper, ModelPlan, Rebuild, average, tm_uploads, upload_of};
+use super::{
+    Aggregate, ClientStrategy, Downloads, RoundReport, ServerStrategy, StrategyState,
+    restore_stateless,
+};
+use crate::data::images::BitShard;
+use crate::metrics::ConfusionMatrix;
+use crate::model::tm::conv::ConvTm;
+use crate::model::tm::parts::TmParts;
+use crate::model::tm::{FeedbackMasks, TmHyper};
+use crate::rng::{FlintRng, derive_rng};
+use crate::wire::proto::{DataSummary, Payload};
+use crate::wire::{self, CompositeDownload, TmShape, Update};
+use crate::{ClientId, FlintError, Result, Round};
+
+/// FedTM's record of a round: per class, the clients whose weights the global machine averages.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FedTmRound {
+    pub contributors: BTreeMap<u32, Vec<ClientId>>,
+}
+
+/// The global machine of one round's uploads.
+pub fn global_machine(
+    uploads: &BTreeMap<ClientId, &crate::model::tm::parts::TmUpload>,
+    top_k: usize,
+) -> Result<(TmParts, ModelPlan)> {
+    let mut plan = ModelPlan::default();
+    let mut weights = BTreeMap::new();
+    for (&client, u) in uploads {
+        for (&class, c) in &u.parts.classes {
+            plan.contributors.entry(class).or_default().push(client);
+            weights.insert((client, class), c.weights.clone());
+        }
+    }
+    let models = average(
+        std::slice::from_ref(&plan),
+        uploads,
+        &weights,
+        top_k,
+        BitsBy::Samples,
+    )?;
+    let model = models.into_iter().next().unwrap_or_default();
+    Ok((model, plan))
+}
+
+pub struct FedTmServer {
+    shape: TmShape,
+    top_k: usize,
+}
+
+impl FedTmServer {
+    pub fn new(hyper: FedTmosHyper, tm: &TmHyper, classes: usize) -> FedTmServer {
+        FedTmServer {
+            shape: hyper.shape(tm, classes),
+            top_k: hyper.server.top_k,
+        }
+    }
+}
+
+impl ServerStrategy for FedTmServer {
+    fn initial_download(&self, _features: usize) -> Option<Payload> {
+        None
+    }
+
+    fn decode(&self, _client: ClientId, _features: usize, update: &Payload) -> Result<Update> {
+        wire::decode_tm_upload(update, self.shape).map(Update::Tm)
+    }
+
+    fn aggregate(
+        &mut self,
+        _round: Round,
+        _clients: &BTreeMap<ClientId, DataSummary>,
+        updates: &BTreeMap<ClientId, Update>,
+    ) -> Result<Aggregate> {
+        let uploads = tm_uploads(updates)?;
+        let (model, plan) = global_machine(&uploads, self.top_k)?;
+        let download = CompositeDownload {
+            models: vec![model],
+            ensemble: Vec::new(),
+        };
+        let n = updates.len() as f64;
+        Ok(Aggregate {
+            downloads: Downloads::Broadcast(wire::encode_tm_composite(&download, self.shape)),
+            weights: updates.keys().map(|&id| (id, 1.0 / n)).collect(),
+            report: RoundReport::FedTm(FedTmRound {
+                contributors: plan.contributors,
+            }),
+            local: BTreeMap::new(),
+        })
+    }
+
+    fn snapshot(&self) -> StrategyState {
+        StrategyState::Stateless
+    }
+
+    fn restore(&mut self, state: StrategyState) -> Result<()> {
+        restore_stateless("fedtm", state)
+    }
+}
+
+/// A FedTM client: its machine is replaced by the global one every round, then trains on.
+pub struct FedTmClient {
+    tm: ConvTm,
+    masks: FeedbackMasks,
+    hyper: FedTmosHyper,
+    shape: TmShape,
+    rebuild: Rebuild,
+}
+
+impl FedTmClient {
+    pub fn new(
+        tm: TmHyper,
+        hyper: FedTmosHyper,
+        classes: usize,
+        seed: u64,
+        client: ClientId,
+    ) -> Result<FedTmClient> {
+        let mut rng = derive_rng(seed, "tm-init", client);
+        Ok(FedTmClient {
+            tm: ConvTm::new(tm, hyper.patch_spec(), classes).map_err(FlintError::Model)?,
+            masks: FeedbackMasks::new(tm.s, &mut rng),
+            shape: hyper.shape(&tm, classes),
+            rebuild: hyper.rebuild(tm, classes),
+            hyper,
+        })
+    }
+}
+
+impl ClientStrategy<BitShard> for FedTmClient {
+    fn apply(&mut self, _round: Round, download: &Payload) -> Result<()> {
+        let d = wire::decode_tm_composite(download, self.shape, 1, 0)?;
+        self.tm = self.rebuild.machine(&d.models[0])?;
+        Ok(())
+    }
+
+    fn train(&mut self, shard: &BitShard, _round: Round, rng: &mut FlintRng) -> Result<Payload> {
+        for _ in 0..self.hyper.local_epochs {
+            self.tm.fit_epoch(&shard.train, &mut self.masks, rng);
+        }
+        let upload = upload_of(&self.tm, &shard.train_class_counts())?;
+        Ok(wire::encode_tm_upload(&upload, self.shape))
+    }
+
+    fn evaluate(&self, shard: &BitShard) -> ConfusionMatrix {
+        let p = self.tm.predict_batch(&shard.test);
+        ConfusionMatrix::from_predictions(self.shape.classes, &shard.test.labels, &p)
+    }
+}
