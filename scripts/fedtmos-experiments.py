@@ -22,14 +22,18 @@ PARTITIONS = {
 }
 
 
-def experiment(name, kind, key, k_max):
+def experiment(name, kind, key, k_max, strategy="fedtmos", rounds=1, epochs=30):
+    title = {
+        "fedtmos": "FedTMOS on MNIST, {name}: 10 clients, one round (FedTMOS Table 1).",
+        "fedtm": "FedTM on MNIST, {name}: 10 clients, {rounds} rounds of {epochs} local epoch(s).",
+    }[strategy].format(name=name, rounds=rounds, epochs=epochs)
     return "\n".join([
-        f"# FedTMOS on MNIST, {name}: 10 clients, one round (FedTMOS Table 1).",
+        f"# {title}",
         "# Written by scripts/fedtmos-experiments.py; edit the script, not this file.",
-        f'name = "fedtmos-mnist-{name}"',
-        'strategy = "fedtmos"',
+        f'name = "{strategy}-mnist-{name}"',
+        f'strategy = "{strategy}"',
         "seed = 0",
-        "rounds = 1",
+        f"rounds = {rounds}",
         "client_count = 10",
         "",
         "[server]",
@@ -50,12 +54,10 @@ def experiment(name, kind, key, k_max):
         'negative_sampling = "all"',
         "",
         "[fedtmos]",
-        "models = 4",
-        "sigma = 0.5",
-        f"k_max = {k_max}",
-        "local_epochs = 30",
+        *(["models = 4", "sigma = 0.5", f"k_max = {k_max}"] if strategy == "fedtmos" else []),
+        f"local_epochs = {epochs}",
         "patch = 10",
-        "baselines = true",
+        *(["baselines = true"] if strategy == "fedtmos" else []),
         "",
     ])
 
@@ -64,3 +66,12 @@ OUT.mkdir(parents=True, exist_ok=True)
 for name, (kind, key, k_max) in PARTITIONS.items():
     (OUT / f"mnist-{name}.toml").write_text(experiment(name, kind, key, k_max))
 print(f"wrote {len(PARTITIONS)} files to {OUT}")
+
+# FedTM, the iterative baseline, on Dir(0.1): one local epoch per round, 30 rounds (the local
+# training FedTMOS does once), long enough to see it level off.
+FEDTM = OUT.parent / "fedtm"
+FEDTM.mkdir(parents=True, exist_ok=True)
+kind, key, k_max = PARTITIONS["dir0.1"]
+(FEDTM / "mnist-dir0.1.toml").write_text(
+    experiment("dir0.1", kind, key, k_max, strategy="fedtm", rounds=30, epochs=1))
+print(f"wrote 1 file to {FEDTM}")

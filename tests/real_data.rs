@@ -5,6 +5,7 @@ mod support;
 
 use std::path::{Path, PathBuf};
 
+use flint_common::strategy::RoundReport;
 use support::*;
 
 fn data_dir() -> PathBuf {
@@ -625,4 +626,45 @@ fn fedtmos_builds_server_models_every_client_predicts_with() {
     // one up, φ + J = 6 down.
     assert_eq!(r.ledger.flows[&2][&1].up.paper, 16_000);
     assert_eq!(r.ledger.flows[&2][&1].down.paper, 6 * 16_000);
+}
+
+/// FedTM (FedTMOS's iterative baseline) on the same subset: every round each client rebuilds
+/// its machine from the one global machine and trains on; the download is one machine.
+#[test]
+#[ignore = "needs FLINT_DATA_DIR with MNIST; CI runs it"]
+fn fedtm_sends_one_global_machine_every_round() {
+    let dir = tempfile::tempdir().unwrap();
+    let fedtm = FEDTMOS_SMALL
+        .replace("strategy = \"fedtmos\"", "strategy = \"fedtm\"")
+        .replace("rounds = 1", "rounds = 3")
+        .replace("local_epochs = 2", "local_epochs = 1")
+        .replace("baselines = true\n", "");
+    let exp = write(dir.path(), "fedtm.toml", &fedtm);
+    let r = run_file(
+        &dir.path().join("runs"),
+        &exp,
+        &["--clients-per-process", "2"],
+        &[],
+    );
+    assert_eq!(r.rounds.len(), 4, "three rounds after round 0");
+    for rr in &r.rounds[1..] {
+        assert_eq!(rr.metrics.len(), 4, "round {}: every client evaluated", rr.round);
+        let Some(RoundReport::FedTm(report)) = &rr.report else {
+            panic!("round {}: {:?}", rr.round, rr.report);
+        };
+        // Every class is averaged over exactly the clients holding it.
+        for (class, clients) in &report.contributors {
+            let holders: Vec<u32> = r
+                .clients
+                .iter()
+                .filter(|c| c.train_class_counts[*class as usize] > 0)
+                .map(|c| c.id)
+                .collect();
+            assert_eq!(clients, &holders, "round {} class {class}", rr.round);
+        }
+        // One machine down: 10 classes × 40 clauses × (1 + 9) × 4 B in the code's convention.
+        assert_eq!(r.ledger.flows[&2][&rr.round].down.paper, 16_000);
+        let g = rr.global_test.unwrap().accuracy;
+        assert!(g > 0.2, "round {}: {g} on the shared test set", rr.round);
+    }
 }

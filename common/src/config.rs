@@ -90,6 +90,9 @@ pub struct ServerSection {
     pub round_timeout_secs: Option<f64>,
     /// Seconds the server waits for the final evaluations after the last round (default: 60).
     pub eval_timeout_secs: Option<f64>,
+    /// Keep every accepted update as it arrived, `updates/round-R-client-C.pb` (a `Payload`) in
+    /// the run directory (default false): what a bench or a later analysis replays.
+    pub keep_updates: Option<bool>,
 }
 
 /// When rounds open and close.

@@ -99,8 +99,18 @@ pub async fn serve_with(
     let rounds =
         Rounds::new(experiment.policy.clone(), strategy, classes).with_global_test_holder(holder);
     std::fs::write(out.join("experiment.toml"), experiment.to_toml())?;
+    let updates_dir = match experiment.file.server.keep_updates {
+        Some(true) => {
+            let dir = out.join("updates");
+            std::fs::create_dir_all(&dir)
+                .with_context(|| format!("cannot create {}", dir.display()))?;
+            Some(dir)
+        }
+        _ => None,
+    };
     let ledger = Arc::new(SharedLedger::default());
     let shared = Arc::new(Shared {
+        updates_dir,
         experiment,
         run_id: run_id.clone(),
         rounds: Mutex::new(rounds),

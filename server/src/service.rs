@@ -31,6 +31,8 @@ pub struct Shared {
     /// Bumped on every state change; long-polls wait on it.
     pub version: watch::Sender<u64>,
     pub started: Instant,
+    /// Where accepted updates are kept (`server.keep_updates`).
+    pub updates_dir: Option<std::path::PathBuf>,
 }
 
 impl Shared {
@@ -276,6 +278,12 @@ impl Aggregator for AggregatorService {
             Ok(accepted) => {
                 if let Some(job) = accepted.closed {
                     s.aggregate(job);
+                }
+                if let (Some(dir), false) = (&s.updates_dir, accepted.duplicate) {
+                    let path = dir.join(format!("round-{round}-client-{client}.pb"));
+                    if let Err(e) = tokio::fs::write(&path, payload.encode_to_vec()).await {
+                        tracing::error!(client, round, path = %path.display(), error = %e, "cannot keep the update");
+                    }
                 }
                 accepted.duplicate
             }

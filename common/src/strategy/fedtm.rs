@@ -161,3 +161,53 @@ impl ClientStrategy<BitShard> for FedTmClient {
         ConfusionMatrix::from_predictions(self.shape.classes, &shard.test.labels, &p)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::gini_index;
+    use crate::model::tm::parts::{ClassParts, IncludeBits, TmUpload};
+
+    fn upload(classes: &[(u32, Vec<u32>, u8, u64)]) -> TmUpload {
+        let counts: Vec<u64> = classes.iter().map(|c| c.3).collect();
+        TmUpload {
+            parts: TmParts {
+                classes: classes
+                    .iter()
+                    .map(|(c, w, bits, n)| {
+                        let parts = ClassParts {
+                            weights: w.clone(),
+                            include: IncludeBits(vec![*bits]),
+                            samples: *n,
+                        };
+                        (*c, parts)
+                    })
+                    .collect(),
+            },
+            gini_index: gini_index(&counts),
+        }
+    }
+
+    /// FedTMOS §2.2: per class the mean of every holder's weights (unscaled) and the OR of the
+    /// include bits of the two holders with the most samples of it.
+    #[test]
+    fn the_global_machine_averages_every_holder_and_ors_the_top_two_by_samples() {
+        let ups = [
+            upload(&[(0, vec![4, 9], 0b0001, 10), (1, vec![2, 2], 0b1000, 90)]),
+            upload(&[(0, vec![6, 1], 0b0010, 50)]),
+            upload(&[(0, vec![2, 2], 0b0100, 30), (2, vec![7, 7], 0b0001, 5)]),
+        ];
+        let uploads: BTreeMap<ClientId, &TmUpload> =
+            ups.iter().enumerate().map(|(i, u)| (i as u32 + 1, u)).collect();
+        let (model, plan) = global_machine(&uploads, 2).unwrap();
+        assert_eq!(plan.contributors[&0], vec![1, 2, 3]);
+        assert_eq!(plan.contributors[&1], vec![1]);
+        // (4 + 6 + 2) / 3 = 4; (9 + 1 + 2) / 3 = 4. No scaling: FedTM has no Gini step.
+        assert_eq!(model.classes[&0].weights, vec![4, 4]);
+        // The most samples of class 0: clients 2 (50) and 3 (30).
+        assert_eq!(model.classes[&0].include, IncludeBits(vec![0b0110]));
+        assert_eq!(model.classes[&1].weights, vec![2, 2]);
+        assert_eq!(model.classes[&2].include, IncludeBits(vec![0b0001]));
+        assert_eq!(model.classes.len(), 3, "a class no client holds is left out");
+    }
+}

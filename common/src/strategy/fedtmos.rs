@@ -1133,4 +1133,88 @@ mod tests {
         let again = server_steps(&uploads, &params, &mut derive_rng(1, "fedtmos", 0)).unwrap();
         assert_eq!(again.models, models);
     }
+
+    fn shape() -> TmShape {
+        let (h, tm) = hyper(false);
+        h.shape(&tm, 4)
+    }
+
+    /// Three clients' uploads in the shape of 2 clauses over 1×1 patches of 28×28 images.
+    fn updates() -> BTreeMap<ClientId, Update> {
+        let bytes = IncludeBits::bytes_for(2, shape().literals);
+        let up = |classes: &[(u32, Vec<u32>, u8, u64)]| {
+            let mut u = upload(classes);
+            u.parts
+                .classes
+                .values_mut()
+                .for_each(|c| c.include.0.resize(bytes, 0));
+            Update::Tm(u)
+        };
+        BTreeMap::from([
+            (1, up(&[(0, vec![3, 1], 0b0011, 7), (2, vec![5, 5], 0b0101, 3)])),
+            (2, up(&[(1, vec![2, 8], 0b1010, 4), (3, vec![1, 4], 0b0001, 4)])),
+            (3, up(&[(0, vec![6, 2], 0b1100, 9), (3, vec![2, 2], 0b0110, 1)])),
+        ])
+    }
+
+    fn hyper(baselines: bool) -> (FedTmosHyper, TmHyper) {
+        let section = FedTmosSection {
+            models: Some(2),
+            k_max: Some(3),
+            patch: Some(1),
+            baselines: Some(baselines),
+            ..Default::default()
+        };
+        let tm = crate::model::tm::TmSection {
+            clauses: Some(2),
+            ..Default::default()
+        };
+        (section.check().unwrap(), tm.check().unwrap())
+    }
+
+    /// The ensemble baseline (FEDTMOS-CODE-NOTES §4): every client's machine as it uploaded it,
+    /// unscaled, in client-id order, without its counts.
+    #[test]
+    fn the_ensemble_sends_every_clients_own_machine_unscaled_without_counts() {
+        let (h, tm) = hyper(false);
+        let mut server = EnsembleServer::new(h, &tm, 4);
+        let agg = server.aggregate(1, &BTreeMap::new(), &updates()).unwrap();
+        let Downloads::Broadcast(p) = &agg.downloads else {
+            panic!("one download for all");
+        };
+        let d = wire::decode_tm_composite(p, shape(), 3, 0).unwrap();
+        assert_eq!(d.models.len(), 3);
+        let Update::Tm(first) = &updates()[&1] else {
+            unreachable!()
+        };
+        assert_eq!(d.models[0].classes[&0].weights, first.parts.classes[&0].weights);
+        assert_eq!(d.models[0].classes[&2].include, first.parts.classes[&2].include);
+        assert!(d.models.iter().flat_map(|m| m.classes.values()).all(|c| c.samples == 0));
+        assert_eq!(
+            agg.report,
+            RoundReport::Ensemble(EnsembleRound {
+                clients: vec![1, 2, 3]
+            })
+        );
+    }
+
+    #[test]
+    fn with_baselines_the_fedtmos_download_also_carries_the_clients_machines() {
+        let mut sizes = Vec::new();
+        for baselines in [false, true] {
+            let (h, tm) = hyper(baselines);
+            let mut server = FedTmosServer::new(h, &tm, 4, 7);
+            let agg = server.aggregate(1, &BTreeMap::new(), &updates()).unwrap();
+            let Downloads::Broadcast(p) = &agg.downloads else {
+                panic!("one download for all");
+            };
+            let d = wire::decode_tm_composite(p, shape(), 2, 3).unwrap();
+            let report = agg.report.fedtmos().unwrap().clone();
+            assert_eq!(report.composite_bytes + report.ensemble_bytes, p.encoded_len() as u64);
+            let ids: Vec<ClientId> = d.ensemble.iter().map(|(id, _)| *id).collect();
+            assert_eq!(ids, if baselines { vec![1, 2, 3] } else { vec![] });
+            sizes.push((d.models, report.composite_bytes));
+        }
+        assert_eq!(sizes[0], sizes[1], "the server models do not change");
+    }
 }
