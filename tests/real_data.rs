@@ -616,12 +616,23 @@ fn fedtmos_builds_server_models_every_client_predicts_with() {
         "composite {} against the clients alone {alone:?}",
         global.accuracy
     );
-    for name in ["ensemble", "ensemble:per-batch+clamp", "composite:per-batch+clamp"] {
-        assert!(rr.baselines.contains_key(name), "{name}: {:?}", rr.baselines.keys());
+    for name in [
+        "ensemble",
+        "ensemble:per-batch+clamp",
+        "composite:per-batch+clamp",
+    ] {
+        assert!(
+            rr.baselines.contains_key(name),
+            "{name}: {:?}",
+            rr.baselines.keys()
+        );
     }
     assert!(report.ensemble_bytes > 0 && report.composite_bytes > 0);
     let down = r.ledger.flows[&1][&1].down.payload;
-    assert!(down >= report.composite_bytes + report.ensemble_bytes, "{down}");
+    assert!(
+        down >= report.composite_bytes + report.ensemble_bytes,
+        "{down}"
+    );
     // The code's convention: all 10 classes × 40 clauses × (1 + ⌈272 / 32⌉) × 4 B per machine,
     // one up, φ + J = 6 down.
     assert_eq!(r.ledger.flows[&2][&1].up.paper, 16_000);
@@ -648,7 +659,12 @@ fn fedtm_sends_one_global_machine_every_round() {
     );
     assert_eq!(r.rounds.len(), 4, "three rounds after round 0");
     for rr in &r.rounds[1..] {
-        assert_eq!(rr.metrics.len(), 4, "round {}: every client evaluated", rr.round);
+        assert_eq!(
+            rr.metrics.len(),
+            4,
+            "round {}: every client evaluated",
+            rr.round
+        );
         let Some(RoundReport::FedTm(report)) = &rr.report else {
             panic!("round {}: {:?}", rr.round, rr.report);
         };

@@ -5,6 +5,7 @@ pub mod proto {
     tonic::include_proto!("flint.v1");
 }
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -74,6 +75,9 @@ pub struct ClientReport {
     pub client_id: ClientId,
     pub name: String,
     pub rounds_trained: Vec<Round>,
+    /// Seconds of local training per round (the training call alone, on one thread).
+    #[serde(default)]
+    pub train_seconds: BTreeMap<Round, f64>,
     pub ledger: Ledger,
 }
 
@@ -273,6 +277,7 @@ impl Client {
         let mut after: Round = 0;
         let mut reported: Round = 0;
         let mut trained = Vec::new();
+        let mut train_seconds = BTreeMap::new();
         loop {
             let ask = RoundRequest {
                 client_id: self.id,
@@ -323,8 +328,12 @@ impl Client {
                 .acquire_owned()
                 .await
                 .context("training slots closed")?;
+            let started = std::time::Instant::now();
             let (h, r, update) = train(half, round, rng).await?;
+            let seconds = started.elapsed().as_secs_f64();
             drop(permit);
+            tracing::info!(client = self.id, round, seconds, "trained");
+            train_seconds.insert(round, seconds);
             (half, rng) = (h, r);
             self.push(&run_id, round, &update, retry_for).await?;
             trained.push(round);
@@ -335,6 +344,7 @@ impl Client {
             client_id: self.id,
             name: self.name.clone(),
             rounds_trained: trained,
+            train_seconds,
             ledger: self.ledger.snapshot(),
         })
     }

@@ -6,6 +6,7 @@
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use flint_common::data::booleanize::BitRows;
+use flint_common::model::tm::conv::{ConvTm, PatchSpec};
 use flint_common::model::tm::{FeedbackMasks, MultiClassTm, TmSection};
 use flint_common::rng::{FlintRng, derive_rng};
 use rand::RngExt;
@@ -70,6 +71,43 @@ fn benches(c: &mut Criterion) {
             criterion::BatchSize::LargeInput,
         )
     });
+    g.finish();
+    // FedTMOS's MNIST machine (FEDTMOS-CODE-NOTES §1): one-vs-all trains every class on every
+    // example, the one-negative path one other class; the same images, side by side.
+    let mut g = c.benchmark_group(
+        "conv training, one epoch, 1000 examples, 10x10 patches, 100 clauses x 10 classes",
+    );
+    g.sample_size(10);
+    let conv_images = images(1000, &mut rng);
+    for sampling in ["uniform", "all"] {
+        let hyper = TmSection::check(&TmSection {
+            clauses: Some(100),
+            t: Some(1000),
+            s: Some(5.0),
+            weighted: Some(true),
+            negative_sampling: Some(sampling.into()),
+            ..Default::default()
+        })
+        .unwrap();
+        let spec = PatchSpec {
+            width: 28,
+            height: 28,
+            channels: 1,
+            patch: 10,
+        };
+        let start = ConvTm::new(hyper, spec, 10).unwrap();
+        g.bench_function(sampling, |b| {
+            b.iter_batched(
+                || (start.clone(), derive_rng(3, "conv-epoch", 0)),
+                |(mut tm, mut rng)| {
+                    let mut masks = FeedbackMasks::new(5.0, &mut rng);
+                    tm.fit_epoch(&conv_images, &mut masks, &mut rng);
+                    tm
+                },
+                criterion::BatchSize::LargeInput,
+            )
+        });
+    }
     g.finish();
     let mut g = c.benchmark_group("inference");
     g.sample_size(10);

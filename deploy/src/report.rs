@@ -124,10 +124,7 @@ pub fn render(r: &RunResults) -> String {
                 rr.round, g.samples, g.accuracy, g.f1
             );
             for (name, b) in &rr.baselines {
-                s += &format!(
-                    "  {name:<26} accuracy {:.4}, f1 {:.4}\n",
-                    b.accuracy, b.f1
-                );
+                s += &format!("  {name:<26} accuracy {:.4}, f1 {:.4}\n", b.accuracy, b.f1);
             }
             let singles: Vec<f64> = rr
                 .baselines
@@ -147,6 +144,19 @@ pub fn render(r: &RunResults) -> String {
             }
             s += "\n";
         }
+    }
+    let trained: Vec<f64> = r
+        .client_train_seconds
+        .values()
+        .flat_map(|per_round| per_round.values().copied())
+        .collect();
+    if !trained.is_empty() {
+        let mean = trained.iter().sum::<f64>() / trained.len() as f64;
+        let max = trained.iter().copied().fold(0.0, f64::max);
+        s += &format!(
+            "Local training: {mean:.2} s per client and round on average, {max:.2} s at most ({} trainings)\n\n",
+            trained.len()
+        );
     }
     if let Some(first) = r.rounds.iter().find(|rr| rr.round == 1)
         && let Some(before) = first.local_mean

@@ -319,7 +319,8 @@ pub fn kb(bytes: u64) -> String {
     format!("{:.1} kB", bytes as f64 / 1000.0)
 }
 
-/// Adds each client's own ledger (clients/client-<name>.json) to results.json.
+/// Adds each client's own ledger and training times (clients/client-<name>.json) to
+/// results.json.
 fn merge_client_ledgers(dir: &Path) -> anyhow::Result<()> {
     let path = dir.join("results.json");
     let mut results = RunResults::read(&std::fs::read(&path)?)
@@ -330,6 +331,9 @@ fn merge_client_ledgers(dir: &Path) -> anyhow::Result<()> {
             let r: flint_client::ClientReport = serde_json::from_slice(&std::fs::read(&p)?)
                 .with_context(|| format!("cannot read {}", p.display()))?;
             results.client_ledgers.insert(r.client_id, r.ledger);
+            results
+                .client_train_seconds
+                .insert(r.client_id, r.train_seconds);
         }
     }
     std::fs::write(&path, serde_json::to_vec_pretty(&results)?)?;

@@ -90,6 +90,9 @@ pub struct RunResults {
     /// Each client's own ledger, added by `flint run` when the clients wrote one.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub client_ledgers: BTreeMap<ClientId, Ledger>,
+    /// Each client's seconds of local training per round, added by `flint run`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub client_train_seconds: BTreeMap<ClientId, BTreeMap<Round, f64>>,
 }
 
 impl RunResults {
@@ -158,6 +161,7 @@ pub fn collect(shared: &Shared) -> RunResults {
         wall_seconds: shared.started.elapsed().as_secs_f64(),
         ledger,
         client_ledgers: BTreeMap::new(),
+        client_train_seconds: BTreeMap::new(),
     }
 }
 
@@ -368,6 +372,7 @@ mod tests {
             wall_seconds: 0.0,
             ledger: Ledger::default(),
             client_ledgers: BTreeMap::new(),
+            client_train_seconds: BTreeMap::new(),
         }
     }
 

@@ -36,6 +36,12 @@ pub struct PartitionSection {
     /// classes-per-client: β, the classes each client holds (default 2).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub beta: Option<usize>,
+    /// dirichlet-fedtmos-code: the clients the code draws over (its J). The ones left without
+    /// rows are dropped, as the code drops them, and named in every client's log; the others
+    /// become the declared clients in order, so the experiment declares exactly as many
+    /// (default: the declared clients, none may be empty).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nominal_clients: Option<usize>,
 }
 
 /// One `[[clients]]` entry as written.
@@ -155,6 +161,11 @@ fn plan(
             &["dirichlet-by-class", "dirichlet-fedtmos-code"][..],
         ),
         ("beta", section.beta.is_some(), &["classes-per-client"][..]),
+        (
+            "nominal_clients",
+            section.nominal_clients.is_some(),
+            &["dirichlet-fedtmos-code"][..],
+        ),
     ];
     if let Some((k, _, kinds)) = given
         .iter()
@@ -275,7 +286,16 @@ fn plan(
             }
             let split = match kind {
                 "dirichlet-by-class" => ClassSplit::DirichletByClass { alpha },
-                "dirichlet-fedtmos-code" => ClassSplit::DirichletFedTmosCode { alpha },
+                "dirichlet-fedtmos-code" => {
+                    let nominal = section.nominal_clients.unwrap_or(clients.len());
+                    if nominal < clients.len() {
+                        return Err(format!(
+                            "partition.nominal_clients ({nominal}) is below the {} declared clients",
+                            clients.len()
+                        ));
+                    }
+                    ClassSplit::DirichletFedTmosCode { alpha, nominal }
+                }
                 _ => ClassSplit::ClassesPerClient { beta },
             };
             Ok(PartitionPlan::ByClass {
@@ -294,8 +314,8 @@ fn plan(
 pub enum ClassSplit {
     /// Hsu et al.'s Dir(α): [`dirichlet_by_class`].
     DirichletByClass { alpha: f64 },
-    /// The FedTMOS code's variant: [`dirichlet_fedtmos_code`].
-    DirichletFedTmosCode { alpha: f64 },
+    /// The FedTMOS code's variant: [`dirichlet_fedtmos_code`], drawn over `nominal` clients.
+    DirichletFedTmosCode { alpha: f64, nominal: usize },
     /// S(β): [`classes_per_client`].
     ClassesPerClient { beta: usize },
 }
@@ -313,7 +333,7 @@ impl ClassSplit {
             ClassSplit::DirichletByClass { alpha } => {
                 dirichlet_by_class(labels, classes, clients, alpha, seed)
             }
-            ClassSplit::DirichletFedTmosCode { alpha } => {
+            ClassSplit::DirichletFedTmosCode { alpha, .. } => {
                 dirichlet_fedtmos_code(labels, classes, clients, alpha, seed)
             }
             ClassSplit::ClassesPerClient { beta } => {
@@ -331,8 +351,32 @@ impl ClassSplit {
         clients: usize,
         seed: u64,
     ) -> Result<Vec<Vec<usize>>> {
+        if let ClassSplit::DirichletFedTmosCode { nominal, .. } = self
+            && nominal > clients
+        {
+            let parts = self.split(labels, classes, nominal, seed)?;
+            let empty = empty_clients(&parts);
+            let served = nominal - empty.len();
+            if served != clients {
+                return Err(FlintError::Partition(format!(
+                    "{self:?} with this seed leaves {served} of {nominal} nominal clients with rows (clients {empty:?} get none, and the code drops them): declare {served} clients"
+                )));
+            }
+            tracing::info!(
+                nominal,
+                dropped = ?empty,
+                "the code's dirichlet split leaves these nominal clients without rows; dropped as the code does"
+            );
+            return Ok(parts.into_iter().filter(|p| !p.is_empty()).collect());
+        }
         let parts = self.split(labels, classes, clients, seed)?;
         let empty = empty_clients(&parts);
+        if !empty.is_empty() && matches!(self, ClassSplit::DirichletFedTmosCode { .. }) {
+            return Err(FlintError::Partition(format!(
+                "{self:?} leaves clients {empty:?} of {clients} without rows; to drop them as the code does, set partition.nominal_clients = {clients} and declare {} clients",
+                clients - empty.len()
+            )));
+        }
         if !empty.is_empty() {
             return Err(FlintError::Partition(format!(
                 "{self:?} leaves clients {empty:?} of {clients} without rows; declare fewer clients, another seed or a larger alpha"
@@ -978,6 +1022,50 @@ mod tests {
             parts.iter().map(Vec::len).collect::<Vec<_>>()
         );
         assert!(empty_clients(&dirichlet_by_class(&y, 10, 10, 1000.0, 3).unwrap()).is_empty());
+    }
+
+    /// FEDTMOS-CODE-NOTES §5: the code drops the clients its split leaves empty. With nominal
+    /// clients, Flint does so only when the experiment declares exactly the ones left, and names
+    /// the dropped ones otherwise; without, an empty client is refused.
+    #[test]
+    fn the_code_dirichlet_over_nominal_clients_keeps_exactly_the_served_ones() {
+        let y = mnist_like(100);
+        let parts = dirichlet_fedtmos_code(&y, 10, 10, 0.1, 3).unwrap();
+        let empty = empty_clients(&parts);
+        let served = 10 - empty.len();
+        let split = ClassSplit::DirichletFedTmosCode {
+            alpha: 0.1,
+            nominal: 10,
+        };
+        let kept = split.split_all_served(&y, 10, served, 3).unwrap();
+        let want: Vec<Vec<usize>> = parts.into_iter().filter(|p| !p.is_empty()).collect();
+        assert_eq!(kept, want);
+        let e = split
+            .split_all_served(&y, 10, served + 1, 3)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(&format!("leaves {served} of 10 nominal clients"))
+                && e.contains(&format!("{empty:?}"))
+                && e.contains(&format!("declare {served} clients")),
+            "{e}"
+        );
+        // Drawn over the declared clients only: the empty ones are refused, with the way out.
+        let without = ClassSplit::DirichletFedTmosCode {
+            alpha: 0.1,
+            nominal: 10,
+        };
+        let e = without
+            .split_all_served(&y, 10, 10, 3)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("without rows")
+                && e.contains(&format!(
+                    "nominal_clients = 10 and declare {served} clients"
+                )),
+            "{e}"
+        );
     }
 
     #[test]

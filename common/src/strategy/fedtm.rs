@@ -197,8 +197,11 @@ mod tests {
             upload(&[(0, vec![6, 1], 0b0010, 50)]),
             upload(&[(0, vec![2, 2], 0b0100, 30), (2, vec![7, 7], 0b0001, 5)]),
         ];
-        let uploads: BTreeMap<ClientId, &TmUpload> =
-            ups.iter().enumerate().map(|(i, u)| (i as u32 + 1, u)).collect();
+        let uploads: BTreeMap<ClientId, &TmUpload> = ups
+            .iter()
+            .enumerate()
+            .map(|(i, u)| (i as u32 + 1, u))
+            .collect();
         let (model, plan) = global_machine(&uploads, 2).unwrap();
         assert_eq!(plan.contributors[&0], vec![1, 2, 3]);
         assert_eq!(plan.contributors[&1], vec![1]);
@@ -208,6 +211,10 @@ mod tests {
         assert_eq!(model.classes[&0].include, IncludeBits(vec![0b0110]));
         assert_eq!(model.classes[&1].weights, vec![2, 2]);
         assert_eq!(model.classes[&2].include, IncludeBits(vec![0b0001]));
-        assert_eq!(model.classes.len(), 3, "a class no client holds is left out");
+        assert_eq!(
+            model.classes.len(),
+            3,
+            "a class no client holds is left out"
+        );
     }
 }

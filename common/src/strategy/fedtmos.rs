@@ -1151,9 +1151,18 @@ mod tests {
             Update::Tm(u)
         };
         BTreeMap::from([
-            (1, up(&[(0, vec![3, 1], 0b0011, 7), (2, vec![5, 5], 0b0101, 3)])),
-            (2, up(&[(1, vec![2, 8], 0b1010, 4), (3, vec![1, 4], 0b0001, 4)])),
-            (3, up(&[(0, vec![6, 2], 0b1100, 9), (3, vec![2, 2], 0b0110, 1)])),
+            (
+                1,
+                up(&[(0, vec![3, 1], 0b0011, 7), (2, vec![5, 5], 0b0101, 3)]),
+            ),
+            (
+                2,
+                up(&[(1, vec![2, 8], 0b1010, 4), (3, vec![1, 4], 0b0001, 4)]),
+            ),
+            (
+                3,
+                up(&[(0, vec![6, 2], 0b1100, 9), (3, vec![2, 2], 0b0110, 1)]),
+            ),
         ])
     }
 
@@ -1187,9 +1196,20 @@ mod tests {
         let Update::Tm(first) = &updates()[&1] else {
             unreachable!()
         };
-        assert_eq!(d.models[0].classes[&0].weights, first.parts.classes[&0].weights);
-        assert_eq!(d.models[0].classes[&2].include, first.parts.classes[&2].include);
-        assert!(d.models.iter().flat_map(|m| m.classes.values()).all(|c| c.samples == 0));
+        assert_eq!(
+            d.models[0].classes[&0].weights,
+            first.parts.classes[&0].weights
+        );
+        assert_eq!(
+            d.models[0].classes[&2].include,
+            first.parts.classes[&2].include
+        );
+        assert!(
+            d.models
+                .iter()
+                .flat_map(|m| m.classes.values())
+                .all(|c| c.samples == 0)
+        );
         assert_eq!(
             agg.report,
             RoundReport::Ensemble(EnsembleRound {
@@ -1210,7 +1230,10 @@ mod tests {
             };
             let d = wire::decode_tm_composite(p, shape(), 2, 3).unwrap();
             let report = agg.report.fedtmos().unwrap().clone();
-            assert_eq!(report.composite_bytes + report.ensemble_bytes, p.encoded_len() as u64);
+            assert_eq!(
+                report.composite_bytes + report.ensemble_bytes,
+                p.encoded_len() as u64
+            );
             let ids: Vec<ClientId> = d.ensemble.iter().map(|(id, _)| *id).collect();
             assert_eq!(ids, if baselines { vec![1, 2, 3] } else { vec![] });
             sizes.push((d.models, report.composite_bytes));
