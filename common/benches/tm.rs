@@ -96,17 +96,28 @@ fn benches(c: &mut Criterion) {
             patch: 10,
         };
         let start = ConvTm::new(hyper, spec, 10).unwrap();
-        g.bench_function(sampling, |b| {
-            b.iter_batched(
-                || (start.clone(), derive_rng(3, "conv-epoch", 0)),
-                |(mut tm, mut rng)| {
-                    let mut masks = FeedbackMasks::new(5.0, &mut rng);
-                    tm.fit_epoch(&conv_images, &mut masks, &mut rng);
-                    tm
-                },
-                criterion::BatchSize::LargeInput,
-            )
-        });
+        // threads 0: one random stream (fit_epoch); n: a stream per class over n threads.
+        let runs: &[usize] = if sampling == "all" { &[0, 1, 2] } else { &[0] };
+        for &threads in runs {
+            let name = match threads {
+                0 => sampling.to_string(),
+                n => format!("{sampling}, class streams, {n}t"),
+            };
+            g.bench_function(name, |b| {
+                b.iter_batched(
+                    || (start.clone(), derive_rng(3, "conv-epoch", 0)),
+                    |(mut tm, mut rng)| {
+                        let mut masks = FeedbackMasks::new(5.0, &mut rng);
+                        match threads {
+                            0 => tm.fit_epoch(&conv_images, &mut masks, &mut rng),
+                            n => tm.fit_epoch_threaded(&conv_images, &mut masks, &mut rng, n),
+                        }
+                        tm
+                    },
+                    criterion::BatchSize::LargeInput,
+                )
+            });
+        }
     }
     g.finish();
     let mut g = c.benchmark_group("inference");

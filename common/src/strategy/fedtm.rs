@@ -149,9 +149,8 @@ impl ClientStrategy<BitShard> for FedTmClient {
     }
 
     fn train(&mut self, shard: &BitShard, _round: Round, rng: &mut FlintRng) -> Result<Payload> {
-        for _ in 0..self.hyper.local_epochs {
-            self.tm.fit_epoch(&shard.train, &mut self.masks, rng);
-        }
+        self.hyper
+            .train_locally(&mut self.tm, &shard.train, &mut self.masks, rng);
         let upload = upload_of(&self.tm, &shard.train_class_counts())?;
         Ok(wire::encode_tm_upload(&upload, self.shape))
     }

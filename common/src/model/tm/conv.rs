@@ -6,10 +6,10 @@
 
 use rand::RngExt;
 
-use super::bank::ClauseBank;
+use super::bank::{ClauseBank, LiteralRows};
 use super::coalesced::{CoalescedTm, LearnBuffers};
 use super::infer::{Transposed, accuracy, predictions};
-use super::multiclass::MultiClassTm;
+use super::multiclass::{ClassMut, MultiClassTm};
 use super::{FeedbackMasks, NegativeSampling, TmHyper};
 use crate::data::booleanize::BitRows;
 use crate::data::booleanize::words_for;
@@ -330,6 +330,92 @@ impl ConvTm {
         }
     }
 
+    /// One-vs-all (`negative_sampling = "all"`) on the multi-class form with every class on its
+    /// own random stream and mask pool (drawn from `rng`), the classes split whole over
+    /// `threads`: each class learns from every example independently of the others, so the
+    /// model is the same for any thread count (and differs from [`Self::fit_epoch`]'s, which
+    /// draws everything from one stream). Other modes and the coalesced form train as
+    /// [`Self::fit_epoch`] does.
+    pub fn fit_epoch_threaded(
+        &mut self,
+        data: &BitRows,
+        masks: &mut FeedbackMasks,
+        rng: &mut FlintRng,
+        threads: usize,
+    ) {
+        use rand::SeedableRng;
+        use rand::seq::SliceRandom;
+        let (spec, position_words) = (self.spec, &self.position_words);
+        let Form::MultiClass(tm) = &mut self.form else {
+            return self.fit_epoch(data, masks, rng);
+        };
+        if tm.hyper().negative_sampling != NegativeSampling::All {
+            return self.fit_epoch(data, masks, rng);
+        }
+        let mut order: Vec<usize> = (0..data.len()).collect();
+        order.shuffle(rng);
+        for &i in &order {
+            tm.count(data.labels[i]);
+        }
+        let seeds: Vec<u64> = (0..tm.classes()).map(|_| rng.random()).collect();
+        let (hyper, classes) = tm.classes_mut();
+        let mut work: Vec<(usize, ClassMut<'_>, u64)> = classes
+            .into_iter()
+            .zip(seeds)
+            .enumerate()
+            .map(|(c, (class, seed))| (c, class, seed))
+            .collect();
+        let workers = threads.clamp(1, work.len().max(1));
+        let per = work.len().div_ceil(workers);
+        // Each class gets its stream and masks once; examples go in blocks whose patches and
+        // literals are computed once, then every thread walks the block for its classes.
+        let mut streams: Vec<(FlintRng, FeedbackMasks, ConvScratch)> = work
+            .iter()
+            .map(|(_, _, seed)| {
+                let mut rng = FlintRng::seed_from_u64(*seed);
+                let masks = FeedbackMasks::new(hyper.s, &mut rng);
+                (rng, masks, ConvScratch::new(&spec))
+            })
+            .collect();
+        let mut patches = BitRows::new(spec.patch_features(), 2);
+        let mut lits = Vec::new();
+        for block in order.chunks(256) {
+            let prepared: Vec<(Transposed, Vec<u64>, u32)> = block
+                .iter()
+                .map(|&i| {
+                    spec.patches(data.row(i), position_words, &mut patches);
+                    let mut rows = Vec::new();
+                    for p in 0..patches.len() {
+                        work[0].1.bank.literals_of(patches.row(p), &mut lits);
+                        rows.extend_from_slice(&lits);
+                    }
+                    (Transposed::new(&patches), rows, data.labels[i])
+                })
+                .collect();
+            let prepared = &prepared;
+            let train =
+                |chunk: &mut [(usize, ClassMut<'_>, u64)],
+                 streams: &mut [(FlintRng, FeedbackMasks, ConvScratch)]| {
+                    for ((c, class, _), (rng, masks, s)) in chunk.iter_mut().zip(streams) {
+                        for (t, rows, y) in prepared {
+                            let target = *y as usize == *c;
+                            learn_one(class, &hyper, target, t, rows, masks, rng, s);
+                        }
+                    }
+                };
+            std::thread::scope(|scope| {
+                let mut chunks = work.chunks_mut(per).zip(streams.chunks_mut(per));
+                let first = chunks.next();
+                for (chunk, st) in chunks {
+                    scope.spawn(move || train(chunk, st));
+                }
+                if let Some((chunk, st)) = first {
+                    train(chunk, st);
+                }
+            });
+        }
+    }
+
     /// Class sums of every image (row-major, `classes` per image).
     pub fn class_sums_batch(&self, data: &BitRows) -> Vec<i32> {
         let mut patches = BitRows::new(self.spec.patch_features(), 2);
@@ -465,6 +551,46 @@ fn learn_class(
     (s.fired, s.row_of) = (fired, row_of);
 }
 
+/// [`learn_class`] on one class borrowed alone (threaded one-vs-all), given the example's
+/// patches and their literal rows.
+#[allow(clippy::too_many_arguments)]
+fn learn_one(
+    class: &mut ClassMut<'_>,
+    hyper: &TmHyper,
+    target: bool,
+    patches: &Transposed,
+    lit_rows: &[u64],
+    masks: &mut FeedbackMasks,
+    rng: &mut FlintRng,
+    s: &mut ConvScratch,
+) {
+    patch_outputs(class.bank, patches, rng, s);
+    let t = hyper.t;
+    let v: i32 = s
+        .fired
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| **f)
+        .map(|(j, _)| MultiClassTm::polarity(j) * class.weights[j] as i32)
+        .sum();
+    let (fired, row_of) = (std::mem::take(&mut s.fired), std::mem::take(&mut s.row_of));
+    let rows = LiteralRows {
+        rows: lit_rows,
+        row_of: Some(&row_of),
+    };
+    class.apply_feedback(
+        hyper,
+        target,
+        v.clamp(-t, t),
+        &fired,
+        rows,
+        masks,
+        rng,
+        &mut s.selected,
+    );
+    (s.fired, s.row_of) = (fired, row_of);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -547,6 +673,49 @@ mod tests {
         }
         assert_eq!(tm.accuracy(&test), 1.0);
         assert!(tm.multiclass().is_some() && tm.coalesced().is_none());
+    }
+
+    /// One-vs-all with a random stream per class: the same machine for 1, 2 and 3 threads,
+    /// every class trained on every example, and it learns as well.
+    #[test]
+    fn one_vs_all_on_class_streams_is_the_same_for_any_thread_count() {
+        let mut rng = derive_rng(6, "conv", 0);
+        let (train, test) = (shapes(1000, &mut rng), shapes(300, &mut rng));
+        let all = TmHyper {
+            negative_sampling: NegativeSampling::All,
+            ..hyper(10, 20)
+        };
+        let fit = |threads: usize| {
+            let mut tm = ConvTm::new(all, SPEC, 2).unwrap();
+            let mut r = derive_rng(7, "conv-threads", 0);
+            let mut masks = FeedbackMasks::new(3.0, &mut r);
+            for _ in 0..3 {
+                tm.fit_epoch_threaded(&train, &mut masks, &mut r, threads);
+            }
+            tm
+        };
+        let one = fit(1);
+        for threads in [2, 3] {
+            let other = fit(threads);
+            let (a, b) = (one.multiclass().unwrap(), other.multiclass().unwrap());
+            for c in 0..2 {
+                assert_eq!(a.include_bits(c), b.include_bits(c), "{threads} threads");
+                assert_eq!(a.class_weights(c), b.class_weights(c), "{threads} threads");
+            }
+        }
+        assert_eq!(
+            one.multiclass().unwrap().class_counts().iter().sum::<u64>(),
+            3000
+        );
+        // As well as one stream for everything (fit_epoch), on the same data.
+        let mut single = ConvTm::new(all, SPEC, 2).unwrap();
+        let mut r = derive_rng(7, "conv-threads", 0);
+        let mut masks = FeedbackMasks::new(3.0, &mut r);
+        for _ in 0..3 {
+            single.fit_epoch(&train, &mut masks, &mut r);
+        }
+        assert_eq!(single.accuracy(&test), 1.0);
+        assert_eq!(one.accuracy(&test), 1.0);
     }
 
     /// The coalesced form: one bank over patches, signed weights per class.

@@ -288,6 +288,18 @@ impl MultiClassTm {
         );
     }
 
+    /// Each class's clause bank and weights, separately borrowable, so that one-vs-all training
+    /// can update the classes on different threads.
+    pub(crate) fn classes_mut(&mut self) -> (TmHyper, Vec<ClassMut<'_>>) {
+        let classes = self
+            .banks
+            .iter_mut()
+            .zip(self.weights.iter_mut())
+            .map(|(bank, weights)| ClassMut { bank, weights })
+            .collect();
+        (self.hyper, classes)
+    }
+
     /// One pass over `data` in an order shuffled by `rng`.
     pub fn fit_epoch(&mut self, data: &BitRows, masks: &mut FeedbackMasks, rng: &mut FlintRng) {
         use rand::seq::SliceRandom;
@@ -630,6 +642,41 @@ fn class_sum(
         }
     }
     sum
+}
+
+/// One class of a machine, borrowed on its own (see [`MultiClassTm::classes_mut`]).
+pub(crate) struct ClassMut<'a> {
+    pub bank: &'a mut ClauseBank,
+    pub weights: &'a mut Vec<u32>,
+}
+
+impl ClassMut<'_> {
+    /// [`MultiClassTm::apply_feedback`] on this class alone.
+    #[allow(clippy::too_many_arguments)]
+    pub fn apply_feedback(
+        &mut self,
+        hyper: &TmHyper,
+        target: bool,
+        v: i32,
+        fired: &[bool],
+        rows: LiteralRows<'_>,
+        masks: &mut FeedbackMasks,
+        rng: &mut FlintRng,
+        selected: &mut Vec<u32>,
+    ) {
+        apply(
+            self.bank,
+            self.weights,
+            hyper,
+            target,
+            v,
+            fired,
+            rows,
+            masks,
+            rng,
+            selected,
+        );
+    }
 }
 
 /// Feedback to one class given its clause outputs and clamped class sum `v`.
