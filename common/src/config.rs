@@ -633,6 +633,55 @@ iid_clients = 1
         }
     }
 
+    /// FEDTMOS-CODE-NOTES §1: Fashion-MNIST is booleanized by OpenCV's adaptive Gaussian
+    /// threshold (window 11, C = 2), MNIST by a fixed one.
+    #[test]
+    fn images_are_booleanized_by_a_threshold_or_the_adaptive_gaussian_one() {
+        use crate::data::Source;
+        use crate::data::booleanize::{Binarize, Threshold};
+        let with = |extra: &str| {
+            Experiment::from_toml(&TPFL.replace(
+                "source = \"mnist\"",
+                &format!("source = \"fashion-mnist\"\n{extra}"),
+            ))
+        };
+        let binarize = |e: Experiment| match e.data.source {
+            Source::Images { binarize, .. } => binarize,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            binarize(with("").unwrap()),
+            Binarize::Threshold(Threshold::Above(75.0))
+        );
+        assert_eq!(
+            binarize(with("binarize = \"adaptive-gaussian\"").unwrap()),
+            Binarize::AdaptiveGaussian { block: 11, c: 2.0 }
+        );
+        assert_eq!(
+            binarize(with("binarize = \"adaptive-gaussian\"\nadaptive_block = 5").unwrap()),
+            Binarize::AdaptiveGaussian { block: 5, c: 2.0 }
+        );
+        let cases = [
+            ("binarize = \"otsu\"", "unknown data.binarize \"otsu\""),
+            (
+                "binarize = \"adaptive-gaussian\"\nthreshold = 10",
+                "data.threshold applies to binarize = \"threshold\"",
+            ),
+            (
+                "adaptive_c = 3",
+                "apply to binarize = \"adaptive-gaussian\"",
+            ),
+            (
+                "binarize = \"adaptive-gaussian\"\nadaptive_block = 4",
+                "data.adaptive_block must be odd, 3 to 27, got 4",
+            ),
+        ];
+        for (extra, want) in cases {
+            let err = with(extra).unwrap_err().to_string();
+            assert!(err.contains(want), "{extra}: {err}");
+        }
+    }
+
     #[test]
     fn splits_by_class_take_alpha_or_beta_and_nothing_else() {
         let by_class = |kind: &str, extra: &str| {

@@ -15,7 +15,7 @@ use std::path::Path;
 
 use rand::seq::SliceRandom;
 
-use super::booleanize::{BitRows, Threshold};
+use super::booleanize::{Binarize, BitRows};
 use super::mnist::{self, Split};
 use super::partition::{ClassPools, dirichlet_proportions};
 use crate::rng::derive_rng;
@@ -58,11 +58,15 @@ pub struct ImagePool {
 }
 
 impl ImagePool {
-    pub fn load(data_dir: &Path, set: ImageSet, threshold: Threshold) -> Result<ImagePool> {
+    pub fn load(
+        data_dir: &Path,
+        set: ImageSet,
+        how: impl Into<Binarize> + Copy,
+    ) -> Result<ImagePool> {
         let dir = data_dir.join(set.dir());
         Ok(ImagePool {
-            train: mnist::load(&dir, Split::Train, threshold)?,
-            test: mnist::load(&dir, Split::Test, threshold)?,
+            train: mnist::load(&dir, Split::Train, how)?,
+            test: mnist::load(&dir, Split::Test, how)?,
         })
     }
 }

@@ -45,6 +45,12 @@ pub struct DataSection {
     // mnist, fashion-mnist
     /// A pixel becomes 1 when it is above this value (default 75, as TPFL).
     pub threshold: Option<f64>,
+    /// `threshold` (default) or `adaptive-gaussian`: OpenCV's adaptive Gaussian threshold, as
+    /// FedTMOS booleanizes Fashion-MNIST (window `adaptive_block`, default 11, minus
+    /// `adaptive_c`, default 2).
+    pub binarize: Option<String>,
+    pub adaptive_block: Option<usize>,
+    pub adaptive_c: Option<f64>,
 }
 
 /// A labelled table: row-major features, one class index per row.
@@ -112,11 +118,11 @@ pub enum Source {
     Csv(csv::CsvSpec),
     /// Adult, both files, categorical attributes as codes (`adult`).
     Adult,
-    /// MNIST-format images, booleanized as pixel > `threshold`; loaded as bits for Tsetlin
-    /// Machines ([`images::ImagePool`]), never as a table.
+    /// MNIST-format images, booleanized as `binarize` says; loaded as bits for Tsetlin Machines
+    /// ([`images::ImagePool`]), never as a table.
     Images {
         set: images::ImageSet,
-        threshold: f64,
+        binarize: booleanize::Binarize,
     },
 }
 
@@ -150,6 +156,9 @@ impl DataSection {
                 ("classes", s.classes.is_some()),
                 ("header", s.header.is_some()),
                 ("threshold", s.threshold.is_some()),
+                ("binarize", s.binarize.is_some()),
+                ("adaptive_block", s.adaptive_block.is_some()),
+                ("adaptive_c", s.adaptive_c.is_some()),
             ];
             match given.iter().find(|(k, set)| *set && !allowed.contains(k)) {
                 Some((k, _)) => Err(bad(format!(
@@ -194,19 +203,54 @@ impl DataSection {
                 Source::Adult
             }
             "mnist" | "fashion-mnist" => {
-                only(&["threshold"])?;
-                let threshold = s.threshold.unwrap_or(75.0);
-                if !(0.0..255.0).contains(&threshold) {
-                    return Err(bad(format!(
-                        "data.threshold must be a pixel value in [0, 255), got {threshold}"
-                    )));
-                }
+                only(&["threshold", "binarize", "adaptive_block", "adaptive_c"])?;
+                let binarize = match s.binarize.as_deref().unwrap_or("threshold") {
+                    "threshold" => {
+                        if s.adaptive_block.is_some() || s.adaptive_c.is_some() {
+                            return Err(bad(
+                                "data.adaptive_block and data.adaptive_c apply to binarize = \"adaptive-gaussian\"".into(),
+                            ));
+                        }
+                        let threshold = s.threshold.unwrap_or(75.0);
+                        if !(0.0..255.0).contains(&threshold) {
+                            return Err(bad(format!(
+                                "data.threshold must be a pixel value in [0, 255), got {threshold}"
+                            )));
+                        }
+                        booleanize::Binarize::Threshold(booleanize::Threshold::Above(threshold))
+                    }
+                    "adaptive-gaussian" => {
+                        if s.threshold.is_some() {
+                            return Err(bad(
+                                "data.threshold applies to binarize = \"threshold\", not adaptive-gaussian".into(),
+                            ));
+                        }
+                        let block = s.adaptive_block.unwrap_or(11);
+                        if block < 3 || block.is_multiple_of(2) || block > 27 {
+                            return Err(bad(format!(
+                                "data.adaptive_block must be odd, 3 to 27, got {block}"
+                            )));
+                        }
+                        let c = s.adaptive_c.unwrap_or(2.0);
+                        if !(c.is_finite() && c.abs() <= 255.0) {
+                            return Err(bad(format!(
+                                "data.adaptive_c must be a pixel difference in [-255, 255], got {c}"
+                            )));
+                        }
+                        booleanize::Binarize::AdaptiveGaussian { block, c }
+                    }
+                    other => {
+                        return Err(bad(format!(
+                            "unknown data.binarize {other:?}; expected threshold or adaptive-gaussian"
+                        )));
+                    }
+                };
                 let set = if s.source == "mnist" {
                     images::ImageSet::Mnist
                 } else {
                     images::ImageSet::FashionMnist
                 };
-                Source::Images { set, threshold }
+                Source::Images { set, binarize }
             }
             "csv" => {
                 only(&["path", "label_column", "classes", "header"])?;
@@ -291,9 +335,7 @@ impl DataSpec {
     /// Loads and booleanizes both splits of an image source.
     pub fn load_images(&self, data_dir: &Path) -> Result<images::ImagePool> {
         match &self.source {
-            Source::Images { set, threshold } => {
-                images::ImagePool::load(data_dir, *set, booleanize::Threshold::Above(*threshold))
-            }
+            Source::Images { set, binarize } => images::ImagePool::load(data_dir, *set, *binarize),
             _ => Err(crate::FlintError::Config(
                 "this data source is a table, not images".into(),
             )),
