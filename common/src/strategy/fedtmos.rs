@@ -431,10 +431,25 @@ pub fn server_steps<U: Borrow<TmUpload>>(
     })
 }
 
+/// Defaults of the `[fedtmos]` keys left unset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Preset {
+    /// The paper as written: top-K include bits by samples, no filter, eq. 3's per-sample
+    /// composite without clamp, rebuilt machines' excluded automata at the last exclude state.
+    Paper,
+    /// The published code (FEDTMOS-CODE-NOTES §2–4): bits by mean scaled weight, its
+    /// `floor(mean) > 0` filter, one spread per model over the batch with sums clamped to
+    /// [−T, T], excluded automata at 0. The code's two reassignment bugs stay fixed.
+    PaperCode,
+}
+
 /// `[fedtmos]` as written; [`FedTmosSection::check`] makes it a [`FedTmosHyper`].
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FedTmosSection {
+    /// `paper` (default) or `paper-code`: the defaults of the keys below left unset.
+    pub preset: Option<String>,
     /// φ: server models (default 4, the paper's MNIST).
     pub models: Option<usize>,
     /// σ: the mean Gini index above which weights are scaled (default 0.5).
@@ -486,18 +501,24 @@ impl FedTmosSection {
     pub fn check(&self) -> ParamResult<FedTmosHyper> {
         let at_least_one = |key, n: usize| require(key, "at least 1", n, n > 0);
         let epochs = self.local_epochs.unwrap_or(30);
+        let code = parse_name_or("fedtmos.preset", self.preset.as_deref(), Preset::Paper)?
+            == Preset::PaperCode;
+        let (bits_by, composite, excluded_at) = match code {
+            true => (BitsBy::MeanWeight, CompositeOptions::CODE, ExcludedAt::Zero),
+            false => (
+                BitsBy::Samples,
+                CompositeOptions::default(),
+                ExcludedAt::LastExclude,
+            ),
+        };
         Ok(FedTmosHyper {
             server: FedTmosServerParams {
                 models: at_least_one("fedtmos.models", self.models.unwrap_or(4))?,
                 sigma: positive("fedtmos.sigma", self.sigma.unwrap_or(0.5))?,
                 k_max: at_least_one("fedtmos.k_max", self.k_max.unwrap_or(30))?,
                 top_k: at_least_one("fedtmos.top_k", self.top_k.unwrap_or(2))?,
-                bits_by: parse_name_or(
-                    "fedtmos.bits_by",
-                    self.bits_by.as_deref(),
-                    BitsBy::Samples,
-                )?,
-                filter: self.filter.unwrap_or(false),
+                bits_by: parse_name_or("fedtmos.bits_by", self.bits_by.as_deref(), bits_by)?,
+                filter: self.filter.unwrap_or(code),
             },
             local_epochs: require("fedtmos.local_epochs", "at least 1", epochs, epochs > 0)?,
             patch: at_least_one("fedtmos.patch", self.patch.unwrap_or(10))?,
@@ -506,14 +527,14 @@ impl FedTmosSection {
                 normalization: parse_name_or(
                     "fedtmos.normalization",
                     self.normalization.as_deref(),
-                    Normalization::PerSample,
+                    composite.normalization,
                 )?,
-                clamp: self.clamp.unwrap_or(false),
+                clamp: self.clamp.unwrap_or(composite.clamp),
             },
             excluded_at: parse_name_or(
                 "fedtmos.excluded_at",
                 self.excluded_at.as_deref(),
-                ExcludedAt::LastExclude,
+                excluded_at,
             )?,
             baselines: self.baselines.unwrap_or(false),
             class_streams: self.class_streams.unwrap_or(false),
@@ -1154,6 +1175,41 @@ mod tests {
         // The same seed gives the same models.
         let again = server_steps(&uploads, &params, &mut derive_rng(1, "fedtmos", 0)).unwrap();
         assert_eq!(again.models, models);
+    }
+
+    #[test]
+    fn the_paper_code_preset_sets_the_codes_defaults_and_keys_still_override() {
+        let code = FedTmosSection {
+            preset: Some("paper-code".into()),
+            ..Default::default()
+        }
+        .check()
+        .unwrap();
+        assert_eq!(code.server.bits_by, BitsBy::MeanWeight);
+        assert!(code.server.filter);
+        assert_eq!(code.composite, CompositeOptions::CODE);
+        assert_eq!(code.excluded_at, ExcludedAt::Zero);
+        let paper = FedTmosSection::default().check().unwrap();
+        assert_eq!(paper.server.bits_by, BitsBy::Samples);
+        assert!(!paper.server.filter);
+        assert_eq!(paper.composite, CompositeOptions::default());
+        assert_eq!(paper.excluded_at, ExcludedAt::LastExclude);
+        let mixed = FedTmosSection {
+            preset: Some("paper-code".into()),
+            filter: Some(false),
+            ..Default::default()
+        }
+        .check()
+        .unwrap();
+        assert!(!mixed.server.filter);
+        let e = FedTmosSection {
+            preset: Some("code".into()),
+            ..Default::default()
+        }
+        .check()
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("fedtmos.preset"), "{e}");
     }
 
     fn shape() -> TmShape {
