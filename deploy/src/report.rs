@@ -4,6 +4,7 @@ use std::path::Path;
 
 use anyhow::Context;
 use flint_common::metrics::Metrics;
+use flint_common::strategy::Predictor;
 use flint_common::wire::ledger::Traffic;
 use flint_server::results::RunResults;
 
@@ -123,7 +124,14 @@ pub fn render(r: &RunResults) -> String {
                 "Round {} on the shared test set ({} rows): accuracy {:.4}, f1 {:.4}\n",
                 rr.round, g.samples, g.accuracy, g.f1
             );
-            for (name, b) in &rr.baselines {
+            // In predictor order (client-2 before client-10), unknown names last.
+            let mut baselines: Vec<_> = rr.baselines.iter().collect();
+            baselines.sort_by_key(|(name, _)| {
+                Predictor::parse(name)
+                    .ok()
+                    .map_or((1, None), |p| (0, Some(p)))
+            });
+            for (name, b) in baselines {
                 s += &format!("  {name:<26} accuracy {:.4}, f1 {:.4}\n", b.accuracy, b.f1);
             }
             let singles: Vec<f64> = rr
