@@ -12,6 +12,7 @@ above 75. Server: φ = 4 models, σ = 0.5, k = 30 for Dir and 10 for S(β). Ever
 the clients' own machines (`baselines = true`), so client 1 measures the ensemble baseline, each
 client alone and both composite readings on the shared test set from the same trained clients."""
 
+import random
 from pathlib import Path
 
 OUT = Path(__file__).resolve().parent.parent / "experiments" / "fedtmos"
@@ -107,4 +108,15 @@ for name, served in {"dir0.1": SERVED_DIR01, "dir0.3": SERVED_DIR03}.items():
                       30, clients=served)
     (CODE / f"mnist-{name}.toml").write_text(
         text.replace('name = "fedtmos-mnist-', 'name = "fedtmos-code-mnist-'))
-print(f"wrote 2 files to {CODE}")
+# The code's S(β) class sets: client i holds class i and `random.sample(others, β − 1)` from
+# Python's generator seeded with its `alg_seed = 1`, the same for every seed (FEDTMOS-CODE-NOTES
+# §5); drawn here exactly so.
+for beta in (2, 3, 4):
+    random.seed(1)
+    sets = [sorted([i] + random.sample([c for c in range(10) if c != i], beta - 1))
+            for i in range(10)]
+    key = "class_sets = [" + ", ".join(str(s) for s in sets) + "]"
+    text = experiment(f"s{beta}", "classes-per-client", key, 10)
+    (CODE / f"mnist-s{beta}.toml").write_text(
+        text.replace('name = "fedtmos-mnist-', 'name = "fedtmos-code-mnist-'))
+print(f"wrote 5 files to {CODE}")

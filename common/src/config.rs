@@ -716,6 +716,17 @@ iid_clients = 1
                 "partition.beta must be 1 to the 10 classes, got 11",
             ),
             (
+                by_class(
+                    "classes-per-client",
+                    "beta = 2\nclass_sets = [[0], [1], [2], [3]]",
+                ),
+                "partition.beta and partition.class_sets: give one, not both",
+            ),
+            (
+                by_class("classes-per-client", "class_sets = [[0], [1]]"),
+                "partition.class_sets has 2 sets for 4 clients",
+            ),
+            (
                 by_class("dirichlet-by-class", "samples = 10"),
                 "partition.samples applies to partition.kind = \"dirichlet\"",
             ),

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::Dataset;
 use crate::params::{ParamError, ParamResult};
-use crate::rng::derive_rng;
+use crate::rng::{FlintRng, derive_rng};
 use crate::{FlintError, Result};
 
 /// `[partition]` as written; [`PartitionSection::plan`] checks it with the clients' own keys.
@@ -36,6 +36,10 @@ pub struct PartitionSection {
     /// classes-per-client: β, the classes each client holds (default 2).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub beta: Option<usize>,
+    /// classes-per-client: each client's classes, given instead of drawn (instead of `beta`),
+    /// e.g. the sets the FedTMOS code draws with its fixed `alg_seed` for every seed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class_sets: Option<Vec<Vec<u32>>>,
     /// dirichlet-fedtmos-code: the clients the code draws over (its J). The ones left without
     /// rows are dropped, as the code drops them, and named in every client's log; the others
     /// become the declared clients in order, so the experiment declares exactly as many
@@ -161,6 +165,11 @@ fn plan(
             &["dirichlet-by-class", "dirichlet-fedtmos-code"][..],
         ),
         ("beta", section.beta.is_some(), &["classes-per-client"][..]),
+        (
+            "class_sets",
+            section.class_sets.is_some(),
+            &["classes-per-client"][..],
+        ),
         (
             "nominal_clients",
             section.nominal_clients.is_some(),
@@ -296,7 +305,17 @@ fn plan(
                     }
                     ClassSplit::DirichletFedTmosCode { alpha, nominal }
                 }
-                _ => ClassSplit::ClassesPerClient { beta },
+                _ => match &section.class_sets {
+                    None => ClassSplit::ClassesPerClient { beta },
+                    Some(_) if section.beta.is_some() => {
+                        return Err(
+                            "partition.beta and partition.class_sets: give one, not both".into(),
+                        );
+                    }
+                    Some(sets) => {
+                        ClassSplit::ClassSets(check_class_sets(sets, clients.len(), classes)?)
+                    }
+                },
             };
             Ok(PartitionPlan::ByClass {
                 clients: clients.len(),
@@ -310,7 +329,7 @@ fn plan(
 }
 
 /// Splits of the whole dataset by its labels, every row to at most one client (FedTMOS §5).
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum ClassSplit {
     /// Hsu et al.'s Dir(α): [`dirichlet_by_class`].
     DirichletByClass { alpha: f64 },
@@ -318,12 +337,14 @@ pub enum ClassSplit {
     DirichletFedTmosCode { alpha: f64, nominal: usize },
     /// S(β): [`classes_per_client`].
     ClassesPerClient { beta: usize },
+    /// S(β) with each client's classes given: [`split_by_sets`].
+    ClassSets(Vec<Vec<u32>>),
 }
 
 impl ClassSplit {
     /// Row indices per client; a client may get none (see [`empty_clients`]).
     pub fn split(
-        self,
+        &self,
         labels: &[u32],
         classes: usize,
         clients: usize,
@@ -331,13 +352,26 @@ impl ClassSplit {
     ) -> Result<Vec<Vec<usize>>> {
         match self {
             ClassSplit::DirichletByClass { alpha } => {
-                dirichlet_by_class(labels, classes, clients, alpha, seed)
+                dirichlet_by_class(labels, classes, clients, *alpha, seed)
             }
             ClassSplit::DirichletFedTmosCode { alpha, .. } => {
-                dirichlet_fedtmos_code(labels, classes, clients, alpha, seed)
+                dirichlet_fedtmos_code(labels, classes, clients, *alpha, seed)
             }
             ClassSplit::ClassesPerClient { beta } => {
-                classes_per_client(labels, classes, clients, beta, seed)
+                classes_per_client(labels, classes, clients, *beta, seed)
+            }
+            ClassSplit::ClassSets(sets) => {
+                let held: Vec<Vec<usize>> = sets
+                    .iter()
+                    .map(|s| s.iter().map(|&c| c as usize).collect())
+                    .collect();
+                let pools = ClassPools::new(labels, classes)?;
+                Ok(split_by_sets(
+                    &pools,
+                    &held,
+                    classes,
+                    &mut derive_rng(seed, "class-sets", 0),
+                ))
             }
         }
     }
@@ -345,13 +379,13 @@ impl ClassSplit {
     /// [`Self::split`], refusing one that leaves a client without rows: a run waits for every
     /// declared client, so the empty ones are named instead of dropped.
     pub fn split_all_served(
-        self,
+        &self,
         labels: &[u32],
         classes: usize,
         clients: usize,
         seed: u64,
     ) -> Result<Vec<Vec<usize>>> {
-        if let ClassSplit::DirichletFedTmosCode { nominal, .. } = self
+        if let ClassSplit::DirichletFedTmosCode { nominal, .. } = *self
             && nominal > clients
         {
             let parts = self.split(labels, classes, nominal, seed)?;
@@ -542,7 +576,7 @@ impl ClassPools {
         &self,
         p: &[f64],
         samples: usize,
-        rng: &mut crate::rng::FlintRng,
+        rng: &mut FlintRng,
         client: usize,
     ) -> Result<Vec<usize>> {
         use rand::RngExt;
@@ -594,7 +628,7 @@ pub fn apportion(p: &[f64], total: usize) -> Vec<usize> {
 pub fn dirichlet_proportions(
     classes: usize,
     alpha: f64,
-    rng: &mut crate::rng::FlintRng,
+    rng: &mut FlintRng,
     client: usize,
 ) -> Result<Vec<f64>> {
     use rand::RngExt;
@@ -648,12 +682,7 @@ fn pools_for(labels: &[u32], classes: usize, clients: usize) -> Result<ClassPool
 }
 
 /// Proportions q ~ Dirichlet(α·1_n), with TPFL's fallback when tiny α underflows.
-fn dirichlet_over(
-    n: usize,
-    alpha: f64,
-    rng: &mut crate::rng::FlintRng,
-    what: usize,
-) -> Result<Vec<f64>> {
+fn dirichlet_over(n: usize, alpha: f64, rng: &mut FlintRng, what: usize) -> Result<Vec<f64>> {
     if n == 1 {
         return Ok(vec![1.0]);
     }
@@ -783,6 +812,18 @@ pub fn classes_per_client(
             set
         })
         .collect();
+    Ok(split_by_sets(&pools, &held, classes, &mut rng))
+}
+
+/// Every class's rows, shuffled, split evenly over the clients whose set holds it, in client
+/// order (the first ones get one more, as numpy's `array_split`).
+fn split_by_sets(
+    pools: &ClassPools,
+    held: &[Vec<usize>],
+    classes: usize,
+    rng: &mut FlintRng,
+) -> Vec<Vec<usize>> {
+    let clients = held.len();
     let mut parts = vec![Vec::new(); clients];
     for c in 0..classes {
         let holders: Vec<usize> = (0..clients).filter(|&i| held[i].contains(&c)).collect();
@@ -790,7 +831,7 @@ pub fn classes_per_client(
             continue;
         }
         let mut rows = pools.0[c].clone();
-        rows.shuffle(&mut rng);
+        rows.shuffle(rng);
         let (base, extra) = (rows.len() / holders.len(), rows.len() % holders.len());
         let mut start = 0;
         for (k, &i) in holders.iter().enumerate() {
@@ -799,7 +840,40 @@ pub fn classes_per_client(
             start += len;
         }
     }
-    Ok(parts)
+    parts
+}
+
+/// `partition.class_sets`: one non-empty set of distinct classes of the run per client.
+fn check_class_sets(
+    sets: &[Vec<u32>],
+    clients: usize,
+    classes: usize,
+) -> std::result::Result<Vec<Vec<u32>>, String> {
+    if sets.len() != clients {
+        return Err(format!(
+            "partition.class_sets has {} sets for {clients} clients",
+            sets.len()
+        ));
+    }
+    for (i, set) in sets.iter().enumerate() {
+        let mut seen = BTreeSet::new();
+        if set.is_empty() {
+            return Err(format!(
+                "partition.class_sets gives client {} no class",
+                i + 1
+            ));
+        }
+        if let Some(c) = set
+            .iter()
+            .find(|&&c| c as usize >= classes || !seen.insert(c))
+        {
+            return Err(format!(
+                "partition.class_sets gives client {} class {c} twice or out of the {classes} classes",
+                i + 1
+            ));
+        }
+    }
+    Ok(sets.to_vec())
 }
 
 /// The 1-based ids of the clients a split left without rows, to report (never to drop
@@ -1022,6 +1096,38 @@ mod tests {
             parts.iter().map(Vec::len).collect::<Vec<_>>()
         );
         assert!(empty_clients(&dirichlet_by_class(&y, 10, 10, 1000.0, 3).unwrap()).is_empty());
+    }
+
+    /// FEDTMOS-CODE-NOTES §5: S(β) with the code's class sets, given: each client holds
+    /// exactly its set, and every class is split evenly over its holders.
+    #[test]
+    fn given_class_sets_are_held_exactly_and_split_evenly() {
+        let y = mnist_like(60);
+        let sets = vec![vec![0, 3], vec![1, 2], vec![2, 5], vec![1, 3], vec![4, 8]];
+        let parts = ClassSplit::ClassSets(sets.clone())
+            .split_all_served(&y, 10, 5, 9)
+            .unwrap();
+        for (i, got) in class_sets(&parts, &y).iter().enumerate() {
+            let want: BTreeSet<u32> = sets[i].iter().copied().collect();
+            assert_eq!(got, &want, "client {}", i + 1);
+        }
+        // Class 2 (60 rows) is held by clients 2 and 3: 30 each; class 0 by client 1 alone.
+        let count = |i: usize, c: u32| parts[i].iter().filter(|&&r| y[r] == c).count();
+        assert_eq!((count(1, 2), count(2, 2), count(0, 0)), (30, 30, 60));
+        let bad = [
+            (vec![vec![0, 0]], "class 0 twice"),
+            (vec![vec![]], "gives client 1 no class"),
+            (vec![vec![10]], "class 10 twice or out of the 10 classes"),
+        ];
+        for (sets, want) in bad {
+            let e = check_class_sets(&sets, 1, 10).unwrap_err();
+            assert!(e.contains(want), "{e}");
+        }
+        assert!(
+            check_class_sets(&[vec![1]], 2, 10)
+                .unwrap_err()
+                .contains("1 sets for 2 clients")
+        );
     }
 
     /// FEDTMOS-CODE-NOTES §5: the code drops the clients its split leaves empty. With nominal
