@@ -54,6 +54,9 @@ def experiment(name, kind, key, k_max, strategy="fedtmos", rounds=1, epochs=30, 
         "",
         "[server]",
         "round_timeout_secs = 3600",
+        # Client 1 measures the baselines on the shared test set before its last report: 14
+        # machines, seconds alone, minutes beside other runs.
+        "eval_timeout_secs = 900",
         "",
         "[data]",
         f'source = "{source}"',

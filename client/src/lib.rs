@@ -284,7 +284,7 @@ impl Client {
                 run_id: run_id.clone(),
                 after_round: after,
             };
-            let task: RoundTask = retry(retry_for, "get round", || {
+            let mut task: RoundTask = retry(retry_for, "get round", || {
                 let mut g = self.grpc.clone();
                 let req = self.request(ask.clone(), None);
                 async move { g.get_round(req).await }
@@ -301,20 +301,27 @@ impl Client {
                 .map_or(0, |d| paper_convention_bytes(d, self.classes()));
             self.count(ledger_round, Direction::Up, ask.encoded_len(), 0);
             self.count(ledger_round, Direction::Down, task.encoded_len(), paper);
-            if let Some(d) = &task.download {
-                half.apply(ledger_round, d)
-                    .context("applying the server's download")?;
-            }
-            // The download carries the aggregate of `ledger_round`: evaluate it once.
-            if ledger_round > reported {
+            // The download carries the aggregate of `ledger_round`: apply it, and evaluate it
+            // once, off the async threads (a composite of many machines takes seconds).
+            let download = task.download.take();
+            let evaluate_now = ledger_round > reported;
+            let (h, evaluations) = blocking(half, move |h| -> anyhow::Result<_> {
+                if let Some(d) = &download {
+                    h.apply(ledger_round, d)
+                        .context("applying the server's download")?;
+                }
+                Ok(evaluate_now.then(|| (h.evaluate_global(), h.evaluate())))
+            })
+            .await?;
+            half = h;
+            if let Some((global, local)) = evaluations? {
                 // The shared test set, if this client holds it (the server waits for both).
                 // Baselines first, the model last: the server waits for the model's report.
-                for (predictor, cm) in half.evaluate_global() {
+                for (predictor, cm) in global {
                     self.report_eval(&run_id, ledger_round, cm, Some(predictor), retry_for)
                         .await?;
                 }
-                let cm = half.evaluate();
-                self.report_eval(&run_id, ledger_round, cm, None, retry_for)
+                self.report_eval(&run_id, ledger_round, local, None, retry_for)
                     .await?;
                 reported = ledger_round;
             }
@@ -329,7 +336,12 @@ impl Client {
                 .await
                 .context("training slots closed")?;
             let started = std::time::Instant::now();
-            let (h, r, update) = train(half, round, rng).await?;
+            let (h, (r, update)) = blocking(half, move |h| {
+                let update = h.train(round, &mut rng);
+                (rng, update)
+            })
+            .await?;
+            let update = update?;
             let seconds = started.elapsed().as_secs_f64();
             drop(permit);
             tracing::info!(client = self.id, round, seconds, "trained");
@@ -441,18 +453,18 @@ impl Client {
     }
 }
 
-/// Local training off the async threads, so keep-alives and other clients keep moving.
-async fn train(
+/// `work` on the client's half off the async threads, so keep-alives and the other clients of
+/// the process keep moving.
+async fn blocking<T: Send + 'static>(
     mut half: Box<dyn BoundHalf>,
-    round: Round,
-    mut rng: flint_common::rng::FlintRng,
-) -> anyhow::Result<(Box<dyn BoundHalf>, flint_common::rng::FlintRng, Payload)> {
+    work: impl FnOnce(&mut dyn BoundHalf) -> T + Send + 'static,
+) -> anyhow::Result<(Box<dyn BoundHalf>, T)> {
     tokio::task::spawn_blocking(move || {
-        let update = half.train(round, &mut rng)?;
-        Ok((half, rng, update))
+        let out = work(half.as_mut());
+        (half, out)
     })
     .await
-    .context("training panicked")?
+    .context("the client's model panicked")
 }
 
 /// Retries while the server is unreachable, with exponential backoff up to `total`.
