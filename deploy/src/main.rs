@@ -2,6 +2,7 @@
 //! server or a client (the same code as `flint-server` / `flint-client`).
 
 mod grid;
+mod replay;
 mod report;
 mod run;
 
@@ -27,6 +28,9 @@ enum Command {
     Run(run::RunArgs),
     /// Run many experiments (files or directories), optionally over seeds, into one summary table.
     Grid(grid::GridArgs),
+    /// Aggregate a round of a finished run again from its kept updates, under other settings,
+    /// and measure the result on the shared test set (no training).
+    Replay(replay::ReplayArgs),
     /// Print the tables of a finished run.
     Report {
         /// A run directory (holding results.json), e.g. runs/quickstart.
@@ -64,6 +68,7 @@ fn main() -> ExitCode {
         Command::Run(args) => run::run(args),
         Command::Grid(args) => grid::grid(args),
         Command::Report { run_dir } => report::print(&run_dir),
+        Command::Replay(args) => replay::replay(args),
         Command::Server(args) => {
             runtime().and_then(|rt| rt.block_on(flint_server::run(args)).map(|_| ()))
         }

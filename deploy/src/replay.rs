@@ -1,0 +1,122 @@
+//! `flint replay`: a round's aggregation again, from the updates a run kept
+//! (`server.keep_updates`), under other settings and without training anything: the server half
+//! is a pure function of the updates. Where the strategy has a shared test set, the new download
+//! is measured on it as its holder would (FedTMOS: the composite, and with `fedtmos.baselines`
+//! the ensemble and each client alone).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use flint_common::config::{Experiment, parse_override};
+use flint_common::data::default_data_dir;
+use flint_common::data::images::BitShard;
+use flint_common::strategy::{Downloads, Predictor};
+use flint_common::wire::proto::{DataSummary, Payload};
+use flint_common::{ClientId, Round};
+use flint_server::results::RunResults;
+use prost::Message;
+
+#[derive(clap::Args)]
+pub struct ReplayArgs {
+    /// A run directory whose server kept its updates (`--set server.keep_updates=true`).
+    pub run_dir: PathBuf,
+    /// The round to aggregate again.
+    #[arg(long, default_value_t = 1)]
+    pub round: Round,
+    /// Settings to change, as `flint run --set` (e.g. fedtmos.preset=paper-code).
+    #[arg(long = "set", value_parser = parse_override)]
+    pub overrides: Vec<(String, String)>,
+    /// [default: $FLINT_DATA_DIR or ./data]
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+}
+
+pub fn replay(args: ReplayArgs) -> anyhow::Result<()> {
+    let dir = &args.run_dir;
+    let e = Experiment::load(&dir.join("experiment.toml"), &args.overrides)?;
+    if !e.data.is_images() {
+        bail!("flint replay measures image strategies on their shared test set; this run's data is a table");
+    }
+    let data_dir = args.data_dir.clone().unwrap_or_else(default_data_dir);
+    let pool = e.data.load_images(&data_dir)?;
+    let (features, classes) = (pool.train.features(), e.data.classes().len());
+    let results = RunResults::read(&std::fs::read(dir.join("results.json"))?)
+        .with_context(|| format!("cannot read {}", dir.join("results.json").display()))?;
+    let summaries: BTreeMap<ClientId, DataSummary> = results
+        .clients
+        .iter()
+        .map(|c| {
+            let summary = DataSummary {
+                train_class_counts: c.train_class_counts.clone(),
+                test_samples: c.test_samples,
+                features: features as u32,
+                compute_ghz: c.compute_ghz,
+            };
+            (c.id, summary)
+        })
+        .collect();
+    let mut server = e.strategy.server(classes, e.seed);
+    let mut updates = BTreeMap::new();
+    for &id in summaries.keys() {
+        let path = dir
+            .join("updates")
+            .join(format!("round-{}-client-{id}.pb", args.round));
+        if !path.exists() {
+            continue;
+        }
+        let payload = Payload::decode(&std::fs::read(&path)?[..])
+            .with_context(|| format!("{} is not a payload", path.display()))?;
+        let update = server
+            .decode(id, features, &payload)
+            .with_context(|| format!("{}", path.display()))?;
+        updates.insert(id, update);
+    }
+    if updates.is_empty() {
+        bail!(
+            "{} holds no kept update of round {}; run with --set server.keep_updates=true",
+            dir.join("updates").display(),
+            args.round
+        );
+    }
+    let started = Instant::now();
+    let agg = server.aggregate(args.round, &summaries, &updates)?;
+    let seconds = started.elapsed().as_secs_f64();
+    println!(
+        "round {} of {}: {} updates aggregated again in {:.2} ms",
+        args.round,
+        e.name,
+        updates.len(),
+        seconds * 1e3
+    );
+    println!("{}", serde_json::to_string(&agg.report)?);
+    let (Some(rows), Downloads::Broadcast(download)) =
+        (e.strategy.global_test_rows(), &agg.downloads)
+    else {
+        return Ok(());
+    };
+    let holder = 1;
+    let mut half = e
+        .strategy
+        .bits_client(features, classes, e.seed, holder, e.clients.len())?;
+    half.apply(args.round, download)?;
+    let shared = BitShard {
+        train: pool.train.select(&[]),
+        test: pool
+            .test
+            .select(&rows.filter(|&i| i < pool.test.len()).collect::<Vec<_>>()),
+        confidence: None,
+    };
+    println!("on the shared test set ({} rows):", shared.test.len());
+    let mut all = half.evaluate_all(&shared);
+    all.sort_by_key(|(p, _)| *p);
+    for (p, cm) in all {
+        let name = match p {
+            Predictor::Model => "the model".to_string(),
+            other => other.name(),
+        };
+        println!("  {name:<26} accuracy {:.4}", cm.metrics().accuracy);
+    }
+    Ok(())
+}
