@@ -550,11 +550,34 @@ fn fedtmos_builds_server_models_every_client_predicts_with() {
         &dir.path().join("runs"),
         &exp,
         &["--clients-per-process", "2"],
-        &[],
+        &["server.keep_updates=true"],
     );
     assert_eq!(r.rounds.len(), 2, "one round");
     let rr = &r.rounds[1];
     assert_eq!(rr.participants, vec![1, 2, 3, 4]);
+    // The kept updates aggregate again to the same composite, measured alike, without training.
+    let replay = |set: &[&str]| {
+        let mut cmd = flint();
+        cmd.arg("replay")
+            .arg(dir.path().join("runs/fedtmos-small"))
+            .arg("--data-dir")
+            .arg(data_dir());
+        for s in set {
+            cmd.args(["--set", s]);
+        }
+        String::from_utf8(ok(&mut cmd).stdout).unwrap()
+    };
+    let again = replay(&[]);
+    let model = |text: &str| -> f64 {
+        let line = text.lines().find(|l| l.contains("the model")).unwrap();
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    let run_global = rr.global_test.unwrap().accuracy;
+    assert!((model(&again) - run_global).abs() < 5e-5, "{again}");
+    // The code's reading of the same composite, as the run's baseline measured it.
+    let code = replay(&["fedtmos.normalization=per-batch", "fedtmos.clamp=true"]);
+    let run_code = rr.baselines["composite:per-batch+clamp"].accuracy;
+    assert!((model(&code) - run_code).abs() < 5e-5, "{code}");
     assert_eq!(rr.metrics.len(), 4, "every client evaluated the composite");
     let report = rr.report.as_ref().unwrap().fedtmos().unwrap();
     assert_eq!(report.models.len(), 2, "φ = 2 server models");

@@ -37,7 +37,9 @@ pub fn replay(args: ReplayArgs) -> anyhow::Result<()> {
     let dir = &args.run_dir;
     let e = Experiment::load(&dir.join("experiment.toml"), &args.overrides)?;
     if !e.data.is_images() {
-        bail!("flint replay measures image strategies on their shared test set; this run's data is a table");
+        bail!(
+            "flint replay measures image strategies on their shared test set; this run's data is a table"
+        );
     }
     let data_dir = args.data_dir.clone().unwrap_or_else(default_data_dir);
     let pool = e.data.load_images(&data_dir)?;
