@@ -206,6 +206,59 @@ fn an_interrupted_server_writes_its_results_so_far() {
     assert!(r.ledger.flows[&1][&0].up.payload > 0);
 }
 
+/// Processes whose command line names `needle` (Linux: /proc/*/cmdline).
+fn processes_naming(needle: &str) -> Vec<String> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains(needle))
+        .collect()
+}
+
+/// SIGTERM to `flint run` alone stops its server and clients too, instead of leaving them
+/// running as orphans.
+#[test]
+fn a_terminated_flint_run_takes_its_server_and_clients_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    // Rounds enough to be still running when the signal comes.
+    let exp = write(
+        dir.path(),
+        "long.toml",
+        &synthetic_experiment("long", 100_000, 2, ""),
+    );
+    let runs = dir.path().join("runs");
+    let mut run = Proc(
+        flint()
+            .arg("run")
+            .arg(&exp)
+            .arg("--runs-dir")
+            .arg(&runs)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let run_dir = runs.join("long");
+    wait_for(Duration::from_secs(60), || {
+        status(&run_dir).filter(|s| s.joined == 2 && s.closed_rounds > 0)
+    });
+    let needle = run_dir.display().to_string();
+    assert!(
+        processes_naming(&needle).len() >= 2,
+        "server and client run"
+    );
+    run.signal("TERM");
+    assert!(
+        !run.wait(Duration::from_secs(30)).success(),
+        "a stopped run fails"
+    );
+    wait_for(Duration::from_secs(30), || {
+        processes_naming(&needle).is_empty().then_some(())
+    });
+}
+
 /// DESIGN.md §Wire contract: restarts are normal. A client process that dies mid-round and is
 /// started again rejoins under the same id and answers the round it was selected for.
 #[test]

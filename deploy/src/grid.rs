@@ -114,6 +114,9 @@ pub fn grid(args: GridArgs) -> anyhow::Result<()> {
             runs: Vec::new(),
         };
         for seed in &seeds {
+            if crate::stop::requested() {
+                bail!("stopped by a signal after {done} of {total} runs; --resume goes on");
+            }
             done += 1;
             let mut overrides = Vec::new();
             let mut run_name = e.name.clone();

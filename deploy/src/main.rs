@@ -5,6 +5,7 @@ mod grid;
 mod replay;
 mod report;
 mod run;
+mod stop;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -65,8 +66,8 @@ enum DataCommand {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Run(args) => run::run(args),
-        Command::Grid(args) => grid::grid(args),
+        Command::Run(args) => stop::install().and_then(|()| run::run(args)),
+        Command::Grid(args) => stop::install().and_then(|()| grid::grid(args)),
         Command::Report { run_dir } => report::print(&run_dir),
         Command::Replay(args) => replay::replay(args),
         Command::Server(args) => {

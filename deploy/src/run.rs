@@ -215,6 +215,9 @@ fn wait_for_file(path: &Path, child: &mut Child, limit: Duration) -> anyhow::Res
         if start.elapsed() > limit {
             bail!("server not listening after {} s", limit.as_secs());
         }
+        if crate::stop::requested() {
+            bail!("stopped by a signal");
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -224,7 +227,7 @@ fn wait_until(child: &mut Child, deadline: Instant) -> Option<std::process::Exit
         if let Ok(Some(s)) = child.try_wait() {
             return Some(s);
         }
-        if Instant::now() > deadline {
+        if Instant::now() > deadline || crate::stop::requested() {
             return None;
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -249,6 +252,11 @@ fn watch(
     let mut shown_updates = (0, 0);
     let mut last_updates_line = Instant::now();
     loop {
+        if crate::stop::requested() {
+            let _ = server.kill();
+            let _ = server.wait();
+            bail!("stopped by a signal; the server and its clients were stopped too");
+        }
         let exited = server.try_wait()?;
         for (log, child) in clients.iter_mut() {
             if let Some(s) = child.try_wait()?
