@@ -57,6 +57,8 @@ def experiment(name, kind, key, k_max, strategy="fedtmos", rounds=1, epochs=30, 
         # Client 1 measures the baselines on the shared test set before its last report: 14
         # machines, seconds alone, minutes beside other runs.
         "eval_timeout_secs = 900",
+        # Every upload is kept, so `flint replay` can aggregate it again under other settings.
+        "keep_updates = true",
         "",
         "[data]",
         f'source = "{source}"',
