@@ -221,3 +221,30 @@ fn flint_run_without_arguments_runs_the_quickstart() {
         .arg(dir.path().join("runs/quickstart")));
     assert!(String::from_utf8_lossy(&report.stdout).contains("Per client after round 5"));
 }
+
+/// A thousand clients in ten processes join in one burst and finish. Before, a Join whose
+/// connection closed mid-call (`Cancelled`) was not tried again: that client never joined, and
+/// the 99 others of its process waited forever for a round that needed it.
+#[test]
+fn a_thousand_clients_join_in_one_burst_and_finish() {
+    let dir = tempfile::tempdir().unwrap();
+    let exp = write(
+        dir.path(),
+        "k.toml",
+        "name = \"k\"\nstrategy = \"fedavg\"\nseed = 3\nrounds = 2\nclient_count = 1000\n\
+         [data]\nsource = \"synthetic\"\nsamples = 20000\nfeatures = 4\n\
+         [logreg]\nlocal_epochs = 2\n",
+    );
+    let runs = dir.path().join("runs");
+    ok(flint()
+        .arg("run")
+        .arg(&exp)
+        .args(["--clients-per-process", "100", "--runs-dir"])
+        .arg(&runs));
+    let r = results(&runs.join("k"));
+    assert_eq!(r.clients.len(), 1000);
+    for rr in &r.rounds[1..] {
+        assert_eq!(rr.participants.len(), 1000, "round {}", rr.round);
+        assert_eq!(rr.metrics.len(), 1000, "round {}", rr.round);
+    }
+}

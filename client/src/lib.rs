@@ -129,15 +129,21 @@ pub async fn run(args: ClientArgs) -> anyhow::Result<Vec<ClientReport>> {
     .await
     .context("loading the data panicked")?
     .with_context(loading)?;
-    let mut tasks = Vec::new();
+    let mut tasks = tokio::task::JoinSet::new();
     for p in prepared {
         let client = shell.client(p.name, p.id, p.summary)?;
-        tasks.push(tokio::spawn(client.run(p.half)));
+        tasks.spawn(client.run(p.half));
     }
+    // The first client that fails ends the process at once: the others may be waiting for a
+    // round that needs it, and would wait forever.
     let mut reports = Vec::new();
-    for t in tasks {
-        reports.push(t.await.context("client task panicked")??);
+    while let Some(done) = tasks.join_next().await {
+        let report = done.context("client task panicked")?.inspect_err(|e| {
+            tracing::error!(error = format!("{e:#}"), "client failed; the process ends");
+        })?;
+        reports.push(report);
     }
+    reports.sort_by_key(|r| r.client_id);
     if let Some(out) = &args.out {
         std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
         for r in &reports {
@@ -253,7 +259,7 @@ impl Client {
             experiment_fingerprint: self.experiment.fingerprint.clone(),
             summary: Some(self.summary.clone()),
         };
-        let reply = retry(retry_for, "join", || {
+        let reply = retry_bounded(retry_for, Some(JOIN_ATTEMPT), "join", || {
             let mut g = self.grpc.clone();
             let req = Request::new(join.clone());
             async move { g.join(req).await }
@@ -453,6 +459,10 @@ impl Client {
     }
 }
 
+/// How long one Join attempt may take before it is tried again (the server answers a Join at
+/// once; only a lost connection takes longer).
+const JOIN_ATTEMPT: Duration = Duration::from_secs(10);
+
 /// `work` on the client's half off the async threads, so keep-alives and the other clients of
 /// the process keep moving.
 async fn blocking<T: Send + 'static>(
@@ -468,7 +478,23 @@ async fn blocking<T: Send + 'static>(
 }
 
 /// Retries while the server is unreachable, with exponential backoff up to `total`.
-async fn retry<T, F, Fut>(total: Duration, what: &str, mut call: F) -> Result<T, Status>
+async fn retry<T, F, Fut>(total: Duration, what: &str, call: F) -> Result<T, Status>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<tonic::Response<T>, Status>>,
+{
+    retry_bounded(total, None, what, call).await
+}
+
+/// [`retry`], each attempt given at most `attempt` (for calls that answer at once): in a burst
+/// of connections a call can wait on a connection the server never saw, forever; bounded, it
+/// is tried again on a new one.
+async fn retry_bounded<T, F, Fut>(
+    total: Duration,
+    attempt: Option<Duration>,
+    what: &str,
+    mut call: F,
+) -> Result<T, Status>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<tonic::Response<T>, Status>>,
@@ -476,13 +502,29 @@ where
     let start = std::time::Instant::now();
     let mut wait = Duration::from_millis(100);
     loop {
-        match call().await {
+        let outcome = match attempt {
+            None => call().await,
+            Some(limit) => tokio::time::timeout(limit, call())
+                .await
+                .unwrap_or_else(|_| {
+                    Err(Status::unavailable(format!(
+                        "no answer within {} s",
+                        limit.as_secs_f64()
+                    )))
+                }),
+        };
+        match outcome {
             Ok(r) => return Ok(r.into_inner()),
+            // Every call of the protocol may be repeated (a repeat is acknowledged as a
+            // duplicate), so a connection lost mid-call (`Cancelled`: "connection closed", seen
+            // in bursts of a thousand joins) is tried again like an unreachable server.
             Err(s)
-                if matches!(s.code(), Code::Unavailable | Code::Unknown)
-                    && start.elapsed() + wait < total =>
+                if matches!(
+                    s.code(),
+                    Code::Unavailable | Code::Unknown | Code::Cancelled
+                ) && start.elapsed() + wait < total =>
             {
-                tracing::debug!(what, error = %s.message(), ?wait, "server unreachable; retrying");
+                tracing::debug!(what, code = ?s.code(), error = %s.message(), ?wait, "server unreachable; retrying");
                 tokio::time::sleep(wait).await;
                 wait = (wait * 2).min(Duration::from_secs(5));
             }
