@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use flint_client::proto::aggregator_client::AggregatorClient;
 use flint_common::config::Experiment;
+use flint_common::wire::TOKEN_HEADER;
 use flint_common::wire::chunks::{MAX_CHUNK, split};
 use flint_common::wire::proto::payload::Kind;
 use flint_common::wire::proto::{
@@ -34,7 +35,23 @@ fn hand_made_join(name: &str, fingerprint: &str) -> JoinRequest {
             features: 6,
             compute_ghz: 2.0,
         }),
+        token: token_for(name),
+        host: String::new(),
     }
+}
+
+/// The token a hand-driven client binds its slot to: its name in hex, padded.
+fn token_for(name: &str) -> String {
+    let hex: String = name.bytes().map(|b| format!("{b:02x}")).collect();
+    format!("{hex:0>32}")
+}
+
+/// A call of the hand-driven client `name`, carrying its token.
+fn authed<T>(msg: T, name: &str) -> tonic::Request<T> {
+    let mut r = tonic::Request::new(msg);
+    r.metadata_mut()
+        .insert(TOKEN_HEADER, token_for(name).parse().unwrap());
+    r
 }
 
 /// DESIGN.md §Wire contract: every received update is validated before it touches state; a bad
@@ -62,11 +79,14 @@ fn malformed_updates_get_clear_errors_and_the_run_completes() {
             .into_inner();
         assert_eq!(reply.client_id, 3);
         let task = grpc
-            .get_round(RoundRequest {
-                client_id: 3,
-                run_id: reply.run_id.clone(),
-                after_round: 0,
-            })
+            .get_round(authed(
+                RoundRequest {
+                    client_id: 3,
+                    run_id: reply.run_id.clone(),
+                    after_round: 0,
+                },
+                "client-3",
+            ))
             .await
             .unwrap()
             .into_inner();
@@ -81,7 +101,9 @@ fn malformed_updates_get_clear_errors_and_the_run_completes() {
             let mut g = grpc.clone();
             async move {
                 let chunks = split(header(round, &run_id), &p, MAX_CHUNK);
-                g.push_update(tokio_stream::iter(chunks)).await.unwrap_err()
+                g.push_update(authed(tokio_stream::iter(chunks), "client-3"))
+                    .await
+                    .unwrap_err()
             }
         };
         let run_id = reply.run_id.clone();
@@ -431,7 +453,15 @@ fn the_server_keeps_answering_while_a_round_aggregates() {
         let out = dir.path().to_path_buf();
         let fingerprint = experiment.fingerprint.clone();
         let server = tokio::spawn(async move {
-            flint_server::serve_with(experiment, strategy, listener, &out, None).await
+            flint_server::serve_with(
+                experiment,
+                strategy,
+                listener,
+                &out,
+                None,
+                &Default::default(),
+            )
+            .await
         });
         let channel = tonic::transport::Channel::from_shared(addr.clone())
             .unwrap()
@@ -456,12 +486,12 @@ fn the_server_keeps_answering_while_a_round_aggregates() {
                 round,
                 payload_len: 0,
             };
+            let chunks = split(header, &linear(vec![0.5; 6]), MAX_CHUNK);
             async move {
-                g.push_update(tokio_stream::iter(split(
-                    header,
-                    &linear(vec![0.5; 6]),
-                    MAX_CHUNK,
-                )))
+                g.push_update(authed(
+                    tokio_stream::iter(chunks),
+                    &format!("client-{client}"),
+                ))
                 .await
             }
         };
@@ -486,7 +516,7 @@ fn the_server_keeps_answering_while_a_round_aggregates() {
                 run_id: run_id.clone(),
                 after_round: 1,
             };
-            tokio::spawn(async move { g.get_round(ask).await })
+            tokio::spawn(async move { g.get_round(authed(ask, "client-1")).await })
         };
         let health = tokio::time::timeout(
             guard,
@@ -512,7 +542,8 @@ fn the_server_keeps_answering_while_a_round_aggregates() {
         });
         let unknown =
             answered("an unknown client")(tokio::time::timeout(guard, unknown).await).unwrap_err();
-        assert_eq!(unknown.code(), Code::NotFound, "{unknown:?}");
+        // A caller without a token learns nothing, whatever id it names.
+        assert_eq!(unknown.code(), Code::Unauthenticated, "{unknown:?}");
         let progress = tokio::task::spawn_blocking({
             let dir = dir.path().to_path_buf();
             move || {

@@ -22,9 +22,10 @@ use flint_common::strategy::Predictor;
 use flint_common::wire::chunks::{MAX_CHUNK, split};
 use flint_common::wire::ledger::{Direction, Ledger};
 use flint_common::wire::proto::{
-    DataSummary, EvalReport, JoinRequest, Payload, RoundRequest, RoundTask, UpdateHeader,
+    ClaimRequest, DataSummary, EvalReport, JoinRequest, Payload, RoundRequest, RoundTask,
+    UpdateHeader,
 };
-use flint_common::wire::{CLIENT_HEADER, ROUND_HEADER, paper_convention_bytes};
+use flint_common::wire::{CLIENT_HEADER, ROUND_HEADER, TOKEN_HEADER, paper_convention_bytes};
 use flint_common::{ClientId, Round};
 use hyper_util::rt::TokioIo;
 use prost::Message;
@@ -43,7 +44,9 @@ pub struct ClientArgs {
     /// Experiment file (TOML): the same one the server runs.
     #[arg(long, short)]
     pub experiment: PathBuf,
-    /// Client name as declared in the experiment; repeat to host several clients in this process.
+    /// Client name as declared in the experiment, or `auto` for the next slot the server has
+    /// not given out (under mutual TLS: the slot the certificate names); repeat to host several
+    /// clients in this process.
     #[arg(long = "name", required = true)]
     pub names: Vec<String>,
     /// Data directory [default: $FLINT_DATA_DIR or ./data].
@@ -67,6 +70,77 @@ pub struct ClientArgs {
     /// Clients of this process that train at the same time [default: the machine's cores].
     #[arg(long)]
     pub train_threads: Option<usize>,
+    #[command(flatten)]
+    pub tls: ClientTls,
+}
+
+/// The `--name` that asks the server for a slot.
+pub const AUTO: &str = "auto";
+
+/// TLS of a client (PEM files, e.g. from `flint certs`); the server address is then https://.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct ClientTls {
+    /// CA that signed the server's certificate: the client speaks TLS and trusts only it.
+    #[arg(long, env = "FLINT_TLS_CA")]
+    pub tls_ca: Option<PathBuf>,
+    /// This client's certificate, for a server that requires one (mutual TLS).
+    #[arg(long, env = "FLINT_TLS_CERT", requires_all = ["tls_key", "tls_ca"])]
+    pub tls_cert: Option<PathBuf>,
+    /// The client certificate's private key.
+    #[arg(long, env = "FLINT_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// The name to expect in the server's certificate [default: the server address's host].
+    #[arg(long, env = "FLINT_TLS_SERVER_NAME")]
+    pub tls_server_name: Option<String>,
+}
+
+impl ClientTls {
+    /// The endpoint with TLS when a CA is given; the address's scheme must agree.
+    pub fn apply(&self, endpoint: Endpoint) -> anyhow::Result<Endpoint> {
+        use flint_common::tls::read_pem;
+        use tonic::transport::{Certificate, ClientTlsConfig, Identity};
+        let https = endpoint.uri().scheme_str() == Some("https");
+        let Some(ca) = &self.tls_ca else {
+            if https {
+                bail!(
+                    "an https:// server address needs --tls-ca (the CA that signed the server's certificate)"
+                );
+            }
+            return Ok(endpoint);
+        };
+        if !https {
+            bail!("with --tls-ca the server address must start with https://");
+        }
+        flint_common::tls::install_provider();
+        let mut config = ClientTlsConfig::new()
+            .ca_certificate(Certificate::from_pem(read_pem(ca, "CA (--tls-ca)")?));
+        if let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) {
+            config = config.identity(Identity::from_pem(
+                read_pem(cert, "client certificate (--tls-cert)")?,
+                read_pem(key, "client key (--tls-key)")?,
+            ));
+        }
+        if let Some(name) = &self.tls_server_name {
+            config = config.domain_name(name.clone());
+        }
+        endpoint
+            .tls_config(config)
+            .context("cannot use the TLS settings")
+    }
+}
+
+/// This machine's (container's) host name, for the server's record of who holds which slot.
+fn host_name() -> String {
+    std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// A fresh random token (128 bits, hex) that binds one client slot to this process.
+fn new_token() -> String {
+    format!("{:032x}", rand::random::<u128>())
 }
 
 /// What a client leaves in `--out`: its own view of the bytes it exchanged.
@@ -104,22 +178,36 @@ pub async fn run(args: ClientArgs) -> anyhow::Result<Vec<ClientReport>> {
         Some(n) => n,
         None => std::thread::available_parallelism().map_or(1, |n| n.get()),
     };
-    let ids = args
-        .names
-        .iter()
-        .map(|name| {
-            experiment.client_id(name).with_context(|| {
-                let names: Vec<&str> = experiment.clients.iter().map(|c| c.name.as_str()).collect();
-                format!("client {name:?} is not declared in the experiment; it declares {names:?}")
-            })
-        })
-        .collect::<anyhow::Result<Vec<ClientId>>>()?;
+    for name in args.names.iter().filter(|n| *n != AUTO) {
+        if experiment.client_id(name).is_none() {
+            let names: Vec<&str> = experiment.clients.iter().map(|c| c.name.as_str()).collect();
+            bail!("client {name:?} is not declared in the experiment; it declares {names:?}");
+        }
+    }
     let shell = Shell {
         server: args.server.clone(),
+        tls: args.tls.clone(),
         experiment: experiment.clone(),
         trainers: Arc::new(tokio::sync::Semaphore::new(threads)),
         retry_for: Duration::from_secs_f64(args.retry_secs.max(0.0)),
     };
+    // Every client gets its connection and token first; an `auto` one asks for its slot, since
+    // which data it loads depends on it.
+    let mut slots = BTreeMap::new();
+    for name in &args.names {
+        let conn = shell.connect()?;
+        let token = new_token();
+        let (name, id) = if name == AUTO {
+            shell.claim(&conn, &token).await?
+        } else {
+            let id = experiment.client_id(name).expect("checked above");
+            (name.clone(), id)
+        };
+        if slots.insert(id, (name.clone(), token, conn)).is_some() {
+            bail!("client {name:?} is named twice");
+        }
+    }
+    let ids: Vec<ClientId> = slots.keys().copied().collect();
     // Loading and booleanizing can take seconds: off the async threads.
     let setup = (experiment.clone(), data_dir.clone(), ids.clone());
     let prepared = tokio::task::spawn_blocking(move || {
@@ -131,7 +219,8 @@ pub async fn run(args: ClientArgs) -> anyhow::Result<Vec<ClientReport>> {
     .with_context(loading)?;
     let mut tasks = tokio::task::JoinSet::new();
     for p in prepared {
-        let client = shell.client(p.name, p.id, p.summary)?;
+        let (_, token, conn) = slots.remove(&p.id).expect("prepared for a slot");
+        let client = shell.client(p.name, p.id, p.summary, token, conn);
         tasks.spawn(client.run(p.half));
     }
     // The first client that fails ends the process at once: the others may be waiting for a
@@ -160,6 +249,7 @@ type Grpc = AggregatorClient<flint_common::meter::MessageMeter<Channel>>;
 /// What every client of this process shares.
 struct Shell {
     server: String,
+    tls: ClientTls,
     experiment: Arc<Experiment>,
     /// Limits how many clients train at once, so many clients share the cores without
     /// thrashing them.
@@ -167,11 +257,19 @@ struct Shell {
     retry_for: Duration,
 }
 
+/// One client's connection (every reconnect counted by one meter) and its byte ledger.
+struct Conn {
+    grpc: Grpc,
+    ledger: Arc<SharedLedger>,
+}
+
 struct Client {
     experiment: Arc<Experiment>,
     name: String,
     id: ClientId,
     summary: DataSummary,
+    /// Binds this client's slot to this process (see `Join`).
+    token: String,
     grpc: Grpc,
     ledger: Arc<SharedLedger>,
     trainers: Arc<tokio::sync::Semaphore>,
@@ -179,12 +277,14 @@ struct Client {
 }
 
 impl Shell {
-    fn client(&self, name: String, id: ClientId, summary: DataSummary) -> anyhow::Result<Client> {
+    fn connect(&self) -> anyhow::Result<Conn> {
         let server = &self.server;
-        let endpoint = Endpoint::from_shared(server.to_string())
-            .with_context(|| {
-                format!("bad server address {server:?}; expected e.g. http://host:50051")
-            })?
+        let endpoint = Endpoint::from_shared(server.to_string()).with_context(|| {
+            format!("bad server address {server:?}; expected e.g. http://host:50051")
+        })?;
+        let endpoint = self
+            .tls
+            .apply(endpoint)?
             .connect_timeout(Duration::from_secs(5))
             .tcp_nodelay(true)
             .http2_keep_alive_interval(Duration::from_secs(10))
@@ -202,7 +302,10 @@ impl Shell {
                     .trim_start_matches('[')
                     .trim_end_matches(']')
                     .to_string();
-                let port = uri.port_u16().unwrap_or(80);
+                let port = uri.port_u16().unwrap_or(match uri.scheme_str() {
+                    Some("https") => 443,
+                    _ => 80,
+                });
                 let tcp = tokio::net::TcpStream::connect((host.as_str(), port)).await?;
                 tcp.set_nodelay(true)?;
                 Ok::<_, std::io::Error>(TokioIo::new(CountingIo::new(tcp, meter)))
@@ -217,16 +320,57 @@ impl Shell {
         if let Some(enc) = self.experiment.compression.encoding() {
             grpc = grpc.send_compressed(enc).accept_compressed(enc);
         }
-        Ok(Client {
+        Ok(Conn { grpc, ledger })
+    }
+
+    /// Asks the server which slot this token may hold (`--name auto`).
+    async fn claim(&self, conn: &Conn, token: &str) -> anyhow::Result<(String, ClientId)> {
+        let ask = ClaimRequest {
+            experiment_fingerprint: self.experiment.fingerprint.clone(),
+            token: token.to_string(),
+            host: host_name(),
+        };
+        let reply = retry_bounded(self.retry_for, Some(JOIN_ATTEMPT), "claim", || {
+            let mut g = conn.grpc.clone();
+            let req = Request::new(ask.clone());
+            async move { g.claim(req).await }
+        })
+        .await
+        .map_err(|s| anyhow::anyhow!("cannot claim a client slot: {}", s.message()))?;
+        let name = &reply.client_name;
+        if self.experiment.client_id(name) != Some(reply.client_id) {
+            bail!(
+                "the server gave slot {} named {name:?}, which this experiment does not declare",
+                reply.client_id
+            );
+        }
+        conn.ledger.with(|l| {
+            l.payload(reply.client_id, 0, Direction::Up, ask.encoded_len(), 0);
+            l.payload(reply.client_id, 0, Direction::Down, reply.encoded_len(), 0);
+        });
+        tracing::info!(client = reply.client_id, name = %name, "client slot claimed");
+        Ok((reply.client_name, reply.client_id))
+    }
+
+    fn client(
+        &self,
+        name: String,
+        id: ClientId,
+        summary: DataSummary,
+        token: String,
+        conn: Conn,
+    ) -> Client {
+        Client {
             experiment: self.experiment.clone(),
             name,
             id,
             summary,
-            grpc,
-            ledger,
+            token,
+            grpc: conn.grpc,
+            ledger: conn.ledger,
             trainers: self.trainers.clone(),
             retry_for: self.retry_for,
-        })
+        }
     }
 }
 
@@ -234,6 +378,9 @@ impl Client {
     fn request<T>(&self, msg: T, round: Option<Round>) -> Request<T> {
         let mut r = Request::new(msg);
         r.metadata_mut().insert(CLIENT_HEADER, self.id.into());
+        if let Ok(token) = self.token.parse() {
+            r.metadata_mut().insert(TOKEN_HEADER, token);
+        }
         if let Some(round) = round {
             r.metadata_mut().insert(ROUND_HEADER, round.into());
         }
@@ -258,6 +405,8 @@ impl Client {
             client_name: self.name.clone(),
             experiment_fingerprint: self.experiment.fingerprint.clone(),
             summary: Some(self.summary.clone()),
+            token: self.token.clone(),
+            host: host_name(),
         };
         let reply = retry_bounded(retry_for, Some(JOIN_ATTEMPT), "join", || {
             let mut g = self.grpc.clone();
@@ -530,5 +679,48 @@ where
             }
             Err(s) => return Err(s),
         }
+    }
+}
+
+/// `flint health`: whether a server answers the gRPC health check (a container's healthcheck:
+/// the image has no shell).
+#[derive(Debug, Clone, clap::Args)]
+pub struct HealthArgs {
+    /// Server address.
+    #[arg(long, default_value = "http://127.0.0.1:50051")]
+    pub server: String,
+    /// Give up after this many seconds.
+    #[arg(long, default_value_t = 3.0)]
+    pub timeout_secs: f64,
+    #[command(flatten)]
+    pub tls: ClientTls,
+}
+
+/// Ok when the server reports the aggregator as serving.
+pub async fn health(args: HealthArgs) -> anyhow::Result<()> {
+    use tonic_health::pb::HealthCheckRequest;
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::health_client::HealthClient;
+    let limit = Duration::from_secs_f64(args.timeout_secs.max(0.1));
+    let server = &args.server;
+    let endpoint = Endpoint::from_shared(server.to_string())
+        .with_context(|| format!("bad server address {server:?}; expected e.g. http://host:50051"))?
+        .connect_timeout(limit)
+        .timeout(limit);
+    let channel = args
+        .tls
+        .apply(endpoint)?
+        .connect()
+        .await
+        .with_context(|| format!("cannot reach {server}"))?;
+    let service = "flint.v1.Aggregator".to_string();
+    let reply = HealthClient::new(channel)
+        .check(HealthCheckRequest { service })
+        .await
+        .map_err(|s| anyhow::anyhow!("health check failed: {}", s.message()))?
+        .into_inner();
+    match reply.status() {
+        ServingStatus::Serving => Ok(()),
+        other => bail!("the aggregator is {}", other.as_str_name()),
     }
 }

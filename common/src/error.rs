@@ -30,6 +30,12 @@ pub enum FlintError {
     /// A client id or name this run does not know (or that has not joined).
     #[error("{0}")]
     UnknownClient(String),
+    /// A call that does not say who makes it (no client token, no client certificate).
+    #[error("{0}")]
+    Unauthenticated(String),
+    /// A call by someone other than the client it names.
+    #[error("{0}")]
+    PermissionDenied(String),
 }
 
 pub type Result<T, E = FlintError> = std::result::Result<T, E>;

@@ -27,3 +27,5 @@ pub type Round = u32;
 pub mod logging;
 #[cfg(feature = "shell")]
 pub mod meter;
+#[cfg(feature = "shell")]
+pub mod tls;

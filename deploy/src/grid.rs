@@ -137,6 +137,7 @@ pub fn grid(args: GridArgs) -> anyhow::Result<()> {
                         data_dir: args.data_dir.clone(),
                         runs_dir: args.runs_dir.clone(),
                         overrides,
+                        tls: false,
                     },
                     false,
                 )

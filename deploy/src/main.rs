@@ -1,6 +1,7 @@
 //! `flint`: run an experiment as real processes, print a run's tables, check data, or act as the
 //! server or a client (the same code as `flint-server` / `flint-client`).
 
+mod certs;
 mod grid;
 mod replay;
 mod report;
@@ -41,6 +42,10 @@ enum Command {
     Server(flint_server::ServerArgs),
     /// One or more clients (as flint-client).
     Client(flint_client::ClientArgs),
+    /// Exit 0 when a server answers its gRPC health check (a container's healthcheck).
+    Health(flint_client::HealthArgs),
+    /// Generate a private PKI: a CA, a server certificate, one certificate per client.
+    Certs(certs::CertsArgs),
     /// Datasets.
     Data {
         #[command(subcommand)]
@@ -76,6 +81,8 @@ fn main() -> ExitCode {
         Command::Client(args) => {
             runtime().and_then(|rt| rt.block_on(flint_client::run(args)).map(|_| ()))
         }
+        Command::Health(args) => runtime().and_then(|rt| rt.block_on(flint_client::health(args))),
+        Command::Certs(args) => certs::certs(args),
         Command::Data {
             command: DataCommand::Verify { datasets, data_dir },
         } => verify(&datasets, data_dir),

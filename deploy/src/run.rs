@@ -31,6 +31,10 @@ pub struct RunArgs {
     /// Override an experiment key, e.g. --set rounds=3 (repeatable).
     #[arg(long = "set", value_name = "KEY=VALUE", value_parser = parse_override)]
     pub overrides: Vec<(String, String)>,
+    /// Mutual TLS, with a throwaway PKI generated in the run directory (pki/): each client
+    /// process presents its client's certificate (the pool certificate when it hosts several).
+    #[arg(long)]
+    pub tls: bool,
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
@@ -78,11 +82,36 @@ pub fn execute(args: &RunArgs, progress: bool) -> anyhow::Result<PathBuf> {
         experiment.seed,
         dir.display()
     ));
+    let names: Vec<String> = experiment.clients.iter().map(|c| c.name.clone()).collect();
+    let pki = if args.tls {
+        let loopback = ["localhost".to_string(), "127.0.0.1".to_string()];
+        let pool = args.clients_per_process > 1;
+        Some(flint_common::tls::generate_pki(
+            &dir.join("pki"),
+            &loopback,
+            &names,
+            pool,
+            7,
+        )?)
+    } else {
+        None
+    };
     let started = Instant::now();
     let ready = dir.join("server.addr");
-    let mut server = Command::new(&exe)
+    let mut server = Command::new(&exe);
+    server
         .args(["server", "--listen", "127.0.0.1:0", "--experiment"])
-        .arg(&resolved)
+        .arg(&resolved);
+    if let Some(p) = &pki {
+        server
+            .arg("--tls-cert")
+            .arg(p.server_cert())
+            .arg("--tls-key")
+            .arg(p.server_key())
+            .arg("--tls-client-ca")
+            .arg(p.ca_cert());
+    }
+    let mut server = server
         .arg("--out")
         .arg(&dir)
         .arg("--ready-file")
@@ -101,7 +130,6 @@ pub fn execute(args: &RunArgs, progress: bool) -> anyhow::Result<PathBuf> {
             )));
         }
     };
-    let names: Vec<String> = experiment.clients.iter().map(|c| c.name.clone()).collect();
     // The processes share the cores: each trains as many clients at once as its share.
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let processes = names.len().div_ceil(args.clients_per_process);
@@ -115,9 +143,10 @@ pub fn execute(args: &RunArgs, progress: bool) -> anyhow::Result<PathBuf> {
     let mut clients: Vec<(String, Child)> = Vec::new();
     for group in names.chunks(args.clients_per_process) {
         let mut cmd = Command::new(&exe);
+        let scheme = if pki.is_some() { "https" } else { "http" };
         cmd.arg("client")
             .arg("--server")
-            .arg(format!("http://{addr}"))
+            .arg(format!("{scheme}://{addr}"))
             .arg("--experiment")
             .arg(&resolved)
             .arg("--data-dir")
@@ -128,6 +157,15 @@ pub fn execute(args: &RunArgs, progress: bool) -> anyhow::Result<PathBuf> {
             .arg(train_threads.to_string());
         for n in group {
             cmd.arg("--name").arg(n);
+        }
+        if let Some(p) = &pki {
+            let (cert, key) = p.client(if group.len() == 1 { &group[0] } else { "pool" });
+            cmd.arg("--tls-ca")
+                .arg(p.ca_cert())
+                .arg("--tls-cert")
+                .arg(cert)
+                .arg("--tls-key")
+                .arg(key);
         }
         let log = clients_dir.join(format!("{}.log", group[0]));
         let child = cmd

@@ -1,6 +1,7 @@
 //! `flint-server`: the aggregator. A thin shell that moves bytes, keeps time and writes results;
 //! the round logic is [`rounds::Rounds`] and the algorithms are in `flint-common`.
 
+pub mod identity;
 pub mod results;
 pub mod rounds;
 pub mod service;
@@ -27,6 +28,7 @@ use tokio::net::TcpListener;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::TcpListenerStream;
 
+use identity::Identities;
 use proto::aggregator_server::AggregatorServer;
 use results::RunResults;
 use rounds::Rounds;
@@ -53,6 +55,49 @@ pub struct ServerArgs {
     /// Log format on stderr.
     #[arg(long, default_value = "text")]
     pub log_format: LogFormat,
+    #[command(flatten)]
+    pub tls: ServerTls,
+}
+
+/// TLS of the server (PEM files, e.g. from `flint certs`).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct ServerTls {
+    /// Server certificate; with --tls-key the server speaks TLS only.
+    #[arg(long, env = "FLINT_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The server certificate's private key.
+    #[arg(long, env = "FLINT_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// CA of the client certificates: every client must then present one (mutual TLS), and a
+    /// certificate's common name is the only client it may act as.
+    #[arg(long, env = "FLINT_TLS_CLIENT_CA", requires = "tls_cert")]
+    pub tls_client_ca: Option<PathBuf>,
+}
+
+impl ServerTls {
+    fn config(&self) -> anyhow::Result<Option<tonic::transport::ServerTlsConfig>> {
+        use flint_common::tls::read_pem;
+        use tonic::transport::{Certificate, Identity, ServerTlsConfig};
+        let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) else {
+            if self.tls_client_ca.is_some() {
+                anyhow::bail!("--tls-client-ca needs --tls-cert and --tls-key");
+            }
+            return Ok(None);
+        };
+        flint_common::tls::install_provider();
+        let identity = Identity::from_pem(
+            read_pem(cert, "server certificate (--tls-cert)")?,
+            read_pem(key, "server key (--tls-key)")?,
+        );
+        let mut config = ServerTlsConfig::new().identity(identity);
+        if let Some(ca) = &self.tls_client_ca {
+            config = config.client_ca_root(Certificate::from_pem(read_pem(
+                ca,
+                "client CA (--tls-client-ca)",
+            )?));
+        }
+        Ok(Some(config))
+    }
 }
 
 /// Loads the experiment and serves until the run is done; returns what it wrote.
@@ -66,7 +111,14 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<RunResults> {
     let listener = TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
-    serve(experiment, listener, &out, args.ready_file.as_deref()).await
+    serve(
+        experiment,
+        listener,
+        &out,
+        args.ready_file.as_deref(),
+        &args.tls,
+    )
+    .await
 }
 
 /// Serves one run on `listener`, writing progress and results below `out`.
@@ -75,11 +127,12 @@ pub async fn serve(
     listener: TcpListener,
     out: &Path,
     ready_file: Option<&Path>,
+    tls: &ServerTls,
 ) -> anyhow::Result<RunResults> {
     let strategy = experiment
         .strategy
         .server(experiment.data.classes().len(), experiment.seed);
-    serve_with(experiment, strategy, listener, out, ready_file).await
+    serve_with(experiment, strategy, listener, out, ready_file, tls).await
 }
 
 /// [`serve`] with a given server half instead of the experiment's own (tests use it to watch
@@ -90,7 +143,9 @@ pub async fn serve_with(
     listener: TcpListener,
     out: &Path,
     ready_file: Option<&Path>,
+    tls: &ServerTls,
 ) -> anyhow::Result<RunResults> {
+    let tls_config = tls.config()?;
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
     let addr = listener.local_addr()?;
     let run_id = format!("{}-{:016x}", experiment.name, rand::random::<u64>());
@@ -109,7 +164,10 @@ pub async fn serve_with(
         _ => None,
     };
     let ledger = Arc::new(SharedLedger::default());
+    let names = experiment.clients.iter().map(|c| c.name.clone()).collect();
     let shared = Arc::new(Shared {
+        identities: Mutex::new(Identities::new(names)),
+        mutual_tls: tls.tls_client_ca.is_some(),
         updates_dir,
         experiment,
         run_id: run_id.clone(),
@@ -148,7 +206,13 @@ pub async fn serve_with(
     if let Some(enc) = shared.experiment.compression.encoding() {
         aggregator = aggregator.send_compressed(enc).accept_compressed(enc);
     }
-    let server = tonic::transport::Server::builder()
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(config) = tls_config {
+        builder = builder
+            .tls_config(config)
+            .context("cannot use the TLS certificate and key")?;
+    }
+    let server = builder
         .tcp_nodelay(true)
         .http2_keepalive_interval(Some(Duration::from_secs(10)))
         .http2_keepalive_timeout(Some(Duration::from_secs(20)))
@@ -162,7 +226,7 @@ pub async fn serve_with(
     if let Some(path) = ready_file {
         results::write_atomic(path, addr.to_string().as_bytes())?;
     }
-    tracing::info!(%addr, run = %run_id, "listening");
+    tracing::info!(%addr, run = %run_id, tls = tls.tls_cert.is_some(), mutual_tls = tls.tls_client_ca.is_some(), "listening");
     let serving = tokio::spawn(server);
     tokio::select! {
         _ = &mut ticker => {}

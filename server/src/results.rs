@@ -12,6 +12,7 @@ use flint_common::wire::ledger::{Flow, Ledger};
 use flint_common::{ClientId, Round};
 use serde::{Deserialize, Serialize};
 
+use crate::identity::Holder;
 use crate::rounds::Rounds;
 use crate::service::Shared;
 
@@ -22,6 +23,12 @@ pub struct ClientRecord {
     pub train_class_counts: Vec<u64>,
     pub test_samples: u64,
     pub compute_ghz: f64,
+    /// The host the client ran on (its container's hostname), as it said at Join.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub host: String,
+    /// The common name of the certificate it proved its identity with (mutual TLS).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub certificate: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -126,18 +133,30 @@ impl RunResults {
 }
 
 pub fn collect(shared: &Shared) -> RunResults {
+    let holders: BTreeMap<ClientId, Holder> = shared
+        .identities
+        .lock()
+        .expect("identities lock")
+        .holders()
+        .map(|(id, h)| (id, h.clone()))
+        .collect();
     let rounds = shared.rounds();
     let ledger = shared.ledger.snapshot();
     let e = &shared.experiment;
     let clients = rounds
         .joined()
         .iter()
-        .map(|(id, s)| ClientRecord {
-            id: *id,
-            name: e.client(*id).map(|c| c.name.clone()).unwrap_or_default(),
-            train_class_counts: s.train_class_counts.clone(),
-            test_samples: s.test_samples,
-            compute_ghz: s.compute_ghz,
+        .map(|(id, s)| {
+            let holder = holders.get(id).cloned().unwrap_or_default();
+            ClientRecord {
+                id: *id,
+                name: e.client(*id).map(|c| c.name.clone()).unwrap_or_default(),
+                train_class_counts: s.train_class_counts.clone(),
+                test_samples: s.test_samples,
+                compute_ghz: s.compute_ghz,
+                host: holder.host,
+                certificate: holder.certificate,
+            }
         })
         .collect();
     let last = rounds.history().last().map_or(0, |r| r.round);

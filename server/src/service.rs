@@ -6,20 +6,25 @@ use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use flint_common::config::Experiment;
+use flint_common::meter::ConnMeter;
 use flint_common::meter::SharedLedger;
 use flint_common::metrics::ConfusionMatrix;
 use flint_common::strategy::Predictor;
+use flint_common::tls::common_name;
 use flint_common::wire::chunks::Reassembler;
 use flint_common::wire::ledger::Direction;
 use flint_common::wire::proto::{
-    Ack, EvalReport, JoinReply, JoinRequest, RoundRequest, RoundTask, UpdateChunk,
+    Ack, ClaimReply, ClaimRequest, EvalReport, JoinReply, JoinRequest, RoundRequest, RoundTask,
+    UpdateChunk,
 };
-use flint_common::wire::{CLIENT_HEADER, ROUND_HEADER, paper_convention_bytes};
+use flint_common::wire::{CLIENT_HEADER, ROUND_HEADER, TOKEN_HEADER, paper_convention_bytes};
 use flint_common::{ClientId, FlintError, Round};
 use prost::Message;
 use tokio::sync::watch;
+use tonic::transport::server::TlsConnectInfo;
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::identity::{Holder, Identities, Peer};
 use crate::proto::aggregator_server::Aggregator;
 use crate::rounds::{AggregationJob, Rounds, Task};
 
@@ -33,6 +38,10 @@ pub struct Shared {
     pub started: Instant,
     /// Where accepted updates are kept (`server.keep_updates`).
     pub updates_dir: Option<std::path::PathBuf>,
+    /// Which token (and certificate) holds which client slot.
+    pub identities: Mutex<Identities>,
+    /// Whether clients must present a certificate (the server has a client CA).
+    pub mutual_tls: bool,
 }
 
 impl Shared {
@@ -59,7 +68,32 @@ impl Shared {
         Ok(())
     }
 
-    fn check_client(&self, client: ClientId) -> Result<(), FlintError> {
+    fn identities(&self) -> std::sync::MutexGuard<'_, Identities> {
+        self.identities.lock().expect("identities lock")
+    }
+
+    /// The name the caller's client certificate proves, under mutual TLS.
+    fn peer<T>(&self, request: &Request<T>) -> Peer {
+        if !self.mutual_tls {
+            return Peer::Anonymous;
+        }
+        request
+            .extensions()
+            .get::<TlsConnectInfo<ConnMeter>>()
+            .and_then(|info| info.peer_certs())
+            .and_then(|certs| certs.first().and_then(|c| common_name(c)))
+            .map_or(Peer::Uncertified, Peer::Certified)
+    }
+
+    /// Whether the caller holds `client` (its token, its certificate) and has joined. Checked
+    /// before anything else, so a stranger learns nothing about the run.
+    fn authorize<T>(&self, request: &Request<T>, client: ClientId) -> Result<(), FlintError> {
+        let token = request
+            .metadata()
+            .get(TOKEN_HEADER)
+            .and_then(|v| v.to_str().ok());
+        self.identities()
+            .check(client, token, &self.peer(request))?;
         self.rounds().check_joined(client)
     }
 
@@ -99,6 +133,8 @@ pub fn status(e: FlintError) -> Status {
         }
         FlintError::Precondition(_) => Status::failed_precondition(message),
         FlintError::UnknownClient(_) => Status::not_found(message),
+        FlintError::Unauthenticated(_) => Status::unauthenticated(message),
+        FlintError::PermissionDenied(_) => Status::permission_denied(message),
         FlintError::Config(_)
         | FlintError::Io { .. }
         | FlintError::MissingData { .. }
@@ -133,23 +169,20 @@ fn unix_ms(at: Instant) -> u64 {
 impl Aggregator for AggregatorService {
     async fn join(&self, request: Request<JoinRequest>) -> Result<Response<JoinReply>, Status> {
         let s = &self.0;
+        let peer = s.peer(&request);
         let req = request.into_inner();
+        // Refusals name nothing of the run (its clients, its fingerprint): the caller has not
+        // proved it belongs to it.
         let id = s.experiment.client_id(&req.client_name).ok_or_else(|| {
-            let names: Vec<&str> = s
-                .experiment
-                .clients
-                .iter()
-                .map(|c| c.name.as_str())
-                .collect();
             status(FlintError::UnknownClient(format!(
-                "unknown client name {:?}; this experiment declares {names:?}",
+                "unknown client name {:?}: not declared in this experiment",
                 req.client_name
             )))
         })?;
         if req.experiment_fingerprint != s.experiment.fingerprint {
             return Err(status(FlintError::Precondition(format!(
-                "client experiment fingerprint {:?} differs from the server's {:?}: start the client with the server's experiment file",
-                req.experiment_fingerprint, s.experiment.fingerprint
+                "client experiment fingerprint {:?} differs from the server's: start the client with the server's experiment file",
+                req.experiment_fingerprint
             ))));
         }
         let summary = req.summary.clone().ok_or_else(|| {
@@ -157,9 +190,20 @@ impl Aggregator for AggregatorService {
                 "join without a data summary".into(),
             ))
         })?;
-        s.rounds()
-            .join(id, summary, Instant::now())
-            .map_err(status)?;
+        {
+            // One lock order (identities, then rounds), and the slot is bound only once the
+            // join is taken: a refused Join changes nothing.
+            let mut identities = s.identities();
+            identities
+                .check_claim(id, &req.token, &peer)
+                .map_err(status)?;
+            s.rounds()
+                .join(id, summary, Instant::now())
+                .map_err(status)?;
+            identities
+                .bind(id, &req.token, Holder::new(&req.host, &peer))
+                .map_err(status)?;
+        }
         let reply = JoinReply {
             client_id: id,
             run_id: s.run_id.clone(),
@@ -176,14 +220,41 @@ impl Aggregator for AggregatorService {
         Ok(labelled(reply, id, 0))
     }
 
+    async fn claim(&self, request: Request<ClaimRequest>) -> Result<Response<ClaimReply>, Status> {
+        let s = &self.0;
+        let peer = s.peer(&request);
+        let req = request.into_inner();
+        if req.experiment_fingerprint != s.experiment.fingerprint {
+            return Err(status(FlintError::Precondition(format!(
+                "client experiment fingerprint {:?} differs from the server's: start the client with the server's experiment file",
+                req.experiment_fingerprint
+            ))));
+        }
+        let (id, name) = s
+            .identities()
+            .claim_any(&req.token, &peer, Holder::new(&req.host, &peer))
+            .map_err(status)?;
+        tracing::info!(client = id, name = %name, ?peer, "client slot claimed");
+        let reply = ClaimReply {
+            client_name: name,
+            client_id: id,
+        };
+        s.ledger.with(|l| {
+            l.payload(id, 0, Direction::Up, req.encoded_len(), 0);
+            l.payload(id, 0, Direction::Down, reply.encoded_len(), 0);
+        });
+        Ok(labelled(reply, id, 0))
+    }
+
     async fn get_round(
         &self,
         request: Request<RoundRequest>,
     ) -> Result<Response<RoundTask>, Status> {
         let s = &self.0;
+        s.authorize(&request, request.get_ref().client_id)
+            .map_err(status)?;
         let req = request.into_inner();
         s.check_run(&req.run_id).map_err(status)?;
-        s.check_client(req.client_id).map_err(status)?;
         let mut changes = s.version.subscribe();
         let task = loop {
             let task = s.rounds().task_for(req.client_id, req.after_round);
@@ -251,6 +322,13 @@ impl Aggregator for AggregatorService {
         request: Request<Streaming<UpdateChunk>>,
     ) -> Result<Response<Ack>, Status> {
         let s = &self.0;
+        // The stream's header names the client; the caller's credentials are checked against it.
+        let token = request
+            .metadata()
+            .get(TOKEN_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let peer = s.peer(&request);
         let mut stream = request.into_inner();
         let mut parts = Reassembler::default();
         // Chunk sizes, counted once the header says whose they are.
@@ -258,8 +336,11 @@ impl Aggregator for AggregatorService {
         while let Some(chunk) = stream.message().await? {
             sizes.push(chunk.encoded_len());
             if let Some(h) = parts.push(chunk).map_err(status)? {
+                s.identities()
+                    .check(h.client_id, token.as_deref(), &peer)
+                    .map_err(status)?;
+                s.rounds().check_joined(h.client_id).map_err(status)?;
                 s.check_run(&h.run_id).map_err(status)?;
-                s.check_client(h.client_id).map_err(status)?;
             }
         }
         let (header, payload) = parts.finish().map_err(status)?;
@@ -302,9 +383,10 @@ impl Aggregator for AggregatorService {
 
     async fn report_eval(&self, request: Request<EvalReport>) -> Result<Response<Ack>, Status> {
         let s = &self.0;
+        s.authorize(&request, request.get_ref().client_id)
+            .map_err(status)?;
         let req = request.into_inner();
         s.check_run(&req.run_id).map_err(status)?;
-        s.check_client(req.client_id).map_err(status)?;
         s.ledger.with(|l| {
             l.payload(
                 req.client_id,

@@ -90,6 +90,12 @@ impl Proc {
 
 /// Starts `flint server` on a free port; returns it and its address.
 pub fn start_server(experiment: &Path, out: &Path) -> (Proc, String) {
+    let (server, addr) = start_server_with(experiment, out, &[]);
+    (server, format!("http://{addr}"))
+}
+
+/// [`start_server`] with more arguments; returns the bare `host:port`.
+pub fn start_server_with(experiment: &Path, out: &Path, extra: &[&str]) -> (Proc, String) {
     let ready = out.join("server.addr");
     let child = flint()
         .args(["server", "--listen", "127.0.0.1:0", "--experiment"])
@@ -98,6 +104,7 @@ pub fn start_server(experiment: &Path, out: &Path) -> (Proc, String) {
         .arg(out)
         .arg("--ready-file")
         .arg(&ready)
+        .args(extra)
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(out.join("server.log")).unwrap())
         .spawn()
@@ -108,15 +115,27 @@ pub fn start_server(experiment: &Path, out: &Path) -> (Proc, String) {
             .ok()
             .filter(|s| !s.is_empty())
     });
-    (server, format!("http://{}", addr.trim()))
+    (server, addr.trim().to_string())
 }
 
 pub fn start_clients(experiment: &Path, addr: &str, names: &[&str], out: &Path) -> Proc {
+    start_clients_with(experiment, addr, names, out, &[])
+}
+
+/// [`start_clients`] with more arguments.
+pub fn start_clients_with(
+    experiment: &Path,
+    addr: &str,
+    names: &[&str],
+    out: &Path,
+    extra: &[&str],
+) -> Proc {
     let mut cmd = flint();
     cmd.args(["client", "--server", addr, "--experiment"])
         .arg(experiment)
         .arg("--out")
-        .arg(out);
+        .arg(out)
+        .args(extra);
     for n in names {
         cmd.args(["--name", n]);
     }

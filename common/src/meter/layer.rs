@@ -138,7 +138,12 @@ where
     fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
         let MessageMeterLayer { sink, side, conn } = self.layer.clone();
         let conn = match side {
-            Side::Server => req.extensions().get::<ConnMeter>().cloned(),
+            // Under TLS the connection's meter is wrapped with the peer's certificates.
+            Side::Server => req.extensions().get::<ConnMeter>().cloned().or_else(|| {
+                req.extensions()
+                    .get::<tonic::transport::server::TlsConnectInfo<ConnMeter>>()
+                    .map(|info| info.get_ref().clone())
+            }),
             Side::Client => conn,
         };
         if side == Side::Server

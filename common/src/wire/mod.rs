@@ -25,6 +25,8 @@ use crate::params::{ParamResult, parse_name_or};
 /// Request and response headers that let byte counters attribute traffic to (client, round).
 pub const CLIENT_HEADER: &str = "flint-client-id";
 pub const ROUND_HEADER: &str = "flint-round";
+/// The token a client bound its slot to at Join; every later call carries it.
+pub const TOKEN_HEADER: &str = "flint-token";
 
 pub fn kind_name(p: &Payload) -> &'static str {
     match &p.kind {

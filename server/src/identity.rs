@@ -1,0 +1,299 @@
+//! Who may act as which client. A client binds its slot to a token it chose, at Join (or at
+//! Claim, when it starts without a name), and every later call must carry that token; under
+//! mutual TLS its certificate must also name the slot (or be the pool certificate).
+//!
+//! The client chooses the token rather than the server so that a Join whose reply was lost can
+//! be repeated: the same token gets the same slot, any other token is refused. Only a hash of
+//! each token is kept.
+
+use std::collections::BTreeMap;
+
+use flint_common::tls::POOL_IDENTITY;
+use flint_common::{ClientId, FlintError, Result};
+use sha2::{Digest, Sha256};
+
+/// Tokens are 32 to 128 hex digits (128 to 512 bits).
+const TOKEN_DIGITS: std::ops::RangeInclusive<usize> = 32..=128;
+
+/// The name a caller proved with its TLS client certificate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Peer {
+    /// No mutual TLS on this server: only the token identifies a caller.
+    Anonymous,
+    /// The certificate's common name (`*` for the pool certificate).
+    Certified(String),
+    /// Mutual TLS is required, but the connection carries no usable certificate name.
+    Uncertified,
+}
+
+/// Who holds a slot, as the results record it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Holder {
+    /// The host the client said it runs on (its container's hostname), at most 255 bytes.
+    pub host: String,
+    /// The common name of its certificate, under mutual TLS.
+    pub certificate: Option<String>,
+}
+
+impl Holder {
+    pub fn new(host: &str, peer: &Peer) -> Self {
+        let mut end = host.len().min(255);
+        while !host.is_char_boundary(end) {
+            end -= 1;
+        }
+        Holder {
+            host: host[..end].to_string(),
+            certificate: match peer {
+                Peer::Certified(cn) => Some(cn.clone()),
+                _ => None,
+            },
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct Identities {
+    /// Slot names by id (ids count from 1, in the experiment's order).
+    names: Vec<String>,
+    claims: BTreeMap<ClientId, ([u8; 32], Holder)>,
+}
+
+impl Identities {
+    pub fn new(names: Vec<String>) -> Self {
+        Identities {
+            names,
+            claims: BTreeMap::new(),
+        }
+    }
+
+    fn name(&self, id: ClientId) -> Option<&str> {
+        self.names
+            .get((id as usize).checked_sub(1)?)
+            .map(String::as_str)
+    }
+
+    /// Which slot a Join for `id` with `token` from `peer` may bind, without binding it yet
+    /// (the Join may still be refused for its data).
+    pub fn check_claim(&self, id: ClientId, token: &str, peer: &Peer) -> Result<()> {
+        let hash = hash(token)?;
+        let name = self
+            .name(id)
+            .ok_or_else(|| FlintError::UnknownClient(format!("unknown client id {id}")))?;
+        certified_for(peer, name)?;
+        match self.claims.get(&id) {
+            Some((held, _)) if *held != hash => Err(FlintError::PermissionDenied(format!(
+                "client {name:?} is already held by another process"
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// Binds `id` to `token` (after [`check_claim`](Self::check_claim) passed).
+    pub fn bind(&mut self, id: ClientId, token: &str, holder: Holder) -> Result<()> {
+        let hash = hash(token)?;
+        self.claims.insert(id, (hash, holder));
+        Ok(())
+    }
+
+    pub fn holders(&self) -> impl Iterator<Item = (ClientId, &Holder)> {
+        self.claims.iter().map(|(id, (_, h))| (*id, h))
+    }
+
+    /// The slot for a client without a name: the one this token already holds; under mutual
+    /// TLS with a client's own certificate, that client's slot; otherwise the first unclaimed
+    /// slot in id order (so slots go out by arrival, deterministically).
+    pub fn claim_any(
+        &mut self,
+        token: &str,
+        peer: &Peer,
+        holder: Holder,
+    ) -> Result<(ClientId, String)> {
+        let hash = hash(token)?;
+        if let Some((&id, _)) = self.claims.iter().find(|(_, (h, _))| *h == hash) {
+            return Ok((id, self.name(id).unwrap_or_default().to_string()));
+        }
+        let id = match peer {
+            Peer::Uncertified => return Err(uncertified()),
+            Peer::Certified(cn) if cn != POOL_IDENTITY => {
+                let pos = self.names.iter().position(|n| n == cn).ok_or_else(|| {
+                    FlintError::PermissionDenied(format!(
+                        "the client certificate names {cn:?}, which is not a client of this run"
+                    ))
+                })?;
+                pos as ClientId + 1
+            }
+            _ => (1..=self.names.len() as ClientId)
+                .find(|id| !self.claims.contains_key(id))
+                .ok_or_else(|| {
+                    FlintError::Precondition(format!(
+                        "every one of the {} client slots is claimed",
+                        self.names.len()
+                    ))
+                })?,
+        };
+        self.check_claim(id, token, peer)?;
+        self.claims.insert(id, (hash, holder));
+        Ok((id, self.name(id).unwrap_or_default().to_string()))
+    }
+
+    /// Whether a call naming client `id` comes from the process that holds it.
+    pub fn check(&self, id: ClientId, token: Option<&str>, peer: &Peer) -> Result<()> {
+        let Some(token) = token else {
+            return Err(FlintError::Unauthenticated(
+                "the call carries no client token (flint-token metadata); join first".into(),
+            ));
+        };
+        let Some((held, _)) = self.claims.get(&id) else {
+            return Err(FlintError::Unauthenticated(format!(
+                "client {id} has not joined"
+            )));
+        };
+        let name = self.name(id).unwrap_or_default();
+        certified_for(peer, name)?;
+        if hash(token)? != *held {
+            return Err(FlintError::PermissionDenied(format!(
+                "the token does not hold client {name:?}"
+            )));
+        }
+        Ok(())
+    }
+
+    pub fn claimed(&self) -> usize {
+        self.claims.len()
+    }
+}
+
+fn uncertified() -> FlintError {
+    FlintError::Unauthenticated("mutual TLS is required: present a client certificate".into())
+}
+
+/// Whether `peer` may act as the slot called `name`.
+fn certified_for(peer: &Peer, name: &str) -> Result<()> {
+    match peer {
+        Peer::Anonymous => Ok(()),
+        Peer::Uncertified => Err(uncertified()),
+        Peer::Certified(cn) if cn == name || cn == POOL_IDENTITY => Ok(()),
+        Peer::Certified(cn) => Err(FlintError::PermissionDenied(format!(
+            "the client certificate names {cn:?}, not {name:?}"
+        ))),
+    }
+}
+
+fn hash(token: &str) -> Result<[u8; 32]> {
+    if !TOKEN_DIGITS.contains(&token.len()) || !token.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(FlintError::Unauthenticated(format!(
+            "a client token is {} to {} hex digits",
+            TOKEN_DIGITS.start(),
+            TOKEN_DIGITS.end()
+        )));
+    }
+    Ok(Sha256::digest(token.as_bytes()).into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: &str = "0123456789abcdef0123456789abcdef";
+    const B: &str = "fedcba9876543210fedcba9876543210";
+
+    fn ids() -> Identities {
+        Identities::new(vec!["client-1".into(), "client-2".into()])
+    }
+
+    #[test]
+    fn a_slot_bound_to_one_token_refuses_every_other() {
+        let mut i = ids();
+        i.check_claim(1, A, &Peer::Anonymous).unwrap();
+        i.bind(1, A, Holder::default()).unwrap();
+        // The same token may join again (a lost reply); another may not.
+        i.check_claim(1, A, &Peer::Anonymous).unwrap();
+        let e = i.check_claim(1, B, &Peer::Anonymous).unwrap_err();
+        assert!(matches!(e, FlintError::PermissionDenied(m) if m.contains("already held")));
+        i.check(1, Some(A), &Peer::Anonymous).unwrap();
+        assert!(matches!(
+            i.check(1, Some(B), &Peer::Anonymous),
+            Err(FlintError::PermissionDenied(_))
+        ));
+        assert!(matches!(
+            i.check(1, None, &Peer::Anonymous),
+            Err(FlintError::Unauthenticated(_))
+        ));
+        assert!(matches!(
+            i.check(2, Some(A), &Peer::Anonymous),
+            Err(FlintError::Unauthenticated(_))
+        ));
+    }
+
+    #[test]
+    fn short_or_non_hex_tokens_are_refused() {
+        let i = ids();
+        for t in ["", "abc", &"g".repeat(32), &"a".repeat(129)] {
+            assert!(matches!(
+                i.check_claim(1, t, &Peer::Anonymous),
+                Err(FlintError::Unauthenticated(_))
+            ));
+        }
+    }
+
+    #[test]
+    fn a_certificate_acts_only_for_the_client_it_names() {
+        let mut i = ids();
+        let one = Peer::Certified("client-1".into());
+        let e = i.check_claim(2, A, &one).unwrap_err();
+        assert!(matches!(e, FlintError::PermissionDenied(m) if m.contains("not \"client-2\"")));
+        i.check_claim(1, A, &one).unwrap();
+        i.bind(1, A, Holder::default()).unwrap();
+        let two = Peer::Certified("client-2".into());
+        assert!(matches!(
+            i.check(1, Some(A), &two),
+            Err(FlintError::PermissionDenied(_))
+        ));
+        assert!(matches!(
+            i.check(1, Some(A), &Peer::Uncertified),
+            Err(FlintError::Unauthenticated(_))
+        ));
+        i.check(1, Some(A), &Peer::Certified(POOL_IDENTITY.into()))
+            .unwrap();
+    }
+
+    #[test]
+    fn unnamed_clients_get_slots_by_arrival_and_keep_them() {
+        let mut i = ids();
+        assert_eq!(
+            i.claim_any(B, &Peer::Anonymous, Holder::default())
+                .unwrap()
+                .0,
+            1
+        );
+        assert_eq!(
+            i.claim_any(A, &Peer::Anonymous, Holder::default())
+                .unwrap()
+                .0,
+            2
+        );
+        // A repeated claim gets its slot back; a third token finds none left.
+        assert_eq!(
+            i.claim_any(B, &Peer::Anonymous, Holder::default()).unwrap(),
+            (1, "client-1".into())
+        );
+        let e = i
+            .claim_any(&"c".repeat(32), &Peer::Anonymous, Holder::default())
+            .unwrap_err();
+        assert!(matches!(e, FlintError::Precondition(m) if m.contains("every one of the 2")));
+    }
+
+    #[test]
+    fn an_unnamed_client_with_its_own_certificate_gets_its_own_slot() {
+        let mut i = ids();
+        let two = Peer::Certified("client-2".into());
+        assert_eq!(i.claim_any(A, &two, Holder::default()).unwrap().0, 2);
+        let stranger = Peer::Certified("mallory".into());
+        assert!(matches!(
+            i.claim_any(B, &stranger, Holder::default()),
+            Err(FlintError::PermissionDenied(_))
+        ));
+        let pool = Peer::Certified(POOL_IDENTITY.into());
+        assert_eq!(i.claim_any(B, &pool, Holder::default()).unwrap().0, 1);
+    }
+}

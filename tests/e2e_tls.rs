@@ -1,0 +1,342 @@
+//! TLS, mutual TLS and client identity with real processes on loopback (PROTOCOL.md §Identity).
+
+mod support;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::Output;
+use std::time::Duration;
+
+use flint_client::proto::aggregator_client::AggregatorClient;
+use flint_common::config::Experiment;
+use flint_common::wire::TOKEN_HEADER;
+use flint_common::wire::chunks::{MAX_CHUNK, split};
+use flint_common::wire::proto::payload::Kind;
+use flint_common::wire::proto::{
+    DataSummary, EvalReport, JoinRequest, LinearModel, Payload, RoundRequest, UpdateHeader,
+};
+use support::*;
+use tonic::Code;
+
+fn certs(out: &Path, clients: &str, pool: bool) {
+    let mut cmd = flint();
+    cmd.args(["certs", "--clients", clients, "--out"]).arg(out);
+    if pool {
+        cmd.arg("--pool");
+    }
+    ok(&mut cmd);
+}
+
+/// A client process that is expected to be refused; its stderr.
+fn refused_client(exp: &Path, addr: &str, name: &str, tls: &[String], dir: &Path) -> String {
+    let out: Output = flint()
+        .args([
+            "client",
+            "--server",
+            addr,
+            "--retry-secs",
+            "2",
+            "--name",
+            name,
+        ])
+        .arg("--experiment")
+        .arg(exp)
+        .arg("--out")
+        .arg(dir)
+        .args(tls)
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{name} was admitted");
+    String::from_utf8_lossy(&out.stderr).to_string()
+}
+
+/// Issue 16 §3: with a client CA the server admits only certified clients, and a certificate
+/// acts only as the client it names; the honest clients' run completes meanwhile.
+#[test]
+fn mutual_tls_admits_each_certificate_as_its_own_client_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let exp = write(d, "mtls.toml", &synthetic_experiment("mtls", 3, 2, ""));
+    certs(&d.join("pki"), "2", false);
+    certs(&d.join("other"), "2", false);
+    for key in ["pki/server.key", "pki/clients/client-1.key"] {
+        let mode = std::fs::metadata(d.join(key)).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "{key} is private");
+    }
+    let p = |f: &str| d.join("pki").join(f).display().to_string();
+    let o = |f: &str| d.join("other").join(f).display().to_string();
+    let (server_args, ca) = (
+        [
+            "--tls-cert".to_string(),
+            p("server.crt"),
+            "--tls-key".into(),
+            p("server.key"),
+            "--tls-client-ca".into(),
+            p("ca.crt"),
+        ],
+        p("ca.crt"),
+    );
+    let server_args: Vec<&str> = server_args.iter().map(String::as_str).collect();
+    let (mut server, addr) = start_server_with(&exp, d, &server_args);
+    let url = format!("https://{addr}");
+    let with = |cert: String, key: String| {
+        vec![
+            "--tls-ca".to_string(),
+            ca.clone(),
+            "--tls-cert".into(),
+            cert,
+            "--tls-key".into(),
+            key,
+        ]
+    };
+
+    // No certificate: the handshake fails.
+    let e = refused_client(&exp, &url, "client-1", &["--tls-ca".into(), ca.clone()], d);
+    assert!(e.contains("CertificateRequired"), "{e}");
+    // A certificate of another CA.
+    let other = with(o("clients/client-1.crt"), o("clients/client-1.key"));
+    let e = refused_client(&exp, &url, "client-1", &other, d);
+    assert!(e.contains("fatal alert"), "{e}");
+    // client-2's certificate, claiming to be client-1.
+    let wrong = with(p("clients/client-2.crt"), p("clients/client-2.key"));
+    let e = refused_client(&exp, &url, "client-1", &wrong, d);
+    assert!(
+        e.contains("permission")
+            && e.contains("the client certificate names \\\"client-2\\\", not \\\"client-1\\\""),
+        "{e}"
+    );
+    // Plaintext to a TLS server.
+    let e = refused_client(&exp, &format!("http://{addr}"), "client-1", &[], d);
+    assert!(e.contains("cannot join"), "{e}");
+
+    let mut honest = Vec::new();
+    for name in ["client-1", "client-2"] {
+        let args = with(
+            p(&format!("clients/{name}.crt")),
+            p(&format!("clients/{name}.key")),
+        );
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        honest.push(start_clients_with(&exp, &url, &[name], d, &args));
+    }
+    assert!(server.wait(Duration::from_secs(60)).success());
+    for c in &mut honest {
+        assert!(c.wait(Duration::from_secs(30)).success());
+    }
+    let r = results(d);
+    assert_eq!(r.rounds.len(), 4);
+    for rr in &r.rounds[1..] {
+        assert_eq!(rr.participants, vec![1, 2], "round {}", rr.round);
+    }
+    for c in &r.clients {
+        assert_eq!(c.certificate.as_deref(), Some(c.name.as_str()));
+    }
+}
+
+fn join(name: &str, token: &str, fingerprint: &str) -> JoinRequest {
+    JoinRequest {
+        client_name: name.into(),
+        experiment_fingerprint: fingerprint.into(),
+        summary: Some(DataSummary {
+            train_class_counts: vec![200, 100],
+            test_samples: 75,
+            features: 6,
+            compute_ghz: 2.0,
+        }),
+        token: token.into(),
+        host: "hand".into(),
+    }
+}
+
+fn with_token<T>(msg: T, token: &str) -> tonic::Request<T> {
+    let mut r = tonic::Request::new(msg);
+    r.metadata_mut()
+        .insert(TOKEN_HEADER, token.parse().unwrap());
+    r
+}
+
+/// Issue 16 §3, without mutual TLS: a client id is worth nothing without the token its holder
+/// joined with. Every attempt to act as client-1 is refused, and the run ends as it would have.
+#[test]
+fn a_client_id_cannot_be_used_without_its_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let exp = write(
+        d,
+        "ids.toml",
+        &synthetic_experiment(
+            "ids",
+            2,
+            3,
+            "min_updates = 2\nround_timeout_secs = 2\neval_timeout_secs = 5",
+        ),
+    );
+    let fingerprint = Experiment::load(&exp, &[]).unwrap().fingerprint;
+    let (mut server, addr) = start_server(&exp, d);
+    let mut honest = start_clients(&exp, &addr, &["client-1", "client-2"], d);
+    wait_for(Duration::from_secs(30), || {
+        status(d).filter(|s| s.joined >= 2)
+    });
+
+    let mine = "ab".repeat(16);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let mut g = AggregatorClient::connect(addr.clone()).await.unwrap();
+        // Joining under a held name, with another token.
+        let e = g
+            .join(join("client-1", &mine, &fingerprint))
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+        assert!(e.message().contains("already held"), "{e:?}");
+        // A refused Join reveals none of the run's names.
+        let e = g
+            .join(join("nobody", &mine, &fingerprint))
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::NotFound, "{e:?}");
+        assert!(!e.message().contains("client-1"), "{e:?}");
+        let run_id = g
+            .join(join("client-3", &mine, &fingerprint))
+            .await
+            .unwrap()
+            .into_inner()
+            .run_id;
+        let ask = RoundRequest {
+            client_id: 1,
+            run_id: run_id.clone(),
+            after_round: 0,
+        };
+        let e = g.get_round(ask.clone()).await.unwrap_err();
+        assert_eq!(e.code(), Code::Unauthenticated, "{e:?}");
+        let e = g.get_round(with_token(ask, &mine)).await.unwrap_err();
+        assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+        let header = UpdateHeader {
+            client_id: 1,
+            run_id: run_id.clone(),
+            round: 1,
+            payload_len: 0,
+        };
+        let update = Payload {
+            kind: Some(Kind::LinearModel(LinearModel {
+                weights: vec![9.0; 6],
+                bias: 9.0,
+            })),
+        };
+        let chunks = split(header, &update, MAX_CHUNK);
+        let e = g
+            .push_update(with_token(tokio_stream::iter(chunks), &mine))
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+        let report = EvalReport {
+            client_id: 1,
+            run_id,
+            round: 1,
+            classes: 2,
+            confusion: vec![1000, 0, 0, 1000],
+            global_test: false,
+            predictor: String::new(),
+        };
+        let e = g.report_eval(with_token(report, &mine)).await.unwrap_err();
+        assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+        // client-3 now falls silent; its rounds close at the timeout.
+    });
+    assert!(server.wait(Duration::from_secs(60)).success());
+    assert!(honest.wait(Duration::from_secs(30)).success());
+    let r = results(d);
+    for rr in &r.rounds[1..] {
+        assert_eq!(rr.participants, vec![1, 2], "round {}", rr.round);
+        let m = &rr.metrics[&1];
+        assert!(m.accuracy < 1.0, "client-1's figures are its own: {m:?}");
+    }
+    let hosts: Vec<&str> = r.clients.iter().map(|c| c.host.as_str()).collect();
+    assert_eq!(hosts[2], "hand");
+}
+
+/// Issue 16 §2: clients started without a name get the slots by arrival, and the run is the
+/// same as with names (the slot, not the process, decides the data).
+#[test]
+fn clients_started_without_names_claim_the_slots_and_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let exp = write(d, "auto.toml", &synthetic_experiment("auto", 2, 3, ""));
+    let (mut server, addr) = start_server(&exp, d);
+    let mut clients = start_clients(&exp, &addr, &["auto", "auto", "auto"], d);
+    assert!(server.wait(Duration::from_secs(60)).success());
+    assert!(clients.wait(Duration::from_secs(30)).success());
+    let auto = results(d);
+    let ids: Vec<u32> = auto.clients.iter().map(|c| c.id).collect();
+    assert_eq!(ids, vec![1, 2, 3]);
+    let named = tempfile::tempdir().unwrap();
+    let (mut server, addr) = start_server(&exp, named.path());
+    let mut clients = start_clients(
+        &exp,
+        &addr,
+        &["client-1", "client-2", "client-3"],
+        named.path(),
+    );
+    assert!(server.wait(Duration::from_secs(60)).success());
+    assert!(clients.wait(Duration::from_secs(30)).success());
+    let named = results(named.path());
+    for (a, n) in auto.rounds.iter().zip(&named.rounds) {
+        assert_eq!(a.metrics, n.metrics, "round {}", a.round);
+    }
+}
+
+/// Issue 16 §3–4: `flint run --tls` runs a federation over mutual TLS with the certificates it
+/// generates (the pool certificate for a process of several clients); every level is counted,
+/// and the handshakes show at the socket level only.
+#[test]
+fn flint_run_over_mutual_tls_counts_the_handshakes_at_the_socket_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let exp = write(d, "tls.toml", &synthetic_experiment("tls", 2, 3, ""));
+    let run = |runs: &str, tls: bool| {
+        let mut cmd = flint();
+        cmd.args(["run", "--clients-per-process", "2", "--runs-dir"])
+            .arg(d.join(runs))
+            .arg(&exp);
+        if tls {
+            cmd.arg("--tls");
+        }
+        ok(&mut cmd);
+        results(&d.join(runs).join("tls"))
+    };
+    let (tls, plain) = (run("a", true), run("b", false));
+    assert!(d.join("a/tls/pki/clients/pool.key").exists());
+    for (a, b) in tls.rounds.iter().zip(&plain.rounds) {
+        assert_eq!(
+            a.metrics, b.metrics,
+            "TLS changes no figure (round {})",
+            a.round
+        );
+    }
+    for id in 1..=3u32 {
+        let (t, p) = (
+            &tls.client_ledgers[&id].flows[&id],
+            &plain.client_ledgers[&id].flows[&id],
+        );
+        for (round, tf) in t {
+            let pf = &p[round];
+            for (what, t, p) in [("up", &tf.up, &pf.up), ("down", &tf.down, &pf.down)] {
+                let at = format!("client {id} round {round} {what}");
+                assert_eq!(t.payload, p.payload, "{at}: same payload");
+                assert_eq!(t.message, p.message, "{at}: same gRPC bodies");
+                assert!(
+                    t.socket >= t.message,
+                    "{at}: socket {} < message {}",
+                    t.socket,
+                    t.message
+                );
+            }
+        }
+        // The handshake (certificates both ways) is in round 0.
+        let (t0, p0) = (&t[&0], &p[&0]);
+        assert!(
+            t0.up.socket > p0.up.socket + 500 && t0.down.socket > p0.down.socket + 500,
+            "client {id}: TLS join {:?} vs plaintext {:?}",
+            t0,
+            p0
+        );
+    }
+}
