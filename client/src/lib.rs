@@ -155,6 +155,14 @@ pub struct ClientReport {
     pub ledger: Ledger,
 }
 
+/// [`run`], ended by SIGTERM or SIGINT (a client may be PID 1 in its container).
+pub async fn run_until_stopped(args: ClientArgs) -> anyhow::Result<Vec<ClientReport>> {
+    tokio::select! {
+        done = run(args) => done,
+        signal = flint_common::signal::interrupted() => bail!("stopped by {signal}"),
+    }
+}
+
 /// Runs every named client of this process to the end of the run.
 pub async fn run(args: ClientArgs) -> anyhow::Result<Vec<ClientReport>> {
     flint_common::logging::init(args.log_format);

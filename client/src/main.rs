@@ -14,7 +14,7 @@ struct Cli {
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    match flint_client::run(cli.args).await {
+    match flint_client::run_until_stopped(cli.args).await {
         Ok(_) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("flint-client: {e:#}");

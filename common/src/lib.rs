@@ -28,4 +28,6 @@ pub mod logging;
 #[cfg(feature = "shell")]
 pub mod meter;
 #[cfg(feature = "shell")]
+pub mod signal;
+#[cfg(feature = "shell")]
 pub mod tls;

@@ -78,9 +78,10 @@ fn main() -> ExitCode {
         Command::Server(args) => {
             runtime().and_then(|rt| rt.block_on(flint_server::run(args)).map(|_| ()))
         }
-        Command::Client(args) => {
-            runtime().and_then(|rt| rt.block_on(flint_client::run(args)).map(|_| ()))
-        }
+        Command::Client(args) => runtime().and_then(|rt| {
+            rt.block_on(flint_client::run_until_stopped(args))
+                .map(|_| ())
+        }),
         Command::Health(args) => runtime().and_then(|rt| rt.block_on(flint_client::health(args))),
         Command::Certs(args) => certs::certs(args),
         Command::Data {

@@ -230,7 +230,7 @@ pub async fn serve_with(
     let serving = tokio::spawn(server);
     tokio::select! {
         _ = &mut ticker => {}
-        signal = interrupted() => {
+        signal = flint_common::signal::interrupted() => {
             tracing::warn!(signal, "interrupted; writing results so far");
             ticker.abort();
         }
@@ -260,18 +260,6 @@ pub async fn serve_with(
     write_status(&shared, out);
     tracing::info!(out = %out.display(), "results written");
     Ok(results)
-}
-
-/// SIGINT or SIGTERM.
-async fn interrupted() -> &'static str {
-    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(_) => return tokio::signal::ctrl_c().await.map_or("none", |_| "SIGINT"),
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => "SIGINT",
-        _ = term.recv() => "SIGTERM",
-    }
 }
 
 /// Closes rounds at their timeouts and keeps status.json current until the run is done.

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Builds the flint image from nothing (no base image, no registry): a statically linked flint
+# (glibc, crt-static; the musl target is not needed) copied into `FROM scratch`.
+#   deploy/build-image.sh [IMAGE]   (default flint:latest)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+image="${1:-flint:latest}"
+target=x86_64-unknown-linux-gnu
+# Static only for the target: build scripts and proc macros stay dynamic host binaries.
+RUSTFLAGS='-C target-feature=+crt-static' CARGO_PROFILE_RELEASE_DEBUG=0 \
+  cargo build --release --locked --target "$target" -p flint
+context=target/image
+rm -rf "$context" && mkdir -p "$context"
+cp "target/$target/release/flint" deploy/Dockerfile "$context/"
+if ldd "$context/flint" >/dev/null 2>&1; then
+  echo "build-image: $context/flint is not statically linked" >&2
+  exit 1
+fi
+docker build -q -t "$image" "$context"
+echo "built $image ($(du -h "$context/flint" | cut -f1) binary)"
