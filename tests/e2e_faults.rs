@@ -36,7 +36,6 @@ fn hand_made_join(name: &str, fingerprint: &str) -> JoinRequest {
             compute_ghz: 2.0,
         }),
         token: token_for(name),
-        host: String::new(),
     }
 }
 

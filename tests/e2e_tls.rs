@@ -9,12 +9,12 @@ use std::time::Duration;
 
 use flint_client::proto::aggregator_client::AggregatorClient;
 use flint_common::config::Experiment;
-use flint_common::wire::TOKEN_HEADER;
 use flint_common::wire::chunks::{MAX_CHUNK, split};
 use flint_common::wire::proto::payload::Kind;
 use flint_common::wire::proto::{
     DataSummary, EvalReport, JoinRequest, LinearModel, Payload, RoundRequest, UpdateHeader,
 };
+use flint_common::wire::{HOST_HEADER, TOKEN_HEADER};
 use support::*;
 use tonic::Code;
 
@@ -143,7 +143,6 @@ fn join(name: &str, token: &str, fingerprint: &str) -> JoinRequest {
             compute_ghz: 2.0,
         }),
         token: token.into(),
-        host: "hand".into(),
     }
 }
 
@@ -195,12 +194,10 @@ fn a_client_id_cannot_be_used_without_its_token() {
             .unwrap_err();
         assert_eq!(e.code(), Code::NotFound, "{e:?}");
         assert!(!e.message().contains("client-1"), "{e:?}");
-        let run_id = g
-            .join(join("client-3", &mine, &fingerprint))
-            .await
-            .unwrap()
-            .into_inner()
-            .run_id;
+        let mut hand = tonic::Request::new(join("client-3", &mine, &fingerprint));
+        hand.metadata_mut()
+            .insert(HOST_HEADER, "hand".parse().unwrap());
+        let run_id = g.join(hand).await.unwrap().into_inner().run_id;
         let ask = RoundRequest {
             client_id: 1,
             run_id: run_id.clone(),

@@ -25,7 +25,9 @@ use flint_common::wire::proto::{
     ClaimRequest, DataSummary, EvalReport, JoinRequest, Payload, RoundRequest, RoundTask,
     UpdateHeader,
 };
-use flint_common::wire::{CLIENT_HEADER, ROUND_HEADER, TOKEN_HEADER, paper_convention_bytes};
+use flint_common::wire::{
+    CLIENT_HEADER, HOST_HEADER, ROUND_HEADER, TOKEN_HEADER, paper_convention_bytes,
+};
 use flint_common::{ClientId, Round};
 use hyper_util::rt::TokioIo;
 use prost::Message;
@@ -136,6 +138,13 @@ fn host_name() -> String {
         .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
         .map(|h| h.trim().to_string())
         .unwrap_or_default()
+}
+
+fn with_host<T>(mut r: Request<T>) -> Request<T> {
+    if let Ok(host) = host_name().parse() {
+        r.metadata_mut().insert(HOST_HEADER, host);
+    }
+    r
 }
 
 /// A fresh random token (128 bits, hex) that binds one client slot to this process.
@@ -336,11 +345,10 @@ impl Shell {
         let ask = ClaimRequest {
             experiment_fingerprint: self.experiment.fingerprint.clone(),
             token: token.to_string(),
-            host: host_name(),
         };
         let reply = retry_bounded(self.retry_for, Some(JOIN_ATTEMPT), "claim", || {
             let mut g = conn.grpc.clone();
-            let req = Request::new(ask.clone());
+            let req = with_host(Request::new(ask.clone()));
             async move { g.claim(req).await }
         })
         .await
@@ -414,11 +422,10 @@ impl Client {
             experiment_fingerprint: self.experiment.fingerprint.clone(),
             summary: Some(self.summary.clone()),
             token: self.token.clone(),
-            host: host_name(),
         };
         let reply = retry_bounded(retry_for, Some(JOIN_ATTEMPT), "join", || {
             let mut g = self.grpc.clone();
-            let req = Request::new(join.clone());
+            let req = with_host(Request::new(join.clone()));
             async move { g.join(req).await }
         })
         .await

@@ -11,12 +11,39 @@ use flint_server::results::RunResults;
 use crate::run::kb;
 
 pub fn print(dir: &Path) -> anyhow::Result<()> {
-    let path = dir.join("results.json");
-    let bytes = std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
-    let r = RunResults::read(&bytes)
-        .with_context(|| format!("{} is not a flint results file", path.display()))?;
+    let r = load(dir)?;
     print!("{}", render(&r));
     Ok(())
+}
+
+/// A run's results.json with the ledgers and training times its clients wrote beside it
+/// (clients/client-<name>.json), where results.json does not hold them yet: a federation of
+/// containers leaves them there, `flint run` merges them itself.
+pub fn load(dir: &Path) -> anyhow::Result<RunResults> {
+    let path = dir.join("results.json");
+    let bytes = std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
+    let mut results = RunResults::read(&bytes)
+        .with_context(|| format!("{} is not a flint results file", path.display()))?;
+    let Ok(entries) = std::fs::read_dir(dir.join("clients")) else {
+        return Ok(results);
+    };
+    for entry in entries.flatten() {
+        let p = entry.path();
+        if p.extension().is_none_or(|x| x != "json") {
+            continue;
+        }
+        let r: flint_client::ClientReport = serde_json::from_slice(&std::fs::read(&p)?)
+            .with_context(|| format!("cannot read {}", p.display()))?;
+        results
+            .client_ledgers
+            .entry(r.client_id)
+            .or_insert(r.ledger);
+        results
+            .client_train_seconds
+            .entry(r.client_id)
+            .or_insert(r.train_seconds);
+    }
+    Ok(results)
 }
 
 /// Strategies that cluster (TPFL): each round's clusters as class: size, and the paper's

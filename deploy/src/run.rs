@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use flint_common::config::{Experiment, parse_override};
-use flint_server::results::{RunResults, Status};
+use flint_server::results::Status;
 
 use crate::report::levels;
 
@@ -369,19 +369,7 @@ pub fn kb(bytes: u64) -> String {
 /// results.json.
 fn merge_client_ledgers(dir: &Path) -> anyhow::Result<()> {
     let path = dir.join("results.json");
-    let mut results = RunResults::read(&std::fs::read(&path)?)
-        .with_context(|| format!("cannot read {}", path.display()))?;
-    for entry in std::fs::read_dir(dir.join("clients"))?.flatten() {
-        let p = entry.path();
-        if p.extension().is_some_and(|x| x == "json") {
-            let r: flint_client::ClientReport = serde_json::from_slice(&std::fs::read(&p)?)
-                .with_context(|| format!("cannot read {}", p.display()))?;
-            results.client_ledgers.insert(r.client_id, r.ledger);
-            results
-                .client_train_seconds
-                .insert(r.client_id, r.train_seconds);
-        }
-    }
+    let results = crate::report::load(dir)?;
     std::fs::write(&path, serde_json::to_vec_pretty(&results)?)?;
     std::fs::write(
         dir.join("rounds.csv"),

@@ -17,7 +17,9 @@ use flint_common::wire::proto::{
     Ack, ClaimReply, ClaimRequest, EvalReport, JoinReply, JoinRequest, RoundRequest, RoundTask,
     UpdateChunk,
 };
-use flint_common::wire::{CLIENT_HEADER, ROUND_HEADER, TOKEN_HEADER, paper_convention_bytes};
+use flint_common::wire::{
+    CLIENT_HEADER, HOST_HEADER, ROUND_HEADER, TOKEN_HEADER, paper_convention_bytes,
+};
 use flint_common::{ClientId, FlintError, Round};
 use prost::Message;
 use tokio::sync::watch;
@@ -83,6 +85,16 @@ impl Shared {
             .and_then(|info| info.peer_certs())
             .and_then(|certs| certs.first().and_then(|c| common_name(c)))
             .map_or(Peer::Uncertified, Peer::Certified)
+    }
+
+    /// The host a joining client says it runs on.
+    fn host<T>(request: &Request<T>) -> String {
+        request
+            .metadata()
+            .get(HOST_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string()
     }
 
     /// Whether the caller holds `client` (its token, its certificate) and has joined. Checked
@@ -170,6 +182,7 @@ impl Aggregator for AggregatorService {
     async fn join(&self, request: Request<JoinRequest>) -> Result<Response<JoinReply>, Status> {
         let s = &self.0;
         let peer = s.peer(&request);
+        let host = Shared::host(&request);
         let req = request.into_inner();
         // Refusals name nothing of the run (its clients, its fingerprint): the caller has not
         // proved it belongs to it.
@@ -201,7 +214,7 @@ impl Aggregator for AggregatorService {
                 .join(id, summary, Instant::now())
                 .map_err(status)?;
             identities
-                .bind(id, &req.token, Holder::new(&req.host, &peer))
+                .bind(id, &req.token, Holder::new(&host, &peer))
                 .map_err(status)?;
         }
         let reply = JoinReply {
@@ -223,6 +236,7 @@ impl Aggregator for AggregatorService {
     async fn claim(&self, request: Request<ClaimRequest>) -> Result<Response<ClaimReply>, Status> {
         let s = &self.0;
         let peer = s.peer(&request);
+        let host = Shared::host(&request);
         let req = request.into_inner();
         if req.experiment_fingerprint != s.experiment.fingerprint {
             return Err(status(FlintError::Precondition(format!(
@@ -232,7 +246,7 @@ impl Aggregator for AggregatorService {
         }
         let (id, name) = s
             .identities()
-            .claim_any(&req.token, &peer, Holder::new(&req.host, &peer))
+            .claim_any(&req.token, &peer, Holder::new(&host, &peer))
             .map_err(status)?;
         tracing::info!(client = id, name = %name, ?peer, "client slot claimed");
         let reply = ClaimReply {

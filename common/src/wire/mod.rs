@@ -27,6 +27,8 @@ pub const CLIENT_HEADER: &str = "flint-client-id";
 pub const ROUND_HEADER: &str = "flint-round";
 /// The token a client bound its slot to at Join; every later call carries it.
 pub const TOKEN_HEADER: &str = "flint-token";
+/// The host a client runs on (its container's hostname), sent with Join and Claim.
+pub const HOST_HEADER: &str = "flint-host";
 
 pub fn kind_name(p: &Payload) -> &'static str {
     match &p.kind {
