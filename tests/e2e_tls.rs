@@ -90,19 +90,19 @@ fn mutual_tls_admits_each_certificate_as_its_own_client_only() {
         ]
     };
 
-    // No certificate: the handshake fails.
+    // No certificate, or one of another CA: the handshake is refused (the client sees the
+    // server's alert or the closed connection, whichever comes first).
+    let handshake = "if the TLS handshake was refused";
     let e = refused_client(&exp, &url, "client-1", &["--tls-ca".into(), ca.clone()], d);
-    assert!(e.contains("CertificateRequired"), "{e}");
-    // A certificate of another CA.
+    assert!(e.contains(handshake), "{e}");
     let other = with(o("clients/client-1.crt"), o("clients/client-1.key"));
     let e = refused_client(&exp, &url, "client-1", &other, d);
-    assert!(e.contains("fatal alert"), "{e}");
+    assert!(e.contains(handshake), "{e}");
     // client-2's certificate, claiming to be client-1.
     let wrong = with(p("clients/client-2.crt"), p("clients/client-2.key"));
     let e = refused_client(&exp, &url, "client-1", &wrong, d);
     assert!(
-        e.contains("permission")
-            && e.contains("the client certificate names \\\"client-2\\\", not \\\"client-1\\\""),
+        e.contains(r#"cannot join: the client certificate names "client-2", not "client-1""#),
         "{e}"
     );
     // Plaintext to a TLS server.
@@ -127,6 +127,7 @@ fn mutual_tls_admits_each_certificate_as_its_own_client_only() {
     for rr in &r.rounds[1..] {
         assert_eq!(rr.participants, vec![1, 2], "round {}", rr.round);
     }
+    assert_eq!(r.clients.len(), 2, "no refused client joined");
     for c in &r.clients {
         assert_eq!(c.certificate.as_deref(), Some(c.name.as_str()));
     }

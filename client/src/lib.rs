@@ -152,6 +152,31 @@ fn new_token() -> String {
     format!("{:032x}", rand::random::<u128>())
 }
 
+/// The token kept in `path`, or a new one written there (mode 0600).
+fn kept_token(path: &std::path::Path) -> anyhow::Result<String> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    if let Ok(kept) = std::fs::read_to_string(path) {
+        let kept = kept.trim();
+        if kept.len() >= 32 && kept.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Ok(kept.to_string());
+        }
+    }
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    let token = new_token();
+    let _ = std::fs::remove_file(path);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .and_then(|mut f| f.write_all(token.as_bytes()))
+        .with_context(|| format!("cannot keep the client token in {}", path.display()))?;
+    Ok(token)
+}
+
 /// What a client leaves in `--out`: its own view of the bytes it exchanged.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ClientReport {
@@ -211,9 +236,21 @@ pub async fn run(args: ClientArgs) -> anyhow::Result<Vec<ClientReport>> {
     // Every client gets its connection and token first; an `auto` one asks for its slot, since
     // which data it loads depends on it.
     let mut slots = BTreeMap::new();
+    let mut autos = 0;
     for name in &args.names {
         let conn = shell.connect()?;
-        let token = new_token();
+        // Kept in --out, so that this client started again is still itself (an `auto` one by
+        // host and position: containers may share --out).
+        let stem = if name == AUTO {
+            autos += 1;
+            format!("auto-{}-{autos}", host_name())
+        } else {
+            format!("client-{name}")
+        };
+        let token = match &args.out {
+            Some(dir) => kept_token(&dir.join(format!("{stem}.token")))?,
+            None => new_token(),
+        };
         let (name, id) = if name == AUTO {
             shell.claim(&conn, &token).await?
         } else {
@@ -287,6 +324,8 @@ struct Client {
     summary: DataSummary,
     /// Binds this client's slot to this process (see `Join`).
     token: String,
+    /// Whether it speaks TLS (for the hint when a handshake fails).
+    tls: bool,
     grpc: Grpc,
     ledger: Arc<SharedLedger>,
     trainers: Arc<tokio::sync::Semaphore>,
@@ -382,6 +421,7 @@ impl Shell {
             id,
             summary,
             token,
+            tls: self.tls.tls_ca.is_some(),
             grpc: conn.grpc,
             ledger: conn.ledger,
             trainers: self.trainers.clone(),
@@ -429,7 +469,25 @@ impl Client {
             async move { g.join(req).await }
         })
         .await
-        .with_context(|| format!("client {} cannot join", self.name))?;
+        .map_err(|s| {
+            let name = &self.name;
+            match s.code() {
+                Code::PermissionDenied => anyhow::anyhow!(
+                    "client {name} cannot join: {}; a client started again must reuse its token: give it the same --out",
+                    s.message()
+                ),
+                // The server's own refusals say what is wrong; transport failures need the
+                // details (a TLS alert, say).
+                Code::Unauthenticated | Code::NotFound | Code::FailedPrecondition
+                | Code::InvalidArgument => {
+                    anyhow::anyhow!("client {name} cannot join: {}", s.message())
+                }
+                _ if self.tls => anyhow::anyhow!(
+                    "client {name} cannot join: {s}; if the TLS handshake was refused, check --tls-ca, and whether the server requires a client certificate (--tls-cert, --tls-key) from its CA"
+                ),
+                _ => anyhow::anyhow!("client {name} cannot join: {s}"),
+            }
+        })?;
         if reply.client_id != self.id {
             bail!(
                 "server gave client {} id {} but the experiment says {}",

@@ -80,10 +80,15 @@ impl Identities {
             .name(id)
             .ok_or_else(|| FlintError::UnknownClient(format!("unknown client id {id}")))?;
         certified_for(peer, name)?;
+        // A client's own certificate is its identity: started again with a new token, it takes
+        // its slot back. A pool certificate names no slot, so there the token decides.
+        let own_certificate = matches!(peer, Peer::Certified(cn) if cn == name);
         match self.claims.get(&id) {
-            Some((held, _)) if *held != hash => Err(FlintError::PermissionDenied(format!(
-                "client {name:?} is already held by another process"
-            ))),
+            Some((held, _)) if *held != hash && !own_certificate => {
+                Err(FlintError::PermissionDenied(format!(
+                    "client {name:?} is already held by another process"
+                )))
+            }
             _ => Ok(()),
         }
     }
@@ -255,6 +260,20 @@ mod tests {
         ));
         i.check(1, Some(A), &Peer::Certified(POOL_IDENTITY.into()))
             .unwrap();
+        // Its own certificate, started again with a new token, takes the slot back; the pool
+        // certificate cannot.
+        let pool = Peer::Certified(POOL_IDENTITY.into());
+        assert!(matches!(
+            i.check_claim(1, B, &pool),
+            Err(FlintError::PermissionDenied(_))
+        ));
+        i.check_claim(1, B, &one).unwrap();
+        i.bind(1, B, Holder::default()).unwrap();
+        i.check(1, Some(B), &one).unwrap();
+        assert!(matches!(
+            i.check(1, Some(A), &one),
+            Err(FlintError::PermissionDenied(_))
+        ));
     }
 
     #[test]
