@@ -12,7 +12,8 @@ RUSTFLAGS='-C target-feature=+crt-static' CARGO_PROFILE_RELEASE_DEBUG=0 \
 context=target/image
 rm -rf "$context" && mkdir -p "$context"
 cp "target/$target/release/flint" deploy/Dockerfile "$context/"
-if ldd "$context/flint" >/dev/null 2>&1; then
+# A dynamic binary names its libraries ("libc.so.6 => …"); a static one names none.
+if ldd "$context/flint" 2>/dev/null | grep -q "=>"; then
   echo "build-image: $context/flint is not statically linked" >&2
   exit 1
 fi

@@ -15,7 +15,7 @@ use flint_common::clients::{BoundHalf, prepare};
 use flint_common::config::{Experiment, parse_override};
 use flint_common::data::default_data_dir;
 use flint_common::logging::LogFormat;
-use flint_common::meter::{ConnMeter, CountingIo, MessageMeterLayer, SharedLedger};
+use flint_common::meter::{ConnMeter, CountingIo, LinkMeter, MessageMeterLayer, SharedLedger};
 use flint_common::metrics::ConfusionMatrix;
 use flint_common::rng::derive_rng;
 use flint_common::strategy::Predictor;
@@ -74,6 +74,10 @@ pub struct ClientArgs {
     pub train_threads: Option<usize>,
     #[command(flatten)]
     pub tls: ClientTls,
+    /// This process is alone in its network namespace (its own container): count the bytes on
+    /// its network interfaces as the link level. Only for a process of one client.
+    #[arg(long, env = "FLINT_LINK_BYTES")]
+    pub link_bytes: bool,
 }
 
 /// The `--name` that asks the server for a slot.
@@ -187,6 +191,9 @@ pub struct ClientReport {
     #[serde(default)]
     pub train_seconds: BTreeMap<Round, f64>,
     pub ledger: Ledger,
+    /// The interfaces whose bytes are the link level; empty where it was not measured.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub link_interfaces: Vec<String>,
 }
 
 /// [`run`], ended by SIGTERM or SIGINT (a client may be PID 1 in its container).
@@ -226,9 +233,19 @@ pub async fn run(args: ClientArgs) -> anyhow::Result<Vec<ClientReport>> {
             bail!("client {name:?} is not declared in the experiment; it declares {names:?}");
         }
     }
+    let link = match (args.link_bytes, args.names.len()) {
+        (false, _) => None,
+        (true, 1) => Some(Arc::new(LinkMeter::open().context(
+            "--link-bytes: cannot read this network namespace's interface counters",
+        )?)),
+        (true, n) => bail!(
+            "--link-bytes counts a whole network namespace, so it needs a process of one client, not {n}"
+        ),
+    };
     let shell = Shell {
         server: args.server.clone(),
         tls: args.tls.clone(),
+        link,
         experiment: experiment.clone(),
         trainers: Arc::new(tokio::sync::Semaphore::new(threads)),
         retry_for: Duration::from_secs_f64(args.retry_secs.max(0.0)),
@@ -304,6 +321,7 @@ type Grpc = AggregatorClient<flint_common::meter::MessageMeter<Channel>>;
 struct Shell {
     server: String,
     tls: ClientTls,
+    link: Option<Arc<LinkMeter>>,
     experiment: Arc<Experiment>,
     /// Limits how many clients train at once, so many clients share the cores without
     /// thrashing them.
@@ -326,6 +344,8 @@ struct Client {
     token: String,
     /// Whether it speaks TLS (for the hint when a handshake fails).
     tls: bool,
+    /// The interfaces counted at the link level, if any.
+    link_interfaces: Vec<String>,
     grpc: Grpc,
     ledger: Arc<SharedLedger>,
     trainers: Arc<tokio::sync::Semaphore>,
@@ -370,7 +390,7 @@ impl Shell {
         let channel = endpoint.connect_with_connector_lazy(connector);
         let ledger = Arc::new(SharedLedger::default());
         let svc = tower::ServiceBuilder::new()
-            .layer(MessageMeterLayer::client(ledger.clone(), meter))
+            .layer(MessageMeterLayer::client(ledger.clone(), meter).with_link(self.link.clone()))
             .service(channel);
         let mut grpc = AggregatorClient::new(svc).max_decoding_message_size(2 * MAX_CHUNK);
         if let Some(enc) = self.experiment.compression.encoding() {
@@ -422,6 +442,10 @@ impl Shell {
             summary,
             token,
             tls: self.tls.tls_ca.is_some(),
+            link_interfaces: self
+                .link
+                .as_ref()
+                .map_or_else(Vec::new, |l| l.interfaces().to_vec()),
             grpc: conn.grpc,
             ledger: conn.ledger,
             trainers: self.trainers.clone(),
@@ -586,6 +610,7 @@ impl Client {
             rounds_trained: trained,
             train_seconds,
             ledger: self.ledger.snapshot(),
+            link_interfaces: self.link_interfaces.clone(),
         })
     }
 

@@ -2,7 +2,8 @@
 //!
 //! Overrides, strongest last: the file, `FLINT_…` environment variables (`FLINT_ROUNDS=3`,
 //! `FLINT_SERVER__ROUND_TIMEOUT_SECS=5`: `__` separates sections), then `--set key=value` flags.
-//! `FLINT_DATA_DIR`, `FLINT_LOG` and `FLINT_LOG_FORMAT` are not experiment keys.
+//! `FLINT_DATA_DIR`, `FLINT_LOG`, `FLINT_LOG_FORMAT`, the `FLINT_TLS_…` files and the compose
+//! file's variables are not experiment keys ([`RESERVED_ENV`]).
 //!
 //! Each section's type and its check live beside the algorithm it configures; this module only
 //! assembles them and checks the rules that tie sections together.
@@ -34,8 +35,23 @@ fn is_unset<T: Default + PartialEq>(section: &T) -> bool {
     *section == T::default()
 }
 
-/// Environment variables with the `FLINT_` prefix that are not experiment keys.
-const RESERVED_ENV: &[&str] = &["DATA_DIR", "LOG", "LOG_FORMAT"];
+/// Environment variables with the `FLINT_` prefix that are not experiment keys: the shells'
+/// settings (TLS files) and deploy/docker-compose.yml's.
+const RESERVED_ENV: &[&str] = &[
+    "DATA_DIR",
+    "LOG",
+    "LOG_FORMAT",
+    "TLS_CERT",
+    "TLS_KEY",
+    "TLS_CLIENT_CA",
+    "TLS_CA",
+    "TLS_SERVER_NAME",
+    "LINK_BYTES",
+    "CLIENTS",
+    "EXPERIMENT",
+    "RESULTS",
+    "IMAGE",
+];
 
 /// The experiment file as written; every section but `data` has defaults. Clients are declared
 /// one by one (`[[clients]]`) or by number (`client_count`).

@@ -27,8 +27,11 @@ impl std::str::FromStr for LogFormat {
 /// Installs the global subscriber; a second call is a no-op.
 pub fn init(format: LogFormat) {
     let filter = EnvFilter::try_from_env("FLINT_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    // Colours only on a terminal: log files and container logs stay plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Text => builder.try_init(),

@@ -288,6 +288,8 @@ fn outcome(dir: &Path) -> anyhow::Result<Outcome> {
             if let Some(c) = r.client_flow(*id, rr.round) {
                 f.up.socket = c.up.socket;
                 f.down.socket = c.down.socket;
+                f.up.link = c.up.link;
+                f.down.link = c.down.link;
             }
             up += f.up;
             down += f.down;
@@ -311,6 +313,7 @@ fn outcome(dir: &Path) -> anyhow::Result<Outcome> {
         payload: t.payload / cells.max(1),
         message: t.message / cells.max(1),
         socket: t.socket / cells.max(1),
+        link: t.link / cells.max(1),
         paper: t.paper / cells.max(1),
     };
     Ok(Outcome {

@@ -5,7 +5,7 @@ use std::path::Path;
 use anyhow::Context;
 use flint_common::metrics::Metrics;
 use flint_common::strategy::Predictor;
-use flint_common::wire::ledger::Traffic;
+use flint_common::wire::ledger::{Flow, Traffic};
 use flint_server::results::RunResults;
 
 use crate::run::kb;
@@ -42,6 +42,12 @@ pub fn load(dir: &Path) -> anyhow::Result<RunResults> {
             .client_train_seconds
             .entry(r.client_id)
             .or_insert(r.train_seconds);
+        if !r.link_interfaces.is_empty() {
+            results
+                .client_link_interfaces
+                .entry(r.client_id)
+                .or_insert(r.link_interfaces);
+        }
     }
     Ok(results)
 }
@@ -144,6 +150,7 @@ pub fn render(r: &RunResults) -> String {
         t.up.paper as f64 / 1e6,
         t.down.paper as f64 / 1e6
     );
+    s += &link_level(r);
     s += &clusters(r);
     for rr in &r.rounds {
         if let Some(g) = &rr.global_test {
@@ -261,6 +268,54 @@ fn columns(t: &Traffic) -> String {
 }
 
 /// "payload / message / socket" in the given unit.
+/// Per round, the four levels as the clients counted them, where they measured the link level;
+/// otherwise a line saying it was not measured.
+fn link_level(r: &RunResults) -> String {
+    if r.client_ledgers.is_empty() {
+        return String::new();
+    }
+    if r.client_link_interfaces.is_empty() {
+        return "Link level: not measured (the clients did not run alone in their network namespaces; \
+                `flint client --link-bytes` in its own container measures it).\n\n"
+            .into();
+    }
+    let mut interfaces: Vec<&str> = r
+        .client_link_interfaces
+        .values()
+        .flatten()
+        .map(String::as_str)
+        .collect();
+    interfaces.sort_unstable();
+    interfaces.dedup();
+    let mut s = format!(
+        "Bytes as the clients counted them, summed over the {} of {} clients that measured the link \
+         level (their own interfaces: {}; IP + TCP + TLS + gRPC):\n",
+        r.client_link_interfaces.len(),
+        r.clients.len(),
+        interfaces.join(", ")
+    );
+    s += &format!(
+        "{:>5} | {:>42} | {:>42}\n",
+        "round", "up: payload / message / socket / link", "down: payload / message / socket / link"
+    );
+    for rr in &r.rounds {
+        let mut f = Flow::default();
+        for id in r.client_link_interfaces.keys() {
+            if let Some(c) = r.client_flow(*id, rr.round) {
+                f += *c;
+            }
+        }
+        let four = |t: &Traffic| format!("{} / {}", levels(t, kb), kb(t.link));
+        s += &format!(
+            "{:>5} | {:>42} | {:>42}\n",
+            rr.round,
+            four(&f.up),
+            four(&f.down)
+        );
+    }
+    s + "\n"
+}
+
 pub fn levels(t: &Traffic, unit: fn(u64) -> String) -> String {
     format!(
         "{} / {} / {}",

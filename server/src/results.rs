@@ -100,6 +100,10 @@ pub struct RunResults {
     /// Each client's seconds of local training per round, added by `flint run`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub client_train_seconds: BTreeMap<ClientId, BTreeMap<Round, f64>>,
+    /// The network interfaces each client counted at the link level (`--link-bytes`); a client
+    /// absent here did not measure it.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub client_link_interfaces: BTreeMap<ClientId, Vec<String>>,
 }
 
 impl RunResults {
@@ -181,6 +185,7 @@ pub fn collect(shared: &Shared) -> RunResults {
         ledger,
         client_ledgers: BTreeMap::new(),
         client_train_seconds: BTreeMap::new(),
+        client_link_interfaces: BTreeMap::new(),
     }
 }
 
@@ -300,12 +305,26 @@ pub fn rounds_csv(r: &RunResults) -> String {
     let mut out = String::from(
         "round,client,accuracy,precision,recall,f1,\
 up_payload,up_message,up_socket,up_paper,down_payload,down_message,down_socket,down_paper,\
-up_socket_client,down_socket_client\n",
+up_socket_client,down_socket_client,up_link_client,down_link_client\n",
     );
+    // The link level is empty where it was not measured, not 0.
+    let link = |n: u64| {
+        if r.client_link_interfaces.is_empty() {
+            String::new()
+        } else {
+            n.to_string()
+        }
+    };
     let client_socket = |id: ClientId, round: Round| -> String {
         match r.client_flow(id, round) {
-            Some(f) => format!("{},{}", f.up.socket, f.down.socket),
-            None => ",".into(),
+            Some(f) => format!(
+                "{},{},{},{}",
+                f.up.socket,
+                f.down.socket,
+                link(f.up.link),
+                link(f.down.link)
+            ),
+            None => ",,,".into(),
         }
     };
     let name = |id: ClientId| {
@@ -352,13 +371,22 @@ up_socket_client,down_socket_client\n",
                 client_socket(id, rr.round),
             );
         }
-        let all: Option<(u64, u64)> = r.client_ledgers.iter().try_fold((0, 0), |acc, (id, l)| {
-            let f = l.flows.get(id)?.get(&rr.round)?;
-            Some((acc.0 + f.up.socket, acc.1 + f.down.socket))
-        });
+        let all: Option<Flow> =
+            r.client_ledgers
+                .iter()
+                .try_fold(Flow::default(), |mut acc, (id, l)| {
+                    acc += *l.flows.get(id)?.get(&rr.round)?;
+                    Some(acc)
+                });
         let all = match all {
-            Some((u, d)) if !r.client_ledgers.is_empty() => format!("{u},{d}"),
-            _ => ",".into(),
+            Some(f) if !r.client_ledgers.is_empty() => format!(
+                "{},{},{},{}",
+                f.up.socket,
+                f.down.socket,
+                link(f.up.link),
+                link(f.down.link)
+            ),
+            _ => ",,,".into(),
         };
         row(
             &mut out,
@@ -392,6 +420,7 @@ mod tests {
             ledger: Ledger::default(),
             client_ledgers: BTreeMap::new(),
             client_train_seconds: BTreeMap::new(),
+            client_link_interfaces: BTreeMap::new(),
         }
     }
 

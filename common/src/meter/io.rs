@@ -169,6 +169,7 @@ mod tests {
         fn socket_bytes(&self, c: ClientId, r: Round, up: u64, down: u64) {
             self.0.lock().unwrap().push((c, r, up, down));
         }
+        fn link_bytes(&self, _: ClientId, _: Round, _: u64, _: u64) {}
     }
 
     #[tokio::test]

@@ -7,7 +7,7 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 
-use super::{ConnMeter, MeterSink, Side};
+use super::{ConnMeter, LinkMeter, MeterSink, Side};
 use crate::wire::{CLIENT_HEADER, ROUND_HEADER};
 
 type OnDrop = Box<dyn FnOnce(u64) + Send>;
@@ -78,6 +78,8 @@ pub struct MessageMeterLayer {
     sink: Arc<dyn MeterSink>,
     side: Side,
     conn: Option<ConnMeter>,
+    /// The client's network namespace, when the client is alone in it.
+    link: Option<Arc<LinkMeter>>,
 }
 
 impl MessageMeterLayer {
@@ -86,6 +88,7 @@ impl MessageMeterLayer {
             sink,
             side: Side::Server,
             conn: None,
+            link: None,
         }
     }
 
@@ -95,7 +98,14 @@ impl MessageMeterLayer {
             sink,
             side: Side::Client,
             conn: Some(conn),
+            link: None,
         }
+    }
+
+    /// Also attributes the namespace's interface bytes after each call (client side).
+    pub fn with_link(mut self, link: Option<Arc<LinkMeter>>) -> Self {
+        self.link = link;
+        self
     }
 }
 
@@ -136,7 +146,12 @@ where
     }
 
     fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
-        let MessageMeterLayer { sink, side, conn } = self.layer.clone();
+        let MessageMeterLayer {
+            sink,
+            side,
+            conn,
+            link,
+        } = self.layer.clone();
         let conn = match side {
             // Under TLS the connection's meter is wrapped with the peer's certificates.
             Side::Server => req.extensions().get::<ConnMeter>().cloned().or_else(|| {
@@ -177,6 +192,9 @@ where
                     && let Some(c) = conn
                 {
                     c.flush_to(&*sink, side, client, round);
+                    if let Some(l) = &link {
+                        l.flush_to(&*sink, client, round);
+                    }
                 }
             });
             Ok(resp.map(|b| CountingBody::new(b, Arc::new(AtomicU64::new(0)), Some(on_drop))))

@@ -1,13 +1,16 @@
 //! Byte counters for the I/O shells (feature `shell`). They count and never touch the logic:
 //! [`CountingIo`] wraps a connection (socket level), [`MessageMeterLayer`] wraps gRPC bodies
-//! (message level). Both report to a [`MeterSink`], attributed to (client, round) through the
+//! (message level), [`LinkMeter`] reads a network namespace's interface counters (link level).
+//! They report to a [`MeterSink`], attributed to (client, round) through the
 //! `flint-client-id` / `flint-round` headers.
 
 mod io;
 mod layer;
+mod link;
 
 pub use io::{ConnMeter, CountingIo};
 pub use layer::{MessageMeter, MessageMeterLayer};
+pub use link::LinkMeter;
 
 use crate::wire::ledger::{Direction, Ledger};
 use crate::{ClientId, Round};
@@ -23,6 +26,7 @@ pub enum Side {
 pub trait MeterSink: Send + Sync + 'static {
     fn message_bytes(&self, method: &str, client: ClientId, round: Round, up: u64, down: u64);
     fn socket_bytes(&self, client: ClientId, round: Round, up: u64, down: u64);
+    fn link_bytes(&self, client: ClientId, round: Round, up: u64, down: u64);
 }
 
 /// A byte ledger behind a lock: one per server, one per client; also the sink of their meters.
@@ -51,6 +55,13 @@ impl MeterSink for SharedLedger {
         self.with(|l| {
             l.socket(client, round, Direction::Up, up);
             l.socket(client, round, Direction::Down, down);
+        });
+    }
+
+    fn link_bytes(&self, client: ClientId, round: Round, up: u64, down: u64) {
+        self.with(|l| {
+            l.link(client, round, Direction::Up, up);
+            l.link(client, round, Direction::Down, down);
         });
     }
 }

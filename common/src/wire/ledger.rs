@@ -25,6 +25,10 @@ pub struct Traffic {
     pub payload: u64,
     pub message: u64,
     pub socket: u64,
+    /// Bytes on the client's own network interfaces (IP, TCP, TLS, gRPC), counted only by a
+    /// client alone in its network namespace (`--link-bytes`); 0 where not measured.
+    #[serde(default)]
+    pub link: u64,
     /// The papers' convention (parameters × bytes per parameter); 0 where a paper counts nothing.
     pub paper: u64,
 }
@@ -35,6 +39,7 @@ impl AddAssign for Traffic {
         self.payload += o.payload;
         self.message += o.message;
         self.socket += o.socket;
+        self.link += o.link;
         self.paper += o.paper;
     }
 }
@@ -113,6 +118,10 @@ impl Ledger {
 
     pub fn socket(&mut self, client: ClientId, round: Round, d: Direction, bytes: u64) {
         self.at(client, round).get_mut(d).socket += bytes;
+    }
+
+    pub fn link(&mut self, client: ClientId, round: Round, d: Direction, bytes: u64) {
+        self.at(client, round).get_mut(d).link += bytes;
     }
 
     pub fn round_total(&self, round: Round) -> Flow {
