@@ -6,12 +6,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 image="${1:-flint:latest}"
 target=x86_64-unknown-linux-gnu
-# Static only for the target: build scripts and proc macros stay dynamic host binaries.
+# Static only for the target: build scripts and proc macros stay dynamic host binaries. A target
+# directory of its own, so that a test running under `cargo test` can build the image too.
+export CARGO_TARGET_DIR=target/image-build
 RUSTFLAGS='-C target-feature=+crt-static' CARGO_PROFILE_RELEASE_DEBUG=0 \
   cargo build --release --locked --target "$target" -p flint
 context=target/image
 rm -rf "$context" && mkdir -p "$context"
-cp "target/$target/release/flint" deploy/Dockerfile "$context/"
+cp "$CARGO_TARGET_DIR/$target/release/flint" deploy/Dockerfile "$context/"
 # A dynamic binary names its libraries ("libc.so.6 => …"); a static one names none.
 if ldd "$context/flint" 2>/dev/null | grep -q "=>"; then
   echo "build-image: $context/flint is not statically linked" >&2
