@@ -126,8 +126,5 @@ fn a_compose_federation_over_mutual_tls_survives_a_killed_client() {
     assert_eq!(reports, 3);
     let report = ok(flint().arg("report").arg(dir));
     let text = String::from_utf8_lossy(&report.stdout);
-    assert!(
-        text.contains("payload / message / socket / link"),
-        "{text}"
-    );
+    assert!(text.contains("payload / message / socket / link"), "{text}");
 }

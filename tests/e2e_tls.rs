@@ -195,6 +195,13 @@ fn a_client_id_cannot_be_used_without_its_token() {
             .unwrap_err();
         assert_eq!(e.code(), Code::NotFound, "{e:?}");
         assert!(!e.message().contains("client-1"), "{e:?}");
+        // Issue 17 §1: a Join declaring 2³² − 1 features once made the server allocate 34 GB
+        // and abort; the experiment fixes the shape, so it is refused and binds nothing.
+        let mut huge = join("client-3", &mine, &fingerprint);
+        huge.summary.as_mut().unwrap().features = u32::MAX;
+        let e = g.join(huge).await.unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+        assert!(e.message().contains("the experiment's data has 6"), "{e:?}");
         let mut hand = tonic::Request::new(join("client-3", &mine, &fingerprint));
         hand.metadata_mut()
             .insert(HOST_HEADER, "hand".parse().unwrap());

@@ -710,3 +710,25 @@ fn fedtm_sends_one_global_machine_every_round() {
     let shared = |round: usize| r.rounds[round].global_test.unwrap().accuracy;
     assert!(shared(3) > shared(1), "{} then {}", shared(1), shared(3));
 }
+
+/// Issue 17 §1: the server sizes models from the experiment alone; for every real dataset that
+/// count is what the clients load.
+#[test]
+#[ignore = "needs FLINT_DATA_DIR with every dataset; CI runs it"]
+fn the_feature_count_the_server_takes_from_the_experiment_is_what_the_data_has() {
+    use flint_common::data::{DataSection, DataSpec};
+    for source in ["magic", "breast-cancer", "adult", "mnist", "fashion-mnist"] {
+        let spec: DataSpec = DataSection {
+            source: source.into(),
+            ..Default::default()
+        }
+        .check(flint_common::data::Scaling::None)
+        .unwrap();
+        let loaded = if spec.is_images() {
+            spec.load_images(&data_dir()).unwrap().train.features()
+        } else {
+            spec.load(&data_dir(), 1).unwrap().features
+        };
+        assert_eq!(spec.features(), Some(loaded), "{source}");
+    }
+}

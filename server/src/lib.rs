@@ -151,8 +151,9 @@ pub async fn serve_with(
     let run_id = format!("{}-{:016x}", experiment.name, rand::random::<u64>());
     let classes = experiment.data.classes().len();
     let holder = experiment.strategy.global_test_rows().map(|_| 1);
-    let rounds =
-        Rounds::new(experiment.policy.clone(), strategy, classes).with_global_test_holder(holder);
+    let rounds = Rounds::new(experiment.policy.clone(), strategy, classes)
+        .with_global_test_holder(holder)
+        .with_features(experiment.data.features());
     std::fs::write(out.join("experiment.toml"), experiment.to_toml())?;
     let updates_dir = match experiment.file.server.keep_updates {
         Some(true) => {

@@ -141,6 +141,12 @@ pub struct Accepted {
     pub closed: Option<AggregationJob>,
 }
 
+/// Bounds on what a Join may declare, whatever the client says.
+pub const MAX_SAMPLES: u64 = 1 << 40;
+pub const MAX_GHZ: f64 = 1000.0;
+/// Where the experiment does not fix the feature count, the most a first joiner may declare.
+pub const MAX_FEATURES: usize = 1 << 16;
+
 pub struct Rounds {
     policy: RoundPolicy,
     /// `None` only while its round aggregates.
@@ -148,7 +154,11 @@ pub struct Rounds {
     classes: usize,
     phase: Phase,
     joined: BTreeMap<ClientId, DataSummary>,
+    /// The model's input width: from the experiment where it says it
+    /// ([`with_features`](Self::with_features)), else from the first Join (bounded).
     features: Option<usize>,
+    /// Whether `features` came from the experiment (a Join cannot change it).
+    features_declared: bool,
     downloads: Option<Downloads>,
     history: Vec<RoundRecord>,
     evals: BTreeMap<Round, BTreeMap<ClientId, ConfusionMatrix>>,
@@ -168,6 +178,7 @@ impl Rounds {
             phase: Phase::WaitingForClients,
             joined: BTreeMap::new(),
             features: None,
+            features_declared: false,
             downloads: None,
             history: Vec::new(),
             evals: BTreeMap::new(),
@@ -243,6 +254,14 @@ impl Rounds {
         matches!(self.phase, Phase::Finished { .. })
     }
 
+    /// The model's feature count, as the experiment gives it (`None` where only the data
+    /// files would say: a CSV without `data.features`).
+    pub fn with_features(mut self, features: Option<usize>) -> Rounds {
+        self.features = features;
+        self.features_declared = features.is_some();
+        self
+    }
+
     pub fn check_joined(&self, client: ClientId) -> Result<()> {
         if !self.joined.contains_key(&client) {
             return Err(FlintError::UnknownClient(format!(
@@ -262,22 +281,49 @@ impl Rounds {
                 self.classes
             ));
         }
-        if summary.train_class_counts.iter().sum::<u64>() == 0 {
+        // Counts a client sends are bounded and summed with checks: they weight aggregations.
+        let samples = summary
+            .train_class_counts
+            .iter()
+            .chain([&summary.test_samples])
+            .try_fold(0u64, |sum, &n| {
+                sum.checked_add(n).filter(|s| *s <= MAX_SAMPLES)
+            });
+        let Some(samples) = samples else {
+            return invalid(format!(
+                "data summary counts more than {MAX_SAMPLES} samples"
+            ));
+        };
+        if samples == summary.test_samples {
             return invalid("data summary has no training samples".into());
         }
-        if !(summary.compute_ghz.is_finite() && summary.compute_ghz > 0.0) {
+        if !(summary.compute_ghz.is_finite()
+            && summary.compute_ghz > 0.0
+            && summary.compute_ghz <= MAX_GHZ)
+        {
             return invalid(format!(
-                "compute_ghz must be positive, got {}",
+                "compute_ghz must be in (0, {MAX_GHZ}], got {}",
                 summary.compute_ghz
             ));
         }
         let features = summary.features as usize;
-        if let Some(f) = self.features
-            && f != features
-        {
-            return invalid(format!(
-                "client has {features} features but the others have {f}"
-            ));
+        match self.features {
+            Some(f) if f != features && self.features_declared => {
+                return invalid(format!(
+                    "client has {features} features but the experiment's data has {f}"
+                ));
+            }
+            Some(f) if f != features => {
+                return invalid(format!(
+                    "client has {features} features but the others have {f}"
+                ));
+            }
+            None if features == 0 || features > MAX_FEATURES => {
+                return invalid(format!(
+                    "client has {features} features; this server takes 1 to {MAX_FEATURES} (declare data.features for a larger CSV)"
+                ));
+            }
+            _ => {}
         }
         if let Some(previous) = self.joined.get(&id)
             && previous != &summary
@@ -779,6 +825,34 @@ mod tests {
             Err(FlintError::Precondition(_))
         ));
         assert!(r.join(1, summary(1), t0).is_ok());
+    }
+
+    /// Issue 17 §1: the experiment fixes the shape; a Join cannot size an allocation, lock the
+    /// others out with another shape, or overflow the counts that weight aggregation.
+    #[test]
+    fn a_join_cannot_declare_a_shape_or_counts_out_of_bounds() {
+        let t0 = Instant::now();
+        let refused = |r: &mut Rounds, s: DataSummary, says: &str| {
+            let e = r.join(1, s, t0).unwrap_err();
+            assert!(
+                matches!(&e, FlintError::InvalidRequest(m) if m.contains(says)),
+                "{e}"
+            );
+        };
+        let mut declared = rounds(policy(1, 1, 1)).with_features(Some(2));
+        let mut huge = summary(1);
+        huge.features = u32::MAX;
+        refused(&mut declared, huge.clone(), "the experiment's data has 2");
+        let mut undeclared = rounds(policy(1, 1, 1));
+        refused(&mut undeclared, huge, "takes 1 to 65536");
+        let mut wraps = summary(1);
+        wraps.train_class_counts = vec![u64::MAX, 2];
+        refused(&mut declared, wraps, "more than");
+        let mut fast = summary(1);
+        fast.compute_ghz = 1e9;
+        refused(&mut declared, fast, "compute_ghz must be in");
+        assert!(declared.joined().is_empty() && undeclared.joined().is_empty());
+        declared.join(1, summary(1), t0).unwrap();
     }
 
     /// A strategy that panics in aggregation: the server keeps running.

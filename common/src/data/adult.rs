@@ -28,6 +28,14 @@ pub const TEST_FILE: &str = "adult/adult.test";
 /// Label strings in class order (the test file's trailing dot removed).
 pub const CLASSES: [&str; 2] = ["<=50K", ">50K"];
 
+/// The features Adult loads with (every attribute but the dropped ones).
+pub fn feature_count() -> usize {
+    COLUMNS
+        .iter()
+        .filter(|(_, c)| *c != Column::Dropped)
+        .count()
+}
+
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Column {
     Numeric,
@@ -144,6 +152,13 @@ impl Parser {
     }
 
     pub fn finish(self) -> Dataset {
+        debug_assert_eq!(
+            feature_count(),
+            COLUMNS
+                .iter()
+                .filter(|(_, c)| *c != Column::Dropped)
+                .count()
+        );
         let kept: Vec<Column> = COLUMNS
             .iter()
             .map(|(_, c)| *c)

@@ -16,6 +16,9 @@ pub struct CsvSpec {
     pub header: bool,
     /// 0-based columns to ignore (e.g. a record id).
     pub skip_columns: Vec<usize>,
+    /// The number of features the file must have (`data.features`); it is also how the server
+    /// knows the model's shape without trusting a client's word.
+    pub features: Option<usize>,
 }
 
 pub fn load(path: &Path, spec: &CsvSpec) -> Result<Dataset> {
@@ -80,6 +83,13 @@ pub fn parse(text: &str, spec: &CsvSpec) -> std::result::Result<Dataset, String>
         }
     }
     let features = features.ok_or("no rows")? - spec.skip_columns.len();
+    if let Some(declared) = spec.features
+        && declared != features
+    {
+        return Err(format!(
+            "{features} feature columns, but data.features says {declared}"
+        ));
+    }
     Ok(Dataset {
         features,
         x,
@@ -100,6 +110,7 @@ mod tests {
             classes: vec!["g".into(), "h".into()],
             header: false,
             skip_columns: Vec::new(),
+            features: None,
         }
     }
 

@@ -28,6 +28,11 @@ pub enum ImageSet {
 }
 
 impl ImageSet {
+    /// Pixels per image: both sets are 28 × 28.
+    pub fn pixels(self) -> usize {
+        28 * 28
+    }
+
     /// Folder below the data directory.
     pub fn dir(self) -> &'static str {
         match self {

@@ -253,7 +253,7 @@ impl DataSection {
                 Source::Images { set, binarize }
             }
             "csv" => {
-                only(&["path", "label_column", "classes", "header"])?;
+                only(&["path", "label_column", "classes", "header", "features"])?;
                 let path = s
                     .path
                     .clone()
@@ -271,6 +271,7 @@ impl DataSection {
                     classes,
                     header: s.header.unwrap_or(false),
                     skip_columns: Vec::new(),
+                    features: s.features,
                 })
             }
             other => {
@@ -288,6 +289,19 @@ impl DataSection {
 }
 
 impl DataSpec {
+    /// The number of features the model sees, from the experiment alone, where it says it: the
+    /// server sizes models by it and refuses a client that claims another. `None` for a CSV
+    /// without `data.features`.
+    pub fn features(&self) -> Option<usize> {
+        match &self.source {
+            Source::Synthetic { features, .. } => Some(*features),
+            Source::Csv(c) => c.features,
+            Source::Adult => Some(adult::feature_count()),
+            // One bit per pixel, whichever way it is booleanized.
+            Source::Images { set, .. } => Some(set.pixels()),
+        }
+    }
+
     pub fn classes(&self) -> Vec<String> {
         match &self.source {
             Source::Synthetic { .. } => vec!["0".into(), "1".into()],

@@ -91,6 +91,7 @@ pub fn breast_cancer() -> CsvSpec {
         classes: vec!["B".into(), "M".into()],
         header: false,
         skip_columns: vec![0],
+        features: Some(30),
     }
 }
 
@@ -103,6 +104,7 @@ pub fn magic() -> CsvSpec {
         classes: vec!["g".into(), "h".into()],
         header: false,
         skip_columns: Vec::new(),
+        features: Some(10),
     }
 }
 
