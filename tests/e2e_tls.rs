@@ -266,9 +266,31 @@ fn clients_started_without_names_claim_the_slots_and_run() {
     let d = dir.path();
     let exp = write(d, "auto.toml", &synthetic_experiment("auto", 2, 3, ""));
     let (mut server, addr) = start_server(&exp, d);
-    let mut clients = start_clients(&exp, &addr, &["auto", "auto", "auto"], d);
+    // A Kubernetes Indexed Job's pod names its slot by index; the others take what is left.
+    let out = flint()
+        .args(["client", "--server", &addr, "--index", "7", "--experiment"])
+        .arg(&exp)
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        e.contains("--index 7 but the experiment has 3 clients"),
+        "{e}"
+    );
+    let mut third = Proc(
+        flint()
+            .args(["client", "--server", &addr, "--experiment"])
+            .arg(&exp)
+            .env("JOB_COMPLETION_INDEX", "2")
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let mut clients = start_clients(&exp, &addr, &["auto", "auto"], d);
     assert!(server.wait(Duration::from_secs(60)).success());
     assert!(clients.wait(Duration::from_secs(30)).success());
+    assert!(third.wait(Duration::from_secs(30)).success());
     let auto = results(d);
     let ids: Vec<u32> = auto.clients.iter().map(|c| c.id).collect();
     assert_eq!(ids, vec![1, 2, 3]);

@@ -49,8 +49,12 @@ pub struct ClientArgs {
     /// Client name as declared in the experiment, or `auto` for the next slot the server has
     /// not given out (under mutual TLS: the slot the certificate names); repeat to host several
     /// clients in this process.
-    #[arg(long = "name", required = true)]
+    #[arg(long = "name", required_unless_present = "index")]
     pub names: Vec<String>,
+    /// The experiment's client at this 0-based position, e.g. a Kubernetes Indexed Job's
+    /// completion index (instead of --name).
+    #[arg(long, env = "JOB_COMPLETION_INDEX", conflicts_with = "names")]
+    pub index: Option<usize>,
     /// Data directory [default: $FLINT_DATA_DIR or ./data].
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
@@ -227,6 +231,17 @@ pub async fn run(args: ClientArgs) -> anyhow::Result<Vec<ClientReport>> {
         Some(n) => n,
         None => std::thread::available_parallelism().map_or(1, |n| n.get()),
     };
+    let mut args = args;
+    if let Some(i) = args.index {
+        let Some(c) = experiment.clients.get(i) else {
+            bail!(
+                "--index {i} but the experiment has {} clients (0 to {})",
+                experiment.clients.len(),
+                experiment.clients.len().saturating_sub(1)
+            );
+        };
+        args.names = vec![c.name.clone()];
+    }
     for name in args.names.iter().filter(|n| *n != AUTO) {
         if experiment.client_id(name).is_none() {
             let names: Vec<&str> = experiment.clients.iter().map(|c| c.name.as_str()).collect();
