@@ -35,6 +35,22 @@ fn is_unset<T: Default + PartialEq>(section: &T) -> bool {
     *section == T::default()
 }
 
+/// Removes every `FLINT_…` environment variable whose value is empty, so that an empty one
+/// counts as unset (a compose file can blank a variable but not remove it).
+///
+/// # Safety
+/// Call it first thing in `main`, before any other thread exists (it changes the environment).
+pub unsafe fn drop_empty_env() {
+    let empty: Vec<std::ffi::OsString> = std::env::vars_os()
+        .filter(|(k, v)| k.to_string_lossy().starts_with("FLINT_") && v.is_empty())
+        .map(|(k, _)| k)
+        .collect();
+    for k in empty {
+        // SAFETY: the caller guarantees no other thread reads the environment yet.
+        unsafe { std::env::remove_var(k) };
+    }
+}
+
 /// Environment variables with the `FLINT_` prefix that are not experiment keys: the shells'
 /// settings (TLS files) and deploy/docker-compose.yml's.
 const RESERVED_ENV: &[&str] = &[

@@ -69,6 +69,8 @@ enum DataCommand {
 }
 
 fn main() -> ExitCode {
+    // SAFETY: first thing in main, before any thread is started.
+    unsafe { flint_common::config::drop_empty_env() };
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(args) => stop::install().and_then(|()| run::run(args)),

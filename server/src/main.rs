@@ -7,10 +7,18 @@ struct Cli {
     args: flint_server::ServerArgs,
 }
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
+fn main() -> std::process::ExitCode {
+    // SAFETY: first thing in main, before any thread is started.
+    unsafe { flint_common::config::drop_empty_env() };
     let cli = Cli::parse();
-    match flint_server::run(cli.args).await {
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("flint-server: cannot start the runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(flint_server::run(cli.args)) {
         Ok(_) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("flint-server: {e:#}");
