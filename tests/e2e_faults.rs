@@ -573,3 +573,35 @@ fn the_server_keeps_answering_while_a_round_aggregates() {
         server.abort();
     });
 }
+
+/// Issue 17: sockets that never speak once held the server's descriptors forever. Past
+/// `--max-connections` new connections are closed at once, and a silent one is closed after the
+/// first-byte deadline, so the honest clients get in and the run completes.
+#[test]
+fn silent_connections_beyond_the_limit_do_not_lock_the_clients_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let exp = write(
+        dir.path(),
+        "idle.toml",
+        &synthetic_experiment("idle", 2, 2, ""),
+    );
+    let (mut server, addr) = start_server_with(&exp, dir.path(), &["--max-connections", "8"]);
+    let idle: Vec<std::net::TcpStream> = (0..50)
+        .filter_map(|_| std::net::TcpStream::connect(&addr).ok())
+        .collect();
+    assert!(!idle.is_empty());
+    let mut honest = start_clients(
+        &exp,
+        &format!("http://{addr}"),
+        &["client-1", "client-2"],
+        dir.path(),
+    );
+    assert!(server.wait(Duration::from_secs(90)).success());
+    assert!(honest.wait(Duration::from_secs(30)).success());
+    let r = results(dir.path());
+    assert_eq!(r.rounds.len(), 3);
+    for rr in &r.rounds[1..] {
+        assert_eq!(rr.participants, vec![1, 2]);
+    }
+    drop(idle);
+}

@@ -1,6 +1,7 @@
 //! `flint-server`: the aggregator. A thin shell that moves bytes, keeps time and writes results;
 //! the round logic is [`rounds::Rounds`] and the algorithms are in `flint-common`.
 
+pub mod accept;
 pub mod identity;
 pub mod results;
 pub mod rounds;
@@ -22,11 +23,9 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use flint_common::config::{Experiment, parse_override};
 use flint_common::logging::LogFormat;
-use flint_common::meter::{ConnMeter, CountingIo, MessageMeterLayer, SharedLedger, Side};
+use flint_common::meter::{ConnMeter, MessageMeterLayer, SharedLedger, Side};
 use flint_common::strategy::ServerStrategy;
 use tokio::net::TcpListener;
-use tokio_stream::StreamExt;
-use tokio_stream::wrappers::TcpListenerStream;
 
 use identity::Identities;
 use proto::aggregator_server::AggregatorServer;
@@ -56,7 +55,17 @@ pub struct ServerArgs {
     #[arg(long, default_value = "text")]
     pub log_format: LogFormat,
     #[command(flatten)]
+    pub options: ServeOptions,
+}
+
+/// How the server listens: TLS, and the limits of its accept loop.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct ServeOptions {
+    #[command(flatten)]
     pub tls: ServerTls,
+    /// Connections open at once; more are closed as they arrive [default: 2 per client + 64].
+    #[arg(long)]
+    pub max_connections: Option<usize>,
 }
 
 /// TLS of the server (PEM files, e.g. from `flint certs`).
@@ -89,7 +98,10 @@ impl ServerTls {
             read_pem(cert, "server certificate (--tls-cert)")?,
             read_pem(key, "server key (--tls-key)")?,
         );
-        let mut config = ServerTlsConfig::new().identity(identity);
+        // A handshake that stalls is dropped, as a connection that never speaks is.
+        let mut config = ServerTlsConfig::new()
+            .identity(identity)
+            .timeout(accept::FIRST_BYTE);
         if let Some(ca) = &self.tls_client_ca {
             config = config.client_ca_root(Certificate::from_pem(read_pem(
                 ca,
@@ -116,7 +128,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<RunResults> {
         listener,
         &out,
         args.ready_file.as_deref(),
-        &args.tls,
+        &args.options,
     )
     .await
 }
@@ -127,12 +139,12 @@ pub async fn serve(
     listener: TcpListener,
     out: &Path,
     ready_file: Option<&Path>,
-    tls: &ServerTls,
+    options: &ServeOptions,
 ) -> anyhow::Result<RunResults> {
     let strategy = experiment
         .strategy
         .server(experiment.data.classes().len(), experiment.seed);
-    serve_with(experiment, strategy, listener, out, ready_file, tls).await
+    serve_with(experiment, strategy, listener, out, ready_file, options).await
 }
 
 /// [`serve`] with a given server half instead of the experiment's own (tests use it to watch
@@ -143,9 +155,19 @@ pub async fn serve_with(
     listener: TcpListener,
     out: &Path,
     ready_file: Option<&Path>,
-    tls: &ServerTls,
+    options: &ServeOptions,
 ) -> anyhow::Result<RunResults> {
+    let tls = &options.tls;
     let tls_config = tls.config()?;
+    let limits = accept::Limits {
+        connections: options
+            .max_connections
+            .unwrap_or(2 * experiment.clients.len() + 64),
+        first_byte: accept::FIRST_BYTE,
+    };
+    if limits.connections == 0 {
+        anyhow::bail!("--max-connections must be at least 1");
+    }
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
     let addr = listener.local_addr()?;
     let run_id = format!("{}-{:016x}", experiment.name, rand::random::<u64>());
@@ -180,16 +202,19 @@ pub async fn serve_with(
 
     let connections: Arc<Mutex<Vec<ConnMeter>>> = Arc::default();
     let registry = connections.clone();
-    let incoming = TcpListenerStream::new(listener).map(move |conn| {
-        conn.map(|tcp| {
-            let _ = tcp.set_nodelay(true);
-            let meter = ConnMeter::default();
-            registry
-                .lock()
-                .expect("connections lock")
-                .push(meter.clone());
-            CountingIo::new(tcp, meter)
-        })
+    let sink = ledger.clone();
+    let incoming = accept::incoming(listener, limits, move |meter| {
+        let mut open = registry.lock().expect("connections lock");
+        // A closed connection's last bytes go to its last label now, and it leaves the list:
+        // the list stays about as long as the connection limit, however many come and go.
+        open.retain(|m: &ConnMeter| {
+            let closed = m.is_orphan();
+            if closed {
+                m.flush_to_label(&*sink, Side::Server);
+            }
+            !closed
+        });
+        open.push(meter.clone());
     });
 
     let (health, health_service) = tonic_health::server::health_reporter();

@@ -58,6 +58,11 @@ impl ConnMeter {
         }
     }
 
+    /// Whether this is the last handle: its connection and every request on it are gone.
+    pub fn is_orphan(&self) -> bool {
+        Arc::strong_count(&self.counts) == 1
+    }
+
     pub fn set_label(&self, client: ClientId, round: Round) {
         self.mark.lock().expect("meter lock").label = Some((client, round));
     }
