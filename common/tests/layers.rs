@@ -12,6 +12,8 @@ const LAYERS: &[(&str, u32)] = &[
     ("rng", 0),
     ("metrics", 0),
     ("logging", 0),
+    ("signal", 0),
+    ("tls", 0),
     ("data", 1),
     ("model", 2),
     ("wire", 3),
