@@ -367,3 +367,53 @@ fn flint_run_over_mutual_tls_counts_the_handshakes_at_the_socket_only() {
         );
     }
 }
+
+/// Issue 17: calls that name made-up clients (health checks with any `flint-client-id`,
+/// refused calls) once added a ledger row each, without bound. The server counts by its own
+/// labels only: they all land in client 0, and the results name no one else.
+#[test]
+fn calls_under_made_up_client_ids_leave_no_trace_in_the_ledger() {
+    use tonic_health::pb::HealthCheckRequest;
+    use tonic_health::pb::health_client::HealthClient;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let exp = write(d, "fake.toml", &synthetic_experiment("fake", 1, 1, ""));
+    let (mut server, addr) = start_server(&exp, d);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let channel = tonic::transport::Channel::from_shared(addr.clone())
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let mut health = HealthClient::new(channel.clone());
+        let mut g = AggregatorClient::new(channel);
+        for id in 1000..1300u32 {
+            let mut check = tonic::Request::new(HealthCheckRequest {
+                service: "flint.v1.Aggregator".into(),
+            });
+            check
+                .metadata_mut()
+                .insert("flint-client-id", id.to_string().parse().unwrap());
+            health.check(check).await.unwrap();
+            let mut ask = tonic::Request::new(RoundRequest {
+                client_id: id,
+                run_id: String::new(),
+                after_round: 0,
+            });
+            ask.metadata_mut()
+                .insert("flint-client-id", id.to_string().parse().unwrap());
+            let e = g.get_round(ask).await.unwrap_err();
+            assert_eq!(e.code(), Code::Unauthenticated);
+        }
+    });
+    let mut honest = start_clients(&exp, &addr, &["client-1"], d);
+    assert!(server.wait(Duration::from_secs(60)).success());
+    assert!(honest.wait(Duration::from_secs(30)).success());
+    let r = results(d);
+    let ids: Vec<u32> = r.ledger.flows.keys().copied().collect();
+    assert!(ids.iter().all(|id| *id <= 1), "{ids:?}");
+    for per_client in r.ledger.by_method.values() {
+        assert!(per_client.keys().all(|id| *id <= 1));
+    }
+}

@@ -167,8 +167,16 @@ where
             c.flush_to_label(&*sink, side);
         }
         let method = req.uri().path().to_string();
-        let req_client = header_u32(req.headers(), CLIENT_HEADER);
-        let req_round = header_u32(req.headers(), ROUND_HEADER);
+        // The server trusts only its own labels (set on the replies it accepts): a request's
+        // headers are whatever the caller wrote, and counting by them let made-up client ids
+        // grow the ledger without bound. A refused call's bytes go to client 0, round 0.
+        let (req_client, req_round) = match side {
+            Side::Client => (
+                header_u32(req.headers(), CLIENT_HEADER),
+                header_u32(req.headers(), ROUND_HEADER),
+            ),
+            Side::Server => (None, None),
+        };
         let up = Arc::new(AtomicU64::new(0));
         let up_body = up.clone();
         let req = req.map(move |b| tonic::body::Body::new(CountingBody::new(b, up_body, None)));
