@@ -26,7 +26,10 @@ for c in "$@"; do
   tc qdisc del dev "$host_if" root 2>/dev/null || true
   if [ -n "$up" ]; then
     # shellcheck disable=SC2086
-    nsenter -t "$pid" -n tc qdisc add dev eth0 root netem $up limit 10000
+    if ! nsenter -t "$pid" -n tc qdisc add dev eth0 root netem $up limit 10000; then
+      echo "netem: cannot add a netem qdisc: this kernel may lack sch_netem (CONFIG_NET_SCH_NETEM)" >&2
+      exit 1
+    fi
     # shellcheck disable=SC2086
     tc qdisc add dev "$host_if" root netem $down limit 10000
   fi
