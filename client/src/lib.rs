@@ -761,7 +761,9 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<tonic::Response<T>, Status>>,
 {
-    let start = std::time::Instant::now();
+    // The time allowed counts from the first failure of a streak, not from the call: a
+    // long-poll may wait for hours before its server goes away.
+    let mut failing_since: Option<std::time::Instant> = None;
     let mut wait = Duration::from_millis(100);
     loop {
         let outcome = match attempt {
@@ -784,7 +786,11 @@ where
                 if matches!(
                     s.code(),
                     Code::Unavailable | Code::Unknown | Code::Cancelled
-                ) && start.elapsed() + wait < total =>
+                ) && failing_since
+                    .get_or_insert_with(std::time::Instant::now)
+                    .elapsed()
+                    + wait
+                    < total =>
             {
                 tracing::debug!(what, code = ?s.code(), error = %s.message(), ?wait, "server unreachable; retrying");
                 tokio::time::sleep(wait).await;

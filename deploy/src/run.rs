@@ -61,6 +61,8 @@ pub fn execute(args: &RunArgs, progress: bool) -> anyhow::Result<PathBuf> {
     for stale in ["results.json", "rounds.csv", "status.json", "server.addr"] {
         let _ = std::fs::remove_file(dir.join(stale));
     }
+    // `flint run` starts the experiment over: an earlier run's journal would resume that run.
+    let _ = std::fs::remove_dir_all(dir.join("state"));
     for entry in std::fs::read_dir(&clients_dir)?.flatten() {
         let _ = std::fs::remove_file(entry.path());
     }

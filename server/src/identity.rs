@@ -93,11 +93,28 @@ impl Identities {
         }
     }
 
-    /// Binds `id` to `token` (after [`check_claim`](Self::check_claim) passed).
-    pub fn bind(&mut self, id: ClientId, token: &str, holder: Holder) -> Result<()> {
+    /// Binds `id` to `token` (after [`check_claim`](Self::check_claim) passed); whether that
+    /// changed anything (a repeated Join from the same place does not).
+    pub fn bind(&mut self, id: ClientId, token: &str, holder: Holder) -> Result<bool> {
         let hash = hash(token)?;
+        let fresh = (hash, holder);
+        let changed = self.claims.get(&id) != Some(&fresh);
+        self.claims.insert(id, fresh);
+        Ok(changed)
+    }
+
+    /// A binding as the journal kept it (its token's hash), on a restart.
+    pub fn restore(&mut self, id: ClientId, hash: [u8; 32], holder: Holder) -> Result<()> {
+        if self.name(id).is_none() {
+            return Err(FlintError::UnknownClient(format!("unknown client id {id}")));
+        }
         self.claims.insert(id, (hash, holder));
         Ok(())
+    }
+
+    /// The hash of the token holding `id`, and its holder.
+    pub fn binding(&self, id: ClientId) -> Option<(&[u8; 32], &Holder)> {
+        self.claims.get(&id).map(|(h, holder)| (h, holder))
     }
 
     pub fn holders(&self) -> impl Iterator<Item = (ClientId, &Holder)> {
@@ -106,16 +123,17 @@ impl Identities {
 
     /// The slot for a client without a name: the one this token already holds; under mutual
     /// TLS with a client's own certificate, that client's slot; otherwise the first unclaimed
-    /// slot in id order (so slots go out by arrival, deterministically).
+    /// slot in id order (so slots go out by arrival, deterministically). The last field says
+    /// whether the slot was newly bound.
     pub fn claim_any(
         &mut self,
         token: &str,
         peer: &Peer,
         holder: Holder,
-    ) -> Result<(ClientId, String)> {
+    ) -> Result<(ClientId, String, bool)> {
         let hash = hash(token)?;
         if let Some((&id, _)) = self.claims.iter().find(|(_, (h, _))| *h == hash) {
-            return Ok((id, self.name(id).unwrap_or_default().to_string()));
+            return Ok((id, self.name(id).unwrap_or_default().to_string(), false));
         }
         let id = match peer {
             Peer::Uncertified => return Err(uncertified()),
@@ -138,7 +156,7 @@ impl Identities {
         };
         self.check_claim(id, token, peer)?;
         self.claims.insert(id, (hash, holder));
-        Ok((id, self.name(id).unwrap_or_default().to_string()))
+        Ok((id, self.name(id).unwrap_or_default().to_string(), true))
     }
 
     /// Whether a call naming client `id` comes from the process that holds it.
@@ -294,7 +312,7 @@ mod tests {
         // A repeated claim gets its slot back; a third token finds none left.
         assert_eq!(
             i.claim_any(B, &Peer::Anonymous, Holder::default()).unwrap(),
-            (1, "client-1".into())
+            (1, "client-1".into(), false)
         );
         let e = i
             .claim_any(&"c".repeat(32), &Peer::Anonymous, Holder::default())

@@ -3,6 +3,8 @@
 
 pub mod accept;
 pub mod identity;
+pub mod journal;
+pub mod recovery;
 pub mod results;
 pub mod rounds;
 pub mod service;
@@ -66,6 +68,14 @@ pub struct ServeOptions {
     /// Connections open at once; more are closed as they arrive [default: 2 per client + 64].
     #[arg(long)]
     pub max_connections: Option<usize>,
+    /// Where the run's journal is kept; a server started again with the same experiment and
+    /// state directory resumes the run there [default: <out>/state].
+    #[arg(long)]
+    pub state_dir: Option<PathBuf>,
+    /// Fault injection for the recovery tests: each aggregation is installed this many
+    /// milliseconds late, so that a test can kill the server while a round aggregates.
+    #[arg(long, hide = true)]
+    pub hold_aggregation_ms: Option<u64>,
 }
 
 /// TLS of the server (PEM files, e.g. from `flint certs`).
@@ -170,12 +180,20 @@ pub async fn serve_with(
     }
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
     let addr = listener.local_addr()?;
-    let run_id = format!("{}-{:016x}", experiment.name, rand::random::<u64>());
     let classes = experiment.data.classes().len();
     let holder = experiment.strategy.global_test_rows().map(|_| 1);
-    let rounds = Rounds::new(experiment.policy.clone(), strategy, classes)
+    let mut rounds = Rounds::new(experiment.policy.clone(), strategy, classes)
         .with_global_test_holder(holder)
         .with_features(experiment.data.features());
+    let names = experiment.clients.iter().map(|c| c.name.clone()).collect();
+    let mut identities = Identities::new(names);
+    let state_dir = options
+        .state_dir
+        .clone()
+        .unwrap_or_else(|| out.join("state"));
+    let (journal, start, kept_ledger) =
+        resume(&experiment, &state_dir, &mut rounds, &mut identities)?;
+    let run_id = start.run_id.clone();
     std::fs::write(out.join("experiment.toml"), experiment.to_toml())?;
     let updates_dir = match experiment.file.server.keep_updates {
         Some(true) => {
@@ -187,9 +205,10 @@ pub async fn serve_with(
         _ => None,
     };
     let ledger = Arc::new(SharedLedger::default());
-    let names = experiment.clients.iter().map(|c| c.name.clone()).collect();
+    ledger.with(|l| *l = kept_ledger);
+    let since_start = unix_ms().saturating_sub(start.started_unix_ms);
     let shared = Arc::new(Shared {
-        identities: Mutex::new(Identities::new(names)),
+        identities: Mutex::new(identities),
         mutual_tls: tls.tls_client_ca.is_some(),
         updates_dir,
         experiment,
@@ -197,7 +216,12 @@ pub async fn serve_with(
         rounds: Mutex::new(rounds),
         ledger: ledger.clone(),
         version: tokio::sync::watch::channel(0).0,
-        started: Instant::now(),
+        started: Instant::now()
+            .checked_sub(Duration::from_millis(since_start))
+            .unwrap_or_else(Instant::now),
+        journal,
+        journal_failed: Mutex::new(None),
+        hold_aggregation: Duration::from_millis(options.hold_aggregation_ms.unwrap_or(0)),
     });
 
     let connections: Arc<Mutex<Vec<ConnMeter>>> = Arc::default();
@@ -226,7 +250,11 @@ pub async fn serve_with(
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1()?;
 
-    let mut ticker = tokio::spawn(tick_until_done(shared.clone(), out.to_path_buf()));
+    let mut ticker = tokio::spawn(tick_until_done(
+        shared.clone(),
+        out.to_path_buf(),
+        state_dir.clone(),
+    ));
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let mut aggregator = AggregatorServer::new(AggregatorService(shared.clone()));
     if let Some(enc) = shared.experiment.compression.encoding() {
@@ -254,13 +282,14 @@ pub async fn serve_with(
     }
     tracing::info!(%addr, run = %run_id, tls = tls.tls_cert.is_some(), mutual_tls = tls.tls_client_ca.is_some(), "listening");
     let serving = tokio::spawn(server);
-    tokio::select! {
-        _ = &mut ticker => {}
+    let completed = tokio::select! {
+        _ = &mut ticker => shared.journal_failed.lock().expect("journal flag lock").is_none(),
         signal = flint_common::signal::interrupted() => {
             tracing::warn!(signal, "interrupted; writing results so far");
             ticker.abort();
+            false
         }
-    }
+    };
     // A round being aggregated when the run stops is waited for (briefly), so that the results
     // hold it.
     let waited = Instant::now();
@@ -285,17 +314,115 @@ pub async fn serve_with(
     )?;
     write_status(&shared, out);
     tracing::info!(out = %out.display(), "results written");
+    if completed && shared.rounds().is_finished() {
+        // The run is over: the same command starts a new one.
+        shared.journal.remove()?;
+        let _ = std::fs::remove_file(state_dir.join(LEDGER_FILE));
+        let _ = std::fs::remove_dir(&state_dir);
+    } else {
+        tracing::warn!(state = %state_dir.display(), "the run did not finish; start the server again with the same experiment and state directory to resume it");
+    }
+    if let Some(why) = shared
+        .journal_failed
+        .lock()
+        .expect("journal flag lock")
+        .clone()
+    {
+        anyhow::bail!("{why}");
+    }
     Ok(results)
 }
 
-/// Closes rounds at their timeouts and keeps status.json current until the run is done.
-async fn tick_until_done(shared: Arc<Shared>, out: PathBuf) {
+/// The server's byte ledger as of the last closed round, beside the journal (the journal holds
+/// the state; bytes are only counted).
+const LEDGER_FILE: &str = "ledger.json";
+
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Opens the run's journal in `state_dir`, replaying it into `rounds` and `identities` if the
+/// run was under way, or starts a new run there.
+fn resume(
+    experiment: &Experiment,
+    state_dir: &Path,
+    rounds: &mut Rounds,
+    identities: &mut Identities,
+) -> anyhow::Result<(
+    journal::Journal,
+    journal::Start,
+    flint_common::wire::ledger::Ledger,
+)> {
+    let Some(found) = journal::Journal::open(state_dir)? else {
+        let start = journal::Start {
+            version: journal::FORMAT_VERSION,
+            run_id: format!("{}-{:016x}", experiment.name, rand::random::<u64>()),
+            fingerprint: experiment.fingerprint.clone(),
+            started_unix_ms: unix_ms(),
+        };
+        let journal = journal::Journal::create(state_dir, start.clone())?;
+        return Ok((journal, start, Default::default()));
+    };
+    let path = found.journal.path().display().to_string();
+    if found.start.fingerprint != experiment.fingerprint {
+        anyhow::bail!(
+            "{path} holds run {} of another experiment (fingerprint {}, this one is {}): resume it with its own experiment file, or move {} away to start a new run",
+            found.start.run_id,
+            found.start.fingerprint,
+            experiment.fingerprint,
+            state_dir.display()
+        );
+    }
+    if found.torn_bytes > 0 {
+        tracing::warn!(
+            path,
+            bytes = found.torn_bytes,
+            "the journal's last record was cut short by the crash; dropped (its call was never answered)"
+        );
+    }
+    let records = found.events.len();
+    let replayed = recovery::replay(found.events, rounds, identities, Instant::now())
+        .with_context(|| format!("cannot resume run {} from {path}", found.start.run_id))?;
+    if let Some(round) = replayed.installed_at_end {
+        found
+            .journal
+            .append(journal::Event::Installed(journal::RoundMark { round }))?;
+    }
+    found.journal.sync()?;
+    let ledger = match std::fs::read(state_dir.join(LEDGER_FILE)) {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .with_context(|| format!("cannot read {}", state_dir.join(LEDGER_FILE).display()))?,
+        Err(_) => Default::default(),
+    };
+    tracing::info!(
+        run = %found.start.run_id,
+        records,
+        closed_rounds = rounds.history().len(),
+        open_round = ?rounds.open_round().map(|(r, _, _)| r),
+        joined = rounds.joined().len(),
+        "resumed the run from its journal"
+    );
+    Ok((found.journal, found.start, ledger))
+}
+
+/// Closes rounds at their timeouts and keeps status.json (and, at each closed round, the byte
+/// ledger of the state directory) current until the run is done.
+async fn tick_until_done(shared: Arc<Shared>, out: PathBuf, state_dir: PathBuf) {
     let mut written = u64::MAX;
+    let mut ledger_at = usize::MAX;
     loop {
         let now = Instant::now();
-        let (closed, finished) = {
+        let (closed, finished, closed_rounds) = {
             let mut r = shared.rounds();
-            (r.tick(now), r.is_done(now))
+            let closed = r.tick(now);
+            if let Some(job) = &closed {
+                shared.record(journal::Event::Close(journal::RoundMark {
+                    round: job.round(),
+                }));
+            }
+            (closed, r.is_done(now), r.history().len())
         };
         if let Some(job) = closed {
             shared.aggregate(job);
@@ -306,7 +433,19 @@ async fn tick_until_done(shared: Arc<Shared>, out: PathBuf) {
             write_status(&shared, &out);
             written = version;
         }
-        if finished {
+        if closed_rounds != ledger_at {
+            let bytes = serde_json::to_vec(&shared.ledger.snapshot()).expect("ledger serialises");
+            if let Err(e) = results::write_atomic(&state_dir.join(LEDGER_FILE), &bytes) {
+                tracing::warn!(error = %e, "cannot keep the byte ledger in the state directory");
+            }
+            ledger_at = closed_rounds;
+        }
+        let failed = shared
+            .journal_failed
+            .lock()
+            .expect("journal flag lock")
+            .is_some();
+        if finished || failed {
             // Wake every long-poll so it sees the finished run.
             shared.bump();
             return;

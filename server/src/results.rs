@@ -297,7 +297,12 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         f.write_all(bytes)?;
         f.sync_all()?;
     }
-    std::fs::rename(tmp, path)
+    std::fs::rename(tmp, path)?;
+    // The rename itself is durable only once the directory is synced.
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => crate::journal::sync_dir(dir),
+        _ => Ok(()),
+    }
 }
 
 /// One row per (round, client) and one `all` row per round (mean metrics, summed bytes).

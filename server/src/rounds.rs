@@ -122,6 +122,12 @@ impl AggregationJob {
     }
 }
 
+impl Aggregated {
+    pub fn round(&self) -> Round {
+        self.round
+    }
+}
+
 /// A finished [`AggregationJob`], for [`Rounds::install`].
 pub struct Aggregated {
     round: Round,
@@ -477,6 +483,22 @@ impl Rounds {
         None
     }
 
+    /// Closes `round` as its timeout did before a restart (the journal's record of it), whatever
+    /// the clock says now.
+    pub fn close_as_timed_out(&mut self, round: Round, now: Instant) -> Result<AggregationJob> {
+        match self.open_round() {
+            Some((open, _, _)) if open == round => {}
+            other => {
+                return Err(FlintError::Precondition(format!(
+                    "round {round} closed by its timeout, but the open round is {other:?}"
+                )));
+            }
+        }
+        self.close(ClosedBy::Timeout, now).ok_or_else(|| {
+            FlintError::Precondition(format!("round {round} cannot close while aggregating"))
+        })
+    }
+
     fn close(&mut self, closed_by: ClosedBy, now: Instant) -> Option<AggregationJob> {
         // Only an open round with its strategy at hand closes; anything else is left as it is.
         if !matches!(self.phase, Phase::Open { .. }) {
@@ -511,14 +533,14 @@ impl Rounds {
 
     /// Takes a finished aggregation back: records the round, then opens the next one or
     /// finishes the run.
-    pub fn install(&mut self, done: Aggregated, now: Instant) {
+    pub fn install(&mut self, done: Aggregated, now: Instant) -> bool {
         self.strategy = Some(done.strategy);
         if self.aggregating() != Some(done.round) {
             tracing::error!(
                 round = done.round,
                 "an aggregation came back for a round that is not aggregating; ignored"
             );
-            return;
+            return false;
         }
         let Phase::Aggregating {
             round,
@@ -535,7 +557,7 @@ impl Rounds {
             // The strategy's state may be half-updated: no further round is run on it.
             tracing::error!(round, "aggregation panicked; the run ends here");
             self.phase = Phase::Finished { at: now };
-            return;
+            return true;
         }
         match done.result {
             Ok(agg) => {
@@ -561,6 +583,7 @@ impl Rounds {
         } else {
             self.open(round + 1, now);
         }
+        true
     }
 
     /// Takes a client's evaluation of the model it holds after `round`, on its own test rows

@@ -27,8 +27,9 @@ use tonic::transport::server::TlsConnectInfo;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::identity::{Holder, Identities, Peer};
+use crate::journal::{self, Event, Journal, RoundMark};
 use crate::proto::aggregator_server::Aggregator;
-use crate::rounds::{AggregationJob, Rounds, Task};
+use crate::rounds::{Accepted, AggregationJob, Rounds, Task};
 
 pub struct Shared {
     pub experiment: Experiment,
@@ -44,6 +45,13 @@ pub struct Shared {
     pub identities: Mutex<Identities>,
     /// Whether clients must present a certificate (the server has a client CA).
     pub mutual_tls: bool,
+    /// Every accepted change, for a restart (see `journal`).
+    pub journal: Journal,
+    /// Why the journal could not be written, if it could not: the run then stops, since its
+    /// state could no longer be recovered.
+    pub journal_failed: Mutex<Option<String>>,
+    /// How long each aggregation is held before it is installed (fault injection; zero).
+    pub hold_aggregation: std::time::Duration,
 }
 
 impl Shared {
@@ -54,6 +62,40 @@ impl Shared {
     /// The run's classes, for the papers' byte convention.
     fn classes(&self) -> usize {
         self.experiment.data.classes().len()
+    }
+
+    /// Appends a change to the journal. Called with the lock of the state it changed held, so
+    /// the records keep the order the changes were made in.
+    pub fn record(&self, event: Event) {
+        if let Err(e) = self.journal.append(event) {
+            self.journal_broke(&e);
+        }
+    }
+
+    fn journal_broke(&self, e: &std::io::Error) {
+        let path = self.journal.path().display();
+        tracing::error!(path = %path, error = %e, "cannot write the journal; the run stops");
+        let mut failed = self.journal_failed.lock().expect("journal flag lock");
+        failed.get_or_insert_with(|| format!("cannot write the journal {path}: {e}"));
+    }
+
+    /// Waits until everything journaled so far is on disk: a call is answered only then.
+    pub async fn durable(self: &Arc<Self>) -> Result<(), Status> {
+        let shared = self.clone();
+        let synced = tokio::task::spawn_blocking(move || {
+            let r = shared.journal.sync();
+            if let Err(e) = &r {
+                shared.journal_broke(e);
+            }
+            r
+        })
+        .await;
+        match synced {
+            Ok(Ok(())) => Ok(()),
+            _ => Err(Status::unavailable(
+                "the server cannot keep its state on disk; try again later",
+            )),
+        }
     }
 
     pub fn rounds(&self) -> std::sync::MutexGuard<'_, Rounds> {
@@ -116,8 +158,19 @@ impl Shared {
         let round = job.round();
         tokio::spawn(async move {
             let started = Instant::now();
-            match tokio::task::spawn_blocking(move || job.run()).await {
-                Ok(done) => shared.rounds().install(done, Instant::now()),
+            let hold = shared.hold_aggregation;
+            let run = move || {
+                let done = job.run();
+                std::thread::sleep(hold);
+                done
+            };
+            match tokio::task::spawn_blocking(run).await {
+                Ok(done) => {
+                    let mut rounds = shared.rounds();
+                    if rounds.install(done, Instant::now()) {
+                        shared.record(Event::Installed(RoundMark { round }));
+                    }
+                }
                 // `run` catches a strategy's panic, so only a cancelled pool ends here.
                 Err(e) => {
                     tracing::error!(round, error = %e, "aggregation did not finish");
@@ -157,6 +210,17 @@ pub fn status(e: FlintError) -> Status {
             Status::internal(message)
         }
     }
+}
+
+/// The journal's record of `id`'s binding, as it now stands.
+fn bind_record(identities: &Identities, id: ClientId) -> Event {
+    let (hash, holder) = identities.binding(id).expect("a slot just bound");
+    Event::Bind(journal::Bind {
+        client_id: id,
+        token_hash: hash.to_vec(),
+        host: holder.host.clone(),
+        certificate: holder.certificate.clone(),
+    })
 }
 
 /// A reply labelled with the (client, round) its bytes belong to, for the byte meters.
@@ -210,13 +274,27 @@ impl Aggregator for AggregatorService {
             identities
                 .check_claim(id, &req.token, &peer)
                 .map_err(status)?;
-            s.rounds()
-                .join(id, summary, Instant::now())
-                .map_err(status)?;
-            identities
+            {
+                let mut rounds = s.rounds();
+                let fresh = !rounds.joined().contains_key(&id);
+                rounds
+                    .join(id, summary.clone(), Instant::now())
+                    .map_err(status)?;
+                if fresh {
+                    s.record(Event::Join(journal::Join {
+                        client_id: id,
+                        summary: Some(summary),
+                    }));
+                }
+            }
+            if identities
                 .bind(id, &req.token, Holder::new(&host, &peer))
-                .map_err(status)?;
+                .map_err(status)?
+            {
+                s.record(bind_record(&identities, id));
+            }
         }
+        s.durable().await?;
         let reply = JoinReply {
             client_id: id,
             run_id: s.run_id.clone(),
@@ -244,10 +322,17 @@ impl Aggregator for AggregatorService {
                 req.experiment_fingerprint
             ))));
         }
-        let (id, name) = s
-            .identities()
-            .claim_any(&req.token, &peer, Holder::new(&host, &peer))
-            .map_err(status)?;
+        let (id, name) = {
+            let mut identities = s.identities();
+            let (id, name, bound) = identities
+                .claim_any(&req.token, &peer, Holder::new(&host, &peer))
+                .map_err(status)?;
+            if bound {
+                s.record(bind_record(&identities, id));
+            }
+            (id, name)
+        };
+        s.durable().await?;
         tracing::info!(client = id, name = %name, ?peer, "client slot claimed");
         let reply = ClaimReply {
             client_name: name,
@@ -366,9 +451,24 @@ impl Aggregator for AggregatorService {
             }
             l.at(client, round).up.paper += paper;
         });
-        let outcome = s
-            .rounds()
-            .accept_update(client, round, &payload, Instant::now());
+        let outcome = {
+            let mut rounds = s.rounds();
+            let outcome = rounds.accept_update(client, round, &payload, Instant::now());
+            if let Ok(Accepted {
+                duplicate: false, ..
+            }) = &outcome
+            {
+                s.record(Event::Update(journal::Update {
+                    client_id: client,
+                    round,
+                    payload: Some(payload.clone()),
+                }));
+            }
+            outcome
+        };
+        if outcome.is_ok() {
+            s.durable().await?;
+        }
         let duplicate = match outcome {
             Ok(accepted) => {
                 if let Some(job) = accepted.closed {
@@ -419,10 +519,20 @@ impl Aggregator for AggregatorService {
                 )))
             })?;
         let predictor = Predictor::parse(&req.predictor).map_err(status)?;
-        let duplicate = s
-            .rounds()
-            .report_eval(req.client_id, req.round, m, req.global_test, predictor)
-            .map_err(status)?;
+        let duplicate = {
+            let mut rounds = s.rounds();
+            let duplicate = rounds
+                .report_eval(req.client_id, req.round, m, req.global_test, predictor)
+                .map_err(status)?;
+            if !duplicate {
+                s.record(Event::Eval(EvalReport {
+                    run_id: String::new(),
+                    ..req.clone()
+                }));
+            }
+            duplicate
+        };
+        s.durable().await?;
         s.bump();
         let ack = Ack { duplicate };
         s.ledger.with(|l| {

@@ -1,0 +1,107 @@
+//! A restarted server's way back: the journal's records replayed, in order, through the same
+//! calls that made them ([`Rounds`], [`Identities`]), with closed rounds aggregated again on the
+//! spot. Nothing here reads the clock to decide anything: what time decided is in the journal.
+
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use flint_common::metrics::ConfusionMatrix;
+use flint_common::strategy::Predictor;
+
+use crate::identity::{Holder, Identities};
+use crate::journal::Event;
+use crate::rounds::{Aggregated, Rounds};
+
+/// What a replay found.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Replayed {
+    pub records: usize,
+    /// A round closed before the crash whose aggregation never came back: aggregated again and
+    /// installed by the replay (the caller journals that).
+    pub installed_at_end: Option<u32>,
+}
+
+/// Replays `events` into a fresh `rounds` and `identities` built from the same experiment.
+pub fn replay(
+    events: Vec<Event>,
+    rounds: &mut Rounds,
+    identities: &mut Identities,
+    now: Instant,
+) -> anyhow::Result<Replayed> {
+    let mut pending: Option<Aggregated> = None;
+    let records = events.len();
+    for (i, event) in events.into_iter().enumerate() {
+        let at = || format!("journal record {} of {records}", i + 1);
+        match event {
+            Event::Start(_) => bail!("{}: a second run record", at()),
+            Event::Bind(b) => {
+                let hash: [u8; 32] = b.token_hash.as_slice().try_into().with_context(|| {
+                    format!("{}: a token hash of {} bytes", at(), b.token_hash.len())
+                })?;
+                let holder = Holder {
+                    host: b.host,
+                    certificate: b.certificate,
+                };
+                identities
+                    .restore(b.client_id, hash, holder)
+                    .with_context(at)?;
+            }
+            Event::Join(j) => {
+                let summary = j
+                    .summary
+                    .with_context(|| format!("{}: a join without its summary", at()))?;
+                rounds.join(j.client_id, summary, now).with_context(at)?;
+            }
+            Event::Update(u) => {
+                let payload = u
+                    .payload
+                    .with_context(|| format!("{}: an update without payload", at()))?;
+                let accepted = rounds
+                    .accept_update(u.client_id, u.round, &payload, now)
+                    .with_context(at)?;
+                if let Some(job) = accepted.closed {
+                    pending = Some(job.run());
+                }
+            }
+            Event::Close(c) => {
+                let job = rounds.close_as_timed_out(c.round, now).with_context(at)?;
+                pending = Some(job.run());
+            }
+            Event::Installed(m) => {
+                let Some(done) = pending.take() else {
+                    bail!(
+                        "{}: round {} installed but no aggregation was under way",
+                        at(),
+                        m.round
+                    );
+                };
+                if done.round() != m.round {
+                    bail!(
+                        "{}: round {} installed but round {} was aggregating",
+                        at(),
+                        m.round,
+                        done.round()
+                    );
+                }
+                rounds.install(done, now);
+            }
+            Event::Eval(e) => {
+                let m = ConfusionMatrix::from_counts(e.classes as usize, e.confusion)
+                    .with_context(|| format!("{}: a malformed confusion matrix", at()))?;
+                let predictor = Predictor::parse(&e.predictor).with_context(at)?;
+                rounds
+                    .report_eval(e.client_id, e.round, m, e.global_test, predictor)
+                    .with_context(at)?;
+            }
+        }
+    }
+    let installed_at_end = pending.map(|done| {
+        let round = done.round();
+        rounds.install(done, now);
+        round
+    });
+    Ok(Replayed {
+        records,
+        installed_at_end,
+    })
+}
