@@ -9,8 +9,9 @@ use flint_common::config::Experiment;
 use flint_common::wire::TOKEN_HEADER;
 use flint_common::wire::chunks::{MAX_CHUNK, split};
 use flint_common::wire::proto::payload::Kind;
+use flint_common::wire::proto::update_chunk::Part;
 use flint_common::wire::proto::{
-    DataSummary, JoinRequest, LinearModel, Payload, RoundRequest, UpdateHeader,
+    DataSummary, JoinRequest, LinearModel, Payload, RoundRequest, UpdateChunk, UpdateHeader,
 };
 use support::*;
 use tonic::Code;
@@ -95,6 +96,7 @@ fn malformed_updates_get_clear_errors_and_the_run_completes() {
             run_id: run_id.into(),
             round,
             payload_len: 0,
+            payload_crc32: 0,
         };
         let push = |round: u32, run_id: String, p: Payload| {
             let mut g = grpc.clone();
@@ -106,6 +108,14 @@ fn malformed_updates_get_clear_errors_and_the_run_completes() {
             }
         };
         let run_id = reply.run_id.clone();
+        let push_chunks = |chunks: Vec<UpdateChunk>| {
+            let mut g = grpc.clone();
+            async move {
+                g.push_update(authed(tokio_stream::iter(chunks), "client-3"))
+                    .await
+                    .unwrap_err()
+            }
+        };
         let cases = [
             (
                 push(1, run_id.clone(), linear(vec![0.5; 3])).await,
@@ -132,6 +142,31 @@ fn malformed_updates_get_clear_errors_and_the_run_completes() {
                 Code::FailedPrecondition,
                 "this server runs",
             ),
+            // Issue 17 §3: sizes come from the run, never from the sender.
+            (
+                push_chunks(vec![UpdateChunk {
+                    part: Some(Part::Header(UpdateHeader {
+                        payload_len: 1 << 40,
+                        ..header(1, &run_id)
+                    })),
+                    offset: 0,
+                }])
+                .await,
+                Code::InvalidArgument,
+                "is above this run's limit of 2208 bytes",
+            ),
+            // Two equal-size chunks swapped in transit.
+            (
+                push_chunks({
+                    let mut c = split(header(1, &run_id), &linear(vec![0.5; 6]), 8);
+                    let (a, b) = (c[1].part.take(), c[2].part.take());
+                    (c[1].part, c[2].part) = (b, a);
+                    c
+                })
+                .await,
+                Code::InvalidArgument,
+                "damaged or reordered",
+            ),
         ];
         for (status, code, text) in cases {
             assert_eq!(status.code(), code, "{status:?}");
@@ -153,8 +188,114 @@ fn malformed_updates_get_clear_errors_and_the_run_completes() {
         assert_eq!(rr.closed_by.as_deref(), Some("timeout"));
         assert!(rr.metrics.contains_key(&1) && rr.metrics.contains_key(&2));
     }
-    // The refused uploads crossed the wire and are counted as such.
-    assert!(r.ledger.flows[&3][&1].up.payload > 0);
+    // Client 3's refused uploads crossed the wire and are its own at every level (issue 17:
+    // they were booked under it at the payload level but under client 0 above it).
+    let refused = r.ledger.flows[&3][&1].up;
+    assert!(
+        refused.payload > 0 && refused.message >= refused.payload,
+        "{refused:?}"
+    );
+    assert!(refused.socket >= refused.message, "{refused:?}");
+    // The oversize header was refused before its sender proved who it is: counted apart.
+    let stranger = r.refused["PushUpdate/invalid-argument"];
+    assert_eq!(stranger.calls, 1, "{:?}", r.refused);
+    assert!(stranger.payload_bytes > 0);
+}
+
+/// Issue 17 §3: a server-wide budget for uploads in flight. An upload whose header does not
+/// fit beside those already held is refused with RESOURCE_EXHAUSTED before any of its data is
+/// buffered; once the held one ends, there is room again.
+#[test]
+fn uploads_in_flight_share_one_bounded_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let exp_path = write(
+        dir.path(),
+        "budget.toml",
+        &synthetic_experiment("budget", 1, 2, "round_timeout_secs = 60"),
+    );
+    let experiment = Experiment::load(&exp_path, &[]).unwrap();
+    // The run's largest update is 2,208 bytes (3 KiB): the budget holds one at a time.
+    let too_small = flint()
+        .args(["server", "--upload-budget-kib", "2", "--experiment"])
+        .arg(&exp_path)
+        .arg("--out")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(!too_small.status.success());
+    let said = String::from_utf8_lossy(&too_small.stderr);
+    assert!(
+        said.contains("cannot hold one of this run's largest updates (3 KiB)"),
+        "{said}"
+    );
+    let (_server, addr) = start_server_with(&exp_path, dir.path(), &["--upload-budget-kib", "5"]);
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let mut grpc = AggregatorClient::connect(format!("http://{addr}"))
+            .await
+            .unwrap();
+        let mut run_id = String::new();
+        for name in ["client-1", "client-2"] {
+            run_id = grpc
+                .join(hand_made_join(name, &experiment.fingerprint))
+                .await
+                .unwrap()
+                .into_inner()
+                .run_id;
+        }
+        let header = |client: u32, len: u64| UpdateChunk {
+            part: Some(Part::Header(UpdateHeader {
+                client_id: client,
+                run_id: run_id.clone(),
+                round: 1,
+                payload_len: len,
+                payload_crc32: 0,
+            })),
+            offset: 0,
+        };
+        // Client 1 declares the largest update and sends nothing more: held.
+        let (held_tx, held_rx) = tokio::sync::mpsc::channel(1);
+        held_tx.send(header(1, 2208)).await.unwrap();
+        let mut g = grpc.clone();
+        let held = tokio::spawn(async move {
+            g.push_update(authed(
+                tokio_stream::wrappers::ReceiverStream::new(held_rx),
+                "client-1",
+            ))
+            .await
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let refused = grpc
+            .push_update(authed(tokio_stream::iter([header(2, 2208)]), "client-2"))
+            .await
+            .unwrap_err();
+        assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+        assert!(
+            refused
+                .message()
+                .contains("budget for uploads in flight (5 KiB)")
+        );
+        // The held upload ends short of its length: refused, and its room given back.
+        drop(held_tx);
+        let short = held.await.unwrap().unwrap_err();
+        assert!(
+            short.message().contains("ended after 0 of 2208"),
+            "{short:?}"
+        );
+        let p = linear(vec![0.25; 6]);
+        let chunks = split(
+            UpdateHeader {
+                client_id: 2,
+                run_id: run_id.clone(),
+                round: 1,
+                ..Default::default()
+            },
+            &p,
+            MAX_CHUNK,
+        );
+        grpc.push_update(authed(tokio_stream::iter(chunks), "client-2"))
+            .await
+            .unwrap();
+    });
 }
 
 /// DESIGN.md §Rounds: a client that dies does not stall the run; its rounds close at the
@@ -315,7 +456,8 @@ fn a_restarted_client_rejoins_with_its_id_and_finishes_the_round() {
     }
 }
 
-/// The server answers grpc.health.v1 and lists its services through reflection.
+/// The server answers grpc.health.v1, and lists its services through reflection only when
+/// told to (`--reflection`, as `flint run` does): a stranger learns nothing by default.
 #[test]
 fn health_and_reflection_are_served() {
     use tonic_health::pb::health_client::HealthClient;
@@ -331,9 +473,27 @@ fn health_and_reflection_are_served() {
         "health.toml",
         &synthetic_experiment("health", 1, 1, ""),
     );
-    let (_server, addr) = start_server(&exp, dir.path());
+    let (_server, addr) = start_server_with(&exp, dir.path(), &["--reflection"]);
+    let quiet = tempfile::tempdir().unwrap();
+    let (_quiet, quiet_addr) = start_server(&exp, quiet.path());
+    let ask = || ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
     tokio::runtime::Runtime::new().unwrap().block_on(async {
-        let channel = tonic::transport::Channel::from_shared(addr)
+        let quiet_channel = tonic::transport::Channel::from_shared(quiet_addr)
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let mut refused = ServerReflectionClient::new(quiet_channel);
+        let e = refused
+            .server_reflection_info(tokio_stream::iter([ask()]))
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::Unimplemented);
+
+        let channel = tonic::transport::Channel::from_shared(format!("http://{addr}"))
             .unwrap()
             .connect()
             .await
@@ -349,12 +509,8 @@ fn health_and_reflection_are_served() {
         assert_eq!(reply.status, ServingStatus::Serving as i32);
 
         let mut reflection = ServerReflectionClient::new(channel);
-        let ask = ServerReflectionRequest {
-            host: String::new(),
-            message_request: Some(MessageRequest::ListServices(String::new())),
-        };
         let mut replies = reflection
-            .server_reflection_info(tokio_stream::iter([ask]))
+            .server_reflection_info(tokio_stream::iter([ask()]))
             .await
             .unwrap()
             .into_inner();
@@ -484,6 +640,7 @@ fn the_server_keeps_answering_while_a_round_aggregates() {
                 run_id: run_id.clone(),
                 round,
                 payload_len: 0,
+                payload_crc32: 0,
             };
             let chunks = split(header, &linear(vec![0.5; 6]), MAX_CHUNK);
             async move {

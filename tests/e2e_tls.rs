@@ -220,6 +220,7 @@ fn a_client_id_cannot_be_used_without_its_token() {
             run_id: run_id.clone(),
             round: 1,
             payload_len: 0,
+            payload_crc32: 0,
         };
         let update = Payload {
             kind: Some(Kind::LinearModel(LinearModel {

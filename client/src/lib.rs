@@ -641,6 +641,7 @@ impl Client {
             run_id: run_id.to_string(),
             round,
             payload_len: 0,
+            payload_crc32: 0,
         };
         let chunks = split(header, update, MAX_CHUNK);
         let outcome = retry(retry_for, "push update", || {
@@ -785,7 +786,7 @@ where
             Err(s)
                 if matches!(
                     s.code(),
-                    Code::Unavailable | Code::Unknown | Code::Cancelled
+                    Code::Unavailable | Code::Unknown | Code::Cancelled | Code::ResourceExhausted
                 ) && failing_since
                     .get_or_insert_with(std::time::Instant::now)
                     .elapsed()

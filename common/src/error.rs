@@ -36,6 +36,9 @@ pub enum FlintError {
     /// A call by someone other than the client it names.
     #[error("{0}")]
     PermissionDenied(String),
+    /// A call the server has no room for now (its budget for uploads in flight); try again.
+    #[error("{0}")]
+    ResourceExhausted(String),
 }
 
 pub type Result<T, E = FlintError> = std::result::Result<T, E>;

@@ -102,7 +102,13 @@ pub fn execute(args: &RunArgs, progress: bool) -> anyhow::Result<PathBuf> {
     let ready = dir.join("server.addr");
     let mut server = Command::new(&exe);
     server
-        .args(["server", "--listen", "127.0.0.1:0", "--experiment"])
+        .args([
+            "server",
+            "--reflection",
+            "--listen",
+            "127.0.0.1:0",
+            "--experiment",
+        ])
         .arg(&resolved);
     if let Some(p) = &pki {
         server

@@ -28,11 +28,12 @@ use flint_common::logging::LogFormat;
 use flint_common::meter::{ConnMeter, MessageMeterLayer, SharedLedger, Side};
 use flint_common::strategy::ServerStrategy;
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 
 use identity::Identities;
 use proto::aggregator_server::AggregatorServer;
 use results::RunResults;
-use rounds::Rounds;
+use rounds::{MAX_FEATURES, Rounds};
 use service::{AggregatorService, Shared};
 
 /// Command-line options of `flint-server` (and `flint server`).
@@ -76,6 +77,15 @@ pub struct ServeOptions {
     /// milliseconds late, so that a test can kill the server while a round aggregates.
     #[arg(long, hide = true)]
     pub hold_aggregation_ms: Option<u64>,
+    /// KiB of uploads the server buffers at once, across all clients; an upload beyond it is
+    /// refused with RESOURCE_EXHAUSTED and tried again by its client [default: 262144 (256 MiB),
+    /// or room for two of the run's largest updates if more].
+    #[arg(long)]
+    pub upload_budget_kib: Option<u32>,
+    /// Serve gRPC reflection (the wire contract, for grpcurl and the like); off by default, since
+    /// it tells any caller what the server speaks. `flint run` turns it on.
+    #[arg(long)]
+    pub reflection: bool,
 }
 
 /// TLS of the server (PEM files, e.g. from `flint certs`).
@@ -204,6 +214,18 @@ pub async fn serve_with(
         }
         _ => None,
     };
+    let largest_kib = experiment
+        .strategy
+        .max_update_bytes(rounds.features().unwrap_or(MAX_FEATURES), classes)
+        .div_ceil(1024);
+    let upload_budget_kib = match options.upload_budget_kib {
+        Some(kib) if u64::from(kib) < largest_kib => anyhow::bail!(
+            "--upload-budget-kib {kib} cannot hold one of this run's largest updates ({largest_kib} KiB)"
+        ),
+        Some(kib) => kib,
+        None => u32::try_from((2 * largest_kib).max(256 * 1024)).unwrap_or(u32::MAX),
+    }
+    .min(Semaphore::MAX_PERMITS as u32);
     let ledger = Arc::new(SharedLedger::default());
     ledger.with(|l| *l = kept_ledger);
     let since_start = unix_ms().saturating_sub(start.started_unix_ms);
@@ -222,6 +244,9 @@ pub async fn serve_with(
         journal,
         journal_failed: Mutex::new(None),
         hold_aggregation: Duration::from_millis(options.hold_aggregation_ms.unwrap_or(0)),
+        upload_budget: Arc::new(Semaphore::new(upload_budget_kib as usize)),
+        upload_budget_kib,
+        refused: Mutex::default(),
     });
 
     let connections: Arc<Mutex<Vec<ConnMeter>>> = Arc::default();
@@ -245,10 +270,15 @@ pub async fn serve_with(
     health
         .set_serving::<AggregatorServer<AggregatorService>>()
         .await;
-    let reflection = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1()?;
+    let reflection = match options.reflection {
+        true => Some(
+            tonic_reflection::server::Builder::configure()
+                .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
+                .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+                .build_v1()?,
+        ),
+        false => None,
+    };
 
     let mut ticker = tokio::spawn(tick_until_done(
         shared.clone(),
@@ -272,7 +302,7 @@ pub async fn serve_with(
         .http2_keepalive_timeout(Some(Duration::from_secs(20)))
         .layer(MessageMeterLayer::server(ledger.clone()))
         .add_service(health_service)
-        .add_service(reflection)
+        .add_optional_service(reflection)
         .add_service(aggregator)
         .serve_with_incoming_shutdown(incoming, async {
             let _ = stop_rx.await;

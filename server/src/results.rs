@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::identity::Holder;
 use crate::rounds::Rounds;
-use crate::service::Shared;
+use crate::service::{Refused, Shared};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ClientRecord {
@@ -104,6 +104,10 @@ pub struct RunResults {
     /// absent here did not measure it.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub client_link_interfaces: BTreeMap<ClientId, Vec<String>>,
+    /// Calls refused before their caller proved which client it is, by `Method/status`; their
+    /// message and socket bytes are client 0's in the ledger, their payloads only here.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub refused: BTreeMap<String, Refused>,
 }
 
 impl RunResults {
@@ -186,6 +190,7 @@ pub fn collect(shared: &Shared) -> RunResults {
         client_ledgers: BTreeMap::new(),
         client_train_seconds: BTreeMap::new(),
         client_link_interfaces: BTreeMap::new(),
+        refused: shared.refused.lock().expect("refused lock").clone(),
     }
 }
 
@@ -426,6 +431,7 @@ mod tests {
             client_ledgers: BTreeMap::new(),
             client_train_seconds: BTreeMap::new(),
             client_link_interfaces: BTreeMap::new(),
+            refused: BTreeMap::new(),
         }
     }
 

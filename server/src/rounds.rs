@@ -268,6 +268,11 @@ impl Rounds {
         self
     }
 
+    /// The model's feature count: the experiment's, or the first joiner's (bounded).
+    pub fn features(&self) -> Option<usize> {
+        self.features
+    }
+
     pub fn check_joined(&self, client: ClientId) -> Result<()> {
         if !self.joined.contains_key(&client) {
             return Err(FlintError::UnknownClient(format!(

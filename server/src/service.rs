@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use flint_common::config::Experiment;
+use flint_common::data::partition::MAX_CLIENT_NAME;
 use flint_common::meter::ConnMeter;
 use flint_common::meter::SharedLedger;
 use flint_common::metrics::ConfusionMatrix;
@@ -22,9 +23,11 @@ use flint_common::wire::{
 };
 use flint_common::{ClientId, FlintError, Round};
 use prost::Message;
-use tokio::sync::watch;
+use serde::{Deserialize, Serialize};
+use std::sync::atomic::{AtomicU64, Ordering};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tonic::transport::server::TlsConnectInfo;
-use tonic::{Request, Response, Status, Streaming};
+use tonic::{Code, Request, Response, Status, Streaming};
 
 use crate::identity::{Holder, Identities, Peer};
 use crate::journal::{self, Event, Journal, RoundMark};
@@ -52,6 +55,11 @@ pub struct Shared {
     pub journal_failed: Mutex<Option<String>>,
     /// How long each aggregation is held before it is installed (fault injection; zero).
     pub hold_aggregation: std::time::Duration,
+    /// Calls refused before their caller proved who it is ([`Refused`]), by method and status.
+    pub refused: Mutex<std::collections::BTreeMap<String, Refused>>,
+    /// KiB of uploads that may be buffered at once, across all streams.
+    pub upload_budget: Arc<Semaphore>,
+    pub upload_budget_kib: u32,
 }
 
 impl Shared {
@@ -96,6 +104,28 @@ impl Shared {
                 "the server cannot keep its state on disk; try again later",
             )),
         }
+    }
+
+    /// The largest update this run takes, from its model's shape.
+    fn max_update_bytes(&self) -> u64 {
+        let features = self.rounds().features().unwrap_or(0);
+        self.experiment
+            .strategy
+            .max_update_bytes(features, self.classes())
+    }
+
+    /// Room for an upload of `len` bytes in the budget of uploads in flight (KiB-granular).
+    fn reserve_upload(&self, len: u64) -> Result<OwnedSemaphorePermit, FlintError> {
+        let kib = u32::try_from(len.div_ceil(1024).max(1)).unwrap_or(u32::MAX);
+        self.upload_budget
+            .clone()
+            .try_acquire_many_owned(kib)
+            .map_err(|_| {
+                FlintError::ResourceExhausted(format!(
+                    "the server's budget for uploads in flight ({} KiB) is in use; try again",
+                    self.upload_budget_kib
+                ))
+            })
     }
 
     pub fn rounds(&self) -> std::sync::MutexGuard<'_, Rounds> {
@@ -200,6 +230,7 @@ pub fn status(e: FlintError) -> Status {
         FlintError::UnknownClient(_) => Status::not_found(message),
         FlintError::Unauthenticated(_) => Status::unauthenticated(message),
         FlintError::PermissionDenied(_) => Status::permission_denied(message),
+        FlintError::ResourceExhausted(_) => Status::resource_exhausted(message),
         FlintError::Config(_)
         | FlintError::Io { .. }
         | FlintError::MissingData { .. }
@@ -223,6 +254,97 @@ fn bind_record(identities: &Identities, id: ClientId) -> Event {
     })
 }
 
+/// A refusal of an authenticated client's call, labelled as its replies are: its bytes are that
+/// client's at every level (a stranger's refusals carry no label: client 0, and `refused`).
+fn with_label(mut st: Status, client: ClientId, round: Round) -> Status {
+    st.metadata_mut().insert(CLIENT_HEADER, client.into());
+    st.metadata_mut().insert(ROUND_HEADER, round.into());
+    st
+}
+
+/// Calls refused before the caller proved who it is, by method and status: one counter each,
+/// so a flood of them costs nothing but the counts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Refused {
+    pub calls: u64,
+    /// Their request payloads, as far as they were read.
+    pub payload_bytes: u64,
+}
+
+impl Shared {
+    /// Counts `outcome` under `refused` if it is a refusal that names no client.
+    fn refused<T>(
+        &self,
+        method: &'static str,
+        outcome: Result<Response<T>, Status>,
+        bytes: u64,
+    ) -> Result<Response<T>, Status> {
+        if let Err(st) = &outcome
+            && st.metadata().get(CLIENT_HEADER).is_none()
+        {
+            let key = format!("{method}/{}", code_name(st.code()));
+            let mut refused = self.refused.lock().expect("refused lock");
+            let r = refused.entry(key).or_default();
+            r.calls += 1;
+            r.payload_bytes += bytes;
+        }
+        outcome
+    }
+}
+
+/// A status code as gRPC's documentation spells it, lowercase (`invalid-argument`).
+fn code_name(code: Code) -> String {
+    format!("{code:?}")
+        .chars()
+        .enumerate()
+        .flat_map(|(i, c)| {
+            let dash = (i > 0 && c.is_ascii_uppercase()).then_some('-');
+            dash.into_iter()
+                .chain(std::iter::once(c.to_ascii_lowercase()))
+        })
+        .collect()
+}
+
+#[tonic::async_trait]
+impl Aggregator for AggregatorService {
+    async fn join(&self, request: Request<JoinRequest>) -> Result<Response<JoinReply>, Status> {
+        let bytes = request.get_ref().encoded_len() as u64;
+        let outcome = self.join_call(request).await;
+        self.0.refused("Join", outcome, bytes)
+    }
+
+    async fn claim(&self, request: Request<ClaimRequest>) -> Result<Response<ClaimReply>, Status> {
+        let bytes = request.get_ref().encoded_len() as u64;
+        let outcome = self.claim_call(request).await;
+        self.0.refused("Claim", outcome, bytes)
+    }
+
+    async fn get_round(
+        &self,
+        request: Request<RoundRequest>,
+    ) -> Result<Response<RoundTask>, Status> {
+        let bytes = request.get_ref().encoded_len() as u64;
+        let outcome = self.get_round_call(request).await;
+        self.0.refused("GetRound", outcome, bytes)
+    }
+
+    async fn push_update(
+        &self,
+        request: Request<Streaming<UpdateChunk>>,
+    ) -> Result<Response<Ack>, Status> {
+        let seen = AtomicU64::new(0);
+        let outcome = self.push_update_call(request, &seen).await;
+        self.0
+            .refused("PushUpdate", outcome, seen.load(Ordering::Relaxed))
+    }
+
+    async fn report_eval(&self, request: Request<EvalReport>) -> Result<Response<Ack>, Status> {
+        let bytes = request.get_ref().encoded_len() as u64;
+        let outcome = self.report_eval_call(request).await;
+        self.0.refused("ReportEval", outcome, bytes)
+    }
+}
+
 /// A reply labelled with the (client, round) its bytes belong to, for the byte meters.
 fn labelled<T>(msg: T, client: ClientId, round: Round) -> Response<T> {
     let mut r = Response::new(msg);
@@ -241,15 +363,23 @@ fn unix_ms(at: Instant) -> u64 {
     ms.max(0) as u64
 }
 
-#[tonic::async_trait]
-impl Aggregator for AggregatorService {
-    async fn join(&self, request: Request<JoinRequest>) -> Result<Response<JoinReply>, Status> {
+/// The handlers, each answering one call; [`Aggregator`] below counts what they refuse.
+impl AggregatorService {
+    async fn join_call(
+        &self,
+        request: Request<JoinRequest>,
+    ) -> Result<Response<JoinReply>, Status> {
         let s = &self.0;
         let peer = s.peer(&request);
         let host = Shared::host(&request);
         let req = request.into_inner();
         // Refusals name nothing of the run (its clients, its fingerprint): the caller has not
         // proved it belongs to it.
+        if req.client_name.len() > MAX_CLIENT_NAME {
+            return Err(status(FlintError::InvalidRequest(format!(
+                "a client name has at most {MAX_CLIENT_NAME} characters"
+            ))));
+        }
         let id = s.experiment.client_id(&req.client_name).ok_or_else(|| {
             status(FlintError::UnknownClient(format!(
                 "unknown client name {:?}: not declared in this experiment",
@@ -311,7 +441,10 @@ impl Aggregator for AggregatorService {
         Ok(labelled(reply, id, 0))
     }
 
-    async fn claim(&self, request: Request<ClaimRequest>) -> Result<Response<ClaimReply>, Status> {
+    async fn claim_call(
+        &self,
+        request: Request<ClaimRequest>,
+    ) -> Result<Response<ClaimReply>, Status> {
         let s = &self.0;
         let peer = s.peer(&request);
         let host = Shared::host(&request);
@@ -345,7 +478,7 @@ impl Aggregator for AggregatorService {
         Ok(labelled(reply, id, 0))
     }
 
-    async fn get_round(
+    async fn get_round_call(
         &self,
         request: Request<RoundRequest>,
     ) -> Result<Response<RoundTask>, Status> {
@@ -353,7 +486,8 @@ impl Aggregator for AggregatorService {
         s.authorize(&request, request.get_ref().client_id)
             .map_err(status)?;
         let req = request.into_inner();
-        s.check_run(&req.run_id).map_err(status)?;
+        s.check_run(&req.run_id)
+            .map_err(|e| with_label(status(e), req.client_id, 0))?;
         let mut changes = s.version.subscribe();
         let task = loop {
             let task = s.rounds().task_for(req.client_id, req.after_round);
@@ -416,9 +550,10 @@ impl Aggregator for AggregatorService {
         Ok(labelled(reply, req.client_id, ledger_round))
     }
 
-    async fn push_update(
+    async fn push_update_call(
         &self,
         request: Request<Streaming<UpdateChunk>>,
+        seen: &AtomicU64,
     ) -> Result<Response<Ack>, Status> {
         let s = &self.0;
         // The stream's header names the client; the caller's credentials are checked against it.
@@ -429,28 +564,54 @@ impl Aggregator for AggregatorService {
             .map(str::to_string);
         let peer = s.peer(&request);
         let mut stream = request.into_inner();
-        let mut parts = Reassembler::default();
-        // Chunk sizes, counted once the header says whose they are.
+        let mut parts = Reassembler::new(s.max_update_bytes());
+        // Chunk sizes, booked under the client once its credentials are checked.
         let mut sizes = Vec::new();
-        while let Some(chunk) = stream.message().await? {
-            sizes.push(chunk.encoded_len());
-            if let Some(h) = parts.push(chunk).map_err(status)? {
-                s.identities()
-                    .check(h.client_id, token.as_deref(), &peer)
-                    .map_err(status)?;
-                s.rounds().check_joined(h.client_id).map_err(status)?;
-                s.check_run(&h.run_id).map_err(status)?;
+        let mut whose: Option<(ClientId, Round)> = None;
+        // The update's share of the upload budget, held until it has been taken or refused.
+        let mut _budget = None;
+        let received = async {
+            while let Some(chunk) = stream.message().await.map_err(|e| {
+                FlintError::InvalidUpdate(format!("the upload stream broke: {}", e.message()))
+            })? {
+                sizes.push(chunk.encoded_len());
+                seen.fetch_add(chunk.encoded_len() as u64, Ordering::Relaxed);
+                if let Some(h) = parts.push(chunk)? {
+                    let (client, round, run_id) = (h.client_id, h.round, h.run_id.clone());
+                    let len = h.payload_len;
+                    s.identities().check(client, token.as_deref(), &peer)?;
+                    s.rounds().check_joined(client)?;
+                    whose = Some((client, round));
+                    s.check_run(&run_id)?;
+                    _budget = Some(s.reserve_upload(len)?);
+                }
             }
+            parts.finish()
         }
-        let (header, payload) = parts.finish().map_err(status)?;
-        let (client, round) = (header.client_id, header.round);
-        let paper = paper_convention_bytes(&payload, s.classes());
-        s.ledger.with(|l| {
-            for n in &sizes {
-                l.payload(client, round, Direction::Up, *n, 0);
+        .await;
+        // From here on the bytes are an authenticated client's, refused or not.
+        let book = |paper: u64| {
+            if let Some((client, round)) = whose {
+                s.ledger.with(|l| {
+                    for n in &sizes {
+                        l.payload(client, round, Direction::Up, *n, 0);
+                    }
+                    l.at(client, round).up.paper += paper;
+                });
             }
-            l.at(client, round).up.paper += paper;
-        });
+        };
+        let (header, payload) = match received {
+            Ok(update) => update,
+            Err(e) => {
+                book(0);
+                return Err(match whose {
+                    Some((client, round)) => with_label(status(e), client, round),
+                    None => status(e),
+                });
+            }
+        };
+        let (client, round) = (header.client_id, header.round);
+        book(paper_convention_bytes(&payload, s.classes()));
         let outcome = {
             let mut rounds = s.rounds();
             let outcome = rounds.accept_update(client, round, &payload, Instant::now());
@@ -484,7 +645,7 @@ impl Aggregator for AggregatorService {
             }
             Err(e) => {
                 tracing::warn!(client, round, reason = %e, "update refused");
-                return Err(status(e));
+                return Err(with_label(status(e), client, round));
             }
         };
         tracing::debug!(client, round, duplicate, "update accepted");
@@ -495,12 +656,15 @@ impl Aggregator for AggregatorService {
         Ok(labelled(ack, client, round))
     }
 
-    async fn report_eval(&self, request: Request<EvalReport>) -> Result<Response<Ack>, Status> {
+    async fn report_eval_call(
+        &self,
+        request: Request<EvalReport>,
+    ) -> Result<Response<Ack>, Status> {
         let s = &self.0;
         s.authorize(&request, request.get_ref().client_id)
             .map_err(status)?;
         let req = request.into_inner();
-        s.check_run(&req.run_id).map_err(status)?;
+        let refuse = |e| with_label(status(e), req.client_id, req.round);
         s.ledger.with(|l| {
             l.payload(
                 req.client_id,
@@ -510,20 +674,21 @@ impl Aggregator for AggregatorService {
                 0,
             )
         });
+        s.check_run(&req.run_id).map_err(refuse)?;
         let m = ConfusionMatrix::from_counts(req.classes as usize, req.confusion.clone())
             .ok_or_else(|| {
-                status(FlintError::InvalidRequest(format!(
+                refuse(FlintError::InvalidRequest(format!(
                     "confusion matrix has {} counts, expected {} (classes²)",
                     req.confusion.len(),
                     u64::from(req.classes) * u64::from(req.classes)
                 )))
             })?;
-        let predictor = Predictor::parse(&req.predictor).map_err(status)?;
+        let predictor = Predictor::parse(&req.predictor).map_err(refuse)?;
         let duplicate = {
             let mut rounds = s.rounds();
             let duplicate = rounds
                 .report_eval(req.client_id, req.round, m, req.global_test, predictor)
-                .map_err(status)?;
+                .map_err(refuse)?;
             if !duplicate {
                 s.record(Event::Eval(EvalReport {
                     run_id: String::new(),

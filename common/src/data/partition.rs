@@ -11,6 +11,10 @@ use crate::params::{ParamError, ParamResult};
 use crate::rng::{FlintRng, derive_rng};
 use crate::{FlintError, Result};
 
+/// The longest client name: a certificate's common name holds at most 64 characters (X.509's
+/// ub-common-name), and a client's certificate names it.
+pub const MAX_CLIENT_NAME: usize = 64;
+
 /// `[partition]` as written; [`PartitionSection::plan`] checks it with the clients' own keys.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -97,12 +101,13 @@ pub fn declare_clients(
             .clone()
             .unwrap_or_else(|| format!("client-{}", i + 1));
         if name.is_empty()
+            || name.len() > MAX_CLIENT_NAME
             || !name
                 .chars()
                 .all(|ch| ch.is_ascii_alphanumeric() || "-_.".contains(ch))
         {
             return bad(format!(
-                "client name {name:?} must be non-empty ASCII letters, digits, '-', '_' or '.'"
+                "client name {name:?} must be 1 to {MAX_CLIENT_NAME} ASCII letters, digits, '-', '_' or '.'"
             ));
         }
         if !names.insert(name.clone()) {

@@ -166,7 +166,10 @@ where
         {
             c.flush_to_label(&*sink, side);
         }
-        let method = req.uri().path().to_string();
+        let method = match side {
+            Side::Server => known_method(req.uri().path()).to_string(),
+            Side::Client => req.uri().path().to_string(),
+        };
         // The server trusts only its own labels (set on the replies it accepts): a request's
         // headers are whatever the caller wrote, and counting by them let made-up client ids
         // grow the ledger without bound. A refused call's bytes go to client 0, round 0.
@@ -208,4 +211,26 @@ where
             Ok(resp.map(|b| CountingBody::new(b, Arc::new(AtomicU64::new(0)), Some(on_drop))))
         })
     }
+}
+
+/// The methods the server serves; any other path a caller makes up is counted as `other`, so
+/// the ledger's per-method table stays as small as the service.
+const KNOWN_METHODS: [&str; 9] = [
+    "/flint.v1.Aggregator/Join",
+    "/flint.v1.Aggregator/Claim",
+    "/flint.v1.Aggregator/GetRound",
+    "/flint.v1.Aggregator/PushUpdate",
+    "/flint.v1.Aggregator/ReportEval",
+    "/grpc.health.v1.Health/Check",
+    "/grpc.health.v1.Health/Watch",
+    "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+    "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+];
+
+fn known_method(path: &str) -> &str {
+    KNOWN_METHODS
+        .iter()
+        .find(|m| **m == path)
+        .copied()
+        .unwrap_or("other")
 }

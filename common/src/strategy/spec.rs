@@ -242,6 +242,31 @@ impl StrategySpec {
         }
     }
 
+    /// The most encoded bytes one client's update may take in a run of this shape: checked at
+    /// an upload's header, before a byte of it is buffered (sizes come from the run, never from
+    /// the sender). Twice a bound on the largest update the model can produce, so no honest
+    /// update comes near it.
+    pub fn max_update_bytes(&self, features: usize, classes: usize) -> u64 {
+        let (f, c) = (features as u64, classes as u64);
+        // A varint takes at most 10 bytes, a float 4; messages add tags and lengths.
+        let tm = |clauses: usize| {
+            let clauses = clauses as u64;
+            // Each feature and its negation, and a convolution's position literals (fewer
+            // than the features again).
+            let include_bytes = (4 * f).div_ceil(8);
+            c * (clauses * (10 + include_bytes) + 64)
+        };
+        let model = match self.model() {
+            // One weight vector per class (two classes: one vector), a bias each.
+            ModelSpec::LogReg(_) => c * (4 * f + 16),
+            // One concept per feature and per class, row-major, and the local metrics.
+            ModelSpec::Fcm(_) => 4 * (f + c) * (f + c) + 64,
+            ModelSpec::Tm(t) => tm(t.tm.clauses),
+            ModelSpec::ConvTm(t) => tm(t.tm.clauses),
+        };
+        2 * (model + 1024)
+    }
+
     /// Whether every client must declare its compute power (AHP's compute-ghz criterion).
     pub fn needs_compute_ghz(&self) -> bool {
         matches!(self, StrategySpec::FedAvgAhp { ahp, .. } if ahp.criteria.contains(&AhpCriterion::ComputeGhz))

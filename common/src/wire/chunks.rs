@@ -13,38 +13,52 @@ pub const MAX_CHUNK: usize = 1 << 20;
 pub fn split(mut header: UpdateHeader, payload: &Payload, chunk: usize) -> Vec<UpdateChunk> {
     let bytes = payload.encode_to_vec();
     header.payload_len = bytes.len() as u64;
+    header.payload_crc32 = crc32fast::hash(&bytes);
     let mut out = vec![UpdateChunk {
         part: Some(Part::Header(header)),
+        offset: 0,
     }];
-    out.extend(
-        bytes
-            .chunks(chunk.clamp(1, MAX_CHUNK))
-            .map(|c| UpdateChunk {
-                part: Some(Part::Data(c.to_vec())),
-            }),
-    );
+    let size = chunk.clamp(1, MAX_CHUNK);
+    out.extend(bytes.chunks(size).enumerate().map(|(i, c)| UpdateChunk {
+        part: Some(Part::Data(c.to_vec())),
+        offset: (i * size) as u64,
+    }));
     out
 }
 
-/// Rebuilds a payload from received chunks, refusing anything out of shape.
-#[derive(Debug, Default)]
+/// Rebuilds a payload from received chunks, refusing anything out of shape. Nothing is
+/// buffered before the header has been checked against `limit` (the run's largest update).
+#[derive(Debug)]
 pub struct Reassembler {
+    limit: u64,
     header: Option<UpdateHeader>,
     data: Vec<u8>,
 }
 
 impl Reassembler {
+    /// Takes updates of at most `limit` encoded bytes.
+    pub fn new(limit: u64) -> Reassembler {
+        Reassembler {
+            limit,
+            header: None,
+            data: Vec::new(),
+        }
+    }
+
     /// Takes one chunk; returns the header when this chunk was it.
     pub fn push(&mut self, chunk: UpdateChunk) -> Result<Option<&UpdateHeader>> {
         let bad = |m: String| Err(FlintError::InvalidUpdate(m));
         match (chunk.part, &self.header) {
             (None, _) => bad("empty update chunk".into()),
             (Some(Part::Header(h)), None) => {
-                if h.payload_len > 1 << 34 {
+                if h.payload_len > self.limit {
                     return bad(format!(
-                        "payload_len {} is beyond any model Flint sends",
-                        h.payload_len
+                        "payload_len {} is above this run's limit of {} bytes for one update",
+                        h.payload_len, self.limit
                     ));
+                }
+                if chunk.offset != 0 {
+                    return bad("a header with an offset".into());
                 }
                 self.header = Some(h);
                 Ok(self.header.as_ref())
@@ -58,12 +72,20 @@ impl Reassembler {
                         d.len()
                     ));
                 }
+                if chunk.offset != self.data.len() as u64 {
+                    return bad(format!(
+                        "a chunk for offset {} where offset {} was due: chunks out of order or lost",
+                        chunk.offset,
+                        self.data.len()
+                    ));
+                }
                 if (self.data.len() + d.len()) as u64 > h.payload_len {
                     return bad(format!(
                         "more data than the header's payload_len of {}",
                         h.payload_len
                     ));
                 }
+                // Grown as data arrives, never to a size the sender declared.
                 self.data.extend_from_slice(&d);
                 Ok(None)
             }
@@ -84,6 +106,13 @@ impl Reassembler {
                 "update ended after {} of {} payload bytes",
                 self.data.len(),
                 header.payload_len
+            )));
+        }
+        let crc = crc32fast::hash(&self.data);
+        if crc != header.payload_crc32 {
+            return Err(FlintError::InvalidUpdate(format!(
+                "payload CRC-32 {crc:08x} differs from the header's {:08x}: the update was damaged or reordered",
+                header.payload_crc32
             )));
         }
         let payload = Payload::decode(self.data.as_slice())
@@ -112,7 +141,7 @@ mod tests {
         let p = model(1000);
         let chunks = split(UpdateHeader::default(), &p, 512);
         assert!(chunks.len() > 3);
-        let mut r = Reassembler::default();
+        let mut r = Reassembler::new(1 << 20);
         for c in chunks {
             r.push(c).unwrap();
         }
@@ -125,14 +154,14 @@ mod tests {
     fn out_of_shape_streams_are_refused() {
         let p = model(10);
         let mut chunks = split(UpdateHeader::default(), &p, 8);
-        let mut r = Reassembler::default();
+        let mut r = Reassembler::new(1 << 20);
         assert!(
             r.push(chunks.remove(1))
                 .unwrap_err()
                 .to_string()
                 .contains("before its header")
         );
-        let mut r = Reassembler::default();
+        let mut r = Reassembler::new(1 << 20);
         r.push(chunks.remove(0)).unwrap();
         r.push(chunks.remove(0)).unwrap();
         assert!(
@@ -141,7 +170,54 @@ mod tests {
                 .to_string()
                 .contains("ended after 8 of")
         );
-        let err = Reassembler::default().finish().unwrap_err().to_string();
+        let err = Reassembler::new(1 << 20).finish().unwrap_err().to_string();
         assert!(err.contains("without a header"), "{err}");
+    }
+
+    fn refusal(chunks: Vec<UpdateChunk>, limit: u64) -> String {
+        let mut r = Reassembler::new(limit);
+        for c in chunks {
+            if let Err(e) = r.push(c) {
+                return e.to_string();
+            }
+        }
+        r.finish().unwrap_err().to_string()
+    }
+
+    /// Issue 17 §3: two equal-size chunks swapped in transit were taken as another model.
+    #[test]
+    fn swapped_damaged_or_oversize_updates_are_refused() {
+        let p = model(40);
+        let chunks = split(UpdateHeader::default(), &p, 16);
+        let mut swapped = chunks.clone();
+        swapped.swap(1, 2);
+        let e = refusal(swapped, 1 << 20);
+        assert!(e.contains("for offset 16 where offset 0 was due"), "{e}");
+        // Swapped with their offsets too: only the checksum sees it.
+        let mut relabelled = chunks.clone();
+        let (a, b) = (relabelled[1].part.clone(), relabelled[2].part.clone());
+        relabelled[1].part = b;
+        relabelled[2].part = a;
+        let e = refusal(relabelled, 1 << 20);
+        assert!(e.contains("damaged or reordered"), "{e}");
+        let mut damaged = chunks.clone();
+        if let Some(Part::Data(d)) = &mut damaged[2].part {
+            d[3] ^= 1;
+        }
+        assert!(refusal(damaged, 1 << 20).contains("CRC-32"));
+        let len = p.encoded_len() as u64;
+        let e = refusal(chunks.clone(), len - 1);
+        assert!(
+            e.contains(&format!(
+                "payload_len {len} is above this run's limit of {}",
+                len - 1
+            )),
+            "{e}"
+        );
+        let mut r = Reassembler::new(len);
+        for c in chunks {
+            r.push(c).unwrap();
+        }
+        assert_eq!(r.finish().unwrap().1, p);
     }
 }
