@@ -161,6 +161,7 @@ mod tests {
                 .to_string()
                 .contains("before its header")
         );
+        let mut chunks = split(UpdateHeader::default(), &p, 8);
         let mut r = Reassembler::new(1 << 20);
         r.push(chunks.remove(0)).unwrap();
         r.push(chunks.remove(0)).unwrap();
