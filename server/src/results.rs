@@ -108,6 +108,22 @@ pub struct RunResults {
     /// message and socket bytes are client 0's in the ledger, their payloads only here.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub refused: BTreeMap<String, Refused>,
+    /// The server process's peak resident memory (VmHWM) when the results were written, in kB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_peak_rss_kb: Option<u64>,
+}
+
+/// This process's peak resident set (`VmHWM` of /proc/self/status), in kB, where Linux says.
+pub fn peak_rss_kb() -> Option<u64> {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()
 }
 
 impl RunResults {
@@ -191,6 +207,7 @@ pub fn collect(shared: &Shared) -> RunResults {
         client_train_seconds: BTreeMap::new(),
         client_link_interfaces: BTreeMap::new(),
         refused: shared.refused.lock().expect("refused lock").clone(),
+        server_peak_rss_kb: peak_rss_kb(),
     }
 }
 
@@ -432,6 +449,7 @@ mod tests {
             client_train_seconds: BTreeMap::new(),
             client_link_interfaces: BTreeMap::new(),
             refused: BTreeMap::new(),
+            server_peak_rss_kb: None,
         }
     }
 

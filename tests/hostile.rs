@@ -1,0 +1,330 @@
+//! Issue 17's hostile client, replayed against a real server process: every attack listed under
+//! its "Why" gets its status, the server stays up with its memory bounded, and the honest
+//! clients' run ends with exactly the metrics of a run nobody attacked. (Oversize and concurrent
+//! uploads, swapped chunks and idle sockets have their own tests in e2e_faults.rs.)
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use flint_client::proto::aggregator_client::AggregatorClient;
+use flint_common::config::Experiment;
+use flint_common::wire::TOKEN_HEADER;
+use flint_common::wire::chunks::{MAX_CHUNK, split};
+use flint_common::wire::proto::payload::Kind;
+use flint_common::wire::proto::{
+    DataSummary, EvalReport, JoinRequest, LinearModel, Payload, RoundRequest, UpdateHeader,
+};
+use support::*;
+use tonic::Code;
+use tonic::transport::Channel;
+
+/// Calls a stranger makes without having joined: issue 17 counted 100k of them.
+const FLOOD: usize = 100_000;
+/// What the flood and the attacks may add to the server's peak resident memory over the
+/// attack-free run's (the flood once added 118 MB, never freed).
+const RSS_ALLOWANCE_KB: u64 = 24 * 1024;
+
+const ROUNDS: &str = "round_timeout_secs = 120\neval_timeout_secs = 30";
+
+/// The attacker's own token: well-formed, bound to nothing.
+const MALLORY: &str = "0123456789abcdef0123456789abcdef";
+
+fn join(name: &str, summary: DataSummary, fingerprint: &str) -> JoinRequest {
+    JoinRequest {
+        client_name: name.into(),
+        experiment_fingerprint: fingerprint.into(),
+        summary: Some(summary),
+        token: MALLORY.into(),
+    }
+}
+
+fn summary() -> DataSummary {
+    DataSummary {
+        train_class_counts: vec![200, 100],
+        test_samples: 75,
+        features: 6,
+        compute_ghz: 2.0,
+    }
+}
+
+fn as_mallory<T>(msg: T) -> tonic::Request<T> {
+    let mut r = tonic::Request::new(msg);
+    r.metadata_mut()
+        .insert(TOKEN_HEADER, MALLORY.parse().unwrap());
+    r
+}
+
+fn metrics_of(r: &flint_server::results::RunResults) -> BTreeMap<u32, serde_json::Value> {
+    r.rounds
+        .iter()
+        .map(|rr| {
+            let v = serde_json::json!({
+                "metrics": rr.metrics, "weights": rr.weights, "participants": rr.participants,
+            });
+            (rr.round, v)
+        })
+        .collect()
+}
+
+/// Runs the federation of three honest clients; `attack` runs against the server first (before
+/// the clients start) and `during` once they have joined. Returns the results and the server's
+/// peak RSS, as it recorded it.
+fn federation(
+    name: &str,
+    attack: impl FnOnce(&str, &Experiment),
+    during: impl FnOnce(&str, &Experiment),
+) -> (flint_server::results::RunResults, u64) {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let exp_path = write(d, "hostile.toml", &synthetic_experiment(name, 4, 3, ROUNDS));
+    let experiment = Experiment::load(&exp_path, &[]).unwrap();
+    // Aggregations are held a moment, so that attacks land while the run is under way.
+    let (mut server, addr) = start_server_with(&exp_path, d, &["--hold-aggregation-ms", "200"]);
+    let url = format!("http://{addr}");
+    attack(&url, &experiment);
+    let mut honest = start_clients(&exp_path, &url, &["client-1", "client-2", "client-3"], d);
+    wait_for(Duration::from_secs(60), || {
+        status(d).filter(|s| s.joined == 3)
+    });
+    during(&url, &experiment);
+    assert!(
+        honest.wait(Duration::from_secs(120)).success(),
+        "honest clients failed"
+    );
+    assert!(
+        server.wait(Duration::from_secs(60)).success(),
+        "server failed"
+    );
+    let r = results(d);
+    let peak = r
+        .server_peak_rss_kb
+        .expect("the server records its peak RSS");
+    let csv = std::fs::read_to_string(d.join("rounds.csv")).unwrap();
+    // The run's own rows, and at most one for strangers (client 0, round 0).
+    let strangers = csv.lines().filter(|l| l.starts_with("0,0,")).count();
+    assert!(strangers <= 1, "{csv}");
+    assert_eq!(csv.lines().count() - strangers, 1 + 5 * 4, "{csv}");
+    (r, peak)
+}
+
+async fn connect(url: &str) -> Channel {
+    Channel::from_shared(url.to_string())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap()
+}
+
+/// Before anyone joins: Joins that once crashed or skewed the run, then the flood.
+fn before(url: &str, e: &Experiment) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let channel = connect(url).await;
+        let mut g = AggregatorClient::new(channel.clone());
+        let fp = &e.fingerprint;
+        let refusals = [
+            // 34 GB allocated at quorum, then SIGABRT.
+            (
+                DataSummary {
+                    features: u32::MAX,
+                    ..summary()
+                },
+                "the experiment's data has 6",
+            ),
+            // A first joiner declaring another width locked every honest client out.
+            (
+                DataSummary {
+                    features: 8,
+                    ..summary()
+                },
+                "the experiment's data has 6",
+            ),
+            // AHP weight taken by inflated counts and compute.
+            (
+                DataSummary {
+                    train_class_counts: vec![1_000_000_000_000_000, 1],
+                    ..summary()
+                },
+                "more than",
+            ),
+            (
+                DataSummary {
+                    compute_ghz: 1e9,
+                    ..summary()
+                },
+                "compute_ghz must be in",
+            ),
+            // Counts that wrapped around u64 recorded an accuracy of 1.25.
+            (
+                DataSummary {
+                    train_class_counts: vec![u64::MAX, 2],
+                    ..summary()
+                },
+                "more than",
+            ),
+        ];
+        for (s, says) in refusals {
+            let st = g.join(join("client-1", s, fp)).await.unwrap_err();
+            assert_eq!(st.code(), Code::InvalidArgument, "{st:?}");
+            assert!(st.message().contains(says), "{st:?}");
+        }
+        // Strangers learn nothing of the run: not the declared names, not the fingerprint.
+        let st = g.join(join("nobody", summary(), fp)).await.unwrap_err();
+        assert_eq!(st.code(), Code::NotFound);
+        assert!(!st.message().contains("client-1"), "{st:?}");
+        let st = g
+            .join(join("client-1", summary(), "not-the-fingerprint"))
+            .await
+            .unwrap_err();
+        assert!(!st.message().contains(fp.as_str()), "{st:?}");
+        let st = g
+            .join(join(&"x".repeat(100_000), summary(), fp))
+            .await
+            .unwrap_err();
+        assert_eq!(st.code(), Code::InvalidArgument);
+        assert!(st.message().len() < 200, "a long name is not echoed");
+
+        // The flood: health checks under made-up client ids, calls without a token, reports
+        // for a client that has not joined; 16 at a time on one connection.
+        use tonic_health::pb::HealthCheckRequest;
+        use tonic_health::pb::health_client::HealthClient;
+        let mut tasks = tokio::task::JoinSet::new();
+        for lane in 0..16usize {
+            let channel = channel.clone();
+            tasks.spawn(async move {
+                let mut health = HealthClient::new(channel.clone());
+                let mut g = AggregatorClient::new(channel);
+                for i in (lane..FLOOD).step_by(16) {
+                    let id = 1000 + i as u32;
+                    match i % 3 {
+                        0 => {
+                            let mut check = tonic::Request::new(HealthCheckRequest {
+                                service: "flint.v1.Aggregator".into(),
+                            });
+                            check
+                                .metadata_mut()
+                                .insert("flint-client-id", id.to_string().parse().unwrap());
+                            health.check(check).await.unwrap();
+                        }
+                        1 => {
+                            let mut ask = tonic::Request::new(RoundRequest {
+                                client_id: id,
+                                run_id: String::new(),
+                                after_round: 0,
+                            });
+                            ask.metadata_mut()
+                                .insert("flint-client-id", id.to_string().parse().unwrap());
+                            let st = g.get_round(ask).await.unwrap_err();
+                            assert_eq!(st.code(), Code::Unauthenticated);
+                        }
+                        _ => {
+                            let report = EvalReport {
+                                client_id: 1,
+                                run_id: String::new(),
+                                round: 1,
+                                classes: 2,
+                                confusion: vec![1, 0, 0, 1],
+                                global_test: false,
+                                predictor: String::new(),
+                            };
+                            let st = g.report_eval(as_mallory(report)).await.unwrap_err();
+                            assert_eq!(st.code(), Code::Unauthenticated, "{st:?}");
+                        }
+                    }
+                }
+            });
+        }
+        while let Some(t) = tasks.join_next().await {
+            t.unwrap();
+        }
+    });
+}
+
+/// Once the honest clients hold their slots: squatting and impersonation.
+fn during(url: &str, e: &Experiment) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let mut g = AggregatorClient::new(connect(url).await);
+        // A second Join under a held name, with another token.
+        let st = g
+            .join(join("client-2", summary(), &e.fingerprint))
+            .await
+            .unwrap_err();
+        assert_eq!(st.code(), Code::PermissionDenied, "{st:?}");
+        // Calls naming client 2, with a token that does not hold it.
+        let st = g
+            .get_round(as_mallory(RoundRequest {
+                client_id: 2,
+                run_id: String::new(),
+                after_round: 0,
+            }))
+            .await
+            .unwrap_err();
+        assert_eq!(st.code(), Code::PermissionDenied, "{st:?}");
+        let model = Payload {
+            kind: Some(Kind::LinearModel(LinearModel {
+                weights: vec![100.0; 6],
+                bias: 0.0,
+            })),
+        };
+        let header = UpdateHeader {
+            client_id: 2,
+            round: 1,
+            ..Default::default()
+        };
+        let chunks = split(header, &model, MAX_CHUNK);
+        let st = g
+            .push_update(as_mallory(tokio_stream::iter(chunks)))
+            .await
+            .unwrap_err();
+        assert_eq!(st.code(), Code::PermissionDenied, "{st:?}");
+        let report = EvalReport {
+            client_id: 2,
+            run_id: String::new(),
+            round: 1,
+            classes: 2,
+            confusion: vec![0, 9, 9, 0],
+            global_test: false,
+            predictor: String::new(),
+        };
+        let st = g.report_eval(as_mallory(report)).await.unwrap_err();
+        assert_eq!(st.code(), Code::PermissionDenied, "{st:?}");
+    });
+}
+
+#[test]
+fn a_hostile_client_changes_nothing_and_costs_bounded_memory() {
+    let (calm, calm_peak) = federation("hostile", |_, _| {}, |_, _| {});
+    let (attacked, attacked_peak) = federation("hostile", before, during);
+    assert_eq!(metrics_of(&attacked), metrics_of(&calm));
+    // Nothing of the attacks reached the ledger: no made-up client, the honest rows alone.
+    let ids: Vec<u32> = attacked.ledger.flows.keys().copied().collect();
+    assert!(ids.iter().all(|id| *id <= 3), "{ids:?}");
+    assert_eq!(
+        attacked.ledger.flows.get(&0).map(|f| f.len()).unwrap_or(0),
+        1,
+        "a stranger's bytes are client 0's, round 0's"
+    );
+    // They were counted apart, by method and status.
+    let refused = &attacked.refused;
+    let flood_calls: u64 = refused.values().map(|r| r.calls).sum();
+    assert!(flood_calls as usize >= 2 * FLOOD / 3, "{refused:?}");
+    // One counter per method and status, however many calls.
+    assert!(refused.len() <= 16, "{refused:?}");
+    let json = serde_json::to_vec(&attacked).unwrap();
+    let calm_json = serde_json::to_vec(&calm).unwrap();
+    assert!(
+        json.len() < calm_json.len() + 4096,
+        "results.json grew by {}",
+        json.len() - calm_json.len()
+    );
+    assert!(
+        attacked_peak < calm_peak + RSS_ALLOWANCE_KB,
+        "peak RSS {attacked_peak} kB against {calm_peak} kB without the attacks"
+    );
+    eprintln!(
+        "hostile: peak RSS {attacked_peak} kB with the attacks, {calm_peak} kB without; {flood_calls} refused calls counted"
+    );
+}
