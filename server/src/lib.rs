@@ -140,9 +140,8 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<RunResults> {
         .out
         .clone()
         .unwrap_or_else(|| Path::new("runs").join(&experiment.name));
-    let listener = TcpListener::bind(args.listen)
-        .await
-        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let listener =
+        listen(args.listen).with_context(|| format!("cannot listen on {}", args.listen))?;
     serve(
         experiment,
         listener,
@@ -151,6 +150,21 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<RunResults> {
         &args.options,
     )
     .await
+}
+
+/// Connections the kernel queues before the server accepts them: a burst of a thousand clients
+/// joining at once must not overflow it (the kernel caps it at `net.core.somaxconn`).
+pub const LISTEN_BACKLOG: u32 = 4096;
+
+/// A listening socket on `addr` with [`LISTEN_BACKLOG`], reusable at once after a restart.
+pub fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = match addr {
+        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
 }
 
 /// Serves one run on `listener`, writing progress and results below `out`.

@@ -50,12 +50,11 @@ pub fn parse(text: &str, spec: &CsvSpec) -> std::result::Result<Dataset, String>
                 n + 1
             ));
         }
-        let width = *features.get_or_insert(columns - 1);
-        if columns - 1 != width {
+        let width = *features.get_or_insert(columns);
+        if columns != width {
             return Err(format!(
-                "line {}: {columns} columns, expected {}",
-                n + 1,
-                width + 1
+                "line {}: {columns} columns, expected {width}",
+                n + 1
             ));
         }
         let label = fields[label_at];
@@ -82,7 +81,18 @@ pub fn parse(text: &str, spec: &CsvSpec) -> std::result::Result<Dataset, String>
             x.push(v);
         }
     }
-    let features = features.ok_or("no rows")? - spec.skip_columns.len();
+    let columns = features.ok_or("no rows")?;
+    // The columns that are neither the label nor skipped (a column skipped twice, or the label
+    // named as skipped too, counts once).
+    let label_at = spec.label_column.unwrap_or(columns - 1);
+    let features = (0..columns)
+        .filter(|i| *i != label_at && !spec.skip_columns.contains(i))
+        .count();
+    if features == 0 {
+        return Err(format!(
+            "{columns} column(s), all label or skipped: no feature column"
+        ));
+    }
     if let Some(declared) = spec.features
         && declared != features
     {
@@ -131,6 +141,29 @@ mod tests {
         let e = parse("1,2,g\n1,h\n", &spec()).unwrap_err();
         assert!(e.contains("2 columns, expected 3"), "{e}");
         assert_eq!(parse("\n", &spec()).unwrap_err(), "no rows");
+    }
+
+    /// Found by the `csv` fuzz target: one column, skipped, subtracted past zero and gave a
+    /// dataset of `usize::MAX` features.
+    #[test]
+    fn a_file_whose_columns_are_all_label_or_skipped_is_refused() {
+        let s = CsvSpec {
+            skip_columns: vec![0],
+            ..spec()
+        };
+        assert_eq!(
+            parse("g\nh\n", &s).unwrap_err(),
+            "1 column(s), all label or skipped: no feature column"
+        );
+        assert_eq!(
+            parse("7,g\n", &s).unwrap_err(),
+            "2 column(s), all label or skipped: no feature column"
+        );
+        let twice = CsvSpec {
+            skip_columns: vec![0, 0],
+            ..spec()
+        };
+        assert_eq!(parse("7,1,g\n", &twice).unwrap().features, 1);
     }
 
     #[test]

@@ -44,7 +44,9 @@ pub fn parse(b: &[u8]) -> std::result::Result<Idx, String> {
     let dims: Vec<usize> = (0..n)
         .map(|i| u32::from_be_bytes(b[4 + 4 * i..8 + 4 * i].try_into().unwrap()) as usize)
         .collect();
-    let len: usize = dims.iter().product();
+    let Some(len) = dims.iter().try_fold(1usize, |n, d| n.checked_mul(*d)) else {
+        return Err(format!("IDX dimensions {dims:?} overflow"));
+    };
     if b.len() - header != len {
         return Err(format!(
             "IDX dimensions {dims:?} need {len} bytes of data, the file has {}",
@@ -71,5 +73,15 @@ mod tests {
         f.pop();
         assert!(parse(&f).unwrap_err().contains("need 6 bytes"));
         assert!(parse(&[1, 2, 3]).unwrap_err().contains("magic"));
+    }
+
+    /// Found by the `idx` fuzz target: dimensions whose product overflowed (a panic in debug
+    /// builds; in release, a wrapped length that could match the file).
+    #[test]
+    fn dimensions_that_overflow_are_refused() {
+        let mut f = vec![0, 0, 8, 3];
+        f.extend([0xff; 12]);
+        f.extend([1, 2, 3]);
+        assert!(parse(&f).unwrap_err().contains("overflow"));
     }
 }

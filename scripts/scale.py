@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""Scale runs (issue 17): many synthetic clients in few or many processes, repeated.
+
+Runs `flint run` on a FedAvg experiment over the built-in synthetic data for every
+(clients, clients per process, repetition) asked for, and appends one row per run to a CSV:
+whether it completed, its wall time, the mean round time (open to close), the mean aggregation
+time, and the server's peak resident memory (results.json `server_peak_rss_kb`). Rows already
+in the CSV are skipped, so an interrupted sweep goes on where it stopped (`--resume` is the
+default; `--fresh` starts the CSV over).
+
+    cargo build --release
+    scripts/scale.py --clients 1000 --per-process 1,10,100,1000 --repeat 10
+    scripts/scale.py --clients 100,1000,5000 --per-process 100 --repeat 3 --out scale-sizes.csv
+
+A run that does not finish within --timeout seconds is killed and recorded as not completed.
+"""
+
+import argparse
+import csv
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+FIELDS = [
+    "clients", "per_process", "repetition", "completed", "wall_seconds",
+    "round_seconds_mean", "aggregation_ms_mean", "server_peak_rss_mb", "rounds",
+]
+
+EXPERIMENT = """name = "scale"
+strategy = "fedavg"
+seed = {seed}
+rounds = {rounds}
+client_count = {clients}
+
+[server]
+round_timeout_secs = 600
+eval_timeout_secs = 120
+
+[data]
+source = "synthetic"
+samples = {samples}
+features = 4
+
+[logreg]
+local_epochs = 2
+"""
+
+
+def ints(text):
+    return [int(x) for x in text.split(",") if x]
+
+
+def done_rows(path):
+    if not os.path.exists(path):
+        return set()
+    with open(path) as f:
+        return {(int(r["clients"]), int(r["per_process"]), int(r["repetition"]))
+                for r in csv.DictReader(f)}
+
+
+def one_run(flint, clients, per_process, repetition, rounds, timeout):
+    work = tempfile.mkdtemp(prefix="flint-scale-")
+    try:
+        exp = os.path.join(work, "scale.toml")
+        with open(exp, "w") as f:
+            # 20 rows per client, whatever the count; the seed moves with the repetition.
+            f.write(EXPERIMENT.format(seed=repetition, rounds=rounds, clients=clients,
+                                      samples=20 * clients))
+        runs = os.path.join(work, "runs")
+        start = time.monotonic()
+        try:
+            proc = subprocess.run(
+                [flint, "run", exp, "--clients-per-process", str(per_process),
+                 "--runs-dir", runs],
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=timeout)
+            ok = proc.returncode == 0
+            if not ok:
+                sys.stderr.write(proc.stderr.decode(errors="replace")[-2000:])
+        except subprocess.TimeoutExpired:
+            ok = False
+        wall = time.monotonic() - start
+        row = {"clients": clients, "per_process": per_process, "repetition": repetition,
+               "completed": int(ok), "wall_seconds": f"{wall:.2f}", "rounds": rounds}
+        results = os.path.join(runs, "scale", "results.json")
+        if ok and os.path.exists(results):
+            with open(results) as f:
+                r = json.load(f)
+            closed = [x for x in r["rounds"] if x["round"] > 0]
+            complete = all(len(x["participants"]) == clients for x in closed)
+            row["completed"] = int(complete and len(closed) == rounds)
+            row["round_seconds_mean"] = f"{statistics.mean(x['seconds'] for x in closed):.3f}"
+            row["aggregation_ms_mean"] = (
+                f"{1000 * statistics.mean(x.get('aggregation_seconds') or 0 for x in closed):.2f}")
+            rss = r.get("server_peak_rss_kb")
+            row["server_peak_rss_mb"] = f"{rss / 1024:.1f}" if rss else ""
+        return row
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--clients", default="1000", help="client counts, comma-separated")
+    p.add_argument("--per-process", default="1,10,100,1000",
+                   help="clients per process, comma-separated")
+    p.add_argument("--repeat", type=int, default=10)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--timeout", type=float, default=900)
+    p.add_argument("--out", default="scale.csv")
+    p.add_argument("--flint", default="target/release/flint")
+    p.add_argument("--fresh", action="store_true", help="start the CSV over")
+    a = p.parse_args()
+    if not os.path.exists(a.flint):
+        sys.exit(f"scale: {a.flint} not found; run cargo build --release first")
+    if a.fresh and os.path.exists(a.out):
+        os.remove(a.out)
+    seen = done_rows(a.out)
+    new = not os.path.exists(a.out)
+    with open(a.out, "a", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=FIELDS)
+        if new:
+            w.writeheader()
+        for clients in ints(a.clients):
+            for per in ints(a.per_process):
+                if per > clients:
+                    continue
+                for rep in range(a.repeat):
+                    if (clients, per, rep) in seen:
+                        continue
+                    row = one_run(a.flint, clients, per, rep, a.rounds, a.timeout)
+                    w.writerow(row)
+                    f.flush()
+                    print(f"scale: {clients} clients, {per} per process, run {rep + 1}/{a.repeat}: "
+                          f"{'completed' if row['completed'] else 'FAILED'} in {row['wall_seconds']} s",
+                          flush=True)
+
+
+if __name__ == "__main__":
+    main()
