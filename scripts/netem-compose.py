@@ -7,7 +7,11 @@ and round at the socket and link levels, as the clients counted them.
 
 Settings: `plain` (no TLS), `tls` (mutual TLS), and `lan`, `wan`, `mobile` (mutual TLS over the
 deploy/netem.sh profile on every client container), plus `loopback` (`flint run --tls`, processes
-on the host, no containers). The clients start first and retry until the server is up, so the
+on the host, no containers) and `relay-lan`, `relay-wan`, `relay-mobile` (`flint run --tls
+--link PROFILE`: the same on loopback, every client behind its own user-space link of that
+profile's bandwidth and delay, no loss; for kernels without netem). `--experiment` runs another
+experiment in the loopback and relay settings (e.g. tests/behaviour/tpfl-mnist.toml, with
+FLINT_DATA_DIR set). The clients start first and retry until the server is up, so the
 link is in place before their first byte. Writes runs/netem/<setting>/ and prints a Markdown
 table. Needs root, Docker, docker-compose, tc and nsenter.
 """
@@ -68,13 +72,17 @@ def run_compose(setting, results, image):
         compose(project, setting, results, image, "down", "-v", "-t", "2")
 
 
-def run_loopback(results):
-    runs = results.parent / "loopback-runs"
+def run_loopback(results, experiment, link=None, per_process=1):
+    runs = results.parent / f"{results.name}-runs"
+    extra = ["--link", link] if link else []
     subprocess.run(["cargo", "run", "-q", "--release", "-p", "flint", "--", "run", "--tls", "--runs-dir",
-                    str(runs), "experiments/compose.toml"], cwd=ROOT, check=True, capture_output=True)
+                    str(runs), "--clients-per-process", str(per_process), *extra, experiment],
+                   cwd=ROOT, check=True, capture_output=True)
     if results.exists():
         subprocess.run(["rm", "-rf", str(results)], check=True)
-    (runs / "compose").rename(results)
+    (run,) = [d for d in runs.iterdir() if d.is_dir()]
+    run.rename(results)
+    runs.rmdir()
 
 
 def figures(results):
@@ -119,6 +127,9 @@ def main():
     ap.add_argument("--settings", default="loopback,plain,tls,lan,wan,mobile")
     ap.add_argument("--image", default="flint:latest")
     ap.add_argument("--out", default=str(ROOT / "runs/netem"))
+    ap.add_argument("--experiment", default="experiments/compose.toml",
+                    help="for the loopback and relay settings")
+    ap.add_argument("--clients-per-process", type=int, default=1)
     args = ap.parse_args()
     out = Path(args.out).resolve()
     rows = []
@@ -128,11 +139,14 @@ def main():
             print(f"running {setting} …", file=sys.stderr)
             results.mkdir(parents=True, exist_ok=True)
             if setting == "loopback":
-                run_loopback(results)
+                run_loopback(results, args.experiment, per_process=args.clients_per_process)
+            elif setting.startswith("relay-"):
+                run_loopback(results, args.experiment, setting.removeprefix("relay-"),
+                             args.clients_per_process)
             else:
                 run_compose(setting, results, args.image)
         rows.append((setting, figures(results)))
-    print("| setting | mean round (s) | 10 rounds (s) | to final accuracy (s) | accuracy | "
+    print("| setting | mean round (s) | all rounds (s) | to final accuracy (s) | accuracy | "
           "socket up / down (B per client-round) | link up / down | join: socket / link (B per client) |")
     print("|---|---|---|---|---|---|---|---|")
     for setting, f in rows:

@@ -248,3 +248,33 @@ fn a_thousand_clients_join_in_one_burst_and_finish() {
         assert_eq!(rr.metrics.len(), 1000, "round {}", rr.round);
     }
 }
+
+/// Issue 16 §5 without netem: `flint run --link mobile` puts every client behind its own
+/// user-space line of 2 Mbit/s up, 10 Mbit/s down and 100 ms RTT; the run is slower and
+/// otherwise the same, to the last metric.
+#[test]
+fn an_emulated_link_changes_the_time_not_the_figures() {
+    let dir = tempfile::tempdir().unwrap();
+    let exp = write(dir.path(), "link.toml", &synthetic_experiment("link", 2, 3, ""));
+    for (runs, link) in [("plain", None), ("mobile", Some("mobile"))] {
+        let mut cmd = flint();
+        cmd.arg("run").arg("--runs-dir").arg(dir.path().join(runs));
+        if let Some(l) = link {
+            cmd.args(["--link", l]);
+        }
+        ok(cmd.arg(&exp));
+    }
+    let (plain, mobile) = (dir.path().join("plain/link"), dir.path().join("mobile/link"));
+    assert_eq!(metrics_of(&plain), metrics_of(&mobile));
+    // Each round takes at least a few round trips of 100 ms on the emulated line.
+    for rr in &results(&mobile).rounds[1..] {
+        assert!(rr.seconds.unwrap() >= 0.1, "round {}: {:?}", rr.round, rr.seconds);
+    }
+    let bad = flint()
+        .args(["run", "--link", "dialup"])
+        .arg(&exp)
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown link profile"));
+}

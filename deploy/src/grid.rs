@@ -138,6 +138,7 @@ pub fn grid(args: GridArgs) -> anyhow::Result<()> {
                         runs_dir: args.runs_dir.clone(),
                         overrides,
                         tls: false,
+                        link: None,
                     },
                     false,
                 )

@@ -3,6 +3,7 @@
 
 mod certs;
 mod grid;
+mod link;
 mod replay;
 mod report;
 mod run;
@@ -44,6 +45,9 @@ enum Command {
     Client(flint_client::ClientArgs),
     /// Exit 0 when a server answers its gRPC health check (a container's healthcheck).
     Health(flint_client::HealthArgs),
+    /// Relay clients to a server over an emulated link (bandwidth and delay per connection, in
+    /// user space: for machines without tc netem).
+    Link(link::LinkArgs),
     /// Generate a private PKI: a CA, a server certificate, one certificate per client.
     Certs(certs::CertsArgs),
     /// Datasets.
@@ -86,6 +90,7 @@ fn main() -> ExitCode {
         }),
         Command::Health(args) => runtime().and_then(|rt| rt.block_on(flint_client::health(args))),
         Command::Certs(args) => certs::certs(args),
+        Command::Link(args) => link::serve(args),
         Command::Data {
             command: DataCommand::Verify { datasets, data_dir },
         } => verify(&datasets, data_dir),

@@ -35,6 +35,10 @@ pub struct RunArgs {
     /// process presents its client's certificate (the pool certificate when it hosts several).
     #[arg(long)]
     pub tls: bool,
+    /// Put every client behind its own emulated link (`lan`, `wan`, `mobile`: bandwidth and
+    /// delay, in user space; see `flint link`), to see what a round costs on such a line.
+    #[arg(long, value_name = "PROFILE")]
+    pub link: Option<String>,
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
@@ -49,6 +53,7 @@ pub fn execute(args: &RunArgs, progress: bool) -> anyhow::Result<PathBuf> {
         bail!("--clients-per-process must be at least 1");
     }
     let experiment = load(args)?;
+    let link = args.link.as_deref().map(crate::link::profile).transpose()?;
     let data_dir = args
         .data_dir
         .clone()
@@ -137,6 +142,16 @@ pub fn execute(args: &RunArgs, progress: bool) -> anyhow::Result<PathBuf> {
                 dir.join("server.log").display()
             )));
         }
+    };
+    // Clients reach the server through the emulated link, when there is one.
+    let addr = match &link {
+        Some(link) => {
+            let server: std::net::SocketAddr = addr
+                .parse()
+                .with_context(|| format!("the server's address {addr:?}"))?;
+            crate::link::spawn(*link, server)?.to_string()
+        }
+        None => addr,
     };
     // The processes share the cores: each trains as many clients at once as its share.
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
