@@ -20,7 +20,11 @@ const FAST_ROUNDS: &str = "min_updates = 2\nround_timeout_secs = 2\neval_timeout
 
 fn linear(weights: Vec<f32>) -> Payload {
     Payload {
-        kind: Some(Kind::LinearModel(LinearModel { weights, bias: 0.0 })),
+        kind: Some(Kind::LinearModel(LinearModel {
+            weights,
+            bias: 0.0,
+            class_biases: Vec::new(),
+        })),
     }
 }
 
@@ -722,7 +726,7 @@ fn the_server_keeps_answering_while_a_round_aggregates() {
             .unwrap()
             .into_inner();
         assert_eq!(task.round, 2);
-        let global = flint_common::wire::decode_linear(&task.download.unwrap(), 6).unwrap();
+        let global = flint_common::wire::decode_linear(&task.download.unwrap(), 6, 2).unwrap();
         assert!(
             global.weights.iter().all(|w| (w - 0.5).abs() < 1e-6),
             "the average of two equal models is that model: {global:?}"

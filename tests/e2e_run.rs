@@ -255,7 +255,11 @@ fn a_thousand_clients_join_in_one_burst_and_finish() {
 #[test]
 fn an_emulated_link_changes_the_time_not_the_figures() {
     let dir = tempfile::tempdir().unwrap();
-    let exp = write(dir.path(), "link.toml", &synthetic_experiment("link", 2, 3, ""));
+    let exp = write(
+        dir.path(),
+        "link.toml",
+        &synthetic_experiment("link", 2, 3, ""),
+    );
     for (runs, link) in [("plain", None), ("mobile", Some("mobile"))] {
         let mut cmd = flint();
         cmd.arg("run").arg("--runs-dir").arg(dir.path().join(runs));
@@ -264,11 +268,19 @@ fn an_emulated_link_changes_the_time_not_the_figures() {
         }
         ok(cmd.arg(&exp));
     }
-    let (plain, mobile) = (dir.path().join("plain/link"), dir.path().join("mobile/link"));
+    let (plain, mobile) = (
+        dir.path().join("plain/link"),
+        dir.path().join("mobile/link"),
+    );
     assert_eq!(metrics_of(&plain), metrics_of(&mobile));
     // Each round takes at least a few round trips of 100 ms on the emulated line.
     for rr in &results(&mobile).rounds[1..] {
-        assert!(rr.seconds.unwrap() >= 0.1, "round {}: {:?}", rr.round, rr.seconds);
+        assert!(
+            rr.seconds.unwrap() >= 0.1,
+            "round {}: {:?}",
+            rr.round,
+            rr.seconds
+        );
     }
     let bad = flint()
         .args(["run", "--link", "dialup"])
@@ -277,4 +289,54 @@ fn an_emulated_link_changes_the_time_not_the_figures() {
         .unwrap();
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown link profile"));
+}
+
+/// Issue 18 §3: FedAvg, AHP-FedAvg, `local` and `central` panicked on any data of more than
+/// two classes; they now train multinomial logistic regression (a softmax over one logit per
+/// class) and report 3 × 3 confusion matrices.
+#[test]
+fn logistic_regression_federates_three_classes() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    // Three well-separated blobs in two features, 600 rows.
+    let mut csv = String::from("x,y,label\n");
+    for i in 0..600u32 {
+        let (cx, cy, label) =
+            [(-2.0, 0.0, "a"), (2.0, 0.0, "b"), (0.0, 3.0, "c")][(i % 3) as usize];
+        let jitter = |k: u32| f64::from((i * 7919 + k * 104_729) % 1000) / 1000.0 - 0.5;
+        csv += &format!("{},{},{label}\n", cx + jitter(1), cy + jitter(2));
+    }
+    std::fs::write(data.join("blobs.csv"), csv).unwrap();
+    for strategy in ["fedavg", "fedavg-ahp", "local", "central"] {
+        let name = format!("three-{strategy}");
+        let clients = if strategy == "central" { 1 } else { 3 };
+        let mut text = format!(
+            "name = \"{name}\"\nstrategy = \"{strategy}\"\nseed = 5\nrounds = 3\n{model}\n\
+             [data]\nsource = \"csv\"\npath = \"blobs.csv\"\nheader = true\n\
+             classes = [\"a\", \"b\", \"c\"]\nfeatures = 2\n\n[logreg]\nlearning_rate = 0.5\nlocal_epochs = 50\n",
+            model = if matches!(strategy, "local" | "central") {
+                "model = \"logreg\"\n"
+            } else {
+                ""
+            },
+        );
+        for i in 1..=clients {
+            text += &format!("\n[[clients]]\nname = \"client-{i}\"\ncompute_ghz = {i}.5\n");
+        }
+        let exp = write(dir.path(), &format!("{name}.toml"), &text);
+        let runs = dir.path().join("runs");
+        ok(flint()
+            .arg("run")
+            .arg(&exp)
+            .arg("--data-dir")
+            .arg(&data)
+            .arg("--runs-dir")
+            .arg(&runs));
+        let r = results(&runs.join(&name));
+        let last = r.rounds.last().unwrap();
+        assert_eq!(last.metrics.len(), clients, "{strategy}");
+        let mean = last.mean.as_ref().unwrap();
+        assert!(mean.accuracy > 0.9, "{strategy}: {mean:?}");
+    }
 }

@@ -226,6 +226,7 @@ fn a_client_id_cannot_be_used_without_its_token() {
             kind: Some(Kind::LinearModel(LinearModel {
                 weights: vec![9.0; 6],
                 bias: 9.0,
+                class_biases: Vec::new(),
             })),
         };
         let chunks = split(header, &update, MAX_CHUNK);

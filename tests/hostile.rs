@@ -267,6 +267,7 @@ fn during(url: &str, e: &Experiment) {
             kind: Some(Kind::LinearModel(LinearModel {
                 weights: vec![100.0; 6],
                 bias: 0.0,
+                class_biases: Vec::new(),
             })),
         };
         let header = UpdateHeader {

@@ -703,14 +703,11 @@ mod tests {
     }
 
     fn model(w: f64) -> Payload {
-        encode_linear(&LogReg {
-            weights: vec![w, w],
-            bias: 0.0,
-        })
+        encode_linear(&LogReg::binary(vec![w, w], 0.0))
     }
 
     fn rounds(p: RoundPolicy) -> Rounds {
-        Rounds::new(p, Box::new(FedAvgServer::by_size()), 2)
+        Rounds::new(p, Box::new(FedAvgServer::by_size(2)), 2)
     }
 
     /// An update as the service takes it: a round it completes is aggregated and installed.
@@ -891,7 +888,7 @@ mod tests {
             None
         }
         fn decode(&self, client: ClientId, features: usize, update: &Payload) -> Result<Update> {
-            FedAvgServer::by_size().decode(client, features, update)
+            FedAvgServer::by_size(2).decode(client, features, update)
         }
         fn aggregate(
             &mut self,

@@ -1,5 +1,6 @@
 //! Logistic regression (AHP paper §3.4): `p = σ(β₀ + Σ βᵢxᵢ)`, binary cross-entropy minimised by
-//! full-batch gradient descent, class 1 predicted when p > 0.5.
+//! full-batch gradient descent, class 1 predicted when p > 0.5; with more than two classes, its
+//! multinomial form (a softmax over one logit per class).
 
 use serde::{Deserialize, Serialize};
 
@@ -48,57 +49,121 @@ impl LogRegSection {
     }
 }
 
+/// Logistic regression: one logit (class 1's) for two classes, as the AHP paper has it; for
+/// more, one logit per class under a softmax (multinomial logistic regression), trained the
+/// same way on the mean cross-entropy.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LogReg {
+    /// `outputs × features`, row-major: one row for two classes, one per class for more.
     pub weights: Vec<f64>,
-    pub bias: f64,
+    /// One per output.
+    pub biases: Vec<f64>,
+}
+
+/// Logits of a model for `classes` classes: one below three, one per class from three.
+pub fn outputs_for(classes: usize) -> usize {
+    if classes <= 2 { 1 } else { classes }
 }
 
 impl LogReg {
+    /// A two-class model of zeros.
     pub fn zeros(features: usize) -> LogReg {
+        LogReg::for_classes(features, 2)
+    }
+
+    pub fn for_classes(features: usize, classes: usize) -> LogReg {
+        let outputs = outputs_for(classes);
         LogReg {
-            weights: vec![0.0; features],
-            bias: 0.0,
+            weights: vec![0.0; outputs * features],
+            biases: vec![0.0; outputs],
         }
     }
 
+    /// A two-class model.
+    pub fn binary(weights: Vec<f64>, bias: f64) -> LogReg {
+        LogReg {
+            weights,
+            biases: vec![bias],
+        }
+    }
+
+    pub fn outputs(&self) -> usize {
+        self.biases.len()
+    }
+
     pub fn features(&self) -> usize {
-        self.weights.len()
+        self.weights.len() / self.outputs().max(1)
     }
 
-    /// Parameters on the wire and in the papers' byte convention: weights and bias.
+    pub fn classes(&self) -> usize {
+        match self.outputs() {
+            1 => 2,
+            k => k,
+        }
+    }
+
+    /// Parameters on the wire and in the papers' byte convention: weights and biases.
     pub fn parameters(&self) -> usize {
-        self.weights.len() + 1
+        self.weights.len() + self.biases.len()
     }
 
-    fn logit(&self, row: &[f64]) -> f64 {
-        self.bias
-            + self
-                .weights
+    fn logit(&self, k: usize, row: &[f64]) -> f64 {
+        let f = self.features();
+        self.biases[k]
+            + self.weights[k * f..(k + 1) * f]
                 .iter()
                 .zip(row)
                 .map(|(w, x)| w * x)
                 .sum::<f64>()
     }
 
+    /// P(class 1) of a two-class model.
     pub fn probability(&self, row: &[f64]) -> f64 {
-        sigmoid(self.logit(row))
+        sigmoid(self.logit(0, row))
+    }
+
+    /// Class probabilities (softmax of the logits; for two classes, 1 − p and p).
+    pub fn probabilities(&self, row: &[f64]) -> Vec<f64> {
+        if self.outputs() == 1 {
+            let p = self.probability(row);
+            return vec![1.0 - p, p];
+        }
+        let logits: Vec<f64> = (0..self.outputs()).map(|k| self.logit(k, row)).collect();
+        let top = logits.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let exp: Vec<f64> = logits.iter().map(|z| (z - top).exp()).collect();
+        let sum: f64 = exp.iter().sum();
+        exp.iter().map(|e| e / sum).collect()
     }
 
     pub fn predict(&self, row: &[f64]) -> u32 {
-        u32::from(self.logit(row) > 0.0)
+        if self.outputs() == 1 {
+            return u32::from(self.logit(0, row) > 0.0);
+        }
+        // The first of the largest logits.
+        (0..self.outputs())
+            .map(|k| (k, self.logit(k, row)))
+            .fold((0, f64::NEG_INFINITY), |best, (k, z)| {
+                if z > best.1 { (k, z) } else { best }
+            })
+            .0 as u32
     }
 
-    /// Mean binary cross-entropy over `data`.
+    /// Mean cross-entropy over `data`.
     pub fn loss(&self, data: &Dataset) -> f64 {
         let eps = 1e-12;
         let sum: f64 = (0..data.len())
             .map(|i| {
-                let p = self.probability(data.row(i)).clamp(eps, 1.0 - eps);
-                if data.y[i] == 1 {
-                    -p.ln()
+                if self.outputs() == 1 {
+                    let p = self.probability(data.row(i)).clamp(eps, 1.0 - eps);
+                    if data.y[i] == 1 {
+                        -p.ln()
+                    } else {
+                        -(1.0 - p).ln()
+                    }
                 } else {
-                    -(1.0 - p).ln()
+                    -self.probabilities(data.row(i))[data.y[i] as usize]
+                        .max(eps)
+                        .ln()
                 }
             })
             .sum();
@@ -109,6 +174,9 @@ impl LogReg {
     pub fn train(&mut self, data: &Dataset, hyper: &LogRegHyper) {
         if data.is_empty() {
             return;
+        }
+        if self.outputs() > 1 {
+            return self.train_softmax(data, hyper);
         }
         let n = data.len() as f64;
         let mut grad = vec![0.0; self.features()];
@@ -126,13 +194,41 @@ impl LogReg {
             for (w, g) in self.weights.iter_mut().zip(&grad) {
                 *w -= hyper.learning_rate * (g / n + hyper.l2 * *w);
             }
-            self.bias -= hyper.learning_rate * grad_bias / n;
+            self.biases[0] -= hyper.learning_rate * grad_bias / n;
+        }
+    }
+
+    /// The gradient of the mean cross-entropy under a softmax: (p_k − [y = k])·x per class.
+    fn train_softmax(&mut self, data: &Dataset, hyper: &LogRegHyper) {
+        let (n, f, k) = (data.len() as f64, self.features(), self.outputs());
+        let mut grad = vec![0.0; k * f];
+        let mut grad_bias = vec![0.0; k];
+        for _ in 0..hyper.local_epochs {
+            grad.iter_mut().for_each(|g| *g = 0.0);
+            grad_bias.iter_mut().for_each(|g| *g = 0.0);
+            for i in 0..data.len() {
+                let row = data.row(i);
+                let p = self.probabilities(row);
+                for (c, pc) in p.iter().enumerate() {
+                    let err = pc - f64::from(u8::from(data.y[i] as usize == c));
+                    grad_bias[c] += err;
+                    for (g, x) in grad[c * f..(c + 1) * f].iter_mut().zip(row) {
+                        *g += err * x;
+                    }
+                }
+            }
+            for (w, g) in self.weights.iter_mut().zip(&grad) {
+                *w -= hyper.learning_rate * (g / n + hyper.l2 * *w);
+            }
+            for (b, g) in self.biases.iter_mut().zip(&grad_bias) {
+                *b -= hyper.learning_rate * g / n;
+            }
         }
     }
 
     pub fn evaluate(&self, data: &Dataset) -> ConfusionMatrix {
         let predicted: Vec<u32> = (0..data.len()).map(|i| self.predict(data.row(i))).collect();
-        ConfusionMatrix::from_predictions(2, &data.y, &predicted)
+        ConfusionMatrix::from_predictions(self.classes(), &data.y, &predicted)
     }
 }
 
@@ -196,6 +292,84 @@ mod tests {
             },
         );
         assert_eq!(m.weights, vec![0.1]);
-        assert_eq!(m.bias, 0.0);
+        assert_eq!(m.biases, vec![0.0]);
+    }
+
+    /// Three classes on a line: x < −1, −1 ≤ x ≤ 1, x > 1 (the middle one needs both logits).
+    fn three() -> Dataset {
+        let xs: Vec<f64> = (-30..=30).map(|i| f64::from(i) / 10.0).collect();
+        Dataset {
+            features: 1,
+            y: xs
+                .iter()
+                .map(|&x| {
+                    if x < -1.0 {
+                        0
+                    } else if x <= 1.0 {
+                        1
+                    } else {
+                        2
+                    }
+                })
+                .collect(),
+            x: xs,
+            classes: vec!["low".into(), "mid".into(), "high".into()],
+            categorical: Vec::new(),
+        }
+    }
+
+    /// Issue 18: FedAvg of logistic regression panicked on any data of more than two classes.
+    #[test]
+    fn three_classes_train_under_a_softmax_and_are_told_apart() {
+        let d = three();
+        let mut m = LogReg::for_classes(1, 3);
+        assert_eq!((m.outputs(), m.classes(), m.parameters()), (3, 3, 6));
+        let before = m.loss(&d);
+        assert!((before - 3f64.ln()).abs() < 1e-12, "uniform at zero: ln 3");
+        m.train(
+            &d,
+            &LogRegHyper {
+                learning_rate: 0.5,
+                local_epochs: 2000,
+                l2: 0.0,
+            },
+        );
+        assert!(m.loss(&d) < before / 3.0, "{}", m.loss(&d));
+        let cm = m.evaluate(&d);
+        assert_eq!(cm.classes(), 3);
+        assert!(cm.metrics().accuracy > 0.9, "{:?}", cm.metrics());
+        let p = m.probabilities(&[0.0]);
+        assert!((p.iter().sum::<f64>() - 1.0).abs() < 1e-12);
+        assert_eq!(m.predict(&[-3.0]), 0);
+        assert_eq!(m.predict(&[0.0]), 1);
+        assert_eq!(m.predict(&[3.0]), 2);
+    }
+
+    #[test]
+    fn one_softmax_step_matches_the_hand_computed_gradient() {
+        // One row x = 1 of class 2, three classes, all zero: p = ⅓ each, so
+        // ∂L/∂w_k = (⅓ − [k = 2])·1 and the step is −lr times that.
+        let d = Dataset {
+            features: 1,
+            x: vec![1.0],
+            y: vec![2],
+            classes: vec!["a".into(), "b".into(), "c".into()],
+            categorical: Vec::new(),
+        };
+        let mut m = LogReg::for_classes(1, 3);
+        m.train(
+            &d,
+            &LogRegHyper {
+                learning_rate: 0.3,
+                local_epochs: 1,
+                l2: 0.0,
+            },
+        );
+        let third = 0.3 / 3.0;
+        let want = [-third, -third, 0.3 - third];
+        for (w, e) in m.weights.iter().zip(want) {
+            assert!((w - e).abs() < 1e-15, "{:?}", m.weights);
+        }
+        assert_eq!(m.weights, m.biases);
     }
 }

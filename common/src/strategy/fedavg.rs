@@ -24,18 +24,22 @@ enum Weighting {
 
 pub struct FedAvgServer {
     weighting: Weighting,
+    /// The run's classes: two give the paper's binary model, more a softmax one.
+    classes: usize,
 }
 
 impl FedAvgServer {
-    pub fn by_size() -> Self {
+    pub fn by_size(classes: usize) -> Self {
         FedAvgServer {
             weighting: Weighting::DatasetSize,
+            classes,
         }
     }
 
-    pub fn by_ahp(hyper: AhpHyper) -> Self {
+    pub fn by_ahp(hyper: AhpHyper, classes: usize) -> Self {
         FedAvgServer {
             weighting: Weighting::Ahp(hyper),
+            classes,
         }
     }
 
@@ -73,11 +77,14 @@ impl FedAvgServer {
 
 impl ServerStrategy for FedAvgServer {
     fn initial_download(&self, features: usize) -> Option<Payload> {
-        Some(wire::encode_linear(&LogReg::zeros(features)))
+        Some(wire::encode_linear(&LogReg::for_classes(
+            features,
+            self.classes,
+        )))
     }
 
     fn decode(&self, _client: ClientId, features: usize, update: &Payload) -> Result<Update> {
-        wire::decode_linear(update, features).map(Update::Linear)
+        wire::decode_linear(update, features, self.classes).map(Update::Linear)
     }
 
     fn aggregate(
@@ -110,18 +117,21 @@ impl ServerStrategy for FedAvgServer {
             })
             .collect::<Result<_>>()?;
         let features = models[0].features();
-        let mut global = LogReg::zeros(features);
+        let mut global = LogReg::for_classes(features, self.classes);
         for (model, a) in models.iter().zip(&weights) {
-            if model.features() != features {
+            if model.weights.len() != global.weights.len() || model.outputs() != global.outputs() {
                 return Err(FlintError::InvalidUpdate(format!(
-                    "updates disagree on the feature count: {} and {features}",
-                    model.features()
+                    "updates disagree on the model's shape: {} and {} weights",
+                    model.weights.len(),
+                    global.weights.len()
                 )));
             }
             for (g, w) in global.weights.iter_mut().zip(&model.weights) {
                 *g += a * w;
             }
-            global.bias += a * model.bias;
+            for (g, b) in global.biases.iter_mut().zip(&model.biases) {
+                *g += a * b;
+            }
         }
         let weights: BTreeMap<ClientId, f64> = updates.keys().copied().zip(weights).collect();
         Ok(Aggregate {
@@ -148,9 +158,9 @@ pub struct FedAvgClient {
 }
 
 impl FedAvgClient {
-    pub fn new(features: usize, hyper: LogRegHyper) -> Self {
+    pub fn new(features: usize, classes: usize, hyper: LogRegHyper) -> Self {
         FedAvgClient {
-            model: LogReg::zeros(features),
+            model: LogReg::for_classes(features, classes),
             hyper,
         }
     }
@@ -158,7 +168,7 @@ impl FedAvgClient {
 
 impl ClientStrategy<Shard> for FedAvgClient {
     fn apply(&mut self, _round: Round, download: &Payload) -> Result<()> {
-        self.model = wire::decode_linear(download, self.model.features())?;
+        self.model = wire::decode_linear(download, self.model.features(), self.model.classes())?;
         Ok(())
     }
 
@@ -192,12 +202,13 @@ mod tests {
             kind: Some(Kind::LinearModel(LinearModel {
                 weights: vec![w],
                 bias: b,
+                class_biases: Vec::new(),
             })),
         }
     }
 
     fn update(w: f32, b: f32) -> Update {
-        FedAvgServer::by_size()
+        FedAvgServer::by_size(2)
             .decode(1, 1, &payload(w, b))
             .unwrap()
     }
@@ -207,7 +218,7 @@ mod tests {
         // §3.5: w = Σ n_k/n w_k; n = (1, 3) gives (¼, ¾).
         let clients = BTreeMap::from([(1, summary([1, 0], 1.0)), (2, summary([2, 1], 1.0))]);
         let updates = BTreeMap::from([(1, update(4.0, 1.0)), (2, update(8.0, -1.0))]);
-        let agg = FedAvgServer::by_size()
+        let agg = FedAvgServer::by_size(2)
             .aggregate(1, &clients, &updates)
             .unwrap();
         assert_eq!(agg.weights, BTreeMap::from([(1, 0.25), (2, 0.75)]));
@@ -225,8 +236,10 @@ mod tests {
             (3, summary([1, 1], 3.0)),
         ]);
         let updates = BTreeMap::from([(1, update(1.0, 0.0)), (3, update(1.0, 0.0))]);
-        let server =
-            FedAvgServer::by_ahp(crate::strategy::ahp::AhpSection::default().check().unwrap());
+        let server = FedAvgServer::by_ahp(
+            crate::strategy::ahp::AhpSection::default().check().unwrap(),
+            2,
+        );
         let mut s = server;
         let agg = s.aggregate(2, &clients, &updates).unwrap();
         assert_eq!(agg.weights.keys().copied().collect::<Vec<_>>(), vec![1, 3]);
@@ -237,7 +250,7 @@ mod tests {
 
     #[test]
     fn non_linear_updates_are_refused() {
-        let server = FedAvgServer::by_size();
+        let server = FedAvgServer::by_size(2);
         let wrong = Payload {
             kind: Some(Kind::GiniIndex(crate::wire::proto::GiniIndex {
                 value: 0.5,

@@ -329,17 +329,17 @@ mod tests {
 
     #[test]
     fn fedavg_and_blind_fl_keep_nothing_and_restore_as_they_were() {
-        let linear = |w: f64| {
-            wire::encode_linear(&LogReg {
-                weights: vec![w, -w],
-                bias: w / 2.0,
-            })
-        };
+        let linear = |w: f64| wire::encode_linear(&LogReg::binary(vec![w, -w], w / 2.0));
         let lr = [(1, linear(1.0)), (2, linear(3.0))];
         let ahp = ahp::AhpSection::default().check().unwrap();
-        let (a, _) = round_trips(|| Box::new(FedAvgServer::by_size()), 2, &lr, &lr);
+        let (a, _) = round_trips(|| Box::new(FedAvgServer::by_size(2)), 2, &lr, &lr);
         assert_eq!(a.snapshot(), StrategyState::Stateless);
-        round_trips(|| Box::new(FedAvgServer::by_ahp(ahp.clone())), 2, &lr, &lr);
+        round_trips(
+            || Box::new(FedAvgServer::by_ahp(ahp.clone(), 2)),
+            2,
+            &lr,
+            &lr,
+        );
         let map = |x: f64, accuracy: f64| {
             let m = Fcm::from_parameters(1, 3, vec![x; Fcm::parameter_count(1, 3)]).unwrap();
             let local = LocalMetrics {

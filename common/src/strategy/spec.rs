@@ -147,7 +147,7 @@ impl ModelSpec {
     /// The federated strategy of this model: the baselines check and record updates with it.
     fn server(&self, classes: usize, seed: u64) -> Box<dyn ServerStrategy> {
         match self {
-            ModelSpec::LogReg(_) => Box::new(FedAvgServer::by_size()),
+            ModelSpec::LogReg(_) => Box::new(FedAvgServer::by_size(classes)),
             ModelSpec::Fcm(f) => Box::new(FcmServer::new(classes, f.aggregation)),
             ModelSpec::Tm(t) => Box::new(TpflServer::new(classes, t.tm.clauses, t.tpfl)),
             ModelSpec::ConvTm(f) => Box::new(FedTmosServer::new(f.fedtmos, &f.tm, classes, seed)),
@@ -275,8 +275,10 @@ impl StrategySpec {
     /// The server half; `seed` is the run's (FedTMOS seeds its k-means from it).
     pub fn server(&self, classes: usize, seed: u64) -> Box<dyn ServerStrategy> {
         match self {
-            StrategySpec::FedAvg { .. } => Box::new(FedAvgServer::by_size()),
-            StrategySpec::FedAvgAhp { ahp, .. } => Box::new(FedAvgServer::by_ahp(ahp.clone())),
+            StrategySpec::FedAvg { .. } => Box::new(FedAvgServer::by_size(classes)),
+            StrategySpec::FedAvgAhp { ahp, .. } => {
+                Box::new(FedAvgServer::by_ahp(ahp.clone(), classes))
+            }
             StrategySpec::BlindFcm(f) | StrategySpec::BlendedFcm(f) => {
                 Box::new(FcmServer::new(classes, f.aggregation))
             }
@@ -304,7 +306,7 @@ impl StrategySpec {
             _ => Blend::Replace,
         };
         match self.model() {
-            ModelSpec::LogReg(h) => Ok(Box::new(FedAvgClient::new(features, h))),
+            ModelSpec::LogReg(h) => Ok(Box::new(FedAvgClient::new(features, classes, h))),
             ModelSpec::Fcm(f) => Ok(Box::new(FcmClient::new(
                 features, classes, f.fcm, f.pso, blend,
             ))),

@@ -132,6 +132,7 @@ mod tests {
             kind: Some(Kind::LinearModel(LinearModel {
                 weights: (0..n).map(|i| i as f32).collect(),
                 bias: 1.0,
+                class_biases: Vec::new(),
             })),
         }
     }

@@ -81,33 +81,60 @@ fn finite(what: &str, values: &[f32]) -> Result<()> {
 }
 
 pub fn encode_linear(m: &LogReg) -> Payload {
+    let (bias, class_biases) = match m.biases.as_slice() {
+        [b] => (*b as f32, Vec::new()),
+        many => (0.0, many.iter().map(|&b| b as f32).collect()),
+    };
     Payload {
         kind: Some(Kind::LinearModel(LinearModel {
             weights: m.weights.iter().map(|&w| w as f32).collect(),
-            bias: m.bias as f32,
+            bias,
+            class_biases,
         })),
     }
 }
 
-/// One weight per feature of the run, every value finite.
-pub fn decode_linear(p: &Payload, features: usize) -> Result<LogReg> {
+/// One weight per feature of the run (per class as well, beyond two classes) and a bias per
+/// logit, every value finite.
+pub fn decode_linear(p: &Payload, features: usize, classes: usize) -> Result<LogReg> {
     let m = kind(p, "a linear_model", |k| match k {
         Kind::LinearModel(m) => Some(m),
         _ => None,
     })?;
-    if m.weights.len() != features {
+    let outputs = crate::model::logreg::outputs_for(classes);
+    let expected = features.checked_mul(outputs).unwrap_or(usize::MAX);
+    if m.weights.len() != expected {
+        let per = if outputs == 1 {
+            "one per feature".to_string()
+        } else {
+            format!("one per feature for each of {outputs} classes")
+        };
         return invalid(format!(
-            "linear_model has {} weights, expected {features} (one per feature)",
+            "linear_model has {} weights, expected {expected} ({per})",
             m.weights.len()
         ));
     }
     finite("linear_model", &m.weights)?;
-    if !m.bias.is_finite() {
-        return invalid(format!("linear_model bias is {}, not finite", m.bias));
+    let biases = if outputs == 1 {
+        if !m.class_biases.is_empty() {
+            return invalid("linear_model of two classes has class_biases".into());
+        }
+        vec![m.bias]
+    } else {
+        if m.class_biases.len() != outputs || m.bias != 0.0 {
+            return invalid(format!(
+                "linear_model has {} class_biases, expected {outputs} (and bias 0)",
+                m.class_biases.len()
+            ));
+        }
+        m.class_biases.clone()
+    };
+    if let Some(b) = biases.iter().find(|b| !b.is_finite()) {
+        return invalid(format!("linear_model bias is {b}, not finite"));
     }
     Ok(LogReg {
         weights: m.weights.iter().map(|&w| f64::from(w)).collect(),
-        bias: f64::from(m.bias),
+        biases: biases.iter().map(|&b| f64::from(b)).collect(),
     })
 }
 
@@ -463,11 +490,25 @@ mod tests {
 
     #[test]
     fn every_model_survives_its_round_trip() {
-        let lr = LogReg {
-            weights: vec![0.5, -2.0],
-            bias: 0.25,
+        let lr = LogReg::binary(vec![0.5, -2.0], 0.25);
+        assert_eq!(decode_linear(&encode_linear(&lr), 2, 2).unwrap(), lr);
+        // Three classes: a row and a bias each; the two-class form is refused for them.
+        let multi = LogReg {
+            weights: vec![0.5, -2.0, 1.0, 0.0, 0.25, -0.5],
+            biases: vec![0.25, -1.0, 0.5],
         };
-        assert_eq!(decode_linear(&encode_linear(&lr), 2).unwrap(), lr);
+        assert_eq!(decode_linear(&encode_linear(&multi), 2, 3).unwrap(), multi);
+        let e = decode_linear(&encode_linear(&lr), 2, 3)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("expected 6 (one per feature for each of 3 classes)"),
+            "{e}"
+        );
+        let e = decode_linear(&encode_linear(&multi), 2, 2)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("expected 2 (one per feature)"), "{e}");
         let map = Fcm::from_parameters(1, 2, vec![1.0, 0.5, -1.0, 0.0]).unwrap();
         let local = LocalMetrics {
             accuracy: 0.75,
@@ -568,7 +609,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("class 2 of 2 classes"), "{e}");
-        let e = decode_linear(&encode_class_weights(0, &[1]), 1)
+        let e = decode_linear(&encode_class_weights(0, &[1]), 1, 2)
             .unwrap_err()
             .to_string();
         assert!(
