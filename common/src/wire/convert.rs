@@ -102,7 +102,7 @@ pub fn decode_linear(p: &Payload, features: usize, classes: usize) -> Result<Log
         _ => None,
     })?;
     let outputs = crate::model::logreg::outputs_for(classes);
-    let expected = features.checked_mul(outputs).unwrap_or(usize::MAX);
+    let expected = features.saturating_mul(outputs);
     if m.weights.len() != expected {
         let per = if outputs == 1 {
             "one per feature".to_string()
