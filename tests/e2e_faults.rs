@@ -157,7 +157,7 @@ fn malformed_updates_get_clear_errors_and_the_run_completes() {
                 }])
                 .await,
                 Code::InvalidArgument,
-                "is above this run's limit of 2208 bytes",
+                "is above this run's limit for one update",
             ),
             // Two equal-size chunks swapped in transit.
             (

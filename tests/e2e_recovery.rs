@@ -188,6 +188,15 @@ fn a_server_killed_at_any_point_resumes_its_run_and_ends_as_if_never_killed() {
     let r = results(&out);
     assert_eq!(r.run_id, run_id, "one run from start to end");
     assert_eq!(metrics_of(&out), expected);
+    // Rounds replayed from the journal keep the timings they ran with.
+    for rr in &r.rounds[1..] {
+        assert!(
+            rr.seconds.unwrap() > 0.0,
+            "round {}: {:?}",
+            rr.round,
+            rr.seconds
+        );
+    }
     assert!(
         !out.join("state/journal").exists(),
         "a finished run leaves no journal, so the same command starts a new run"

@@ -126,7 +126,18 @@ pub fn grid(args: GridArgs) -> anyhow::Result<()> {
                 overrides.push(("name".to_string(), run_name.clone()));
             }
             let dir = args.runs_dir.join(&run_name);
-            let existing = args.resume && dir.join("results.json").exists();
+            let existing = args.resume && {
+                let expected = Experiment::load(file, &overrides)?;
+                match finished_run(&dir, &expected) {
+                    Ok(()) => true,
+                    Err(why) => {
+                        if dir.join("results.json").exists() {
+                            println!("  {run_name}: run again ({why})");
+                        }
+                        false
+                    }
+                }
+            };
             let result = if existing {
                 Ok(dir.clone())
             } else {
@@ -465,4 +476,25 @@ down_total_payload,down_total_message,down_total_socket,down_total_paper,cluster
         }
     }
     s
+}
+
+/// Whether `dir` holds a run of exactly `expected` that ran to its end, for `--resume`; if
+/// not, why (an interrupted run, or one of an experiment file changed since, is run again).
+fn finished_run(dir: &Path, expected: &Experiment) -> Result<(), String> {
+    let bytes = std::fs::read(dir.join("results.json")).map_err(|_| "no results".to_string())?;
+    let r = RunResults::read(&bytes).map_err(|e| format!("results.json does not parse: {e}"))?;
+    if r.fingerprint != expected.fingerprint {
+        return Err("its experiment has changed since".into());
+    }
+    let closed = r.rounds.last().map_or(0, |rr| rr.round);
+    if closed < r.rounds_planned {
+        return Err(format!(
+            "it stopped after {closed} of {} rounds",
+            r.rounds_planned
+        ));
+    }
+    if r.completed == Some(false) {
+        return Err("its final evaluations are missing".into());
+    }
+    Ok(())
 }

@@ -7,7 +7,9 @@
 //! [`QUEUE`] stops the relay reading, so TCP's flow control slows the sender as a full router
 //! queue would. Loss cannot be emulated on a byte stream (TCP below would hide it, and
 //! retransmission is what loss costs), so the profiles here have none; `deploy/netem.sh` has
-//! the packet-level ones, loss included, for kernels with netem.
+//! the packet-level ones, loss included, for kernels with netem. Delays are as fine as tokio's
+//! timer (1 ms), so `lan`'s 0.25 ms each way is about 1 ms; a connection reset is passed on as a
+//! close.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -22,6 +24,8 @@ use tokio::time::Instant;
 const SEGMENT: usize = 1448;
 /// How much a line may have queued before the relay stops reading from its sender.
 const QUEUE: Duration = Duration::from_millis(100);
+/// Segments in flight on one line at most (about 6 MB).
+const QUEUED_SEGMENTS: usize = 4096;
 
 /// A link: its one-way delay and its rate each way (`None`: unlimited).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -87,7 +91,8 @@ async fn line(
     rate: Option<u64>,
     delay: Duration,
 ) {
-    let (tx, mut rx) = mpsc::unbounded_channel::<(Instant, Vec<u8>)>();
+    // Bounded: a receiver slower than the line holds the relay's reading back, not its memory.
+    let (tx, mut rx) = mpsc::channel::<(Instant, Vec<u8>)>(QUEUED_SEGMENTS);
     let deliver = tokio::spawn(async move {
         while let Some((at, bytes)) = rx.recv().await {
             tokio::time::sleep_until(at).await;
@@ -111,7 +116,7 @@ async fn line(
                 Duration::from_secs_f64(segment.len() as f64 * 8.0 / bps as f64)
             });
             free_at = start + serialise;
-            if tx.send((free_at + delay, segment.to_vec())).is_err() {
+            if tx.send((free_at + delay, segment.to_vec())).await.is_err() {
                 return;
             }
         }

@@ -5,8 +5,9 @@
 //! included, since aggregation is a pure function of the strategy's state and the updates.
 //!
 //! Only what time or arrival order decided is recorded beside the calls themselves: a round
-//! closed by its timeout ([`Event::Close`]) and the moment an aggregation was installed
-//! ([`Event::Installed`]), since joins and reports may arrive while a round aggregates.
+//! closed by its timeout ([`Event::Close`], also written, with the round's time, when its last
+//! update closed it) and the moment an aggregation was installed ([`Event::Installed`]), since
+//! joins and reports may arrive while a round aggregates.
 //!
 //! File format (`<state dir>/journal`): records of `[u32 length][u32 CRC-32][protobuf Record]`
 //! (little-endian), the first a [`Start`]. A record cut short by a crash, or damaged, ends the
@@ -22,8 +23,8 @@ use flint_common::wire::proto::{DataSummary, EvalReport, Payload};
 
 /// Raised whenever the record format changes incompatibly.
 pub const FORMAT_VERSION: u32 = 1;
-/// No record is larger (an update is bounded far below by the server's own limits).
-const MAX_RECORD: usize = 1 << 30;
+/// No record is larger: the server takes no update beyond it (see `Shared::max_update_bytes`).
+pub const MAX_RECORD: usize = 1 << 30;
 const FILE_NAME: &str = "journal";
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -71,11 +72,30 @@ pub struct Update {
     pub payload: Option<Payload>,
 }
 
-/// A round number: closed by its timeout (`Close`), or its aggregation installed (`Installed`).
+/// A round number: closed (`Close`, by its timeout or its last update), or its aggregation
+/// installed (`Installed`), with the round's timings as they were measured, so a replay reports
+/// them unchanged.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct RoundMark {
     #[prost(uint32, tag = "1")]
     pub round: u32,
+    #[prost(double, tag = "2")]
+    pub seconds: f64,
+    #[prost(double, tag = "3")]
+    pub aggregation_seconds: f64,
+    /// A `Close` by the round's timeout (else by its last update, which the replay closes on
+    /// its own; the record then only keeps the time the round was open).
+    #[prost(bool, tag = "4")]
+    pub timed_out: bool,
+}
+
+impl RoundMark {
+    pub fn of(round: u32) -> RoundMark {
+        RoundMark {
+            round,
+            ..Default::default()
+        }
+    }
 }
 
 #[derive(Clone, PartialEq, prost::Oneof)]
@@ -134,7 +154,7 @@ impl Journal {
         {
             let mut f =
                 File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
-            f.write_all(&frame(&Event::Start(start)))?;
+            f.write_all(&frame(&Event::Start(start))?)?;
             f.sync_all()?;
         }
         std::fs::rename(&tmp, &path)?;
@@ -147,6 +167,13 @@ impl Journal {
             .append(true)
             .open(&path)
             .with_context(|| format!("cannot open {}", path.display()))?;
+        // One server per state directory: a second one would interleave its records.
+        if file.try_lock().is_err() {
+            bail!(
+                "{} is in use by another server (it holds the journal's lock)",
+                path.display()
+            );
+        }
         let syncer = file.try_clone()?;
         Ok(Journal {
             path,
@@ -166,7 +193,12 @@ impl Journal {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
         };
-        let (events, good) = parse(&bytes);
+        let (events, good) = parse(&bytes).map_err(|why| {
+            anyhow::anyhow!(
+                "{} is damaged: {why}; the run cannot be resumed from it (move the state directory away to start a new run)",
+                path.display()
+            )
+        })?;
         let Some(Event::Start(start)) = events.first().cloned() else {
             bail!(
                 "{} does not start with a run record: not a journal of this server; move it away to start a new run",
@@ -196,8 +228,18 @@ impl Journal {
 
     /// Appends one record (not yet durable: see [`sync`](Self::sync)).
     pub fn append(&self, event: Event) -> std::io::Result<()> {
-        let bytes = frame(&event);
-        self.file.lock().expect("journal lock").write_all(&bytes)
+        self.append_framed(&frame(&event)?)
+    }
+
+    /// Appends a record framed by [`frame`] (framing a large update outside the state lock),
+    /// whole or not at all: a failed write is cut off again, so no later record sits behind a
+    /// torn one.
+    pub fn append_framed(&self, bytes: &[u8]) -> std::io::Result<()> {
+        let mut file = self.file.lock().expect("journal lock");
+        let before = file.metadata()?.len();
+        file.write_all(bytes).inspect_err(|_| {
+            let _ = file.set_len(before);
+        })
     }
 
     /// Makes every record appended so far durable (blocking: call it off the async threads).
@@ -211,43 +253,56 @@ impl Journal {
     }
 }
 
-fn frame(event: &Event) -> Vec<u8> {
+/// One record as the file holds it; refused beyond [`MAX_RECORD`].
+pub fn frame(event: &Event) -> std::io::Result<Vec<u8>> {
     use prost::Message;
     let body = Record {
         event: Some(event.clone()),
     }
     .encode_to_vec();
+    if body.len() > MAX_RECORD {
+        return Err(std::io::Error::other(format!(
+            "a journal record of {} bytes, above the {MAX_RECORD}-byte limit",
+            body.len()
+        )));
+    }
     let mut out = Vec::with_capacity(body.len() + 8);
     out.extend_from_slice(&(body.len() as u32).to_le_bytes());
     out.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
     out.extend_from_slice(&body);
-    out
+    Ok(out)
 }
 
-/// The whole records of `bytes`, and how many bytes they span.
-fn parse(bytes: &[u8]) -> (Vec<Event>, usize) {
+/// The whole records of `bytes`, and how many bytes they span. Only the last record may be
+/// bad (cut short, or not all of it reached the disk before a power loss): a bad record with
+/// more after it is damage, not a crash, and is an error (the records after it were answered).
+fn parse(bytes: &[u8]) -> Result<(Vec<Event>, usize), String> {
     use prost::Message;
     let mut events = Vec::new();
     let mut at = 0;
     while let Some(head) = bytes.get(at..at + 8) {
         let len = u32::from_le_bytes(head[..4].try_into().expect("4 bytes")) as usize;
         let crc = u32::from_le_bytes(head[4..].try_into().expect("4 bytes"));
-        if len > MAX_RECORD {
-            break;
-        }
         let Some(body) = bytes.get(at + 8..at + 8 + len) else {
+            // Runs past the end of the file: the record being written when the process died.
             break;
         };
-        if crc32fast::hash(body) != crc {
-            break;
-        }
-        let Ok(Record { event: Some(event) }) = Record::decode(body) else {
-            break;
+        let last = at + 8 + len == bytes.len();
+        let event = match Record::decode(body) {
+            Ok(Record { event: Some(e) }) if crc32fast::hash(body) == crc => e,
+            _ if last => break,
+            _ => {
+                return Err(format!(
+                    "record {} (at byte {at}) is damaged and {} bytes follow it",
+                    events.len() + 1,
+                    bytes.len() - at - 8 - len
+                ));
+            }
         };
         events.push(event);
         at += 8 + len;
     }
-    (events, at)
+    Ok((events, at))
 }
 
 /// Makes a rename in `dir` durable.
@@ -282,8 +337,8 @@ mod tests {
                     compute_ghz: 2.0,
                 }),
             }),
-            Event::Close(RoundMark { round: 3 }),
-            Event::Installed(RoundMark { round: 3 }),
+            Event::Close(RoundMark::of(3)),
+            Event::Installed(RoundMark::of(3)),
         ];
         for e in &events {
             j.append(e.clone()).unwrap();
@@ -294,7 +349,7 @@ mod tests {
         let path = dir.path().join(FILE_NAME);
         let whole = std::fs::metadata(&path).unwrap().len();
         let mut f = OpenOptions::new().append(true).open(&path).unwrap();
-        f.write_all(&frame(&Event::Close(RoundMark { round: 4 }))[..7])
+        f.write_all(&frame(&Event::Close(RoundMark::of(4))).unwrap()[..7])
             .unwrap();
         drop(f);
 
@@ -306,28 +361,47 @@ mod tests {
         // Appending after the cut goes on from the last whole record.
         found
             .journal
-            .append(Event::Close(RoundMark { round: 4 }))
+            .append(Event::Close(RoundMark::of(4)))
             .unwrap();
+        drop(found);
         let again = Journal::open(dir.path()).unwrap().unwrap();
         assert_eq!(again.events.len(), 4);
         assert_eq!(again.torn_bytes, 0);
     }
 
     #[test]
-    fn a_damaged_record_ends_the_journal_there() {
+    fn a_bad_last_record_is_cut_off_but_damage_before_the_end_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let j = Journal::create(dir.path(), start()).unwrap();
-        j.append(Event::Close(RoundMark { round: 1 })).unwrap();
-        j.append(Event::Close(RoundMark { round: 2 })).unwrap();
+        j.append(Event::Close(RoundMark::of(1))).unwrap();
+        j.append(Event::Close(RoundMark::of(2))).unwrap();
         drop(j);
         let path = dir.path().join(FILE_NAME);
-        let mut bytes = std::fs::read(&path).unwrap();
+        let good = std::fs::read(&path).unwrap();
+        // The last record's body damaged (not all of it reached the disk): cut off.
+        let mut bytes = good.clone();
         let last = bytes.len() - 1;
         bytes[last] ^= 0xff;
         std::fs::write(&path, &bytes).unwrap();
         let found = Journal::open(dir.path()).unwrap().unwrap();
-        assert_eq!(found.events, vec![Event::Close(RoundMark { round: 1 })]);
+        assert_eq!(found.events, vec![Event::Close(RoundMark::of(1))]);
         assert!(found.torn_bytes > 0);
+        drop(found);
+        // The first record after the start damaged, with an answered one after it: refused.
+        let mut bytes = good;
+        let second = bytes.len() - 2 * (8 + 2 + 2);
+        bytes[second + 9] ^= 0xff;
+        std::fs::write(&path, &bytes).unwrap();
+        let e = Journal::open(dir.path()).err().unwrap().to_string();
+        assert!(e.contains("is damaged: record 2"), "{e}");
+    }
+
+    #[test]
+    fn one_server_per_state_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let _first = Journal::create(dir.path(), start()).unwrap();
+        let e = Journal::open(dir.path()).err().unwrap().to_string();
+        assert!(e.contains("in use by another server"), "{e}");
     }
 
     #[test]

@@ -33,7 +33,7 @@ use tokio::sync::Semaphore;
 use identity::Identities;
 use proto::aggregator_server::AggregatorServer;
 use results::RunResults;
-use rounds::{MAX_FEATURES, Rounds};
+use rounds::Rounds;
 use service::{AggregatorService, Shared};
 
 /// Command-line options of `flint-server` (and `flint server`).
@@ -228,16 +228,24 @@ pub async fn serve_with(
         }
         _ => None,
     };
-    let largest_kib = experiment
-        .strategy
-        .max_update_bytes(rounds.features().unwrap_or(MAX_FEATURES), classes)
-        .div_ceil(1024);
-    let upload_budget_kib = match options.upload_budget_kib {
-        Some(kib) if u64::from(kib) < largest_kib => anyhow::bail!(
-            "--upload-budget-kib {kib} cannot hold one of this run's largest updates ({largest_kib} KiB)"
+    // Where the experiment does not fix the feature count (a CSV without data.features), the
+    // largest update is not known before the first Join: the default budget then stands.
+    let largest_kib = rounds.features().map(|f| {
+        experiment
+            .strategy
+            .max_update_bytes(f, classes)
+            .min(journal::MAX_RECORD as u64)
+            .div_ceil(1024)
+    });
+    let upload_budget_kib = match (options.upload_budget_kib, largest_kib) {
+        (Some(kib), Some(largest)) if u64::from(kib) < largest => anyhow::bail!(
+            "--upload-budget-kib {kib} cannot hold one of this run's largest updates ({largest} KiB)"
         ),
-        Some(kib) => kib,
-        None => u32::try_from((2 * largest_kib).max(256 * 1024)).unwrap_or(u32::MAX),
+        (Some(0), None) => anyhow::bail!("--upload-budget-kib must be at least 1"),
+        (Some(kib), _) => kib,
+        (None, largest) => {
+            u32::try_from((2 * largest.unwrap_or(0)).max(256 * 1024)).unwrap_or(u32::MAX)
+        }
     }
     .min(Semaphore::MAX_PERMITS as u32);
     let ledger = Arc::new(SharedLedger::default());
@@ -430,9 +438,14 @@ fn resume(
     let replayed = recovery::replay(found.events, rounds, identities, Instant::now())
         .with_context(|| format!("cannot resume run {} from {path}", found.start.run_id))?;
     if let Some(round) = replayed.installed_at_end {
+        let (seconds, aggregation_seconds) = rounds.timings(round).unwrap_or_default();
         found
             .journal
-            .append(journal::Event::Installed(journal::RoundMark { round }))?;
+            .append(journal::Event::Installed(journal::RoundMark {
+                seconds,
+                aggregation_seconds,
+                ..journal::RoundMark::of(round)
+            }))?;
     }
     found.journal.sync()?;
     let ledger = match std::fs::read(state_dir.join(LEDGER_FILE)) {
@@ -463,7 +476,9 @@ async fn tick_until_done(shared: Arc<Shared>, out: PathBuf, state_dir: PathBuf) 
             let closed = r.tick(now);
             if let Some(job) = &closed {
                 shared.record(journal::Event::Close(journal::RoundMark {
-                    round: job.round(),
+                    seconds: r.closing_seconds().unwrap_or(0.0),
+                    timed_out: true,
+                    ..journal::RoundMark::of(job.round())
                 }));
             }
             (closed, r.is_done(now), r.history().len())
@@ -473,15 +488,25 @@ async fn tick_until_done(shared: Arc<Shared>, out: PathBuf, state_dir: PathBuf) 
             shared.bump();
         }
         let version = *shared.version.borrow();
-        if version != written {
-            write_status(&shared, &out);
+        let status_due = version != written;
+        let ledger_due = closed_rounds != ledger_at;
+        if status_due || ledger_due {
+            // Files are written and synced off the async threads.
+            let (shared, out, state_dir) = (shared.clone(), out.clone(), state_dir.clone());
+            let _ = tokio::task::spawn_blocking(move || {
+                if status_due {
+                    write_status(&shared, &out);
+                }
+                if ledger_due {
+                    let bytes =
+                        serde_json::to_vec(&shared.ledger.snapshot()).expect("ledger serialises");
+                    if let Err(e) = results::write_atomic(&state_dir.join(LEDGER_FILE), &bytes) {
+                        tracing::warn!(error = %e, "cannot keep the byte ledger in the state directory");
+                    }
+                }
+            })
+            .await;
             written = version;
-        }
-        if closed_rounds != ledger_at {
-            let bytes = serde_json::to_vec(&shared.ledger.snapshot()).expect("ledger serialises");
-            if let Err(e) = results::write_atomic(&state_dir.join(LEDGER_FILE), &bytes) {
-                tracing::warn!(error = %e, "cannot keep the byte ledger in the state directory");
-            }
             ledger_at = closed_rounds;
         }
         let failed = shared

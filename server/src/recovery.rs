@@ -29,6 +29,8 @@ pub fn replay(
     now: Instant,
 ) -> anyhow::Result<Replayed> {
     let mut pending: Option<Aggregated> = None;
+    // How long the round being aggregated was open, as its `Close` record says.
+    let mut open_for: Option<(u32, f64)> = None;
     let records = events.len();
     for (i, event) in events.into_iter().enumerate() {
         let at = || format!("journal record {} of {records}", i + 1);
@@ -63,9 +65,21 @@ pub fn replay(
                     pending = Some(job.run());
                 }
             }
-            Event::Close(c) => {
+            Event::Close(c) if c.timed_out => {
                 let job = rounds.close_as_timed_out(c.round, now).with_context(at)?;
                 pending = Some(job.run());
+                open_for = Some((c.round, c.seconds));
+            }
+            Event::Close(c) => {
+                // Closed by its last update, which the replay has just taken.
+                if rounds.aggregating() != Some(c.round) {
+                    bail!(
+                        "{}: round {} closed by its last update, but it is not closed",
+                        at(),
+                        c.round
+                    );
+                }
+                open_for = Some((c.round, c.seconds));
             }
             Event::Installed(m) => {
                 let Some(done) = pending.take() else {
@@ -84,6 +98,7 @@ pub fn replay(
                     );
                 }
                 rounds.install(done, now);
+                rounds.restore_timings(m.round, m.seconds, m.aggregation_seconds);
             }
             Event::Eval(e) => {
                 let m = ConfusionMatrix::from_counts(e.classes as usize, e.confusion)
@@ -96,8 +111,11 @@ pub fn replay(
         }
     }
     let installed_at_end = pending.map(|done| {
-        let round = done.round();
+        let (round, aggregation_seconds) = (done.round(), done.seconds());
         rounds.install(done, now);
+        if let Some((r, seconds)) = open_for.filter(|(r, _)| *r == round) {
+            rounds.restore_timings(r, seconds, aggregation_seconds);
+        }
         round
     });
     Ok(Replayed {

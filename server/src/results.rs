@@ -108,6 +108,11 @@ pub struct RunResults {
     /// message and socket bytes are client 0's in the ledger, their payloads only here.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub refused: BTreeMap<String, Refused>,
+    /// Whether the run ended as planned: every round closed and every final evaluation in
+    /// (false for a run stopped by a signal or cut short by the evaluation timeout; absent in
+    /// files written before it was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completed: Option<bool>,
     /// The server process's peak resident memory (VmHWM) when the results were written, in kB.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_peak_rss_kb: Option<u64>,
@@ -208,6 +213,7 @@ pub fn collect(shared: &Shared) -> RunResults {
         client_link_interfaces: BTreeMap::new(),
         refused: shared.refused.lock().expect("refused lock").clone(),
         server_peak_rss_kb: peak_rss_kb(),
+        completed: Some(rounds.completed()),
     }
 }
 
@@ -450,6 +456,7 @@ mod tests {
             client_link_interfaces: BTreeMap::new(),
             refused: BTreeMap::new(),
             server_peak_rss_kb: None,
+            completed: None,
         }
     }
 

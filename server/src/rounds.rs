@@ -126,6 +126,11 @@ impl Aggregated {
     pub fn round(&self) -> Round {
         self.round
     }
+
+    /// How long the strategy's aggregation took.
+    pub fn seconds(&self) -> f64 {
+        self.seconds
+    }
 }
 
 /// A finished [`AggregationJob`], for [`Rounds::install`].
@@ -244,6 +249,18 @@ impl Rounds {
                 updates,
                 ..
             } => Some((*round, updates.len(), selected.len())),
+            _ => None,
+        }
+    }
+
+    /// How long the round being aggregated was open.
+    pub fn closing_seconds(&self) -> Option<f64> {
+        match &self.phase {
+            Phase::Aggregating {
+                opened_at,
+                closed_at,
+                ..
+            } => Some(closed_at.duration_since(*opened_at).as_secs_f64()),
             _ => None,
         }
     }
@@ -591,6 +608,24 @@ impl Rounds {
         true
     }
 
+    /// How long closed `round` was open, and its aggregation took (for the journal).
+    pub fn timings(&self, round: Round) -> Option<(f64, f64)> {
+        self.history
+            .iter()
+            .rev()
+            .find(|r| r.round == round)
+            .map(|r| (r.seconds, r.aggregation_seconds))
+    }
+
+    /// The timings `round` had when it ran, as the journal kept them (a replay aggregates again
+    /// in no time and at once).
+    pub fn restore_timings(&mut self, round: Round, seconds: f64, aggregation_seconds: f64) {
+        if let Some(r) = self.history.last_mut().filter(|r| r.round == round) {
+            r.seconds = seconds;
+            r.aggregation_seconds = aggregation_seconds;
+        }
+    }
+
     /// Takes a client's evaluation of the model it holds after `round`, on its own test rows
     /// or (`global_test`) on the run's shared test set, where it may also report the baselines
     /// its download carries (`predictor`).
@@ -655,6 +690,16 @@ impl Rounds {
         let Phase::Finished { at } = self.phase else {
             return false;
         };
+        self.final_evaluations_in() || now >= at + self.policy.eval_timeout
+    }
+
+    /// Finished, and every evaluation of the final model is in (not cut short by the
+    /// evaluation timeout).
+    pub fn completed(&self) -> bool {
+        matches!(self.phase, Phase::Finished { .. }) && self.final_evaluations_in()
+    }
+
+    fn final_evaluations_in(&self) -> bool {
         let Some(last) = self.history.last() else {
             return true;
         };
@@ -671,7 +716,7 @@ impl Rounds {
                     .get(&last.round)
                     .is_some_and(|g| g.contains_key(&Predictor::Model))
         });
-        (all && global) || now >= at + self.policy.eval_timeout
+        all && global
     }
 }
 

@@ -80,6 +80,13 @@ impl Shared {
         }
     }
 
+    /// [`record`](Self::record) of a record framed beforehand, outside the lock.
+    fn record_framed(&self, framed: std::io::Result<Vec<u8>>) {
+        if let Err(e) = framed.and_then(|bytes| self.journal.append_framed(&bytes)) {
+            self.journal_broke(&e);
+        }
+    }
+
     fn journal_broke(&self, e: &std::io::Error) {
         let path = self.journal.path().display();
         tracing::error!(path = %path, error = %e, "cannot write the journal; the run stops");
@@ -98,20 +105,37 @@ impl Shared {
             r
         })
         .await;
+        let failed = self
+            .journal_failed
+            .lock()
+            .expect("journal flag lock")
+            .is_some();
         match synced {
-            Ok(Ok(())) => Ok(()),
+            Ok(Ok(())) if !failed => Ok(()),
             _ => Err(Status::unavailable(
                 "the server cannot keep its state on disk; try again later",
             )),
         }
     }
 
-    /// The largest update this run takes, from its model's shape.
+    /// The largest update this run takes, from its model's shape (and never beyond what one
+    /// journal record holds).
     fn max_update_bytes(&self) -> u64 {
         let features = self.rounds().features().unwrap_or(0);
         self.experiment
             .strategy
             .max_update_bytes(features, self.classes())
+            .min(journal::MAX_RECORD as u64 - 4096)
+    }
+
+    /// The round a client-sent round number is booked under: itself if the run has it, else
+    /// 0 (made-up rounds must not grow the ledger).
+    fn label_round(&self, round: Round) -> Round {
+        if round <= self.experiment.policy.rounds {
+            round
+        } else {
+            0
+        }
     }
 
     /// Room for an upload of `len` bytes in the budget of uploads in flight (KiB-granular).
@@ -198,7 +222,13 @@ impl Shared {
                 Ok(done) => {
                     let mut rounds = shared.rounds();
                     if rounds.install(done, Instant::now()) {
-                        shared.record(Event::Installed(RoundMark { round }));
+                        let (seconds, aggregation_seconds) =
+                            rounds.timings(round).unwrap_or_default();
+                        shared.record(Event::Installed(RoundMark {
+                            seconds,
+                            aggregation_seconds,
+                            ..RoundMark::of(round)
+                        }));
                     }
                 }
                 // `run` catches a strategy's panic, so only a cancelled pool ends here.
@@ -218,6 +248,9 @@ impl Shared {
 }
 
 pub struct AggregatorService(pub Arc<Shared>);
+
+/// How long an upload may go without a chunk before it is dropped.
+const CHUNK_IDLE: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The one place a refusal becomes a gRPC status.
 pub fn status(e: FlintError) -> Status {
@@ -498,6 +531,9 @@ impl AggregatorService {
                 return Err(Status::unavailable("server is shutting down"));
             }
         };
+        // What the task shows (a round closed and aggregated, the run finished) is on disk
+        // before anyone acts on it.
+        s.durable().await?;
         let rounds = s.experiment.policy.rounds;
         // A download belongs to the round whose aggregate it carries (round 0: the initial model).
         let (reply, ledger_round) = match task {
@@ -571,9 +607,23 @@ impl AggregatorService {
         // The update's share of the upload budget, held until it has been taken or refused.
         let mut _budget = None;
         let received = async {
-            while let Some(chunk) = stream.message().await.map_err(|e| {
-                FlintError::InvalidUpdate(format!("the upload stream broke: {}", e.message()))
-            })? {
+            loop {
+                // A stream that stalls would hold its share of the budget for ever.
+                let next = tokio::time::timeout(CHUNK_IDLE, stream.message())
+                    .await
+                    .map_err(|_| {
+                        FlintError::InvalidUpdate(format!(
+                            "no chunk for {} s: upload abandoned",
+                            CHUNK_IDLE.as_secs()
+                        ))
+                    })?
+                    .map_err(|e| {
+                        FlintError::InvalidUpdate(format!(
+                            "the upload stream broke: {}",
+                            e.message()
+                        ))
+                    })?;
+                let Some(chunk) = next else { break };
                 sizes.push(chunk.encoded_len());
                 seen.fetch_add(chunk.encoded_len() as u64, Ordering::Relaxed);
                 if let Some(h) = parts.push(chunk)? {
@@ -581,7 +631,7 @@ impl AggregatorService {
                     let len = h.payload_len;
                     s.identities().check(client, token.as_deref(), &peer)?;
                     s.rounds().check_joined(client)?;
-                    whose = Some((client, round));
+                    whose = Some((client, s.label_round(round)));
                     s.check_run(&run_id)?;
                     _budget = Some(s.reserve_upload(len)?);
                 }
@@ -612,21 +662,31 @@ impl AggregatorService {
         };
         let (client, round) = (header.client_id, header.round);
         book(paper_convention_bytes(&payload, s.classes()));
+        // Framed before the lock is taken: an update can be large.
+        let framed = journal::frame(&Event::Update(journal::Update {
+            client_id: client,
+            round,
+            payload: Some(payload.clone()),
+        }));
         let outcome = {
             let mut rounds = s.rounds();
             let outcome = rounds.accept_update(client, round, &payload, Instant::now());
             if let Ok(Accepted {
-                duplicate: false, ..
+                duplicate: false,
+                closed,
             }) = &outcome
             {
-                s.record(Event::Update(journal::Update {
-                    client_id: client,
-                    round,
-                    payload: Some(payload.clone()),
-                }));
+                s.record_framed(framed);
+                if closed.is_some() {
+                    s.record(Event::Close(RoundMark {
+                        seconds: rounds.closing_seconds().unwrap_or(0.0),
+                        ..RoundMark::of(round)
+                    }));
+                }
             }
             outcome
         };
+        let round = s.label_round(round);
         if outcome.is_ok() {
             s.durable().await?;
         }
@@ -664,16 +724,10 @@ impl AggregatorService {
         s.authorize(&request, request.get_ref().client_id)
             .map_err(status)?;
         let req = request.into_inner();
-        let refuse = |e| with_label(status(e), req.client_id, req.round);
-        s.ledger.with(|l| {
-            l.payload(
-                req.client_id,
-                req.round,
-                Direction::Up,
-                req.encoded_len(),
-                0,
-            )
-        });
+        let label = s.label_round(req.round);
+        let refuse = |e| with_label(status(e), req.client_id, label);
+        s.ledger
+            .with(|l| l.payload(req.client_id, label, Direction::Up, req.encoded_len(), 0));
         s.check_run(&req.run_id).map_err(refuse)?;
         let m = ConfusionMatrix::from_counts(req.classes as usize, req.confusion.clone())
             .ok_or_else(|| {
@@ -700,15 +754,8 @@ impl AggregatorService {
         s.durable().await?;
         s.bump();
         let ack = Ack { duplicate };
-        s.ledger.with(|l| {
-            l.payload(
-                req.client_id,
-                req.round,
-                Direction::Down,
-                ack.encoded_len(),
-                0,
-            )
-        });
-        Ok(labelled(ack, req.client_id, req.round))
+        s.ledger
+            .with(|l| l.payload(req.client_id, label, Direction::Down, ack.encoded_len(), 0));
+        Ok(labelled(ack, req.client_id, label))
     }
 }

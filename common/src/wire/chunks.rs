@@ -51,10 +51,11 @@ impl Reassembler {
         match (chunk.part, &self.header) {
             (None, _) => bad("empty update chunk".into()),
             (Some(Part::Header(h)), None) => {
+                // The limit is not named: the caller has not yet proved it belongs to the run.
                 if h.payload_len > self.limit {
                     return bad(format!(
-                        "payload_len {} is above this run's limit of {} bytes for one update",
-                        h.payload_len, self.limit
+                        "payload_len {} is above this run's limit for one update (from its model's shape)",
+                        h.payload_len
                     ));
                 }
                 if chunk.offset != 0 {
@@ -66,6 +67,9 @@ impl Reassembler {
             (Some(Part::Header(_)), Some(_)) => bad("a second header in one update".into()),
             (Some(Part::Data(_)), None) => bad("update data before its header".into()),
             (Some(Part::Data(d)), Some(h)) => {
+                if d.is_empty() {
+                    return bad("an empty data chunk".into());
+                }
                 if d.len() > MAX_CHUNK {
                     return bad(format!(
                         "a chunk of {} bytes, above the 1 MiB limit",
@@ -210,12 +214,18 @@ mod tests {
         let len = p.encoded_len() as u64;
         let e = refusal(chunks.clone(), len - 1);
         assert!(
-            e.contains(&format!(
-                "payload_len {len} is above this run's limit of {}",
-                len - 1
-            )),
+            e.contains(&format!("payload_len {len} is above this run's limit")),
             "{e}"
         );
+        let mut empty = chunks.clone();
+        empty.insert(
+            2,
+            UpdateChunk {
+                part: Some(Part::Data(Vec::new())),
+                offset: 8,
+            },
+        );
+        assert!(refusal(empty, 1 << 20).contains("an empty data chunk"));
         let mut r = Reassembler::new(len);
         for c in chunks {
             r.push(c).unwrap();
