@@ -129,6 +129,26 @@ fn local_baseline_sends_nothing_back_and_matches_round_one() {
     assert_eq!(stdout.matches("(kept)").count(), 2, "{stdout}");
     assert_eq!(results(&runs.join("fed")).run_id, f.run_id);
 
+    // Issue 18: --resume kept a run that had been interrupted. One that stopped short of its
+    // rounds runs again, and says why.
+    let path = runs.join("local/results.json");
+    let mut cut: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    cut["rounds"].as_array_mut().unwrap().pop();
+    std::fs::write(&path, serde_json::to_vec(&cut).unwrap()).unwrap();
+    let out = ok(flint()
+        .args(["grid", "--resume", "--runs-dir"])
+        .arg(&runs)
+        .arg(&fed)
+        .arg(&local));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(stdout.matches("(kept)").count(), 1, "{stdout}");
+    assert!(
+        stdout.contains("local: run again (it stopped after 1 of 2 rounds)"),
+        "{stdout}"
+    );
+    assert_ne!(results(&runs.join("local")).run_id, l.run_id);
+
     let twin = write(
         dir.path(),
         "twin.toml",
