@@ -7,7 +7,6 @@ mod support;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Stdio;
 use std::time::Duration;
 
 use flint_server::results::Status;
@@ -31,27 +30,7 @@ fn experiment(dir: &Path) -> std::path::PathBuf {
 /// `flint server` on `listen` (a fixed address, so that a restart is found where the clients
 /// look); its log goes to `log`.
 fn server(exp: &Path, out: &Path, listen: &str, log: &str, extra: &[&str]) -> Proc {
-    let ready = out.join("server.addr");
-    let _ = std::fs::remove_file(&ready);
-    let child = flint()
-        .args(["server", "--listen", listen, "--experiment"])
-        .arg(exp)
-        .arg("--out")
-        .arg(out)
-        .arg("--ready-file")
-        .arg(&ready)
-        .args(extra)
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(out.join(log)).unwrap())
-        .spawn()
-        .unwrap();
-    let p = Proc(child);
-    wait_for(LIMIT, || {
-        std::fs::read_to_string(&ready)
-            .ok()
-            .filter(|s| !s.is_empty())
-    });
-    p
+    start_server_at(exp, out, listen, log, extra).0
 }
 
 /// A free loopback port: bound, then let go.

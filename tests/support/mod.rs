@@ -96,9 +96,22 @@ pub fn start_server(experiment: &Path, out: &Path) -> (Proc, String) {
 
 /// [`start_server`] with more arguments; returns the bare `host:port`.
 pub fn start_server_with(experiment: &Path, out: &Path, extra: &[&str]) -> (Proc, String) {
+    start_server_at(experiment, out, "127.0.0.1:0", "server.log", extra)
+}
+
+/// `flint server` listening on `listen`, its log in `out/log`; returns it once it accepts
+/// connections, with its bare `host:port`.
+pub fn start_server_at(
+    experiment: &Path,
+    out: &Path,
+    listen: &str,
+    log: &str,
+    extra: &[&str],
+) -> (Proc, String) {
     let ready = out.join("server.addr");
+    let _ = std::fs::remove_file(&ready);
     let child = flint()
-        .args(["server", "--listen", "127.0.0.1:0", "--experiment"])
+        .args(["server", "--listen", listen, "--experiment"])
         .arg(experiment)
         .arg("--out")
         .arg(out)
@@ -106,7 +119,7 @@ pub fn start_server_with(experiment: &Path, out: &Path, extra: &[&str]) -> (Proc
         .arg(&ready)
         .args(extra)
         .stdout(Stdio::null())
-        .stderr(std::fs::File::create(out.join("server.log")).unwrap())
+        .stderr(std::fs::File::create(out.join(log)).unwrap())
         .spawn()
         .unwrap();
     let server = Proc(child);
