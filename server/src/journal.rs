@@ -17,6 +17,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::{Context, bail};
 use flint_common::wire::proto::{DataSummary, EvalReport, Payload};
@@ -130,6 +131,9 @@ pub struct Journal {
     file: Mutex<File>,
     /// A second handle on the file, to sync without holding the append lock.
     syncer: File,
+    /// Records appended, and how many of them a finished sync covers.
+    appended: AtomicU64,
+    synced: AtomicU64,
 }
 
 /// What a journal found on disk holds.
@@ -179,6 +183,8 @@ impl Journal {
             path,
             file: Mutex::new(file),
             syncer,
+            appended: AtomicU64::new(0),
+            synced: AtomicU64::new(0),
         })
     }
 
@@ -239,12 +245,28 @@ impl Journal {
         let before = file.metadata()?.len();
         file.write_all(bytes).inspect_err(|_| {
             let _ = file.set_len(before);
-        })
+        })?;
+        self.appended.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Records appended so far (this process).
+    pub fn appended(&self) -> u64 {
+        self.appended.load(Ordering::SeqCst)
+    }
+
+    /// Records known to be on disk.
+    pub fn synced(&self) -> u64 {
+        self.synced.load(Ordering::SeqCst)
     }
 
     /// Makes every record appended so far durable (blocking: call it off the async threads).
     pub fn sync(&self) -> std::io::Result<()> {
-        self.syncer.sync_data()
+        // Counted before the sync starts: what is appended during it may not be covered.
+        let covered = self.appended();
+        self.syncer.sync_data()?;
+        self.synced.fetch_max(covered, Ordering::SeqCst);
+        Ok(())
     }
 
     /// The run is over: its journal goes, so the same command starts a new run.

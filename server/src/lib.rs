@@ -260,11 +260,13 @@ pub async fn serve_with(
         rounds: Mutex::new(rounds),
         ledger: ledger.clone(),
         version: tokio::sync::watch::channel(0).0,
+        phase: tokio::sync::watch::channel(0).0,
         started: Instant::now()
             .checked_sub(Duration::from_millis(since_start))
             .unwrap_or_else(Instant::now),
         journal,
         journal_failed: Mutex::new(None),
+        sync_turn: tokio::sync::Mutex::new(()),
         hold_aggregation: Duration::from_millis(options.hold_aggregation_ms.unwrap_or(0)),
         upload_budget: Arc::new(Semaphore::new(upload_budget_kib as usize)),
         upload_budget_kib,
@@ -485,7 +487,7 @@ async fn tick_until_done(shared: Arc<Shared>, out: PathBuf, state_dir: PathBuf) 
         };
         if let Some(job) = closed {
             shared.aggregate(job);
-            shared.bump();
+            shared.bump_phase();
         }
         let version = *shared.version.borrow();
         let status_due = version != written;
@@ -516,7 +518,7 @@ async fn tick_until_done(shared: Arc<Shared>, out: PathBuf, state_dir: PathBuf) 
             .is_some();
         if finished || failed {
             // Wake every long-poll so it sees the finished run.
-            shared.bump();
+            shared.bump_phase();
             return;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;

@@ -287,7 +287,6 @@ pub struct Status {
 
 pub fn status(shared: &Shared) -> Status {
     let rounds = shared.rounds();
-    let ledger = shared.ledger.snapshot();
     let (open_round, updates, waiting_for) = match rounds.open_round() {
         Some((r, u, s)) => (Some(r), u, s),
         None => (None, 0, 0),
@@ -314,7 +313,11 @@ pub fn status(shared: &Shared) -> Status {
         closed_rounds: closed,
         finished: rounds.is_finished(),
         evals,
-        bytes: (0..=closed).map(|r| (r, ledger.round_total(r))).collect(),
+        // Totals read in place: a copy of the whole ledger on every change cost thousands of
+        // clients dearly.
+        bytes: shared
+            .ledger
+            .with(|l| (0..=closed).map(|r| (r, l.round_total(r))).collect()),
     }
 }
 

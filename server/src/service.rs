@@ -39,8 +39,10 @@ pub struct Shared {
     pub run_id: String,
     pub rounds: Mutex<Rounds>,
     pub ledger: Arc<SharedLedger>,
-    /// Bumped on every state change; long-polls wait on it.
+    /// Bumped on every state change (status.json is written on it).
     pub version: watch::Sender<u64>,
+    /// Bumped when a round opens or closes or the run ends; long-polls wait on it.
+    pub phase: watch::Sender<u64>,
     pub started: Instant,
     /// Where accepted updates are kept (`server.keep_updates`).
     pub updates_dir: Option<std::path::PathBuf>,
@@ -53,6 +55,8 @@ pub struct Shared {
     /// Why the journal could not be written, if it could not: the run then stops, since its
     /// state could no longer be recovered.
     pub journal_failed: Mutex<Option<String>>,
+    /// Whose turn it is to sync the journal (see [`Shared::durable`]).
+    pub sync_turn: tokio::sync::Mutex<()>,
     /// How long each aggregation is held before it is installed (fault injection; zero).
     pub hold_aggregation: std::time::Duration,
     /// Calls refused before their caller proved who it is ([`Refused`]), by method and status.
@@ -65,6 +69,14 @@ pub struct Shared {
 impl Shared {
     pub fn bump(&self) {
         self.version.send_modify(|v| *v += 1);
+    }
+
+    /// A change a long-poll may be waiting for: a round opened, closed or the run finished.
+    /// Long-polls wait on this alone: waking every one of them on each update made a round of
+    /// N clients cost N² wake-ups.
+    pub fn bump_phase(&self) {
+        self.phase.send_modify(|v| *v += 1);
+        self.bump();
     }
 
     /// The run's classes, for the papers' byte convention.
@@ -95,27 +107,41 @@ impl Shared {
     }
 
     /// Waits until everything journaled so far is on disk: a call is answered only then.
+    ///
+    /// Group commit: one sync at a time, off the async threads, each covering every record
+    /// appended before it began, so a burst of a thousand calls costs a few syncs, not a
+    /// thousand, and waiters hold no thread.
     pub async fn durable(self: &Arc<Self>) -> Result<(), Status> {
-        let shared = self.clone();
-        let synced = tokio::task::spawn_blocking(move || {
-            let r = shared.journal.sync();
-            if let Err(e) = &r {
-                shared.journal_broke(e);
+        let unavailable =
+            || Status::unavailable("the server cannot keep its state on disk; try again later");
+        let failed = || {
+            self.journal_failed
+                .lock()
+                .expect("journal flag lock")
+                .is_some()
+        };
+        let target = self.journal.appended();
+        if self.journal.synced() < target {
+            let _turn = self.sync_turn.lock().await;
+            if self.journal.synced() < target {
+                let shared = self.clone();
+                let synced = tokio::task::spawn_blocking(move || {
+                    let r = shared.journal.sync();
+                    if let Err(e) = &r {
+                        shared.journal_broke(e);
+                    }
+                    r
+                })
+                .await;
+                if !matches!(synced, Ok(Ok(()))) {
+                    return Err(unavailable());
+                }
             }
-            r
-        })
-        .await;
-        let failed = self
-            .journal_failed
-            .lock()
-            .expect("journal flag lock")
-            .is_some();
-        match synced {
-            Ok(Ok(())) if !failed => Ok(()),
-            _ => Err(Status::unavailable(
-                "the server cannot keep its state on disk; try again later",
-            )),
         }
+        if failed() {
+            return Err(unavailable());
+        }
+        Ok(())
     }
 
     /// The largest update this run takes, from its model's shape (and never beyond what one
@@ -242,7 +268,7 @@ impl Shared {
                 seconds = started.elapsed().as_secs_f64(),
                 "round aggregated"
             );
-            shared.bump();
+            shared.bump_phase();
         });
     }
 }
@@ -430,6 +456,8 @@ impl AggregatorService {
                 "join without a data summary".into(),
             ))
         })?;
+        // Whether this join opened round 1.
+        let opened;
         {
             // One lock order (identities, then rounds), and the slot is bound only once the
             // join is taken: a refused Join changes nothing.
@@ -440,9 +468,11 @@ impl AggregatorService {
             {
                 let mut rounds = s.rounds();
                 let fresh = !rounds.joined().contains_key(&id);
+                let was_open = rounds.open_round().is_some();
                 rounds
                     .join(id, summary.clone(), Instant::now())
                     .map_err(status)?;
+                opened = !was_open && rounds.open_round().is_some();
                 if fresh {
                     s.record(Event::Join(journal::Join {
                         client_id: id,
@@ -470,7 +500,10 @@ impl AggregatorService {
             l.payload(id, 0, Direction::Down, reply.encoded_len(), 0);
         });
         tracing::info!(client = id, name = %req.client_name, "client joined");
-        s.bump();
+        match opened {
+            true => s.bump_phase(),
+            false => s.bump(),
+        }
         Ok(labelled(reply, id, 0))
     }
 
@@ -521,7 +554,7 @@ impl AggregatorService {
         let req = request.into_inner();
         s.check_run(&req.run_id)
             .map_err(|e| with_label(status(e), req.client_id, 0))?;
-        let mut changes = s.version.subscribe();
+        let mut changes = s.phase.subscribe();
         let task = loop {
             let task = s.rounds().task_for(req.client_id, req.after_round);
             if task != Task::Wait {
