@@ -766,3 +766,57 @@ fn silent_connections_beyond_the_limit_do_not_lock_the_clients_out() {
     }
     drop(idle);
 }
+
+/// Issue 17 "Done when": idle sockets beyond the server's file-descriptor limit. The server runs
+/// with 48 descriptors; 80 silent connections exhaust them (accept fails with EMFILE, which the
+/// server logs and backs off from instead of spinning), the first-byte deadline closes them,
+/// and the honest clients get in and finish.
+#[test]
+fn silent_connections_beyond_the_descriptor_limit_do_not_lock_the_clients_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let exp = write(d, "fds.toml", &synthetic_experiment("fds", 2, 2, ""));
+    let ready = d.join("server.addr");
+    let server = std::process::Command::new("prlimit")
+        .arg("--nofile=48:48")
+        .arg("--")
+        .arg(env!("CARGO_BIN_EXE_flint"))
+        .args(["server", "--listen", "127.0.0.1:0", "--experiment"])
+        .arg(&exp)
+        .arg("--out")
+        .arg(d)
+        .arg("--ready-file")
+        .arg(&ready)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(d.join("server.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let mut server = Proc(server);
+    let addr = wait_for(Duration::from_secs(30), || {
+        std::fs::read_to_string(&ready)
+            .ok()
+            .filter(|s| !s.is_empty())
+    });
+    let idle: Vec<std::net::TcpStream> = (0..80)
+        .filter_map(|_| std::net::TcpStream::connect(addr.trim()).ok())
+        .collect();
+    assert!(idle.len() > 48, "{} connections", idle.len());
+    let mut honest = start_clients(
+        &exp,
+        &format!("http://{}", addr.trim()),
+        &["client-1", "client-2"],
+        d,
+    );
+    assert!(server.wait(Duration::from_secs(90)).success());
+    assert!(honest.wait(Duration::from_secs(30)).success());
+    let log = std::fs::read_to_string(d.join("server.log")).unwrap();
+    assert!(
+        log.contains("cannot accept a connection; pausing 100 ms"),
+        "{log}"
+    );
+    // Backed off, not spun: at most one such line per 100 ms of the run.
+    let lines = log.matches("cannot accept a connection").count();
+    assert!(lines < 400, "{lines} accept errors logged");
+    assert_eq!(results(d).rounds.len(), 3);
+    drop(idle);
+}
