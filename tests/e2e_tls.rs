@@ -391,21 +391,16 @@ fn calls_under_made_up_client_ids_leave_no_trace_in_the_ledger() {
         let mut health = HealthClient::new(channel.clone());
         let mut g = AggregatorClient::new(channel);
         for id in 1000..1300u32 {
-            let mut check = tonic::Request::new(HealthCheckRequest {
+            let check = HealthCheckRequest {
                 service: "flint.v1.Aggregator".into(),
-            });
-            check
-                .metadata_mut()
-                .insert("flint-client-id", id.to_string().parse().unwrap());
-            health.check(check).await.unwrap();
-            let mut ask = tonic::Request::new(RoundRequest {
+            };
+            health.check(as_made_up_client(id, check)).await.unwrap();
+            let ask = RoundRequest {
                 client_id: id,
                 run_id: String::new(),
                 after_round: 0,
-            });
-            ask.metadata_mut()
-                .insert("flint-client-id", id.to_string().parse().unwrap());
-            let e = g.get_round(ask).await.unwrap_err();
+            };
+            let e = g.get_round(as_made_up_client(id, ask)).await.unwrap_err();
             assert_eq!(e.code(), Code::Unauthenticated);
         }
     });

@@ -200,23 +200,18 @@ fn before(url: &str, e: &Experiment) {
                     let id = 1000 + i as u32;
                     match i % 3 {
                         0 => {
-                            let mut check = tonic::Request::new(HealthCheckRequest {
+                            let check = HealthCheckRequest {
                                 service: "flint.v1.Aggregator".into(),
-                            });
-                            check
-                                .metadata_mut()
-                                .insert("flint-client-id", id.to_string().parse().unwrap());
-                            health.check(check).await.unwrap();
+                            };
+                            health.check(as_made_up_client(id, check)).await.unwrap();
                         }
                         1 => {
-                            let mut ask = tonic::Request::new(RoundRequest {
+                            let ask = RoundRequest {
                                 client_id: id,
                                 run_id: String::new(),
                                 after_round: 0,
-                            });
-                            ask.metadata_mut()
-                                .insert("flint-client-id", id.to_string().parse().unwrap());
-                            let st = g.get_round(ask).await.unwrap_err();
+                            };
+                            let st = g.get_round(as_made_up_client(id, ask)).await.unwrap_err();
                             assert_eq!(st.code(), Code::Unauthenticated);
                         }
                         _ => {

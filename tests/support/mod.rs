@@ -170,3 +170,12 @@ pub fn wait_for<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// A request that says it comes from client `id` (the `flint-client-id` header), with no
+/// token: what a stranger making up client ids sends.
+pub fn as_made_up_client<T>(id: u32, msg: T) -> tonic::Request<T> {
+    let mut r = tonic::Request::new(msg);
+    r.metadata_mut()
+        .insert("flint-client-id", id.to_string().parse().unwrap());
+    r
+}
