@@ -220,6 +220,19 @@ fn flint_run_without_arguments_runs_the_quickstart() {
         .arg("report")
         .arg(dir.path().join("runs/quickstart")));
     assert!(String::from_utf8_lossy(&report.stdout).contains("Per client after round 5"));
+    // Issue 18: running it again kept the first run, under its run id, instead of overwriting it.
+    let again = ok(flint()
+        .arg("run")
+        .current_dir(dir.path())
+        .env_remove("FLINT_DATA_DIR"));
+    let said = String::from_utf8_lossy(&again.stdout);
+    assert!(said.contains("the previous run is kept in"), "{said}");
+    let kept = results(&dir.path().join("runs").join(&r.run_id));
+    assert_eq!(kept.run_id, r.run_id);
+    assert_ne!(
+        results(&dir.path().join("runs/quickstart")).run_id,
+        r.run_id
+    );
 }
 
 /// A thousand clients in ten processes join in one burst and finish. Before, a Join whose

@@ -42,8 +42,28 @@ pub struct RunArgs {
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
+    keep_previous(&args.runs_dir.join(load(&args)?.name))?;
     let dir = execute(&args, true)?;
     crate::report::print(&dir)
+}
+
+/// A finished run already in `dir` is moved aside, to `runs/<its run id>`, rather than
+/// overwritten: running an experiment again never loses the last one (issue 18).
+fn keep_previous(dir: &Path) -> anyhow::Result<()> {
+    let Ok(bytes) = std::fs::read(dir.join("results.json")) else {
+        return Ok(());
+    };
+    let Ok(previous) = flint_server::results::RunResults::read(&bytes) else {
+        return Ok(());
+    };
+    let aside = dir.with_file_name(&previous.run_id);
+    if previous.run_id.is_empty() || aside.exists() {
+        return Ok(());
+    }
+    std::fs::rename(dir, &aside)
+        .with_context(|| format!("cannot move the previous run aside to {}", aside.display()))?;
+    println!("flint run: the previous run is kept in {}", aside.display());
+    Ok(())
 }
 
 /// Runs one experiment to its end and returns its run directory; `progress` prints rounds as
