@@ -3,6 +3,7 @@
 mod support;
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use flint_common::wire::ledger::Traffic;
 use support::*;
@@ -295,6 +296,32 @@ fn an_emulated_link_changes_the_time_not_the_figures() {
             rr.seconds
         );
     }
+    // `flint link` is the same relay on its own, in front of a server started by hand.
+    let by_hand = dir.path().join("by-hand");
+    std::fs::create_dir_all(&by_hand).unwrap();
+    let (mut server, addr) = start_server(&exp, &by_hand);
+    let relay_addr = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().to_string()
+    };
+    let relay = Proc(
+        flint()
+            .args(["link", "--profile", "wan", "--listen", &relay_addr, "--to"])
+            .arg(addr.trim_start_matches("http://"))
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let mut clients = start_clients(
+        &exp,
+        &format!("http://{relay_addr}"),
+        &["client-1", "client-2", "client-3"],
+        &by_hand,
+    );
+    assert!(clients.wait(Duration::from_secs(60)).success());
+    assert!(server.wait(Duration::from_secs(60)).success());
+    drop(relay);
+    assert_eq!(metrics_of(&by_hand), metrics_of(&plain));
     let bad = flint()
         .args(["run", "--link", "dialup"])
         .arg(&exp)

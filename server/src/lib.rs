@@ -337,7 +337,7 @@ pub async fn serve_with(
     tracing::info!(%addr, run = %run_id, tls = tls.tls_cert.is_some(), mutual_tls = tls.tls_client_ca.is_some(), "listening");
     let serving = tokio::spawn(server);
     let completed = tokio::select! {
-        _ = &mut ticker => shared.journal_failed.lock().expect("journal flag lock").is_none(),
+        _ = &mut ticker => shared.journal_failure().is_none(),
         signal = flint_common::signal::interrupted() => {
             tracing::warn!(signal, "interrupted; writing results so far");
             ticker.abort();
@@ -376,12 +376,7 @@ pub async fn serve_with(
     } else {
         tracing::warn!(state = %state_dir.display(), "the run did not finish; start the server again with the same experiment and state directory to resume it");
     }
-    if let Some(why) = shared
-        .journal_failed
-        .lock()
-        .expect("journal flag lock")
-        .clone()
-    {
+    if let Some(why) = shared.journal_failure() {
         anyhow::bail!("{why}");
     }
     Ok(results)
@@ -436,18 +431,10 @@ fn resume(
             "the journal's last record was cut short by the crash; dropped (its call was never answered)"
         );
     }
-    let records = found.events.len();
     let replayed = recovery::replay(found.events, rounds, identities, Instant::now())
         .with_context(|| format!("cannot resume run {} from {path}", found.start.run_id))?;
     if let Some(round) = replayed.installed_at_end {
-        let (seconds, aggregation_seconds) = rounds.timings(round).unwrap_or_default();
-        found
-            .journal
-            .append(journal::Event::Installed(journal::RoundMark {
-                seconds,
-                aggregation_seconds,
-                ..journal::RoundMark::of(round)
-            }))?;
+        found.journal.append(service::installed(rounds, round))?;
     }
     found.journal.sync()?;
     let ledger = match std::fs::read(state_dir.join(LEDGER_FILE)) {
@@ -457,7 +444,7 @@ fn resume(
     };
     tracing::info!(
         run = %found.start.run_id,
-        records,
+        records = replayed.records,
         closed_rounds = rounds.history().len(),
         open_round = ?rounds.open_round().map(|(r, _, _)| r),
         joined = rounds.joined().len(),
@@ -511,12 +498,7 @@ async fn tick_until_done(shared: Arc<Shared>, out: PathBuf, state_dir: PathBuf) 
             written = version;
             ledger_at = closed_rounds;
         }
-        let failed = shared
-            .journal_failed
-            .lock()
-            .expect("journal flag lock")
-            .is_some();
-        if finished || failed {
+        if finished || shared.journal_failure().is_some() {
             // Wake every long-poll so it sees the finished run.
             shared.bump_phase();
             return;

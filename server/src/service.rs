@@ -99,6 +99,14 @@ impl Shared {
         }
     }
 
+    /// Why the journal could not be written, if it could not.
+    pub fn journal_failure(&self) -> Option<String> {
+        self.journal_failed
+            .lock()
+            .expect("journal flag lock")
+            .clone()
+    }
+
     fn journal_broke(&self, e: &std::io::Error) {
         let path = self.journal.path().display();
         tracing::error!(path = %path, error = %e, "cannot write the journal; the run stops");
@@ -114,12 +122,6 @@ impl Shared {
     pub async fn durable(self: &Arc<Self>) -> Result<(), Status> {
         let unavailable =
             || Status::unavailable("the server cannot keep its state on disk; try again later");
-        let failed = || {
-            self.journal_failed
-                .lock()
-                .expect("journal flag lock")
-                .is_some()
-        };
         let target = self.journal.appended();
         if self.journal.synced() < target {
             let _turn = self.sync_turn.lock().await;
@@ -138,7 +140,7 @@ impl Shared {
                 }
             }
         }
-        if failed() {
+        if self.journal_failure().is_some() {
             return Err(unavailable());
         }
         Ok(())
@@ -248,13 +250,7 @@ impl Shared {
                 Ok(done) => {
                     let mut rounds = shared.rounds();
                     if rounds.install(done, Instant::now()) {
-                        let (seconds, aggregation_seconds) =
-                            rounds.timings(round).unwrap_or_default();
-                        shared.record(Event::Installed(RoundMark {
-                            seconds,
-                            aggregation_seconds,
-                            ..RoundMark::of(round)
-                        }));
+                        shared.record(installed(&rounds, round));
                     }
                 }
                 // `run` catches a strategy's panic, so only a cancelled pool ends here.
@@ -300,6 +296,16 @@ pub fn status(e: FlintError) -> Status {
             Status::internal(message)
         }
     }
+}
+
+/// The journal's record of `round`'s aggregation installed, with the timings it ran with.
+pub fn installed(rounds: &Rounds, round: Round) -> Event {
+    let (seconds, aggregation_seconds) = rounds.timings(round).unwrap_or_default();
+    Event::Installed(RoundMark {
+        seconds,
+        aggregation_seconds,
+        ..RoundMark::of(round)
+    })
 }
 
 /// The journal's record of `id`'s binding, as it now stands.
