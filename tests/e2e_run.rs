@@ -380,3 +380,93 @@ fn logistic_regression_federates_three_classes() {
         assert!(mean.accuracy > 0.9, "{strategy}: {mean:?}");
     }
 }
+
+/// Issue 18 §5: a CSV as a user brings it. Quoted fields, `;` between them, a header, missing
+/// values, an absolute path, and no `classes` (read from the file, sorted, and written into
+/// the resolved experiment that the server and clients read).
+#[test]
+fn a_csv_with_quotes_missing_values_and_no_class_list_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("elsewhere");
+    std::fs::create_dir_all(&data).unwrap();
+    let mut csv = String::from("\"petal; width\";\"length\";\"species\"\n");
+    for i in 0..450u32 {
+        let (cx, cy, label) = [
+            (-2.0, 0.0, "\"virginica\""),
+            (2.0, 0.0, "setosa"),
+            (0.0, 3.0, "\"versicolor\""),
+        ][(i % 3) as usize];
+        let jitter = |k: u32| f64::from((i * 7919 + k * 104_729) % 1000) / 1000.0 - 0.5;
+        let x = if i % 17 == 0 {
+            "?".to_string()
+        } else {
+            format!("\"{}\"", cx + jitter(1))
+        };
+        csv += &format!("{x};{};{label}\n", cy + jitter(2));
+    }
+    let file = data.join("iris-like.csv");
+    std::fs::write(&file, csv).unwrap();
+    let experiment = |extra: &str| {
+        format!(
+            "name = \"user-csv\"\nstrategy = \"fedavg\"\nseed = 2\nrounds = 3\nclient_count = 3\n\
+             [data]\nsource = \"csv\"\npath = {:?}\nheader = true\ndelimiter = \";\"\nfeatures = 2\n{extra}\n\
+             [logreg]\nlearning_rate = 0.5\nlocal_epochs = 50\n",
+            file.display().to_string()
+        )
+    };
+    let runs = dir.path().join("runs");
+    // The default policy refuses a missing value, naming where it is, before any process starts.
+    let refused = write(dir.path(), "refused.toml", &experiment(""));
+    let out = flint()
+        .arg("run")
+        .arg(&refused)
+        .arg("--runs-dir")
+        .arg(&runs)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("line 2, column \"petal; width\": missing value \"?\"; set data.on_missing"),
+        "{err}"
+    );
+    assert!(
+        !runs.join("user-csv/server.log").exists(),
+        "nothing started"
+    );
+
+    let exp = write(
+        dir.path(),
+        "impute.toml",
+        &experiment("on_missing = \"impute\""),
+    );
+    let out = flint()
+        .arg("run")
+        .arg(&exp)
+        .arg("--runs-dir")
+        .arg(&runs)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("classes read from the data: [\"setosa\", \"versicolor\", \"virginica\"]"),
+        "{said}"
+    );
+    let resolved = flint_common::config::Experiment::load(
+        &runs.join("user-csv/experiment.resolved.toml"),
+        &[],
+    )
+    .unwrap();
+    assert_eq!(
+        resolved.data.classes(),
+        ["setosa", "versicolor", "virginica"]
+    );
+    let r = results(&runs.join("user-csv"));
+    let mean = r.rounds.last().unwrap().mean.as_ref().unwrap();
+    assert!(mean.accuracy > 0.9, "{mean:?}");
+}

@@ -178,6 +178,9 @@ pub struct Experiment {
     pub partition: PartitionPlan,
     pub compression: Compression,
     pub clients: Vec<ClientSpec>,
+    /// The file left `data.classes` out and they were read from the data
+    /// ([`Experiment::load_with_data`]).
+    pub classes_from_data: bool,
 }
 
 impl From<ParamError> for FlintError {
@@ -189,6 +192,25 @@ impl From<ParamError> for FlintError {
 impl Experiment {
     /// Reads a file and applies `FLINT_…` environment overrides and `key=value` overrides.
     pub fn load(path: &Path, overrides: &[(String, String)]) -> Result<Experiment> {
+        Self::load_reading(path, overrides, None)
+    }
+
+    /// [`Experiment::load`], reading from the data below `data_dir` what the file leaves to
+    /// the data (a CSV's classes): what a launcher does before it writes the resolved file
+    /// that its server and clients read.
+    pub fn load_with_data(
+        path: &Path,
+        overrides: &[(String, String)],
+        data_dir: &Path,
+    ) -> Result<Experiment> {
+        Self::load_reading(path, overrides, Some(data_dir))
+    }
+
+    fn load_reading(
+        path: &Path,
+        overrides: &[(String, String)],
+        data_dir: Option<&Path>,
+    ) -> Result<Experiment> {
         let text = std::fs::read_to_string(path).map_err(|e| FlintError::io(path, e))?;
         let env: BTreeMap<String, String> = std::env::vars()
             .filter_map(|(k, v)| {
@@ -196,19 +218,20 @@ impl Experiment {
                 (!RESERVED_ENV.contains(&key)).then(|| (k.clone(), v))
             })
             .collect();
-        Self::from_toml_with(&text, env, overrides)
+        Self::from_toml_with(&text, env, overrides, data_dir)
             .map_err(|e| FlintError::Config(format!("{}: {}", path.display(), strip_prefix(e))))
     }
 
     /// Parses TOML text with no environment overrides.
     pub fn from_toml(text: &str) -> Result<Experiment> {
-        Self::from_toml_with(text, BTreeMap::new(), &[])
+        Self::from_toml_with(text, BTreeMap::new(), &[], None)
     }
 
     fn from_toml_with(
         text: &str,
         env: BTreeMap<String, String>,
         overrides: &[(String, String)],
+        data_dir: Option<&Path>,
     ) -> Result<Experiment> {
         let mut builder = config::Config::builder()
             .add_source(config::File::from_str(text, config::FileFormat::Toml))
@@ -224,11 +247,17 @@ impl Experiment {
                 .set_override(key.as_str(), value.as_str())
                 .map_err(|e| FlintError::Config(format!("override {key}: {e}")))?;
         }
-        let file: ExperimentFile = builder
+        let mut file: ExperimentFile = builder
             .build()
             .and_then(|c| c.try_deserialize())
             .map_err(|e| FlintError::Config(e.to_string()))?;
-        Experiment::check(file)
+        let inferred = match data_dir {
+            Some(dir) => file.data.infer_classes(dir)?.is_some(),
+            None => false,
+        };
+        let mut experiment = Experiment::check(file)?;
+        experiment.classes_from_data = inferred;
+        Ok(experiment)
     }
 
     /// Validates a parsed file into its checked form: each section by its own check, then the
@@ -331,6 +360,7 @@ impl Experiment {
             compression,
             clients,
             file,
+            classes_from_data: false,
         })
     }
 
@@ -427,12 +457,17 @@ name = "b"
     #[test]
     fn overrides_change_values_and_fingerprint() {
         let a = Experiment::from_toml(BASE).unwrap();
-        let b = Experiment::from_toml_with(BASE, BTreeMap::new(), &[("rounds".into(), "5".into())])
-            .unwrap();
+        let b = Experiment::from_toml_with(
+            BASE,
+            BTreeMap::new(),
+            &[("rounds".into(), "5".into())],
+            None,
+        )
+        .unwrap();
         assert_eq!(b.policy.rounds, 5);
         assert_ne!(a.fingerprint, b.fingerprint);
         let env = BTreeMap::from([("FLINT_SERVER__MIN_UPDATES".to_string(), "2".to_string())]);
-        let c = Experiment::from_toml_with(BASE, env, &[]).unwrap();
+        let c = Experiment::from_toml_with(BASE, env, &[], None).unwrap();
         assert_eq!(c.policy.min_updates, 2);
     }
 

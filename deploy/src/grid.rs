@@ -73,9 +73,16 @@ pub fn grid(args: GridArgs) -> anyhow::Result<()> {
     if files.is_empty() {
         bail!("no experiment files (*.toml) under {:?}", args.paths);
     }
+    let data_dir = args
+        .data_dir
+        .clone()
+        .unwrap_or_else(flint_common::data::default_data_dir);
     let experiments: Vec<Experiment> = files
         .iter()
-        .map(|f| Experiment::load(f, &[]).with_context(|| format!("in {}", f.display())))
+        .map(|f| {
+            Experiment::load_with_data(f, &[], &data_dir)
+                .with_context(|| format!("in {}", f.display()))
+        })
         .collect::<anyhow::Result<_>>()?;
     // Runs are stored by experiment name: two files with one name would overwrite each other.
     let mut names = std::collections::BTreeMap::new();
@@ -127,7 +134,7 @@ pub fn grid(args: GridArgs) -> anyhow::Result<()> {
             }
             let dir = args.runs_dir.join(&run_name);
             let existing = args.resume && {
-                let expected = Experiment::load(file, &overrides)?;
+                let expected = Experiment::load_with_data(file, &overrides, &data_dir)?;
                 match finished_run(&dir, &expected) {
                     Ok(()) => true,
                     Err(why) => {

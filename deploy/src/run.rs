@@ -42,7 +42,7 @@ pub struct RunArgs {
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
-    keep_previous(&args.runs_dir.join(load(&args)?.name))?;
+    keep_previous(&args.runs_dir.join(load(&args, &data_dir(&args))?.name))?;
     let dir = execute(&args, true)?;
     crate::report::print(&dir)
 }
@@ -72,13 +72,15 @@ pub fn execute(args: &RunArgs, progress: bool) -> anyhow::Result<PathBuf> {
     if args.clients_per_process == 0 {
         bail!("--clients-per-process must be at least 1");
     }
-    let experiment = load(args)?;
+    let data_dir = data_dir(args);
+    let experiment = load(args, &data_dir)?;
     let link = args.link.as_deref().map(crate::link::profile).transpose()?;
-    let data_dir = args
-        .data_dir
-        .clone()
-        .unwrap_or_else(flint_common::data::default_data_dir);
     experiment.data.check_files(&data_dir)?;
+    // A table is read here once, so that a mistake in it stops the run before any process
+    // starts, with the file's own error rather than a client's log.
+    if !experiment.data.is_images() {
+        experiment.data.load(&data_dir, experiment.seed)?;
+    }
     let dir = args.runs_dir.join(&experiment.name);
     let clients_dir = dir.join("clients");
     std::fs::create_dir_all(&clients_dir)
@@ -109,6 +111,12 @@ pub fn execute(args: &RunArgs, progress: bool) -> anyhow::Result<PathBuf> {
         experiment.seed,
         dir.display()
     ));
+    if experiment.classes_from_data {
+        say(format!(
+            "  classes read from the data: {:?}",
+            experiment.data.classes()
+        ));
+    }
     let names: Vec<String> = experiment.clients.iter().map(|c| c.name.clone()).collect();
     let pki = if args.tls {
         let loopback = ["localhost".to_string(), "127.0.0.1".to_string()];
@@ -260,18 +268,22 @@ pub fn execute(args: &RunArgs, progress: bool) -> anyhow::Result<PathBuf> {
     Ok(dir)
 }
 
-fn load(args: &RunArgs) -> anyhow::Result<Experiment> {
+fn data_dir(args: &RunArgs) -> PathBuf {
+    args.data_dir
+        .clone()
+        .unwrap_or_else(flint_common::data::default_data_dir)
+}
+
+fn load(args: &RunArgs, data_dir: &Path) -> anyhow::Result<Experiment> {
+    let from = |p: &Path| Experiment::load_with_data(p, &args.overrides, data_dir);
     match &args.experiment {
-        Some(p) => Ok(Experiment::load(p, &args.overrides)?),
-        None if Path::new(QUICKSTART_PATH).exists() => Ok(Experiment::load(
-            Path::new(QUICKSTART_PATH),
-            &args.overrides,
-        )?),
+        Some(p) => Ok(from(p)?),
+        None if Path::new(QUICKSTART_PATH).exists() => Ok(from(Path::new(QUICKSTART_PATH))?),
         None => {
             let tmp =
                 std::env::temp_dir().join(format!("flint-quickstart-{}.toml", std::process::id()));
             std::fs::write(&tmp, QUICKSTART)?;
-            let e = Experiment::load(&tmp, &args.overrides);
+            let e = from(&tmp);
             let _ = std::fs::remove_file(&tmp);
             Ok(e?)
         }

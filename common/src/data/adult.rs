@@ -175,6 +175,7 @@ impl Parser {
                 .filter(|(_, c)| **c == Column::Categorical)
                 .map(|(i, _)| i)
                 .collect(),
+            feature_names: feature_names().into_iter().map(String::from).collect(),
         }
     }
 }

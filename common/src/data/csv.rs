@@ -1,13 +1,34 @@
-//! A plain comma-separated loader: numeric features, one label column.
+//! Delimited text files (by the `csv` crate: quoted fields, any one-byte delimiter): numeric
+//! features, one label column, missing values by a declared policy.
 
 use std::path::Path;
+
+use serde::{Deserialize, Serialize};
 
 use super::Dataset;
 use crate::{FlintError, Result};
 
+/// What a missing feature value (one of [`CsvSpec::missing`]) does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Missing {
+    /// The file is refused, naming the first missing value (the default: nothing changes the
+    /// data unless the experiment says so).
+    #[default]
+    Refuse,
+    /// Rows with a missing feature or label are left out (the loader logs how many).
+    Drop,
+    /// A missing feature becomes the mean of that column over the client's own training split
+    /// (see `shard`); a missing label still drops its row.
+    Impute,
+}
+
+/// The tokens read as "missing" unless `data.missing` says otherwise.
+pub const DEFAULT_MISSING: &[&str] = &["", "?", "NA", "NaN"];
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct CsvSpec {
-    /// Relative to the data directory.
+    /// Absolute, or relative to the data directory.
     pub path: String,
     /// 0-based; `None` = the last column.
     pub label_column: Option<usize>,
@@ -19,75 +40,231 @@ pub struct CsvSpec {
     /// The number of features the file must have (`data.features`); it is also how the server
     /// knows the model's shape without trusting a client's word.
     pub features: Option<usize>,
+    pub delimiter: u8,
+    /// Field values (after trimming) that mean "no value".
+    pub missing: Vec<String>,
+    pub on_missing: Missing,
+    /// Feature names for a file without a header (the known datasets'); a header's names win.
+    pub names: Vec<String>,
+}
+
+impl CsvSpec {
+    /// A comma-separated file with its label last, no header, and the default missing tokens.
+    pub fn new(path: impl Into<String>, classes: Vec<String>) -> CsvSpec {
+        CsvSpec {
+            path: path.into(),
+            label_column: None,
+            classes,
+            header: false,
+            skip_columns: Vec::new(),
+            features: None,
+            delimiter: b',',
+            missing: DEFAULT_MISSING.iter().map(|t| t.to_string()).collect(),
+            on_missing: Missing::Refuse,
+            names: Vec::new(),
+        }
+    }
+
+    fn is_missing(&self, field: &str) -> bool {
+        self.missing.iter().any(|m| m == field)
+    }
+
+    fn reader<'a>(&self, text: &'a [u8]) -> ::csv::Reader<&'a [u8]> {
+        ::csv::ReaderBuilder::new()
+            .delimiter(self.delimiter)
+            .has_headers(false)
+            .flexible(true)
+            .trim(::csv::Trim::All)
+            .from_reader(text)
+    }
 }
 
 pub fn load(path: &Path, spec: &CsvSpec) -> Result<Dataset> {
-    let text = std::fs::read_to_string(path).map_err(|e| FlintError::io(path, e))?;
-    parse(&text, spec).map_err(|reason| FlintError::data(path, reason))
+    let text = std::fs::read(path).map_err(|e| FlintError::io(path, e))?;
+    let data = parse_bytes(&text, spec).map_err(|reason| FlintError::data(path, reason))?;
+    Ok(data)
+}
+
+/// The class labels of a file, sorted (numerically when every label is a number), for an
+/// experiment that does not list them.
+pub fn infer_classes(path: &Path, spec: &CsvSpec) -> Result<Vec<String>> {
+    let text = std::fs::read(path).map_err(|e| FlintError::io(path, e))?;
+    labels_of(&text, spec).map_err(|reason| FlintError::data(path, reason))
+}
+
+fn labels_of(text: &[u8], spec: &CsvSpec) -> std::result::Result<Vec<String>, String> {
+    let mut labels = std::collections::BTreeSet::new();
+    for (line, record) in records(text, spec) {
+        let record = record?;
+        if record.len() == 1 && record[0].is_empty() {
+            continue;
+        }
+        let at = spec.label_column.unwrap_or(record.len() - 1);
+        let label = record.get(at).ok_or_else(|| {
+            format!(
+                "line {line}: label column {at} but only {} columns",
+                record.len()
+            )
+        })?;
+        if !spec.is_missing(label) {
+            labels.insert(label.to_string());
+        }
+    }
+    let mut labels: Vec<String> = labels.into_iter().collect();
+    if labels.len() < 2 {
+        return Err(format!(
+            "the label column holds {} distinct label(s), {labels:?}: a classifier needs two",
+            labels.len()
+        ));
+    }
+    if labels
+        .iter()
+        .all(|l| l.parse::<f64>().is_ok_and(f64::is_finite))
+    {
+        labels.sort_by(|a, b| {
+            a.parse::<f64>()
+                .unwrap()
+                .total_cmp(&b.parse::<f64>().unwrap())
+        });
+    }
+    Ok(labels)
+}
+
+/// The data records with their 1-based line numbers, past the header.
+fn records<'a>(
+    text: &'a [u8],
+    spec: &CsvSpec,
+) -> impl Iterator<Item = (u64, std::result::Result<::csv::StringRecord, String>)> + 'a {
+    let header = spec.header;
+    spec.reader(text)
+        .into_records()
+        .enumerate()
+        .skip(usize::from(header))
+        .map(|(i, r)| match r {
+            Ok(r) => (r.position().map_or(i as u64 + 1, |p| p.line()), Ok(r)),
+            Err(e) => {
+                let line = e.position().map_or(i as u64 + 1, |p| p.line());
+                (line, Err(format!("line {line}: {}", csv_error(&e))))
+            }
+        })
+}
+
+fn csv_error(e: &::csv::Error) -> String {
+    match e.kind() {
+        ::csv::ErrorKind::Utf8 { .. } => "not valid UTF-8".into(),
+        _ => e.to_string().to_lowercase(),
+    }
 }
 
 pub fn parse(text: &str, spec: &CsvSpec) -> std::result::Result<Dataset, String> {
-    let mut features = None;
+    parse_bytes(text.as_bytes(), spec)
+}
+
+pub fn parse_bytes(text: &[u8], spec: &CsvSpec) -> std::result::Result<Dataset, String> {
+    let header_names: Option<Vec<String>> = if spec.header {
+        let mut reader = spec.reader(text);
+        let mut first = ::csv::StringRecord::new();
+        match reader.read_record(&mut first) {
+            Ok(true) => Some(first.iter().map(str::to_string).collect()),
+            Ok(false) => return Err("no rows".into()),
+            Err(e) => return Err(format!("line 1: {}", csv_error(&e))),
+        }
+    } else {
+        None
+    };
+    let mut columns: Option<usize> = header_names.as_ref().map(Vec::len);
+    let column_name = |i: usize| match &header_names {
+        Some(names) => format!("column {:?}", names[i]),
+        None => format!("column {i}"),
+    };
     let mut x = Vec::new();
     let mut y = Vec::new();
-    for (n, line) in text.lines().enumerate().skip(usize::from(spec.header)) {
-        let line = line.trim();
-        if line.is_empty() {
+    let mut dropped = 0usize;
+    let mut row = Vec::new();
+    for (line, record) in records(text, spec) {
+        let record = record?;
+        if record.len() == 1 && record[0].is_empty() {
             continue;
         }
-        let fields: Vec<&str> = line.split(',').map(str::trim).collect();
-        let columns = fields.len();
-        let label_at = spec.label_column.unwrap_or(columns - 1);
-        if label_at >= columns {
+        let width = record.len();
+        let label_at = spec.label_column.unwrap_or(width - 1);
+        if label_at >= width {
             return Err(format!(
-                "line {}: label column {label_at} but only {columns} columns",
-                n + 1
+                "line {line}: label column {label_at} but only {width} columns"
             ));
         }
-        if let Some(&c) = spec.skip_columns.iter().find(|&&c| c >= columns) {
+        if let Some(&c) = spec.skip_columns.iter().find(|&&c| c >= width) {
             return Err(format!(
-                "line {}: column {c} is to be skipped but there are only {columns} columns",
-                n + 1
+                "line {line}: column {c} is to be skipped but there are only {width} columns"
             ));
         }
-        let width = *features.get_or_insert(columns);
-        if columns != width {
-            return Err(format!(
-                "line {}: {columns} columns, expected {width}",
-                n + 1
-            ));
+        let expected = *columns.get_or_insert(width);
+        if width != expected {
+            return Err(format!("line {line}: {width} columns, expected {expected}"));
         }
-        let label = fields[label_at];
+        let label = &record[label_at];
+        if spec.is_missing(label) {
+            if spec.on_missing == Missing::Refuse {
+                return Err(format!(
+                    "line {line}: the label is missing ({label:?}); data.on_missing = \"drop\" leaves such rows out"
+                ));
+            }
+            dropped += 1;
+            continue;
+        }
         let class = spec
             .classes
             .iter()
             .position(|c| c == label)
             .ok_or_else(|| {
                 format!(
-                    "line {}: label {label:?} is not one of {:?}",
-                    n + 1,
+                    "line {line}: label {label:?} is not one of data.classes {:?}",
                     spec.classes
                 )
             })?;
-        y.push(class as u32);
+        row.clear();
+        let mut incomplete = false;
         let kept = |i: &usize| *i != label_at && !spec.skip_columns.contains(i);
-        for (i, f) in fields.iter().enumerate().filter(|(i, _)| kept(i)) {
+        for (i, f) in record.iter().enumerate().filter(|(i, _)| kept(i)) {
+            if spec.is_missing(f) {
+                match spec.on_missing {
+                    Missing::Refuse => {
+                        return Err(format!(
+                            "line {line}, {}: missing value {f:?}; set data.on_missing = \"drop\" or \"impute\"",
+                            column_name(i)
+                        ));
+                    }
+                    Missing::Drop => incomplete = true,
+                    Missing::Impute => row.push(f64::NAN),
+                }
+                continue;
+            }
             let v: f64 = f
                 .parse()
-                .map_err(|_| format!("line {}: column {i} is {f:?}, not a number", n + 1))?;
+                .map_err(|_| format!("line {line}, {}: {f:?} is not a number", column_name(i)))?;
             if !v.is_finite() {
-                return Err(format!("line {}: column {i} is not finite", n + 1));
+                return Err(format!(
+                    "line {line}, {}: {f:?} is not finite",
+                    column_name(i)
+                ));
             }
-            x.push(v);
+            row.push(v);
         }
+        if incomplete {
+            dropped += 1;
+            continue;
+        }
+        y.push(class as u32);
+        x.extend_from_slice(&row);
     }
-    let columns = features.ok_or("no rows")?;
+    let columns = columns.ok_or("no rows")?;
     // The columns that are neither the label nor skipped (a column skipped twice, or the label
     // named as skipped too, counts once).
-    let label_at = spec.label_column.unwrap_or(columns - 1);
-    let features = (0..columns)
+    let label_at = spec.label_column.unwrap_or(columns.saturating_sub(1));
+    let kept: Vec<usize> = (0..columns)
         .filter(|i| *i != label_at && !spec.skip_columns.contains(i))
-        .count();
+        .collect();
+    let features = kept.len();
     if features == 0 {
         return Err(format!(
             "{columns} column(s), all label or skipped: no feature column"
@@ -100,12 +277,30 @@ pub fn parse(text: &str, spec: &CsvSpec) -> std::result::Result<Dataset, String>
             "{features} feature columns, but data.features says {declared}"
         ));
     }
+    if y.is_empty() {
+        return Err(format!(
+            "no rows left: all {dropped} have a missing value (data.on_missing = \"drop\")"
+        ));
+    }
+    if dropped > 0 {
+        tracing::info!(
+            dropped,
+            kept = y.len(),
+            "rows with a missing value left out"
+        );
+    }
+    let feature_names = match header_names {
+        Some(names) => kept.iter().map(|&i| names[i].clone()).collect(),
+        None if spec.names.len() == features => spec.names.clone(),
+        None => Vec::new(),
+    };
     Ok(Dataset {
         features,
         x,
         y,
         classes: spec.classes.clone(),
         categorical: Vec::new(),
+        feature_names,
     })
 }
 
@@ -114,14 +309,7 @@ mod tests {
     use super::*;
 
     fn spec() -> CsvSpec {
-        CsvSpec {
-            path: "x.csv".into(),
-            label_column: None,
-            classes: vec!["g".into(), "h".into()],
-            header: false,
-            skip_columns: Vec::new(),
-            features: None,
-        }
+        CsvSpec::new("x.csv", vec!["g".into(), "h".into()])
     }
 
     #[test]
@@ -135,12 +323,98 @@ mod tests {
     #[test]
     fn errors_name_the_line_and_what_was_expected() {
         let e = parse("1,2,g\n1,x,h\n", &spec()).unwrap_err();
-        assert!(e.contains("line 2") && e.contains("not a number"), "{e}");
+        assert_eq!(e, "line 2, column 1: \"x\" is not a number");
         let e = parse("1,2,g\n1,2,q\n", &spec()).unwrap_err();
-        assert!(e.contains("\"q\" is not one of"), "{e}");
+        assert!(e.contains("\"q\" is not one of data.classes"), "{e}");
         let e = parse("1,2,g\n1,h\n", &spec()).unwrap_err();
-        assert!(e.contains("2 columns, expected 3"), "{e}");
+        assert!(e.contains("line 2: 2 columns, expected 3"), "{e}");
         assert_eq!(parse("\n", &spec()).unwrap_err(), "no rows");
+        assert_eq!(
+            parse_bytes(b"1,2,g\n1,\xff,h\n", &spec()).unwrap_err(),
+            "line 2: not valid UTF-8"
+        );
+    }
+
+    /// The holdout of issue 18: `"pos"` was read with its quotes.
+    #[test]
+    fn quoted_fields_and_other_delimiters_are_read_as_fields() {
+        let quoted = CsvSpec {
+            header: true,
+            ..CsvSpec::new("q.csv", vec!["neg".into(), "pos".into()])
+        };
+        let d = parse(
+            "\"a, the first\",\"b\",\"label\"\n\"1.5\", 2 ,\"pos\"\n3,\"4\",neg\n",
+            &quoted,
+        )
+        .unwrap();
+        assert_eq!((d.x, d.y), (vec![1.5, 2.0, 3.0, 4.0], vec![1, 0]));
+        assert_eq!(d.feature_names, vec!["a, the first", "b"]);
+        let tabs = CsvSpec {
+            delimiter: b'\t',
+            ..spec()
+        };
+        let d = parse("1,5\t2\tg\n", &tabs).unwrap_err();
+        assert_eq!(d, "line 1, column 0: \"1,5\" is not a number");
+        assert_eq!(parse("1.5\t2\th\n", &tabs).unwrap().x, vec![1.5, 2.0]);
+    }
+
+    #[test]
+    fn missing_values_are_refused_dropped_or_left_for_the_client_to_impute() {
+        let text = "a,b,label\n1,?,g\n2,3,h\n,4,h\n5,6,NA\n";
+        let refuse = CsvSpec {
+            header: true,
+            ..spec()
+        };
+        assert_eq!(
+            parse(text, &refuse).unwrap_err(),
+            "line 2, column \"b\": missing value \"?\"; set data.on_missing = \"drop\" or \"impute\""
+        );
+        let drop = CsvSpec {
+            on_missing: Missing::Drop,
+            ..refuse.clone()
+        };
+        let d = parse(text, &drop).unwrap();
+        assert_eq!((d.x, d.y), (vec![2.0, 3.0], vec![1]));
+        let impute = CsvSpec {
+            on_missing: Missing::Impute,
+            ..refuse.clone()
+        };
+        let d = parse(text, &impute).unwrap();
+        assert_eq!(d.y, vec![0, 1, 1], "a row without a label is dropped");
+        assert!(d.x[1].is_nan() && d.x[4].is_nan());
+        assert_eq!((d.x[0], d.x[2], d.x[3], d.x[5]), (1.0, 2.0, 3.0, 4.0));
+        let all = CsvSpec {
+            on_missing: Missing::Drop,
+            ..spec()
+        };
+        assert!(
+            parse("?,g\n", &all)
+                .unwrap_err()
+                .starts_with("no rows left")
+        );
+    }
+
+    #[test]
+    fn classes_are_inferred_sorted_numerically_when_every_label_is_a_number() {
+        let s = spec();
+        assert_eq!(
+            labels_of(b"1,10\n2,2\n3,10\n4,1\n", &s).unwrap(),
+            vec!["1", "2", "10"]
+        );
+        assert_eq!(
+            labels_of(b"1,versicolor\n2,setosa\n3,?\n", &s).unwrap(),
+            vec!["setosa", "versicolor"]
+        );
+        let header = CsvSpec {
+            header: true,
+            label_column: Some(0),
+            ..s.clone()
+        };
+        assert_eq!(
+            labels_of(b"y,x\nb,1\na,2\n", &header).unwrap(),
+            vec!["a", "b"]
+        );
+        assert!(labels_of(b"1,a\n2,a\n", &s).unwrap_err().contains("two"));
     }
 
     /// Found by the `csv` fuzz target: one column, skipped, subtracted past zero and gave a

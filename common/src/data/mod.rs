@@ -38,10 +38,20 @@ pub struct DataSection {
     pub features: Option<usize>,
     pub separation: Option<f64>,
     // csv
+    /// Absolute, or relative to the data directory.
     pub path: Option<String>,
+    /// 0-based (default: the last column).
     pub label_column: Option<usize>,
+    /// The labels in class-index order; when omitted, `flint run` reads them from the file
+    /// (sorted) and writes them into `experiment.resolved.toml`.
     pub classes: Option<Vec<String>>,
     pub header: Option<bool>,
+    /// One character (default `,`; `"\t"` for tabs).
+    pub delimiter: Option<String>,
+    /// The values that mean "missing" (default `["", "?", "NA", "NaN"]`).
+    pub missing: Option<Vec<String>>,
+    /// `refuse` (default), `drop` the rows, or `impute` each client's own training mean.
+    pub on_missing: Option<String>,
     // mnist, fashion-mnist
     /// A pixel becomes 1 when it is above this value (default 75, as TPFL).
     pub threshold: Option<f64>,
@@ -63,6 +73,9 @@ pub struct Dataset {
     /// Columns holding category codes (0, 1, …) rather than measurements; each client encodes
     /// them from its own training split (see `shard`).
     pub categorical: Vec<usize>,
+    /// One name per feature, where the source has them (a header, a known dataset); empty
+    /// otherwise ([`Dataset::feature_name`] then numbers them).
+    pub feature_names: Vec<String>,
 }
 
 impl Dataset {
@@ -76,6 +89,14 @@ impl Dataset {
 
     pub fn row(&self, i: usize) -> &[f64] {
         &self.x[i * self.features..(i + 1) * self.features]
+    }
+
+    /// The feature's name, or `x<i>` when the source has none.
+    pub fn feature_name(&self, i: usize) -> String {
+        self.feature_names
+            .get(i)
+            .cloned()
+            .unwrap_or_else(|| format!("x{i}"))
     }
 
     pub fn class_counts(&self) -> Vec<usize> {
@@ -100,6 +121,7 @@ impl Dataset {
             y,
             classes: self.classes.clone(),
             categorical: self.categorical.clone(),
+            feature_names: self.feature_names.clone(),
         }
     }
 }
@@ -155,6 +177,9 @@ impl DataSection {
                 ("label_column", s.label_column.is_some()),
                 ("classes", s.classes.is_some()),
                 ("header", s.header.is_some()),
+                ("delimiter", s.delimiter.is_some()),
+                ("missing", s.missing.is_some()),
+                ("on_missing", s.on_missing.is_some()),
                 ("threshold", s.threshold.is_some()),
                 ("binarize", s.binarize.is_some()),
                 ("adaptive_block", s.adaptive_block.is_some()),
@@ -253,25 +278,62 @@ impl DataSection {
                 Source::Images { set, binarize }
             }
             "csv" => {
-                only(&["path", "label_column", "classes", "header", "features"])?;
+                only(&[
+                    "path",
+                    "label_column",
+                    "classes",
+                    "header",
+                    "features",
+                    "delimiter",
+                    "missing",
+                    "on_missing",
+                ])?;
                 let path = s
                     .path
                     .clone()
                     .ok_or_else(|| bad("data.path is needed for source csv".into()))?;
-                let classes = s
-                    .classes
-                    .clone()
-                    .ok_or_else(|| bad("data.classes is needed for source csv".into()))?;
+                let classes = s.classes.clone().ok_or_else(|| {
+                    bad("data.classes is needed for source csv: list the labels, or let `flint run` read them from the file".into())
+                })?;
                 if classes.len() < 2 {
                     return Err(bad("data.classes needs at least two labels".into()));
                 }
+                if let Some(dup) = classes
+                    .iter()
+                    .enumerate()
+                    .find_map(|(i, c)| classes[..i].contains(c).then_some(c))
+                {
+                    return Err(bad(format!("data.classes lists {dup:?} twice")));
+                }
+                let delimiter = match s.delimiter.as_deref().unwrap_or(",").as_bytes() {
+                    [b] if b.is_ascii() && *b != b'"' && *b != b'\n' && *b != b'\r' => *b,
+                    _ => {
+                        return Err(bad(format!(
+                            "data.delimiter must be one ASCII character other than a quote or a line break, got {:?}",
+                            s.delimiter.as_deref().unwrap_or_default()
+                        )));
+                    }
+                };
+                let missing = s.missing.clone().unwrap_or_else(|| {
+                    csv::DEFAULT_MISSING.iter().map(|t| t.to_string()).collect()
+                });
+                if let Some(c) = classes.iter().find(|c| missing.contains(c)) {
+                    return Err(bad(format!(
+                        "data.classes has {c:?}, which data.missing reads as a missing value"
+                    )));
+                }
                 Source::Csv(csv::CsvSpec {
-                    path,
                     label_column: s.label_column,
-                    classes,
                     header: s.header.unwrap_or(false),
-                    skip_columns: Vec::new(),
                     features: s.features,
+                    delimiter,
+                    missing,
+                    on_missing: parse_name_or(
+                        "data.on_missing",
+                        s.on_missing.as_deref(),
+                        csv::Missing::Refuse,
+                    )?,
+                    ..csv::CsvSpec::new(path, classes)
                 })
             }
             other => {
@@ -285,6 +347,31 @@ impl DataSection {
             test_fraction,
             scaling,
         })
+    }
+}
+
+impl DataSection {
+    /// Fills in `classes` of a CSV source that omits them, from the file below `data_dir`
+    /// (sorted; numerically when every label is a number). Returns them when it did.
+    pub fn infer_classes(&mut self, data_dir: &Path) -> Result<Option<Vec<String>>> {
+        if self.source != "csv" || self.classes.is_some() {
+            return Ok(None);
+        }
+        // The section is checked with a stand-in list, so that its other keys are read as
+        // the run will read them.
+        let probe = DataSection {
+            classes: Some(vec!["\0a".into(), "\0b".into()]),
+            ..self.clone()
+        };
+        let spec = probe
+            .check(Scaling::None)
+            .map_err(|e| crate::FlintError::Config(e.to_string()))?;
+        let Source::Csv(spec) = spec.source else {
+            return Ok(None);
+        };
+        let classes = csv::infer_classes(&data_dir.join(&spec.path), &spec)?;
+        self.classes = Some(classes.clone());
+        Ok(Some(classes))
     }
 }
 

@@ -901,6 +901,7 @@ mod tests {
             y,
             classes: vec!["a".into(), "b".into()],
             categorical: Vec::new(),
+            feature_names: Vec::new(),
         }
     }
 

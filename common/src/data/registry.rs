@@ -82,29 +82,46 @@ pub const KNOWN_FILES: &[KnownFile] = &[
 const BREAST_CANCER_FILE: &str = "breast-cancer-wisconsin/wdbc.data";
 
 /// Breast Cancer Wisconsin (Diagnostic), UCI's `wdbc.data`: 569 rows, an id, the diagnosis, 30
-/// features. Class `B` (benign) = 0, `M` (malignant) = 1: malignant is the positive class of
+/// features (ten measurements, each as its mean, standard error and worst value, in that order:
+/// `wdbc.names`). Class `B` (benign) = 0, `M` (malignant) = 1: malignant is the positive class of
 /// precision (scikit-learn's loader numbers them the other way round).
 pub fn breast_cancer() -> CsvSpec {
+    let names = ["mean", "se", "worst"].iter().flat_map(|kind| {
+        [
+            "radius",
+            "texture",
+            "perimeter",
+            "area",
+            "smoothness",
+            "compactness",
+            "concavity",
+            "concave_points",
+            "symmetry",
+            "fractal_dimension",
+        ]
+        .map(|m| format!("{m}_{kind}"))
+    });
     CsvSpec {
-        path: BREAST_CANCER_FILE.into(),
         label_column: Some(1),
-        classes: vec!["B".into(), "M".into()],
-        header: false,
         skip_columns: vec![0],
         features: Some(30),
+        names: names.collect(),
+        ..CsvSpec::new(BREAST_CANCER_FILE, vec!["B".into(), "M".into()])
     }
 }
 
 /// MAGIC Gamma Telescope (UCI 159): 10 features, class `g` (gamma) = 0, `h` (hadron) = 1.
 /// The hadron class is the positive class of precision/recall, as in the AHP paper.
 pub fn magic() -> CsvSpec {
+    let names = [
+        "fLength", "fWidth", "fSize", "fConc", "fConc1", "fAsym", "fM3Long", "fM3Trans", "fAlpha",
+        "fDist",
+    ];
     CsvSpec {
-        path: KNOWN_FILES[0].path.into(),
         label_column: Some(10),
-        classes: vec!["g".into(), "h".into()],
-        header: false,
-        skip_columns: Vec::new(),
         features: Some(10),
+        names: names.map(String::from).to_vec(),
+        ..CsvSpec::new(KNOWN_FILES[0].path, vec!["g".into(), "h".into()])
     }
 }
 

@@ -68,6 +68,18 @@ impl Shard {
             train: data.select(&train_rows),
             test: data.select(&test_rows),
         };
+        // Missing values (NaN, `data.on_missing = "impute"`) take the training split's mean.
+        if shard
+            .train
+            .x
+            .iter()
+            .chain(&shard.test.x)
+            .any(|v| v.is_nan())
+        {
+            let means = training_means(&shard.train);
+            impute(&mut shard.train, &means);
+            impute(&mut shard.test, &means);
+        }
         for &column in &data.categorical {
             let rates = target_rates(&shard.train, column);
             rates.encode(&mut shard.train, column);
@@ -87,6 +99,32 @@ impl Shard {
             Scaling::None => {}
         }
         shard
+    }
+}
+
+/// Each column's mean over the values present; 0 for a column with none (the client has
+/// nothing to go on, and every row then holds the same value).
+fn training_means(d: &Dataset) -> Vec<f64> {
+    let mut sums = vec![(0.0, 0usize); d.features];
+    for row in d.x.chunks(d.features) {
+        for (s, &v) in sums.iter_mut().zip(row) {
+            if !v.is_nan() {
+                *s = (s.0 + v, s.1 + 1);
+            }
+        }
+    }
+    sums.into_iter()
+        .map(|(sum, n)| if n == 0 { 0.0 } else { sum / n as f64 })
+        .collect()
+}
+
+fn impute(d: &mut Dataset, means: &[f64]) {
+    for row in d.x.chunks_mut(d.features) {
+        for (v, &m) in row.iter_mut().zip(means) {
+            if v.is_nan() {
+                *v = m;
+            }
+        }
     }
 }
 
@@ -194,6 +232,7 @@ mod tests {
             y: (0..20).map(|i| u32::from(i % 4 == 0)).collect(),
             classes: vec!["a".into(), "b".into()],
             categorical: Vec::new(),
+            feature_names: Vec::new(),
         }
     }
 
@@ -248,6 +287,40 @@ mod tests {
             let code = usize::from(raw.train.row(i)[0] >= 20.0);
             let want = (pos[code] + 10.0 * prior) / (n[code] + 10.0);
             assert!((s.train.row(i)[1] - want).abs() < 1e-12);
+        }
+    }
+
+    #[test]
+    fn missing_values_take_the_mean_of_the_clients_own_training_split() {
+        let mut d = data();
+        let nan = f64::NAN;
+        for i in [0, 3, 5] {
+            d.x[i * d.features] = nan;
+        }
+        // Row i's first feature is 2i: rows 0, 3 and 5 held 0, 6 and 10.
+        let missing = [0.0, 6.0, 10.0];
+        let rows: Vec<usize> = (0..d.len()).collect();
+        let s = Shard::new(&d, &rows, 0.25, Scaling::None, 3, 1);
+        let raw = Shard::new(&data(), &rows, 0.25, Scaling::None, 3, 1);
+        let present: Vec<f64> = raw
+            .train
+            .x
+            .chunks(d.features)
+            .map(|r| r[0])
+            .filter(|v| !missing.contains(v))
+            .collect();
+        let mean = present.iter().sum::<f64>() / present.len() as f64;
+        for (split, raw_split) in [(&s.train, &raw.train), (&s.test, &raw.test)] {
+            assert!(split.x.iter().all(|v| v.is_finite()));
+            for (row, raw_row) in split
+                .x
+                .chunks(d.features)
+                .zip(raw_split.x.chunks(d.features))
+            {
+                let was_missing = missing.contains(&raw_row[0]);
+                assert_eq!(row[0], if was_missing { mean } else { raw_row[0] });
+                assert_eq!(row[1..], raw_row[1..]);
+            }
         }
     }
 

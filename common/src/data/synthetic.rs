@@ -40,6 +40,7 @@ pub fn generate(samples: usize, features: usize, separation: f64, seed: u64) -> 
         y,
         classes: vec!["0".into(), "1".into()],
         categorical: Vec::new(),
+        feature_names: Vec::new(),
     }
 }
 

@@ -567,6 +567,7 @@ mod tests {
             y: (0..23).map(|i| i % 3).collect(),
             classes: vec!["a".into(), "b".into(), "c".into()],
             categorical: Vec::new(),
+            feature_names: Vec::new(),
         };
         for activation in [Activation::Tanh, Activation::Sigmoid] {
             let h = hyper(activation, 3.0);
@@ -636,6 +637,7 @@ mod tests {
             y,
             classes: vec!["0".into(), "1".into()],
             categorical: Vec::new(),
+            feature_names: Vec::new(),
         }
     }
 
@@ -672,6 +674,7 @@ mod tests {
             y: vec![1, 1, 0, 0, 1],
             classes: vec!["0".into(), "1".into()],
             categorical: Vec::new(),
+            feature_names: Vec::new(),
         };
         let params = vec![-1.0, 1.0, 0.0, 1.0, -1.0, 0.0];
         let h = hyper(Activation::Tanh, 2.0);

@@ -252,6 +252,7 @@ mod tests {
             x: xs,
             classes: vec!["neg".into(), "pos".into()],
             categorical: Vec::new(),
+            feature_names: Vec::new(),
         }
     }
 
@@ -281,6 +282,7 @@ mod tests {
             y: vec![1, 0],
             classes: vec!["a".into(), "b".into()],
             categorical: Vec::new(),
+            feature_names: Vec::new(),
         };
         let mut m = LogReg::zeros(1);
         m.train(
@@ -315,6 +317,7 @@ mod tests {
             x: xs,
             classes: vec!["low".into(), "mid".into(), "high".into()],
             categorical: Vec::new(),
+            feature_names: Vec::new(),
         }
     }
 
@@ -355,6 +358,7 @@ mod tests {
             y: vec![2],
             classes: vec!["a".into(), "b".into(), "c".into()],
             categorical: Vec::new(),
+            feature_names: Vec::new(),
         };
         let mut m = LogReg::for_classes(1, 3);
         m.train(
