@@ -221,6 +221,18 @@ fn flint_run_without_arguments_runs_the_quickstart() {
         .arg("report")
         .arg(dir.path().join("runs/quickstart")));
     assert!(String::from_utf8_lossy(&report.stdout).contains("Per client after round 5"));
+    // Issue 18 §1: every client kept its model; after the last download they hold the same
+    // one, which `flint explain` prints once.
+    let explained = ok(flint()
+        .arg("explain")
+        .arg(dir.path().join("runs/quickstart"))
+        .args(["--top", "2"]));
+    let text = String::from_utf8_lossy(&explained.stdout);
+    assert!(
+        text.starts_with("client-1, client-2, client-3, client-4:\nlogistic regression"),
+        "{text}"
+    );
+    assert_eq!(text.matches("  x").count(), 2, "{text}");
     // Issue 18: running it again kept the first run, under its run id, instead of overwriting it.
     let again = ok(flint()
         .arg("run")

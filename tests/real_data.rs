@@ -267,6 +267,24 @@ fn breast_cancer_central_map_and_blended_federation_improve_on_local_maps() {
     assert_eq!(central.clients[0].test_samples, 113);
     let m = central.rounds[1].mean.unwrap();
     assert!(m.accuracy > 0.8, "central accuracy {}", m.accuracy);
+    // Issue 18 §1: the run keeps its map, concepts named after the dataset's features.
+    let run = dir.path().join(&central.name);
+    let kept = flint_common::model::kept::ModelFile::parse(
+        &std::fs::read(run.join("models/all.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(kept.features.len(), 30);
+    assert_eq!(
+        (kept.features[0].as_str(), kept.features[29].as_str()),
+        ("radius_mean", "fractal_dimension_worst")
+    );
+    let explained = ok(flint().arg("explain").arg(&run).args(["--top", "3"]));
+    let text = String::from_utf8_lossy(&explained.stdout);
+    assert!(
+        text.starts_with("all:\nfuzzy cognitive map, 32 concepts"),
+        "{text}"
+    );
+    assert_eq!(text.matches(" -> class ").count(), 3, "{text}");
     // Blended, mean aggregation, even split (the paper's 0.9296): federation must raise the
     // clients' mean accuracy above what their own round-1 maps reach.
     let fed = run_fcm(dir.path(), "breast-cancer/blended-mean-tanh-even.toml", &[]);

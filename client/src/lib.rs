@@ -17,6 +17,7 @@ use flint_common::data::default_data_dir;
 use flint_common::logging::LogFormat;
 use flint_common::meter::{ConnMeter, CountingIo, LinkMeter, MessageMeterLayer, SharedLedger};
 use flint_common::metrics::ConfusionMatrix;
+use flint_common::model::kept::ModelFile;
 use flint_common::rng::derive_rng;
 use flint_common::strategy::Predictor;
 use flint_common::wire::chunks::{MAX_CHUNK, split};
@@ -198,6 +199,9 @@ pub struct ClientReport {
     /// The interfaces whose bytes are the link level; empty where it was not measured.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub link_interfaces: Vec<String>,
+    /// The model at the end of the run, written to `models/<name>.json` beside this report.
+    #[serde(skip)]
+    pub model: Option<ModelFile>,
 }
 
 /// [`run`], ended by SIGTERM or SIGINT (a client may be PID 1 in its container).
@@ -307,7 +311,7 @@ pub async fn run(args: ClientArgs) -> anyhow::Result<Vec<ClientReport>> {
     for p in prepared {
         let (_, token, conn) = slots.remove(&p.id).expect("prepared for a slot");
         let client = shell.client(p.name, p.id, p.summary, token, conn);
-        tasks.spawn(client.run(p.half));
+        tasks.spawn(client.run(p.half, p.feature_names));
     }
     // The first client that fails ends the process at once: the others may be waiting for a
     // round that needs it, and would wait forever.
@@ -325,6 +329,14 @@ pub async fn run(args: ClientArgs) -> anyhow::Result<Vec<ClientReport>> {
             let path = out.join(format!("client-{}.json", r.name));
             std::fs::write(&path, serde_json::to_vec_pretty(r)?)
                 .with_context(|| format!("cannot write {}", path.display()))?;
+            if let Some(model) = &r.model {
+                let dir = out.join("models");
+                std::fs::create_dir_all(&dir)
+                    .with_context(|| format!("cannot create {}", dir.display()))?;
+                let path = dir.join(format!("{}.json", r.name));
+                std::fs::write(&path, serde_json::to_vec_pretty(model)?)
+                    .with_context(|| format!("cannot write {}", path.display()))?;
+            }
         }
     }
     Ok(reports)
@@ -494,7 +506,11 @@ impl Client {
             .with(|l| l.payload(self.id, round, d, len, paper));
     }
 
-    async fn run(self, mut half: Box<dyn BoundHalf>) -> anyhow::Result<ClientReport> {
+    async fn run(
+        self,
+        mut half: Box<dyn BoundHalf>,
+        feature_names: Vec<String>,
+    ) -> anyhow::Result<ClientReport> {
         let retry_for = self.retry_for;
         let join = JoinRequest {
             client_name: self.name.clone(),
@@ -619,7 +635,17 @@ impl Client {
             after = round;
         }
         tracing::info!(client = self.id, rounds = trained.len(), "run finished");
+        let model = half.export().map(|m| {
+            ModelFile::new(
+                &self.name,
+                self.experiment.data.classes(),
+                feature_names,
+                flint_common::params::name_of(&self.experiment.data.scaling),
+                m,
+            )
+        });
         Ok(ClientReport {
+            model,
             client_id: self.id,
             name: self.name.clone(),
             rounds_trained: trained,

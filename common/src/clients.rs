@@ -9,6 +9,7 @@ use crate::config::Experiment;
 use crate::data::images::{BitShard, ShardSource};
 use crate::data::{PartitionPlan, Shard, partition};
 use crate::metrics::ConfusionMatrix;
+use crate::model::kept::KeptModel;
 use crate::rng::FlintRng;
 use crate::strategy::{ClientStrategy, Predictor};
 use crate::wire::proto::{DataSummary, Payload};
@@ -25,6 +26,8 @@ pub trait BoundHalf: Send {
     /// The model and its baselines on the run's shared test set, the model last; empty unless
     /// this client holds the set.
     fn evaluate_global(&self) -> Vec<(Predictor, ConfusionMatrix)>;
+    /// The model as it is now, with no names (see [`Prepared::feature_names`]).
+    fn export(&self) -> Option<KeptModel>;
 }
 
 struct OnShard<S> {
@@ -52,6 +55,10 @@ impl<S: Send> BoundHalf for OnShard<S> {
             .as_ref()
             .map_or_else(Vec::new, |g| self.half.evaluate_all(g))
     }
+
+    fn export(&self) -> Option<KeptModel> {
+        self.half.export()
+    }
 }
 
 /// One client, ready to join.
@@ -60,6 +67,8 @@ pub struct Prepared {
     pub name: String,
     pub summary: DataSummary,
     pub half: Box<dyn BoundHalf>,
+    /// The names of the model's features, as its kept file writes them.
+    pub feature_names: Vec<String>,
 }
 
 /// Loads the data once and prepares every client in `ids` (ids are positions in the
@@ -156,6 +165,8 @@ pub fn prepare(
                     global,
                 }),
                 name,
+                // Pixels have no names worth keeping: tsetlin machines have no file format yet.
+                feature_names: Vec::new(),
             });
         }
         return Ok(out);
@@ -197,6 +208,9 @@ pub fn prepare(
                 global: None,
             }),
             name,
+            feature_names: (0..dataset.features)
+                .map(|i| dataset.feature_name(i))
+                .collect(),
         });
     }
     Ok(out)

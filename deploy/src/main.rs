@@ -2,6 +2,7 @@
 //! server or a client (the same code as `flint-server` / `flint-client`).
 
 mod certs;
+mod explain;
 mod grid;
 mod link;
 mod replay;
@@ -34,6 +35,8 @@ enum Command {
     /// Aggregate a round of a finished run again from its kept updates, under other settings,
     /// and measure the result on the shared test set (no training).
     Replay(replay::ReplayArgs),
+    /// Print the models a run kept: coefficients and maps with their features' names.
+    Explain(explain::ExplainArgs),
     /// Print the tables of a finished run.
     Report {
         /// A run directory (holding results.json), e.g. runs/quickstart.
@@ -80,6 +83,7 @@ fn main() -> ExitCode {
         Command::Run(args) => stop::install().and_then(|()| run::run(args)),
         Command::Grid(args) => stop::install().and_then(|()| grid::grid(args)),
         Command::Report { run_dir } => report::print(&run_dir),
+        Command::Explain(args) => explain::explain(args),
         Command::Replay(args) => replay::replay(args),
         Command::Server(args) => {
             runtime().and_then(|rt| rt.block_on(flint_server::run(args)).map(|_| ()))

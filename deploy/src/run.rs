@@ -90,6 +90,8 @@ pub fn execute(args: &RunArgs, progress: bool) -> anyhow::Result<PathBuf> {
     }
     // `flint run` starts the experiment over: an earlier run's journal would resume that run.
     let _ = std::fs::remove_dir_all(dir.join("state"));
+    let _ = std::fs::remove_dir_all(dir.join("models"));
+    let _ = std::fs::remove_dir_all(clients_dir.join("models"));
     for entry in std::fs::read_dir(&clients_dir)?.flatten() {
         let _ = std::fs::remove_file(entry.path());
     }
@@ -423,6 +425,14 @@ pub fn kb(bytes: u64) -> String {
 /// Adds each client's own ledger and training times (clients/client-<name>.json) to
 /// results.json.
 fn merge_client_ledgers(dir: &Path) -> anyhow::Result<()> {
+    // The clients' models, to where a researcher looks for them.
+    let kept = dir.join("clients").join("models");
+    if kept.is_dir() {
+        let models = dir.join("models");
+        let _ = std::fs::remove_dir_all(&models);
+        std::fs::rename(&kept, &models)
+            .with_context(|| format!("cannot move {} to {}", kept.display(), models.display()))?;
+    }
     let path = dir.join("results.json");
     let results = crate::report::load(dir)?;
     std::fs::write(&path, serde_json::to_vec_pretty(&results)?)?;

@@ -246,6 +246,10 @@ impl ClientStrategy<Shard> for FcmClient {
             None => Fcm::zeros(self.features, self.classes).evaluate(&self.hyper, test),
         }
     }
+
+    fn export(&self) -> Option<crate::model::kept::KeptModel> {
+        self.model.as_ref().map(crate::model::kept::KeptModel::fcm)
+    }
 }
 
 #[cfg(test)]

@@ -180,6 +180,10 @@ impl ClientStrategy<Shard> for FedAvgClient {
     fn evaluate(&self, shard: &Shard) -> ConfusionMatrix {
         self.model.evaluate(&shard.test)
     }
+
+    fn export(&self) -> Option<crate::model::kept::KeptModel> {
+        Some(crate::model::kept::KeptModel::logreg(&self.model))
+    }
 }
 
 #[cfg(test)]

@@ -267,6 +267,11 @@ pub trait ClientStrategy<S>: Send {
     fn evaluate_all(&self, shard: &S) -> Vec<(Predictor, ConfusionMatrix)> {
         vec![(Predictor::Model, self.evaluate(shard))]
     }
+    /// The model as it is now, to keep in the run directory; `None` where there is none yet or
+    /// the model has no file format yet.
+    fn export(&self) -> Option<crate::model::kept::KeptModel> {
+        None
+    }
 }
 
 #[cfg(test)]
