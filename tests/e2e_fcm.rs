@@ -149,6 +149,23 @@ fn local_baseline_sends_nothing_back_and_matches_round_one() {
     );
     assert_ne!(results(&runs.join("local")).run_id, l.run_id);
 
+    // `grid --set` overrides a key in every experiment; the changed experiments run again.
+    let out = ok(flint()
+        .args(["grid", "--resume", "--set", "rounds=3", "--runs-dir"])
+        .arg(&runs)
+        .arg(&fed)
+        .arg(&local));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(stdout.matches("(kept)").count(), 0, "{stdout}");
+    assert_eq!(
+        stdout
+            .matches("run again (its experiment has changed since)")
+            .count(),
+        2,
+        "{stdout}"
+    );
+    assert_eq!(results(&runs.join("fed")).rounds_planned, 3);
+
     let twin = write(
         dir.path(),
         "twin.toml",

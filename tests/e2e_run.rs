@@ -481,4 +481,18 @@ fn a_csv_with_quotes_missing_values_and_no_class_list_runs() {
     let r = results(&runs.join("user-csv"));
     let mean = r.rounds.last().unwrap().mean.as_ref().unwrap();
     assert!(mean.accuracy > 0.9, "{mean:?}");
+    // Issue 18 §6: the results name the build and the data they came from.
+    let p = r.provenance.expect("provenance");
+    assert_eq!(p.schema, flint_server::results::SCHEMA);
+    assert_eq!(p.flint_version, env!("CARGO_PKG_VERSION"));
+    if std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.git")).exists() {
+        assert_eq!(p.git_revision.map(|r| r.len()), Some(40));
+    }
+    assert_eq!(
+        p.data_files,
+        BTreeMap::from([(
+            file.display().to_string(),
+            flint_common::data::registry::sha256(&file).unwrap()
+        )])
+    );
 }

@@ -37,6 +37,10 @@ pub struct GridArgs {
     /// Clients hosted by one client process.
     #[arg(long, default_value_t = 1)]
     pub clients_per_process: usize,
+    /// Override a key in every experiment, e.g. --set rounds=3 (repeatable; a changed key
+    /// changes the fingerprint, so --resume runs such experiments again).
+    #[arg(long = "set", value_name = "KEY=VALUE", value_parser = flint_common::config::parse_override)]
+    pub overrides: Vec<(String, String)>,
 }
 
 /// One experiment's outcome over its seeds.
@@ -80,7 +84,7 @@ pub fn grid(args: GridArgs) -> anyhow::Result<()> {
     let experiments: Vec<Experiment> = files
         .iter()
         .map(|f| {
-            Experiment::load_with_data(f, &[], &data_dir)
+            Experiment::load_with_data(f, &args.overrides, &data_dir)
                 .with_context(|| format!("in {}", f.display()))
         })
         .collect::<anyhow::Result<_>>()?;
@@ -125,7 +129,7 @@ pub fn grid(args: GridArgs) -> anyhow::Result<()> {
                 bail!("stopped by a signal after {done} of {total} runs; --resume goes on");
             }
             done += 1;
-            let mut overrides = Vec::new();
+            let mut overrides = args.overrides.clone();
             let mut run_name = e.name.clone();
             if let Some(s) = seed {
                 run_name = format!("{}-s{s}", e.name);

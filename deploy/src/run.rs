@@ -81,6 +81,16 @@ pub fn execute(args: &RunArgs, progress: bool) -> anyhow::Result<PathBuf> {
     if !experiment.data.is_images() {
         experiment.data.load(&data_dir, experiment.seed)?;
     }
+    // What the clients will read, for the results' provenance.
+    let data_hashes = experiment
+        .data
+        .files()
+        .into_iter()
+        .map(|f| {
+            let hash = flint_common::data::registry::sha256(&data_dir.join(&f))?;
+            Ok((f.display().to_string(), hash))
+        })
+        .collect::<flint_common::Result<std::collections::BTreeMap<_, _>>>()?;
     let dir = args.runs_dir.join(&experiment.name);
     let clients_dir = dir.join("clients");
     std::fs::create_dir_all(&clients_dir)
@@ -259,7 +269,7 @@ pub fn execute(args: &RunArgs, progress: bool) -> anyhow::Result<PathBuf> {
             dir.join("server.log").display()
         );
     }
-    merge_client_ledgers(&dir)?;
+    merge_client_ledgers(&dir, &data_hashes)?;
     say(format!(
         "done in {:.1} s\n",
         started.elapsed().as_secs_f64()
@@ -424,7 +434,10 @@ pub fn kb(bytes: u64) -> String {
 
 /// Adds each client's own ledger and training times (clients/client-<name>.json) to
 /// results.json.
-fn merge_client_ledgers(dir: &Path) -> anyhow::Result<()> {
+fn merge_client_ledgers(
+    dir: &Path,
+    data_files: &std::collections::BTreeMap<String, String>,
+) -> anyhow::Result<()> {
     // The clients' models, to where a researcher looks for them.
     let kept = dir.join("clients").join("models");
     if kept.is_dir() {
@@ -434,7 +447,10 @@ fn merge_client_ledgers(dir: &Path) -> anyhow::Result<()> {
             .with_context(|| format!("cannot move {} to {}", kept.display(), models.display()))?;
     }
     let path = dir.join("results.json");
-    let results = crate::report::load(dir)?;
+    let mut results = crate::report::load(dir)?;
+    if let Some(p) = &mut results.provenance {
+        p.data_files = data_files.clone();
+    }
     std::fs::write(&path, serde_json::to_vec_pretty(&results)?)?;
     std::fs::write(
         dir.join("rounds.csv"),

@@ -116,6 +116,40 @@ pub struct RunResults {
     /// The server process's peak resident memory (VmHWM) when the results were written, in kB.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_peak_rss_kb: Option<u64>,
+    /// What made these results (absent in files written before it was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provenance: Option<Provenance>,
+}
+
+/// The version of this file's layout: raised when a field changes meaning or goes.
+pub const SCHEMA: u32 = 1;
+
+/// What made a results.json: the build, and the data it read.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Provenance {
+    pub schema: u32,
+    pub flint_version: String,
+    /// The git commit the server was built from, where it was built in a git checkout
+    /// (uncommitted changes are not shown).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git_revision: Option<String>,
+    /// The sha256 of every data file read, by its path as the experiment names it (relative
+    /// to the data directory, or absolute), added by `flint run` (the server holds no data).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub data_files: BTreeMap<String, String>,
+}
+
+impl Provenance {
+    pub fn of_this_build() -> Provenance {
+        Provenance {
+            schema: SCHEMA,
+            flint_version: env!("CARGO_PKG_VERSION").into(),
+            git_revision: option_env!("FLINT_GIT_REVISION")
+                .filter(|r| !r.is_empty())
+                .map(String::from),
+            data_files: BTreeMap::new(),
+        }
+    }
 }
 
 /// This process's peak resident set (`VmHWM` of /proc/self/status), in kB, where Linux says.
@@ -214,6 +248,7 @@ pub fn collect(shared: &Shared) -> RunResults {
         refused: shared.refused.lock().expect("refused lock").clone(),
         server_peak_rss_kb: peak_rss_kb(),
         completed: Some(rounds.completed()),
+        provenance: Some(Provenance::of_this_build()),
     }
 }
 
@@ -460,6 +495,7 @@ mod tests {
             refused: BTreeMap::new(),
             server_peak_rss_kb: None,
             completed: None,
+            provenance: None,
         }
     }
 

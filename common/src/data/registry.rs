@@ -135,28 +135,35 @@ pub enum FileCheck {
 
 pub fn verify(data_dir: &Path, file: &KnownFile) -> Result<FileCheck> {
     let path = data_dir.join(file.path);
-    let mut f = match std::fs::File::open(&path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(FileCheck::Missing),
-        Err(e) => return Err(FlintError::io(path, e)),
-    };
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 1 << 16];
-    loop {
-        let n = f.read(&mut buf).map_err(|e| FlintError::io(&path, e))?;
-        if n == 0 {
-            break;
+    let actual = match sha256(&path) {
+        Ok(a) => a,
+        Err(FlintError::Io { error, .. }) if error.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(FileCheck::Missing);
         }
-        hasher.update(&buf[..n]);
-    }
-    let actual: String = hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
+        Err(e) => return Err(e),
+    };
     Ok(if actual == file.sha256 {
         FileCheck::Ok
     } else {
         FileCheck::Mismatch { actual }
     })
+}
+
+/// The sha256 of a file, in lowercase hex.
+pub fn sha256(path: &Path) -> Result<String> {
+    let mut f = std::fs::File::open(path).map_err(|e| FlintError::io(path, e))?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let n = f.read(&mut buf).map_err(|e| FlintError::io(path, e))?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    Ok(hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect())
 }
