@@ -496,3 +496,59 @@ fn a_csv_with_quotes_missing_values_and_no_class_list_runs() {
         )])
     );
 }
+
+/// Issue 18 §4: a Tsetlin Machine on a table. Each client's thermometer code comes from its own
+/// training split; TPFL federates three clients, `local` trains them alone; each keeps its
+/// machine as rules over the CSV's named features and as a checkpoint.
+#[test]
+fn tsetlin_machines_train_on_a_table_and_keep_readable_rules() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    let mut csv = String::from("width,height,label\n");
+    for i in 0..900u32 {
+        let (cx, cy, label) =
+            [(-2.0, 0.0, "a"), (2.0, 0.0, "b"), (0.0, 3.0, "c")][(i % 3) as usize];
+        let jitter = |k: u32| f64::from((i * 7919 + k * 104_729) % 1000) / 1000.0 - 0.5;
+        csv += &format!("{},{},{label}\n", cx + jitter(1), cy + jitter(2));
+    }
+    std::fs::write(data.join("blobs.csv"), csv).unwrap();
+    for strategy in ["tpfl", "local"] {
+        let name = format!("table-tm-{strategy}");
+        let text = format!(
+            "name = \"{name}\"\nstrategy = \"{strategy}\"\nmodel = \"tm\"\nseed = 4\nrounds = 3\nclient_count = 3\n\
+             [data]\nsource = \"csv\"\npath = \"blobs.csv\"\nheader = true\nfeatures = 2\nlevels = 6\n\n\
+             [tm]\nclauses = 40\nt = 15\ns = 3.0\nweighted = true\n\n[tpfl]\nlocal_epochs = 5\n",
+        );
+        let exp = write(dir.path(), &format!("{name}.toml"), &text);
+        let runs = dir.path().join("runs");
+        ok(flint()
+            .arg("run")
+            .arg(&exp)
+            .arg("--data-dir")
+            .arg(&data)
+            .arg("--runs-dir")
+            .arg(&runs));
+        let run = runs.join(&name);
+        let r = results(&run);
+        let mean = r.rounds.last().unwrap().mean.unwrap();
+        assert!(mean.accuracy > 0.85, "{strategy}: {mean:?}");
+        for c in 1..=3 {
+            let kept = flint_common::model::kept::ModelFile::parse(
+                &std::fs::read(run.join(format!("models/client-{c}.json"))).unwrap(),
+            )
+            .unwrap();
+            assert_eq!(kept.features, ["width", "height"]);
+            assert_eq!(kept.conditions.len(), 12, "6 cuts for each of 2 features");
+            assert!(run.join(format!("models/client-{c}.tm")).is_file());
+        }
+        let explained = ok(flint()
+            .arg("explain")
+            .arg(&run)
+            .args(["--client", "client-2", "--top", "3"]));
+        let text = String::from_utf8_lossy(&explained.stdout);
+        assert!(text.starts_with("client-2:\ntsetlin machine, "), "{text}");
+        assert!(text.contains("  class c: "), "{text}");
+        assert!(text.contains("height > "), "{text}");
+    }
+}

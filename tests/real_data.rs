@@ -757,3 +757,36 @@ fn the_feature_count_the_server_takes_from_the_experiment_is_what_the_data_has()
         assert_eq!(spec.features(), Some(loaded), "{source}");
     }
 }
+
+/// Issue 18 §1 and §4: a Tsetlin Machine on Breast Cancer, its rules in the dataset's own
+/// feature names (`flint explain`).
+#[test]
+#[ignore = "needs FLINT_DATA_DIR with Breast Cancer Wisconsin; CI runs it"]
+fn a_tsetlin_machine_on_breast_cancer_explains_itself_in_its_features_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = run_file(
+        dir.path(),
+        &experiment("tm/breast-cancer-central.toml"),
+        &[],
+        &[],
+    );
+    let m = r.rounds[1].mean.unwrap();
+    assert!(m.accuracy > 0.9, "{m:?}");
+    let explained = ok(flint()
+        .arg("explain")
+        .arg(dir.path().join(&r.name))
+        .args(["--top", "1"]));
+    let text = String::from_utf8_lossy(&explained.stdout);
+    assert!(text.starts_with("all:\ntsetlin machine, "), "{text}");
+    let rules: Vec<&str> = text.lines().filter(|l| l.starts_with("    +")).collect();
+    assert_eq!(rules.len(), 2, "one rule per class: {text}");
+    let names = flint_common::data::registry::breast_cancer().names;
+    for rule in rules {
+        assert!(
+            names
+                .iter()
+                .any(|n| rule.contains(&format!("{n} <= ")) || rule.contains(&format!("{n} > "))),
+            "{rule}"
+        );
+    }
+}

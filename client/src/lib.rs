@@ -17,7 +17,7 @@ use flint_common::data::default_data_dir;
 use flint_common::logging::LogFormat;
 use flint_common::meter::{ConnMeter, CountingIo, LinkMeter, MessageMeterLayer, SharedLedger};
 use flint_common::metrics::ConfusionMatrix;
-use flint_common::model::kept::ModelFile;
+use flint_common::model::kept::{Condition, KeptModel, ModelFile};
 use flint_common::rng::derive_rng;
 use flint_common::strategy::Predictor;
 use flint_common::wire::chunks::{MAX_CHUNK, split};
@@ -311,7 +311,12 @@ pub async fn run(args: ClientArgs) -> anyhow::Result<Vec<ClientReport>> {
     for p in prepared {
         let (_, token, conn) = slots.remove(&p.id).expect("prepared for a slot");
         let client = shell.client(p.name, p.id, p.summary, token, conn);
-        tasks.spawn(client.run(p.half, p.feature_names));
+        let conditions = p
+            .bits
+            .iter()
+            .map(|&(feature, above)| Condition { feature, above })
+            .collect();
+        tasks.spawn(client.run(p.half, p.feature_names, conditions));
     }
     // The first client that fails ends the process at once: the others may be waiting for a
     // round that needs it, and would wait forever.
@@ -336,6 +341,11 @@ pub async fn run(args: ClientArgs) -> anyhow::Result<Vec<ClientReport>> {
                 let path = dir.join(format!("{}.json", r.name));
                 std::fs::write(&path, serde_json::to_vec_pretty(model)?)
                     .with_context(|| format!("cannot write {}", path.display()))?;
+                if let KeptModel::Tm { checkpoint, .. } = &model.model {
+                    let path = dir.join(format!("{}.tm", r.name));
+                    std::fs::write(&path, checkpoint)
+                        .with_context(|| format!("cannot write {}", path.display()))?;
+                }
             }
         }
     }
@@ -510,6 +520,7 @@ impl Client {
         self,
         mut half: Box<dyn BoundHalf>,
         feature_names: Vec<String>,
+        conditions: Vec<Condition>,
     ) -> anyhow::Result<ClientReport> {
         let retry_for = self.retry_for;
         let join = JoinRequest {
@@ -643,6 +654,7 @@ impl Client {
                 flint_common::params::name_of(&self.experiment.data.scaling),
                 m,
             )
+            .with_conditions(conditions)
         });
         Ok(ClientReport {
             model,

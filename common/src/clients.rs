@@ -7,7 +7,7 @@ use std::path::Path;
 
 use crate::config::Experiment;
 use crate::data::images::{BitShard, ShardSource};
-use crate::data::{PartitionPlan, Shard, partition};
+use crate::data::{PartitionPlan, Shard, Source, partition};
 use crate::metrics::ConfusionMatrix;
 use crate::model::kept::KeptModel;
 use crate::rng::FlintRng;
@@ -67,8 +67,11 @@ pub struct Prepared {
     pub name: String,
     pub summary: DataSummary,
     pub half: Box<dyn BoundHalf>,
-    /// The names of the model's features, as its kept file writes them.
+    /// The names of the data's features, as its kept model file writes them.
     pub feature_names: Vec<String>,
+    /// For a table booleanized by a thermometer code: each input bit's (feature, cut), the bit
+    /// set when the feature's raw value is above the cut. Empty where the features are the bits.
+    pub bits: Vec<(usize, f64)>,
 }
 
 /// Loads the data once and prepares every client in `ids` (ids are positions in the
@@ -165,8 +168,13 @@ pub fn prepare(
                     global,
                 }),
                 name,
-                // Pixels have no names worth keeping: tsetlin machines have no file format yet.
-                feature_names: Vec::new(),
+                feature_names: match &e.data.source {
+                    Source::Images { set, .. } => {
+                        (0..features).map(|k| set.pixel_name(k)).collect()
+                    }
+                    _ => Vec::new(),
+                },
+                bits: Vec::new(),
             });
         }
         return Ok(out);
@@ -192,6 +200,42 @@ pub fn prepare(
                 rows.len()
             )));
         }
+        let names: Vec<String> = (0..dataset.features)
+            .map(|i| dataset.feature_name(i))
+            .collect();
+        if let Some(bits) = &e.data.table_bits {
+            // A Tsetlin Machine on a table: the client's thermometer code, fitted to its own
+            // training split (or the experiment's cuts). TPFL's confidence rows are the
+            // training split: a table has no separate pool to draw them from.
+            let code = bits.thermometer(&shard.train)?;
+            let train = code.encode(&shard.train);
+            let bit_shard = BitShard {
+                confidence: Some(train.clone()),
+                test: code.encode(&shard.test),
+                train,
+            };
+            let half = e
+                .strategy
+                .bits_client(code.bits(), classes, e.seed, id, e.clients.len())?;
+            out.push(Prepared {
+                id,
+                summary: summary(
+                    id,
+                    bit_shard.train_class_counts(),
+                    bit_shard.test.len(),
+                    code.bits(),
+                ),
+                half: Box::new(OnShard {
+                    shard: bit_shard,
+                    half,
+                    global: None,
+                }),
+                name,
+                feature_names: names,
+                bits: code.conditions(),
+            });
+            continue;
+        }
         let half = e.strategy.table_client(dataset.features, classes)?;
         let counts = shard
             .train
@@ -208,9 +252,8 @@ pub fn prepare(
                 global: None,
             }),
             name,
-            feature_names: (0..dataset.features)
-                .map(|i| dataset.feature_name(i))
-                .collect(),
+            feature_names: names,
+            bits: Vec::new(),
         });
     }
     Ok(out)

@@ -27,7 +27,7 @@ use crate::params::ParamError;
 use crate::strategy::ahp::AhpSection;
 use crate::strategy::fedtmos::FedTmosSection;
 use crate::strategy::tpfl::TpflSection;
-use crate::strategy::{ModelKind, Sections, StrategyKind, StrategySpec};
+use crate::strategy::{ModelKind, ModelSpec, Sections, StrategyKind, StrategySpec};
 use crate::wire::{Compression, WireSection};
 use crate::{FlintError, Result};
 
@@ -318,13 +318,42 @@ impl Experiment {
             ModelKind::Fcm => Scaling::LocalMinMax,
             _ => Scaling::LocalZScore,
         };
-        let data = file.data.check(model_scaling)?;
+        let mut data = file.data.check(model_scaling)?;
         match (model == ModelKind::Tm, data.is_images()) {
-            (true, false) => {
+            (true, false) if !matches!(strategy.model(), ModelSpec::Tm(_)) => {
                 return Err(bad(format!(
-                    "model tm needs image data (mnist or fashion-mnist), not {:?}",
+                    "strategy {} trains a convolutional tsetlin machine on images (mnist or fashion-mnist), not on {:?}; a table trains a tsetlin machine under tpfl, local or central",
+                    strategy.name(),
                     file.data.source
                 )));
+            }
+            (true, false) => {
+                // A table becomes bits by the thermometer code, raw values in.
+                if file.data.scaling.is_some() {
+                    return Err(bad(
+                        "data.scaling does not apply to model tm: the thermometer code reads raw values".into(),
+                    ));
+                }
+                data.scaling = Scaling::None;
+                let bits = data
+                    .table_bits
+                    .get_or_insert(crate::data::TableBits::Quantiles {
+                        levels: crate::data::DEFAULT_LEVELS,
+                    });
+                if let (crate::data::TableBits::Fixed(t), Some(columns)) =
+                    (&*bits, file.data.features)
+                    && t.cuts.len() != columns
+                {
+                    return Err(bad(format!(
+                        "data.cuts has {} lists, but data.features says {columns}",
+                        t.cuts.len()
+                    )));
+                }
+            }
+            (false, false) if data.table_bits.is_some() => {
+                return Err(bad(
+                    "data.booleanize, data.levels and data.cuts apply to model tm".into(),
+                ));
             }
             (false, true) => {
                 return Err(bad(format!(
@@ -633,8 +662,23 @@ iid_clients = 1
             ),
             (
                 "source = \"mnist\"",
-                "source = \"magic\"",
-                "model tm needs image data",
+                "source = \"mnist\"\nlevels = 4",
+                "apply to tables; images are booleanized by data.binarize",
+            ),
+            (
+                "source = \"mnist\"",
+                "source = \"magic\"\nscaling = \"local-zscore\"",
+                "the thermometer code reads raw values",
+            ),
+            (
+                "source = \"mnist\"",
+                "source = \"magic\"\ncuts = [[1.0], [2.0, 1.0]]",
+                "data.cuts[1] must be ascending",
+            ),
+            (
+                "source = \"mnist\"",
+                "source = \"magic\"\nlevels = 0",
+                "data.levels must be between 1 and 64",
             ),
             (
                 "strategy = \"tpfl\"",
@@ -658,6 +702,19 @@ iid_clients = 1
                 .to_string();
             assert!(err.contains(want), "{to}: {err}");
         }
+        // Issue 18 §4: a table trains a tsetlin machine through its thermometer code: 8 cuts
+        // for each of MAGIC's 10 features unless the experiment says otherwise.
+        let magic =
+            Experiment::from_toml(&TPFL.replace("source = \"mnist\"", "source = \"magic\""))
+                .unwrap();
+        assert_eq!(magic.data.features(), Some(80));
+        assert_eq!(magic.data.scaling, Scaling::None);
+        let fixed = Experiment::from_toml(&TPFL.replace(
+            "source = \"mnist\"",
+            &format!("source = \"magic\"\ncuts = {:?}", vec![vec![0.5, 1.5]; 10]),
+        ))
+        .unwrap();
+        assert_eq!(fixed.data.features(), Some(20));
         let mut no_split = TPFL.replace("kind = \"dirichlet\"\nsamples = 100\niid_clients = 1", "");
         no_split = no_split.replace("[partition]\n", "");
         let err = Experiment::from_toml(&no_split).unwrap_err().to_string();

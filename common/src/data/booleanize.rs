@@ -237,13 +237,70 @@ fn gaussian_kernel(n: usize) -> Vec<f32> {
         .collect()
 }
 
-/// Thermometer encoding: value v becomes `levels` bits, bit i set when v exceeds the i-th of
-/// `levels` evenly spaced cut points in (min, max).
-pub fn thermometer(v: f64, min: f64, max: f64, levels: usize, out: &mut Vec<bool>) {
-    for i in 1..=levels {
-        let cut = min + (max - min) * i as f64 / (levels + 1) as f64;
-        out.push(v > cut);
+/// Thermometer code for a table (issue 18 §4): feature f becomes one bit per cut c of its
+/// list, set when the raw value is above c. The bits of a row are feature 0's cuts in order,
+/// then feature 1's, and so on; every bit reads as the condition `x[f] > c`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Thermometer {
+    pub cuts: Vec<Vec<f64>>,
+}
+
+impl Thermometer {
+    /// `levels` cuts per feature at the quantiles i/(levels + 1) of `rows` (a client's own
+    /// training split: nothing leaves the client), each rounded to 6 significant digits, so
+    /// that a rule reads `x > 1.7` and writes to a file and back exactly. A feature with few
+    /// distinct values repeats cuts: every client's code has the same width.
+    pub fn from_quantiles(rows: &super::Dataset, levels: usize) -> Thermometer {
+        let f = rows.features;
+        let cuts = (0..f)
+            .map(|j| {
+                let mut column: Vec<f64> = rows.x.chunks(f).map(|r| r[j]).collect();
+                column.sort_by(f64::total_cmp);
+                (1..=levels)
+                    .map(|i| match column.len() {
+                        0 => 0.0,
+                        n => round_significant(column[(i * n / (levels + 1)).saturating_sub(1)]),
+                    })
+                    .collect()
+            })
+            .collect();
+        Thermometer { cuts }
     }
+
+    /// Bits per row.
+    pub fn bits(&self) -> usize {
+        self.cuts.iter().map(Vec::len).sum()
+    }
+
+    /// What each bit means: (feature, cut), in bit order.
+    pub fn conditions(&self) -> Vec<(usize, f64)> {
+        self.cuts
+            .iter()
+            .enumerate()
+            .flat_map(|(f, cuts)| cuts.iter().map(move |&c| (f, c)))
+            .collect()
+    }
+
+    /// The rows of `data` as bits, with their labels.
+    pub fn encode(&self, data: &super::Dataset) -> BitRows {
+        let conditions = self.conditions();
+        let mut out = BitRows::new(conditions.len(), data.classes.len());
+        let mut bits = Vec::with_capacity(conditions.len());
+        for i in 0..data.len() {
+            let row = data.row(i);
+            bits.clear();
+            bits.extend(conditions.iter().map(|&(f, c)| row[f] > c));
+            out.push(&bits, data.y[i]);
+        }
+        out
+    }
+}
+
+fn round_significant(v: f64) -> f64 {
+    if v == 0.0 || !v.is_finite() {
+        return v;
+    }
+    format!("{v:.5e}").parse().unwrap_or(v)
 }
 
 /// Words needed for `features` bits.
@@ -368,12 +425,32 @@ mod tests {
     }
 
     #[test]
-    fn thermometer_is_monotone() {
-        let mut out = Vec::new();
-        thermometer(0.5, 0.0, 1.0, 3, &mut out);
-        assert_eq!(out, vec![true, false, false]);
-        out.clear();
-        thermometer(1.0, 0.0, 1.0, 3, &mut out);
-        assert_eq!(out, vec![true, true, true]);
+    fn a_thermometer_sets_one_bit_per_cut_below_the_value() {
+        let data = super::super::Dataset {
+            features: 2,
+            x: vec![1.0, 10.0, 2.0, 20.0, 3.0, 30.0, 4.0, 40.0],
+            y: vec![0, 0, 1, 1],
+            classes: vec!["a".into(), "b".into()],
+            categorical: Vec::new(),
+            feature_names: Vec::new(),
+        };
+        let t = Thermometer::from_quantiles(&data, 3);
+        assert_eq!(t.cuts, vec![vec![1.0, 2.0, 3.0], vec![10.0, 20.0, 30.0]]);
+        assert_eq!(t.bits(), 6);
+        assert_eq!(t.conditions()[4], (1, 20.0));
+        let bits = t.encode(&data);
+        let row = |i: usize| (0..6).map(|k| bits.row(i)[0] >> k & 1).collect::<Vec<_>>();
+        assert_eq!(row(0), vec![0, 0, 0, 0, 0, 0]);
+        assert_eq!(row(2), vec![1, 1, 0, 1, 1, 0]);
+        assert_eq!(row(3), vec![1, 1, 1, 1, 1, 1]);
+        assert_eq!(bits.labels, vec![0, 0, 1, 1]);
+        // Cuts are rounded to 6 significant digits, and survive JSON exactly.
+        assert_eq!(round_significant(1.234_567_89), 1.234_57);
+        assert_eq!(round_significant(-0.000_123_456_7), -0.000_123_457);
+        let json = serde_json::to_string(&Thermometer {
+            cuts: vec![vec![1.234_57, 6.1]],
+        })
+        .unwrap();
+        assert_eq!(json, r#"{"cuts":[[1.23457,6.1]]}"#);
     }
 }

@@ -33,6 +33,11 @@ impl ImageSet {
         28 * 28
     }
 
+    /// Pixel `k`'s name in rules: `pixel(row,column)`, from the top left.
+    pub fn pixel_name(self, k: usize) -> String {
+        format!("pixel({},{})", k / 28, k % 28)
+    }
+
     /// Folder below the data directory.
     pub fn dir(self) -> &'static str {
         match self {

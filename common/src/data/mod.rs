@@ -61,6 +61,14 @@ pub struct DataSection {
     pub binarize: Option<String>,
     pub adaptive_block: Option<usize>,
     pub adaptive_c: Option<f64>,
+    // tables for a tsetlin machine
+    /// `thermometer` (the default, and the only code, for a table under `model = "tm"`).
+    pub booleanize: Option<String>,
+    /// Cuts per feature, at the quantiles of each client's own training split (default 8).
+    pub levels: Option<usize>,
+    /// Fixed cuts, one ascending list per feature, shared by every client (instead of
+    /// `levels`): one literal space for the whole federation.
+    pub cuts: Option<Vec<Vec<f64>>>,
 }
 
 /// A labelled table: row-major features, one class index per row.
@@ -153,6 +161,45 @@ pub struct DataSpec {
     pub source: Source,
     pub test_fraction: f64,
     pub scaling: Scaling,
+    /// How a table becomes bits for a Tsetlin Machine; `None` for images and for other models.
+    pub table_bits: Option<TableBits>,
+}
+
+/// A table's thermometer code (see [`booleanize::Thermometer`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum TableBits {
+    /// `levels` cuts per feature from each client's own training split.
+    Quantiles { levels: usize },
+    /// The experiment's cuts, the same for every client.
+    Fixed(booleanize::Thermometer),
+}
+
+/// Cuts per feature unless `data.levels` says otherwise.
+pub const DEFAULT_LEVELS: usize = 8;
+
+impl TableBits {
+    /// The client's code, fitted to its training split where the cuts are its own.
+    pub fn thermometer(&self, train: &Dataset) -> Result<booleanize::Thermometer> {
+        match self {
+            TableBits::Quantiles { levels } => {
+                Ok(booleanize::Thermometer::from_quantiles(train, *levels))
+            }
+            TableBits::Fixed(t) if t.cuts.len() == train.features => Ok(t.clone()),
+            TableBits::Fixed(t) => Err(crate::FlintError::Config(format!(
+                "data.cuts has {} lists, but the data has {} features",
+                t.cuts.len(),
+                train.features
+            ))),
+        }
+    }
+
+    /// Bits per row for `features` features.
+    pub fn bits(&self, features: usize) -> usize {
+        match self {
+            TableBits::Quantiles { levels } => features * levels,
+            TableBits::Fixed(t) => t.bits(),
+        }
+    }
 }
 
 impl DataSection {
@@ -193,6 +240,7 @@ impl DataSection {
                 None => Ok(()),
             }
         };
+        let table_bits = s.table_bits()?;
         let source = match s.source.as_str() {
             "synthetic" => {
                 only(&["samples", "features", "separation"])?;
@@ -342,11 +390,62 @@ impl DataSection {
                 )));
             }
         };
+        if table_bits.is_some() && matches!(source, Source::Images { .. }) {
+            return Err(bad(
+                "data.booleanize, data.levels and data.cuts apply to tables; images are booleanized by data.binarize".into(),
+            ));
+        }
         Ok(DataSpec {
             source,
             test_fraction,
             scaling,
+            table_bits,
         })
+    }
+
+    fn table_bits(&self) -> ParamResult<Option<TableBits>> {
+        let bad = ParamError::Inconsistent;
+        if self.booleanize.is_none() && self.levels.is_none() && self.cuts.is_none() {
+            return Ok(None);
+        }
+        match self.booleanize.as_deref().unwrap_or("thermometer") {
+            "thermometer" => {}
+            other => {
+                return Err(bad(format!(
+                    "unknown data.booleanize {other:?}; expected thermometer"
+                )));
+            }
+        }
+        match (&self.cuts, self.levels) {
+            (Some(_), Some(_)) => Err(bad(
+                "data.cuts fixes every cut: data.levels does not apply beside it".into(),
+            )),
+            (Some(cuts), None) => {
+                for (f, list) in cuts.iter().enumerate() {
+                    if list.is_empty() || list.iter().any(|c| !c.is_finite()) {
+                        return Err(bad(format!(
+                            "data.cuts[{f}] must hold at least one finite cut"
+                        )));
+                    }
+                    if list.windows(2).any(|w| w[0] > w[1]) {
+                        return Err(bad(format!("data.cuts[{f}] must be ascending")));
+                    }
+                }
+                Ok(Some(TableBits::Fixed(booleanize::Thermometer {
+                    cuts: cuts.clone(),
+                })))
+            }
+            (None, levels) => {
+                let levels = levels.unwrap_or(DEFAULT_LEVELS);
+                crate::params::require(
+                    "data.levels",
+                    "between 1 and 64",
+                    levels,
+                    (1..=64).contains(&levels),
+                )?;
+                Ok(Some(TableBits::Quantiles { levels }))
+            }
+        }
     }
 }
 
@@ -380,6 +479,18 @@ impl DataSpec {
     /// server sizes models by it and refuses a client that claims another. `None` for a CSV
     /// without `data.features`.
     pub fn features(&self) -> Option<usize> {
+        let columns = self.columns()?;
+        Some(match &self.table_bits {
+            Some(bits) => bits.bits(columns),
+            None => columns,
+        })
+    }
+
+    /// The number of features the source has, before any booleanizing of a table.
+    pub fn columns(&self) -> Option<usize> {
+        if let Some(TableBits::Fixed(t)) = &self.table_bits {
+            return Some(t.cuts.len());
+        }
         match &self.source {
             Source::Synthetic { features, .. } => Some(*features),
             Source::Csv(c) => c.features,

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::fcm::Fcm;
 use super::logreg::LogReg;
+use super::tm::coalesced::CoalescedTm;
 
 pub const FORMAT: &str = "flint-model";
 pub const VERSION: u32 = 1;
@@ -25,6 +26,41 @@ pub enum KeptModel {
     /// A Fuzzy Cognitive Map: the adjacency matrix over the concepts (the features, then the
     /// classes), row = source, column = target.
     Fcm { matrix: Vec<Vec<f64>> },
+    /// A Tsetlin Machine as rules: every clause that includes a literal, with its vote per
+    /// class. A class's sum on an input is the sum of the votes of its clauses that fire
+    /// (every literal true); the prediction is the class of the largest sum, the lowest on a
+    /// tie. Clauses that include nothing never fire at inference and are left out.
+    Tm {
+        /// Input bits the machine reads.
+        bits: usize,
+        clauses: Vec<KeptClause>,
+        /// The machine's binary checkpoint (`common/src/model/tm/checkpoint.rs`), written
+        /// beside the JSON as `<client>.tm`.
+        #[serde(skip)]
+        checkpoint: Vec<u8>,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KeptClause {
+    pub literals: Vec<Literal>,
+    /// One vote per class.
+    pub weights: Vec<i32>,
+}
+
+/// Input bit `bit` set, or with `not`, clear.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Literal {
+    pub bit: usize,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub not: bool,
+}
+
+/// What an input bit means on a table: set when the raw value of `feature` is above `above`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Condition {
+    pub feature: usize,
+    pub above: f64,
 }
 
 impl KeptModel {
@@ -37,6 +73,36 @@ impl KeptModel {
                 .map(<[f64]>::to_vec)
                 .collect(),
             biases: model.biases.clone(),
+        }
+    }
+
+    /// A coalesced machine (one clause bank shared by the classes, a weight per class).
+    pub fn coalesced(tm: &CoalescedTm) -> KeptModel {
+        let bank = tm.bank();
+        let (bits, fw) = (bank.features(), bank.feature_words());
+        let clauses = (0..tm.clauses())
+            .filter_map(|j| {
+                let include = bank.include(j);
+                let literals: Vec<Literal> = (0..2 * bits)
+                    .filter(|&l| {
+                        let (word, bit) = (l % bits / 64 + fw * (l / bits), l % bits % 64);
+                        include[word] >> bit & 1 == 1
+                    })
+                    .map(|l| Literal {
+                        bit: l % bits,
+                        not: l >= bits,
+                    })
+                    .collect();
+                (!literals.is_empty()).then(|| KeptClause {
+                    literals,
+                    weights: (0..tm.classes()).map(|c| tm.class_weights(c)[j]).collect(),
+                })
+            })
+            .collect();
+        KeptModel::Tm {
+            bits,
+            clauses,
+            checkpoint: tm.to_bytes(),
         }
     }
 
@@ -60,6 +126,10 @@ pub struct ModelFile {
     /// How the client scaled its features before the model saw them (`local-zscore`: the
     /// coefficients are per standard deviation of the client's own training split).
     pub scaling: String,
+    /// For a Tsetlin Machine on a table, what each input bit means (its thermometer code);
+    /// empty where the features are the bits (booleanized images).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
     pub model: KeptModel,
 }
 
@@ -78,8 +148,87 @@ impl ModelFile {
             classes,
             features,
             scaling,
+            conditions: Vec::new(),
             model,
         }
+    }
+
+    pub fn with_conditions(self, conditions: Vec<Condition>) -> ModelFile {
+        ModelFile { conditions, ..self }
+    }
+
+    /// A clause as a conjunction over the features. On a table, a feature's literals make
+    /// one interval (`x > 1.7 AND NOT x > 6.1` reads `1.7 < x <= 6.1`); bits that are the
+    /// features read `pixel(3,4)` or `NOT pixel(3,4)`.
+    fn rule_text(&self, clause: &KeptClause) -> String {
+        if self.conditions.is_empty() {
+            let terms: Vec<String> = clause
+                .literals
+                .iter()
+                .map(|l| {
+                    let name = &self.features[l.bit];
+                    if l.not {
+                        format!("NOT {name}")
+                    } else {
+                        name.clone()
+                    }
+                })
+                .collect();
+            return terms.join(" AND ");
+        }
+        // Per feature, in feature order: the largest cut it must be above, the smallest it
+        // must not be above.
+        let mut bounds: std::collections::BTreeMap<usize, (Option<f64>, Option<f64>)> =
+            std::collections::BTreeMap::new();
+        for l in &clause.literals {
+            let c = self.conditions[l.bit];
+            let (low, high) = bounds.entry(c.feature).or_default();
+            if l.not {
+                *high = Some(high.map_or(c.above, |h| h.min(c.above)));
+            } else {
+                *low = Some(low.map_or(c.above, |v| v.max(c.above)));
+            }
+        }
+        let terms: Vec<String> = bounds
+            .into_iter()
+            .map(|(f, bound)| {
+                let name = &self.features[f];
+                match bound {
+                    (Some(low), Some(high)) => format!("{low} < {name} <= {high}"),
+                    (Some(low), None) => format!("{name} > {low}"),
+                    (None, Some(high)) => format!("{name} <= {high}"),
+                    (None, None) => unreachable!("a feature enters the map with a bound"),
+                }
+            })
+            .collect();
+        terms.join(" AND ")
+    }
+
+    /// Whether a literal holds on one row of raw feature values (for bits that are the
+    /// features, a value other than 0 is a set bit).
+    fn holds(&self, l: Literal, raw: &[f64]) -> bool {
+        let set = match self.conditions.get(l.bit) {
+            Some(c) => raw[c.feature] > c.above,
+            None => raw[l.bit] != 0.0,
+        };
+        set != l.not
+    }
+
+    /// The class sums of a Tsetlin Machine's rules evaluated as written on one row of raw
+    /// feature values; `None` for other models.
+    pub fn class_sums(&self, raw: &[f64]) -> Option<Vec<i64>> {
+        let KeptModel::Tm { clauses, .. } = &self.model else {
+            return None;
+        };
+        let mut sums = vec![0i64; self.classes.len()];
+        for clause in clauses {
+            if clause.literals.iter().all(|&l| self.holds(l, raw)) {
+                for (s, &w) in sums.iter_mut().zip(&clause.weights) {
+                    *s += i64::from(w);
+                }
+            }
+        }
+        Some(sums)
     }
 
     /// Reads a file, refusing another format, a newer version, or a model whose shape does
@@ -105,6 +254,19 @@ impl ModelFile {
             }
             KeptModel::Fcm { matrix } => {
                 matrix.len() == f + k && matrix.iter().all(|row| row.len() == f + k)
+            }
+            KeptModel::Tm { bits, clauses, .. } => {
+                let conditions_fit = if file.conditions.is_empty() {
+                    *bits == f
+                } else {
+                    *bits == file.conditions.len() && file.conditions.iter().all(|c| c.feature < f)
+                };
+                conditions_fit
+                    && clauses.iter().all(|c| {
+                        c.weights.len() == k
+                            && !c.literals.is_empty()
+                            && c.literals.iter().all(|l| l.bit < *bits)
+                    })
             }
         };
         if !fits {
@@ -173,6 +335,21 @@ impl ModelFile {
                 });
                 for (s, t, w) in links.into_iter().take(top) {
                     out += &format!("  {w:+.4}  {} -> {}\n", concepts[s], concepts[t]);
+                }
+            }
+            KeptModel::Tm { clauses, .. } => {
+                out += &format!(
+                    "tsetlin machine, {} clauses with literals; per class, the clauses that vote for it most:\n",
+                    clauses.len()
+                );
+                for (c, class) in self.classes.iter().enumerate() {
+                    let mut order: Vec<&KeptClause> =
+                        clauses.iter().filter(|k| k.weights[c] > 0).collect();
+                    order.sort_by_key(|k| std::cmp::Reverse(k.weights[c]));
+                    out += &format!("  class {class}: {} clauses vote for it\n", order.len());
+                    for k in order.into_iter().take(top) {
+                        out += &format!("    {:+}  {}\n", k.weights[c], self.rule_text(k));
+                    }
                 }
             }
         }
@@ -251,6 +428,104 @@ mod tests {
             ModelFile::parse(&serde_json::to_vec(&f).unwrap()).unwrap(),
             f
         );
+    }
+
+    /// Issue 18: the complete rule set, evaluated as written on the raw feature values, gives
+    /// the machine's own class sums and predictions on every test row, also after a round trip
+    /// through the file.
+    #[test]
+    fn a_tsetlin_machines_rules_on_raw_values_give_its_class_sums() {
+        use crate::data::Dataset;
+        use crate::data::booleanize::Thermometer;
+        use crate::model::tm::FeedbackMasks;
+        use crate::rng::derive_rng;
+        let mut rng = derive_rng(3, "rules", 0);
+        let blobs = |n: u32, offset: u32| {
+            let mut x = Vec::new();
+            let mut y = Vec::new();
+            for i in offset..offset + n {
+                let c = i % 3;
+                let (cx, cy) = [(-2.0, 0.0), (2.0, 0.0), (0.0, 3.0)][c as usize];
+                let jitter = |k: u32| f64::from((i * 7919 + k * 104_729) % 1000) / 500.0 - 1.0;
+                x.extend([cx + jitter(1), cy + jitter(2), jitter(3)]);
+                y.push(c);
+            }
+            Dataset {
+                features: 3,
+                x,
+                y,
+                classes: vec!["a".into(), "b".into(), "c".into()],
+                categorical: Vec::new(),
+                feature_names: vec!["width".into(), "height".into(), "noise".into()],
+            }
+        };
+        let (train, test) = (blobs(600, 0), blobs(300, 600));
+        let code = Thermometer::from_quantiles(&train, 5);
+        let (bits_train, bits_test) = (code.encode(&train), code.encode(&test));
+        let hyper = crate::model::tm::TmHyper {
+            weighted: true,
+            ..crate::model::tm::testing::hyper(40, 15, 3.0)
+        };
+        let mut tm = CoalescedTm::new(hyper, code.bits(), 3, &mut rng);
+        let mut masks = FeedbackMasks::new(3.0, &mut rng);
+        for _ in 0..20 {
+            tm.fit_epoch(&bits_train, &mut masks, &mut rng);
+        }
+        assert!(tm.accuracy(&bits_test) > 0.9, "the machine learned");
+        let conditions = code
+            .conditions()
+            .into_iter()
+            .map(|(feature, above)| Condition { feature, above })
+            .collect();
+        let file = ModelFile::new(
+            "c",
+            train.classes.clone(),
+            train.feature_names.clone(),
+            "none".into(),
+            KeptModel::coalesced(&tm),
+        )
+        .with_conditions(conditions);
+        let back = ModelFile::parse(&serde_json::to_vec(&file).unwrap()).unwrap();
+        let predictions = tm.predict_batch(&bits_test);
+        for (i, &predicted) in predictions.iter().enumerate() {
+            let machine: Vec<i64> = tm
+                .class_sums(bits_test.row(i))
+                .into_iter()
+                .map(i64::from)
+                .collect();
+            for f in [&file, &back] {
+                let rules = f.class_sums(test.row(i)).unwrap();
+                assert_eq!(rules, machine, "row {i}");
+                let best = (0..3).fold(0, |b, c| if rules[c] > rules[b] { c } else { b });
+                assert_eq!(best as u32, predicted, "row {i}");
+            }
+        }
+        let text = file.explain(2);
+        assert!(text.contains("class b: "), "{text}");
+        assert!(
+            text.lines()
+                .any(|l| l.contains("width") && l.trim_start().starts_with('+')),
+            "{text}"
+        );
+        // A feature's literals read as one interval.
+        let clause = KeptClause {
+            literals: vec![
+                Literal { bit: 0, not: false },
+                Literal { bit: 1, not: false },
+                Literal { bit: 3, not: true },
+                Literal { bit: 4, not: true },
+                Literal { bit: 5, not: false },
+            ],
+            weights: vec![1, 0, 0],
+        };
+        let f = ModelFile {
+            conditions: [(0, 1.0), (0, 2.0), (0, 3.0), (0, 4.0), (1, 5.0), (1, 6.0)]
+                .map(|(feature, above)| Condition { feature, above })
+                .to_vec(),
+            ..file.clone()
+        };
+        // (An empty interval is printed as it is: such a clause never fires.)
+        assert_eq!(f.rule_text(&clause), "2 < width <= 4 AND 6 < height <= 5");
     }
 
     #[test]

@@ -511,6 +511,9 @@ impl ClientStrategy<BitShard> for TpflClient {
             &self.tm.predict_batch(&shard.test),
         )
     }
+    fn export(&self) -> Option<crate::model::kept::KeptModel> {
+        Some(crate::model::kept::KeptModel::coalesced(&self.tm))
+    }
 }
 
 #[cfg(test)]
