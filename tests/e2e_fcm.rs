@@ -118,6 +118,11 @@ fn local_baseline_sends_nothing_back_and_matches_round_one() {
         "{summary}"
     );
     assert!(runs.join("grid-summary.csv").exists());
+    let chart = std::fs::read_to_string(runs.join("grid-summary.svg")).unwrap();
+    assert!(
+        chart.contains("\nfed\n") && chart.contains("\nlocal\n"),
+        "{chart}"
+    );
 
     // --resume keeps finished runs and still writes the table.
     let out = ok(flint()

@@ -233,6 +233,18 @@ fn flint_run_without_arguments_runs_the_quickstart() {
         "{text}"
     );
     assert_eq!(text.matches("  x").count(), 2, "{text}");
+    // Issue 18 §2: and drew its pictures.
+    for (plot, title) in [
+        (
+            "accuracy.svg",
+            "quickstart (fedavg-ahp, seed 42): accuracy per round",
+        ),
+        ("bytes.svg", "bytes per round, all clients"),
+    ] {
+        let svg =
+            std::fs::read_to_string(dir.path().join("runs/quickstart/plots").join(plot)).unwrap();
+        assert!(svg.starts_with("<svg") && svg.contains(title), "{plot}");
+    }
     // Issue 18: running it again kept the first run, under its run id, instead of overwriting it.
     let again = ok(flint()
         .arg("run")
@@ -550,5 +562,11 @@ fn tsetlin_machines_train_on_a_table_and_keep_readable_rules() {
         assert!(text.starts_with("client-2:\ntsetlin machine, "), "{text}");
         assert!(text.contains("  class c: "), "{text}");
         assert!(text.contains("height > "), "{text}");
+        let clusters = run.join("plots/clusters.svg");
+        assert_eq!(
+            clusters.exists(),
+            strategy == "tpfl",
+            "TPFL's clusters are drawn"
+        );
     }
 }

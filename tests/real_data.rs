@@ -285,6 +285,8 @@ fn breast_cancer_central_map_and_blended_federation_improve_on_local_maps() {
         "{text}"
     );
     assert_eq!(text.matches(" -> class ").count(), 3, "{text}");
+    let heat_map = std::fs::read_to_string(run.join("plots/fcm-all.svg")).unwrap();
+    assert!(heat_map.contains("\nradius_mean\n") && heat_map.contains("\nclass M\n"));
     // Blended, mean aggregation, even split (the paper's 0.9296): federation must raise the
     // clients' mean accuracy above what their own round-1 maps reach.
     let fed = run_fcm(dir.path(), "breast-cancer/blended-mean-tanh-even.toml", &[]);

@@ -196,12 +196,21 @@ pub fn grid(args: GridArgs) -> anyhow::Result<()> {
     std::fs::write(&summary, markdown(&rows))
         .with_context(|| format!("cannot write {}", summary.display()))?;
     std::fs::write(summary.with_extension("csv"), csv(&rows))?;
+    let accuracies: Vec<(String, Vec<f64>)> = rows
+        .iter()
+        .map(|r| {
+            let after = r.runs.iter().filter_map(|o| o.after.map(|m| m.accuracy));
+            (r.name.clone(), after.collect())
+        })
+        .collect();
+    crate::plot::grid_chart(&summary.with_extension("svg"), &accuracies)?;
     println!(
-        "\n{}\ngrid done in {:.1} s; summary in {} and {}",
+        "\n{}\ngrid done in {:.1} s; summary in {}, {} and {}",
         markdown(&rows),
         started.elapsed().as_secs_f64(),
         summary.display(),
-        summary.with_extension("csv").display()
+        summary.with_extension("csv").display(),
+        summary.with_extension("svg").display()
     );
     if !failures.is_empty() {
         bail!("{} run(s) failed:\n{}", failures.len(), failures.join("\n"));

@@ -5,6 +5,7 @@ mod certs;
 mod explain;
 mod grid;
 mod link;
+mod plot;
 mod replay;
 mod report;
 mod run;

@@ -13,6 +13,10 @@ use crate::run::kb;
 pub fn print(dir: &Path) -> anyhow::Result<()> {
     let r = load(dir)?;
     print!("{}", render(&r));
+    let plots = crate::plot::run_plots(dir, &r)?;
+    if !plots.is_empty() {
+        println!("\nPlots: {}", dir.join("plots").display());
+    }
     Ok(())
 }
 

@@ -456,5 +456,6 @@ fn merge_client_ledgers(
         dir.join("rounds.csv"),
         flint_server::results::rounds_csv(&results),
     )?;
+    crate::plot::run_plots(dir, &results)?;
     Ok(())
 }

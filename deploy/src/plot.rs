@@ -1,0 +1,452 @@
+//! Pictures of a run (issue 18 §2), as SVG by plotters: accuracy per round, bytes per round at
+//! every measured level, TPFL's cluster sizes, each kept FCM as a heat map, and a grid's
+//! summary.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use flint_common::model::kept::{KeptModel, ModelFile};
+use flint_server::results::RunResults;
+use plotters::prelude::*;
+
+const SIZE: (u32, u32) = (900, 520);
+const FONT: &str = "sans-serif";
+
+/// Writes the run's pictures into `dir/plots/` and returns their paths.
+pub fn run_plots(dir: &Path, r: &RunResults) -> anyhow::Result<Vec<PathBuf>> {
+    let plots = dir.join("plots");
+    std::fs::create_dir_all(&plots)
+        .with_context(|| format!("cannot create {}", plots.display()))?;
+    let mut written = Vec::new();
+    let mut keep = |name: &str, draw: &dyn Fn(&Path) -> anyhow::Result<bool>| {
+        let path = plots.join(name);
+        if draw(&path).with_context(|| format!("cannot draw {}", path.display()))? {
+            written.push(path);
+        }
+        anyhow::Ok(())
+    };
+    keep("accuracy.svg", &|p| accuracy(p, r))?;
+    keep("bytes.svg", &|p| bytes(p, r))?;
+    keep("clusters.svg", &|p| clusters(p, r))?;
+    for m in kept_maps(dir)? {
+        keep(&format!("fcm-{}.svg", m.client), &|p| heat_map(p, &m))?;
+    }
+    Ok(written)
+}
+
+fn caption(r: &RunResults, what: &str) -> String {
+    format!("{} ({}, seed {}): {what}", r.name, r.strategy, r.seed)
+}
+
+/// A colour per client, spread around the hue circle.
+fn hue(i: usize, n: usize) -> RGBColor {
+    let (r, g, b) = HSLColor(i as f64 / n.max(1) as f64, 0.6, 0.45)
+        .to_backend_color()
+        .rgb;
+    RGBColor(r, g, b)
+}
+
+/// Each client's accuracy (thin) and the mean (thick) after every round; with a shared test
+/// set, the model's accuracy on it too.
+fn accuracy(path: &Path, r: &RunResults) -> anyhow::Result<bool> {
+    let rounds: Vec<_> = r.rounds.iter().filter(|rr| rr.mean.is_some()).collect();
+    if rounds.is_empty() {
+        return Ok(false);
+    }
+    let last = rounds.last().map_or(1, |rr| rr.round);
+    // From a tenth below the lowest accuracy shown, so that differences are visible.
+    let lowest = rounds
+        .iter()
+        .flat_map(|rr| {
+            rr.metrics
+                .values()
+                .map(|m| m.accuracy)
+                .chain(rr.global_test.map(|m| m.accuracy))
+        })
+        .fold(1.0, f64::min);
+    let floor = ((lowest - 0.05) * 10.0).floor().max(0.0) / 10.0;
+    let root = SVGBackend::new(path, SIZE).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(caption(r, "accuracy per round"), (FONT, 20))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(55)
+        .build_cartesian_2d(0.5f64..last as f64 + 0.5, floor..1f64)?;
+    chart
+        .configure_mesh()
+        .x_desc("round")
+        .y_desc("accuracy")
+        .x_labels(last.min(20) as usize)
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .draw()?;
+    let clients: Vec<u32> = r.clients.iter().map(|c| c.id).collect();
+    for (i, id) in clients.iter().enumerate() {
+        let points: Vec<(f64, f64)> = rounds
+            .iter()
+            .filter_map(|rr| rr.metrics.get(id).map(|m| (rr.round as f64, m.accuracy)))
+            .collect();
+        let colour = hue(i, clients.len()).mix(0.5);
+        chart.draw_series(LineSeries::new(points.clone(), colour.stroke_width(1)))?;
+        chart.draw_series(points.iter().map(|&p| Circle::new(p, 2, colour.filled())))?;
+    }
+    let mean: Vec<(f64, f64)> = rounds
+        .iter()
+        .filter_map(|rr| rr.mean.map(|m| (rr.round as f64, m.accuracy)))
+        .collect();
+    chart
+        .draw_series(LineSeries::new(mean.clone(), BLACK.stroke_width(3)))?
+        .label("mean over the clients' test splits")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK.stroke_width(3)));
+    chart.draw_series(mean.iter().map(|&p| Circle::new(p, 4, BLACK.filled())))?;
+    let global: Vec<(f64, f64)> = rounds
+        .iter()
+        .filter_map(|rr| rr.global_test.map(|m| (rr.round as f64, m.accuracy)))
+        .collect();
+    if !global.is_empty() {
+        chart
+            .draw_series(LineSeries::new(global.clone(), RED.stroke_width(3)))?
+            .label("on the shared test set")
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RED.stroke_width(3)));
+        chart.draw_series(global.iter().map(|&p| Circle::new(p, 4, RED.filled())))?;
+    }
+    chart
+        .draw_series(std::iter::empty::<Circle<(f64, f64), i32>>())?
+        .label("each client")
+        .legend(|(x, y)| {
+            PathElement::new(
+                vec![(x, y), (x + 20, y)],
+                hue(0, 1).mix(0.5).stroke_width(1),
+            )
+        });
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font((FONT, 14))
+        .draw()?;
+    root.present()?;
+    Ok(true)
+}
+
+/// Bytes per round summed over the clients, up and down, at each level measured (log scale).
+fn bytes(path: &Path, r: &RunResults) -> anyhow::Result<bool> {
+    type Pick = fn(&flint_common::wire::ledger::Traffic) -> u64;
+    let levels: [(&str, Pick); 4] = [
+        ("payload", |t| t.payload),
+        ("message", |t| t.message),
+        ("socket", |t| t.socket),
+        ("link", |t| t.link),
+    ];
+    let mut series = Vec::new();
+    for (way, up) in [("up", true), ("down", false)] {
+        for (shade, (level, pick)) in levels.into_iter().enumerate() {
+            let points: Vec<(f64, f64)> = r
+                .rounds
+                .iter()
+                .map(|rr| {
+                    let t = if up {
+                        &rr.bytes_total.up
+                    } else {
+                        &rr.bytes_total.down
+                    };
+                    (rr.round as f64, pick(t) as f64)
+                })
+                .filter(|(_, b)| *b > 0.0)
+                .collect();
+            if !points.is_empty() {
+                series.push((format!("{way}, {level}"), up, shade, points));
+            }
+        }
+    }
+    if series.is_empty() {
+        return Ok(false);
+    }
+    let all = || {
+        series
+            .iter()
+            .flat_map(|(_, _, _, p)| p.iter().map(|(_, b)| *b))
+    };
+    let (min, max) = (
+        all().fold(f64::INFINITY, f64::min),
+        all().fold(1.0, f64::max),
+    );
+    let last = r.rounds.last().map_or(0, |rr| rr.round);
+    let root = SVGBackend::new(path, SIZE).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(caption(r, "bytes per round, all clients"), (FONT, 20))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        // Headroom above for the legend.
+        .build_cartesian_2d(
+            -0.5f64..last as f64 + 0.5,
+            ((min / 2.0).max(1.0)..max * 20.0).log_scale(),
+        )?;
+    chart
+        .configure_mesh()
+        .x_desc("round (0: join and first download)")
+        .y_desc("bytes")
+        .x_labels((last as usize + 1).min(20))
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .y_label_formatter(&|y| human(*y))
+        .draw()?;
+    let shades = [1.0, 0.7, 0.45, 0.25];
+    for (label, up, shade, points) in series {
+        let base = if up { BLUE } else { RED };
+        let style = base.mix(shades[shade]).stroke_width(2);
+        chart
+            .draw_series(LineSeries::new(points.clone(), style))?
+            .label(label)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
+        chart.draw_series(points.iter().map(|&p| Circle::new(p, 3, style.filled())))?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font((FONT, 13))
+        .draw()?;
+    root.present()?;
+    Ok(true)
+}
+
+fn human(b: f64) -> String {
+    match b {
+        b if b >= 1e9 => format!("{:.0} GB", b / 1e9),
+        b if b >= 1e6 => format!("{:.0} MB", b / 1e6),
+        b if b >= 1e3 => format!("{:.0} kB", b / 1e3),
+        b => format!("{b:.0} B"),
+    }
+}
+
+/// TPFL: how many clients won each class, round by round.
+fn clusters(path: &Path, r: &RunResults) -> anyhow::Result<bool> {
+    let mut by_class: BTreeMap<u32, Vec<(f64, f64)>> = BTreeMap::new();
+    let mut last = 0;
+    for rr in &r.rounds {
+        let Some(t) = rr.report.as_ref().and_then(|rep| rep.tpfl()) else {
+            continue;
+        };
+        last = rr.round;
+        for (class, members) in &t.clusters {
+            by_class
+                .entry(*class)
+                .or_default()
+                .push((rr.round as f64, members.len() as f64));
+        }
+    }
+    if by_class.is_empty() {
+        return Ok(false);
+    }
+    let most = by_class
+        .values()
+        .flat_map(|p| p.iter().map(|(_, n)| *n))
+        .fold(1.0, f64::max);
+    let root = SVGBackend::new(path, SIZE).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            caption(r, "clients per cluster (the class they won)"),
+            (FONT, 20),
+        )
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(55)
+        .build_cartesian_2d(0.5f64..last as f64 + 0.5, 0f64..most + 1.0)?;
+    chart
+        .configure_mesh()
+        .x_desc("round")
+        .y_desc("clients")
+        .y_labels(most as usize + 2)
+        .y_label_formatter(&|y| format!("{y:.0}"))
+        .x_labels((last as usize).min(20))
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .draw()?;
+    let classes = by_class.len();
+    for (i, (class, points)) in by_class.into_iter().enumerate() {
+        let style = hue(i, classes).stroke_width(2);
+        chart
+            .draw_series(LineSeries::new(points.clone(), style))?
+            .label(format!("class {class}"))
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
+        chart.draw_series(points.iter().map(|&p| Circle::new(p, 3, style.filled())))?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font((FONT, 13))
+        .draw()?;
+    root.present()?;
+    Ok(true)
+}
+
+/// The run's kept FCMs, one per distinct map (every client of a federation holds the same
+/// one after the last download).
+fn kept_maps(dir: &Path) -> anyhow::Result<Vec<ModelFile>> {
+    let Ok(entries) = std::fs::read_dir(dir.join("models")) else {
+        return Ok(Vec::new());
+    };
+    let mut maps: Vec<ModelFile> = Vec::new();
+    let mut paths: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
+    paths.sort();
+    for p in paths {
+        if p.extension().is_none_or(|e| e != "json") {
+            continue;
+        }
+        let m = ModelFile::parse(&std::fs::read(&p)?)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?;
+        if matches!(m.model, KeptModel::Fcm { .. }) && !maps.iter().any(|k| k.model == m.model) {
+            maps.push(m);
+        }
+    }
+    Ok(maps)
+}
+
+/// An FCM's links: a row per source concept, a column per target concept (only the concepts
+/// that have links: the paper's maps learn links into the classes); blue −1, white 0, red +1.
+fn heat_map(path: &Path, m: &ModelFile) -> anyhow::Result<bool> {
+    let KeptModel::Fcm { matrix } = &m.model else {
+        return Ok(false);
+    };
+    let names: Vec<String> = m
+        .features
+        .iter()
+        .cloned()
+        .chain(m.classes.iter().map(|c| format!("class {c}")))
+        .collect();
+    let n = names.len();
+    let sources: Vec<usize> = (0..n)
+        .filter(|&s| matrix[s].iter().any(|w| *w != 0.0))
+        .collect();
+    let targets: Vec<usize> = (0..n)
+        .filter(|&t| matrix.iter().any(|row| row[t] != 0.0))
+        .collect();
+    if sources.is_empty() {
+        return Ok(false);
+    }
+    let (rows, columns) = (sources.len(), targets.len());
+    let size = (260 + 90 * columns as u32, 150 + 20 * rows as u32);
+    let root = SVGBackend::new(path, size).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            format!(
+                "{}: FCM links, source → target (blue −1, white 0, red +1)",
+                m.client
+            ),
+            (FONT, 16),
+        )
+        .margin(12)
+        .x_label_area_size(30)
+        .y_label_area_size(190)
+        .build_cartesian_2d(0f64..columns as f64, 0f64..rows as f64)?;
+    // A label sits in the middle of its cell; rows run from the top.
+    let middle = |v: f64, count: usize| {
+        let i = v.floor() as usize;
+        ((v - i as f64 - 0.5).abs() < 1e-9 && i < count).then_some(i)
+    };
+    let column_name =
+        |v: &f64| middle(*v, columns).map_or_else(String::new, |i| names[targets[i]].clone());
+    let row_name = |v: &f64| {
+        middle(rows as f64 - *v, rows).map_or_else(String::new, |i| names[sources[i]].clone())
+    };
+    chart
+        .configure_mesh()
+        .disable_mesh()
+        .x_labels(2 * columns + 1)
+        .y_labels(2 * rows + 1)
+        .x_label_formatter(&column_name)
+        .y_label_formatter(&row_name)
+        .label_style((FONT, 12))
+        .draw()?;
+    let colour = |w: f64| {
+        let w = w.clamp(-1.0, 1.0);
+        let fade = |c: u8| (255.0 - (255.0 - f64::from(c)) * w.abs()) as u8;
+        let (r, g, b) = if w < 0.0 {
+            (33, 102, 172)
+        } else {
+            (178, 24, 43)
+        };
+        RGBColor(fade(r), fade(g), fade(b))
+    };
+    let cells = sources.iter().enumerate().flat_map(|(i, &s)| {
+        let top = (rows - i) as f64;
+        targets.iter().enumerate().map(move |(j, &t)| {
+            Rectangle::new(
+                [(j as f64, top), (j as f64 + 1.0, top - 1.0)],
+                colour(matrix[s][t]).filled(),
+            )
+        })
+    });
+    chart.draw_series(cells)?;
+    root.present()?;
+    Ok(true)
+}
+
+/// A grid's summary: each experiment's mean accuracy after its last round (a bar), with the
+/// range over its seeds (a line).
+pub fn grid_chart(path: &Path, rows: &[(String, Vec<f64>)]) -> anyhow::Result<bool> {
+    let rows: Vec<&(String, Vec<f64>)> = rows.iter().filter(|(_, v)| !v.is_empty()).collect();
+    if rows.is_empty() {
+        return Ok(false);
+    }
+    let n = rows.len();
+    let root = SVGBackend::new(path, (900, 110 + 34 * n as u32)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            "accuracy after the last round: mean (bar), min–max over seeds (line)",
+            (FONT, 16),
+        )
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(280)
+        .build_cartesian_2d(0f64..1f64, 0f64..n as f64)?;
+    let names: Vec<String> = rows.iter().map(|(name, _)| name.clone()).collect();
+    // Experiments run from the top, a label in the middle of its band.
+    let label = |v: &f64| {
+        let from_top = n as f64 - v;
+        let i = from_top.floor() as usize;
+        if (from_top - i as f64 - 0.5).abs() < 1e-9 && i < n {
+            names[i].clone()
+        } else {
+            String::new()
+        }
+    };
+    chart
+        .configure_mesh()
+        .disable_y_mesh()
+        .y_labels(2 * n + 1)
+        .y_label_formatter(&label)
+        .x_desc("accuracy")
+        .label_style((FONT, 12))
+        .draw()?;
+    for (i, (_, values)) in rows.iter().enumerate() {
+        let mean = values.iter().sum::<f64>() / values.len() as f64;
+        let (low, high) = values
+            .iter()
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), &v| {
+                (l.min(v), h.max(v))
+            });
+        let y = (n - 1 - i) as f64;
+        chart.draw_series(std::iter::once(Rectangle::new(
+            [(0.0, y + 0.2), (mean, y + 0.8)],
+            hue(i, n).mix(0.75).filled(),
+        )))?;
+        if values.len() > 1 {
+            chart.draw_series(std::iter::once(PathElement::new(
+                vec![(low, y + 0.5), (high, y + 0.5)],
+                BLACK.stroke_width(2),
+            )))?;
+        }
+    }
+    root.present()?;
+    Ok(true)
+}
