@@ -250,7 +250,7 @@ impl Experiment {
         let mut file: ExperimentFile = builder
             .build()
             .and_then(|c| c.try_deserialize())
-            .map_err(|e| FlintError::Config(e.to_string()))?;
+            .map_err(|e| FlintError::Config(negative_count(e.to_string())))?;
         let inferred = match data_dir {
             Some(dir) => file.data.infer_classes(dir)?.is_some(),
             None => false,
@@ -425,6 +425,34 @@ fn fingerprint(file: &ExperimentFile) -> String {
     let json = serde_json::to_vec(file).expect("experiment serialises to json");
     let digest = Sha256::digest(&json);
     digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
+}
+
+/// Keys of whole numbers that may be 0; every other count must be at least 1.
+const ZERO_ALLOWED: &[&str] = &["seed", "data.label_column", "partition.iid_clients"];
+
+/// The deserializer's word for a negative number given for a count ("invalid type: string
+/// \"-3\"", "64-bit integer `-3`, expected an unsigned …") as the rule it breaks.
+fn negative_count(message: String) -> String {
+    let number = |m: &str| -> Option<i64> {
+        let at = m.find(['"', '`'])?;
+        let rest = &m[at + 1..];
+        rest[..rest.find(['"', '`'])?].parse().ok()
+    };
+    let key = message
+        .rsplit_once(" for key `")
+        .and_then(|(_, k)| k.strip_suffix('`'));
+    match (number(&message), key) {
+        (Some(n), Some(key))
+            if n < 0
+                && (message.contains("expected an integer")
+                    || message.contains("expected an unsigned")
+                    || message.contains("expected u")) =>
+        {
+            let least = if ZERO_ALLOWED.contains(&key) { 0 } else { 1 };
+            format!("{key} must be a whole number of at least {least}, got {n}")
+        }
+        _ => message,
+    }
 }
 
 fn strip_prefix(e: FlintError) -> String {
@@ -701,6 +729,34 @@ iid_clients = 1
                 .unwrap_err()
                 .to_string();
             assert!(err.contains(want), "{to}: {err}");
+        }
+        // Issue 18 §8: a negative count says which rule it breaks, from a file or an override.
+        for (text, overrides, want) in [
+            (
+                TPFL.replace("rounds = ", "rounds = -"),
+                vec![],
+                "rounds must be a whole number of at least 1, got -",
+            ),
+            (
+                TPFL.to_string(),
+                vec![("rounds".to_string(), "-3".to_string())],
+                "rounds must be a whole number of at least 1, got -3",
+            ),
+            (
+                TPFL.to_string(),
+                vec![("seed".to_string(), "-1".to_string())],
+                "seed must be a whole number of at least 0, got -1",
+            ),
+            (
+                TPFL.to_string(),
+                vec![("tm.clauses".to_string(), "-5".to_string())],
+                "tm.clauses must be a whole number of at least 1, got -5",
+            ),
+        ] {
+            let err = Experiment::from_toml_with(&text, BTreeMap::new(), &overrides, None)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(want), "{err}");
         }
         // Issue 18 §4: a table trains a tsetlin machine through its thermometer code: 8 cuts
         // for each of MAGIC's 10 features unless the experiment says otherwise.
