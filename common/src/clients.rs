@@ -15,6 +15,25 @@ use crate::strategy::{ClientStrategy, Predictor};
 use crate::wire::proto::{DataSummary, Payload};
 use crate::{ClientId, FlintError, Result, Round};
 
+/// The FedTMOS code's `copy_data`: the training rows of the first client (by id) that holds
+/// the last class, as that client trains on them.
+fn copy_data(
+    source: &ShardSource,
+    rows: &[Vec<usize>],
+    labels: &[u32],
+    classes: usize,
+    test: usize,
+) -> Result<crate::data::booleanize::BitRows> {
+    let last = classes as u32 - 1;
+    let holder = rows
+        .iter()
+        .position(|r| r.iter().any(|&i| labels[i] == last))
+        .ok_or_else(|| FlintError::Partition(format!("no client holds class {last}")))?;
+    Ok(source
+        .from_rows(&rows[holder], test, holder as ClientId + 1)?
+        .train)
+}
+
 /// A client half with its own shard: what a client process trains, applies and evaluates.
 pub trait BoundHalf: Send {
     /// Takes the server's download, the aggregate of `round`.
@@ -126,8 +145,8 @@ pub fn prepare(
                     let (sizes, holdout) = e.strategy.image_shard(*samples).ok_or_else(not_images)?;
                     source.dirichlet(alphas[id as usize - 1], sizes, holdout, id)
                 }
-                (_, Some(rows)) => {
-                    let rows = &rows[id as usize - 1];
+                (_, Some(all)) => {
+                    let rows = &all[id as usize - 1];
                     let (sizes, _) = e.strategy.image_shard(rows.len()).ok_or_else(not_images)?;
                     if sizes.confidence.is_some() {
                         return Err(FlintError::Config(format!(
@@ -135,7 +154,11 @@ pub fn prepare(
                             e.strategy.name()
                         )));
                     }
-                    source.from_rows(rows, sizes.test, id)
+                    let mut shard = source.from_rows(rows, sizes.test, id)?;
+                    if e.strategy.copy_data_epoch() {
+                        shard.prefit = Some(copy_data(&source, all, &pool.train.labels, classes, sizes.test)?);
+                    }
+                    Ok(shard)
                 }
                 _ => {
                     return Err(FlintError::Config(
@@ -156,6 +179,7 @@ pub fn prepare(
                         .test
                         .select(&rows.filter(|&i| i < pool.test.len()).collect::<Vec<_>>()),
                     confidence: None,
+                    prefit: None,
                 }),
                 _ => None,
             };
@@ -211,6 +235,7 @@ pub fn prepare(
             let train = code.encode(&shard.train);
             let bit_shard = BitShard {
                 confidence: Some(train.clone()),
+                prefit: None,
                 test: code.encode(&shard.test),
                 train,
             };

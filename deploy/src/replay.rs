@@ -109,6 +109,7 @@ pub fn replay(args: ReplayArgs) -> anyhow::Result<()> {
             .test
             .select(&rows.filter(|&i| i < pool.test.len()).collect::<Vec<_>>()),
         confidence: None,
+        prefit: None,
     };
     println!("on the shared test set ({} rows):", shared.test.len());
     let mut all = half.evaluate_all(&shared);

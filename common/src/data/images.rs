@@ -105,6 +105,9 @@ pub struct BitShard {
     pub train: BitRows,
     pub test: BitRows,
     pub confidence: Option<BitRows>,
+    /// Another client's training rows, fitted for one epoch before the client's own (the
+    /// FedTMOS code's data leak, `fedtmos.copy_data_epoch`); `None` everywhere else.
+    pub prefit: Option<BitRows>,
 }
 
 /// What every client of a process draws its shard from, grouped by class once.
@@ -182,6 +185,7 @@ impl<'a> ShardSource<'a> {
             train: pool.train.select(&train_rows),
             test: held_out.select(&test_rows),
             confidence: conf_rows.map(|rows| held_out.select(&rows)),
+            prefit: None,
         })
     }
 }
@@ -204,6 +208,7 @@ impl ShardSource<'_> {
             train: pool.train.select(&train_rows),
             test: pool.test.select(&test_rows),
             confidence: None,
+            prefit: None,
         })
     }
 }

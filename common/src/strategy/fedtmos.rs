@@ -482,6 +482,11 @@ pub struct FedTmosSection {
     /// (`ConvTm::fit_epoch_threaded`): the same model on any number of cores, but not the
     /// default's, which draws from one stream; faster where a client trains alone.
     pub class_streams: Option<bool>,
+    /// The published code's data leak (FEDTMOS-CODE-NOTES §1): every client first fits one
+    /// epoch on the training rows of the first client holding the last class, then its own
+    /// epochs (default false, in every preset: it hands each client another client's data;
+    /// it exists to measure what the leak adds to the paper's figures).
+    pub copy_data_epoch: Option<bool>,
 }
 
 /// Checked `[fedtmos]` settings.
@@ -495,6 +500,7 @@ pub struct FedTmosHyper {
     pub excluded_at: ExcludedAt,
     pub baselines: bool,
     pub class_streams: bool,
+    pub copy_data_epoch: bool,
 }
 
 impl FedTmosSection {
@@ -538,6 +544,7 @@ impl FedTmosSection {
             )?,
             baselines: self.baselines.unwrap_or(false),
             class_streams: self.class_streams.unwrap_or(false),
+            copy_data_epoch: self.copy_data_epoch.unwrap_or(false),
         })
     }
 }
@@ -899,6 +906,9 @@ impl ClientStrategy<BitShard> for FedTmosClient {
     }
 
     fn train(&mut self, shard: &BitShard, _round: Round, rng: &mut FlintRng) -> Result<Payload> {
+        if let Some(leak) = &shard.prefit {
+            self.tm.fit_epoch(leak, &mut self.masks, rng);
+        }
         self.hyper
             .train_locally(&mut self.tm, &shard.train, &mut self.masks, rng);
         let upload = upload_of(&self.tm, &shard.train_class_counts())?;

@@ -739,6 +739,7 @@ mod tests {
             train: all.clone(),
             test: all.clone(),
             confidence: Some(all.select(&only_2)),
+            prefit: None,
         };
         let mut c = client(false);
         let up = c.train(&shard, 1, &mut rng).unwrap();
@@ -775,6 +776,7 @@ mod tests {
             train: all.clone(),
             test: all.clone(),
             confidence: Some(all.select(&only_2)),
+            prefit: None,
         };
         let mut c = client(true);
         let first = c.train(&shard, 1, &mut rng).unwrap();
