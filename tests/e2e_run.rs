@@ -570,3 +570,73 @@ fn tsetlin_machines_train_on_a_table_and_keep_readable_rules() {
         );
     }
 }
+
+/// Issue 18 §7: a shared test set held out of a table before the partition, measured every
+/// round by the client that holds it, beside the clients' own test splits.
+#[test]
+fn a_global_test_split_is_held_out_and_measured_every_round() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    let mut csv = String::new();
+    for i in 0..600u32 {
+        let (cx, label) = [(-1.5, "a"), (1.5, "b"), (0.0, "c")][(i % 3) as usize];
+        let jitter = |k: u32| f64::from((i * 7919 + k * 104_729) % 1000) / 250.0 - 2.0;
+        csv += &format!("{},{},{label}\n", cx + jitter(1), jitter(2));
+    }
+    std::fs::write(data.join("blobs.csv"), csv).unwrap();
+    let text = |strategy: &str| {
+        format!(
+            "name = \"held-{strategy}\"\nstrategy = \"{strategy}\"\nseed = 3\nrounds = 3\nclient_count = 3\n\
+             [data]\nsource = \"csv\"\npath = \"blobs.csv\"\nfeatures = 2\nglobal_test_fraction = 0.25\n"
+        )
+    };
+    let runs = dir.path().join("runs");
+    let exp = write(dir.path(), "held.toml", &text("fedavg"));
+    let out = ok(flint()
+        .arg("run")
+        .arg(&exp)
+        .arg("--data-dir")
+        .arg(&data)
+        .arg("--runs-dir")
+        .arg(&runs));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("Round 3 on the shared test set (150 rows)"),
+        "{said}"
+    );
+    let r = results(&runs.join("held-fedavg"));
+    // 50 rows of each class are held out; the clients split the other 450.
+    let rows: u64 = r
+        .clients
+        .iter()
+        .map(|c| c.train_class_counts.iter().sum::<u64>() + c.test_samples)
+        .sum();
+    assert_eq!(rows, 450);
+    for rr in &r.rounds[1..] {
+        let g = rr.global_test.expect("measured every round");
+        assert_eq!(g.samples, 150, "round {}", rr.round);
+        assert!(g.accuracy > 0.5, "round {}: {g:?}", rr.round);
+    }
+    // A strategy that leaves each client its own model has no one model to measure.
+    let tpfl = write(
+        dir.path(),
+        "held-local.toml",
+        &text("local").replace("seed = 3", "seed = 3\nmodel = \"logreg\""),
+    );
+    let out = flint()
+        .arg("run")
+        .arg(&tpfl)
+        .arg("--data-dir")
+        .arg(&data)
+        .arg("--runs-dir")
+        .arg(&runs)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("strategy local leaves each client its own"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -204,18 +204,31 @@ pub fn prepare(
         return Ok(out);
     }
     let dataset = e.data.load(data_dir, e.seed)?;
-    let parts = partition(&dataset, &e.partition, e.seed)?;
+    // The shared test set is held out before the partition, so no client trains on it.
+    let (rest, held) = match e.data.global_test {
+        Some(fraction) => {
+            let all: Vec<usize> = (0..dataset.len()).collect();
+            let (rest, held) = crate::data::shard::split(&dataset, &all, fraction, e.seed, 0);
+            (Some(rest), held)
+        }
+        None => (None, Vec::new()),
+    };
+    let parts = match &rest {
+        Some(rest) => partition(&dataset.select(rest), &e.partition, e.seed)?
+            .into_iter()
+            .map(|part| part.into_iter().map(|i| rest[i]).collect())
+            .collect(),
+        None => partition(&dataset, &e.partition, e.seed)?,
+    };
     for &id in ids {
         let name = declared(id)?.name.clone();
         let rows = &parts[id as usize - 1];
-        let shard = Shard::new(
-            &dataset,
-            rows,
-            e.data.test_fraction,
-            e.data.scaling,
-            e.seed,
-            id,
-        );
+        let (train_rows, test_rows) =
+            crate::data::shard::split(&dataset, rows, e.data.test_fraction, e.seed, id);
+        let shard = Shard::from_split(&dataset, &train_rows, &test_rows, e.data.scaling);
+        // Its holder measures it as its own test rows: scaled by its own training split.
+        let global = (id == 1 && !held.is_empty())
+            .then(|| Shard::from_split(&dataset, &train_rows, &held, e.data.scaling));
         if shard.train.is_empty() || shard.test.is_empty() {
             return Err(FlintError::Partition(format!(
                 "client {name:?} has {} training and {} test rows of its {} rows; each split needs at least one (give it more data or change data.test_fraction)",
@@ -242,6 +255,12 @@ pub fn prepare(
             let half = e
                 .strategy
                 .bits_client(code.bits(), classes, e.seed, id, e.clients.len())?;
+            let global_bits = global.as_ref().map(|g| BitShard {
+                train: code.encode(&g.test.select(&[])),
+                test: code.encode(&g.test),
+                confidence: None,
+                prefit: None,
+            });
             out.push(Prepared {
                 id,
                 summary: summary(
@@ -253,7 +272,7 @@ pub fn prepare(
                 half: Box::new(OnShard {
                     shard: bit_shard,
                     half,
-                    global: None,
+                    global: global_bits,
                 }),
                 name,
                 feature_names: names,
@@ -274,7 +293,7 @@ pub fn prepare(
             half: Box::new(OnShard {
                 shard,
                 half,
-                global: None,
+                global,
             }),
             name,
             feature_names: names,

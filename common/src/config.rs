@@ -190,6 +190,11 @@ impl From<ParamError> for FlintError {
 }
 
 impl Experiment {
+    /// The client that holds the run's shared test set, where it has one (client 1).
+    pub fn global_test_holder(&self) -> Option<crate::ClientId> {
+        (self.strategy.global_test_rows().is_some() || self.data.global_test.is_some()).then_some(1)
+    }
+
     /// Reads a file and applies `FLINT_…` environment overrides and `key=value` overrides.
     pub fn load(path: &Path, overrides: &[(String, String)]) -> Result<Experiment> {
         Self::load_reading(path, overrides, None)
@@ -375,6 +380,20 @@ impl Experiment {
             return Err(bad(
                 "image data is split over clients by partition.kind = \"dirichlet\" (or a split by class: dirichlet-by-class, dirichlet-fedtmos-code, classes-per-client)".into(),
             ));
+        }
+        if data.global_test.is_some()
+            && !matches!(
+                strategy.kind(),
+                StrategyKind::FedAvg
+                    | StrategyKind::FedAvgAhp
+                    | StrategyKind::BlindFcm
+                    | StrategyKind::Central
+            )
+        {
+            return Err(bad(format!(
+                "data.global_test_fraction measures one global model; strategy {} leaves each client its own",
+                strategy.name()
+            )));
         }
         let compression = file.wire.check()?;
         let fingerprint = fingerprint(&file);

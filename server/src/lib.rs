@@ -205,7 +205,7 @@ pub async fn serve_with(
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
     let addr = listener.local_addr()?;
     let classes = experiment.data.classes().len();
-    let holder = experiment.strategy.global_test_rows().map(|_| 1);
+    let holder = experiment.global_test_holder();
     let mut rounds = Rounds::new(experiment.policy.clone(), strategy, classes)
         .with_global_test_holder(holder)
         .with_features(experiment.data.features());

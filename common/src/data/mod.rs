@@ -29,6 +29,10 @@ pub struct DataSection {
     pub source: String,
     /// Fraction of each client's shard held out as its test split (default 0.2).
     pub test_fraction: Option<f64>,
+    /// Fraction of a table held out, per class, before the partition, as one shared test set
+    /// (held by the first client, which measures the model on it every round; strategies with
+    /// one global model: fedavg, fedavg-ahp, blind-fcm, central). Default: none.
+    pub global_test_fraction: Option<f64>,
     /// `local-zscore` (each client standardises with its own training statistics; the default
     /// for logistic regression), `local-minmax` (to [0, 1] with its own training range; the
     /// default for FCMs) or `none`.
@@ -163,6 +167,8 @@ pub struct DataSpec {
     pub scaling: Scaling,
     /// How a table becomes bits for a Tsetlin Machine; `None` for images and for other models.
     pub table_bits: Option<TableBits>,
+    /// The fraction of a table held out as the shared test set (`data.global_test_fraction`).
+    pub global_test: Option<f64>,
 }
 
 /// A table's thermometer code (see [`booleanize::Thermometer`]).
@@ -241,6 +247,15 @@ impl DataSection {
             }
         };
         let table_bits = s.table_bits()?;
+        let global_test = match s.global_test_fraction {
+            None => None,
+            Some(f) => Some(crate::params::require(
+                "data.global_test_fraction",
+                "between 0 and 1 (exclusive)",
+                f,
+                f > 0.0 && f < 1.0,
+            )?),
+        };
         let source = match s.source.as_str() {
             "synthetic" => {
                 only(&["samples", "features", "separation"])?;
@@ -390,6 +405,11 @@ impl DataSection {
                 )));
             }
         };
+        if global_test.is_some() && matches!(source, Source::Images { .. }) {
+            return Err(bad(
+                "data.global_test_fraction applies to tables; an image strategy's shared test set is the official test images".into(),
+            ));
+        }
         if table_bits.is_some() && matches!(source, Source::Images { .. }) {
             return Err(bad(
                 "data.booleanize, data.levels and data.cuts apply to tables; images are booleanized by data.binarize".into(),
@@ -400,6 +420,7 @@ impl DataSection {
             test_fraction,
             scaling,
             table_bits,
+            global_test,
         })
     }
 

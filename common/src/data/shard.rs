@@ -49,24 +49,21 @@ impl Shard {
         seed: u64,
         client: ClientId,
     ) -> Shard {
-        let mut rng = derive_rng(seed, "split", client);
-        let mut train_rows = Vec::new();
-        let mut test_rows = Vec::new();
-        for class in 0..data.classes.len() as u32 {
-            let mut of_class: Vec<usize> = rows
-                .iter()
-                .copied()
-                .filter(|&i| data.y[i] == class)
-                .collect();
-            of_class.shuffle(&mut rng);
-            let n_test = (of_class.len() as f64 * test_fraction).round() as usize;
-            test_rows.extend_from_slice(&of_class[..n_test]);
-            train_rows.extend_from_slice(&of_class[n_test..]);
-        }
-        train_rows.shuffle(&mut rng);
+        let (train_rows, test_rows) = split(data, rows, test_fraction, seed, client);
+        Shard::from_split(data, &train_rows, &test_rows, scaling)
+    }
+
+    /// The shard of these training and test rows: missing values, categories and scaling
+    /// from the training rows alone, applied to both.
+    pub fn from_split(
+        data: &Dataset,
+        train_rows: &[usize],
+        test_rows: &[usize],
+        scaling: Scaling,
+    ) -> Shard {
         let mut shard = Shard {
-            train: data.select(&train_rows),
-            test: data.select(&test_rows),
+            train: data.select(train_rows),
+            test: data.select(test_rows),
         };
         // Missing values (NaN, `data.on_missing = "impute"`) take the training split's mean.
         if shard
@@ -100,6 +97,33 @@ impl Shard {
         }
         shard
     }
+}
+
+/// A client's rows split per class into (train, test) by its own generator: `test_fraction`
+/// of each class, rounded, to test.
+pub fn split(
+    data: &Dataset,
+    rows: &[usize],
+    test_fraction: f64,
+    seed: u64,
+    client: ClientId,
+) -> (Vec<usize>, Vec<usize>) {
+    let mut rng = derive_rng(seed, "split", client);
+    let mut train_rows = Vec::new();
+    let mut test_rows = Vec::new();
+    for class in 0..data.classes.len() as u32 {
+        let mut of_class: Vec<usize> = rows
+            .iter()
+            .copied()
+            .filter(|&i| data.y[i] == class)
+            .collect();
+        of_class.shuffle(&mut rng);
+        let n_test = (of_class.len() as f64 * test_fraction).round() as usize;
+        test_rows.extend_from_slice(&of_class[..n_test]);
+        train_rows.extend_from_slice(&of_class[n_test..]);
+    }
+    train_rows.shuffle(&mut rng);
+    (train_rows, test_rows)
 }
 
 /// Each column's mean over the values present; 0 for a column with none (the client has
