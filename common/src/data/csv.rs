@@ -1,5 +1,6 @@
-//! Delimited text files (by the `csv` crate: quoted fields, any one-byte delimiter): numeric
-//! features, one label column, missing values by a declared policy.
+//! Delimited text files (by the `csv` crate: quoted fields, any one-byte delimiter; gzipped when
+//! the name ends in `.gz`): numeric features, one label column, missing values by a declared
+//! policy.
 
 use std::path::Path;
 
@@ -79,8 +80,20 @@ impl CsvSpec {
     }
 }
 
+/// The file's bytes, gunzipped when its name ends in `.gz`.
+fn read(path: &Path) -> Result<Vec<u8>> {
+    let bytes = std::fs::read(path).map_err(|e| FlintError::io(path, e))?;
+    if path.extension().is_none_or(|e| e != "gz") {
+        return Ok(bytes);
+    }
+    let mut text = Vec::new();
+    std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&bytes[..]), &mut text)
+        .map_err(|e| FlintError::data(path, format!("not a gzip file: {e}")))?;
+    Ok(text)
+}
+
 pub fn load(path: &Path, spec: &CsvSpec) -> Result<Dataset> {
-    let text = std::fs::read(path).map_err(|e| FlintError::io(path, e))?;
+    let text = read(path)?;
     let data = parse_bytes(&text, spec).map_err(|reason| FlintError::data(path, reason))?;
     Ok(data)
 }
@@ -88,7 +101,7 @@ pub fn load(path: &Path, spec: &CsvSpec) -> Result<Dataset> {
 /// The class labels of a file, sorted (numerically when every label is a number), for an
 /// experiment that does not list them.
 pub fn infer_classes(path: &Path, spec: &CsvSpec) -> Result<Vec<String>> {
-    let text = std::fs::read(path).map_err(|e| FlintError::io(path, e))?;
+    let text = read(path)?;
     labels_of(&text, spec).map_err(|reason| FlintError::data(path, reason))
 }
 
