@@ -110,7 +110,7 @@ fn local_baseline_sends_nothing_back_and_matches_round_one() {
     }
     let summary = std::fs::read_to_string(runs.join("grid-summary.md")).unwrap();
     assert!(
-        summary.contains("| fed | blind-fcm | accuracy tanh λ=2 | 0.4/0.3/0.1/0.1/0.1 | 1 |"),
+        summary.contains("| fed | blind-fcm | accuracy tanh λ=2 | 0.4/0.3/0.1/0.1/0.1 | 1 | 2 |"),
         "{summary}"
     );
     assert!(

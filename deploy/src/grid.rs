@@ -49,6 +49,8 @@ struct Row {
     strategy: String,
     setting: String,
     partition: String,
+    /// Rounds planned: a one-round baseline (a central map's one PSO run) reads as such.
+    rounds: u32,
     runs: Vec<Outcome>,
 }
 
@@ -122,6 +124,7 @@ pub fn grid(args: GridArgs) -> anyhow::Result<()> {
             strategy: e.strategy.name(),
             setting: setting(e),
             partition: partition(e),
+            rounds: e.policy.rounds,
             runs: Vec::new(),
         };
         for seed in &seeds {
@@ -389,8 +392,8 @@ fn bytes(runs: &[Outcome], pick: fn(&Outcome) -> Traffic) -> String {
 
 fn markdown(rows: &[Row]) -> String {
     let mut s = String::from(
-        "| experiment | strategy | setting | partition | runs | accuracy before | accuracy after | precision before | precision after | up B/client/round (payload / message / socket) | down B/client/round | s/run |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| experiment | strategy | setting | partition | runs | rounds | accuracy before | accuracy after | precision before | precision after | up B/client/round (payload / message / socket) | down B/client/round | s/run |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in rows {
         let col = |f: fn(&Outcome) -> Option<f64>| -> String {
@@ -398,12 +401,13 @@ fn markdown(rows: &[Row]) -> String {
         };
         let wall = r.runs.iter().map(|o| o.wall).sum::<f64>() / r.runs.len().max(1) as f64;
         s += &format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} |\n",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} |\n",
             r.name,
             r.strategy,
             r.setting,
             r.partition,
             r.runs.len(),
+            r.rounds,
             col(|o| o.before.map(|m| m.accuracy)),
             col(|o| o.after.map(|m| m.accuracy)),
             col(|o| o.before.map(|m| m.precision)),
@@ -458,13 +462,13 @@ fn csv(rows: &[Row]) -> String {
         "experiment,strategy,setting,partition,run,accuracy_before,accuracy_after,precision_before,precision_after,\
 up_payload,up_message,up_socket,up_paper,down_payload,down_message,down_socket,down_paper,\
 up_total_payload,up_total_message,up_total_socket,up_total_paper,\
-down_total_payload,down_total_message,down_total_socket,down_total_paper,clusters_per_round,wall_seconds\n",
+down_total_payload,down_total_message,down_total_socket,down_total_paper,clusters_per_round,wall_seconds,rounds\n",
     );
     let num = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v}"));
     for r in rows {
         for (i, o) in r.runs.iter().enumerate() {
             s += &format!(
-                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.3}\n",
+                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.3},{}\n",
                 field(&r.name),
                 r.strategy,
                 field(&r.setting),
@@ -491,7 +495,8 @@ down_total_payload,down_total_message,down_total_socket,down_total_paper,cluster
                 o.down_total.socket,
                 o.down_total.paper,
                 o.clusters.map_or(String::new(), |c| format!("{c}")),
-                o.wall
+                o.wall,
+                r.rounds
             );
         }
     }
