@@ -85,7 +85,12 @@ fn repo(path: &str) -> PathBuf {
 }
 
 /// `flint run FILE ARGS` into a temporary directory; its figures against the recorded ones.
-fn same_as_recorded(experiment: &Path, args: &[&str], figures_file: &str) {
+/// Returns the directory, which holds the run.
+fn same_as_recorded(
+    experiment: &Path,
+    args: &[&str],
+    figures_file: &str,
+) -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let mut cmd = flint();
     cmd.arg("run").arg("--runs-dir").arg(dir.path()).args(args);
@@ -100,6 +105,8 @@ fn same_as_recorded(experiment: &Path, args: &[&str], figures_file: &str) {
     for (g, w) in got.rounds.iter().zip(&want.rounds) {
         assert_eq!(g, w, "round {} differs from {figures_file}", w.round);
     }
+    let run = dir.path().join(&want.name);
+    (dir, run)
 }
 
 #[test]
@@ -126,9 +133,21 @@ fn a_blind_fl_breast_cancer_run_is_exactly_as_recorded() {
 #[test]
 #[ignore = "needs FLINT_DATA_DIR with MNIST; CI runs it"]
 fn a_ten_client_tpfl_mnist_run_is_exactly_as_recorded() {
-    same_as_recorded(
+    let (_dir, run) = same_as_recorded(
         &repo("tests/behaviour/tpfl-mnist.toml"),
         &["--clients-per-process", "5"],
         "tpfl-mnist.json",
     );
+    // Issue 18: each client keeps its personalized machine, as rules over named pixels and as
+    // a checkpoint, and the run its pictures.
+    let kept = flint_common::model::kept::ModelFile::parse(
+        &std::fs::read(run.join("models/client-1.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(kept.features.len(), 784);
+    assert_eq!(kept.features[28 * 12 + 7], "pixel(12,7)");
+    assert!(run.join("models/client-10.tm").is_file());
+    for plot in ["accuracy.svg", "bytes.svg", "clusters.svg"] {
+        assert!(run.join("plots").join(plot).is_file(), "{plot}");
+    }
 }
