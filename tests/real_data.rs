@@ -678,6 +678,43 @@ fn fedtmos_builds_server_models_every_client_predicts_with() {
         );
     }
     assert!(report.ensemble_bytes > 0 && report.composite_bytes > 0);
+    // Issue 18 §1: every client keeps the composite it predicts with: φ machines, their
+    // clauses over named patch literals, and each machine's checkpoint.
+    let run = dir.path().join("runs/fedtmos-small");
+    let kept = flint_common::model::kept::ModelFile::parse(
+        &std::fs::read(run.join("models/client-3.json")).unwrap(),
+    )
+    .unwrap();
+    let flint_common::model::kept::KeptModel::Composite {
+        literals, machines, ..
+    } = &kept.model
+    else {
+        panic!("{:?}", kept.model)
+    };
+    assert_eq!(machines.len(), 2);
+    assert_eq!(
+        literals.len(),
+        136,
+        "10 × 10 pixels and 2 × 18 position bits"
+    );
+    assert_eq!(
+        (literals[0].as_str(), literals[135].as_str()),
+        ("p(0,0)", "x > 17")
+    );
+    for k in 1..=2 {
+        assert!(
+            run.join(format!("models/client-3.composite-{k}.tm"))
+                .is_file()
+        );
+    }
+    let explained = ok(flint().arg("explain").arg(&run).args(["--top", "1"]));
+    let text = String::from_utf8_lossy(&explained.stdout);
+    assert!(
+        text.starts_with(
+            "client-1, client-2, client-3, client-4:\ncomposite of 2 convolutional machines"
+        ),
+        "{text}"
+    );
     let down = r.ledger.flows[&1][&1].down.payload;
     assert!(
         down >= report.composite_bytes + report.ensemble_bytes,

@@ -17,7 +17,7 @@ use flint_common::data::default_data_dir;
 use flint_common::logging::LogFormat;
 use flint_common::meter::{ConnMeter, CountingIo, LinkMeter, MessageMeterLayer, SharedLedger};
 use flint_common::metrics::ConfusionMatrix;
-use flint_common::model::kept::{Condition, KeptModel, ModelFile};
+use flint_common::model::kept::{Condition, ModelFile};
 use flint_common::rng::derive_rng;
 use flint_common::strategy::Predictor;
 use flint_common::wire::chunks::{MAX_CHUNK, split};
@@ -341,9 +341,9 @@ pub async fn run(args: ClientArgs) -> anyhow::Result<Vec<ClientReport>> {
                 let path = dir.join(format!("{}.json", r.name));
                 std::fs::write(&path, serde_json::to_vec_pretty(model)?)
                     .with_context(|| format!("cannot write {}", path.display()))?;
-                if let KeptModel::Tm { checkpoint, .. } = &model.model {
-                    let path = dir.join(format!("{}.tm", r.name));
-                    std::fs::write(&path, checkpoint)
+                for (suffix, bytes) in model.model.checkpoints() {
+                    let path = dir.join(format!("{}{suffix}", r.name));
+                    std::fs::write(&path, bytes)
                         .with_context(|| format!("cannot write {}", path.display()))?;
                 }
             }

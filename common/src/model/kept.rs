@@ -4,6 +4,8 @@
 //! Format `flint-model`, version 1, JSON: `{format, version, client, classes, features,
 //! scaling, model: {kind, …}}`. A reader refuses another format or a newer version.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use super::fcm::Fcm;
@@ -38,6 +40,23 @@ pub enum KeptModel {
         /// beside the JSON as `<client>.tm`.
         #[serde(skip)]
         checkpoint: Vec<u8>,
+    },
+    /// FedTMOS's composite: φ convolutional machines. A clause fires on an image when its
+    /// literals all hold on some W × W patch; a machine's class sum is the sum of its firing
+    /// clauses' votes, and the composite adds each machine's sums scaled by their spread
+    /// (`normalization`, FedTMOS eq. 3 or the code's per batch; `clamp`: first to [−T, T]).
+    Composite {
+        /// The names of a patch's input bits: its pixels `p(dy,dx)`, then where it sits
+        /// (`y > k`, `x > k`).
+        literals: Vec<String>,
+        normalization: String,
+        clamp: bool,
+        /// One list of clauses per machine; a clause votes for one class (a weight of 0
+        /// for the others).
+        machines: Vec<Vec<KeptClause>>,
+        /// Each machine's binary checkpoint, written as `<client>.composite-<k>.tm`.
+        #[serde(skip)]
+        checkpoints: Vec<Vec<u8>>,
     },
 }
 
@@ -79,20 +98,10 @@ impl KeptModel {
     /// A coalesced machine (one clause bank shared by the classes, a weight per class).
     pub fn coalesced(tm: &CoalescedTm) -> KeptModel {
         let bank = tm.bank();
-        let (bits, fw) = (bank.features(), bank.feature_words());
+        let bits = bank.features();
         let clauses = (0..tm.clauses())
             .filter_map(|j| {
-                let include = bank.include(j);
-                let literals: Vec<Literal> = (0..2 * bits)
-                    .filter(|&l| {
-                        let (word, bit) = (l % bits / 64 + fw * (l / bits), l % bits % 64);
-                        include[word] >> bit & 1 == 1
-                    })
-                    .map(|l| Literal {
-                        bit: l % bits,
-                        not: l >= bits,
-                    })
-                    .collect();
+                let literals = Self::literals(bank, j);
                 (!literals.is_empty()).then(|| KeptClause {
                     literals,
                     weights: (0..tm.classes()).map(|c| tm.class_weights(c)[j]).collect(),
@@ -106,12 +115,134 @@ impl KeptModel {
         }
     }
 
+    /// The literals a clause of `bank`'s clause `j` includes.
+    fn literals(bank: &super::tm::ClauseBank, j: usize) -> Vec<Literal> {
+        let (bits, fw) = (bank.features(), bank.feature_words());
+        let include = bank.include(j);
+        (0..2 * bits)
+            .filter(|&l| {
+                let (word, bit) = (l % bits / 64 + fw * (l / bits), l % bits % 64);
+                include[word] >> bit & 1 == 1
+            })
+            .map(|l| Literal {
+                bit: l % bits,
+                not: l >= bits,
+            })
+            .collect()
+    }
+
+    /// A composite of convolutional machines (`composite` as written in the download).
+    pub fn composite(
+        machines: &[super::tm::conv::ConvTm],
+        options: super::tm::composite::CompositeOptions,
+    ) -> Option<KeptModel> {
+        let first = machines.first()?;
+        let spec = *first.spec();
+        let (w, pixels) = (spec.patch, spec.patch * spec.patch * spec.channels);
+        let literals = (0..spec.patch_features())
+            .map(|k| match k {
+                k if k < pixels => match spec.channels {
+                    1 => format!("p({},{})", k / w, k % w),
+                    c => format!("p({},{},{})", k / c / w, k / c % w, k % c),
+                },
+                k if k < pixels + spec.height - w => format!("y > {}", k - pixels),
+                k => format!("x > {}", k - pixels - (spec.height - w)),
+            })
+            .collect();
+        let mut kept = Vec::new();
+        let mut checkpoints = Vec::new();
+        for m in machines {
+            let tm = m.multiclass()?;
+            let classes = tm.classes();
+            let mut clauses = Vec::new();
+            for c in 0..classes {
+                let bank = tm.bank(c);
+                for (j, &weight) in tm.class_weights(c).iter().enumerate() {
+                    let literals = Self::literals(bank, j);
+                    if literals.is_empty() || weight == 0 {
+                        continue;
+                    }
+                    let mut weights = vec![0; classes];
+                    weights[c] = super::tm::multiclass::MultiClassTm::polarity(j)
+                        * i32::try_from(weight).unwrap_or(i32::MAX);
+                    clauses.push(KeptClause { literals, weights });
+                }
+            }
+            kept.push(clauses);
+            checkpoints.push(tm.to_bytes());
+        }
+        Some(KeptModel::Composite {
+            literals,
+            normalization: crate::params::name_of(&options.normalization),
+            clamp: options.clamp,
+            machines: kept,
+            checkpoints,
+        })
+    }
+
+    /// The binary checkpoints to write beside the file, with their file name's suffix.
+    pub fn checkpoints(&self) -> Vec<(String, &[u8])> {
+        match self {
+            KeptModel::Tm { checkpoint, .. } => vec![(".tm".into(), checkpoint.as_slice())],
+            KeptModel::Composite { checkpoints, .. } => checkpoints
+                .iter()
+                .enumerate()
+                .map(|(k, c)| (format!(".composite-{}.tm", k + 1), c.as_slice()))
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
     pub fn fcm(model: &Fcm) -> KeptModel {
         let n = model.concepts();
         KeptModel::Fcm {
             matrix: model.matrix().chunks(n).map(<[f64]>::to_vec).collect(),
         }
     }
+}
+
+/// A convolutional clause as text: its pixels, then where the patch may sit, each axis's
+/// thermometer literals read as one interval (`y > 3 AND NOT y > 9` reads `3 < y <= 9`).
+fn patch_rule(names: &[String], clause: &KeptClause) -> String {
+    let mut terms = Vec::new();
+    let mut axes: BTreeMap<&str, (Option<usize>, Option<usize>)> = BTreeMap::new();
+    for l in &clause.literals {
+        let name = &names[l.bit];
+        let position = name
+            .split_once(" > ")
+            .and_then(|(axis, k)| Some((axis, k.parse::<usize>().ok()?)));
+        match position {
+            Some((axis, k)) => {
+                let (low, high) = axes.entry(axis).or_default();
+                if l.not {
+                    *high = Some(high.map_or(k, |h| h.min(k)));
+                } else {
+                    *low = Some(low.map_or(k, |v| v.max(k)));
+                }
+            }
+            None if l.not => terms.push(format!("NOT {name}")),
+            None => terms.push(name.clone()),
+        }
+    }
+    // y before x, as the literals are.
+    for axis in ["y", "x"] {
+        match axes.get(axis) {
+            Some((Some(low), Some(high))) => terms.push(format!("{low} < {axis} <= {high}")),
+            Some((Some(low), None)) => terms.push(format!("{axis} > {low}")),
+            Some((None, Some(high))) => terms.push(format!("{axis} <= {high}")),
+            _ => {}
+        }
+    }
+    terms.join(" AND ")
+}
+
+/// Every clause votes per class and includes at least one literal of `bits` inputs.
+fn clauses_fit(clauses: &[KeptClause], classes: usize, bits: usize) -> bool {
+    clauses.iter().all(|c| {
+        c.weights.len() == classes
+            && !c.literals.is_empty()
+            && c.literals.iter().all(|l| l.bit < bits)
+    })
 }
 
 /// A kept model with the names that make it readable.
@@ -261,13 +392,11 @@ impl ModelFile {
                 } else {
                     *bits == file.conditions.len() && file.conditions.iter().all(|c| c.feature < f)
                 };
-                conditions_fit
-                    && clauses.iter().all(|c| {
-                        c.weights.len() == k
-                            && !c.literals.is_empty()
-                            && c.literals.iter().all(|l| l.bit < *bits)
-                    })
+                conditions_fit && clauses_fit(clauses, k, *bits)
             }
+            KeptModel::Composite {
+                literals, machines, ..
+            } => machines.iter().all(|m| clauses_fit(m, k, literals.len())),
         };
         if !fits {
             return Err(format!(
@@ -349,6 +478,47 @@ impl ModelFile {
                     out += &format!("  class {class}: {} clauses vote for it\n", order.len());
                     for k in order.into_iter().take(top) {
                         out += &format!("    {:+}  {}\n", k.weights[c], self.rule_text(k));
+                    }
+                }
+            }
+            KeptModel::Composite {
+                literals,
+                normalization,
+                clamp,
+                machines,
+                ..
+            } => {
+                out += &format!(
+                    "composite of {} convolutional machines ({normalization} normalization{}); a clause fires when it holds on some patch\n",
+                    machines.len(),
+                    if *clamp {
+                        ", sums clamped to [-T, T]"
+                    } else {
+                        ""
+                    }
+                );
+                for (m, clauses) in machines.iter().enumerate() {
+                    let held: Vec<&str> = (0..self.classes.len())
+                        .filter(|&c| clauses.iter().any(|k| k.weights[c] > 0))
+                        .map(|c| self.classes[c].as_str())
+                        .collect();
+                    out += &format!(
+                        "  machine {}: {} clauses; classes with positive votes: {}\n",
+                        m + 1,
+                        clauses.len(),
+                        held.join(", ")
+                    );
+                    for (c, class) in self.classes.iter().enumerate() {
+                        let mut order: Vec<&KeptClause> =
+                            clauses.iter().filter(|k| k.weights[c] > 0).collect();
+                        order.sort_by_key(|k| std::cmp::Reverse(k.weights[c]));
+                        for k in order.into_iter().take(top) {
+                            out += &format!(
+                                "    class {class}: {:+}  {}\n",
+                                k.weights[c],
+                                patch_rule(literals, k)
+                            );
+                        }
                     }
                 }
             }
@@ -526,6 +696,31 @@ mod tests {
         };
         // (An empty interval is printed as it is: such a clause never fires.)
         assert_eq!(f.rule_text(&clause), "2 < width <= 4 AND 6 < height <= 5");
+    }
+
+    #[test]
+    fn a_patch_clause_reads_its_position_as_intervals() {
+        let names: Vec<String> = [
+            "p(0,0)", "p(0,1)", "y > 0", "y > 1", "y > 2", "x > 0", "x > 1",
+        ]
+        .map(String::from)
+        .to_vec();
+        let lit = |bit, not| Literal { bit, not };
+        let clause = KeptClause {
+            literals: vec![
+                lit(0, false),
+                lit(1, true),
+                lit(2, false),
+                lit(3, false),
+                lit(4, true),
+                lit(6, true),
+            ],
+            weights: vec![3],
+        };
+        assert_eq!(
+            patch_rule(&names, &clause),
+            "p(0,0) AND NOT p(0,1) AND 1 < y <= 2 AND x <= 1"
+        );
     }
 
     #[test]

@@ -915,6 +915,11 @@ impl ClientStrategy<BitShard> for FedTmosClient {
         Ok(wire::encode_tm_upload(&upload, self.shape))
     }
 
+    /// The composite the client predicts with, as received.
+    fn export(&self) -> Option<crate::model::kept::KeptModel> {
+        crate::model::kept::KeptModel::composite(&self.composite, self.hyper.composite)
+    }
+
     fn evaluate(&self, shard: &BitShard) -> ConfusionMatrix {
         let test = &shard.test;
         let predictions = if self.composite.is_empty() {
