@@ -396,6 +396,10 @@ impl Experiment {
             )));
         }
         let compression = file.wire.check()?;
+        // The file as the run reads it, every default of the sections it uses written in: what
+        // `experiment.resolved.toml` shows and the fingerprint covers (the same for a file that
+        // leaves a default out and one that writes it).
+        let file = with_defaults(file, &strategy, &policy, &data, compression);
         let fingerprint = fingerprint(&file);
         Ok(Experiment {
             fingerprint,
@@ -426,7 +430,7 @@ impl Experiment {
 
     /// The resolved experiment as TOML, so a run directory records exactly what ran.
     pub fn to_toml(&self) -> String {
-        toml::to_string_pretty(&self.file).expect("experiment serialises to toml")
+        toml::to_string(&self.file).expect("experiment serialises to toml")
     }
 }
 
@@ -438,6 +442,140 @@ fn secs(key: &str, value: Option<f64>, default: f64) -> Result<Duration> {
         )));
     }
     Ok(Duration::from_secs_f64(v))
+}
+
+/// `section` with every key it leaves unset taken from the checked settings `used`, where a key
+/// of the same name holds a value the section accepts. `used` is the section's part of the
+/// strategy's settings (`StrategySpec` as JSON); its nested objects count as its own keys
+/// (FedTMOS's `server` and `composite`).
+fn fill<S: Serialize + serde::de::DeserializeOwned>(
+    section: &S,
+    used: &serde_json::Value,
+) -> Option<S> {
+    let serde_json::Value::Object(mut keys) = serde_json::to_value(section).ok()? else {
+        return None;
+    };
+    let serde_json::Value::Object(used) = used else {
+        return None;
+    };
+    // Every leaf below `used`, the shallower of two of one name first.
+    let mut leaves = serde_json::Map::new();
+    let mut level: Vec<&serde_json::Map<String, serde_json::Value>> = vec![used];
+    while !level.is_empty() {
+        let mut next = Vec::new();
+        for map in level {
+            for (k, v) in map {
+                match v {
+                    serde_json::Value::Object(inner) => next.push(inner),
+                    other => {
+                        leaves.entry(k.clone()).or_insert_with(|| other.clone());
+                    }
+                }
+            }
+        }
+        level = next;
+    }
+    for (k, v) in keys.iter_mut() {
+        if v.is_null()
+            && let Some(value) = leaves.get(k)
+        {
+            *v = value.clone();
+        }
+    }
+    // A key whose checked value does not read back (another type) stays as it was.
+    let filled: S = serde_json::from_value(serde_json::Value::Object(keys.clone())).ok()?;
+    Some(filled)
+}
+
+/// The first object under `name` anywhere in `tree`, depth first.
+fn find<'a>(tree: &'a serde_json::Value, name: &str) -> Option<&'a serde_json::Value> {
+    let serde_json::Value::Object(map) = tree else {
+        return None;
+    };
+    if let Some(v @ serde_json::Value::Object(_)) = map.get(name) {
+        return Some(v);
+    }
+    map.values().find_map(|v| find(v, name))
+}
+
+/// The experiment file with the defaults of the sections its strategy uses written in.
+fn with_defaults(
+    mut file: ExperimentFile,
+    strategy: &StrategySpec,
+    policy: &RoundPolicy,
+    data: &crate::data::DataSpec,
+    compression: Compression,
+) -> ExperimentFile {
+    // `{strategy name: {its settings}}`: the settings, whose sections may share its name.
+    let used = match serde_json::to_value(strategy) {
+        Ok(serde_json::Value::Object(top)) => top.into_iter().next().map(|(_, v)| v),
+        _ => None,
+    }
+    .unwrap_or_default();
+    macro_rules! section {
+        ($field:ident, $name:literal) => {
+            if let Some(part) = find(&used, $name)
+                && let Some(filled) = fill(&file.$field, part)
+            {
+                file.$field = filled;
+            }
+        };
+    }
+    section!(logreg, "logreg");
+    section!(fcm, "fcm");
+    section!(pso, "pso");
+    section!(tm, "tm");
+    section!(tpfl, "tpfl");
+    section!(fedtmos, "fedtmos");
+    if let Some(ahp) = find(&used, "ahp") {
+        let preference = ahp.get("matrix").cloned().unwrap_or_default();
+        let criteria = ahp.get("criteria").cloned().unwrap_or_default();
+        let given = serde_json::json!({ "preference": preference, "criteria": criteria });
+        if let Some(filled) = fill(&file.ahp, &given) {
+            file.ahp = filled;
+        }
+    }
+    let s = &mut file.server;
+    s.min_clients.get_or_insert(policy.min_clients);
+    s.min_updates.get_or_insert(policy.min_updates);
+    s.round_timeout_secs
+        .get_or_insert(policy.round_timeout.as_secs_f64());
+    s.eval_timeout_secs
+        .get_or_insert(policy.eval_timeout.as_secs_f64());
+    s.keep_updates.get_or_insert(false);
+    file.wire
+        .compression
+        .get_or_insert_with(|| crate::params::name_of(&compression));
+    let d = &mut file.data;
+    match &data.source {
+        crate::data::Source::Images { binarize, .. } => match *binarize {
+            crate::data::booleanize::Binarize::Threshold(
+                crate::data::booleanize::Threshold::Above(t),
+            ) => {
+                d.binarize.get_or_insert_with(|| "threshold".into());
+                d.threshold.get_or_insert(t);
+            }
+            crate::data::booleanize::Binarize::AdaptiveGaussian { block, c } => {
+                d.adaptive_block.get_or_insert(block);
+                d.adaptive_c.get_or_insert(c);
+            }
+            crate::data::booleanize::Binarize::Threshold(_) => {}
+        },
+        // Images keep the official test split; a table's clients split their own rows.
+        _ => {
+            d.test_fraction.get_or_insert(data.test_fraction);
+        }
+    }
+    // A Tsetlin Machine's data is bits, not scaled.
+    if data.table_bits.is_none() && !data.is_images() {
+        d.scaling
+            .get_or_insert_with(|| crate::params::name_of(&data.scaling));
+    }
+    if let Some(crate::data::TableBits::Quantiles { levels }) = &data.table_bits {
+        d.booleanize.get_or_insert_with(|| "thermometer".into());
+        d.levels.get_or_insert(*levels);
+    }
+    file
 }
 
 fn fingerprint(file: &ExperimentFile) -> String {
@@ -642,6 +780,12 @@ name = "b"
         let mut names = BTreeSet::new();
         for f in &files {
             let e = Experiment::load(f, &[]).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+            // Issue 18 §6: the resolved file, every default written in, reads back as the same
+            // experiment, with the same fingerprint.
+            let again = Experiment::from_toml(&e.to_toml())
+                .unwrap_or_else(|err| panic!("{} resolved: {err}\n{}", f.display(), e.to_toml()));
+            assert_eq!(again.fingerprint, e.fingerprint, "{}", f.display());
+            assert_eq!(again.to_toml(), e.to_toml(), "{}", f.display());
             assert!(
                 names.insert(e.name.clone()),
                 "{}: name {} reused",
@@ -749,6 +893,31 @@ iid_clients = 1
                 .to_string();
             assert!(err.contains(want), "{to}: {err}");
         }
+        // Issue 18 §6: the resolved file shows every default of the sections the run uses, and
+        // a file that writes the defaults out is the same experiment as one that leaves them.
+        let resolved = e.to_toml();
+        for key in [
+            "state_bits = 8",
+            "confidence = \"weighted\"",
+            "round_timeout_secs = 600.0",
+            "compression = \"none\"",
+            "threshold = 75.0",
+        ] {
+            assert!(resolved.contains(key), "{key}: {resolved}");
+        }
+        let written = format!(
+            "{TPFL}[tm]\nstate_bits = 8\nboost_true_positive = true\n[server]\nround_timeout_secs = 600\n"
+        );
+        assert_ne!(written, TPFL);
+        assert_eq!(
+            Experiment::from_toml(&written).unwrap().fingerprint,
+            e.fingerprint
+        );
+        let other = format!("{TPFL}[tm]\nstate_bits = 7\n");
+        assert_ne!(
+            Experiment::from_toml(&other).unwrap().fingerprint,
+            e.fingerprint
+        );
         // Issue 18 §8: a negative count says which rule it breaks, from a file or an override.
         for (text, overrides, want) in [
             (
