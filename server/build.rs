@@ -21,17 +21,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// `FLINT_GIT_REVISION`, the commit this build's checkout is at (empty outside git), for the
 /// provenance of results.json. Rebuilt when HEAD moves, not on every edit.
 fn git_revision() {
+    // Only paths that exist: cargo reruns the script on every build for one that does not (a
+    // packed ref, a worktree's `.git` file).
     let git = std::path::Path::new("../.git");
     let head = git.join("HEAD");
-    println!("cargo:rerun-if-changed={}", head.display());
+    let watch = |p: &std::path::Path| {
+        if p.exists() {
+            println!("cargo:rerun-if-changed={}", p.display());
+        }
+    };
+    watch(&head);
     if let Ok(text) = std::fs::read_to_string(&head)
         && let Some(reference) = text.trim().strip_prefix("ref: ")
     {
-        println!("cargo:rerun-if-changed={}", git.join(reference).display());
-        println!(
-            "cargo:rerun-if-changed={}",
-            git.join("packed-refs").display()
-        );
+        watch(&git.join(reference));
+        watch(&git.join("packed-refs"));
     }
     let revision = std::process::Command::new("git")
         .args(["rev-parse", "HEAD"])

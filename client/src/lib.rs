@@ -646,7 +646,17 @@ impl Client {
             after = round;
         }
         tracing::info!(client = self.id, rounds = trained.len(), "run finished");
-        let model = half.export().map(|m| {
+        let model = half.export().filter(|m| {
+            let finite = m.is_finite();
+            if !finite {
+                tracing::error!(
+                    client = self.id,
+                    "the model has non-finite weights (training diverged?); it is not kept"
+                );
+            }
+            finite
+        });
+        let model = model.map(|m| {
             ModelFile::new(
                 &self.name,
                 self.experiment.data.classes(),

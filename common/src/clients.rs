@@ -207,8 +207,7 @@ pub fn prepare(
     // The shared test set is held out before the partition, so no client trains on it.
     let (rest, held) = match e.data.global_test {
         Some(fraction) => {
-            let all: Vec<usize> = (0..dataset.len()).collect();
-            let (rest, held) = crate::data::shard::split(&dataset, &all, fraction, e.seed, 0);
+            let (rest, held) = crate::data::shard::held_out(&dataset, fraction, e.seed)?;
             (Some(rest), held)
         }
         None => (None, Vec::new()),
@@ -227,7 +226,7 @@ pub fn prepare(
             crate::data::shard::split(&dataset, rows, e.data.test_fraction, e.seed, id);
         let shard = Shard::from_split(&dataset, &train_rows, &test_rows, e.data.scaling);
         // Its holder measures it as its own test rows: scaled by its own training split.
-        let global = (id == 1 && !held.is_empty())
+        let global = (id == 1 && rest.is_some())
             .then(|| Shard::from_split(&dataset, &train_rows, &held, e.data.scaling));
         if shard.train.is_empty() || shard.test.is_empty() {
             return Err(FlintError::Partition(format!(
@@ -237,8 +236,13 @@ pub fn prepare(
                 rows.len()
             )));
         }
+        // A category column reaches the model as its training rate of class 1 (see `shard`):
+        // a rule's cut on it is a cut on that rate.
         let names: Vec<String> = (0..dataset.features)
-            .map(|i| dataset.feature_name(i))
+            .map(|i| match dataset.categorical.contains(&i) {
+                true => format!("{} (rate of class 1)", dataset.feature_name(i)),
+                false => dataset.feature_name(i),
+            })
             .collect();
         if let Some(bits) = &e.data.table_bits {
             // A Tsetlin Machine on a table: the client's thermometer code, fitted to its own

@@ -340,17 +340,17 @@ impl Experiment {
                     ));
                 }
                 data.scaling = Scaling::None;
+                let columns = data.source_columns();
                 let bits = data
                     .table_bits
                     .get_or_insert(crate::data::TableBits::Quantiles {
                         levels: crate::data::DEFAULT_LEVELS,
                     });
-                if let (crate::data::TableBits::Fixed(t), Some(columns)) =
-                    (&*bits, file.data.features)
+                if let (crate::data::TableBits::Fixed(t), Some(columns)) = (&*bits, columns)
                     && t.cuts.len() != columns
                 {
                     return Err(bad(format!(
-                        "data.cuts has {} lists, but data.features says {columns}",
+                        "data.cuts has {} lists, but the data has {columns} features",
                         t.cuts.len()
                     )));
                 }
@@ -379,6 +379,13 @@ impl Experiment {
         {
             return Err(bad(
                 "image data is split over clients by partition.kind = \"dirichlet\" (or a split by class: dirichlet-by-class, dirichlet-fedtmos-code, classes-per-client)".into(),
+            ));
+        }
+        if file.fedtmos.copy_data_epoch == Some(true)
+            && !(strategy.copy_data_epoch() && matches!(partition, PartitionPlan::ByClass { .. }))
+        {
+            return Err(bad(
+                "fedtmos.copy_data_epoch applies to fedtmos and ensemble over a split of the whole training set by class (dirichlet-by-class, dirichlet-fedtmos-code, classes-per-client)".into(),
             ));
         }
         if data.global_test.is_some()
@@ -870,6 +877,16 @@ iid_clients = 1
                 "source = \"mnist\"",
                 "source = \"magic\"\nlevels = 0",
                 "data.levels must be between 1 and 64",
+            ),
+            (
+                "source = \"mnist\"",
+                "source = \"magic\"\ncuts = [[1.0], [2.0], [3.0]]",
+                "data.cuts has 3 lists, but the data has 10 features",
+            ),
+            (
+                "iid_clients = 1",
+                "iid_clients = 1\n[fedtmos]\ncopy_data_epoch = true",
+                "fedtmos.copy_data_epoch applies to fedtmos and ensemble",
             ),
             (
                 "strategy = \"tpfl\"",

@@ -28,7 +28,7 @@ pub fn text(run_dir: &Path, client: Option<&str>, top: usize) -> anyhow::Result<
     let dir = run_dir.join("models");
     if !dir.is_dir() {
         bail!(
-            "{} holds no models: the run kept none (tsetlin machines have no model file yet) or did not finish",
+            "{} holds no models: the run did not finish, or its clients kept none",
             run_dir.display()
         );
     }
@@ -42,9 +42,11 @@ pub fn text(run_dir: &Path, client: Option<&str>, top: usize) -> anyhow::Result<
         }
         let bytes =
             std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
-        let model =
-            ModelFile::parse(&bytes).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-        models.push(model);
+        match ModelFile::parse(&bytes) {
+            Ok(model) => models.push(model),
+            // One unreadable file hides no other client's model.
+            Err(e) => eprintln!("flint explain: skipping {}: {e}", path.display()),
+        }
     }
     // client-2 before client-10.
     models.sort_by_key(|m| natural_key(&m.client));
@@ -56,10 +58,14 @@ pub fn text(run_dir: &Path, client: Option<&str>, top: usize) -> anyhow::Result<
     }
     let mut groups: Vec<(Vec<String>, &ModelFile)> = Vec::new();
     for m in &models {
-        match groups
-            .iter_mut()
-            .find(|(_, g)| g.model == m.model && g.features == m.features)
-        {
+        // The same model, names and cuts: everything but the client's name.
+        let same = |g: &ModelFile| {
+            ModelFile {
+                client: m.client.clone(),
+                ..g.clone()
+            } == *m
+        };
+        match groups.iter_mut().find(|(_, g)| same(g)) {
             Some((names, _)) => names.push(m.client.clone()),
             None => groups.push((vec![m.client.clone()], m)),
         }

@@ -300,8 +300,13 @@ fn kept_maps(dir: &Path) -> anyhow::Result<Vec<ModelFile>> {
         if p.extension().is_none_or(|e| e != "json") {
             continue;
         }
-        let m = ModelFile::parse(&std::fs::read(&p)?)
-            .map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?;
+        let m = match ModelFile::parse(&std::fs::read(&p)?) {
+            Ok(m) => m,
+            Err(e) => {
+                eprintln!("flint: no heat map of {}: {e}", p.display());
+                continue;
+            }
+        };
         if matches!(m.model, KeptModel::Fcm { .. }) && !maps.iter().any(|k| k.model == m.model) {
             maps.push(m);
         }

@@ -13,9 +13,12 @@ use crate::run::kb;
 pub fn print(dir: &Path) -> anyhow::Result<()> {
     let r = load(dir)?;
     print!("{}", render(&r));
-    let plots = crate::plot::run_plots(dir, &r)?;
-    if !plots.is_empty() {
-        println!("\nPlots: {}", dir.join("plots").display());
+    // Pictures are a convenience: a run directory that cannot take them (read-only, say)
+    // still gets its tables.
+    match crate::plot::run_plots(dir, &r) {
+        Ok(plots) if !plots.is_empty() => println!("\nPlots: {}", dir.join("plots").display()),
+        Ok(_) => {}
+        Err(e) => eprintln!("flint report: no plots: {e:#}"),
     }
     Ok(())
 }

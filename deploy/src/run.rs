@@ -79,7 +79,24 @@ pub fn execute(args: &RunArgs, progress: bool) -> anyhow::Result<PathBuf> {
     // A table is read here once, so that a mistake in it stops the run before any process
     // starts, with the file's own error rather than a client's log.
     if !experiment.data.is_images() {
-        experiment.data.load(&data_dir, experiment.seed)?;
+        let table = experiment.data.load(&data_dir, experiment.seed)?;
+        if let Some(fraction) = experiment.data.global_test {
+            flint_common::data::shard::held_out(&table, fraction, experiment.seed)?;
+        }
+        if let Some(flint_common::data::TableBits::Fixed(t)) = &experiment.data.table_bits
+            && t.cuts.len() != table.features
+        {
+            bail!(
+                "data.cuts has {} lists, but {} has {} features",
+                t.cuts.len(),
+                experiment
+                    .data
+                    .files()
+                    .first()
+                    .map_or("the data".into(), |f| f.display().to_string()),
+                table.features
+            );
+        }
     }
     // What the clients will read, for the results' provenance.
     let data_hashes = experiment
@@ -456,6 +473,8 @@ fn merge_client_ledgers(
         dir.join("rounds.csv"),
         flint_server::results::rounds_csv(&results),
     )?;
-    crate::plot::run_plots(dir, &results)?;
+    if let Err(e) = crate::plot::run_plots(dir, &results) {
+        eprintln!("flint run: no plots: {e:#}");
+    }
     Ok(())
 }

@@ -507,11 +507,19 @@ impl DataSpec {
         })
     }
 
-    /// The number of features the source has, before any booleanizing of a table.
+    /// The number of features the source has, before any booleanizing of a table (with fixed
+    /// cuts, one list per feature, where the source does not say).
     pub fn columns(&self) -> Option<usize> {
-        if let Some(TableBits::Fixed(t)) = &self.table_bits {
-            return Some(t.cuts.len());
+        match (self.source_columns(), &self.table_bits) {
+            (Some(n), _) => Some(n),
+            (None, Some(TableBits::Fixed(t))) => Some(t.cuts.len()),
+            (None, _) => None,
         }
+    }
+
+    /// The number of features the source itself declares (none for a CSV without
+    /// `data.features`).
+    pub fn source_columns(&self) -> Option<usize> {
         match &self.source {
             Source::Synthetic { features, .. } => Some(*features),
             Source::Csv(c) => c.features,

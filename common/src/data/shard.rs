@@ -99,6 +99,26 @@ impl Shard {
     }
 }
 
+/// The whole table split into (the rows the clients share out, the shared test set):
+/// `fraction` of each class, from the run's seed. An empty side is an error: the holder of the
+/// shared test set would have nothing to report on.
+pub fn held_out(
+    data: &Dataset,
+    fraction: f64,
+    seed: u64,
+) -> crate::Result<(Vec<usize>, Vec<usize>)> {
+    let all: Vec<usize> = (0..data.len()).collect();
+    let (rest, held) = split(data, &all, fraction, seed, 0);
+    if held.is_empty() || rest.is_empty() {
+        return Err(crate::FlintError::Partition(format!(
+            "data.global_test_fraction = {fraction} holds out {} of the {} rows: the shared test set and the clients' rows each need at least one",
+            held.len(),
+            data.len()
+        )));
+    }
+    Ok((rest, held))
+}
+
 /// A client's rows split per class into (train, test) by its own generator: `test_fraction`
 /// of each class, rounded, to test.
 pub fn split(
@@ -346,6 +366,16 @@ mod tests {
                 assert_eq!(row[1..], raw_row[1..]);
             }
         }
+    }
+
+    #[test]
+    fn a_shared_test_set_that_holds_out_nothing_is_an_error() {
+        let d = data();
+        let (rest, held) = held_out(&d, 0.25, 7).unwrap();
+        assert_eq!((rest.len(), held.len()), (15, 5));
+        assert!(rest.iter().all(|i| !held.contains(i)));
+        let err = held_out(&d, 0.01, 7).unwrap_err().to_string();
+        assert!(err.contains("holds out 0 of the 20 rows"), "{err}");
     }
 
     #[test]

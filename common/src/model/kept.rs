@@ -180,6 +180,20 @@ impl KeptModel {
         })
     }
 
+    /// Whether every number is finite: a diverged model (NaN weights) is not a model to keep,
+    /// and JSON cannot hold it.
+    pub fn is_finite(&self) -> bool {
+        match self {
+            KeptModel::Logreg { weights, biases } => weights
+                .iter()
+                .flatten()
+                .chain(biases)
+                .all(|v| v.is_finite()),
+            KeptModel::Fcm { matrix } => matrix.iter().flatten().all(|v| v.is_finite()),
+            KeptModel::Tm { .. } | KeptModel::Composite { .. } => true,
+        }
+    }
+
     /// The binary checkpoints to write beside the file, with their file name's suffix.
     pub fn checkpoints(&self) -> Vec<(String, &[u8])> {
         match self {
@@ -351,6 +365,9 @@ impl ModelFile {
         let KeptModel::Tm { clauses, .. } = &self.model else {
             return None;
         };
+        if raw.len() != self.features.len() {
+            return None;
+        }
         let mut sums = vec![0i64; self.classes.len()];
         for clause in clauses {
             if clause.literals.iter().all(|&l| self.holds(l, raw)) {
@@ -407,7 +424,8 @@ impl ModelFile {
     }
 
     /// The model as text: for logistic regression each output's `top` largest coefficients by
-    /// magnitude, for an FCM its `top` strongest links into the classes and between them.
+    /// magnitude, for an FCM its `top` strongest links, for a Tsetlin Machine (or each machine
+    /// of a composite) the `top` clauses voting most for each class.
     pub fn explain(&self, top: usize) -> String {
         let mut out = String::new();
         match &self.model {
@@ -555,6 +573,11 @@ mod tests {
              \x20 class k1: bias -0.5000\n    +1.0000  f0\n    +0.0000  f1\n\
              \x20 class k2: bias +0.0000\n    -3.0000  f2\n    +0.0000  f0\n"
         );
+        // A diverged model is not kept.
+        let mut diverged = m.clone();
+        diverged.weights[4] = f64::NAN;
+        assert!(KeptModel::logreg(&m).is_finite());
+        assert!(!KeptModel::logreg(&diverged).is_finite());
         let binary = LogReg::for_classes(2, 2);
         let f = ModelFile::new(
             "c",

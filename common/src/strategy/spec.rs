@@ -360,13 +360,18 @@ impl StrategySpec {
         }
     }
 
+    /// `fedtmos.copy_data_epoch`: FedTMOS's and the ensemble's clients first fit one epoch on
+    /// another client's rows (the code's data leak).
+    pub fn copy_data_epoch(&self) -> bool {
+        match self {
+            StrategySpec::FedTmos(f) | StrategySpec::Ensemble(f) => f.fedtmos.copy_data_epoch,
+            _ => false,
+        }
+    }
+
     /// The official test images every client's composite is also measured on, held by client
     /// 1: FedTMOS's global test set, the second half (indices 4992–9999; the paper used the
     /// first half as another method's public data).
-    pub fn copy_data_epoch(&self) -> bool {
-        matches!(self.model(), ModelSpec::ConvTm(f) if f.fedtmos.copy_data_epoch)
-    }
-
     pub fn global_test_rows(&self) -> Option<std::ops::Range<usize>> {
         match self.model() {
             ModelSpec::ConvTm(_) => Some(4992..10_000),
