@@ -216,6 +216,37 @@ fn flint_run_without_arguments_runs_the_quickstart() {
     assert!(stdout.contains("payload / message / socket"), "{stdout}");
     let r = results(&dir.path().join("runs/quickstart"));
     assert_eq!(r.strategy, "fedavg-ahp");
+    // Issue 18 §8: the live line's socket bytes are the clients' own, exact for the round.
+    for round in 1..=5u32 {
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("  round {round:>3}/5")))
+            .unwrap_or_else(|| panic!("round {round}: {stdout}"));
+        assert!(
+            line.ends_with("(payload / message / clients' socket)"),
+            "{line}"
+        );
+        let socket = |up: bool| -> u64 {
+            r.client_ledgers
+                .iter()
+                .map(|(id, l)| {
+                    let f = &l.flows[id][&round];
+                    if up { f.up.socket } else { f.down.socket }
+                })
+                .sum()
+        };
+        let kb = |b: u64| format!("{:.1} kB", b as f64 / 1000.0);
+        assert!(
+            line.contains(&format!(" / {}  down", kb(socket(true)))),
+            "round {round}: up socket {}: {line}",
+            kb(socket(true))
+        );
+        assert!(
+            line.contains(&format!(" / {}  (payload", kb(socket(false)))),
+            "round {round}: down socket {}: {line}",
+            kb(socket(false))
+        );
+    }
     assert_eq!(r.rounds.last().unwrap().metrics.len(), 4);
     let report = ok(flint()
         .arg("report")

@@ -268,6 +268,7 @@ pub async fn run(args: ClientArgs) -> anyhow::Result<Vec<ClientReport>> {
         experiment: experiment.clone(),
         trainers: Arc::new(tokio::sync::Semaphore::new(threads)),
         retry_for: Duration::from_secs_f64(args.retry_secs.max(0.0)),
+        out: args.out.clone(),
     };
     // Every client gets its connection and token first; an `auto` one asks for its slot, since
     // which data it loads depends on it.
@@ -364,6 +365,8 @@ struct Shell {
     /// thrashing them.
     trainers: Arc<tokio::sync::Semaphore>,
     retry_for: Duration,
+    /// `--out`, where each client's bytes so far go after every round it reports on.
+    out: Option<std::path::PathBuf>,
 }
 
 /// One client's connection (every reconnect counted by one meter) and its byte ledger.
@@ -387,6 +390,16 @@ struct Client {
     ledger: Arc<SharedLedger>,
     trainers: Arc<tokio::sync::Semaphore>,
     retry_for: Duration,
+    out: Option<std::path::PathBuf>,
+}
+
+/// What `<out>/<name>.progress` holds after each round a client reports on: its own bytes of
+/// every round so far. A round's are complete once the client has reported on it (its download
+/// and its report are booked under it), so `flint run` prints them live, exact.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Progress {
+    pub client_id: ClientId,
+    pub rounds: BTreeMap<Round, flint_common::wire::ledger::Flow>,
 }
 
 impl Shell {
@@ -487,6 +500,7 @@ impl Shell {
             ledger: conn.ledger,
             trainers: self.trainers.clone(),
             retry_for: self.retry_for,
+            out: self.out.clone(),
         }
     }
 }
@@ -618,6 +632,7 @@ impl Client {
                 self.report_eval(&run_id, ledger_round, local, None, retry_for)
                     .await?;
                 reported = ledger_round;
+                self.write_progress().await;
             }
             if task.finished {
                 break;
@@ -675,6 +690,33 @@ impl Client {
             ledger: self.ledger.snapshot(),
             link_interfaces: self.link_interfaces.clone(),
         })
+    }
+
+    /// This client's bytes so far into `<out>/<name>.progress` (written whole, then renamed).
+    /// Progress is a convenience: a failed write is logged, not fatal.
+    async fn write_progress(&self) {
+        let Some(out) = &self.out else {
+            return;
+        };
+        let progress = Progress {
+            client_id: self.id,
+            rounds: self
+                .ledger
+                .snapshot()
+                .flows
+                .remove(&self.id)
+                .unwrap_or_default(),
+        };
+        let path = out.join(format!("{}.progress", self.name));
+        let tmp = out.join(format!(".{}.progress.tmp", self.name));
+        let written = async {
+            tokio::fs::write(&tmp, serde_json::to_vec(&progress)?).await?;
+            tokio::fs::rename(&tmp, &path).await?;
+            anyhow::Ok(())
+        };
+        if let Err(e) = written.await {
+            tracing::warn!(client = self.id, error = %e, "cannot write progress");
+        }
     }
 
     async fn push(

@@ -424,9 +424,18 @@ fn watch(
                 if n < s.joined && !(s.finished && exited.is_some()) && r == s.closed_rounds {
                     break;
                 }
-                let b = s.bytes.get(&r).copied().unwrap_or_default();
+                let mut b = s.bytes.get(&r).copied().unwrap_or_default();
+                // The socket level as the clients counted it, exact per round once each has
+                // reported on it; the server's own count lags behind its attribution.
+                let from_clients = match client_socket_bytes(&dir.join("clients"), r, s.joined) {
+                    Some((up, down)) => {
+                        (b.up.socket, b.down.socket) = (up, down);
+                        "clients'"
+                    }
+                    None => "server's",
+                };
                 println!(
-                    "  round {r:>3}/{}  clients {n}  accuracy {acc:.4}  f1 {f1:.4}  up {}  down {}  (payload / message / socket)",
+                    "  round {r:>3}/{}  clients {n}  accuracy {acc:.4}  f1 {f1:.4}  up {}  down {}  (payload / message / {from_clients} socket)",
                     e.policy.rounds,
                     levels(&b.up, kb),
                     levels(&b.down, kb),
@@ -439,6 +448,26 @@ fn watch(
         }
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// Round `round`'s socket bytes summed over the clients' progress files (`<name>.progress`),
+/// up and down; `None` unless all `clients` have written theirs for that round.
+fn client_socket_bytes(dir: &Path, round: u32, clients: usize) -> Option<(u64, u64)> {
+    let mut found = 0;
+    let (mut up, mut down) = (0, 0);
+    for entry in std::fs::read_dir(dir).ok()?.flatten() {
+        let path = entry.path();
+        if path.extension().is_none_or(|x| x != "progress") {
+            continue;
+        }
+        let p: flint_client::Progress = serde_json::from_slice(&std::fs::read(&path).ok()?).ok()?;
+        if let Some(f) = p.rounds.get(&round) {
+            found += 1;
+            up += f.up.socket;
+            down += f.down.socket;
+        }
+    }
+    (found == clients).then_some((up, down))
 }
 
 fn read_status(path: &Path) -> Option<Status> {
@@ -455,6 +484,14 @@ fn merge_client_ledgers(
     dir: &Path,
     data_files: &std::collections::BTreeMap<String, String>,
 ) -> anyhow::Result<()> {
+    // The progress files said what the clients' reports now say in full.
+    if let Ok(entries) = std::fs::read_dir(dir.join("clients")) {
+        for entry in entries.flatten() {
+            if entry.path().extension().is_some_and(|x| x == "progress") {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+    }
     // The clients' models, to where a researcher looks for them.
     let kept = dir.join("clients").join("models");
     if kept.is_dir() {
