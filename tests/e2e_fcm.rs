@@ -118,6 +118,9 @@ fn local_baseline_sends_nothing_back_and_matches_round_one() {
         "{summary}"
     );
     assert!(runs.join("grid-summary.csv").exists());
+    // The federated run's accuracy is drawn beside the local baseline of the same split.
+    let plot = std::fs::read_to_string(runs.join("fed/plots/accuracy.svg")).unwrap();
+    assert!(plot.contains("local (local baseline), mean"), "{plot}");
     let chart = std::fs::read_to_string(runs.join("grid-summary.svg")).unwrap();
     assert!(
         chart.contains("\nfed\n") && chart.contains("\nlocal\n"),

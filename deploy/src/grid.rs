@@ -51,6 +51,8 @@ struct Row {
     partition: String,
     /// Rounds planned: a one-round baseline (a central map's one PSO run) reads as such.
     rounds: u32,
+    /// The data as checked: runs over the same data and split compare with each other.
+    data: String,
     runs: Vec<Outcome>,
 }
 
@@ -67,6 +69,10 @@ struct Outcome {
     /// Mean clusters per round, for strategies that cluster (TPFL).
     clusters: Option<f64>,
     wall: f64,
+    /// Where the run is, and its seed: a `local` run of the same data, split and seed is its
+    /// baseline in the accuracy plot.
+    dir: PathBuf,
+    seed: u64,
 }
 
 pub fn grid(args: GridArgs) -> anyhow::Result<()> {
@@ -125,6 +131,7 @@ pub fn grid(args: GridArgs) -> anyhow::Result<()> {
             setting: setting(e),
             partition: partition(e),
             rounds: e.policy.rounds,
+            data: format!("{:?}", e.data.source),
             runs: Vec::new(),
         };
         for seed in &seeds {
@@ -199,6 +206,7 @@ pub fn grid(args: GridArgs) -> anyhow::Result<()> {
     std::fs::write(&summary, markdown(&rows))
         .with_context(|| format!("cannot write {}", summary.display()))?;
     std::fs::write(summary.with_extension("csv"), csv(&rows))?;
+    plot_local_baselines(&rows);
     let accuracies: Vec<(String, Vec<f64>)> = rows
         .iter()
         .map(|r| {
@@ -360,7 +368,36 @@ fn outcome(dir: &Path) -> anyhow::Result<Outcome> {
         down_total,
         clusters,
         wall: r.wall_seconds,
+        dir: dir.to_path_buf(),
+        seed: r.seed,
     })
+}
+
+/// Draws each run's accuracy again with the mean of the `local` run of the same data, split and
+/// seed beside it, where the grid holds one.
+fn plot_local_baselines(rows: &[Row]) {
+    for row in rows.iter().filter(|r| r.strategy != "local") {
+        let Some(local) = rows
+            .iter()
+            .find(|l| l.strategy == "local" && l.data == row.data && l.partition == row.partition)
+        else {
+            continue;
+        };
+        for run in &row.runs {
+            let Some(base) = local.runs.iter().find(|l| l.seed == run.seed) else {
+                continue;
+            };
+            let (Ok(r), Ok(b)) = (
+                crate::report::load(&run.dir),
+                crate::report::load(&base.dir),
+            ) else {
+                continue;
+            };
+            if let Err(e) = crate::plot::run_plots_with(&run.dir, &r, Some(&b)) {
+                eprintln!("flint grid: no plots for {}: {e:#}", run.dir.display());
+            }
+        }
+    }
 }
 
 fn metric(v: Option<f64>) -> String {

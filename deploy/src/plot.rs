@@ -15,6 +15,16 @@ const FONT: &str = "sans-serif";
 
 /// Writes the run's pictures into `dir/plots/` and returns their paths.
 pub fn run_plots(dir: &Path, r: &RunResults) -> anyhow::Result<Vec<PathBuf>> {
+    run_plots_with(dir, r, None)
+}
+
+/// [`run_plots`], the accuracy with a baseline run's mean beside it (`flint grid`: the `local`
+/// run of the same data, split and seed).
+pub fn run_plots_with(
+    dir: &Path,
+    r: &RunResults,
+    baseline: Option<&RunResults>,
+) -> anyhow::Result<Vec<PathBuf>> {
     let plots = dir.join("plots");
     std::fs::create_dir_all(&plots)
         .with_context(|| format!("cannot create {}", plots.display()))?;
@@ -26,7 +36,7 @@ pub fn run_plots(dir: &Path, r: &RunResults) -> anyhow::Result<Vec<PathBuf>> {
         }
         anyhow::Ok(())
     };
-    keep("accuracy.svg", &|p| accuracy(p, r))?;
+    keep("accuracy.svg", &|p| accuracy(p, r, baseline))?;
     keep("bytes.svg", &|p| bytes(p, r))?;
     keep("clusters.svg", &|p| clusters(p, r))?;
     for m in kept_maps(dir)? {
@@ -49,7 +59,7 @@ fn hue(i: usize, n: usize) -> RGBColor {
 
 /// Each client's accuracy (thin) and the mean (thick) after every round; with a shared test
 /// set, the model's accuracy on it too.
-fn accuracy(path: &Path, r: &RunResults) -> anyhow::Result<bool> {
+fn accuracy(path: &Path, r: &RunResults, baseline: Option<&RunResults>) -> anyhow::Result<bool> {
     let rounds: Vec<_> = r.rounds.iter().filter(|rr| rr.mean.is_some()).collect();
     if rounds.is_empty() {
         return Ok(false);
@@ -65,6 +75,10 @@ fn accuracy(path: &Path, r: &RunResults) -> anyhow::Result<bool> {
                 .chain(rr.global_test.map(|m| m.accuracy))
         })
         .fold(1.0, f64::min);
+    let lowest = baseline
+        .into_iter()
+        .flat_map(|b| b.rounds.iter().filter_map(|rr| rr.mean.map(|m| m.accuracy)))
+        .fold(lowest, f64::min);
     let floor = ((lowest - 0.05) * 10.0).floor().max(0.0) / 10.0;
     let root = SVGBackend::new(path, SIZE).into_drawing_area();
     root.fill(&WHITE)?;
@@ -100,6 +114,21 @@ fn accuracy(path: &Path, r: &RunResults) -> anyhow::Result<bool> {
         .label("mean over the clients' test splits")
         .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK.stroke_width(3)));
     chart.draw_series(mean.iter().map(|&p| Circle::new(p, 4, BLACK.filled())))?;
+    if let Some(b) = baseline {
+        let local: Vec<(f64, f64)> = b
+            .rounds
+            .iter()
+            .filter(|rr| rr.round <= last)
+            .filter_map(|rr| rr.mean.map(|m| (rr.round as f64, m.accuracy)))
+            .collect();
+        let grey = RGBColor(110, 110, 110);
+        chart
+            .draw_series(DashedLineSeries::new(local, 8, 5, grey.stroke_width(2)))?
+            .label(format!("{} (local baseline), mean", b.name))
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], grey.stroke_width(2))
+            });
+    }
     let global: Vec<(f64, f64)> = rounds
         .iter()
         .filter_map(|rr| rr.global_test.map(|m| (rr.round as f64, m.accuracy)))
