@@ -671,3 +671,62 @@ fn a_global_test_split_is_held_out_and_measured_every_round() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Issue 18 §4: FedTMOS on a table. Its machines read a row's thermometer code as one patch;
+/// the composite of three clients that each hold two of the three classes beats each client
+/// alone, and its rules name the CSV's features.
+#[test]
+fn fedtmos_federates_a_table_in_one_round() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    let mut csv = String::from("width,height,label\n");
+    for i in 0..900u32 {
+        let (cx, cy, label) =
+            [(-2.0, 0.0, "a"), (2.0, 0.0, "b"), (0.0, 3.0, "c")][(i % 3) as usize];
+        let jitter = |k: u32| f64::from((i * 7919 + k * 104_729) % 1000) / 1000.0 - 0.5;
+        csv += &format!("{},{},{label}\n", cx + jitter(1), cy + jitter(2));
+    }
+    std::fs::write(data.join("blobs.csv"), csv).unwrap();
+    let text = "name = \"table-fedtmos\"\nstrategy = \"fedtmos\"\nseed = 2\nrounds = 1\nclient_count = 3\n\
+         [data]\nsource = \"csv\"\npath = \"blobs.csv\"\nheader = true\nfeatures = 2\nlevels = 6\nglobal_test_fraction = 0.2\n\n\
+         [partition]\nkind = \"classes-per-client\"\nbeta = 2\n\n\
+         [tm]\nclauses = 40\nt = 15\ns = 3.0\nweighted = true\nnegative_sampling = \"all\"\n\n\
+         [fedtmos]\nmodels = 2\nk_max = 4\nlocal_epochs = 5\nbaselines = true\n";
+    let exp = write(dir.path(), "table-fedtmos.toml", text);
+    let runs = dir.path().join("runs");
+    ok(flint()
+        .arg("run")
+        .arg(&exp)
+        .arg("--data-dir")
+        .arg(&data)
+        .arg("--runs-dir")
+        .arg(&runs));
+    let run = runs.join("table-fedtmos");
+    let r = results(&run);
+    let rr = &r.rounds[1];
+    let global = rr.global_test.expect("the shared test set");
+    let alone: Vec<f64> = (1..=3)
+        .map(|id| rr.baselines[&format!("client-{id}")].accuracy)
+        .collect();
+    assert!(
+        alone.iter().all(|a| global.accuracy > *a) && global.accuracy > 0.8,
+        "composite {global:?} against the clients alone {alone:?}"
+    );
+    let kept = flint_common::model::kept::ModelFile::parse(
+        &std::fs::read(run.join("models/client-1.json")).unwrap(),
+    )
+    .unwrap();
+    let flint_common::model::kept::KeptModel::Composite {
+        literals, machines, ..
+    } = &kept.model
+    else {
+        panic!("{:?}", kept.model)
+    };
+    assert_eq!(machines.len(), 2);
+    assert_eq!(literals.len(), 12);
+    assert!(
+        literals[0].starts_with("width > ") && literals[11].starts_with("height > "),
+        "{literals:?}"
+    );
+}

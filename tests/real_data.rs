@@ -710,9 +710,7 @@ fn fedtmos_builds_server_models_every_client_predicts_with() {
     let explained = ok(flint().arg("explain").arg(&run).args(["--top", "1"]));
     let text = String::from_utf8_lossy(&explained.stdout);
     assert!(
-        text.starts_with(
-            "client-1, client-2, client-3, client-4:\ncomposite of 2 convolutional machines"
-        ),
+        text.starts_with("client-1, client-2, client-3, client-4:\ncomposite of 2 machines"),
         "{text}"
     );
     let down = r.ledger.flows[&1][&1].down.payload;

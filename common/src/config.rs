@@ -324,14 +324,8 @@ impl Experiment {
             _ => Scaling::LocalZScore,
         };
         let mut data = file.data.check(model_scaling)?;
+        let mut strategy = strategy;
         match (model == ModelKind::Tm, data.is_images()) {
-            (true, false) if !matches!(strategy.model(), ModelSpec::Tm(_)) => {
-                return Err(bad(format!(
-                    "strategy {} trains a convolutional tsetlin machine on images (mnist or fashion-mnist), not on {:?}; a table trains a tsetlin machine under tpfl, local or central",
-                    strategy.name(),
-                    file.data.source
-                )));
-            }
             (true, false) => {
                 // A table becomes bits by the thermometer code, raw values in.
                 if file.data.scaling.is_some() {
@@ -353,6 +347,17 @@ impl Experiment {
                         "data.cuts has {} lists, but the data has {columns} features",
                         t.cuts.len()
                     )));
+                }
+                if matches!(strategy.model(), ModelSpec::ConvTm(_)) {
+                    // FedTMOS's machines read a whole row as one patch: the server sizes them by
+                    // the row's bits, which the experiment must fix.
+                    let bits = data.features().ok_or_else(|| {
+                        bad(format!(
+                            "strategy {} on a csv needs data.features (or data.cuts): the server sizes the machines by it",
+                            strategy.name()
+                        ))
+                    })?;
+                    strategy.read_table_rows(bits);
                 }
             }
             (false, false) if data.table_bits.is_some() => {
@@ -382,7 +387,9 @@ impl Experiment {
             ));
         }
         if file.fedtmos.copy_data_epoch == Some(true)
-            && !(strategy.copy_data_epoch() && matches!(partition, PartitionPlan::ByClass { .. }))
+            && !(strategy.copy_data_epoch()
+                && data.is_images()
+                && matches!(partition, PartitionPlan::ByClass { .. }))
         {
             return Err(bad(
                 "fedtmos.copy_data_epoch applies to fedtmos and ensemble over a split of the whole training set by class (dirichlet-by-class, dirichlet-fedtmos-code, classes-per-client)".into(),
@@ -395,6 +402,9 @@ impl Experiment {
                     | StrategyKind::FedAvgAhp
                     | StrategyKind::BlindFcm
                     | StrategyKind::Central
+                    | StrategyKind::FedTmos
+                    | StrategyKind::Ensemble
+                    | StrategyKind::FedTm
             )
         {
             return Err(bad(format!(

@@ -4,8 +4,6 @@
 //! Format `flint-model`, version 1, JSON: `{format, version, client, classes, features,
 //! scaling, model: {kind, …}}`. A reader refuses another format or a newer version.
 
-use std::collections::BTreeMap;
-
 use serde::{Deserialize, Serialize};
 
 use super::fcm::Fcm;
@@ -215,37 +213,46 @@ impl KeptModel {
     }
 }
 
-/// A convolutional clause as text: its pixels, then where the patch may sit, each axis's
-/// thermometer literals read as one interval (`y > 3 AND NOT y > 9` reads `3 < y <= 9`).
+/// A composite machine's clause as text: its plain literals (pixels), then each thresholded
+/// input (`y > 3`, or on a table `width > 1.7`) read as one interval (`y > 3 AND NOT y > 9`
+/// reads `3 < y <= 9`), in the order they first appear.
 fn patch_rule(names: &[String], clause: &KeptClause) -> String {
     let mut terms = Vec::new();
-    let mut axes: BTreeMap<&str, (Option<usize>, Option<usize>)> = BTreeMap::new();
+    let mut bounds: Vec<(&str, Option<f64>, Option<f64>)> = Vec::new();
     for l in &clause.literals {
         let name = &names[l.bit];
-        let position = name
-            .split_once(" > ")
-            .and_then(|(axis, k)| Some((axis, k.parse::<usize>().ok()?)));
-        match position {
-            Some((axis, k)) => {
-                let (low, high) = axes.entry(axis).or_default();
-                if l.not {
-                    *high = Some(high.map_or(k, |h| h.min(k)));
-                } else {
-                    *low = Some(low.map_or(k, |v| v.max(k)));
-                }
+        let threshold = name
+            .rsplit_once(" > ")
+            .and_then(|(input, k)| Some((input, k.parse::<f64>().ok()?)));
+        let Some((input, k)) = threshold else {
+            terms.push(if l.not {
+                format!("NOT {name}")
+            } else {
+                name.clone()
+            });
+            continue;
+        };
+        let at = match bounds.iter().position(|(n, _, _)| *n == input) {
+            Some(at) => at,
+            None => {
+                bounds.push((input, None, None));
+                bounds.len() - 1
             }
-            None if l.not => terms.push(format!("NOT {name}")),
-            None => terms.push(name.clone()),
+        };
+        let (_, low, high) = &mut bounds[at];
+        if l.not {
+            *high = Some(high.map_or(k, |h| h.min(k)));
+        } else {
+            *low = Some(low.map_or(k, |v| v.max(k)));
         }
     }
-    // y before x, as the literals are.
-    for axis in ["y", "x"] {
-        match axes.get(axis) {
-            Some((Some(low), Some(high))) => terms.push(format!("{low} < {axis} <= {high}")),
-            Some((Some(low), None)) => terms.push(format!("{axis} > {low}")),
-            Some((None, Some(high))) => terms.push(format!("{axis} <= {high}")),
-            _ => {}
-        }
+    for (input, low, high) in bounds {
+        terms.push(match (low, high) {
+            (Some(low), Some(high)) => format!("{low} < {input} <= {high}"),
+            (Some(low), None) => format!("{input} > {low}"),
+            (None, Some(high)) => format!("{input} <= {high}"),
+            (None, None) => unreachable!("an input enters with a bound"),
+        });
     }
     terms.join(" AND ")
 }
@@ -298,7 +305,17 @@ impl ModelFile {
         }
     }
 
-    pub fn with_conditions(self, conditions: Vec<Condition>) -> ModelFile {
+    /// What each input bit means on a table. A composite's machines read a row as one patch:
+    /// their literals are named after the conditions themselves.
+    pub fn with_conditions(mut self, conditions: Vec<Condition>) -> ModelFile {
+        if let KeptModel::Composite { literals, .. } = &mut self.model {
+            if literals.len() == conditions.len() {
+                for (name, c) in literals.iter_mut().zip(&conditions) {
+                    *name = format!("{} > {}", self.features[c.feature], c.above);
+                }
+            }
+            return self;
+        }
         ModelFile { conditions, ..self }
     }
 
@@ -507,7 +524,7 @@ impl ModelFile {
                 ..
             } => {
                 out += &format!(
-                    "composite of {} convolutional machines ({normalization} normalization{}); a clause fires when it holds on some patch\n",
+                    "composite of {} machines ({normalization} normalization{}); a clause fires when it holds on some patch (a table's row is one patch)\n",
                     machines.len(),
                     if *clamp {
                         ", sums clamped to [-T, T]"

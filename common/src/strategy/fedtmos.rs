@@ -501,6 +501,10 @@ pub struct FedTmosHyper {
     pub baselines: bool,
     pub class_streams: bool,
     pub copy_data_epoch: bool,
+    /// On a table: the bits of a row (its thermometer code). The machine then reads the whole
+    /// row as its one patch (a plain multi-class machine); `None` for 28 × 28 images.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub table_bits: Option<usize>,
 }
 
 impl FedTmosSection {
@@ -545,6 +549,7 @@ impl FedTmosSection {
             baselines: self.baselines.unwrap_or(false),
             class_streams: self.class_streams.unwrap_or(false),
             copy_data_epoch: self.copy_data_epoch.unwrap_or(false),
+            table_bits: None,
         })
     }
 }
@@ -576,13 +581,22 @@ impl FedTmosHyper {
         }
     }
 
-    /// The convolution over 28 × 28 single-channel images (MNIST, Fashion-MNIST).
+    /// The convolution over 28 × 28 single-channel images (MNIST, Fashion-MNIST); on a table,
+    /// one 1 × 1 "image" with a channel per bit, whose one patch is the whole row.
     pub fn patch_spec(&self) -> PatchSpec {
-        PatchSpec {
-            width: 28,
-            height: 28,
-            channels: 1,
-            patch: self.patch,
+        match self.table_bits {
+            Some(bits) => PatchSpec {
+                width: 1,
+                height: 1,
+                channels: bits,
+                patch: 1,
+            },
+            None => PatchSpec {
+                width: 28,
+                height: 28,
+                channels: 1,
+                patch: self.patch,
+            },
         }
     }
 

@@ -360,6 +360,14 @@ impl StrategySpec {
         }
     }
 
+    /// A FedTMOS-family strategy on a table: its machines read rows of `bits` bits.
+    pub fn read_table_rows(&mut self, bits: usize) {
+        if let StrategySpec::FedTmos(f) | StrategySpec::Ensemble(f) | StrategySpec::FedTm(f) = self
+        {
+            f.fedtmos.table_bits = Some(bits);
+        }
+    }
+
     /// `fedtmos.copy_data_epoch`: FedTMOS's and the ensemble's clients first fit one epoch on
     /// another client's rows (the code's data leak).
     pub fn copy_data_epoch(&self) -> bool {
@@ -374,7 +382,7 @@ impl StrategySpec {
     /// first half as another method's public data).
     pub fn global_test_rows(&self) -> Option<std::ops::Range<usize>> {
         match self.model() {
-            ModelSpec::ConvTm(_) => Some(4992..10_000),
+            ModelSpec::ConvTm(f) if f.fedtmos.table_bits.is_none() => Some(4992..10_000),
             _ => None,
         }
     }
