@@ -18,7 +18,11 @@ from pathlib import Path
 
 def row(path):
     r = json.loads(path.read_text())
-    rr = next(x for x in r["rounds"] if x["round"] == 1)
+    rr = next((x for x in r["rounds"] if x["round"] == 1), None)
+    if rr is None:
+        # A run stopped before its round closed: nothing to tabulate.
+        print(f"skipping {path}: round 1 never closed", file=sys.stderr)
+        return None
     b = rr.get("baselines", {})
     acc = lambda name: b[name]["accuracy"] * 100 if name in b else float("nan")
     alone = [v["accuracy"] * 100 for k, v in b.items() if k.startswith("client-")]
@@ -51,6 +55,7 @@ def row(path):
 
 
 rows = [row(p) for d in sys.argv[1:] for p in sorted(Path(d).rglob("results.json"))]
+rows = [r for r in rows if r is not None]
 print("| run | seed | clients | FedTMOS eq. 3 | FedTMOS code | ensemble eq. 3 | ensemble code "
       "| clients alone | local rows | x | vectors / k | up kB | up kB (code conv.) "
       "| down kB FedTMOS + baselines | aggregation ms | training s mean / max | wall s |")
