@@ -394,15 +394,7 @@ fn logistic_regression_federates_three_classes() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     std::fs::create_dir_all(&data).unwrap();
-    // Three well-separated blobs in two features, 600 rows.
-    let mut csv = String::from("x,y,label\n");
-    for i in 0..600u32 {
-        let (cx, cy, label) =
-            [(-2.0, 0.0, "a"), (2.0, 0.0, "b"), (0.0, 3.0, "c")][(i % 3) as usize];
-        let jitter = |k: u32| f64::from((i * 7919 + k * 104_729) % 1000) / 1000.0 - 0.5;
-        csv += &format!("{},{},{label}\n", cx + jitter(1), cy + jitter(2));
-    }
-    std::fs::write(data.join("blobs.csv"), csv).unwrap();
+    write_blobs(&data.join("blobs.csv"), "x,y", 600);
     for strategy in ["fedavg", "fedavg-ahp", "local", "central"] {
         let name = format!("three-{strategy}");
         let clients = if strategy == "central" { 1 } else { 3 };
@@ -548,14 +540,7 @@ fn tsetlin_machines_train_on_a_table_and_keep_readable_rules() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     std::fs::create_dir_all(&data).unwrap();
-    let mut csv = String::from("width,height,label\n");
-    for i in 0..900u32 {
-        let (cx, cy, label) =
-            [(-2.0, 0.0, "a"), (2.0, 0.0, "b"), (0.0, 3.0, "c")][(i % 3) as usize];
-        let jitter = |k: u32| f64::from((i * 7919 + k * 104_729) % 1000) / 1000.0 - 0.5;
-        csv += &format!("{},{},{label}\n", cx + jitter(1), cy + jitter(2));
-    }
-    std::fs::write(data.join("blobs.csv"), csv).unwrap();
+    write_blobs(&data.join("blobs.csv"), "width,height", 900);
     for strategy in ["tpfl", "local"] {
         let name = format!("table-tm-{strategy}");
         let text = format!(
@@ -680,14 +665,7 @@ fn fedtmos_federates_a_table_in_one_round() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     std::fs::create_dir_all(&data).unwrap();
-    let mut csv = String::from("width,height,label\n");
-    for i in 0..900u32 {
-        let (cx, cy, label) =
-            [(-2.0, 0.0, "a"), (2.0, 0.0, "b"), (0.0, 3.0, "c")][(i % 3) as usize];
-        let jitter = |k: u32| f64::from((i * 7919 + k * 104_729) % 1000) / 1000.0 - 0.5;
-        csv += &format!("{},{},{label}\n", cx + jitter(1), cy + jitter(2));
-    }
-    std::fs::write(data.join("blobs.csv"), csv).unwrap();
+    write_blobs(&data.join("blobs.csv"), "width,height", 900);
     let text = "name = \"table-fedtmos\"\nstrategy = \"fedtmos\"\nseed = 2\nrounds = 1\nclient_count = 3\n\
          [data]\nsource = \"csv\"\npath = \"blobs.csv\"\nheader = true\nfeatures = 2\nlevels = 6\nglobal_test_fraction = 0.2\n\n\
          [partition]\nkind = \"classes-per-client\"\nbeta = 2\n\n\
@@ -729,4 +707,17 @@ fn fedtmos_federates_a_table_in_one_round() {
         literals[0].starts_with("width > ") && literals[11].starts_with("height > "),
         "{literals:?}"
     );
+}
+
+/// Three well-separated blobs in two features, classes `a`, `b`, `c` in turn, with a header
+/// naming the features.
+fn write_blobs(path: &std::path::Path, features: &str, rows: u32) {
+    let mut csv = format!("{features},label\n");
+    for i in 0..rows {
+        let (cx, cy, label) =
+            [(-2.0, 0.0, "a"), (2.0, 0.0, "b"), (0.0, 3.0, "c")][(i % 3) as usize];
+        let jitter = |k: u32| f64::from((i * 7919 + k * 104_729) % 1000) / 1000.0 - 0.5;
+        csv += &format!("{},{},{label}\n", cx + jitter(1), cy + jitter(2));
+    }
+    std::fs::write(path, csv).unwrap();
 }

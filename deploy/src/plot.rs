@@ -149,13 +149,7 @@ fn accuracy(path: &Path, r: &RunResults, baseline: Option<&RunResults>) -> anyho
                 hue(0, 1).mix(0.5).stroke_width(1),
             )
         });
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .label_font((FONT, 14))
-        .draw()?;
+    legend(&mut chart, SeriesLabelPosition::LowerRight, 14)?;
     root.present()?;
     Ok(true)
 }
@@ -227,21 +221,50 @@ fn bytes(path: &Path, r: &RunResults) -> anyhow::Result<bool> {
     for (label, up, shade, points) in series {
         let base = if up { BLUE } else { RED };
         let style = base.mix(shades[shade]).stroke_width(2);
-        chart
-            .draw_series(LineSeries::new(points.clone(), style))?
-            .label(label)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
-        chart.draw_series(points.iter().map(|&p| Circle::new(p, 3, style.filled())))?;
+        line_with_points(&mut chart, points, style, 3, label)?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .label_font((FONT, 13))
-        .draw()?;
+    legend(&mut chart, SeriesLabelPosition::UpperRight, 13)?;
     root.present()?;
     Ok(true)
+}
+
+type Chart<'a, 'b, Y> =
+    ChartContext<'a, SVGBackend<'b>, Cartesian2d<plotters::coord::types::RangedCoordf64, Y>>;
+
+/// One labelled series: a line through its points, each point marked.
+fn line_with_points<Y: Ranged<ValueType = f64>>(
+    chart: &mut Chart<'_, '_, Y>,
+    points: Vec<(f64, f64)>,
+    style: ShapeStyle,
+    radius: i32,
+    label: impl Into<String>,
+) -> anyhow::Result<()> {
+    chart
+        .draw_series(LineSeries::new(points.clone(), style))?
+        .label(label)
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
+    chart.draw_series(
+        points
+            .iter()
+            .map(|&p| Circle::new(p, radius, style.filled())),
+    )?;
+    Ok(())
+}
+
+/// The series' legend, boxed, at `position`.
+fn legend<'a, 'b: 'a, Y: Ranged<ValueType = f64>>(
+    chart: &mut Chart<'a, 'b, Y>,
+    position: SeriesLabelPosition,
+    size: u32,
+) -> anyhow::Result<()> {
+    chart
+        .configure_series_labels()
+        .position(position)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font((FONT, size))
+        .draw()?;
+    Ok(())
 }
 
 fn human(b: f64) -> String {
@@ -299,19 +322,9 @@ fn clusters(path: &Path, r: &RunResults) -> anyhow::Result<bool> {
     let classes = by_class.len();
     for (i, (class, points)) in by_class.into_iter().enumerate() {
         let style = hue(i, classes).stroke_width(2);
-        chart
-            .draw_series(LineSeries::new(points.clone(), style))?
-            .label(format!("class {class}"))
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
-        chart.draw_series(points.iter().map(|&p| Circle::new(p, 3, style.filled())))?;
+        line_with_points(&mut chart, points, style, 3, format!("class {class}"))?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .label_font((FONT, 13))
-        .draw()?;
+    legend(&mut chart, SeriesLabelPosition::UpperRight, 13)?;
     root.present()?;
     Ok(true)
 }

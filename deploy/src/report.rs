@@ -10,13 +10,25 @@ use flint_server::results::RunResults;
 
 use crate::run::kb;
 
+/// `flint report`: the tables, and the plots drawn again.
 pub fn print(dir: &Path) -> anyhow::Result<()> {
+    print_tables(dir, true)
+}
+
+/// The tables of a run; with `draw`, its plots drawn again (`flint run` has just drawn them).
+pub fn print_tables(dir: &Path, draw: bool) -> anyhow::Result<()> {
     let r = load(dir)?;
     print!("{}", render(&r));
     // Pictures are a convenience: a run directory that cannot take them (read-only, say)
     // still gets its tables.
-    match crate::plot::run_plots(dir, &r) {
-        Ok(plots) if !plots.is_empty() => println!("\nPlots: {}", dir.join("plots").display()),
+    let drawn = match draw {
+        true => crate::plot::run_plots(dir, &r),
+        false => Ok(vec![dir.join("plots")]),
+    };
+    match drawn {
+        Ok(plots) if !plots.is_empty() && dir.join("plots").is_dir() => {
+            println!("\nPlots: {}", dir.join("plots").display())
+        }
         Ok(_) => {}
         Err(e) => eprintln!("flint report: no plots: {e:#}"),
     }

@@ -44,7 +44,7 @@ pub struct RunArgs {
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
     keep_previous(&args.runs_dir.join(load(&args, &data_dir(&args))?.name))?;
     let dir = execute(&args, true)?;
-    crate::report::print(&dir)
+    crate::report::print_tables(&dir, false)
 }
 
 /// A finished run already in `dir` is moved aside, to `runs/<its run id>`, rather than
