@@ -125,3 +125,78 @@ for beta in (2, 3, 4):
     (CODE / f"mnist-s{beta}.toml").write_text(
         text.replace('name = "fedtmos-mnist-', 'name = "fedtmos-code-mnist-'))
 print(f"wrote 5 files to {CODE}")
+
+# The published code's Dir(α) with its own draw: numpy's legacy generator seeded with the run's
+# seed, `dirichlet(α·1_J, size=C).T`, normalized and J times balanced, floor(P · 60,000) rows per
+# client and class taken as cumulative slices of each class's rows in file order
+# (`distribute_dir_classes`, FEDTMOS-CODE-NOTES §5). A client the code leaves without training or
+# test rows is dropped, as `make_client_data` drops it. Written as `partition.kind = "explicit"`
+# counts, one file per seed, so a run splits exactly as the paper's did (needs numpy and the data).
+try:
+    import numpy as np
+except ImportError:
+    np = None
+
+
+def idx_labels(path):
+    import gzip
+    with gzip.open(path) as f:
+        return list(f.read()[8:])
+
+
+def code_counts(alpha, seed, train_sizes, test_sizes, clients=10):
+    np.random.seed(seed)
+    p = np.random.dirichlet(np.repeat(alpha, clients), size=len(train_sizes)).transpose()
+    p /= p.sum()
+    for _ in range(clients):
+        p /= p.sum(axis=0, keepdims=True)
+        p /= p.sum(axis=1, keepdims=True)
+
+    def sliced(total, sizes):
+        # Cumulative starts of the uncapped counts; numpy's slice stops at the class's end.
+        start = [0] * len(sizes)
+        out = []
+        for j in range(clients):
+            row = []
+            for c, size in enumerate(sizes):
+                end = start[c] + int(np.floor(p[j, c] * total))
+                row.append(max(min(end, size) - min(start[c], size), 0))
+                start[c] = end
+            out.append(row)
+        return out
+
+    train = sliced(sum(train_sizes), train_sizes)
+    test = sliced(sum(test_sizes), test_sizes)
+    return [t for t, s in zip(train, test) if sum(t) > 0 and sum(s) > 0]
+
+
+if np is None:
+    print("numpy is not installed: the code's own Dir draws (experiments/fedtmos-code/numpy/) "
+          "are not written again")
+else:
+    import os
+    data = Path(os.environ.get("FLINT_DATA_DIR", OUT.parent.parent.parent / "shared" / "data"))
+    NUMPY = CODE / "numpy"
+    NUMPY.mkdir(parents=True, exist_ok=True)
+    written = 0
+    for dataset, folder in {"mnist": "mnist", "fmnist": "fashion-mnist"}.items():
+        sizes = {}
+        for part in ("train", "t10k"):
+            labels = idx_labels(data / folder / f"{part}-labels-idx1-ubyte.gz")
+            sizes[part] = [labels.count(c) for c in range(10)]
+        for alpha in ("0.05", "0.1", "0.3"):
+            for seed in (0, 20, 24):
+                counts = code_counts(float(alpha), seed, sizes["train"], sizes["t10k"])
+                name = f"dir{alpha}"
+                text = experiment(name, "explicit", "", 30, clients=len(counts), dataset=dataset)
+                text = text.replace(f'name = "fedtmos-{dataset}-{name}"',
+                                    f'name = "fedtmos-code-numpy-{dataset}-{name}-s{seed}"')
+                text = text.replace("seed = 0\n", f"seed = {seed}\n")
+                text = text.replace(f"client_count = {len(counts)}\n", "")
+                text = text.replace(
+                    "# Written by", f"# The code's own split for seed {seed}: {len(counts)} of its "
+                    f"10 clients hold rows.\n# Written by")
+                text += "".join(f"\n[[clients]]\nclass_counts = {row}\n" for row in counts)
+                (NUMPY / f"{dataset}-dir{alpha}-s{seed}.toml").write_text(text)
+                written += 1
+    print(f"wrote {written} files to {NUMPY}")

@@ -15,7 +15,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::data::partition::declare_clients;
+use crate::data::partition::{ClassSplit, declare_clients};
 use crate::data::{
     ClientSection, ClientSpec, DataSection, DataSpec, PartitionPlan, PartitionSection, Scaling,
 };
@@ -256,6 +256,19 @@ impl Experiment {
             .build()
             .and_then(|c| c.try_deserialize())
             .map_err(|e| FlintError::Config(negative_count(e.to_string())))?;
+        if overrides.iter().any(|(k, _)| k == "fedtmos.preset") {
+            let before: std::result::Result<ExperimentFile, _> = config::Config::builder()
+                .add_source(config::File::from_str(text, config::FileFormat::Toml))
+                .build()
+                .and_then(|c| c.try_deserialize());
+            if let Ok(before) = before {
+                let kept: Vec<&str> = overrides
+                    .iter()
+                    .filter_map(|(k, _)| k.strip_prefix("fedtmos."))
+                    .collect();
+                file.fedtmos.follow_preset(&before.fedtmos, &kept);
+            }
+        }
         let inferred = match data_dir {
             Some(dir) => file.data.infer_classes(dir)?.is_some(),
             None => false,
@@ -373,9 +386,17 @@ impl Experiment {
             }
             _ => {}
         }
-        let partition = file
+        let partition = match file
             .partition
-            .plan(&declared, &clients, data.classes().len())?;
+            .plan(&declared, &clients, data.classes().len())?
+        {
+            // Images are split once over the whole training set, each row to one client.
+            PartitionPlan::Explicit(counts) if data.is_images() => PartitionPlan::ByClass {
+                clients: counts.len(),
+                split: ClassSplit::Counts(counts),
+            },
+            plan => plan,
+        };
         if data.is_images()
             && !matches!(
                 partition,
@@ -383,7 +404,7 @@ impl Experiment {
             )
         {
             return Err(bad(
-                "image data is split over clients by partition.kind = \"dirichlet\" (or a split by class: dirichlet-by-class, dirichlet-fedtmos-code, classes-per-client)".into(),
+                "image data is split over clients by partition.kind = \"dirichlet\" (or a split by class: dirichlet-by-class, dirichlet-fedtmos-code, classes-per-client, explicit)".into(),
             ));
         }
         if file.fedtmos.copy_data_epoch == Some(true)
@@ -392,7 +413,7 @@ impl Experiment {
                 && matches!(partition, PartitionPlan::ByClass { .. }))
         {
             return Err(bad(
-                "fedtmos.copy_data_epoch applies to fedtmos and ensemble over a split of the whole training set by class (dirichlet-by-class, dirichlet-fedtmos-code, classes-per-client)".into(),
+                "fedtmos.copy_data_epoch applies to fedtmos and ensemble over a split of the whole training set by class (dirichlet-by-class, dirichlet-fedtmos-code, classes-per-client, explicit)".into(),
             ));
         }
         if data.global_test.is_some()
@@ -601,8 +622,15 @@ fn fingerprint(file: &ExperimentFile) -> String {
     digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
 }
 
-/// Keys of whole numbers that may be 0; every other count must be at least 1.
-const ZERO_ALLOWED: &[&str] = &["seed", "data.label_column", "partition.iid_clients"];
+/// Whole-number keys whose least value is not 1 (their own check says the rest of the rule).
+const LEAST: &[(&str, u64)] = &[
+    ("seed", 0),
+    ("data.label_column", 0),
+    ("partition.iid_clients", 0),
+    ("tm.clauses", 2),
+    ("tm.state_bits", 2),
+    ("data.adaptive_block", 3),
+];
 
 /// The deserializer's word for a negative number given for a count ("invalid type: string
 /// \"-3\"", "64-bit integer `-3`, expected an unsigned …") as the rule it breaks.
@@ -622,7 +650,10 @@ fn negative_count(message: String) -> String {
                     || message.contains("expected an unsigned")
                     || message.contains("expected u")) =>
         {
-            let least = if ZERO_ALLOWED.contains(&key) { 0 } else { 1 };
+            let least = LEAST
+                .iter()
+                .find(|(k, _)| *k == key)
+                .map_or(1, |&(_, least)| least);
             format!("{key} must be a whole number of at least {least}, got {n}")
         }
         _ => message,
@@ -965,7 +996,12 @@ iid_clients = 1
             (
                 TPFL.to_string(),
                 vec![("tm.clauses".to_string(), "-5".to_string())],
-                "tm.clauses must be a whole number of at least 1, got -5",
+                "tm.clauses must be a whole number of at least 2, got -5",
+            ),
+            (
+                TPFL.to_string(),
+                vec![("data.adaptive_block".to_string(), "-7".to_string())],
+                "data.adaptive_block must be a whole number of at least 3, got -7",
             ),
         ] {
             let err = Experiment::from_toml_with(&text, BTreeMap::new(), &overrides, None)
@@ -1075,6 +1111,67 @@ iid_clients = 1
             let err = with(extra).unwrap_err().to_string();
             assert!(err.contains(want), "{extra}: {err}");
         }
+    }
+
+    /// A run's resolved file writes every default out, so `flint replay --set
+    /// fedtmos.preset=paper-code` must still switch the keys the preset decides.
+    #[test]
+    fn a_preset_set_on_a_resolved_file_decides_its_keys() {
+        let written = include_str!("../../experiments/fedtmos/mnist-dir0.1.toml");
+        let resolved = Experiment::from_toml(written).unwrap().to_toml();
+        assert!(resolved.contains("filter = false"), "{resolved}");
+        let with = |sets: &[(&str, &str)]| {
+            let sets: Vec<(String, String)> = sets
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            let e = Experiment::from_toml_with(&resolved, BTreeMap::new(), &sets, None).unwrap();
+            match e.strategy {
+                StrategySpec::FedTmos(spec) => spec.fedtmos,
+                other => panic!("{other:?}"),
+            }
+        };
+        use crate::model::tm::ExcludedAt;
+        use crate::model::tm::composite::CompositeOptions;
+        use crate::strategy::fedtmos::BitsBy;
+        let code = with(&[("fedtmos.preset", "paper-code")]);
+        assert!(code.server.filter);
+        assert_eq!(code.composite, CompositeOptions::CODE);
+        assert_eq!(code.excluded_at, ExcludedAt::Zero);
+        assert_eq!(code.server.bits_by, BitsBy::MeanWeight);
+        // Keys unrelated to the preset keep the run's values.
+        assert_eq!((code.server.models, code.server.k_max), (4, 30));
+        let mixed = with(&[
+            ("fedtmos.preset", "paper-code"),
+            ("fedtmos.filter", "false"),
+        ]);
+        assert!(!mixed.server.filter);
+        assert_eq!(mixed.composite, CompositeOptions::CODE);
+        assert_eq!(with(&[]).composite, CompositeOptions::default());
+    }
+
+    /// Explicit counts on images split the whole training set once, by class: how the FedTMOS
+    /// code's own draws are run (`experiments/fedtmos-code/numpy/`).
+    #[test]
+    fn explicit_counts_on_images_are_a_split_by_class() {
+        let text = "name = \"x\"\nstrategy = \"fedtmos\"\nrounds = 1\n[data]\nsource = \"mnist\"\n[partition]\nkind = \"explicit\"\n[[clients]]\nclass_counts = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]\n[[clients]]\nclass_counts = [10, 0, 0, 0, 0, 0, 0, 0, 0, 1]\n";
+        let e = Experiment::from_toml(text).unwrap();
+        assert_eq!(
+            e.partition,
+            PartitionPlan::ByClass {
+                clients: 2,
+                split: ClassSplit::Counts(vec![
+                    vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10],
+                    vec![10, 0, 0, 0, 0, 0, 0, 0, 0, 1]
+                ])
+            }
+        );
+        let short = text.replace("[10, 0, 0, 0, 0, 0, 0, 0, 0, 1]", "[10, 1]");
+        let err = Experiment::from_toml(&short).unwrap_err().to_string();
+        assert!(
+            err.contains("class_counts has 2 entries but the data has 10 classes"),
+            "{err}"
+        );
     }
 
     #[test]

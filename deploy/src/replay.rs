@@ -31,6 +31,9 @@ pub struct ReplayArgs {
     /// [default: $FLINT_DATA_DIR or ./data]
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
+    /// Also print the model's recall on each class of the shared test set.
+    #[arg(long)]
+    pub per_class: bool,
 }
 
 pub fn replay(args: ReplayArgs) -> anyhow::Result<()> {
@@ -120,6 +123,20 @@ pub fn replay(args: ReplayArgs) -> anyhow::Result<()> {
             other => other.name(),
         };
         println!("  {name:<26} accuracy {:.4}", cm.metrics().accuracy);
+        if args.per_class && matches!(p, Predictor::Model | Predictor::ModelAs(_)) {
+            println!("    recall per class: {}", recall_per_class(&cm));
+        }
     }
     Ok(())
+}
+
+/// "class: recall" for each class with test rows, e.g. `0: 0.991  1: 0.423`.
+fn recall_per_class(cm: &flint_common::metrics::ConfusionMatrix) -> String {
+    (0..cm.classes())
+        .filter_map(|c| {
+            let held: u64 = (0..cm.classes()).map(|p| cm.get(c, p)).sum();
+            (held > 0).then(|| format!("{c}: {:.3}", cm.get(c, c) as f64 / held as f64))
+        })
+        .collect::<Vec<_>>()
+        .join("  ")
 }

@@ -19,7 +19,8 @@ pub const MAX_CLIENT_NAME: usize = 64;
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PartitionSection {
-    /// `iid` (default: shuffled, equal shares), `explicit` (each client's `class_counts`),
+    /// `iid` (default: shuffled, equal shares), `explicit` (each client's `class_counts`; on
+    /// images a split by class, [`split_by_counts`]),
     /// `fractions` (each client's `fraction` of the shuffled rows) or `dirichlet` (TPFL §6.3;
     /// the only one for image data).
     pub kind: Option<String>,
@@ -344,6 +345,8 @@ pub enum ClassSplit {
     ClassesPerClient { beta: usize },
     /// S(β) with each client's classes given: [`split_by_sets`].
     ClassSets(Vec<Vec<u32>>),
+    /// `partition.kind = "explicit"` on images: [`split_by_counts`].
+    Counts(Vec<Vec<usize>>),
 }
 
 impl ClassSplit {
@@ -378,6 +381,7 @@ impl ClassSplit {
                     &mut derive_rng(seed, "class-sets", 0),
                 ))
             }
+            ClassSplit::Counts(counts) => split_by_counts(labels, classes, counts),
         }
     }
 
@@ -414,6 +418,11 @@ impl ClassSplit {
             return Err(FlintError::Partition(format!(
                 "{self:?} leaves clients {empty:?} of {clients} without rows; to drop them as the code does, set partition.nominal_clients = {clients} and declare {} clients",
                 clients - empty.len()
+            )));
+        }
+        if !empty.is_empty() && matches!(self, ClassSplit::Counts(_)) {
+            return Err(FlintError::Partition(format!(
+                "class_counts leaves clients {empty:?} of {clients} without rows; a run waits for every declared client, so give each some rows or leave it out"
             )));
         }
         if !empty.is_empty() {
@@ -790,6 +799,39 @@ pub fn dirichlet_fedtmos_code(
     Ok(parts)
 }
 
+/// Client k takes the next `counts[k][c]` rows of class c in file order, as the FedTMOS code
+/// slices its unshuffled class lists; so counts computed from the code's own draw (numpy's,
+/// `scripts/fedtmos-code-splits.py`) give exactly its clients. A class asked for more rows than
+/// it has is refused, naming it.
+pub fn split_by_counts(
+    labels: &[u32],
+    classes: usize,
+    counts: &[Vec<usize>],
+) -> Result<Vec<Vec<usize>>> {
+    let pools = pools_for(labels, classes, counts.len())?;
+    for (c, pool) in pools.0.iter().enumerate() {
+        let asked: usize = counts.iter().map(|k| k.get(c).copied().unwrap_or(0)).sum();
+        if asked > pool.len() {
+            return Err(FlintError::Partition(format!(
+                "the clients' class_counts ask for {asked} rows of class {c}, which has {}",
+                pool.len()
+            )));
+        }
+    }
+    let mut taken = vec![0usize; classes];
+    Ok(counts
+        .iter()
+        .map(|k| {
+            let mut part = Vec::new();
+            for (c, &n) in k.iter().enumerate().take(classes) {
+                part.extend_from_slice(&pools.0[c][taken[c]..taken[c] + n]);
+                taken[c] += n;
+            }
+            part
+        })
+        .collect())
+}
+
 /// FedTMOS's S(β): client i holds class i mod C and β − 1 other classes drawn from the seed;
 /// each class's shuffled rows are split evenly (sizes differ by at most one) over the clients
 /// holding it, in client order. Rows of a class nobody holds go to no one.
@@ -1134,6 +1176,38 @@ mod tests {
                 .unwrap_err()
                 .contains("1 sets for 2 clients")
         );
+    }
+
+    /// FEDTMOS-CODE-NOTES §5: counts from the code's own numpy draw are taken as its
+    /// cumulative slices of each class's rows in file order; asking too much is refused.
+    #[test]
+    fn explicit_counts_are_the_code_slices_in_file_order() {
+        let y: Vec<u32> = (0..30).map(|i| i % 3).collect();
+        let counts = vec![vec![2, 0, 10], vec![3, 4, 0]];
+        let parts = ClassSplit::Counts(counts.clone())
+            .split_all_served(&y, 3, 2, 0)
+            .unwrap();
+        // Class 0 is rows 0, 3, 6, …: client 1 takes the first two, client 2 the next three.
+        assert_eq!(parts[0][..2], [0, 3]);
+        assert_eq!(parts[1][..3], [6, 9, 12]);
+        assert_eq!(parts[1][3..], [1, 4, 7, 10]);
+        assert_eq!(
+            parts[0][2..],
+            (0..10).map(|k| 2 + 3 * k).collect::<Vec<_>>()
+        );
+        let e = ClassSplit::Counts(vec![vec![6, 0, 0], vec![5, 0, 0]])
+            .split(&y, 3, 2, 0)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("ask for 11 rows of class 0, which has 10"),
+            "{e}"
+        );
+        let e = ClassSplit::Counts(vec![vec![1, 0, 0], vec![0, 0, 0]])
+            .split_all_served(&y, 3, 2, 0)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("leaves clients [2] of 2 without rows"), "{e}");
     }
 
     /// FEDTMOS-CODE-NOTES §5: the code drops the clients its split leaves empty. With nominal

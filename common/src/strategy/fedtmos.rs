@@ -508,6 +508,46 @@ pub struct FedTmosHyper {
 }
 
 impl FedTmosSection {
+    /// After `preset` changed from `before`'s (`--set fedtmos.preset=…`, e.g. on a run's
+    /// resolved file, which writes every default out): each key a preset sets that still
+    /// holds `before`'s preset value is unset, so the new preset decides it; a key given
+    /// another value, or named in `kept` (set on the command line too), stays.
+    pub fn follow_preset(&mut self, before: &FedTmosSection, kept: &[&str]) {
+        if self.preset == before.preset {
+            return;
+        }
+        let old = FedTmosSection {
+            preset: before.preset.clone(),
+            ..FedTmosSection::default()
+        };
+        let Ok(old) = old.check() else {
+            return;
+        };
+        let Ok(now) = FedTmosSection {
+            preset: None,
+            ..self.clone()
+        }
+        .check() else {
+            return;
+        };
+        let free = |key: &str| !kept.contains(&key);
+        if free("bits_by") && now.server.bits_by == old.server.bits_by {
+            self.bits_by = None;
+        }
+        if free("filter") && now.server.filter == old.server.filter {
+            self.filter = None;
+        }
+        if free("normalization") && now.composite.normalization == old.composite.normalization {
+            self.normalization = None;
+        }
+        if free("clamp") && now.composite.clamp == old.composite.clamp {
+            self.clamp = None;
+        }
+        if free("excluded_at") && now.excluded_at == old.excluded_at {
+            self.excluded_at = None;
+        }
+    }
+
     pub fn check(&self) -> ParamResult<FedTmosHyper> {
         let at_least_one = |key, n: usize| require(key, "at least 1", n, n > 0);
         let epochs = self.local_epochs.unwrap_or(30);
