@@ -34,6 +34,11 @@ pub struct ReplayArgs {
     /// Also print the model's recall on each class of the shared test set.
     #[arg(long)]
     pub per_class: bool,
+    /// Also print, for every machine of the download and each class it holds, its mean class
+    /// sum on that class's rows and on the others', and how often it is above 0 and T/2 on the
+    /// others (a machine that fires on everything votes for its class on every input).
+    #[arg(long)]
+    pub sums: bool,
 }
 
 pub fn replay(args: ReplayArgs) -> anyhow::Result<()> {
@@ -115,6 +120,20 @@ pub fn replay(args: ReplayArgs) -> anyhow::Result<()> {
         prefit: None,
     };
     println!("on the shared test set ({} rows):", shared.test.len());
+    if args.sums {
+        for (name, profiles) in half.class_sum_profiles(&shared) {
+            for p in profiles {
+                println!(
+                    "  {name:<16} class {}: mean sum {:.0} on its rows, {:.0} on the others'; others above 0: {:.3}, at least T/2: {:.3}",
+                    p.class,
+                    p.mean_on_class,
+                    p.mean_on_others,
+                    p.others_positive,
+                    p.others_above_half_t
+                );
+            }
+        }
+    }
     let mut all = half.evaluate_all(&shared);
     all.sort_by_key(|(p, _)| *p);
     for (p, cm) in all {

@@ -36,7 +36,9 @@ use crate::data::booleanize::BitRows;
 use crate::data::images::BitShard;
 use crate::metrics::{ConfusionMatrix, gini_index};
 use crate::model::kmeans::{self, LloydParams};
-use crate::model::tm::composite::{self, BatchSums, CompositeOptions, Normalization};
+use crate::model::tm::composite::{
+    self, BatchSums, ClassSumProfile, CompositeOptions, Normalization,
+};
 use crate::model::tm::conv::{ConvTm, PatchSpec};
 use crate::model::tm::parts::{ClassParts, IncludeBits, TmParts, TmUpload};
 use crate::model::tm::{ExcludedAt, FeedbackMasks, MultiClassTm, TmHyper};
@@ -988,6 +990,26 @@ impl ClientStrategy<BitShard> for FedTmosClient {
             )
         };
         ConfusionMatrix::from_predictions(self.shape.classes, &test.labels, &predictions)
+    }
+
+    fn class_sum_profiles(&self, shard: &BitShard) -> Vec<(String, Vec<ClassSumProfile>)> {
+        let names = (1..=self.composite.len())
+            .map(|k| format!("server model {k}"))
+            .chain(self.ensemble.iter().map(|(id, _)| format!("client {id}")));
+        let machines: Vec<&ConvTm> = self
+            .composite
+            .iter()
+            .chain(self.ensemble.iter().map(|(_, m)| m))
+            .collect();
+        let sums = sums_of(&machines, &shard.test);
+        names
+            .zip(&sums)
+            .map(|(name, s)| {
+                let profiles =
+                    composite::class_sum_profiles(s, &shard.test.labels, self.shape.classes);
+                (name, profiles)
+            })
+            .collect()
     }
 
     /// With the clients' machines in the download: the composite under both readings, the

@@ -272,6 +272,15 @@ pub trait ClientStrategy<S>: Send {
     fn export(&self) -> Option<crate::model::kept::KeptModel> {
         None
     }
+    /// For each machine of a composite download (FedTMOS: the server models, and the clients'
+    /// own with `fedtmos.baselines`), named, how its class sums behave on the shard's test rows
+    /// (`flint replay --sums`); empty where the model is no composite.
+    fn class_sum_profiles(
+        &self,
+        _shard: &S,
+    ) -> Vec<(String, Vec<crate::model::tm::composite::ClassSumProfile>)> {
+        Vec::new()
+    }
 }
 
 #[cfg(test)]

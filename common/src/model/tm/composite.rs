@@ -232,6 +232,61 @@ pub fn composite_predict(
         .collect()
 }
 
+/// How one machine's sum for a class it holds behaves on labelled rows: on that class's rows
+/// and on every other row. A machine trained on one class alone says yes to everything (high
+/// sums on the others), and in a composite it then votes for its class on every input.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ClassSumProfile {
+    pub class: u32,
+    /// Mean sum on the rows of `class`, and on the rest.
+    pub mean_on_class: f64,
+    pub mean_on_others: f64,
+    /// Share of the other rows on which the sum is above 0, and at least T/2.
+    pub others_positive: f64,
+    pub others_above_half_t: f64,
+}
+
+/// The profile of every class `sums` holds (a class whose sums are 0 on every row is one the
+/// machine lacks) that has rows in `labels`.
+pub fn class_sum_profiles(
+    sums: &BatchSums,
+    labels: &[u32],
+    classes: usize,
+) -> Vec<ClassSumProfile> {
+    let rows = labels.len();
+    if classes == 0 || sums.sums.len() != rows * classes {
+        return Vec::new();
+    }
+    let mean = |v: &[i32]| v.iter().map(|&x| f64::from(x)).sum::<f64>() / v.len().max(1) as f64;
+    let share = |v: &[i32], above: i32| {
+        v.iter().filter(|&&x| x > above).count() as f64 / v.len().max(1) as f64
+    };
+    (0..classes)
+        .filter_map(|c| {
+            let column = (0..rows).map(|i| sums.sums[i * classes + c]);
+            if column.clone().all(|v| v == 0) {
+                return None;
+            }
+            let (own, others): (Vec<(i32, u32)>, Vec<(i32, u32)>) = column
+                .zip(labels.iter().copied())
+                .partition(|&(_, l)| l as usize == c);
+            if own.is_empty() {
+                return None;
+            }
+            let own: Vec<i32> = own.into_iter().map(|(v, _)| v).collect();
+            let others: Vec<i32> = others.into_iter().map(|(v, _)| v).collect();
+            Some(ClassSumProfile {
+                class: c as u32,
+                mean_on_class: mean(&own),
+                mean_on_others: mean(&others),
+                others_positive: share(&others, 0),
+                // At least T/2: above ⌈T/2⌉ − 1.
+                others_above_half_t: share(&others, (sums.margin + 1) / 2 - 1),
+            })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -255,6 +310,34 @@ mod tests {
             composite_predict(&[a, b, vec![0, 2, 1]], 3, PER_SAMPLE),
             vec![1]
         );
+    }
+
+    /// A machine that says yes to every row shows it: high sums on the other classes' rows.
+    #[test]
+    fn class_sum_profiles_show_a_machine_that_fires_on_everything() {
+        // 4 rows labelled 0, 0, 1, 2; classes 0 and 1 held, class 2 lacking (all zero).
+        // Class 0: (10, 6) on its rows, (8, −4) on the others. Class 1: (−2) on its row, (1, 0, 3)
+        // on the others. T = 10, so T/2 = 5.
+        let sums = BatchSums {
+            sums: vec![10, 1, 0, 6, 0, 0, 8, -2, 0, -4, 3, 0],
+            margin: 10,
+        };
+        let p = class_sum_profiles(&sums, &[0, 0, 1, 2], 3);
+        assert_eq!(p.len(), 2);
+        assert_eq!(
+            p[0],
+            ClassSumProfile {
+                class: 0,
+                mean_on_class: 8.0,
+                mean_on_others: 2.0,
+                others_positive: 0.5,
+                others_above_half_t: 0.5,
+            }
+        );
+        assert_eq!((p[1].class, p[1].mean_on_class), (1, -2.0));
+        assert!((p[1].mean_on_others - 4.0 / 3.0).abs() < 1e-12);
+        assert!((p[1].others_positive - 2.0 / 3.0).abs() < 1e-12);
+        assert_eq!(p[1].others_above_half_t, 0.0);
     }
 
     #[test]
