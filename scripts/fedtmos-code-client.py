@@ -79,7 +79,9 @@ def main():
     def rows(k):
         return np.concatenate([by_class[c][starts[k][c]:starts[k + 1][c]] for c in range(10)])
 
-    leak_client = next(k for k, row in enumerate(counts) if row[9] > 0)
+    leak_client = next((k for k, row in enumerate(counts) if row[9] > 0), None)
+    if leak_client is None and not args.no_leak:
+        sys.exit("no client holds class 9, so the code has no leak client: use --no-leak")
     ctm = build(args.checkout)
     tm = ctm(100, 1000, 5.0, (10, 10), weighted_clauses=True)
     started = time.time()

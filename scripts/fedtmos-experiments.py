@@ -175,7 +175,10 @@ if np is None:
           "are not written again")
 else:
     import os
+    import sys
     data = Path(os.environ.get("FLINT_DATA_DIR", OUT.parent.parent.parent / "shared" / "data"))
+    if not (data / "mnist").is_dir():
+        sys.exit(f"{data / 'mnist'} is missing: set FLINT_DATA_DIR to the data directory")
     NUMPY = CODE / "numpy"
     NUMPY.mkdir(parents=True, exist_ok=True)
     written = 0
@@ -193,6 +196,7 @@ else:
                                     f'name = "fedtmos-code-numpy-{dataset}-{name}-s{seed}"')
                 text = text.replace("seed = 0\n", f"seed = {seed}\n")
                 text = text.replace(f"client_count = {len(counts)}\n", "")
+                text = text.replace(": 10 clients, one round", f": {len(counts)} clients, one round")
                 text = text.replace(
                     "# Written by", f"# The code's own split for seed {seed}: {len(counts)} of its "
                     f"10 clients hold rows.\n# Written by")

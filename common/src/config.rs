@@ -238,36 +238,38 @@ impl Experiment {
         overrides: &[(String, String)],
         data_dir: Option<&Path>,
     ) -> Result<Experiment> {
-        let mut builder = config::Config::builder()
-            .add_source(config::File::from_str(text, config::FileFormat::Toml))
-            .add_source(
-                config::Environment::with_prefix("FLINT")
-                    .prefix_separator("_")
-                    .separator("__")
-                    .try_parsing(true)
-                    .source(Some(env.into_iter().collect())),
-            );
-        for (key, value) in overrides {
-            builder = builder
-                .set_override(key.as_str(), value.as_str())
-                .map_err(|e| FlintError::Config(format!("override {key}: {e}")))?;
-        }
-        let mut file: ExperimentFile = builder
-            .build()
-            .and_then(|c| c.try_deserialize())
-            .map_err(|e| FlintError::Config(negative_count(e.to_string())))?;
-        if overrides.iter().any(|(k, _)| k == "fedtmos.preset") {
-            let before: std::result::Result<ExperimentFile, _> = config::Config::builder()
+        let read = |overrides: &[(String, String)]| -> Result<ExperimentFile> {
+            let mut builder = config::Config::builder()
                 .add_source(config::File::from_str(text, config::FileFormat::Toml))
-                .build()
-                .and_then(|c| c.try_deserialize());
-            if let Ok(before) = before {
-                let kept: Vec<&str> = overrides
-                    .iter()
-                    .filter_map(|(k, _)| k.strip_prefix("fedtmos."))
-                    .collect();
-                file.fedtmos.follow_preset(&before.fedtmos, &kept);
+                .add_source(
+                    config::Environment::with_prefix("FLINT")
+                        .prefix_separator("_")
+                        .separator("__")
+                        .try_parsing(true)
+                        .source(Some(env.clone().into_iter().collect())),
+                );
+            for (key, value) in overrides {
+                builder = builder
+                    .set_override(key.as_str(), value.as_str())
+                    .map_err(|e| FlintError::Config(format!("override {key}: {e}")))?;
             }
+            builder
+                .build()
+                .and_then(|c| c.try_deserialize())
+                .map_err(|e| FlintError::Config(negative_count(e.to_string())))
+        };
+        let mut file = read(overrides)?;
+        // A run's resolved file writes every preset key out: `--set fedtmos.preset` on it
+        // must still switch them. A file that sets them by hand keeps what it set.
+        if overrides.iter().any(|(k, _)| k == "fedtmos.preset")
+            && let Ok(before) = read(&[])
+            && before.fedtmos.writes_every_preset_key()
+        {
+            let kept: Vec<&str> = overrides
+                .iter()
+                .filter_map(|(k, _)| k.strip_prefix("fedtmos."))
+                .collect();
+            file.fedtmos.follow_preset(&before.fedtmos, &kept);
         }
         let inferred = match data_dir {
             Some(dir) => file.data.infer_classes(dir)?.is_some(),
@@ -1148,6 +1150,35 @@ iid_clients = 1
         assert!(!mixed.server.filter);
         assert_eq!(mixed.composite, CompositeOptions::CODE);
         assert_eq!(with(&[]).composite, CompositeOptions::default());
+        // And back: a paper-code run's resolved file replayed under the paper's preset.
+        let code_run = Experiment::from_toml(
+            &written.replace("[fedtmos]\n", "[fedtmos]\npreset = \"paper-code\"\n"),
+        )
+        .unwrap()
+        .to_toml();
+        assert!(code_run.contains("filter = true"), "{code_run}");
+        let sets = vec![("fedtmos.preset".to_string(), "paper".to_string())];
+        let e = Experiment::from_toml_with(&code_run, BTreeMap::new(), &sets, None).unwrap();
+        let StrategySpec::FedTmos(back) = e.strategy else {
+            panic!("fedtmos")
+        };
+        assert!(!back.fedtmos.server.filter);
+        assert_eq!(back.fedtmos.composite, CompositeOptions::default());
+        assert_eq!(back.fedtmos.excluded_at, ExcludedAt::LastExclude);
+        // A file that sets a preset key by hand keeps it.
+        let by_hand = resolved.clone();
+        let by_hand = by_hand
+            .lines()
+            .filter(|l| !l.starts_with("bits_by") && !l.starts_with("normalization"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let sets = vec![("fedtmos.preset".to_string(), "paper-code".to_string())];
+        let e = Experiment::from_toml_with(&by_hand, BTreeMap::new(), &sets, None).unwrap();
+        let StrategySpec::FedTmos(spec) = e.strategy else {
+            panic!("fedtmos")
+        };
+        assert!(!spec.fedtmos.server.filter && !spec.fedtmos.composite.clamp);
+        assert_eq!(spec.fedtmos.server.bits_by, BitsBy::MeanWeight);
     }
 
     /// Explicit counts on images split the whole training set once, by class: how the FedTMOS

@@ -296,6 +296,10 @@ fn partition(e: &Experiment) -> String {
             .map(|x| format!("{x}"))
             .collect::<Vec<_>>()
             .join("/"),
+        PartitionPlan::ByClass {
+            clients,
+            split: flint_common::data::partition::ClassSplit::Counts(_),
+        } => format!("explicit × {clients}"),
         PartitionPlan::ByClass { clients, split } => format!("{split:?} × {clients}"),
         PartitionPlan::Dirichlet { alphas, samples } => {
             let iid = e.file.partition.iid_clients.unwrap_or(alphas.len());

@@ -104,6 +104,9 @@ pub fn replay(args: ReplayArgs) -> anyhow::Result<()> {
     let (Some(rows), Downloads::Broadcast(download)) =
         (e.strategy.global_test_rows(), &agg.downloads)
     else {
+        if args.per_class || args.sums {
+            println!("this strategy has no shared test set: --per-class and --sums show nothing");
+        }
         return Ok(());
     };
     let holder = 1;
@@ -121,7 +124,11 @@ pub fn replay(args: ReplayArgs) -> anyhow::Result<()> {
     };
     println!("on the shared test set ({} rows):", shared.test.len());
     if args.sums {
-        for (name, profiles) in half.class_sum_profiles(&shared) {
+        let profiles = half.class_sum_profiles(&shared);
+        if profiles.is_empty() {
+            println!("  --sums: this download has no composite of machines to show");
+        }
+        for (name, profiles) in profiles {
             for p in profiles {
                 println!(
                     "  {name:<16} class {}: mean sum {:.0} on its rows, {:.0} on the others'; others above 0: {:.3}, at least T/2: {:.3}",

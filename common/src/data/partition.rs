@@ -526,7 +526,9 @@ pub fn partition(data: &Dataset, plan: &PartitionPlan, seed: u64) -> Result<Vec<
             }
             for (c, pool) in pools.iter_mut().enumerate() {
                 pool.shuffle(&mut rng);
-                let wanted: usize = class_counts.iter().map(|counts| counts[c]).sum();
+                let wanted = class_counts
+                    .iter()
+                    .fold(0usize, |sum, counts| sum.saturating_add(counts[c]));
                 if wanted > pool.len() {
                     return Err(FlintError::Partition(format!(
                         "clients ask for {wanted} samples of class {:?} but the data has {}",
@@ -801,7 +803,7 @@ pub fn dirichlet_fedtmos_code(
 
 /// Client k takes the next `counts[k][c]` rows of class c in file order, as the FedTMOS code
 /// slices its unshuffled class lists; so counts computed from the code's own draw (numpy's,
-/// `scripts/fedtmos-code-splits.py`) give exactly its clients. A class asked for more rows than
+/// `scripts/fedtmos-experiments.py`) give exactly its clients. A class asked for more rows than
 /// it has is refused, naming it.
 pub fn split_by_counts(
     labels: &[u32],
@@ -810,12 +812,22 @@ pub fn split_by_counts(
 ) -> Result<Vec<Vec<usize>>> {
     let pools = pools_for(labels, classes, counts.len())?;
     for (c, pool) in pools.0.iter().enumerate() {
-        let asked: usize = counts.iter().map(|k| k.get(c).copied().unwrap_or(0)).sum();
-        if asked > pool.len() {
-            return Err(FlintError::Partition(format!(
-                "the clients' class_counts ask for {asked} rows of class {c}, which has {}",
-                pool.len()
-            )));
+        let asked = counts.iter().try_fold(0usize, |sum, k| {
+            sum.checked_add(k.get(c).copied().unwrap_or(0))
+        });
+        match asked {
+            Some(asked) if asked <= pool.len() => {}
+            Some(asked) => {
+                return Err(FlintError::Partition(format!(
+                    "the clients' class_counts ask for {asked} rows of class {c}, which has {}",
+                    pool.len()
+                )));
+            }
+            None => {
+                return Err(FlintError::Partition(format!(
+                    "the clients' class_counts ask for more rows of class {c} than a count holds"
+                )));
+            }
         }
     }
     let mut taken = vec![0usize; classes];
@@ -1203,6 +1215,11 @@ mod tests {
             e.contains("ask for 11 rows of class 0, which has 10"),
             "{e}"
         );
+        let e = ClassSplit::Counts(vec![vec![usize::MAX, 0, 0], vec![2, 0, 0]])
+            .split(&y, 3, 2, 0)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("more rows of class 0 than a count holds"), "{e}");
         let e = ClassSplit::Counts(vec![vec![1, 0, 0], vec![0, 0, 0]])
             .split_all_served(&y, 3, 2, 0)
             .unwrap_err()

@@ -510,10 +510,19 @@ pub struct FedTmosHyper {
 }
 
 impl FedTmosSection {
-    /// After `preset` changed from `before`'s (`--set fedtmos.preset=…`, e.g. on a run's
-    /// resolved file, which writes every default out): each key a preset sets that still
-    /// holds `before`'s preset value is unset, so the new preset decides it; a key given
-    /// another value, or named in `kept` (set on the command line too), stays.
+    /// Whether every key a preset decides is written, as in a run's resolved file.
+    pub fn writes_every_preset_key(&self) -> bool {
+        self.bits_by.is_some()
+            && self.filter.is_some()
+            && self.normalization.is_some()
+            && self.clamp.is_some()
+            && self.excluded_at.is_some()
+    }
+
+    /// After `preset` changed from `before`'s (`--set fedtmos.preset=…` on a run's resolved
+    /// file, which writes every default out): each key a preset sets that still holds
+    /// `before`'s preset value is unset, so the new preset decides it; a key given another
+    /// value, or named in `kept` (set on the command line too), stays.
     pub fn follow_preset(&mut self, before: &FedTmosSection, kept: &[&str]) {
         if self.preset == before.preset {
             return;
@@ -993,8 +1002,9 @@ impl ClientStrategy<BitShard> for FedTmosClient {
     }
 
     fn class_sum_profiles(&self, shard: &BitShard) -> Vec<(String, Vec<ClassSumProfile>)> {
+        // The ensemble strategy's composite is the clients' own machines, in client order.
         let names = (1..=self.composite.len())
-            .map(|k| format!("server model {k}"))
+            .map(|k| format!("composite model {k}"))
             .chain(self.ensemble.iter().map(|(id, _)| format!("client {id}")));
         let machines: Vec<&ConvTm> = self
             .composite

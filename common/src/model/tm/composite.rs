@@ -267,14 +267,16 @@ pub fn class_sum_profiles(
             if column.clone().all(|v| v == 0) {
                 return None;
             }
-            let (own, others): (Vec<(i32, u32)>, Vec<(i32, u32)>) = column
-                .zip(labels.iter().copied())
-                .partition(|&(_, l)| l as usize == c);
+            let (mut own, mut others) = (Vec::new(), Vec::new());
+            for (v, &l) in column.zip(labels) {
+                match l as usize == c {
+                    true => own.push(v),
+                    false => others.push(v),
+                }
+            }
             if own.is_empty() {
                 return None;
             }
-            let own: Vec<i32> = own.into_iter().map(|(v, _)| v).collect();
-            let others: Vec<i32> = others.into_iter().map(|(v, _)| v).collect();
             Some(ClassSumProfile {
                 class: c as u32,
                 mean_on_class: mean(&own),
