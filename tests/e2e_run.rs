@@ -413,13 +413,7 @@ fn logistic_regression_federates_three_classes() {
         }
         let exp = write(dir.path(), &format!("{name}.toml"), &text);
         let runs = dir.path().join("runs");
-        ok(flint()
-            .arg("run")
-            .arg(&exp)
-            .arg("--data-dir")
-            .arg(&data)
-            .arg("--runs-dir")
-            .arg(&runs));
+        ok(&mut flint_run(&exp, &data, &runs));
         let r = results(&runs.join(&name));
         let last = r.rounds.last().unwrap();
         assert_eq!(last.metrics.len(), clients, "{strategy}");
@@ -550,13 +544,7 @@ fn tsetlin_machines_train_on_a_table_and_keep_readable_rules() {
         );
         let exp = write(dir.path(), &format!("{name}.toml"), &text);
         let runs = dir.path().join("runs");
-        ok(flint()
-            .arg("run")
-            .arg(&exp)
-            .arg("--data-dir")
-            .arg(&data)
-            .arg("--runs-dir")
-            .arg(&runs));
+        ok(&mut flint_run(&exp, &data, &runs));
         let run = runs.join(&name);
         let r = results(&run);
         let mean = r.rounds.last().unwrap().mean.unwrap();
@@ -609,13 +597,7 @@ fn a_global_test_split_is_held_out_and_measured_every_round() {
     };
     let runs = dir.path().join("runs");
     let exp = write(dir.path(), "held.toml", &text("fedavg"));
-    let out = ok(flint()
-        .arg("run")
-        .arg(&exp)
-        .arg("--data-dir")
-        .arg(&data)
-        .arg("--runs-dir")
-        .arg(&runs));
+    let out = ok(&mut flint_run(&exp, &data, &runs));
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(
         said.contains("Round 3 on the shared test set (150 rows)"),
@@ -640,15 +622,7 @@ fn a_global_test_split_is_held_out_and_measured_every_round() {
         "held-local.toml",
         &text("local").replace("seed = 3", "seed = 3\nmodel = \"logreg\""),
     );
-    let out = flint()
-        .arg("run")
-        .arg(&tpfl)
-        .arg("--data-dir")
-        .arg(&data)
-        .arg("--runs-dir")
-        .arg(&runs)
-        .output()
-        .unwrap();
+    let out = flint_run(&tpfl, &data, &runs).output().unwrap();
     assert!(!out.status.success());
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("strategy local leaves each client its own"),
@@ -673,13 +647,7 @@ fn fedtmos_federates_a_table_in_one_round() {
          [fedtmos]\nmodels = 2\nk_max = 4\nlocal_epochs = 5\nbaselines = true\n";
     let exp = write(dir.path(), "table-fedtmos.toml", text);
     let runs = dir.path().join("runs");
-    ok(flint()
-        .arg("run")
-        .arg(&exp)
-        .arg("--data-dir")
-        .arg(&data)
-        .arg("--runs-dir")
-        .arg(&runs));
+    ok(&mut flint_run(&exp, &data, &runs));
     let run = runs.join("table-fedtmos");
     let r = results(&run);
     let rr = &r.rounds[1];
@@ -691,17 +659,8 @@ fn fedtmos_federates_a_table_in_one_round() {
         alone.iter().all(|a| global.accuracy > *a) && global.accuracy > 0.8,
         "composite {global:?} against the clients alone {alone:?}"
     );
-    let kept = flint_common::model::kept::ModelFile::parse(
-        &std::fs::read(run.join("models/client-1.json")).unwrap(),
-    )
-    .unwrap();
-    let flint_common::model::kept::KeptModel::Composite {
-        literals, machines, ..
-    } = &kept.model
-    else {
-        panic!("{:?}", kept.model)
-    };
-    assert_eq!(machines.len(), 2);
+    let (literals, machines) = kept_composite(&run.join("models/client-1.json"));
+    assert_eq!(machines, 2);
     assert_eq!(literals.len(), 12);
     assert!(
         literals[0].starts_with("width > ") && literals[11].starts_with("height > "),

@@ -681,17 +681,8 @@ fn fedtmos_builds_server_models_every_client_predicts_with() {
     // Issue 18 §1: every client keeps the composite it predicts with: φ machines, their
     // clauses over named patch literals, and each machine's checkpoint.
     let run = dir.path().join("runs/fedtmos-small");
-    let kept = flint_common::model::kept::ModelFile::parse(
-        &std::fs::read(run.join("models/client-3.json")).unwrap(),
-    )
-    .unwrap();
-    let flint_common::model::kept::KeptModel::Composite {
-        literals, machines, ..
-    } = &kept.model
-    else {
-        panic!("{:?}", kept.model)
-    };
-    assert_eq!(machines.len(), 2);
+    let (literals, machines) = kept_composite(&run.join("models/client-3.json"));
+    assert_eq!(machines, 2);
     assert_eq!(
         literals.len(),
         136,

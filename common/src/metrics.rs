@@ -110,6 +110,12 @@ impl ConfusionMatrix {
         }
     }
 
+    /// Recall of class `c`, or `None` where it has no true rows.
+    pub fn class_recall(&self, c: usize) -> Option<f64> {
+        let actual: u64 = (0..self.classes).map(|p| self.get(c, p)).sum();
+        (actual > 0).then(|| self.class_prf(c).1)
+    }
+
     fn class_prf(&self, c: usize) -> (f64, f64, f64) {
         let tp = self.get(c, c);
         let predicted: u64 = (0..self.classes).map(|t| self.get(t, c)).sum();
@@ -214,6 +220,14 @@ mod tests {
         assert_eq!(x.recall, 3.0 / 4.0);
         assert_eq!(x.f1, 0.75);
         assert_eq!(x.samples, 8);
+        // Recall per class: class 1 has 3 of its 4 rows right, class 0 3 of 4.
+        assert_eq!(
+            (m.class_recall(0), m.class_recall(1)),
+            (Some(0.75), Some(0.75))
+        );
+        let one_sided = ConfusionMatrix::from_predictions(3, &[0, 0], &[0, 2]);
+        assert_eq!(one_sided.class_recall(0), Some(0.5));
+        assert_eq!(one_sided.class_recall(2), None, "no true rows of class 2");
     }
 
     #[test]

@@ -159,10 +159,7 @@ pub fn replay(args: ReplayArgs) -> anyhow::Result<()> {
 /// "class: recall" for each class with test rows, e.g. `0: 0.991  1: 0.423`.
 fn recall_per_class(cm: &flint_common::metrics::ConfusionMatrix) -> String {
     (0..cm.classes())
-        .filter_map(|c| {
-            let held: u64 = (0..cm.classes()).map(|p| cm.get(c, p)).sum();
-            (held > 0).then(|| format!("{c}: {:.3}", cm.get(c, c) as f64 / held as f64))
-        })
+        .filter_map(|c| Some(format!("{c}: {:.3}", cm.class_recall(c)?)))
         .collect::<Vec<_>>()
         .join("  ")
 }

@@ -45,6 +45,30 @@ pub fn ok(cmd: &mut Command) -> Output {
     out
 }
 
+/// `flint run EXPERIMENT --data-dir DATA --runs-dir RUNS`, not yet started.
+pub fn flint_run(experiment: &Path, data: &Path, runs: &Path) -> Command {
+    let mut cmd = flint();
+    cmd.arg("run")
+        .arg(experiment)
+        .arg("--data-dir")
+        .arg(data)
+        .arg("--runs-dir")
+        .arg(runs);
+    cmd
+}
+
+/// A kept FedTMOS composite (`models/<client>.json`): its literal names and how many machines.
+pub fn kept_composite(model_file: &Path) -> (Vec<String>, usize) {
+    let kept =
+        flint_common::model::kept::ModelFile::parse(&std::fs::read(model_file).unwrap()).unwrap();
+    match kept.model {
+        flint_common::model::kept::KeptModel::Composite {
+            literals, machines, ..
+        } => (literals, machines.len()),
+        other => panic!("{other:?}"),
+    }
+}
+
 pub fn results(run_dir: &Path) -> RunResults {
     let bytes = std::fs::read(run_dir.join("results.json")).expect("results.json exists");
     RunResults::read(&bytes).expect("results.json parses")
