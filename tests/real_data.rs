@@ -758,7 +758,8 @@ fn fedtm_sends_one_global_machine_every_round() {
         assert_eq!(r.ledger.flows[&2][&rr.round].down.paper, 16_000);
     }
     // The OR of two clients' include bits joins unrelated clauses, so round 1's global machine
-    // barely fires (the clients start from their own machines); rebuilt every round, the
+    // barely fires (from one common start, the clients' clause j learn unrelated patterns on
+    // their own shards); rebuilt every round, the
     // clients' machines align and the global machine learns.
     let shared = |round: usize| r.rounds[round].global_test.unwrap().accuracy;
     assert!(shared(3) > shared(1), "{} then {}", shared(1), shared(3));

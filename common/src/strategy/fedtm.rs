@@ -6,11 +6,12 @@
 //!
 //! Choices where the paper is silent: a class no client holds is left out (it votes 0); the
 //! rebuilt machine's excluded automata sit where `fedtmos.excluded_at` says (the last exclude
-//! state by default, so a literal is one step from inclusion); every client's machine starts
-//! from its own random state, there is no round-0 model.
+//! state by default, so a literal is one step from inclusion); there is no round-0 model, as
+//! none is needed: every client's machine starts from the same state (every automaton at the
+//! last exclude state), and only the data and the feedback draws differ.
 //!
-//! Measured consequence (tests/real_data.rs, `fedtm_sends_one_global_machine_every_round`): the
-//! clients' clause j are unrelated in round 1, so the OR of two clients' include bits joins
+//! Measured consequence (tests/real_data.rs, `fedtm_sends_one_global_machine_every_round`): from
+//! that common start the clients' clause j learn unrelated patterns in round 1, so the OR of two clients' include bits joins
 //! contradictory literals and round 1's global machine barely fires (chance on the shared test
 //! set with K = 2, 31 % with K = 1 on the same run); rebuilt from it every round, the clients'
 //! machines align and it learns.
