@@ -1,19 +1,25 @@
 #!/usr/bin/env python3
-"""Trains one client of a FedTMOS experiment with the published code's own C Tsetlin Machine, as
-the code trains it, and prints how its class sums behave on the global test half: the side of
-`flint replay RUN --sums` that Flint cannot give.
+"""Trains the clients of a FedTMOS experiment with the published code's own C Tsetlin Machine, as
+the code trains them, and prints how their class sums behave on the global test half (the side
+of `flint replay RUN --sums` that Flint cannot give), each client's accuracy alone and, for
+`all`, the ensemble baseline of their machines.
 
-    scripts/fedtmos-code-client.py FEDTMOS_CHECKOUT EXPERIMENT CLIENT [--no-leak]
+    scripts/fedtmos-code-client.py FEDTMOS_CHECKOUT EXPERIMENT CLIENT|all [--no-leak] [--seed N]
 
-FEDTMOS_CHECKOUT is a clone of shannonhsq/FedTMOS (HEAD a763671). Its C library does not build
-as published (FEDTMOS-CODE-NOTES §8); a copy is built in a temporary directory with the two
+FEDTMOS_CHECKOUT is a work tree of shannonhsq/FedTMOS (HEAD a763671). Its C library does not
+build as published (FEDTMOS-CODE-NOTES §8); a copy is built in a temporary directory with the two
 fixes: `mc_tm_votes` reads T from its first machine, and the file includes math.h (linked with
--lm). EXPERIMENT is an MNIST file with `partition.kind = "explicit"`
-(experiments/fedtmos-code/numpy/): client k takes the next class_counts of each class in file
-order, as the code slices. Training (FEDTMOS-CODE-NOTES §1): one epoch on the rows of the first
-client holding class 9 (the code's `copy_data` leak; `--no-leak` skips it), then 30 epochs on the
-client's own rows in class order, no shuffling; 100 clauses, T = 1000, s = 5, 10×10 patches,
-weighted clauses, pixels >= 75. Needs numpy, gcc with OpenMP and FLINT_DATA_DIR."""
+-lm). EXPERIMENT is an MNIST file split as the code splits:
+- `partition.kind = "explicit"` (experiments/fedtmos-code/numpy/): client k takes the next
+  class_counts of each class in file order, as the code slices;
+- `classes-per-client` with `class_sets` (experiments/fedtmos-code/mnist-s*.toml): the code's
+  `cls` split, numpy seeded with the run's seed (the experiment's, or --seed).
+Training (FEDTMOS-CODE-NOTES §1): one epoch on the rows of the first client holding class 9 (the
+code's `copy_data` leak; `--no-leak` skips it), then 30 epochs on the client's own rows in class
+order, no shuffling; 100 clauses, T = 1000, s = 5, 10×10 patches, weighted clauses, pixels >= 75.
+Classes a client lacks score 0, as its upload zeroes them. The ensemble is given under the
+code's reading (one spread per machine over the batch) and eq. 3 (one per row), both on the
+code's clamped sums. Needs numpy, gcc with OpenMP and FLINT_DATA_DIR."""
 
 import argparse
 import gzip
@@ -57,50 +63,152 @@ def idx(path, images):
     return np.frombuffer(raw, np.uint8, offset=8)
 
 
+def varint(n):
+    out = bytearray()
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        out.append(byte | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def field(number, wire, body):
+    if wire == 2:
+        body = varint(len(body)) + body
+    return varint(number << 3 | wire) + body
+
+
+def flint_upload(state, counts, patch=10, side=28):
+    """The machine as a Flint FedTMOS upload (a `Payload` holding a `TmUpload`,
+    proto/flint/v1/aggregator.proto), written by hand so the script needs no protobuf package.
+    The literals are moved from the code's order (y then x position thermometers, then pixels;
+    negations after) to Flint's (pixels, then y, then x; negations after)."""
+    pos, pixels = side - patch, patch * patch
+    features = pixels + 2 * pos
+    to_flint = np.concatenate([pixels + np.arange(2 * pos), np.arange(pixels)])
+    to_flint = np.concatenate([to_flint, to_flint + features])
+    chunks = (2 * features - 1) // 32 + 1
+    model = field(1, 0, varint(100)) + field(2, 0, varint(2 * features))
+    bits_fields = b""
+    for c in np.flatnonzero(counts):
+        weights, ta = state[c]
+        ta = ta.reshape(100, chunks, 8)[:, :, 7]  # the top bit plane: the include action
+        code_bits = ((ta[:, :, None] >> np.arange(32, dtype=np.uint32)) & 1).reshape(100, -1)
+        bits = np.zeros((100, 2 * features), np.uint8)
+        bits[:, to_flint] = code_bits[:, :2 * features]
+        packed = np.packbits(bits.reshape(-1), bitorder="little").tobytes()
+        zigzag = b"".join(varint(int(w) << 1) for w in weights)
+        model += field(3, 2, field(1, 0, varint(int(c))) + field(2, 2, zigzag))
+        bits_fields += field(4, 2, packed)
+    model += bits_fields
+    model += field(5, 2, b"".join(varint(int(n)) for n in counts[np.flatnonzero(counts)]))
+    p = counts / counts.sum()
+    gini = field(1, 1, np.float64((p * p).sum()).tobytes())
+    return field(7, 2, field(1, 2, model) + field(2, 2, gini))
+
+
+def code_split(exp, ytr, yte_all, seed):
+    """Each client's training rows in the order the code trains them (class by class)."""
+    kind = exp["partition"]["kind"]
+    if kind == "explicit":
+        counts = [c["class_counts"] for c in exp["clients"]]
+        by_class = [np.where(ytr == c)[0] for c in range(10)]
+        starts = np.cumsum([[0] * 10] + counts, axis=0)
+        return [np.concatenate([by_class[c][starts[k][c]:starts[k + 1][c]] for c in range(10)])
+                for k in range(len(counts))]
+    if kind == "classes-per-client" and "class_sets" in exp["partition"]:
+        # The code's `cls` split: np seeded with the run's seed shuffles each class's train and
+        # test rows in turn and array_splits the train rows among its holders in client order.
+        sets = exp["partition"]["class_sets"]
+        np.random.seed(seed)
+        shards = [[] for _ in sets]
+        for c in range(10):
+            train = np.where(ytr == c)[0]
+            test = np.where(yte_all == c)[0]
+            np.random.shuffle(train)
+            np.random.shuffle(test)
+            holders = [k for k, s in enumerate(sets) if c in s]
+            for k, part in zip(holders, np.array_split(train, len(holders))):
+                shards[k].append(part)
+        return [np.concatenate(s) for s in shards]
+    sys.exit("needs an experiment with explicit class_counts or classes-per-client class_sets")
+
+
+def share_above(off, level):
+    return (off >= level).mean()
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("checkout")
     parser.add_argument("experiment")
-    parser.add_argument("client", type=int, help="1-based, as in the experiment")
+    parser.add_argument("client", help="1-based, as in the experiment, or `all`")
     parser.add_argument("--no-leak", action="store_true")
+    parser.add_argument("--seed", type=int, help="the run's seed (default: the experiment's)")
+    parser.add_argument("--updates", type=Path,
+                        help="also write each machine as a Flint upload, "
+                             "DIR/round-1-client-K.pb, for `flint replay`")
     args = parser.parse_args()
     exp = tomllib.loads(Path(args.experiment).read_text())
-    counts = [c["class_counts"] for c in exp["clients"]]
-    if exp["data"]["source"] != "mnist" or not 1 <= args.client <= len(counts):
-        sys.exit("needs an MNIST experiment with class_counts and a client it declares")
+    if exp["data"]["source"] != "mnist":
+        sys.exit("needs an MNIST experiment")
+    seed = exp.get("seed", 0) if args.seed is None else args.seed
     data = Path(os.environ.get("FLINT_DATA_DIR", "data")) / "mnist"
     xtr = (idx(data / "train-images-idx3-ubyte.gz", True) >= 75).astype(np.uint32)
     ytr = idx(data / "train-labels-idx1-ubyte.gz", False)
+    yte_all = idx(data / "t10k-labels-idx1-ubyte.gz", False)
     xte = (idx(data / "t10k-images-idx3-ubyte.gz", True) >= 75).astype(np.uint32)[4992:]
-    yte = idx(data / "t10k-labels-idx1-ubyte.gz", False)[4992:]
-    by_class = [np.where(ytr == c)[0] for c in range(10)]
-    starts = np.cumsum([[0] * 10] + counts, axis=0)
-
-    def rows(k):
-        return np.concatenate([by_class[c][starts[k][c]:starts[k + 1][c]] for c in range(10)])
-
-    leak_client = next((k for k, row in enumerate(counts) if row[9] > 0), None)
+    yte = yte_all[4992:]
+    shards = code_split(exp, ytr, yte_all, seed)
+    if args.client == "all":
+        clients = list(range(len(shards)))
+    elif args.client.isdigit() and 1 <= int(args.client) <= len(shards):
+        clients = [int(args.client) - 1]
+    else:
+        sys.exit(f"client must be `all` or 1 to {len(shards)}")
+    leak_client = next((k for k, s in enumerate(shards) if (ytr[s] == 9).any()), None)
     if leak_client is None and not args.no_leak:
         sys.exit("no client holds class 9, so the code has no leak client: use --no-leak")
     ctm = build(args.checkout)
-    tm = ctm(100, 1000, 5.0, (10, 10), weighted_clauses=True)
-    started = time.time()
-    if not args.no_leak:
-        leak = rows(leak_client)
-        tm.fit(xtr[leak], ytr[leak].astype(np.uint32), epochs=1, incremental=True)
-    own = rows(args.client - 1)
-    tm.fit(xtr[own], ytr[own].astype(np.uint32), epochs=30, incremental=True)
-    _, scores = tm.get_score(xte)
     leak_note = "no leak" if args.no_leak else f"leak from client {leak_client + 1}"
-    print(f"client {args.client} ({len(own)} rows, {leak_note}), trained in "
-          f"{time.time() - started:.0f} s; on the 5,008 rows of the global test half:")
-    for c in range(10):
-        if counts[args.client - 1][c] == 0:
-            continue
-        on, off = scores[yte == c, c], scores[yte != c, c]
-        print(f"  class {c}: mean sum {on.mean():.0f} on its rows, {off.mean():.0f} on the "
-              f"others'; others above 0: {(off > 0).mean():.3f}, at least T/2: "
-              f"{(off >= 500).mean():.3f}")
+    sums = []
+    for k in clients:
+        tm = ctm(100, 1000, 5.0, (10, 10), weighted_clauses=True)
+        started = time.time()
+        if not args.no_leak:
+            leak = shards[leak_client]
+            tm.fit(xtr[leak], ytr[leak].astype(np.uint32), epochs=1, incremental=True)
+        own = shards[k]
+        tm.fit(xtr[own], ytr[own].astype(np.uint32), epochs=30, incremental=True)
+        _, scores = tm.get_score(xte)
+        held = np.isin(np.arange(10), ytr[own])
+        # The upload zeroes the classes a client lacks: their sums are 0 (FEDTMOS-CODE-NOTES §1).
+        scores = np.where(held, scores, 0).astype(np.float64)
+        sums.append(scores)
+        if args.updates:
+            args.updates.mkdir(parents=True, exist_ok=True)
+            counts = np.bincount(ytr[own], minlength=10)
+            (args.updates / f"round-1-client-{k + 1}.pb").write_bytes(
+                flint_upload(tm.get_state(), counts))
+        alone = (scores.argmax(axis=1) == yte).mean()
+        print(f"client {k + 1} ({len(own)} rows, {leak_note}), trained in "
+              f"{time.time() - started:.0f} s; alone {100 * alone:.2f} % on the 5,008 rows of "
+              f"the global test half", flush=True)
+        for c in np.flatnonzero(held):
+            on, off = scores[yte == c, c], scores[yte != c, c]
+            print(f"  class {c}: mean sum {on.mean():.0f} on its rows, {off.mean():.0f} on the "
+                  f"others'; others above 0: {share_above(off, 1):.3f}, at least T/2: "
+                  f"{share_above(off, 500):.3f}", flush=True)
+    if len(sums) > 1:
+        # The ensemble baseline (§4): the clients' machines combined as the composite, under
+        # the code's reading (one spread per machine over the batch) and eq. 3 (per row).
+        batch = sum(s / ((s.max() - s.min()) or 1) for s in sums)
+        spread = [np.where((r := s.max(axis=1) - s.min(axis=1)) > 0, r, np.inf)[:, None]
+                  for s in sums]
+        per_row = sum(s / r for s, r in zip(sums, spread))
+        print(f"ensemble of {len(sums)} clients: eq. 3 {100 * (per_row.argmax(1) == yte).mean():.2f} "
+              f"%, the code's reading {100 * (batch.argmax(1) == yte).mean():.2f} %; clients "
+              f"alone, mean {100 * np.mean([(s.argmax(1) == yte).mean() for s in sums]):.2f} %")
 
 
 if __name__ == "__main__":
