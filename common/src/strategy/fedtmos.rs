@@ -59,6 +59,18 @@ pub enum BitsBy {
     MeanWeight,
 }
 
+/// Under whose weights the fill step (step 5) adds a class.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FillFrom {
+    /// A client of the cluster that holds the class (the code's bug fixed; the default).
+    #[default]
+    Holder,
+    /// The cluster's first client, whether it holds the class or not; one that does not adds
+    /// zero weights and no include bits (the code, FEDTMOS-CODE-NOTES §2.5).
+    ClusterFirst,
+}
+
 /// The server's settings (checked).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct FedTmosServerParams {
@@ -73,6 +85,7 @@ pub struct FedTmosServerParams {
     pub bits_by: BitsBy,
     /// The code's filter: drop vectors whose mean scaled weight floors to 0.
     pub filter: bool,
+    pub fill_from: FillFrom,
 }
 
 /// Step 1: x, the mean Gini index if it is above σ, else 1 (no scaling).
@@ -216,6 +229,9 @@ pub struct ModelPlan {
     pub contributors: BTreeMap<u32, Vec<ClientId>>,
     /// The clusters it took from.
     pub clusters: BTreeSet<usize>,
+    /// Contributors the fill named without their holding the class (`FillFrom::ClusterFirst`):
+    /// they count as zero weights and no include bits.
+    pub absent: BTreeSet<(ClientId, u32)>,
 }
 
 impl ModelPlan {
@@ -242,7 +258,7 @@ impl ModelPlan {
 }
 
 /// Step 5: Algorithm 2 and the fill (see the module doc).
-pub fn reassign(clusters: &[Cluster], models: usize) -> Vec<ModelPlan> {
+pub fn reassign(clusters: &[Cluster], models: usize, fill_from: FillFrom) -> Vec<ModelPlan> {
     let mut plans = vec![ModelPlan::default(); models];
     let mut order: Vec<usize> = (0..clusters.len()).collect();
     order.sort_by_key(|&l| clusters[l].classes().len());
@@ -270,13 +286,13 @@ pub fn reassign(clusters: &[Cluster], models: usize) -> Vec<ModelPlan> {
         }
     }
     for plan in &mut plans {
-        fill(plan, clusters);
+        fill(plan, clusters, fill_from);
     }
     plans
 }
 
 /// A model with fewer than 2 classes takes the missing ones from clusters it has not taken.
-fn fill(plan: &mut ModelPlan, clusters: &[Cluster]) {
+fn fill(plan: &mut ModelPlan, clusters: &[Cluster], fill_from: FillFrom) {
     let need = 2usize.saturating_sub(plan.means.len());
     if need == 0 {
         return;
@@ -326,7 +342,14 @@ fn fill(plan: &mut ModelPlan, clusters: &[Cluster]) {
         return;
     };
     for i in picked {
-        let (l, class, client) = candidates[i];
+        let (l, class, holder) = candidates[i];
+        let client = match fill_from {
+            FillFrom::Holder => holder,
+            FillFrom::ClusterFirst => clusters[l].members[0].0,
+        };
+        if !clusters[l].members.contains(&(client, class)) {
+            plan.absent.insert((client, class));
+        }
         plan.add(client, class, l, &clusters[l].centroid);
     }
 }
@@ -344,15 +367,20 @@ pub fn average<U: Borrow<TmUpload>>(
             "client {client} contributes class {class} but uploaded none"
         ))
     };
+    let clauses = scaled.values().next().map_or(0, Vec::len);
+    let zeros = vec![0u32; clauses];
     let mut out = Vec::with_capacity(plans.len());
     for plan in plans {
         let mut model = TmParts::default();
         for (&class, contributors) in &plan.contributors {
             let vectors: Vec<&Vec<u32>> = contributors
                 .iter()
-                .map(|&j| scaled.get(&(j, class)).ok_or_else(|| missing(j, class)))
+                .map(|&j| match scaled.get(&(j, class)) {
+                    Some(v) => Ok(v),
+                    None if plan.absent.contains(&(j, class)) => Ok(&zeros),
+                    None => Err(missing(j, class)),
+                })
                 .collect::<Result<_>>()?;
-            let clauses = vectors[0].len();
             let weights: Vec<u32> = (0..clauses)
                 .map(|i| {
                     let sum: f64 = vectors.iter().map(|v| f64::from(v[i])).sum();
@@ -378,6 +406,9 @@ pub fn average<U: Borrow<TmUpload>>(
             ranked.dedup_by_key(|r| r.0);
             let mut include = IncludeBits::default();
             for (j, _) in ranked.iter().take(top_k) {
+                if plan.absent.contains(&(*j, class)) {
+                    continue;
+                }
                 let bits = uploads
                     .get(j)
                     .and_then(|u| u.borrow().parts.classes.get(&class))
@@ -416,7 +447,7 @@ pub fn server_steps<U: Borrow<TmUpload>>(
 ) -> Result<Steps> {
     let (entries, x) = entries(uploads, params.sigma, params.filter);
     let clusters = cluster(&entries, params.k_max, rng)?;
-    let plans = reassign(&clusters, params.models);
+    let plans = reassign(&clusters, params.models, params.fill_from);
     let vectors = entries.len();
     // Every contributor a plan names is one of the clustered entries, already scaled.
     let scaled: BTreeMap<(ClientId, u32), Vec<u32>> = entries
@@ -464,6 +495,9 @@ pub struct FedTmosSection {
     pub bits_by: Option<String>,
     /// The code's filter on vectors whose mean scaled weight floors to 0 (default false).
     pub filter: Option<bool>,
+    /// Under whose weights the fill step adds a class: `holder` (default) or `cluster-first`
+    /// (the code: the cluster's first client, who may not hold it and then adds zeros).
+    pub fill_from: Option<String>,
     /// Local training epochs before the one upload (default 30).
     pub local_epochs: Option<u32>,
     /// Convolution patch width W (default 10, the paper's MNIST).
@@ -580,6 +614,11 @@ impl FedTmosSection {
                 top_k: at_least_one("fedtmos.top_k", self.top_k.unwrap_or(2))?,
                 bits_by: parse_name_or("fedtmos.bits_by", self.bits_by.as_deref(), bits_by)?,
                 filter: self.filter.unwrap_or(code),
+                fill_from: parse_name_or(
+                    "fedtmos.fill_from",
+                    self.fill_from.as_deref(),
+                    FillFrom::Holder,
+                )?,
             },
             local_epochs: require("fedtmos.local_epochs", "at least 1", epochs, epochs > 0)?,
             patch: at_least_one("fedtmos.patch", self.patch.unwrap_or(10))?,
@@ -1144,7 +1183,7 @@ mod tests {
             cluster_of(vec![3.0], &[(3, 1)]),
             cluster_of(vec![100.0], &[(4, 2)]),
         ];
-        let plans = reassign(&clusters, 2);
+        let plans = reassign(&clusters, 2, FillFrom::Holder);
         // Every cluster has one class; they go in index order. (1, 0) → model 0 (both empty,
         // linkage 0, the first). (2, 0) → model 1, the only one without class 0. (3, 1): model
         // 0 gives |3 − 0|² = 9, model 1 |3 − 10|² = 49 → model 1. (4, 2): model 0 gives
@@ -1178,7 +1217,7 @@ mod tests {
             cluster_of(vec![8.0], &[(3, 0)]),
             cluster_of(vec![50.0], &[(4, 1)]),
         ];
-        let plans = reassign(&clusters, 2);
+        let plans = reassign(&clusters, 2, FillFrom::Holder);
         assert_eq!(plans[0].contributors[&0], vec![1, 3]);
         assert_eq!(plans[0].means[&0], vec![4.0]);
         assert_eq!(plans[1].contributors[&0], vec![2]);
@@ -1193,7 +1232,7 @@ mod tests {
             cluster_of(vec![0.0], &[(1, 0), (2, 1)]),
             cluster_of(vec![9.0], &[(3, 2)]),
         ];
-        let plans = reassign(&clusters, 3);
+        let plans = reassign(&clusters, 3, FillFrom::Holder);
         for plan in &plans {
             for (class, clients) in &plan.contributors {
                 for &j in clients {
@@ -1203,6 +1242,37 @@ mod tests {
             }
             assert!(plan.means.len() >= 2, "{plan:?}");
         }
+    }
+
+    #[test]
+    fn the_codes_fill_adds_a_class_under_the_clusters_first_client_as_zeros() {
+        // FEDTMOS-CODE-NOTES §2.5: the code fills under the cluster's first client whether it
+        // holds the class or not. The model holds class 0 and takes class 1 from the cluster of
+        // (1, 0) and (2, 1): the fixed fill names client 2, the code's client 1, who lacks it.
+        let clusters = vec![cluster_of(vec![5.0], &[(1, 0), (2, 1)])];
+        let mut plan = ModelPlan::default();
+        plan.add(1, 0, 7, &[0.0]);
+        let mut fixed = plan.clone();
+        fill(&mut fixed, &clusters, FillFrom::Holder);
+        assert_eq!(fixed.contributors[&1], vec![2]);
+        assert!(fixed.absent.is_empty());
+        fill(&mut plan, &clusters, FillFrom::ClusterFirst);
+        assert_eq!(plan.contributors[&1], vec![1]);
+        assert_eq!(plan.absent, BTreeSet::from([(1, 1)]));
+        // Averaged, the absent contributor gives zero weights and no include bits.
+        let uploads = BTreeMap::from([
+            (1, upload(&[(0, vec![3, 3], 0b0001, 10)])),
+            (2, upload(&[(1, vec![4, 4], 0b0010, 10)])),
+        ]);
+        let scaled = BTreeMap::from([((1, 0), vec![3, 3]), ((2, 1), vec![4, 4])]);
+        let model = &average(&[plan], &uploads, &scaled, 2, BitsBy::Samples).unwrap()[0];
+        assert_eq!(model.classes[&0].weights, vec![3, 3]);
+        assert_eq!(model.classes[&1].weights, vec![0, 0]);
+        assert!(model.classes[&1].include.0.iter().all(|&b| b == 0));
+        // A contributor the plan does not know as absent is still refused.
+        let mut unknown = ModelPlan::default();
+        unknown.add(1, 1, 0, &[0.0]);
+        assert!(average(&[unknown], &uploads, &scaled, 2, BitsBy::Samples).is_err());
     }
 
     #[test]
@@ -1256,6 +1326,7 @@ mod tests {
             top_k: 2,
             bits_by: BitsBy::Samples,
             filter: false,
+            fill_from: FillFrom::Holder,
         };
         let steps = server_steps(&uploads, &params, &mut derive_rng(1, "fedtmos", 0)).unwrap();
         let (models, plans, x) = (steps.models.clone(), steps.plans, steps.scale);
