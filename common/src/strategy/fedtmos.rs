@@ -18,7 +18,8 @@
 //!    compares a cluster id with class counts here, a bug fixed by default). Then every model
 //!    holding fewer than 2 classes takes the missing ones from clusters it has not taken, the
 //!    combination of largest linkage, each under a client that holds the class (the code takes
-//!    the cluster's first client whether or not it holds it, averaging in zeros: fixed).
+//!    the cluster's first client whether or not it holds it, averaging in zeros: fixed by
+//!    default, `fill_from = "cluster-first"` does as the code).
 //! 6. Averaging (Algorithm 3): per model and class, the truncated mean of the contributors'
 //!    scaled weights, and the OR of the include bits of the top K contributors (K = 2) ranked
 //!    by their samples of that class (the paper) or by their mean scaled weight (the code).
@@ -66,9 +67,16 @@ pub enum FillFrom {
     /// A client of the cluster that holds the class (the code's bug fixed; the default).
     #[default]
     Holder,
-    /// The cluster's first client, whether it holds the class or not; one that does not adds
-    /// zero weights and no include bits (the code, FEDTMOS-CODE-NOTES §2.5).
+    /// The cluster's first client, whether it holds the class or not; one without a clustered
+    /// vector of it (it lacks the class, or the filter dropped it) adds zero weights and no
+    /// include bits (the code, FEDTMOS-CODE-NOTES §2.5, for a client that lacks it).
     ClusterFirst,
+}
+
+impl FillFrom {
+    fn is_holder(&self) -> bool {
+        *self == FillFrom::Holder
+    }
 }
 
 /// The server's settings (checked).
@@ -85,6 +93,9 @@ pub struct FedTmosServerParams {
     pub bits_by: BitsBy,
     /// The code's filter: drop vectors whose mean scaled weight floors to 0.
     pub filter: bool,
+    /// Written into a run's resolved file only when not the default, so runs made before the
+    /// key existed keep their fingerprints.
+    #[serde(skip_serializing_if = "FillFrom::is_holder")]
     pub fill_from: FillFrom,
 }
 
@@ -347,7 +358,10 @@ fn fill(plan: &mut ModelPlan, clusters: &[Cluster], fill_from: FillFrom) {
             FillFrom::Holder => holder,
             FillFrom::ClusterFirst => clusters[l].members[0].0,
         };
-        if !clusters[l].members.contains(&(client, class)) {
+        if !clusters
+            .iter()
+            .any(|c| c.members.contains(&(client, class)))
+        {
             plan.absent.insert((client, class));
         }
         plan.add(client, class, l, &clusters[l].centroid);
@@ -367,7 +381,11 @@ pub fn average<U: Borrow<TmUpload>>(
             "client {client} contributes class {class} but uploaded none"
         ))
     };
-    let clauses = scaled.values().next().map_or(0, Vec::len);
+    let some_class = uploads
+        .values()
+        .find_map(|u| u.borrow().parts.classes.values().next().cloned());
+    let (clauses, include_len) =
+        some_class.map_or((0, 0), |c| (c.weights.len(), c.include.0.len()));
     let zeros = vec![0u32; clauses];
     let mut out = Vec::with_capacity(plans.len());
     for plan in plans {
@@ -404,11 +422,10 @@ pub fn average<U: Borrow<TmUpload>>(
             // Highest first; the lower client id on a tie. A client counted twice counts once.
             ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
             ranked.dedup_by_key(|r| r.0);
-            let mut include = IncludeBits::default();
+            ranked.retain(|(j, _)| !plan.absent.contains(&(*j, class)));
+            // A class only absent contributors give has no literal, in the machine's shape.
+            let mut include = IncludeBits(vec![0; include_len]);
             for (j, _) in ranked.iter().take(top_k) {
-                if plan.absent.contains(&(*j, class)) {
-                    continue;
-                }
                 let bits = uploads
                     .get(j)
                     .and_then(|u| u.borrow().parts.classes.get(&class))
@@ -1268,7 +1285,8 @@ mod tests {
         let model = &average(&[plan], &uploads, &scaled, 2, BitsBy::Samples).unwrap()[0];
         assert_eq!(model.classes[&0].weights, vec![3, 3]);
         assert_eq!(model.classes[&1].weights, vec![0, 0]);
-        assert!(model.classes[&1].include.0.iter().all(|&b| b == 0));
+        // No literal, in the shape every class has, so clients can rebuild the machine.
+        assert_eq!(model.classes[&1].include, IncludeBits(vec![0]));
         // A contributor the plan does not know as absent is still refused.
         let mut unknown = ModelPlan::default();
         unknown.add(1, 1, 0, &[0.0]);
