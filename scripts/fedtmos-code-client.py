@@ -88,13 +88,14 @@ def flint_upload(state, counts, patch=10, side=28):
     to_flint = np.concatenate([pixels + np.arange(2 * pos), np.arange(pixels)])
     to_flint = np.concatenate([to_flint, to_flint + features])
     chunks = (2 * features - 1) // 32 + 1
-    model = field(1, 0, varint(100)) + field(2, 0, varint(2 * features))
+    clauses = len(state[0][0])
+    model = field(1, 0, varint(clauses)) + field(2, 0, varint(2 * features))
     bits_fields = b""
     for c in np.flatnonzero(counts):
         weights, ta = state[c]
-        ta = ta.reshape(100, chunks, 8)[:, :, 7]  # the top bit plane: the include action
-        code_bits = ((ta[:, :, None] >> np.arange(32, dtype=np.uint32)) & 1).reshape(100, -1)
-        bits = np.zeros((100, 2 * features), np.uint8)
+        ta = ta.reshape(clauses, chunks, 8)[:, :, 7]  # the top bit plane: the include action
+        code_bits = ((ta[:, :, None] >> np.arange(32, dtype=np.uint32)) & 1).reshape(clauses, -1)
+        bits = np.zeros((clauses, 2 * features), np.uint8)
         bits[:, to_flint] = code_bits[:, :2 * features]
         packed = np.packbits(bits.reshape(-1), bitorder="little").tobytes()
         zigzag = b"".join(varint(int(w) << 1) for w in weights)

@@ -381,11 +381,11 @@ pub fn average<U: Borrow<TmUpload>>(
             "client {client} contributes class {class} but uploaded none"
         ))
     };
-    let some_class = uploads
+    // Every class has the machine's shape: take it from any upload.
+    let (clauses, include_len) = uploads
         .values()
-        .find_map(|u| u.borrow().parts.classes.values().next().cloned());
-    let (clauses, include_len) =
-        some_class.map_or((0, 0), |c| (c.weights.len(), c.include.0.len()));
+        .find_map(|u| u.borrow().parts.classes.values().next())
+        .map_or((0, 0), |c| (c.weights.len(), c.include.0.len()));
     let zeros = vec![0u32; clauses];
     let mut out = Vec::with_capacity(plans.len());
     for plan in plans {
@@ -1291,6 +1291,23 @@ mod tests {
         let mut unknown = ModelPlan::default();
         unknown.add(1, 1, 0, &[0.0]);
         assert!(average(&[unknown], &uploads, &scaled, 2, BitsBy::Samples).is_err());
+        // The key: `cluster-first` is taken, and only then written into a resolved file.
+        let code = FedTmosSection {
+            fill_from: Some("cluster-first".into()),
+            ..Default::default()
+        }
+        .check()
+        .unwrap();
+        assert_eq!(code.server.fill_from, FillFrom::ClusterFirst);
+        let written = |p: &FedTmosServerParams| serde_json::to_value(p).unwrap();
+        assert_eq!(written(&code.server)["fill_from"], "cluster-first");
+        let default = FedTmosSection::default().check().unwrap();
+        assert!(written(&default.server).get("fill_from").is_none());
+        let bad = FedTmosSection {
+            fill_from: Some("first".into()),
+            ..Default::default()
+        };
+        assert!(bad.check().is_err());
     }
 
     #[test]
