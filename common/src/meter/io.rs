@@ -40,22 +40,33 @@ impl ConnMeter {
 
     /// Attributes every byte since the last flush to (client, round).
     pub fn flush_to(&self, sink: &dyn MeterSink, side: Side, client: ClientId, round: Round) {
-        let (read, written) = self.take();
-        let (up, down) = match side {
-            Side::Server => (read, written),
-            Side::Client => (written, read),
-        };
-        if up + down > 0 {
-            sink.socket_bytes(client, round, up, down);
+        let (read, written) = self.take(true, true);
+        attribute(sink, side, client, round, read, written);
+    }
+
+    /// Attributes every byte since the last flush to the label of the last reply, if any.
+    pub fn flush_to_label(&self, sink: &dyn MeterSink, side: Side) {
+        if let Some((client, round)) = self.label() {
+            self.flush_to(sink, side, client, round);
         }
     }
 
-    /// Attributes every byte since the last flush to the label of the last call, if any.
-    pub fn flush_to_label(&self, sink: &dyn MeterSink, side: Side) {
-        let label = self.mark.lock().expect("meter lock").label;
-        if let Some((client, round)) = label {
-            self.flush_to(sink, side, client, round);
+    /// A call starts (server side): the bytes written since the last call started are the last
+    /// reply's, as a client waits for one reply before its next call. The bytes read are left
+    /// for this call's reply: they hold its request, which no earlier label owns.
+    pub fn call_starts(&self, sink: &dyn MeterSink, side: Side) {
+        if let Some((client, round)) = self.label() {
+            let (read, written) = self.take(false, true);
+            attribute(sink, side, client, round, read, written);
         }
+    }
+
+    /// A reply to (client, round) is ready (server side): the bytes read so far hold its
+    /// request, and the bytes written from now until the next call are its reply's.
+    pub fn reply_ready(&self, sink: &dyn MeterSink, side: Side, client: ClientId, round: Round) {
+        let (read, written) = self.take(true, false);
+        attribute(sink, side, client, round, read, written);
+        self.mark.lock().expect("meter lock").label = Some((client, round));
     }
 
     /// Whether this is the last handle: its connection and every request on it are gone.
@@ -63,16 +74,42 @@ impl ConnMeter {
         Arc::strong_count(&self.counts) == 1
     }
 
-    pub fn set_label(&self, client: ClientId, round: Round) {
-        self.mark.lock().expect("meter lock").label = Some((client, round));
+    fn label(&self) -> Option<(ClientId, Round)> {
+        self.mark.lock().expect("meter lock").label
     }
 
-    fn take(&self) -> (u64, u64) {
+    /// The bytes read and written since their last flush, for the directions asked.
+    fn take(&self, read: bool, written: bool) -> (u64, u64) {
         let mut m = self.mark.lock().expect("meter lock");
-        let (read, written) = (self.read(), self.written());
-        let delta = (read - m.read, written - m.written);
-        (m.read, m.written) = (read, written);
+        let mut delta = (0, 0);
+        if read {
+            let now = self.read();
+            delta.0 = now - m.read;
+            m.read = now;
+        }
+        if written {
+            let now = self.written();
+            delta.1 = now - m.written;
+            m.written = now;
+        }
         delta
+    }
+}
+
+fn attribute(
+    sink: &dyn MeterSink,
+    side: Side,
+    client: ClientId,
+    round: Round,
+    read: u64,
+    written: u64,
+) {
+    let (up, down) = match side {
+        Side::Server => (read, written),
+        Side::Client => (written, read),
+    };
+    if up + down > 0 {
+        sink.socket_bytes(client, round, up, down);
     }
 }
 
@@ -190,8 +227,50 @@ mod tests {
         meter.flush_to(&sink, Side::Client, 4, 2);
         meter.flush_to(&sink, Side::Client, 4, 3);
         io.write_all(b"xy").await.unwrap();
-        meter.set_label(4, 3);
+        meter.reply_ready(&sink, Side::Server, 4, 3);
         meter.flush_to_label(&sink, Side::Server);
         assert_eq!(*sink.0.lock().unwrap(), vec![(4, 2, 5, 3), (4, 3, 0, 2)]);
+    }
+
+    /// The bug behind a flaky ledger: the next request's bytes, read before its call starts,
+    /// went to the previous reply's label. They are now its own reply's.
+    #[tokio::test]
+    async fn a_request_read_before_its_call_is_its_own_replys() {
+        let (a, mut b) = tokio::io::duplex(64);
+        let meter = ConnMeter::default();
+        let mut io = CountingIo::new(a, meter.clone());
+        let sink = Recorded::default();
+        let mut buf = [0u8; 4];
+        // Call 1 from client 7, then its reply.
+        b.write_all(b"req1").await.unwrap();
+        io.read_exact(&mut buf).await.unwrap();
+        meter.call_starts(&sink, Side::Server);
+        meter.reply_ready(&sink, Side::Server, 7, 1);
+        io.write_all(b"reply1").await.unwrap();
+        // Call 2 is a stranger's, fully read when its call starts.
+        b.write_all(b"strngr").await.unwrap();
+        let mut six = [0u8; 6];
+        io.read_exact(&mut six).await.unwrap();
+        meter.call_starts(&sink, Side::Server);
+        meter.reply_ready(&sink, Side::Server, 0, 0);
+        io.write_all(b"no").await.unwrap();
+        // Call 3 is client 7's again.
+        b.write_all(b"req3").await.unwrap();
+        io.read_exact(&mut buf).await.unwrap();
+        meter.call_starts(&sink, Side::Server);
+        meter.reply_ready(&sink, Side::Server, 7, 1);
+        io.write_all(b"r3").await.unwrap();
+        meter.flush_to_label(&sink, Side::Server);
+        assert_eq!(
+            *sink.0.lock().unwrap(),
+            vec![
+                (7, 1, 4, 0),
+                (7, 1, 0, 6),
+                (0, 0, 6, 0),
+                (0, 0, 0, 2),
+                (7, 1, 4, 0),
+                (7, 1, 0, 2),
+            ]
+        );
     }
 }

@@ -70,9 +70,10 @@ impl<B: Body<Data = Bytes>> Body for CountingBody<B> {
 
 /// Counts gRPC body bytes per call and reports them when the response body is dropped.
 ///
-/// On the server the connection's socket bytes are attributed at the start of the next call
-/// (a client's calls on one connection are sequential, so by then the previous response has
-/// left); on the client they are attributed when the response has been read to its end.
+/// On the server the bytes read are attributed when a call's reply is ready (they hold its
+/// request) and the bytes written when the next call starts (a client's calls on one
+/// connection are sequential, so by then the reply has left); on the client both are
+/// attributed when the response has been read to its end.
 #[derive(Clone)]
 pub struct MessageMeterLayer {
     sink: Arc<dyn MeterSink>,
@@ -164,7 +165,7 @@ where
         if side == Side::Server
             && let Some(c) = &conn
         {
-            c.flush_to_label(&*sink, side);
+            c.call_starts(&*sink, side);
         }
         let method = match side {
             Side::Server => known_method(req.uri().path()).to_string(),
@@ -195,7 +196,7 @@ where
             if side == Side::Server
                 && let Some(c) = &conn
             {
-                c.set_label(client, round);
+                c.reply_ready(&*sink, side, client, round);
             }
             let on_drop: OnDrop = Box::new(move |down| {
                 sink.message_bytes(&method, client, round, up.load(Ordering::Relaxed), down);
