@@ -5,6 +5,7 @@ of `flint replay RUN --sums` that Flint cannot give), each client's accuracy alo
 `all`, the ensemble baseline of their machines.
 
     scripts/fedtmos-code-client.py FEDTMOS_CHECKOUT EXPERIMENT CLIENT|all [--no-leak] [--seed N]
+        [--updates DIR] [--states FILE.npz]
 
 FEDTMOS_CHECKOUT is a work tree of shannonhsq/FedTMOS (HEAD a763671). Its C library does not
 build as published (FEDTMOS-CODE-NOTES §8); a copy is built in a temporary directory with the two
@@ -149,6 +150,9 @@ def main():
     parser.add_argument("--updates", type=Path,
                         help="also write each machine as a Flint upload, "
                              "DIR/round-1-client-K.pb, for `flint replay`")
+    parser.add_argument("--states", type=Path,
+                        help="also save the machines as the code holds them (FILE.npz), for "
+                             "scripts/fedtmos-code-server.py")
     args = parser.parse_args()
     exp = tomllib.loads(Path(args.experiment).read_text())
     if exp["data"]["source"] != "mnist":
@@ -172,7 +176,7 @@ def main():
         sys.exit("no client holds class 9, so the code has no leak client: use --no-leak")
     ctm = build(args.checkout)
     leak_note = "no leak" if args.no_leak else f"leak from client {leak_client + 1}"
-    sums = []
+    sums, saved = [], {}
     for k in clients:
         tm = ctm(100, 1000, 5.0, (10, 10), weighted_clauses=True)
         started = time.time()
@@ -193,6 +197,15 @@ def main():
             counts = np.bincount(ytr[own], minlength=10)
             (args.updates / f"round-1-client-{k + 1}.pb").write_bytes(
                 flint_upload(tm.get_state(), counts))
+        if args.states:
+            state = tm.get_state()
+            classes = len(state)  # without the leak, only up to the client's largest class
+            saved[f"weights_{k + 1}"] = np.stack([state[c][0] if c < classes else
+                                                  np.zeros_like(state[0][0]) for c in range(10)])
+            saved[f"ta_{k + 1}"] = np.stack([state[c][1] if c < classes else
+                                             np.zeros_like(state[0][1]) for c in range(10)])
+            saved[f"counts_{k + 1}"] = np.bincount(ytr[own], minlength=10)
+            np.savez(args.states, **saved)
         alone = (scores.argmax(axis=1) == yte).mean()
         print(f"client {k + 1} ({len(own)} rows, {leak_note}), trained in "
               f"{time.time() - started:.0f} s; alone {100 * alone:.2f} % on the 5,008 rows of "

@@ -121,10 +121,11 @@ for beta in (2, 3, 4):
     sets = [sorted([i] + random.sample([c for c in range(10) if c != i], beta - 1))
             for i in range(10)]
     key = "class_sets = [" + ", ".join(str(s) for s in sets) + "]"
-    text = experiment(f"s{beta}", "classes-per-client", key, 10)
-    (CODE / f"mnist-s{beta}.toml").write_text(
-        text.replace('name = "fedtmos-mnist-', 'name = "fedtmos-code-mnist-'))
-print(f"wrote 5 files to {CODE}")
+    for dataset in ("mnist", "fmnist"):
+        text = experiment(f"s{beta}", "classes-per-client", key, 10, dataset=dataset)
+        (CODE / f"{dataset}-s{beta}.toml").write_text(
+            text.replace(f'name = "fedtmos-{dataset}-', f'name = "fedtmos-code-{dataset}-'))
+print(f"wrote 8 files to {CODE}")
 
 # The published code's Dir(α) with its own draw: numpy's legacy generator seeded with the run's
 # seed, `dirichlet(α·1_J, size=C).T`, normalized and J times balanced, floor(P · 60,000) rows per
