@@ -79,16 +79,21 @@ def field(number, wire, body):
     return varint(number << 3 | wire) + body
 
 
-def flint_upload(state, counts, patch=10, side=28):
-    """The machine as a Flint FedTMOS upload (a `Payload` holding a `TmUpload`,
-    proto/flint/v1/aggregator.proto), written by hand so the script needs no protobuf package.
-    The literals are moved from the code's order (y then x position thermometers, then pixels;
-    negations after) to Flint's (pixels, then y, then x; negations after)."""
+def literal_order(patch=10, side=28):
+    """Where each of the code's literals sits in Flint's order, with the feature and TA chunk
+    counts. The code: y then x position thermometers, then pixels; Flint: pixels, then y, then
+    x; negations after in both."""
     pos, pixels = side - patch, patch * patch
     features = pixels + 2 * pos
     to_flint = np.concatenate([pixels + np.arange(2 * pos), np.arange(pixels)])
     to_flint = np.concatenate([to_flint, to_flint + features])
-    chunks = (2 * features - 1) // 32 + 1
+    return to_flint, features, (2 * features - 1) // 32 + 1
+
+
+def flint_upload(state, counts):
+    """The machine as a Flint FedTMOS upload (a `Payload` holding a `TmUpload`,
+    proto/flint/v1/aggregator.proto), written by hand so the script needs no protobuf package."""
+    to_flint, features, chunks = literal_order()
     clauses = len(state[0][0])
     model = field(1, 0, varint(clauses)) + field(2, 0, varint(2 * features))
     bits_fields = b""

@@ -160,15 +160,11 @@ def varints(buf):
     return values
 
 
-def from_flint(run_dir, patch=10, side=28):
+def from_flint(run_dir, helper):
     """Flint's kept uploads (`TmUpload`, proto/flint/v1/aggregator.proto) as the code's states:
     weights per class, and TA states whose top bit plane holds the include bits (the literals
-    moved back from Flint's order, pixels then y then x, to the code's, y then x then pixels)."""
-    pos, pixels = side - patch, patch * patch
-    features = pixels + 2 * pos
-    to_flint = np.concatenate([pixels + np.arange(2 * pos), np.arange(pixels)])
-    to_flint = np.concatenate([to_flint, to_flint + features])
-    chunks = (2 * features - 1) // 32 + 1
+    moved back from Flint's order to the code's)."""
+    to_flint, features, chunks = helper.literal_order()
     saved = {}
     for path in sorted(Path(run_dir, "updates").glob("round-1-client-*.pb")):
         k = int(path.stem.rsplit("-", 1)[1])
@@ -238,7 +234,7 @@ def main():
     yte_all = helper.idx(data / "t10k-labels-idx1-ubyte.gz", False)
     xte = (helper.idx(data / "t10k-images-idx3-ubyte.gz", True) >= 75).astype(np.uint32)[4992:]
     yte = yte_all[4992:]
-    saved = from_flint(args.clients) if args.clients.is_dir() else dict(np.load(args.clients))
+    saved = from_flint(args.clients, helper) if args.clients.is_dir() else dict(np.load(args.clients))
     ids = sorted(int(k.split("_")[1]) for k in saved if k.startswith("counts_"))
     counts = [saved[f"counts_{k}"] for k in ids]
     ctm = helper.build(args.checkout)
