@@ -218,7 +218,7 @@ def main():
     parser.add_argument("checkout")
     parser.add_argument("experiment")
     parser.add_argument("clients", type=Path, help="STATES.npz or a Flint run directory")
-    parser.add_argument("--seed", type=int, help="the run's seed (default: the experiment's)")
+    parser.add_argument("--seed", type=int, help="the run's seed (default: a Flint run's own, else the experiment's)")
     parser.add_argument("--n-init", type=int, default=1, choices=[1, 10])
     parser.add_argument("--draws", type=int, default=0)
     args = parser.parse_args()
@@ -228,6 +228,12 @@ def main():
     if exp["fedtmos"].get("models", 4) != 4:
         sys.exit("the code's MNIST runs use 4 server models (--c 4)")
     seed = exp.get("seed", 0) if args.seed is None else args.seed
+    if args.clients.is_dir():
+        # A Flint run knows its seed: the vector order must be drawn from that one.
+        ran = tomllib.loads((args.clients / "experiment.toml").read_text()).get("seed", 0)
+        if args.seed is not None and args.seed != ran:
+            sys.exit(f"--seed {args.seed} does not match the run's seed {ran}")
+        seed = ran
     helper = client_script()
     data = Path(os.environ.get("FLINT_DATA_DIR", "data")) / "mnist"
     ytr = helper.idx(data / "train-labels-idx1-ubyte.gz", False)
