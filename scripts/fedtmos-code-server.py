@@ -261,10 +261,10 @@ def main():
         found = re.search(r"dir([0-9.]+)-s([0-9]+)$", exp["name"])
         if found is None:
             sys.exit("needs a `cls` experiment or one of experiments/fedtmos-code/numpy/")
-        alpha, named = float(found[1]), int(found[2])
-        if named != seed and (args.clients.is_dir() or args.seed is not None):
-            sys.exit(f"the experiment {exp['name']} is seed {named}, the clients' run seed {seed}")
-        seed = named
+        alpha = float(found[1])
+        # The split is the named seed's: clients of another seed would meet another order.
+        if int(found[2]) != seed:
+            sys.exit(f"the experiment {exp['name']} is split with seed {found[2]}, not {seed}")
         np.random.seed(seed)
         np.random.dirichlet(np.repeat(alpha, 10), size=10)
         order = f"numpy as the code's dir split leaves it (seed {seed})"
