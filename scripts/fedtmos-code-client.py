@@ -8,16 +8,17 @@ of `flint replay RUN --sums` that Flint cannot give), each client's accuracy alo
         [--updates DIR] [--states FILE.npz]
 
 FEDTMOS_CHECKOUT is a work tree of shannonhsq/FedTMOS (HEAD a763671). Its C library does not
-build as published (FEDTMOS-CODE-NOTES §8); a copy is built in a temporary directory with the two
-fixes: `mc_tm_votes` reads T from its first machine, and the file includes math.h (linked with
--lm). EXPERIMENT is an MNIST file split as the code splits:
+build as published (docs/papers/fedtmos.md §20); a copy is built in a temporary directory with
+the two fixes: `mc_tm_votes` reads T from its first machine, and the file includes math.h
+(linked with -lm). EXPERIMENT is an MNIST file split as the code splits:
 - `partition.kind = "explicit"` (experiments/fedtmos-code/numpy/): client k takes the next
   class_counts of each class in file order, as the code slices;
 - `classes-per-client` with `class_sets` (experiments/fedtmos-code/mnist-s*.toml): the code's
   `cls` split, numpy seeded with the run's seed (the experiment's, or --seed).
-Training (FEDTMOS-CODE-NOTES §1): one epoch on the rows of the first client holding class 9 (the
-code's `copy_data` leak; `--no-leak` skips it), then 30 epochs on the client's own rows in class
-order, no shuffling; 100 clauses, T = 1000, s = 5, 10×10 patches, weighted clauses, pixels >= 75.
+Training (docs/papers/fedtmos.md §1-§4): one epoch on the rows of the first client holding
+class 9 (the code's `copy_data` leak; `--no-leak` skips it), then 30 epochs on the client's own
+rows in class order, no shuffling; 100 clauses, T = 1000, s = 5, 10×10 patches, weighted
+clauses, pixels >= 75.
 Classes a client lacks score 0, as its upload zeroes them. The ensemble is given under the
 code's reading (one spread per machine over the batch) and eq. 3 (one per row), both on the
 code's clamped sums. Needs numpy, gcc with OpenMP and FLINT_DATA_DIR."""
@@ -194,7 +195,8 @@ def main():
         # Without the leak the code's machine has only classes up to the client's largest.
         scores = np.pad(scores, ((0, 0), (0, 10 - scores.shape[1])))
         held = np.isin(np.arange(10), ytr[own])
-        # The upload zeroes the classes a client lacks: their sums are 0 (FEDTMOS-CODE-NOTES §1).
+        # The upload zeroes the classes a client lacks: their sums are 0 (docs/papers/fedtmos.md
+        # §5).
         scores = np.where(held, scores, 0).astype(np.float64)
         sums.append(scores)
         if args.updates:
@@ -221,8 +223,9 @@ def main():
                   f"others'; others above 0: {share_above(off, 1):.3f}, at least T/2: "
                   f"{share_above(off, 500):.3f}", flush=True)
     if len(sums) > 1:
-        # The ensemble baseline (§4): the clients' machines combined as the composite, under
-        # the code's reading (one spread per machine over the batch) and eq. 3 (per row).
+        # The ensemble baseline (docs/papers/fedtmos.md §14): the clients' machines combined as
+        # the composite, under the code's reading (one spread per machine over the batch) and
+        # eq. 3 (per row).
         batch = sum(s / ((s.max() - s.min()) or 1) for s in sums)
         spread = [np.where((r := s.max(axis=1) - s.min(axis=1)) > 0, r, np.inf)[:, None]
                   for s in sums]

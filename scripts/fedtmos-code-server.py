@@ -12,10 +12,12 @@ updates (Flint's clients, MNIST's 10×10 patches).
 The server's functions are taken from the checkout as they are (read from its source, not
 copied): scaling, the vector filter and order, scikit-learn's k-means (`random_state` = the
 code's `alg_seed` = 1), the reassignment with its fill, the averaging and the batch-wide vote
-(FEDTMOS-CODE-NOTES §2-3). What the code does around them is done here as the code does it:
+(docs/papers/fedtmos.md §6-§12). What the code does around them is done here as the code does
+it:
 - each machine as its upload leaves it: lower TA bit planes zeroed, classes not held zeroed;
 - numpy's global generator in the state the code's `cls` split leaves it (seeded with the run's
-  seed), since the vector order is drawn from it (`np.random.choice`, §2 step 3);
+  seed), since the vector order is drawn from it (`np.random.choice`, docs/papers/fedtmos.md
+  §7);
 - `--n-init`: the code does not pin scikit-learn; n_init is 1 from 1.4 on, 10 before.
 `--draws N` also runs the server on N further vector orders (numpy seeded 1000, 1001, ...) to show
 how much the order alone moves the result. Needs numpy, scikit-learn, gcc with OpenMP and
@@ -257,7 +259,7 @@ def main():
         order = f"numpy as the code's cls split leaves it (seed {seed})"
     else:
         # The code's `dir` split: numpy seeded with the run's seed, one Dirichlet draw over its
-        # nominal 10 clients (FEDTMOS-CODE-NOTES §5); the experiment's name says which.
+        # nominal 10 clients (docs/papers/fedtmos.md §16); the experiment's name says which.
         found = re.search(r"dir([0-9.]+)-s([0-9]+)$", exp["name"])
         if found is None:
             sys.exit("needs a `cls` experiment or one of experiments/fedtmos-code/numpy/")

@@ -3,14 +3,15 @@
 one round of 30 local epochs, Dir(0.05 / 0.1 / 0.3) by class (Hsu et al.) and S(2 / 3 / 4), seed
 0 (run --seeds 0,20,24 for the paper's three splits).
 
-Fashion-MNIST (FEDTMOS-CODE-NOTES §1): 5×5 patches, 200 clauses, OpenCV's adaptive Gaussian
-threshold (window 11, C = 2), φ = 3.
+Fashion-MNIST (docs/papers/fedtmos.md §1-§2): 5×5 patches, 200 clauses, OpenCV's adaptive
+Gaussian threshold (window 11, C = 2), φ = 3.
 
-TM settings are the published code's for MNIST (FEDTMOS-CODE-NOTES §1): a convolutional machine
-with 10×10 patches, 100 clauses, T = 1000, s = 5, weighted clauses, one-vs-all training, pixels
-above 75. Server: φ = 4 models, σ = 0.5, k = 30 for Dir and 10 for S(β). Every run also sends
-the clients' own machines (`baselines = true`), so client 1 measures the ensemble baseline, each
-client alone and both composite readings on the shared test set from the same trained clients."""
+TM settings are the published code's for MNIST (docs/papers/fedtmos.md §1-§3): a convolutional
+machine with 10×10 patches, 100 clauses, T = 1000, s = 5, weighted clauses, one-vs-all
+training, pixels above 75. Server: φ = 4 models, σ = 0.5, k = 30 for Dir and 10 for S(β).
+Every run also sends the clients' own machines (`baselines = true`), so client 1 measures the
+ensemble baseline, each client alone and both composite readings on the shared test set from the
+same trained clients."""
 
 import random
 from pathlib import Path
@@ -101,10 +102,10 @@ kind, key, k_max = PARTITIONS["dir0.1"]
     experiment("dir0.1", kind, key, k_max, strategy="fedtm", rounds=30, epochs=1))
 print(f"wrote 1 file to {FEDTM}")
 
-# The published code's Dir(α) (FEDTMOS-CODE-NOTES §5): drawn over the code's 10 clients, the ones
-# it leaves without rows dropped as the code drops them. How many are left depends on the seed:
-# the experiment declares exactly those (seed 0, Flint's generator; `flint run` names the count
-# if it is wrong).
+# The published code's Dir(α) (docs/papers/fedtmos.md §16): drawn over the code's 10 clients,
+# the ones it leaves without rows dropped as the code drops them. How many are left depends on
+# the seed: the experiment declares exactly those (seed 0, Flint's generator; `flint run` names
+# the count if it is wrong).
 CODE = OUT.parent / "fedtmos-code"
 CODE.mkdir(parents=True, exist_ok=True)
 for name, served in {"dir0.1": SERVED_DIR01, "dir0.3": SERVED_DIR03}.items():
@@ -114,8 +115,8 @@ for name, served in {"dir0.1": SERVED_DIR01, "dir0.3": SERVED_DIR03}.items():
     (CODE / f"mnist-{name}.toml").write_text(
         text.replace('name = "fedtmos-mnist-', 'name = "fedtmos-code-mnist-'))
 # The code's S(β) class sets: client i holds class i and `random.sample(others, β − 1)` from
-# Python's generator seeded with its `alg_seed = 1`, the same for every seed (FEDTMOS-CODE-NOTES
-# §5); drawn here exactly so.
+# Python's generator seeded with its `alg_seed = 1`, the same for every seed
+# (docs/papers/fedtmos.md §17); drawn here exactly so.
 for beta in (2, 3, 4):
     random.seed(1)
     sets = [sorted([i] + random.sample([c for c in range(10) if c != i], beta - 1))
@@ -130,9 +131,10 @@ print(f"wrote 8 files to {CODE}")
 # The published code's Dir(α) with its own draw: numpy's legacy generator seeded with the run's
 # seed, `dirichlet(α·1_J, size=C).T`, normalized and J times balanced, floor(P · 60,000) rows per
 # client and class taken as cumulative slices of each class's rows in file order
-# (`distribute_dir_classes`, FEDTMOS-CODE-NOTES §5). A client the code leaves without training or
-# test rows is dropped, as `make_client_data` drops it. Written as `partition.kind = "explicit"`
-# counts, one file per seed, so a run splits exactly as the paper's did (needs numpy and the data).
+# (`distribute_dir_classes`, docs/papers/fedtmos.md §16). A client the code leaves without
+# training or test rows is dropped, as `make_client_data` drops it. Written as
+# `partition.kind = "explicit"` counts, one file per seed, so a run splits exactly as the
+# paper's did (needs numpy and the data).
 try:
     import numpy as np
 except ImportError:

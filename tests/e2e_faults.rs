@@ -58,9 +58,9 @@ fn authed<T>(msg: T, name: &str) -> tonic::Request<T> {
     r
 }
 
-/// DESIGN.md §Wire contract: every received update is validated before it touches state; a bad
-/// one gets INVALID_ARGUMENT with the reason, a wrong round FAILED_PRECONDITION, and the run
-/// completes with the other clients.
+/// docs/PROTOCOL.md §Errors: every received update is validated before it touches state; a
+/// bad one gets INVALID_ARGUMENT with the reason, a wrong round FAILED_PRECONDITION, and the
+/// run completes with the other clients.
 #[test]
 fn malformed_updates_get_clear_errors_and_the_run_completes() {
     let dir = tempfile::tempdir().unwrap();
@@ -302,8 +302,8 @@ fn uploads_in_flight_share_one_bounded_budget() {
     });
 }
 
-/// DESIGN.md §Rounds: a client that dies does not stall the run; its rounds close at the
-/// timeout and the others continue. The client is frozen (SIGSTOP) once joined, so round 1
+/// docs/PROTOCOL.md §A round: a client that dies does not stall the run; its rounds close at
+/// the timeout and the others continue. The client is frozen (SIGSTOP) once joined, so round 1
 /// opens with it selected but silent, then killed (SIGKILL) mid-round.
 #[test]
 fn a_client_killed_mid_round_does_not_stall_the_run() {
@@ -425,8 +425,8 @@ fn a_terminated_flint_run_takes_its_server_and_clients_with_it() {
     });
 }
 
-/// DESIGN.md §Wire contract: restarts are normal. A client process that dies mid-round and is
-/// started again rejoins under the same id and answers the round it was selected for.
+/// docs/PROTOCOL.md §Crash recovery: restarts are normal. A client process that dies mid-round
+/// and is started again rejoins under the same id and answers the round it was selected for.
 #[test]
 fn a_restarted_client_rejoins_with_its_id_and_finishes_the_round() {
     let dir = tempfile::tempdir().unwrap();

@@ -1,7 +1,8 @@
-//! Crash recovery with real processes (issue 17 §4, DESIGN.md §Rounds): the server killed with
-//! SIGKILL at several points of a run and started again with the same arguments resumes the
-//! same run, its clients carry on without being restarted, and the run ends with exactly the
-//! metrics of an uninterrupted one. A client process killed and started again does the same.
+//! Crash recovery with real processes (issue 17 §4, docs/PROTOCOL.md §Crash recovery): the
+//! server killed with SIGKILL at several points of a run and started again with the same
+//! arguments resumes the same run, its clients carry on without being restarted, and the run
+//! ends with exactly the metrics of an uninterrupted one. A client process killed and started
+//! again does the same.
 
 mod support;
 

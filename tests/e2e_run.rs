@@ -8,9 +8,9 @@ use std::time::Duration;
 use flint_common::wire::ledger::Traffic;
 use support::*;
 
-/// DESIGN.md §Byte accounting: every client and round has socket ≥ message ≥ payload > 0 both
-/// ways; payload is exactly the summed `encoded_len` of the messages sent, which both ends count
-/// independently (the client what it sent and received, the server likewise).
+/// docs/PROTOCOL.md §Byte accounting: every client and round has socket ≥ message ≥ payload > 0
+/// both ways; payload is exactly the summed `encoded_len` of the messages sent, which both ends
+/// count independently (the client what it sent and received, the server likewise).
 #[test]
 fn every_byte_level_is_counted_per_client_and_round() {
     let dir = tempfile::tempdir().unwrap();

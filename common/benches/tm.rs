@@ -72,8 +72,8 @@ fn benches(c: &mut Criterion) {
         )
     });
     g.finish();
-    // FedTMOS's MNIST machine (FEDTMOS-CODE-NOTES §1): one-vs-all trains every class on every
-    // example, the one-negative path one other class; the same images, side by side.
+    // FedTMOS's MNIST machine (docs/papers/fedtmos.md §1, §3): one-vs-all trains every class on
+    // every example, the one-negative path one other class; the same images, side by side.
     let mut g = c.benchmark_group(
         "conv training, one epoch, 1000 examples, 10x10 patches, 100 clauses x 10 classes",
     );

@@ -1,8 +1,9 @@
-//! The server's write-ahead journal (DESIGN.md §Rounds: a restarted server resumes where it
-//! stopped). Every accepted change of the run's state is appended as one record before the call
-//! that made it is answered; a restarted server replays the records through the same state
-//! machine ([`crate::rounds::Rounds`]) and so reaches the same state, the same aggregates
-//! included, since aggregation is a pure function of the strategy's state and the updates.
+//! The server's write-ahead journal (docs/PROTOCOL.md §Crash recovery: a restarted server
+//! resumes where it stopped). Every accepted change of the run's state is appended as one
+//! record before the call that made it is answered; a restarted server replays the records
+//! through the same state machine ([`crate::rounds::Rounds`]) and so reaches the same state, the
+//! same aggregates included, since aggregation is a pure function of the strategy's state and
+//! the updates.
 //!
 //! Only what time or arrival order decided is recorded beside the calls themselves: a round
 //! closed by its timeout ([`Event::Close`], also written, with the round's time, when its last

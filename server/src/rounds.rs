@@ -1,5 +1,6 @@
-//! The round state machine (DESIGN.md §Rounds). Pure: time comes in as `now`, no I/O, so every
-//! transition is testable in-process. The service drives it and wakes long-polls on changes.
+//! The round state machine (docs/PROTOCOL.md §A round). Pure: time comes in as `now`, no I/O,
+//! so every transition is testable in-process. The service drives it and wakes long-polls on
+//! changes.
 //!
 //! Closing a round hands work back to the shell (the raft-rs `Ready` pattern): the round's
 //! updates and the strategy leave as an [`AggregationJob`], which the shell runs off the lock and

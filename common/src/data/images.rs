@@ -8,7 +8,7 @@
 //!   halves, so a client's test, confidence and training rows never overlap. A class with fewer
 //!   held-out rows than a client asks for is drawn with replacement.
 //! - `paper-code`: test and confidence rows are random subsets of the client's own training
-//!   rows, as the published code does (REFERENCE-NOTES §1); accuracy is then measured on
+//!   rows, as the published code does (docs/papers/tpfl.md §8); accuracy is then measured on
 //!   training data.
 
 use std::path::Path;

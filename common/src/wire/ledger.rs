@@ -1,7 +1,8 @@
-//! Byte accounting: per client, per round, per direction, at three levels (DESIGN.md):
-//! `payload` (protobuf `encoded_len`), `message` (gRPC body bytes: payload + 5-byte frame
-//! headers), `socket` (bytes through the TCP connection: HTTP/2 framing, headers, pings, TLS),
-//! plus the papers' convention. Round 0 is the join.
+//! Byte accounting: per client, per round, per direction, at the levels of docs/PROTOCOL.md
+//! §Byte accounting: `payload` (protobuf `encoded_len`), `message` (gRPC body bytes: payload +
+//! 5-byte frame headers), `socket` (bytes through the TCP connection: HTTP/2 framing, headers,
+//! pings, TLS) and, for a client alone in its network namespace, `link`; plus the papers'
+//! convention. Round 0 is the join.
 
 use std::collections::BTreeMap;
 use std::ops::AddAssign;

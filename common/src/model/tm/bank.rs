@@ -329,7 +329,7 @@ pub enum ExcludedAt {
     /// The last exclude state, N: one reward away from including, as a trained machine's
     /// undecided automata sit (Flint's default).
     LastExclude,
-    /// State 0, the deepest exclude: the FedTMOS code's convention (FEDTMOS-CODE-NOTES §4).
+    /// State 0, the deepest exclude: the FedTMOS code's convention (docs/papers/fedtmos.md §13).
     Zero,
 }
 

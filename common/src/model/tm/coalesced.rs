@@ -1,5 +1,5 @@
 //! The coalesced Tsetlin Machine (Glimsdal & Granmo 2021), as TPFL's tmu
-//! `TMCoalescedClassifier` runs it (REFERENCE-NOTES §1): one clause bank shared by every class,
+//! `TMCoalescedClassifier` runs it (docs/papers/tpfl.md §1): one clause bank shared by every class,
 //! a signed integer weight per (class, clause) starting at random ±1 and free to cross zero.
 
 use rand::RngExt;
@@ -328,7 +328,7 @@ impl CoalescedTm {
     }
 
     /// TPFL's confidence per class: the weighted class sums summed over `data` (the code's
-    /// definition; REFERENCE-NOTES §1).
+    /// definition; docs/papers/tpfl.md §2).
     pub fn confidence(&self, data: &BitRows) -> Vec<i64> {
         let sums = Transposed::new(data).shared_class_sums(&self.compile(), &self.weights);
         self.sum_over_rows(&sums)

@@ -4,8 +4,8 @@
 //!
 //! Two readings of the spread ([`Normalization`]): eq. 3 takes it per input (one row of class
 //! sums); the published code takes one constant per model over the whole evaluated batch
-//! (FEDTMOS-CODE-NOTES §3). The code also clamps every class sum to [−T, T] first, as training
-//! does ([`CompositeOptions::clamp`]).
+//! (docs/papers/fedtmos.md §12). The code also clamps every class sum to [−T, T] first, as
+//! training does ([`CompositeOptions::clamp`]).
 
 use serde::{Deserialize, Serialize};
 
