@@ -1,11 +1,16 @@
 //! Behaviour pinned across refactorings: each run here must give exactly the metrics, aggregation
 //! weights, payload bytes (server ledger, payload and paper levels) and TPFL clusters recorded in
 //! `tests/behaviour/*.json` from commit 5c4bab7 (before the strategy-shape change) by
-//! `scripts/behaviour-figures.py`. A difference in any model shows up as a different number.
+//! `tests/oracles/behaviour-figures.py`. A difference in any model shows up as a different
+//! number.
 //!
-//! To re-record after an intended change of behaviour: run the experiment with `flint run` and
-//! `python3 scripts/behaviour-figures.py runs/NAME/results.json > tests/behaviour/FILE.json`, and
-//! say why in the commit.
+//! To re-record after an intended change of behaviour, run the experiment with `flint run`, then
+//!
+//! ```sh
+//! python3 tests/oracles/behaviour-figures.py runs/NAME/results.json > tests/behaviour/FILE.json
+//! ```
+//!
+//! and say why in the commit (tests/oracles/README.md lists each file's experiment).
 
 mod support;
 

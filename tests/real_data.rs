@@ -163,7 +163,7 @@ fn tm_engine_learns_an_mnist_subset() {
 
 /// FedTMOS booleanizes Fashion-MNIST with OpenCV's adaptive Gaussian threshold (window 11,
 /// C = 2). Flint's loader gives OpenCV's bits for the first three test images (reference from
-/// OpenCV 5.0.0 by `scripts/opencv_adaptive_reference.py`).
+/// OpenCV 5.0.0 by `tests/oracles/opencv_adaptive_reference.py`).
 #[test]
 #[ignore = "needs FLINT_DATA_DIR with Fashion-MNIST; CI runs it"]
 fn fashion_mnist_adaptive_threshold_equals_opencv() {

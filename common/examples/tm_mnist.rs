@@ -1,5 +1,5 @@
 //! Trains a Tsetlin Machine on binarized MNIST (pixel > 75) and prints, per epoch, the training
-//! time, test accuracy and inference speed. Run by `scripts/tm-bench.sh` beside the peers.
+//! time, test accuracy and inference speed. Run by `bench/tm-bench.sh` beside the peers.
 //!
 //! cargo run --release -p flint-common --example tm_mnist -- MACHINE CLAUSES T S EPOCHS [WEIGHTED] [TRAIN_ROWS] [BOOST] [NEGATIVE] [THREADS]
 //! MACHINE: multiclass (CLAUSES per class), coalesced (CLAUSES shared) or conv (CLAUSES per

@@ -334,8 +334,8 @@ mod tests {
         assert_eq!(r.head(5).len(), 1);
     }
 
-    /// Reference bits from OpenCV 5.0.0 (`scripts/opencv_adaptive_reference.py`): the same four
-    /// 28×28 images, built by the same formulas.
+    /// Reference bits from OpenCV 5.0.0 (`tests/oracles/opencv_adaptive_reference.py`): the
+    /// same four 28×28 images, built by the same formulas.
     #[test]
     fn adaptive_gaussian_matches_opencv() {
         const PATTERN: [u64; 13] = [

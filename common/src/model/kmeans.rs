@@ -8,7 +8,7 @@
 //! Written here rather than taken from linfa-clustering: the vectors are a few hundred points
 //! of a few hundred dimensions, the crate would bring ndarray and a second `rand`, and the seed
 //! must come from the run's own generator. `tests` pins Lloyd against scikit-learn 1.x on fixed
-//! data and fixed initial centres (`scripts/kmeans_reference.py`).
+//! data and fixed initial centres (`tests/oracles/kmeans_reference.py`).
 
 use rand::RngExt;
 
@@ -265,8 +265,8 @@ mod tests {
         }
     }
 
-    /// scikit-learn 1.9.1's Lloyd from the same initial centres (`scripts/kmeans_reference.py`):
-    /// same labels, same iteration count, same centres.
+    /// scikit-learn 1.9.1's Lloyd from the same initial centres
+    /// (`tests/oracles/kmeans_reference.py`): same labels, same iteration count, same centres.
     #[test]
     fn lloyd_matches_scikit_learn_on_fixed_data() {
         let points: Vec<Vec<f64>> = (0..40u32)

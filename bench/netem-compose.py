@@ -3,7 +3,7 @@
 TLS: per setting, the mean round time, the time to the final accuracy, and the bytes per client
 and round at the socket and link levels, as the clients counted them.
 
-    deploy/build-image.sh && scripts/netem-compose.py [--settings plain,tls,lan,wan,mobile]
+    deploy/build-image.sh && bench/netem-compose.py [--settings plain,tls,lan,wan,mobile]
 
 Settings: `plain` (no TLS), `tls` (mutual TLS), and `lan`, `wan`, `mobile` (mutual TLS over the
 deploy/netem.sh profile on every client container), plus `loopback` (`flint run --tls`, processes

@@ -6,7 +6,7 @@ clients' own metrics in their updates, and TPFL's clusters.
 tests/behaviour.rs compares a fresh run against the figures recorded here from an earlier commit,
 so a refactoring that changes any model, metric or payload byte fails.
 
-    python3 scripts/behaviour-figures.py runs/quickstart/results.json > tests/behaviour/quickstart.json
+    python3 tests/oracles/behaviour-figures.py runs/quickstart/results.json > tests/behaviour/quickstart.json
 """
 import json
 import sys

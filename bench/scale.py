@@ -9,8 +9,8 @@ in the CSV are skipped, so an interrupted sweep goes on where it stopped (`--res
 default; `--fresh` starts the CSV over).
 
     cargo build --release
-    scripts/scale.py --clients 1000 --per-process 1,10,100,1000 --repeat 10
-    scripts/scale.py --clients 100,1000,5000 --per-process 100 --repeat 3 --out scale-sizes.csv
+    bench/scale.py --clients 1000 --per-process 1,10,100,1000 --repeat 10
+    bench/scale.py --clients 100,1000,5000 --per-process 100 --repeat 3 --out scale-sizes.csv
 
 A run that does not finish within --timeout seconds is killed and recorded as not completed.
 """
@@ -120,6 +120,7 @@ def main():
         sys.exit(f"scale: {a.flint} not found; run cargo build --release first")
     if a.fresh and os.path.exists(a.out):
         os.remove(a.out)
+    os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
     seen = done_rows(a.out)
     new = not os.path.exists(a.out)
     with open(a.out, "a", newline="") as f:

@@ -3,7 +3,7 @@
 # (pixel > 75), one after the other in the same run. Not part of CI: it installs the peers from
 # PyPI into a virtual environment and takes minutes.
 #
-#   FLINT_DATA_DIR=../shared/data bash scripts/tm-bench.sh        (EPOCHS=10 by default)
+#   FLINT_DATA_DIR=../shared/data bash bench/tm-bench.sh        (EPOCHS=10 by default)
 #
 # Prints per configuration the median training time of epochs 2..N, the accuracy after the last
 # epoch, and the speed ratio peer / Flint.
@@ -36,7 +36,7 @@ for c in "${configs[@]}"; do
   # shellcheck disable=SC2086
   target/release/examples/tm_mnist $flint | tee "$OUT/$name.flint.txt"
   echo "== $name: $peer"
-  "$VENV/bin/python" scripts/tm_peers.py "$peer" "$pconf" "$EPOCHS" | tee "$OUT/$name.peer.txt"
+  "$VENV/bin/python" bench/tm_peers.py "$peer" "$pconf" "$EPOCHS" | tee "$OUT/$name.peer.txt"
 done
 
 "$VENV/bin/python" - "$OUT" "${configs[@]}" <<'PY'

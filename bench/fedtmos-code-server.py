@@ -2,11 +2,11 @@
 """Runs the published FedTMOS server (shannonhsq/FedTMOS, `oneshotfedtmos.py`) on client machines
 and prints its accuracy on the global test half: the code's own figure for those clients, to set
 beside `flint replay` on the same ones. CLIENTS is either the machines saved by
-`scripts/fedtmos-code-client.py ... all --states FILE.npz` (the code's clients; their
+`bench/fedtmos-code-client.py ... all --states FILE.npz` (the code's clients; their
 `--updates` are the same machines for `flint replay`) or a Flint run directory that kept its
 updates (Flint's clients, MNIST's 10×10 patches).
 
-    scripts/fedtmos-code-server.py FEDTMOS_CHECKOUT EXPERIMENT CLIENTS [--seed N]
+    bench/fedtmos-code-server.py FEDTMOS_CHECKOUT EXPERIMENT CLIENTS [--seed N]
         [--n-init 1|10] [--draws N]
 
 The server's functions are taken from the checkout as they are (read from its source, not

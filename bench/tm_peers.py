@@ -1,9 +1,9 @@
 """Peers of Flint's Tsetlin Machine on binarized MNIST (pixel > 75): epoch times and accuracy.
 
-Run by scripts/tm-bench.sh inside a virtual environment that has the peers installed.
+Run by bench/tm-bench.sh inside a virtual environment that has the peers installed.
 usage: tm_peers.py PEER CONFIG EPOCHS
   PEER:   pytsetlinmachine | tmu | green-tsetlin
-  CONFIG: mc2000w | mc100 | coalesced1000 | conv100
+  CONFIG: mc2000w | mc100 | mc100w | coalesced1000 | conv100
 """
 import gzip
 import os

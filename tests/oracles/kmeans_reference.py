@@ -2,7 +2,7 @@
 """Reference for common/src/model/kmeans.rs: scikit-learn's Lloyd k-means on fixed points from
 fixed initial centres. Prints what the Rust test pins (labels, iterations, centres, inertia).
 
-    pip install scikit-learn && python3 scripts/kmeans_reference.py
+    pip install scikit-learn && python3 tests/oracles/kmeans_reference.py
 """
 import numpy as np
 import sklearn

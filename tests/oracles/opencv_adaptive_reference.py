@@ -3,7 +3,7 @@ block 11, C = 2) on four 28x28 test images built by formula, printed as Rust u64
 common/src/data/booleanize.rs (bit y*28+x of an image's words = pixel (x, y) is set).
 
     python3 -m venv /tmp/cv && /tmp/cv/bin/pip install opencv-python-headless
-    /tmp/cv/bin/python scripts/opencv_adaptive_reference.py
+    /tmp/cv/bin/python tests/oracles/opencv_adaptive_reference.py
 """
 import cv2
 import numpy as np

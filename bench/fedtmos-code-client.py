@@ -4,7 +4,7 @@ the code trains them, and prints how their class sums behave on the global test 
 of `flint replay RUN --sums` that Flint cannot give), each client's accuracy alone and, for
 `all`, the ensemble baseline of their machines.
 
-    scripts/fedtmos-code-client.py FEDTMOS_CHECKOUT EXPERIMENT CLIENT|all [--no-leak] [--seed N]
+    bench/fedtmos-code-client.py FEDTMOS_CHECKOUT EXPERIMENT CLIENT|all [--no-leak] [--seed N]
         [--updates DIR] [--states FILE.npz]
 
 FEDTMOS_CHECKOUT is a work tree of shannonhsq/FedTMOS (HEAD a763671). Its C library does not
@@ -158,7 +158,7 @@ def main():
                              "DIR/round-1-client-K.pb, for `flint replay`")
     parser.add_argument("--states", type=Path,
                         help="also save the machines as the code holds them (FILE.npz), for "
-                             "scripts/fedtmos-code-server.py")
+                             "bench/fedtmos-code-server.py")
     args = parser.parse_args()
     exp = tomllib.loads(Path(args.experiment).read_text())
     if exp["data"]["source"] != "mnist":
