@@ -118,7 +118,7 @@ fn magic_table3_split_and_ahp_beats_fedavg_as_in_the_paper() {
 fn tm_engine_learns_an_mnist_subset() {
     use flint_common::data::booleanize::Threshold;
     use flint_common::data::mnist::{self, Split};
-    use flint_common::model::tm::{CoalescedTm, FeedbackMasks, MultiClassTm, TmSection};
+    use flint_common::model::tm::{CoalescedTm, FeedbackMasks, MultiClassTm, TmHyper};
     use flint_common::rng::derive_rng;
 
     let dir = data_dir().join("mnist");
@@ -132,13 +132,14 @@ fn tm_engine_learns_an_mnist_subset() {
         (20_000, 10_000, 784)
     );
     let hyper = |clauses| {
-        TmSection::check(&TmSection {
-            clauses: Some(clauses),
-            t: Some(1000),
-            s: Some(10.0),
-            weighted: Some(true),
+        TmHyper {
+            clauses,
+            t: 1000,
+            s: 10.0,
+            weighted: true,
             ..Default::default()
-        })
+        }
+        .check()
         .unwrap()
     };
 

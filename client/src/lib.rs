@@ -14,8 +14,6 @@ use anyhow::{Context, bail};
 use flint_common::clients::{BoundHalf, prepare};
 use flint_common::config::{Experiment, parse_override};
 use flint_common::data::default_data_dir;
-use flint_common::logging::LogFormat;
-use flint_common::meter::{ConnMeter, CountingIo, LinkMeter, MessageMeterLayer, SharedLedger};
 use flint_common::metrics::ConfusionMatrix;
 use flint_common::model::kept::{Condition, ModelFile};
 use flint_common::rng::derive_rng;
@@ -30,6 +28,8 @@ use flint_common::wire::{
     CLIENT_HEADER, HOST_HEADER, ROUND_HEADER, TOKEN_HEADER, paper_convention_bytes,
 };
 use flint_common::{ClientId, Round};
+use flint_shell::logging::LogFormat;
+use flint_shell::meter::{ConnMeter, CountingIo, LinkMeter, MessageMeterLayer, SharedLedger};
 use hyper_util::rt::TokioIo;
 use prost::Message;
 use serde::{Deserialize, Serialize};
@@ -108,7 +108,7 @@ pub struct ClientTls {
 impl ClientTls {
     /// The endpoint with TLS when a CA is given; the address's scheme must agree.
     pub fn apply(&self, endpoint: Endpoint) -> anyhow::Result<Endpoint> {
-        use flint_common::tls::read_pem;
+        use flint_shell::tls::read_pem;
         use tonic::transport::{Certificate, ClientTlsConfig, Identity};
         let https = endpoint.uri().scheme_str() == Some("https");
         let Some(ca) = &self.tls_ca else {
@@ -122,7 +122,7 @@ impl ClientTls {
         if !https {
             bail!("with --tls-ca the server address must start with https://");
         }
-        flint_common::tls::install_provider();
+        flint_shell::tls::install_provider();
         let mut config = ClientTlsConfig::new()
             .ca_certificate(Certificate::from_pem(read_pem(ca, "CA (--tls-ca)")?));
         if let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) {
@@ -208,13 +208,13 @@ pub struct ClientReport {
 pub async fn run_until_stopped(args: ClientArgs) -> anyhow::Result<Vec<ClientReport>> {
     tokio::select! {
         done = run(args) => done,
-        signal = flint_common::signal::interrupted() => bail!("stopped by {signal}"),
+        signal = flint_shell::signal::interrupted() => bail!("stopped by {signal}"),
     }
 }
 
 /// Runs every named client of this process to the end of the run.
 pub async fn run(args: ClientArgs) -> anyhow::Result<Vec<ClientReport>> {
-    flint_common::logging::init(args.log_format);
+    flint_shell::logging::init(args.log_format);
     let experiment = Arc::new(Experiment::load(&args.experiment, &args.overrides)?);
     if let Some(g) = args.compute_ghz
         && !(g.is_finite() && g > 0.0)
@@ -353,7 +353,7 @@ pub async fn run(args: ClientArgs) -> anyhow::Result<Vec<ClientReport>> {
     Ok(reports)
 }
 
-type Grpc = AggregatorClient<flint_common::meter::MessageMeter<Channel>>;
+type Grpc = AggregatorClient<flint_shell::meter::MessageMeter<Channel>>;
 
 /// What every client of this process shares.
 struct Shell {
@@ -443,7 +443,7 @@ impl Shell {
             .layer(MessageMeterLayer::client(ledger.clone(), meter).with_link(self.link.clone()))
             .service(channel);
         let mut grpc = AggregatorClient::new(svc).max_decoding_message_size(2 * MAX_CHUNK);
-        if let Some(enc) = self.experiment.compression.encoding() {
+        if let Some(enc) = flint_shell::compression::encoding(self.experiment.compression) {
             grpc = grpc.send_compressed(enc).accept_compressed(enc);
         }
         Ok(Conn { grpc, ledger })

@@ -8,8 +8,9 @@ use std::path::PathBuf;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use flint_common::data::{DataSection, Scaling, Shard};
-use flint_common::model::fcm::{Evaluator, Fcm, FcmSection};
+use flint_common::model::fcm::{Evaluator, Fcm};
 use flint_common::rng::derive_rng;
+use flint_common::strategy::fcm::FcmSection;
 use rand::RngExt;
 
 fn data_dir() -> PathBuf {
@@ -45,11 +46,12 @@ fn fitness(c: &mut Criterion) {
     group.throughput(Throughput::Elements(particles.len() as u64));
     for activation in ["tanh", "sigmoid"] {
         let hyper = FcmSection {
-            activation: Some(activation.into()),
+            activation: flint_common::params::parse_name("fcm.activation", activation).unwrap(),
             ..Default::default()
         }
         .check()
-        .unwrap();
+        .unwrap()
+        .0;
         let mut eval = Evaluator::new(&shard.train, 2);
         group.bench_function(activation, |b| {
             b.iter(|| {

@@ -14,7 +14,7 @@ use std::path::PathBuf;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use flint_common::ClientId;
-use flint_common::model::tm::TmSection;
+use flint_common::model::tm::TmHyper;
 use flint_common::strategy::ServerStrategy;
 use flint_common::strategy::fedtmos::{FedTmosSection, FedTmosServer};
 use flint_common::wire::proto::{DataSummary, Payload};
@@ -64,19 +64,19 @@ fn uploads(recorded: &[Update], clients: usize) -> BTreeMap<ClientId, Update> {
 
 fn aggregation(c: &mut Criterion) {
     let recorded = recorded();
-    let tm = TmSection {
-        clauses: Some(100),
-        t: Some(1000),
-        s: Some(5.0),
-        weighted: Some(true),
+    let tm = TmHyper {
+        clauses: 100,
+        t: 1000,
+        s: 5.0,
+        weighted: true,
         ..Default::default()
     }
     .check()
     .unwrap();
     let hyper = FedTmosSection {
-        models: Some(4),
-        sigma: Some(0.5),
-        k_max: Some(30),
+        models: 4,
+        sigma: 0.5,
+        k_max: 30,
         ..Default::default()
     }
     .check()

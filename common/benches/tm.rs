@@ -7,7 +7,7 @@
 use criterion::{Criterion, criterion_group, criterion_main};
 use flint_common::data::booleanize::BitRows;
 use flint_common::model::tm::conv::{ConvTm, PatchSpec};
-use flint_common::model::tm::{FeedbackMasks, MultiClassTm, TmSection};
+use flint_common::model::tm::{FeedbackMasks, MultiClassTm, TmHyper};
 use flint_common::rng::{FlintRng, derive_rng};
 use rand::RngExt;
 
@@ -30,13 +30,14 @@ fn images(n: usize, rng: &mut FlintRng) -> BitRows {
 }
 
 fn trained(clauses: usize, t: i32, data: &BitRows, rng: &mut FlintRng) -> MultiClassTm {
-    let hyper = TmSection::check(&TmSection {
-        clauses: Some(clauses),
-        t: Some(t),
-        s: Some(10.0),
-        weighted: Some(true),
+    let hyper = TmHyper {
+        clauses,
+        t,
+        s: 10.0,
+        weighted: true,
         ..Default::default()
-    })
+    }
+    .check()
     .unwrap();
     let mut masks = FeedbackMasks::new(10.0, rng);
     let mut tm = MultiClassTm::new(hyper, 784, 10);
@@ -80,14 +81,16 @@ fn benches(c: &mut Criterion) {
     g.sample_size(10);
     let conv_images = images(1000, &mut rng);
     for sampling in ["uniform", "all"] {
-        let hyper = TmSection::check(&TmSection {
-            clauses: Some(100),
-            t: Some(1000),
-            s: Some(5.0),
-            weighted: Some(true),
-            negative_sampling: Some(sampling.into()),
+        let hyper = TmHyper {
+            clauses: 100,
+            t: 1000,
+            s: 5.0,
+            weighted: true,
+            negative_sampling: flint_common::params::parse_name("tm.negative_sampling", sampling)
+                .unwrap(),
             ..Default::default()
-        })
+        }
+        .check()
         .unwrap();
         let spec = PatchSpec {
             width: 28,

@@ -12,7 +12,7 @@ use flint_common::data::booleanize::{BitRows, Threshold};
 use flint_common::data::default_data_dir;
 use flint_common::data::mnist::{self, Split};
 use flint_common::model::tm::conv::{ConvTm, PatchSpec};
-use flint_common::model::tm::{CoalescedTm, FeedbackMasks, MultiClassTm, TmSection};
+use flint_common::model::tm::{CoalescedTm, FeedbackMasks, MultiClassTm, TmHyper};
 use flint_common::rng::{FlintRng, derive_rng};
 
 enum Machine {
@@ -65,15 +65,17 @@ fn main() {
         .expect("MNIST train split")
         .head(rows);
     let test = mnist::load(&dir, Split::Test, threshold).expect("MNIST test split");
-    let hyper = TmSection::check(&TmSection {
-        clauses: Some(clauses),
-        t: Some(t),
-        s: Some(s),
-        weighted: Some(weighted),
-        boost_true_positive: Some(boost),
-        negative_sampling: Some(negative.clone()),
+    let hyper = TmHyper {
+        clauses,
+        t,
+        s,
+        weighted,
+        boost_true_positive: boost,
+        negative_sampling: flint_common::params::parse_name("tm.negative_sampling", &negative)
+            .expect("negative sampling"),
         ..Default::default()
-    })
+    }
+    .check()
     .expect("hyper-parameters");
     let mut rng = derive_rng(1, "tm-mnist", 0);
     let mut masks = FeedbackMasks::new(s, &mut rng);

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use crate::config::Experiment;
 use crate::data::images::{BitShard, ShardSource};
-use crate::data::{PartitionPlan, Shard, Source, partition};
+use crate::data::{ClientSpec, PartitionPlan, Shard, Source, partition};
 use crate::metrics::ConfusionMatrix;
 use crate::model::kept::KeptModel;
 use crate::rng::FlintRng;
@@ -101,110 +101,160 @@ pub fn prepare(
     ids: &[ClientId],
     compute_ghz: Option<f64>,
 ) -> Result<Vec<Prepared>> {
-    let declared = |id: ClientId| {
-        e.client(id).ok_or_else(|| {
-            FlintError::Config(format!(
-                "client id {id} is not declared: the experiment has {} clients",
-                e.clients.len()
-            ))
-        })
-    };
     for &id in ids {
-        declared(id)?;
+        declared(e, id)?;
     }
-    let summary =
-        |id: ClientId, train_class_counts: Vec<u64>, test: usize, features: usize| DataSummary {
-            train_class_counts,
+    let summaries = Summaries { e, compute_ghz };
+    match e.data.is_images() {
+        true => prepare_images(e, data_dir, ids, &summaries),
+        false => prepare_tables(e, data_dir, ids, &summaries),
+    }
+}
+
+fn declared(e: &Experiment, id: ClientId) -> Result<&ClientSpec> {
+    e.client(id).ok_or_else(|| {
+        FlintError::Config(format!(
+            "client id {id} is not declared: the experiment has {} clients",
+            e.clients.len()
+        ))
+    })
+}
+
+/// What each client tells the server when it joins.
+struct Summaries<'a> {
+    e: &'a Experiment,
+    compute_ghz: Option<f64>,
+}
+
+impl Summaries<'_> {
+    fn of(&self, id: ClientId, train: Vec<u64>, test: usize, features: usize) -> DataSummary {
+        DataSummary {
+            train_class_counts: train,
             test_samples: test as u64,
             features: features as u32,
-            compute_ghz: compute_ghz.unwrap_or(e.clients[id as usize - 1].compute_ghz),
-        };
+            compute_ghz: self
+                .compute_ghz
+                .unwrap_or(self.e.clients[id as usize - 1].compute_ghz),
+        }
+    }
+}
+
+/// Image clients: the pool loaded once, each client's rows drawn from it (a split of the whole
+/// training set by class is computed once for every client of the process).
+fn prepare_images(
+    e: &Experiment,
+    data_dir: &Path,
+    ids: &[ClientId],
+    summaries: &Summaries,
+) -> Result<Vec<Prepared>> {
     let classes = e.data.classes().len();
-    let mut out = Vec::with_capacity(ids.len());
-    if e.data.is_images() {
-        let pool = e.data.load_images(data_dir)?;
-        let not_images = || {
-            FlintError::Config(format!(
-                "strategy {} does not train on images",
-                e.strategy.name()
-            ))
-        };
-        let features = pool.train.features();
-        let source = ShardSource::new(&pool, e.seed)?;
-        // A split of the whole training set is computed once for every client of the process.
-        let split_rows = match &e.partition {
-            PartitionPlan::ByClass { clients, split } => {
-                Some(split.split_all_served(&pool.train.labels, classes, *clients, e.seed)?)
-            }
-            _ => None,
-        };
-        for &id in ids {
-            let name = declared(id)?.name.clone();
-            let shard: BitShard = match (&e.partition, &split_rows) {
-                (PartitionPlan::Dirichlet { alphas, samples }, _) => {
-                    let (sizes, holdout) = e.strategy.image_shard(*samples).ok_or_else(not_images)?;
-                    source.dirichlet(alphas[id as usize - 1], sizes, holdout, id)
-                }
-                (_, Some(all)) => {
-                    let rows = &all[id as usize - 1];
-                    let (sizes, _) = e.strategy.image_shard(rows.len()).ok_or_else(not_images)?;
-                    if sizes.confidence.is_some() {
-                        return Err(FlintError::Config(format!(
-                            "strategy {} needs a confidence split, which partition.kind = \"dirichlet\" draws",
-                            e.strategy.name()
-                        )));
-                    }
-                    let mut shard = source.from_rows(rows, sizes.test, id)?;
-                    if e.strategy.copy_data_epoch() {
-                        shard.prefit = Some(copy_data(&source, all, &pool.train.labels, classes, sizes.test)?);
-                    }
-                    Ok(shard)
-                }
-                _ => {
-                    return Err(FlintError::Config(
-                        "image data needs partition.kind = \"dirichlet\" or a split by class"
-                            .into(),
-                    ));
-                }
-            }
-            .map_err(|err| in_client(&name, err))?;
+    let pool = e.data.load_images(data_dir)?;
+    let features = pool.train.features();
+    let source = ShardSource::new(&pool, e.seed)?;
+    let split_rows = match &e.partition {
+        PartitionPlan::ByClass { clients, split } => {
+            Some(split.split_all_served(&pool.train.labels, classes, *clients, e.seed)?)
+        }
+        _ => None,
+    };
+    let feature_names: Vec<String> = match &e.data.source {
+        Source::Images { set, .. } => (0..features).map(|k| set.pixel_name(k)).collect(),
+        _ => Vec::new(),
+    };
+    ids.iter()
+        .map(|&id| {
+            let name = declared(e, id)?.name.clone();
+            let shard = image_shard(e, &pool, &source, split_rows.as_deref(), id)
+                .map_err(|err| in_client(&name, err))?;
             let half = e
                 .strategy
                 .bits_client(features, classes, e.seed, id, e.clients.len())?;
-            // The first client holds the shared test set, so the server never holds data.
-            let global = match e.strategy.global_test_rows() {
-                Some(rows) if id == 1 => Some(BitShard {
-                    train: pool.train.select(&[]),
-                    test: pool
-                        .test
-                        .select(&rows.filter(|&i| i < pool.test.len()).collect::<Vec<_>>()),
-                    confidence: None,
-                    prefit: None,
-                }),
-                _ => None,
-            };
-            out.push(Prepared {
+            let summary = summaries.of(id, shard.train_class_counts(), shard.test.len(), features);
+            Ok(Prepared {
                 id,
-                summary: summary(id, shard.train_class_counts(), shard.test.len(), features),
+                summary,
                 half: Box::new(OnShard {
                     shard,
                     half,
-                    global,
+                    global: shared_test_images(e, &pool, id),
                 }),
                 name,
-                feature_names: match &e.data.source {
-                    Source::Images { set, .. } => {
-                        (0..features).map(|k| set.pixel_name(k)).collect()
-                    }
-                    _ => Vec::new(),
-                },
+                feature_names: feature_names.clone(),
                 bits: Vec::new(),
-            });
+            })
+        })
+        .collect()
+}
+
+/// A client's image shard: drawn by its Dirichlet proportions, or its rows of the split by
+/// class (with the FedTMOS code's leaked epoch, where the strategy asks for it).
+fn image_shard(
+    e: &Experiment,
+    pool: &crate::data::images::ImagePool,
+    source: &ShardSource,
+    split_rows: Option<&[Vec<usize>]>,
+    id: ClientId,
+) -> Result<BitShard> {
+    let classes = e.data.classes().len();
+    let not_images = || {
+        FlintError::Config(format!(
+            "strategy {} does not train on images",
+            e.strategy.name()
+        ))
+    };
+    match (&e.partition, split_rows) {
+        (PartitionPlan::Dirichlet { alphas, samples }, _) => {
+            let (sizes, holdout) = e.strategy.image_shard(*samples).ok_or_else(not_images)?;
+            source.dirichlet(alphas[id as usize - 1], sizes, holdout, id)
         }
-        return Ok(out);
+        (_, Some(all)) => {
+            let rows = &all[id as usize - 1];
+            let (sizes, _) = e.strategy.image_shard(rows.len()).ok_or_else(not_images)?;
+            if sizes.confidence.is_some() {
+                return Err(FlintError::Config(format!(
+                    "strategy {} needs a confidence split, which partition.kind = \"dirichlet\" draws",
+                    e.strategy.name()
+                )));
+            }
+            let mut shard = source.from_rows(rows, sizes.test, id)?;
+            if e.strategy.copy_data_epoch() {
+                let leaked = copy_data(source, all, &pool.train.labels, classes, sizes.test)?;
+                shard.prefit = Some(leaked);
+            }
+            Ok(shard)
+        }
+        _ => Err(FlintError::Config(
+            "image data needs partition.kind = \"dirichlet\" or a split by class".into(),
+        )),
     }
+}
+
+/// The shared test set of images, held by the first client so that the server never holds data.
+fn shared_test_images(
+    e: &Experiment,
+    pool: &crate::data::images::ImagePool,
+    id: ClientId,
+) -> Option<BitShard> {
+    let rows = e.strategy.global_test_rows().filter(|_| id == 1)?;
+    Some(BitShard {
+        train: pool.train.select(&[]),
+        test: pool
+            .test
+            .select(&rows.filter(|&i| i < pool.test.len()).collect::<Vec<_>>()),
+        confidence: None,
+        prefit: None,
+    })
+}
+
+/// Table clients: the table loaded once, the shared test set held out before the partition
+/// (so no client trains on it), each client's rows split into its train and test splits.
+fn prepare_tables(
+    e: &Experiment,
+    data_dir: &Path,
+    ids: &[ClientId],
+    summaries: &Summaries,
+) -> Result<Vec<Prepared>> {
     let dataset = e.data.load(data_dir, e.seed)?;
-    // The shared test set is held out before the partition, so no client trains on it.
     let (rest, held) = match e.data.global_test {
         Some(fraction) => {
             let (rest, held) = crate::data::shard::held_out(&dataset, fraction, e.seed)?;
@@ -219,92 +269,123 @@ pub fn prepare(
             .collect(),
         None => partition(&dataset, &e.partition, e.seed)?,
     };
-    for &id in ids {
-        let name = declared(id)?.name.clone();
-        let rows = &parts[id as usize - 1];
-        let (train_rows, test_rows) =
-            crate::data::shard::split(&dataset, rows, e.data.test_fraction, e.seed, id);
-        let shard = Shard::from_split(&dataset, &train_rows, &test_rows, e.data.scaling);
-        // Its holder measures it as its own test rows: scaled by its own training split.
-        let global = (id == 1 && rest.is_some())
-            .then(|| Shard::from_split(&dataset, &train_rows, &held, e.data.scaling));
-        if shard.train.is_empty() || shard.test.is_empty() {
-            return Err(FlintError::Partition(format!(
-                "client {name:?} has {} training and {} test rows of its {} rows; each split needs at least one (give it more data or change data.test_fraction)",
-                shard.train.len(),
-                shard.test.len(),
-                rows.len()
-            )));
-        }
-        // A category column reaches the model as its training rate of class 1 (see `shard`):
-        // a rule's cut on it is a cut on that rate.
-        let names: Vec<String> = (0..dataset.features)
-            .map(|i| match dataset.categorical.contains(&i) {
-                true => format!("{} (rate of class 1)", dataset.feature_name(i)),
-                false => dataset.feature_name(i),
-            })
-            .collect();
-        if let Some(bits) = &e.data.table_bits {
-            // A Tsetlin Machine on a table: the client's thermometer code, fitted to its own
-            // training split (or the experiment's cuts). TPFL's confidence rows are the
-            // training split: a table has no separate pool to draw them from.
-            let code = bits.thermometer(&shard.train)?;
-            let train = code.encode(&shard.train);
-            let bit_shard = BitShard {
-                confidence: Some(train.clone()),
-                prefit: None,
-                test: code.encode(&shard.test),
-                train,
-            };
-            let half = e
-                .strategy
-                .bits_client(code.bits(), classes, e.seed, id, e.clients.len())?;
-            let global_bits = global.as_ref().map(|g| BitShard {
-                train: code.encode(&g.test.select(&[])),
-                test: code.encode(&g.test),
-                confidence: None,
-                prefit: None,
-            });
-            out.push(Prepared {
+    // A category column reaches the model as its training rate of class 1 (see `shard`): a
+    // rule's cut on it is a cut on that rate.
+    let names: Vec<String> = (0..dataset.features)
+        .map(|i| match dataset.categorical.contains(&i) {
+            true => format!("{} (rate of class 1)", dataset.feature_name(i)),
+            false => dataset.feature_name(i),
+        })
+        .collect();
+    ids.iter()
+        .map(|&id| {
+            let name = declared(e, id)?.name.clone();
+            let rows = &parts[id as usize - 1];
+            let (train_rows, test_rows) =
+                crate::data::shard::split(&dataset, rows, e.data.test_fraction, e.seed, id);
+            let shard = Shard::from_split(&dataset, &train_rows, &test_rows, e.data.scaling);
+            // Its holder measures it as its own test rows: scaled by its own training split.
+            let global = (id == 1 && rest.is_some())
+                .then(|| Shard::from_split(&dataset, &train_rows, &held, e.data.scaling));
+            if shard.train.is_empty() || shard.test.is_empty() {
+                return Err(FlintError::Partition(format!(
+                    "client {name:?} has {} training and {} test rows of its {} rows; each split needs at least one (give it more data or change data.test_fraction)",
+                    shard.train.len(),
+                    shard.test.len(),
+                    rows.len()
+                )));
+            }
+            let client = TableClient {
                 id,
-                summary: summary(
-                    id,
-                    bit_shard.train_class_counts(),
-                    bit_shard.test.len(),
-                    code.bits(),
-                ),
-                half: Box::new(OnShard {
-                    shard: bit_shard,
-                    half,
-                    global: global_bits,
-                }),
                 name,
-                feature_names: names,
-                bits: code.conditions(),
-            });
-            continue;
-        }
-        let half = e.strategy.table_client(dataset.features, classes)?;
-        let counts = shard
+                shard,
+                global,
+                feature_names: names.clone(),
+            };
+            match &e.data.table_bits {
+                Some(bits) => client.on_bits(e, bits, summaries),
+                None => client.on_table(e, dataset.features, summaries),
+            }
+        })
+        .collect()
+}
+
+/// One table client's splits, before its model's input is chosen.
+struct TableClient {
+    id: ClientId,
+    name: String,
+    shard: Shard,
+    global: Option<Shard>,
+    feature_names: Vec<String>,
+}
+
+impl TableClient {
+    /// A model that reads the table's values.
+    fn on_table(self, e: &Experiment, features: usize, summaries: &Summaries) -> Result<Prepared> {
+        let classes = e.data.classes().len();
+        let half = e.strategy.table_client(features, classes)?;
+        let counts = self
+            .shard
             .train
             .class_counts()
             .iter()
             .map(|&c| c as u64)
             .collect();
-        out.push(Prepared {
-            id,
-            summary: summary(id, counts, shard.test.len(), dataset.features),
+        Ok(Prepared {
+            id: self.id,
+            summary: summaries.of(self.id, counts, self.shard.test.len(), features),
+            half: Box::new(OnShard {
+                shard: self.shard,
+                half,
+                global: self.global,
+            }),
+            name: self.name,
+            feature_names: self.feature_names,
+            bits: Vec::new(),
+        })
+    }
+
+    /// A Tsetlin Machine on a table: the client's thermometer code, fitted to its own training
+    /// split (or the experiment's cuts). TPFL's confidence rows are the training split: a table
+    /// has no separate pool to draw them from.
+    fn on_bits(
+        self,
+        e: &Experiment,
+        bits: &crate::data::TableBits,
+        summaries: &Summaries,
+    ) -> Result<Prepared> {
+        let classes = e.data.classes().len();
+        let code = bits.thermometer(&self.shard.train)?;
+        let train = code.encode(&self.shard.train);
+        let shard = BitShard {
+            confidence: Some(train.clone()),
+            prefit: None,
+            test: code.encode(&self.shard.test),
+            train,
+        };
+        let half =
+            e.strategy
+                .bits_client(code.bits(), classes, e.seed, self.id, e.clients.len())?;
+        let global = self.global.as_ref().map(|g| BitShard {
+            train: code.encode(&g.test.select(&[])),
+            test: code.encode(&g.test),
+            confidence: None,
+            prefit: None,
+        });
+        let counts = shard.train_class_counts();
+        Ok(Prepared {
+            id: self.id,
+            summary: summaries.of(self.id, counts, shard.test.len(), code.bits()),
             half: Box::new(OnShard {
                 shard,
                 half,
                 global,
             }),
-            name,
-            feature_names: names,
-            bits: Vec::new(),
-        });
+            name: self.name,
+            feature_names: self.feature_names,
+            bits: code.conditions(),
+        })
     }
-    Ok(out)
 }
 
 fn in_client(name: &str, e: FlintError) -> FlintError {

@@ -22,12 +22,3 @@ pub type ClientId = u32;
 
 /// A round number; rounds count from 1, and 0 is the join phase in the byte ledger.
 pub type Round = u32;
-
-#[cfg(feature = "shell")]
-pub mod logging;
-#[cfg(feature = "shell")]
-pub mod meter;
-#[cfg(feature = "shell")]
-pub mod signal;
-#[cfg(feature = "shell")]
-pub mod tls;

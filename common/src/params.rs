@@ -1,13 +1,13 @@
 //! What every algorithm's settings share: the typed error of a setting that fails its check, and
 //! names ⇄ enums through serde (each enum's kebab-case names are its derive's, written once).
 //!
-//! Each algorithm keeps its raw section (as written in the experiment file) beside the checked
-//! hyper-parameters it becomes (linfa's `Params` → `check()` → `ValidParams`).
+//! Each algorithm's settings type sits beside it, with its defaults in `Default` and a `check()`
+//! that refuses what is out of range (linfa's `Params` → `check()`).
 
 use std::fmt;
 
-use serde::Serialize;
 use serde::de::{self, DeserializeOwned, IntoDeserializer};
+use serde::{Deserialize, Deserializer, Serialize};
 
 /// Why a setting was refused.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -82,6 +82,71 @@ pub fn name_of<T: Serialize>(value: &T) -> String {
     match serde_json::to_value(value) {
         Ok(serde_json::Value::String(s)) => s,
         other => format!("{other:?}"),
+    }
+}
+
+/// A count, for `#[serde(deserialize_with)]`: a negative or fractional number is refused by the
+/// rule it breaks (serde's own word names the integer type instead); from 0 up, the key's
+/// `check()` says the rest of its rule.
+pub fn at_least<'de, const LEAST: i64, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: TryFrom<i64>,
+{
+    whole::<LEAST, D::Error, T>(Number::deserialize(d)?)
+}
+
+/// [`at_least`] of an optional key.
+pub fn at_least_or_unset<'de, const LEAST: i64, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: TryFrom<i64>,
+{
+    Option::<Number>::deserialize(d)?
+        .map(whole::<LEAST, D::Error, T>)
+        .transpose()
+}
+
+/// A number as written, whole or not.
+enum Number {
+    Whole(i64),
+    Other(String),
+}
+
+impl<'de> Deserialize<'de> for Number {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Number, D::Error> {
+        struct Visit;
+        impl de::Visitor<'_> for Visit {
+            type Value = Number;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a whole number")
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Number, E> {
+                Ok(Number::Whole(v))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Number, E> {
+                Ok(i64::try_from(v).map_or(Number::Other(v.to_string()), Number::Whole))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Number, E> {
+                Ok(Number::Other(v.to_string()))
+            }
+        }
+        d.deserialize_any(Visit)
+    }
+}
+
+fn whole<const LEAST: i64, E: de::Error, T: TryFrom<i64>>(n: Number) -> Result<T, E> {
+    let rule = |got: &dyn fmt::Display| {
+        E::custom(format!(
+            "must be a whole number of at least {LEAST}, got {got}"
+        ))
+    };
+    match n {
+        Number::Whole(n) if n < 0 => Err(rule(&n)),
+        Number::Whole(n) => {
+            T::try_from(n).map_err(|_| E::custom(format!("{n} is more than this count can hold")))
+        }
+        Number::Other(text) => Err(rule(&text)),
     }
 }
 

@@ -61,8 +61,15 @@ fn every_committed_experiment_checks_as_recorded() {
             Ok(e) => {
                 // The resolved file is the same experiment.
                 let again = Experiment::from_toml(&e.to_toml()).unwrap();
-                assert_eq!(checked(&again), checked(&e), "{name}: resolved file differs");
-                assert_eq!(again.fingerprint, e.fingerprint, "{name}: resolved fingerprint");
+                assert_eq!(
+                    checked(&again),
+                    checked(&e),
+                    "{name}: resolved file differs"
+                );
+                assert_eq!(
+                    again.fingerprint, e.fingerprint,
+                    "{name}: resolved fingerprint"
+                );
                 assert_eq!(again.to_toml(), e.to_toml(), "{name}: resolved file");
                 digest(&checked(&e))
             }
@@ -77,8 +84,16 @@ fn every_committed_experiment_checks_as_recorded() {
     }
     let text = std::fs::read_to_string(&path).unwrap();
     let was: BTreeMap<String, String> = serde_json::from_str(&text).unwrap();
-    assert_eq!(was.len(), now.len(), "experiment files added or removed: re-record");
+    assert_eq!(
+        was.len(),
+        now.len(),
+        "experiment files added or removed: re-record"
+    );
     for (name, value) in &now {
-        assert_eq!(Some(value), was.get(name), "{name} checks to another experiment");
+        assert_eq!(
+            Some(value),
+            was.get(name),
+            "{name} checks to another experiment"
+        );
     }
 }

@@ -1,9 +1,11 @@
 //! The core's modules form layers (docs/ARCHITECTURE.md): each imports only from the layers
 //! above it, so there is no import cycle and settings flow one way (`config` may import the
-//! algorithms, never the reverse). Read from the `use` paths of the sources, tests excluded.
+//! algorithms, never the reverse). Below the modules, no source file of any crate imports one
+//! that imports it back, however far round (a module's own file using its submodules is
+//! containment, not an import). Read from the paths of the sources, tests excluded.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Top-level modules of `flint-common`, by layer; a module may import from lower numbers.
 const LAYERS: &[(&str, u32)] = &[
@@ -11,13 +13,9 @@ const LAYERS: &[(&str, u32)] = &[
     ("params", 0),
     ("rng", 0),
     ("metrics", 0),
-    ("logging", 0),
-    ("signal", 0),
-    ("tls", 0),
     ("data", 1),
     ("model", 2),
     ("wire", 3),
-    ("meter", 4),
     ("strategy", 4),
     ("config", 5),
     ("clients", 6),
@@ -126,4 +124,194 @@ fn the_scan_reads_grouped_and_plain_paths() {
              #[cfg(test)]\nmod tests { use crate::config::X; }";
     let got: Vec<String> = imports(s).into_iter().collect();
     assert_eq!(got, ["data", "model", "wire"]);
+}
+
+/// A source file's module path below its crate's `src/`: `a/b.rs` and `a/b/mod.rs` are
+/// `["a", "b"]`; `lib.rs` and `main.rs` are the root.
+fn module_of(rel: &Path) -> Vec<String> {
+    let mut parts: Vec<String> = rel
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    let last = parts.pop().unwrap_or_default();
+    let stem = last.trim_end_matches(".rs");
+    if !matches!(stem, "mod" | "lib" | "main") {
+        parts.push(stem.to_string());
+    }
+    parts
+}
+
+/// The paths a source names, each as module segments from the crate root: `crate::a::b`, and
+/// `super::…` and `self::…` relative to `module`.
+fn named_paths(code: &str, module: &[String]) -> Vec<Vec<String>> {
+    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < code.len() {
+        let rest = &code[at..];
+        let starts_word = at == 0 || !code[..at].ends_with(|c: char| ident(c) || c == ':');
+        let head: String = rest.chars().take_while(|&c| ident(c)).collect();
+        let relative = head == "crate" || head == "super" || head == "self";
+        if starts_word && relative && rest[head.len()..].starts_with("::") {
+            let path: String = rest
+                .chars()
+                .take_while(|&c| {
+                    ident(c) || c == ':' || c == '{' || c == '}' || c == ',' || c == ' ' || c == '*'
+                })
+                .collect();
+            for full in expand(&path) {
+                out.push(absolute(&full, module));
+            }
+            at += head.len() + 2;
+        } else {
+            at += rest.chars().next().map_or(1, char::len_utf8);
+        }
+    }
+    out
+}
+
+/// `a::{b, c::{d}}` as `a::b`, `a::c::d`.
+fn expand(path: &str) -> Vec<String> {
+    let Some(open) = path.find('{') else {
+        return vec![path.trim().trim_end_matches("::").to_string()];
+    };
+    let prefix = &path[..open];
+    top_level_items(&path[open + 1..])
+        .into_iter()
+        .filter(|item| !item.is_empty())
+        .flat_map(|item| expand(&format!("{prefix}{item}")))
+        .collect()
+}
+
+fn absolute(path: &str, module: &[String]) -> Vec<String> {
+    let mut segments: Vec<&str> = path.split("::").map(str::trim).collect();
+    let mut base: Vec<String> = match segments.first() {
+        Some(&"crate") => {
+            segments.remove(0);
+            Vec::new()
+        }
+        _ => module.to_vec(),
+    };
+    while let Some(&first) = segments.first() {
+        match first {
+            "super" => {
+                base.pop();
+            }
+            "self" => {}
+            _ => break,
+        }
+        segments.remove(0);
+    }
+    base.extend(segments.iter().map(|s| s.to_string()));
+    base
+}
+
+/// The file of the deepest module `path` names, if it names one.
+fn file_of(src: &Path, path: &[String]) -> Option<PathBuf> {
+    (1..=path.len()).rev().find_map(|n| {
+        let dir = path[..n].iter().fold(src.to_path_buf(), |p, s| p.join(s));
+        let file = dir.with_extension("rs");
+        let module = dir.join("mod.rs");
+        [file, module].into_iter().find(|f| f.is_file())
+    })
+}
+
+/// Every file-to-file import of one crate.
+fn file_edges(src: &Path) -> BTreeMap<PathBuf, BTreeSet<PathBuf>> {
+    let mut files = Vec::new();
+    walk(src, &mut files);
+    let mut edges = BTreeMap::new();
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap();
+        let code = text.split("#[cfg(test)]").next().unwrap_or("");
+        let module = module_of(f.strip_prefix(src).unwrap());
+        // A module's own file (`mod.rs`, `lib.rs`) contains the files below its folder.
+        let contains = |t: &Path| {
+            let own = matches!(
+                f.file_name().and_then(|n| n.to_str()),
+                Some("mod.rs" | "lib.rs" | "main.rs")
+            );
+            own && f.parent().is_some_and(|dir| t.starts_with(dir))
+        };
+        let to: BTreeSet<PathBuf> = named_paths(code, &module)
+            .iter()
+            .filter_map(|p| file_of(src, p))
+            .filter(|t| *t != f && !contains(t))
+            .collect();
+        edges.insert(f, to);
+    }
+    edges
+}
+
+/// A cycle of `edges`, if there is one, as the files round it.
+fn cycle(edges: &BTreeMap<PathBuf, BTreeSet<PathBuf>>) -> Option<Vec<PathBuf>> {
+    fn visit(
+        at: &PathBuf,
+        edges: &BTreeMap<PathBuf, BTreeSet<PathBuf>>,
+        path: &mut Vec<PathBuf>,
+        done: &mut BTreeSet<PathBuf>,
+    ) -> Option<Vec<PathBuf>> {
+        if let Some(i) = path.iter().position(|p| p == at) {
+            return Some(path[i..].to_vec());
+        }
+        if !done.insert(at.clone()) {
+            return None;
+        }
+        path.push(at.clone());
+        for next in edges.get(at).into_iter().flatten() {
+            if let Some(found) = visit(next, edges, path, done) {
+                return Some(found);
+            }
+        }
+        path.pop();
+        None
+    }
+    let mut done = BTreeSet::new();
+    edges
+        .keys()
+        .find_map(|start| visit(start, edges, &mut Vec::new(), &mut done))
+}
+
+#[test]
+fn no_source_file_imports_one_that_imports_it_back() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut total = 0;
+    for krate in ["common", "shell", "server", "client", "deploy"] {
+        let src = root.join(krate).join("src");
+        let edges = file_edges(&src);
+        total += edges.values().map(BTreeSet::len).sum::<usize>();
+        if let Some(round) = cycle(&edges) {
+            let names: Vec<String> = round
+                .iter()
+                .map(|p| p.strip_prefix(&root).unwrap_or(p).display().to_string())
+                .collect();
+            panic!("{krate}: an import cycle: {}", names.join(" → "));
+        }
+    }
+    assert!(total > 50, "the scan found the imports: {total}");
+}
+
+#[test]
+fn the_file_scan_resolves_relative_paths_and_finds_a_cycle() {
+    let module = vec!["model".to_string(), "tm".to_string(), "infer".to_string()];
+    let code = "use super::multiclass::argmax;\nuse crate::{data::booleanize::BitRows, rng};\n";
+    let got = named_paths(code, &module);
+    let want: Vec<Vec<String>> = [
+        vec!["model", "tm", "multiclass", "argmax"],
+        vec!["data", "booleanize", "BitRows"],
+        vec!["rng"],
+    ]
+    .iter()
+    .map(|v| v.iter().map(|s| s.to_string()).collect())
+    .collect();
+    assert_eq!(got, want);
+    let (a, b, c) = (PathBuf::from("a"), PathBuf::from("b"), PathBuf::from("c"));
+    let mut edges = BTreeMap::from([
+        (a.clone(), BTreeSet::from([b.clone()])),
+        (b.clone(), BTreeSet::from([c.clone()])),
+        (c.clone(), BTreeSet::new()),
+    ]);
+    assert_eq!(cycle(&edges), None);
+    edges.get_mut(&c).unwrap().insert(a.clone());
+    assert_eq!(cycle(&edges), Some(vec![a, b, c]));
 }

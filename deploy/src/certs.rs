@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use anyhow::bail;
-use flint_common::tls::generate_pki;
+use flint_shell::tls::generate_pki;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct CertsArgs {

@@ -173,7 +173,7 @@ pub fn serve(args: LinkArgs) -> anyhow::Result<()> {
         );
         tokio::select! {
             _ = relay(listener, args.to, link) => Ok(()),
-            signal = flint_common::signal::interrupted() => {
+            signal = flint_shell::signal::interrupted() => {
                 eprintln!("link: stopped by {signal}");
                 Ok(())
             }

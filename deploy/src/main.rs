@@ -54,6 +54,13 @@ enum Command {
     Link(link::LinkArgs),
     /// Generate a private PKI: a CA, a server certificate, one certificate per client.
     Certs(certs::CertsArgs),
+    /// Print every experiment key with its default and a one-line doc.
+    Keys {
+        /// Print the experiment file's JSON Schema instead (docs/experiment.schema.json), for
+        /// editors with TOML schema support.
+        #[arg(long)]
+        schema: bool,
+    },
     /// Datasets.
     Data {
         #[command(subcommand)]
@@ -76,6 +83,26 @@ enum DataCommand {
     },
 }
 
+fn print_keys(schema: bool) {
+    use flint_common::config::keys;
+    if schema {
+        print!("{}", keys::schema_text());
+        return;
+    }
+    const WIDEST_DEFAULT: usize = 24;
+    let keys = keys::keys();
+    let width = keys.iter().map(|k| k.name.len()).max().unwrap_or(0);
+    for k in keys {
+        let default = match (&k.default, k.required) {
+            (Some(d), _) if d.chars().count() > WIDEST_DEFAULT => "(see doc)".to_string(),
+            (Some(d), _) => d.clone(),
+            (None, true) => "required".to_string(),
+            (None, false) => "-".to_string(),
+        };
+        println!("{:width$}  {default:WIDEST_DEFAULT$}  {}", k.name, k.doc);
+    }
+}
+
 fn main() -> ExitCode {
     // SAFETY: first thing in main, before any thread is started.
     unsafe { flint_common::config::drop_empty_env() };
@@ -95,6 +122,10 @@ fn main() -> ExitCode {
         }),
         Command::Health(args) => runtime().and_then(|rt| rt.block_on(flint_client::health(args))),
         Command::Certs(args) => certs::certs(args),
+        Command::Keys { schema } => {
+            print_keys(schema);
+            Ok(())
+        }
         Command::Link(args) => link::serve(args),
         Command::Data {
             command: DataCommand::Verify { datasets, data_dir },

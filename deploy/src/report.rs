@@ -8,8 +8,6 @@ use flint_common::strategy::Predictor;
 use flint_common::wire::ledger::{Flow, Traffic};
 use flint_server::results::RunResults;
 
-use crate::run::kb;
-
 /// `flint report`: the tables, and the plots drawn again.
 pub fn print(dir: &Path) -> anyhow::Result<()> {
     print_tables(dir, true)
@@ -333,6 +331,11 @@ fn link_level(r: &RunResults) -> String {
         );
     }
     s + "\n"
+}
+
+/// Bytes as kilobytes, one decimal.
+pub fn kb(bytes: u64) -> String {
+    format!("{:.1} kB", bytes as f64 / 1000.0)
 }
 
 pub fn levels(t: &Traffic, unit: fn(u64) -> String) -> String {

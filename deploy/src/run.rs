@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use flint_common::config::{Experiment, parse_override};
 use flint_server::results::Status;
+use flint_shell::tls::Pki;
 
-use crate::report::levels;
+use crate::report::{kb, levels};
 
 /// Built in, so `flint run` works from any directory.
 const QUICKSTART: &str = include_str!("../../experiments/quickstart.toml");
@@ -75,11 +76,83 @@ pub fn execute(args: &RunArgs, progress: bool) -> anyhow::Result<PathBuf> {
     let data_dir = data_dir(args);
     let experiment = load(args, &data_dir)?;
     let link = args.link.as_deref().map(crate::link::profile).transpose()?;
-    experiment.data.check_files(&data_dir)?;
-    // A table is read here once, so that a mistake in it stops the run before any process
-    // starts, with the file's own error rather than a client's log.
+    let data_hashes = check_data(&experiment, &data_dir)?;
+    let run = RunDir::prepare(&args.runs_dir, &experiment)?;
+    let say = |line: String| {
+        if progress {
+            println!("{line}");
+        }
+    };
+    announce(&experiment, &run.dir, &say);
+    let names: Vec<String> = experiment.clients.iter().map(|c| c.name.clone()).collect();
+    let pki = match args.tls {
+        true => Some(flint_shell::tls::generate_pki(
+            &run.dir.join("pki"),
+            &["localhost".to_string(), "127.0.0.1".to_string()],
+            &names,
+            args.clients_per_process > 1,
+            7,
+        )?),
+        false => None,
+    };
+    let started = Instant::now();
+    let (mut server, addr) = spawn_server(&run, pki.as_ref())?;
+    // Clients reach the server through the emulated link, when there is one.
+    let addr = match &link {
+        Some(link) => {
+            let server: std::net::SocketAddr = addr
+                .parse()
+                .with_context(|| format!("the server's address {addr:?}"))?;
+            crate::link::spawn(*link, server)?.to_string()
+        }
+        None => addr,
+    };
+    let clients = ClientLaunch {
+        run: &run,
+        addr: &addr,
+        data_dir: &data_dir,
+        pki: pki.as_ref(),
+        per_process: args.clients_per_process,
+    };
+    let mut clients = clients.spawn(&names, &say)?;
+    let status = match watch(&run.dir, &mut server, &mut clients, &experiment, progress) {
+        Ok(s) => s,
+        Err(e) => {
+            for (_, child) in &mut clients {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+            return Err(e);
+        }
+    };
+    let failed = reap(&mut clients, Duration::from_secs(30));
+    if !status.success() {
+        bail!(
+            "server exited with {status}; see {}",
+            run.dir.join("server.log").display()
+        );
+    }
+    merge_client_ledgers(&run.dir, &data_hashes)?;
+    say(format!(
+        "done in {:.1} s\n",
+        started.elapsed().as_secs_f64()
+    ));
+    if !failed.is_empty() {
+        bail!("{}", failed.join("\n"));
+    }
+    Ok(run.dir)
+}
+
+/// Checks the data before any process starts and returns the sha256 of each file the clients
+/// will read, for the results' provenance. A table is read here once, so that a mistake in it
+/// stops the run with the file's own error rather than a client's log.
+fn check_data(
+    experiment: &Experiment,
+    data_dir: &Path,
+) -> anyhow::Result<std::collections::BTreeMap<String, String>> {
+    experiment.data.check_files(data_dir)?;
     if !experiment.data.is_images() {
-        let table = experiment.data.load(&data_dir, experiment.seed)?;
+        let table = experiment.data.load(data_dir, experiment.seed)?;
         if let Some(fraction) = experiment.data.global_test {
             flint_common::data::shard::held_out(&table, fraction, experiment.seed)?;
         }
@@ -98,8 +171,7 @@ pub fn execute(args: &RunArgs, progress: bool) -> anyhow::Result<PathBuf> {
             );
         }
     }
-    // What the clients will read, for the results' provenance.
-    let data_hashes = experiment
+    let hashes = experiment
         .data
         .files()
         .into_iter()
@@ -107,30 +179,48 @@ pub fn execute(args: &RunArgs, progress: bool) -> anyhow::Result<PathBuf> {
             let hash = flint_common::data::registry::sha256(&data_dir.join(&f))?;
             Ok((f.display().to_string(), hash))
         })
-        .collect::<flint_common::Result<std::collections::BTreeMap<_, _>>>()?;
-    let dir = args.runs_dir.join(&experiment.name);
-    let clients_dir = dir.join("clients");
-    std::fs::create_dir_all(&clients_dir)
-        .with_context(|| format!("cannot create {}", dir.display()))?;
-    for stale in ["results.json", "rounds.csv", "status.json", "server.addr"] {
-        let _ = std::fs::remove_file(dir.join(stale));
-    }
-    // `flint run` starts the experiment over: an earlier run's journal would resume that run.
-    let _ = std::fs::remove_dir_all(dir.join("state"));
-    let _ = std::fs::remove_dir_all(dir.join("models"));
-    let _ = std::fs::remove_dir_all(clients_dir.join("models"));
-    for entry in std::fs::read_dir(&clients_dir)?.flatten() {
-        let _ = std::fs::remove_file(entry.path());
-    }
-    // Server and clients read exactly what was resolved here (overrides included).
-    let resolved = dir.join("experiment.resolved.toml");
-    std::fs::write(&resolved, experiment.to_toml())?;
-    let exe = std::env::current_exe().context("cannot find the flint executable")?;
-    let say = |line: String| {
-        if progress {
-            println!("{line}");
+        .collect::<flint_common::Result<_>>()?;
+    Ok(hashes)
+}
+
+/// A run's directory, cleared of an earlier run's files, with the resolved experiment that the
+/// server and the clients read (overrides included).
+struct RunDir {
+    dir: PathBuf,
+    clients_dir: PathBuf,
+    resolved: PathBuf,
+    exe: PathBuf,
+}
+
+impl RunDir {
+    fn prepare(runs_dir: &Path, experiment: &Experiment) -> anyhow::Result<RunDir> {
+        let dir = runs_dir.join(&experiment.name);
+        let clients_dir = dir.join("clients");
+        std::fs::create_dir_all(&clients_dir)
+            .with_context(|| format!("cannot create {}", dir.display()))?;
+        for stale in ["results.json", "rounds.csv", "status.json", "server.addr"] {
+            let _ = std::fs::remove_file(dir.join(stale));
         }
-    };
+        // `flint run` starts the experiment over: an earlier run's journal would resume it.
+        let _ = std::fs::remove_dir_all(dir.join("state"));
+        let _ = std::fs::remove_dir_all(dir.join("models"));
+        let _ = std::fs::remove_dir_all(clients_dir.join("models"));
+        for entry in std::fs::read_dir(&clients_dir)?.flatten() {
+            let _ = std::fs::remove_file(entry.path());
+        }
+        let resolved = dir.join("experiment.resolved.toml");
+        std::fs::write(&resolved, experiment.to_toml())?;
+        let exe = std::env::current_exe().context("cannot find the flint executable")?;
+        Ok(RunDir {
+            dir,
+            clients_dir,
+            resolved,
+            exe,
+        })
+    }
+}
+
+fn announce(experiment: &Experiment, dir: &Path, say: &impl Fn(String)) {
     say(format!(
         "flint run {}: {} on {} clients, {} rounds, seed {} -> {}",
         experiment.name,
@@ -146,23 +236,12 @@ pub fn execute(args: &RunArgs, progress: bool) -> anyhow::Result<PathBuf> {
             experiment.data.classes()
         ));
     }
-    let names: Vec<String> = experiment.clients.iter().map(|c| c.name.clone()).collect();
-    let pki = if args.tls {
-        let loopback = ["localhost".to_string(), "127.0.0.1".to_string()];
-        let pool = args.clients_per_process > 1;
-        Some(flint_common::tls::generate_pki(
-            &dir.join("pki"),
-            &loopback,
-            &names,
-            pool,
-            7,
-        )?)
-    } else {
-        None
-    };
-    let started = Instant::now();
-    let ready = dir.join("server.addr");
-    let mut server = Command::new(&exe);
+}
+
+/// The server process on a loopback port, and the address it listens on once it is ready.
+fn spawn_server(run: &RunDir, pki: Option<&Pki>) -> anyhow::Result<(Child, String)> {
+    let ready = run.dir.join("server.addr");
+    let mut server = Command::new(&run.exe);
     server
         .args([
             "server",
@@ -171,8 +250,8 @@ pub fn execute(args: &RunArgs, progress: bool) -> anyhow::Result<PathBuf> {
             "127.0.0.1:0",
             "--experiment",
         ])
-        .arg(&resolved);
-    if let Some(p) = &pki {
+        .arg(&run.resolved);
+    if let Some(p) = pki {
         server
             .arg("--tls-cert")
             .arg(p.server_cert())
@@ -183,62 +262,75 @@ pub fn execute(args: &RunArgs, progress: bool) -> anyhow::Result<PathBuf> {
     }
     let mut server = server
         .arg("--out")
-        .arg(&dir)
+        .arg(&run.dir)
         .arg("--ready-file")
         .arg(&ready)
         .stdout(Stdio::null())
-        .stderr(log_file(&dir.join("server.log"))?)
+        .stderr(log_file(&run.dir.join("server.log"))?)
         .spawn()
         .context("cannot start the server process")?;
-    let addr = match wait_for_file(&ready, &mut server, Duration::from_secs(30)) {
-        Ok(a) => a,
+    match wait_for_file(&ready, &mut server, Duration::from_secs(30)) {
+        Ok(addr) => Ok((server, addr)),
         Err(e) => {
             let _ = server.kill();
-            return Err(e.context(format!(
+            Err(e.context(format!(
                 "server did not start; see {}",
-                dir.join("server.log").display()
-            )));
+                run.dir.join("server.log").display()
+            )))
         }
-    };
-    // Clients reach the server through the emulated link, when there is one.
-    let addr = match &link {
-        Some(link) => {
-            let server: std::net::SocketAddr = addr
-                .parse()
-                .with_context(|| format!("the server's address {addr:?}"))?;
-            crate::link::spawn(*link, server)?.to_string()
-        }
-        None => addr,
-    };
-    // The processes share the cores: each trains as many clients at once as its share.
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let processes = names.len().div_ceil(args.clients_per_process);
-    let train_threads = (cores / processes).max(1);
-    if processes > 4 * cores {
-        say(format!(
-            "  {processes} client processes on {cores} cores; --clients-per-process {} would load the data once per core",
-            names.len().div_ceil(cores)
-        ));
     }
-    let mut clients: Vec<(String, Child)> = Vec::new();
-    for group in names.chunks(args.clients_per_process) {
-        let mut cmd = Command::new(&exe);
-        let scheme = if pki.is_some() { "https" } else { "http" };
+}
+
+/// How the client processes are started.
+struct ClientLaunch<'a> {
+    run: &'a RunDir,
+    addr: &'a str,
+    data_dir: &'a Path,
+    pki: Option<&'a Pki>,
+    per_process: usize,
+}
+
+impl ClientLaunch<'_> {
+    /// One process per `per_process` clients, each with its log; the processes share the
+    /// cores, each training as many clients at once as its share.
+    fn spawn(
+        &self,
+        names: &[String],
+        say: &impl Fn(String),
+    ) -> anyhow::Result<Vec<(String, Child)>> {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let processes = names.len().div_ceil(self.per_process);
+        let train_threads = (cores / processes).max(1);
+        if processes > 4 * cores {
+            say(format!(
+                "  {processes} client processes on {cores} cores; --clients-per-process {} would load the data once per core",
+                names.len().div_ceil(cores)
+            ));
+        }
+        names
+            .chunks(self.per_process)
+            .map(|group| self.spawn_one(group, train_threads))
+            .collect()
+    }
+
+    fn spawn_one(&self, group: &[String], train_threads: usize) -> anyhow::Result<(String, Child)> {
+        let scheme = if self.pki.is_some() { "https" } else { "http" };
+        let mut cmd = Command::new(&self.run.exe);
         cmd.arg("client")
             .arg("--server")
-            .arg(format!("{scheme}://{addr}"))
+            .arg(format!("{scheme}://{}", self.addr))
             .arg("--experiment")
-            .arg(&resolved)
+            .arg(&self.run.resolved)
             .arg("--data-dir")
-            .arg(&data_dir)
+            .arg(self.data_dir)
             .arg("--out")
-            .arg(&clients_dir)
+            .arg(&self.run.clients_dir)
             .arg("--train-threads")
             .arg(train_threads.to_string());
         for n in group {
             cmd.arg("--name").arg(n);
         }
-        if let Some(p) = &pki {
+        if let Some(p) = self.pki {
             let (cert, key) = p.client(if group.len() == 1 { &group[0] } else { "pool" });
             cmd.arg("--tls-ca")
                 .arg(p.ca_cert())
@@ -247,27 +339,22 @@ pub fn execute(args: &RunArgs, progress: bool) -> anyhow::Result<PathBuf> {
                 .arg("--tls-key")
                 .arg(key);
         }
-        let log = clients_dir.join(format!("{}.log", group[0]));
+        let log = self.run.clients_dir.join(format!("{}.log", group[0]));
         let child = cmd
             .stdout(Stdio::null())
             .stderr(log_file(&log)?)
             .spawn()
             .context("cannot start a client process")?;
-        clients.push((log.display().to_string(), child));
+        Ok((log.display().to_string(), child))
     }
-    let status = match watch(&dir, &mut server, &mut clients, &experiment, progress) {
-        Ok(s) => s,
-        Err(e) => {
-            for (_, child) in &mut clients {
-                let _ = child.kill();
-                let _ = child.wait();
-            }
-            return Err(e);
-        }
-    };
+}
+
+/// Waits up to `grace` for the client processes after the server ended; one still running is
+/// killed. Returns what went wrong, one line per process.
+fn reap(clients: &mut [(String, Child)], grace: Duration) -> Vec<String> {
+    let deadline = Instant::now() + grace;
     let mut failed = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    for (log, child) in &mut clients {
+    for (log, child) in clients {
         match wait_until(child, deadline) {
             Some(s) if s.success() => {}
             Some(s) => failed.push(format!("client process exited with {s}; see {log}")),
@@ -279,22 +366,7 @@ pub fn execute(args: &RunArgs, progress: bool) -> anyhow::Result<PathBuf> {
             }
         }
     }
-    let server_status = status;
-    if !server_status.success() {
-        bail!(
-            "server exited with {server_status}; see {}",
-            dir.join("server.log").display()
-        );
-    }
-    merge_client_ledgers(&dir, &data_hashes)?;
-    say(format!(
-        "done in {:.1} s\n",
-        started.elapsed().as_secs_f64()
-    ));
-    if !failed.is_empty() {
-        bail!("{}", failed.join("\n"));
-    }
-    Ok(dir)
+    failed
 }
 
 fn data_dir(args: &RunArgs) -> PathBuf {
@@ -472,10 +544,6 @@ fn client_socket_bytes(dir: &Path, round: u32, clients: usize) -> Option<(u64, u
 
 fn read_status(path: &Path) -> Option<Status> {
     serde_json::from_slice(&std::fs::read(path).ok()?).ok()
-}
-
-pub fn kb(bytes: u64) -> String {
-    format!("{:.1} kB", bytes as f64 / 1000.0)
 }
 
 /// Adds each client's own ledger and training times (clients/client-<name>.json) to

@@ -8,8 +8,8 @@
 
 use std::collections::BTreeMap;
 
-use flint_common::tls::POOL_IDENTITY;
 use flint_common::{ClientId, FlintError, Result};
+use flint_shell::tls::POOL_IDENTITY;
 use sha2::{Digest, Sha256};
 
 /// Tokens are 32 to 128 hex digits (128 to 512 bits).

@@ -24,9 +24,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use flint_common::config::{Experiment, parse_override};
-use flint_common::logging::LogFormat;
-use flint_common::meter::{ConnMeter, MessageMeterLayer, SharedLedger, Side};
 use flint_common::strategy::ServerStrategy;
+use flint_shell::logging::LogFormat;
+use flint_shell::meter::{ConnMeter, MessageMeterLayer, SharedLedger, Side};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
@@ -105,7 +105,7 @@ pub struct ServerTls {
 
 impl ServerTls {
     fn config(&self) -> anyhow::Result<Option<tonic::transport::ServerTlsConfig>> {
-        use flint_common::tls::read_pem;
+        use flint_shell::tls::read_pem;
         use tonic::transport::{Certificate, Identity, ServerTlsConfig};
         let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) else {
             if self.tls_client_ca.is_some() {
@@ -113,7 +113,7 @@ impl ServerTls {
             }
             return Ok(None);
         };
-        flint_common::tls::install_provider();
+        flint_shell::tls::install_provider();
         let identity = Identity::from_pem(
             read_pem(cert, "server certificate (--tls-cert)")?,
             read_pem(key, "server key (--tls-key)")?,
@@ -134,7 +134,7 @@ impl ServerTls {
 
 /// Loads the experiment and serves until the run is done; returns what it wrote.
 pub async fn run(args: ServerArgs) -> anyhow::Result<RunResults> {
-    flint_common::logging::init(args.log_format);
+    flint_shell::logging::init(args.log_format);
     let experiment = Experiment::load(&args.experiment, &args.overrides)?;
     let out = args
         .out
@@ -191,8 +191,76 @@ pub async fn serve_with(
     ready_file: Option<&Path>,
     options: &ServeOptions,
 ) -> anyhow::Result<RunResults> {
+    let tls_config = options.tls.config()?;
+    let limits = connection_limits(&experiment, options)?;
+    std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
+    let addr = listener.local_addr()?;
+    let state_dir = options
+        .state_dir
+        .clone()
+        .unwrap_or_else(|| out.join("state"));
+    let shared = start_or_resume(experiment, strategy, out, &state_dir, options)?;
+    let run_id = shared.run_id.clone();
+    let ledger = shared.ledger.clone();
+
+    let (incoming, connections) = metered_incoming(listener, limits, ledger.clone());
+    let mut ticker = tokio::spawn(tick_until_done(
+        shared.clone(),
+        out.to_path_buf(),
+        state_dir.clone(),
+    ));
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(config) = tls_config {
+        builder = builder
+            .tls_config(config)
+            .context("cannot use the TLS certificate and key")?;
+    }
+    let (health, reflection) = health_and_reflection(options.reflection).await?;
+    let server = builder
+        .tcp_nodelay(true)
+        .http2_keepalive_interval(Some(Duration::from_secs(10)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(20)))
+        .layer(MessageMeterLayer::server(ledger.clone()))
+        .add_service(health)
+        .add_optional_service(reflection)
+        .add_service(aggregator(&shared))
+        .serve_with_incoming_shutdown(incoming, async {
+            let _ = stop_rx.await;
+        });
+    if let Some(path) = ready_file {
+        results::write_atomic(path, addr.to_string().as_bytes())?;
+    }
     let tls = &options.tls;
-    let tls_config = tls.config()?;
+    tracing::info!(%addr, run = %run_id, tls = tls.tls_cert.is_some(), mutual_tls = tls.tls_client_ca.is_some(), "listening");
+    let serving = tokio::spawn(server);
+    let completed = tokio::select! {
+        _ = &mut ticker => shared.journal_failure().is_none(),
+        signal = flint_shell::signal::interrupted() => {
+            tracing::warn!(signal, "interrupted; writing results so far");
+            ticker.abort();
+            false
+        }
+    };
+    // A round being aggregated when the run stops is waited for (briefly), so that the results
+    // hold it.
+    wait_for_aggregation(&shared, Duration::from_secs(30)).await;
+    let _ = stop_tx.send(());
+    // Connections that stay open after the run must not keep the results from being written.
+    let _ = tokio::time::timeout(Duration::from_secs(5), serving).await;
+    for c in connections.lock().expect("connections lock").iter() {
+        c.flush_to_label(&*ledger, Side::Server);
+    }
+    let results = write_results(&shared, out)?;
+    close_state(&shared, &state_dir, completed)?;
+    Ok(results)
+}
+
+/// The connection limits: `--max-connections`, or two per client and 64 more.
+fn connection_limits(
+    experiment: &Experiment,
+    options: &ServeOptions,
+) -> anyhow::Result<accept::Limits> {
     let limits = accept::Limits {
         connections: options
             .max_connections
@@ -202,8 +270,17 @@ pub async fn serve_with(
     if limits.connections == 0 {
         anyhow::bail!("--max-connections must be at least 1");
     }
-    std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
-    let addr = listener.local_addr()?;
+    Ok(limits)
+}
+
+/// The run's shared state: a new run in `state_dir`, or the one its journal holds, replayed.
+fn start_or_resume(
+    experiment: Experiment,
+    strategy: Box<dyn ServerStrategy>,
+    out: &Path,
+    state_dir: &Path,
+    options: &ServeOptions,
+) -> anyhow::Result<Arc<Shared>> {
     let classes = experiment.data.classes().len();
     let holder = experiment.global_test_holder();
     let mut rounds = Rounds::new(experiment.policy.clone(), strategy, classes)
@@ -211,54 +288,30 @@ pub async fn serve_with(
         .with_features(experiment.data.features());
     let names = experiment.clients.iter().map(|c| c.name.clone()).collect();
     let mut identities = Identities::new(names);
-    let state_dir = options
-        .state_dir
-        .clone()
-        .unwrap_or_else(|| out.join("state"));
     let (journal, start, kept_ledger) =
-        resume(&experiment, &state_dir, &mut rounds, &mut identities)?;
-    let run_id = start.run_id.clone();
+        resume(&experiment, state_dir, &mut rounds, &mut identities)?;
     std::fs::write(out.join("experiment.toml"), experiment.to_toml())?;
     let updates_dir = match experiment.file.server.keep_updates {
-        Some(true) => {
+        true => {
             let dir = out.join("updates");
             std::fs::create_dir_all(&dir)
                 .with_context(|| format!("cannot create {}", dir.display()))?;
             Some(dir)
         }
-        _ => None,
+        false => None,
     };
-    // Where the experiment does not fix the feature count (a CSV without data.features), the
-    // largest update is not known before the first Join: the default budget then stands.
-    let largest_kib = rounds.features().map(|f| {
-        experiment
-            .strategy
-            .max_update_bytes(f, classes)
-            .min(journal::MAX_RECORD as u64)
-            .div_ceil(1024)
-    });
-    let upload_budget_kib = match (options.upload_budget_kib, largest_kib) {
-        (Some(kib), Some(largest)) if u64::from(kib) < largest => anyhow::bail!(
-            "--upload-budget-kib {kib} cannot hold one of this run's largest updates ({largest} KiB)"
-        ),
-        (Some(0), None) => anyhow::bail!("--upload-budget-kib must be at least 1"),
-        (Some(kib), _) => kib,
-        (None, largest) => {
-            u32::try_from((2 * largest.unwrap_or(0)).max(256 * 1024)).unwrap_or(u32::MAX)
-        }
-    }
-    .min(Semaphore::MAX_PERMITS as u32);
+    let upload_budget_kib = upload_budget_kib(&experiment, &rounds, options)?;
     let ledger = Arc::new(SharedLedger::default());
     ledger.with(|l| *l = kept_ledger);
     let since_start = unix_ms().saturating_sub(start.started_unix_ms);
-    let shared = Arc::new(Shared {
+    Ok(Arc::new(Shared {
         identities: Mutex::new(identities),
-        mutual_tls: tls.tls_client_ca.is_some(),
+        mutual_tls: options.tls.tls_client_ca.is_some(),
         updates_dir,
         experiment,
-        run_id: run_id.clone(),
+        run_id: start.run_id,
         rounds: Mutex::new(rounds),
-        ledger: ledger.clone(),
+        ledger,
         version: tokio::sync::watch::channel(0).0,
         phase: tokio::sync::watch::channel(0).0,
         started: Instant::now()
@@ -271,15 +324,56 @@ pub async fn serve_with(
         upload_budget: Arc::new(Semaphore::new(upload_budget_kib as usize)),
         upload_budget_kib,
         refused: Mutex::default(),
-    });
+    }))
+}
 
-    let connections: Arc<Mutex<Vec<ConnMeter>>> = Arc::default();
+/// KiB of uploads buffered at once: `--upload-budget-kib`, refused if it cannot hold one of the
+/// run's largest updates; else room for two of them, at least 256 MiB. Where the experiment
+/// does not fix the feature count (a CSV without data.features), the largest update is not
+/// known before the first Join: the default budget then stands.
+fn upload_budget_kib(
+    experiment: &Experiment,
+    rounds: &Rounds,
+    options: &ServeOptions,
+) -> anyhow::Result<u32> {
+    let classes = experiment.data.classes().len();
+    let largest_kib = rounds.features().map(|f| {
+        experiment
+            .strategy
+            .max_update_bytes(f, classes)
+            .min(journal::MAX_RECORD as u64)
+            .div_ceil(1024)
+    });
+    let kib = match (options.upload_budget_kib, largest_kib) {
+        (Some(kib), Some(largest)) if u64::from(kib) < largest => anyhow::bail!(
+            "--upload-budget-kib {kib} cannot hold one of this run's largest updates ({largest} KiB)"
+        ),
+        (Some(0), None) => anyhow::bail!("--upload-budget-kib must be at least 1"),
+        (Some(kib), _) => kib,
+        (None, largest) => {
+            u32::try_from((2 * largest.unwrap_or(0)).max(256 * 1024)).unwrap_or(u32::MAX)
+        }
+    };
+    Ok(kib.min(Semaphore::MAX_PERMITS as u32))
+}
+
+type Connections = Arc<Mutex<Vec<ConnMeter>>>;
+
+/// The listener's connections, each counted by its own meter; a closed connection's last bytes
+/// go to its last label as the next one arrives, and it leaves the list, which so stays about
+/// as long as the connection limit however many come and go.
+fn metered_incoming(
+    listener: TcpListener,
+    limits: accept::Limits,
+    sink: Arc<SharedLedger>,
+) -> (
+    tokio_stream::wrappers::ReceiverStream<std::io::Result<accept::Conn>>,
+    Connections,
+) {
+    let connections: Connections = Arc::default();
     let registry = connections.clone();
-    let sink = ledger.clone();
     let incoming = accept::incoming(listener, limits, move |meter| {
         let mut open = registry.lock().expect("connections lock");
-        // A closed connection's last bytes go to its last label now, and it leaves the list:
-        // the list stays about as long as the connection limit, however many come and go.
         open.retain(|m: &ConnMeter| {
             let closed = m.is_orphan();
             if closed {
@@ -289,12 +383,25 @@ pub async fn serve_with(
         });
         open.push(meter.clone());
     });
+    (incoming, connections)
+}
 
+/// The health service, serving; and gRPC reflection where asked for.
+async fn health_and_reflection(
+    reflection: bool,
+) -> anyhow::Result<(
+    tonic_health::pb::health_server::HealthServer<impl tonic_health::pb::health_server::Health>,
+    Option<
+        tonic_reflection::server::v1::ServerReflectionServer<
+            impl tonic_reflection::server::v1::ServerReflection,
+        >,
+    >,
+)> {
     let (health, health_service) = tonic_health::server::health_reporter();
     health
         .set_serving::<AggregatorServer<AggregatorService>>()
         .await;
-    let reflection = match options.reflection {
+    let reflection = match reflection {
         true => Some(
             tonic_reflection::server::Builder::configure()
                 .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
@@ -303,61 +410,36 @@ pub async fn serve_with(
         ),
         false => None,
     };
+    Ok((health_service, reflection))
+}
 
-    let mut ticker = tokio::spawn(tick_until_done(
-        shared.clone(),
-        out.to_path_buf(),
-        state_dir.clone(),
-    ));
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let mut aggregator = AggregatorServer::new(AggregatorService(shared.clone()));
-    if let Some(enc) = shared.experiment.compression.encoding() {
-        aggregator = aggregator.send_compressed(enc).accept_compressed(enc);
+/// The aggregator service, compressing as the experiment says.
+fn aggregator(shared: &Arc<Shared>) -> AggregatorServer<AggregatorService> {
+    let service = AggregatorServer::new(AggregatorService(shared.clone()));
+    match flint_shell::compression::encoding(shared.experiment.compression) {
+        Some(enc) => service.send_compressed(enc).accept_compressed(enc),
+        None => service,
     }
-    let mut builder = tonic::transport::Server::builder();
-    if let Some(config) = tls_config {
-        builder = builder
-            .tls_config(config)
-            .context("cannot use the TLS certificate and key")?;
-    }
-    let server = builder
-        .tcp_nodelay(true)
-        .http2_keepalive_interval(Some(Duration::from_secs(10)))
-        .http2_keepalive_timeout(Some(Duration::from_secs(20)))
-        .layer(MessageMeterLayer::server(ledger.clone()))
-        .add_service(health_service)
-        .add_optional_service(reflection)
-        .add_service(aggregator)
-        .serve_with_incoming_shutdown(incoming, async {
-            let _ = stop_rx.await;
-        });
-    if let Some(path) = ready_file {
-        results::write_atomic(path, addr.to_string().as_bytes())?;
-    }
-    tracing::info!(%addr, run = %run_id, tls = tls.tls_cert.is_some(), mutual_tls = tls.tls_client_ca.is_some(), "listening");
-    let serving = tokio::spawn(server);
-    let completed = tokio::select! {
-        _ = &mut ticker => shared.journal_failure().is_none(),
-        signal = flint_common::signal::interrupted() => {
-            tracing::warn!(signal, "interrupted; writing results so far");
-            ticker.abort();
-            false
+}
+
+/// Waits, at most `limit`, for a round being aggregated to be installed: the phase changes
+/// when it is (the next round opens or the run ends).
+async fn wait_for_aggregation(shared: &Shared, limit: Duration) {
+    let mut phase = shared.phase.subscribe();
+    let deadline = tokio::time::Instant::now() + limit;
+    while shared.rounds().aggregating().is_some() {
+        if tokio::time::timeout_at(deadline, phase.changed())
+            .await
+            .is_err()
+        {
+            return;
         }
-    };
-    // A round being aggregated when the run stops is waited for (briefly), so that the results
-    // hold it.
-    let waited = Instant::now();
-    while shared.rounds().aggregating().is_some() && waited.elapsed() < Duration::from_secs(30) {
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let _ = stop_tx.send(());
-    // Connections that stay open after the run must not keep the results from being written.
-    let _ = tokio::time::timeout(Duration::from_secs(5), serving).await;
+}
 
-    for c in connections.lock().expect("connections lock").iter() {
-        c.flush_to_label(&*ledger, Side::Server);
-    }
-    let results = results::collect(&shared);
+/// `results.json`, `rounds.csv` and the last `status.json`.
+fn write_results(shared: &Shared, out: &Path) -> anyhow::Result<RunResults> {
+    let results = results::collect(shared);
     results::write_atomic(
         &out.join("results.json"),
         &serde_json::to_vec_pretty(&results)?,
@@ -366,20 +448,25 @@ pub async fn serve_with(
         &out.join("rounds.csv"),
         results::rounds_csv(&results).as_bytes(),
     )?;
-    write_status(&shared, out);
+    write_status(shared, out);
     tracing::info!(out = %out.display(), "results written");
+    Ok(results)
+}
+
+/// A finished run's journal is removed (the same command starts a new run); an unfinished one
+/// is kept for a restart to resume.
+fn close_state(shared: &Shared, state_dir: &Path, completed: bool) -> anyhow::Result<()> {
     if completed && shared.rounds().is_finished() {
-        // The run is over: the same command starts a new one.
         shared.journal.remove()?;
         let _ = std::fs::remove_file(state_dir.join(LEDGER_FILE));
-        let _ = std::fs::remove_dir(&state_dir);
+        let _ = std::fs::remove_dir(state_dir);
     } else {
         tracing::warn!(state = %state_dir.display(), "the run did not finish; start the server again with the same experiment and state directory to resume it");
     }
-    if let Some(why) = shared.journal_failure() {
-        anyhow::bail!("{why}");
+    match shared.journal_failure() {
+        Some(why) => anyhow::bail!("{why}"),
+        None => Ok(()),
     }
-    Ok(results)
 }
 
 /// The server's byte ledger as of the last closed round, beside the journal (the journal holds

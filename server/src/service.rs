@@ -7,11 +7,8 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use flint_common::config::Experiment;
 use flint_common::data::partition::MAX_CLIENT_NAME;
-use flint_common::meter::ConnMeter;
-use flint_common::meter::SharedLedger;
 use flint_common::metrics::ConfusionMatrix;
 use flint_common::strategy::Predictor;
-use flint_common::tls::common_name;
 use flint_common::wire::chunks::Reassembler;
 use flint_common::wire::ledger::Direction;
 use flint_common::wire::proto::{
@@ -22,6 +19,9 @@ use flint_common::wire::{
     CLIENT_HEADER, HOST_HEADER, ROUND_HEADER, TOKEN_HEADER, paper_convention_bytes,
 };
 use flint_common::{ClientId, FlintError, Round};
+use flint_shell::meter::ConnMeter;
+use flint_shell::meter::SharedLedger;
+use flint_shell::tls::common_name;
 use prost::Message;
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -82,7 +82,9 @@ impl ImagePool {
 }
 
 /// Where a client's test and confidence rows come from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum Holdout {
     Disjoint,

@@ -16,13 +16,13 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::Result;
-use crate::params::{ParamError, ParamResult, parse_name_or};
+use crate::params::{ParamError, ParamResult, at_least_or_unset, parse_name_or};
 
 pub use partition::{ClientSection, ClientSpec, PartitionPlan, PartitionSection, partition};
 pub use shard::{Scaling, Shard};
 
 /// `[data]` as written; [`DataSection::check`] makes it a [`DataSpec`].
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DataSection {
     /// `synthetic`, `magic`, `breast-cancer`, `adult`, `mnist`, `fashion-mnist` or `csv`.
@@ -38,17 +38,25 @@ pub struct DataSection {
     /// default for FCMs) or `none`.
     pub scaling: Option<String>,
     // synthetic
+    /// synthetic: rows generated (default 2000).
+    #[serde(default, deserialize_with = "at_least_or_unset::<2, _, _>")]
     pub samples: Option<usize>,
+    /// synthetic: features generated (default 8); csv: the feature columns, which fixes the
+    /// model's size before any client joins.
+    #[serde(default, deserialize_with = "at_least_or_unset::<1, _, _>")]
     pub features: Option<usize>,
+    /// synthetic: distance between the two classes' means, in standard deviations (default 1.5).
     pub separation: Option<f64>,
     // csv
     /// Absolute, or relative to the data directory.
     pub path: Option<String>,
     /// 0-based (default: the last column).
+    #[serde(default, deserialize_with = "at_least_or_unset::<0, _, _>")]
     pub label_column: Option<usize>,
     /// The labels in class-index order; when omitted, `flint run` reads them from the file
     /// (sorted) and writes them into `experiment.resolved.toml`.
     pub classes: Option<Vec<String>>,
+    /// The first row names the columns (default false).
     pub header: Option<bool>,
     /// One character (default `,`; `"\t"` for tabs).
     pub delimiter: Option<String>,
@@ -63,12 +71,16 @@ pub struct DataSection {
     /// FedTMOS booleanizes Fashion-MNIST (window `adaptive_block`, default 11, minus
     /// `adaptive_c`, default 2).
     pub binarize: Option<String>,
+    /// adaptive-gaussian: the window, odd, 3 to 27 (default 11).
+    #[serde(default, deserialize_with = "at_least_or_unset::<3, _, _>")]
     pub adaptive_block: Option<usize>,
+    /// adaptive-gaussian: subtracted from the window's weighted mean (default 2).
     pub adaptive_c: Option<f64>,
     // tables for a tsetlin machine
     /// `thermometer` (the default, and the only code, for a table under `model = "tm"`).
     pub booleanize: Option<String>,
     /// Cuts per feature, at the quantiles of each client's own training split (default 8).
+    #[serde(default, deserialize_with = "at_least_or_unset::<0, _, _>")]
     pub levels: Option<usize>,
     /// Fixed cuts, one ascending list per feature, shared by every client (instead of
     /// `levels`): one literal space for the whole federation.
@@ -471,6 +483,38 @@ impl DataSection {
 }
 
 impl DataSection {
+    /// The section as the run reads it: the defaults of the source's keys written in.
+    pub fn resolved(&self, data: &DataSpec) -> DataSection {
+        let mut d = self.clone();
+        match &data.source {
+            Source::Images { binarize, .. } => match *binarize {
+                booleanize::Binarize::Threshold(booleanize::Threshold::Above(t)) => {
+                    d.binarize.get_or_insert_with(|| "threshold".into());
+                    d.threshold.get_or_insert(t);
+                }
+                booleanize::Binarize::AdaptiveGaussian { block, c } => {
+                    d.adaptive_block.get_or_insert(block);
+                    d.adaptive_c.get_or_insert(c);
+                }
+                booleanize::Binarize::Threshold(_) => {}
+            },
+            // Images keep the official test split; a table's clients split their own rows.
+            _ => {
+                d.test_fraction.get_or_insert(data.test_fraction);
+            }
+        }
+        // A Tsetlin Machine's data is bits, not scaled.
+        if data.table_bits.is_none() && !data.is_images() {
+            d.scaling
+                .get_or_insert_with(|| crate::params::name_of(&data.scaling));
+        }
+        if let Some(TableBits::Quantiles { levels }) = &data.table_bits {
+            d.booleanize.get_or_insert_with(|| "thermometer".into());
+            d.levels.get_or_insert(*levels);
+        }
+        d
+    }
+
     /// Fills in `classes` of a CSV source that omits them, from the file below `data_dir`
     /// (sorted; numerically when every label is a number). Returns them when it did.
     pub fn infer_classes(&mut self, data_dir: &Path) -> Result<Option<Vec<String>>> {

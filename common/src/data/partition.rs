@@ -7,7 +7,7 @@ use rand::seq::SliceRandom;
 use serde::{Deserialize, Serialize};
 
 use super::Dataset;
-use crate::params::{ParamError, ParamResult};
+use crate::params::{ParamError, ParamResult, at_least_or_unset};
 use crate::rng::{FlintRng, derive_rng};
 use crate::{FlintError, Result};
 
@@ -16,15 +16,17 @@ use crate::{FlintError, Result};
 pub const MAX_CLIENT_NAME: usize = 64;
 
 /// `[partition]` as written; [`PartitionSection::plan`] checks it with the clients' own keys.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PartitionSection {
-    /// `iid` (default: shuffled, equal shares), `explicit` (each client's `class_counts`; on
-    /// images a split by class, [`split_by_counts`]),
-    /// `fractions` (each client's `fraction` of the shuffled rows) or `dirichlet` (TPFL §6.3;
-    /// the only one for image data).
+    /// `iid` (default: shuffled, equal shares), `explicit` (each client's `class_counts`),
+    /// `fractions` (each client's `fraction` of the shuffled rows), `dirichlet` (TPFL §6.3),
+    /// `dirichlet-by-class` or `dirichlet-fedtmos-code` (Dir(α) over the clients per class,
+    /// FedTMOS §4.3.1) or `classes-per-client` (FedTMOS's S(β)); images take `dirichlet` or a
+    /// split by class (`explicit` counts included).
     pub kind: Option<String>,
     /// dirichlet: training rows per client (default 30000).
+    #[serde(default, deserialize_with = "at_least_or_unset::<1, _, _>")]
     pub samples: Option<usize>,
     /// dirichlet: α of the IID clients (default 10000).
     pub iid_alpha: Option<f64>,
@@ -32,14 +34,18 @@ pub struct PartitionSection {
     pub non_iid_alpha: Option<f64>,
     /// dirichlet: how many clients, the first ones by id, are IID (default: all). TPFL's
     /// experiments 1–5 are 100 %, 75 %, 50 %, 25 % and 0 % of the clients.
+    #[serde(default, deserialize_with = "at_least_or_unset::<0, _, _>")]
     pub iid_clients: Option<usize>,
     /// dirichlet-by-class, dirichlet-fedtmos-code: α of Dir(α) over the clients, per class
-    /// (default 0.1, FedTMOS's default). Unset keys stay out of the resolved file (see
-    /// `config::ExperimentFile::fedtmos`).
+    /// (default 0.1, FedTMOS's default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub alpha: Option<f64>,
     /// classes-per-client: β, the classes each client holds (default 2).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "at_least_or_unset::<0, _, _>"
+    )]
     pub beta: Option<usize>,
     /// classes-per-client: each client's classes, given instead of drawn (instead of `beta`),
     /// e.g. the sets the FedTMOS code draws with its fixed `alg_seed` for every seed.
@@ -49,14 +55,19 @@ pub struct PartitionSection {
     /// rows are dropped, as the code drops them, and named in every client's log; the others
     /// become the declared clients in order, so the experiment declares exactly as many
     /// (default: the declared clients, none may be empty).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "at_least_or_unset::<0, _, _>"
+    )]
     pub nominal_clients: Option<usize>,
 }
 
 /// One `[[clients]]` entry as written.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ClientSection {
+    /// Unique, at most 64 characters (default `client-<position>`).
     pub name: Option<String>,
     /// Declared compute power; `flint-client --compute-ghz` overrides it for a real machine.
     pub compute_ghz: Option<f64>,
@@ -666,7 +677,7 @@ pub fn dirichlet_proportions(
     Ok(p)
 }
 
-/// TPFL §6.3 (and its code, REFERENCE-NOTES §1): for client k, class proportions
+/// TPFL §6.3 (and its code, docs/papers/tpfl.md §7): for client k, class proportions
 /// p ~ Dirichlet(alphas[k]·1), counts ≈ p · samples (summing to `samples`), each class drawn from the rows of that
 /// class (without replacement when there are enough, with replacement when not). Clients draw
 /// independently, so they may share rows, as in the paper's code. Large α gives near-uniform
@@ -705,7 +716,7 @@ fn dirichlet_over(n: usize, alpha: f64, rng: &mut FlintRng, what: usize) -> Resu
     dirichlet_proportions(n, alpha, rng, what)
 }
 
-/// FedTMOS §5 (Hsu et al., 2019): for each class c, proportions over the `clients` from
+/// FedTMOS §4.3.1 (Hsu et al., 2019): for each class c, proportions over the `clients` from
 /// Dirichlet(α·1_J); class c's shuffled rows are split at the cumulative ⌊q·n_c⌋ (the last
 /// client takes the remainder). Every row goes to exactly one client. A draw that leaves a
 /// client with fewer than 10 rows (fewer than its share when the data are small) is drawn
@@ -748,7 +759,7 @@ pub fn dirichlet_by_class(
     Ok(parts)
 }
 
-/// The FedTMOS code's Dirichlet split (FEDTMOS-CODE-NOTES §5), kept to show its effect:
+/// The FedTMOS code's Dirichlet split (docs/papers/fedtmos.md §16), kept to show its effect:
 /// P = Dirichlet(α·1_J) per class, "balanced" by J rounds of dividing by column then row sums,
 /// and client j takes ⌊P[j][c] · total rows⌋ rows of class c as a cumulative slice of the class's
 /// rows in dataset order. The counts scale with the whole dataset, not the class, so the first
@@ -1158,7 +1169,7 @@ mod tests {
         assert!(empty_clients(&dirichlet_by_class(&y, 10, 10, 1000.0, 3).unwrap()).is_empty());
     }
 
-    /// FEDTMOS-CODE-NOTES §5: S(β) with the code's class sets, given: each client holds
+    /// docs/papers/fedtmos.md §17: S(β) with the code's class sets, given: each client holds
     /// exactly its set, and every class is split evenly over its holders.
     #[test]
     fn given_class_sets_are_held_exactly_and_split_evenly() {
@@ -1190,7 +1201,7 @@ mod tests {
         );
     }
 
-    /// FEDTMOS-CODE-NOTES §5: counts from the code's own numpy draw are taken as its
+    /// docs/papers/fedtmos.md §16: counts from the code's own numpy draw are taken as its
     /// cumulative slices of each class's rows in file order; asking too much is refused.
     #[test]
     fn explicit_counts_are_the_code_slices_in_file_order() {
@@ -1227,7 +1238,7 @@ mod tests {
         assert!(e.contains("leaves clients [2] of 2 without rows"), "{e}");
     }
 
-    /// FEDTMOS-CODE-NOTES §5: the code drops the clients its split leaves empty. With nominal
+    /// docs/papers/fedtmos.md §16: the code drops the clients its split leaves empty. With nominal
     /// clients, Flint does so only when the experiment declares exactly the ones left, and names
     /// the dropped ones otherwise; without, an empty client is refused.
     #[test]

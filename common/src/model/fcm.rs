@@ -28,16 +28,17 @@
 //!   and {ŷ_i}, averaged over the samples. With one label per sample that is 1 if the prediction
 //!   is right and 0 if not, so the fitness is the error rate.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::data::Dataset;
 use crate::metrics::ConfusionMatrix;
 use crate::model::pso::{self, PsoHyper};
-use crate::params::{ParamResult, parse_name_or, positive, require};
+use crate::params::{ParamResult, positive, require};
 use crate::rng::FlintRng;
 use crate::{FlintError, Result};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Activation {
     /// Unipolar, states in (0, 1) (eq. 2).
@@ -58,31 +59,11 @@ impl Activation {
 }
 
 /// What PSO minimises (see the module doc).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Fitness {
     Jaccard,
     SampleJaccard,
-}
-
-/// `[fcm]` as written; [`FcmSection::check`] makes it an [`FcmHyper`]. `aggregation` belongs to
-/// the Blind FL server (`strategy::fcm::Aggregation`).
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FcmSection {
-    /// `tanh` (default) or `sigmoid`.
-    pub activation: Option<String>,
-    /// λ; default 2 for tanh, 5 for the sigmoid (the paper's two models).
-    pub slope: Option<f64>,
-    /// The dynamics stop when ‖c(t) − c(t−1)‖ is below this (default 1e-5).
-    pub tolerance: Option<f64>,
-    /// Iteration cap of the dynamics (default 100).
-    pub max_iterations: Option<usize>,
-    /// PSO's objective: `jaccard` (default, 1 − Jaccard of the positive class) or
-    /// `sample-jaccard` (eq. 7 per sample, averaged: the error rate).
-    pub fitness: Option<String>,
-    /// Server aggregation of `blind-fcm` / `blended-fcm`: `mean` (default), `accuracy` or `precision`.
-    pub aggregation: Option<String>,
 }
 
 /// Checked FCM hyper-parameters.
@@ -96,30 +77,28 @@ pub struct FcmHyper {
     pub max_iterations: usize,
 }
 
-impl FcmSection {
-    pub fn check(&self) -> ParamResult<FcmHyper> {
-        let activation = parse_name_or(
-            "fcm.activation",
-            self.activation.as_deref(),
-            Activation::Tanh,
-        )?;
-        let default_slope = match activation {
+impl Activation {
+    /// λ of the paper's two models: 2 for tanh, 5 for the sigmoid.
+    pub fn paper_slope(self) -> f64 {
+        match self {
             Activation::Tanh => 2.0,
             Activation::Sigmoid => 5.0,
-        };
-        let max_iterations = self.max_iterations.unwrap_or(100);
-        Ok(FcmHyper {
-            activation,
-            fitness: parse_name_or("fcm.fitness", self.fitness.as_deref(), Fitness::Jaccard)?,
-            slope: positive("fcm.slope", self.slope.unwrap_or(default_slope))?,
-            tolerance: positive("fcm.tolerance", self.tolerance.unwrap_or(1e-5))?,
-            max_iterations: require(
-                "fcm.max_iterations",
-                "at least 1",
-                max_iterations,
-                max_iterations > 0,
-            )?,
-        })
+        }
+    }
+}
+
+impl FcmHyper {
+    /// The settings, refused where a value is out of its range.
+    pub fn check(self) -> ParamResult<FcmHyper> {
+        positive("fcm.slope", self.slope)?;
+        positive("fcm.tolerance", self.tolerance)?;
+        require(
+            "fcm.max_iterations",
+            "at least 1",
+            self.max_iterations,
+            self.max_iterations > 0,
+        )?;
+        Ok(self)
     }
 }
 

@@ -1,6 +1,6 @@
-//! k-means as FedTMOS's server runs it on class-weight vectors (FedTMOS §3.2; the published code
-//! calls scikit-learn's `KMeans` with its defaults): greedy k-means++ seeding with 2 + ⌊ln k⌋
-//! candidates per centre, then Lloyd iterations until the labels stop changing or the centres
+//! k-means as FedTMOS's server runs it on class-weight vectors (FedTMOS §4.2.1, eq. 4; the
+//! published code calls scikit-learn's `KMeans` with its defaults): greedy k-means++ seeding
+//! with 2 + ⌊ln k⌋ candidates per centre, then Lloyd iterations until the labels stop changing or the centres
 //! move less than `tol` × the mean per-dimension variance (squared, summed over centres), at most
 //! `max_iter` times. A cluster left empty takes the point farthest from its centre, as
 //! scikit-learn relocates them.

@@ -2,50 +2,53 @@
 //! full-batch gradient descent, class 1 predicted when p > 0.5; with more than two classes, its
 //! multinomial form (a softmax over one logit per class).
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::data::Dataset;
 use crate::metrics::ConfusionMatrix;
-use crate::params::{ParamResult, positive, require};
+use crate::params::{ParamResult, at_least, positive, require};
 
-/// `[logreg]` as written; [`LogRegSection::check`] makes it a [`LogRegHyper`].
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LogRegSection {
-    pub learning_rate: Option<f64>,
-    /// Full-batch gradient steps per round.
-    pub local_epochs: Option<u32>,
-    pub l2: Option<f64>,
-}
-
-/// Checked hyper-parameters.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+/// `[logreg]`: logistic regression's training (AHP paper §3.4).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
 pub struct LogRegHyper {
+    /// Gradient descent step size.
     pub learning_rate: f64,
-    /// Gradient steps over the whole training split per round.
+    /// Full-batch gradient steps over the whole training split per round.
+    #[serde(deserialize_with = "at_least::<1, _, _>")]
     pub local_epochs: u32,
+    /// L2 penalty on the weights.
     pub l2: f64,
 }
 
-impl LogRegSection {
-    pub fn check(&self) -> ParamResult<LogRegHyper> {
-        let l2 = self.l2.unwrap_or(0.0);
-        let local_epochs = self.local_epochs.unwrap_or(10);
-        Ok(LogRegHyper {
-            learning_rate: positive("logreg.learning_rate", self.learning_rate.unwrap_or(0.1))?,
-            local_epochs: require(
-                "logreg.local_epochs",
-                "at least 1",
-                local_epochs,
-                local_epochs > 0,
-            )?,
-            l2: require(
-                "logreg.l2",
-                "zero or positive",
-                l2,
-                l2.is_finite() && l2 >= 0.0,
-            )?,
-        })
+impl Default for LogRegHyper {
+    fn default() -> Self {
+        LogRegHyper {
+            learning_rate: 0.1,
+            local_epochs: 10,
+            l2: 0.0,
+        }
+    }
+}
+
+impl LogRegHyper {
+    /// The settings, refused where a value is out of its range.
+    pub fn check(self) -> ParamResult<LogRegHyper> {
+        positive("logreg.learning_rate", self.learning_rate)?;
+        require(
+            "logreg.local_epochs",
+            "at least 1",
+            self.local_epochs,
+            self.local_epochs > 0,
+        )?;
+        require(
+            "logreg.l2",
+            "zero or positive",
+            self.l2,
+            self.l2.is_finite() && self.l2 >= 0.0,
+        )?;
+        Ok(self)
     }
 }
 

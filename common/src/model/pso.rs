@@ -10,39 +10,28 @@
 
 use rand::RngExt;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::params::{ParamResult, positive, require};
+use crate::params::{ParamResult, at_least, positive, require};
 use crate::rng::FlintRng;
 
-/// `[pso]` as written; [`PsoSection::check`] makes it a [`PsoHyper`].
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PsoSection {
-    /// Particles (default 10).
-    pub swarm: Option<usize>,
-    /// Swarm moves per round (default 20).
-    pub iterations: Option<usize>,
-    /// Cognitive factor bound φ₁ (default 2).
-    pub phi1: Option<f64>,
-    /// Social factor bound φ₂ (default 2).
-    pub phi2: Option<f64>,
-    /// Velocity clamp per component (default 0.2).
-    pub max_velocity: Option<f64>,
-}
-
-/// Checked PSO hyper-parameters.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+/// `[pso]`: particle swarm optimisation of the FCM weights (Blind FL paper, eq. 5–6); the
+/// defaults are the paper's.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
 pub struct PsoHyper {
-    /// Particles (paper: 10).
+    /// Particles.
+    #[serde(deserialize_with = "at_least::<1, _, _>")]
     pub swarm: usize,
-    /// Moves of the whole swarm after the initial evaluation (paper: 20).
+    /// Moves of the whole swarm per round, after the initial evaluation.
+    #[serde(deserialize_with = "at_least::<0, _, _>")]
     pub iterations: usize,
-    /// Upper bound of the cognitive (own best) factor U(0, φ₁).
+    /// Upper bound φ₁ of the cognitive (own best) factor U(0, φ₁).
     pub phi1: f64,
-    /// Upper bound of the social (swarm best) factor U(0, φ₂).
+    /// Upper bound φ₂ of the social (swarm best) factor U(0, φ₂).
     pub phi2: f64,
-    /// Per-component velocity clamp.
+    /// Velocity clamp per component.
     pub max_velocity: f64,
 }
 
@@ -58,22 +47,16 @@ impl Default for PsoHyper {
     }
 }
 
-impl PsoSection {
-    pub fn check(&self) -> ParamResult<PsoHyper> {
-        let d = PsoHyper::default();
-        let swarm = self.swarm.unwrap_or(d.swarm);
+impl PsoHyper {
+    /// The settings, refused where a value is out of its range.
+    pub fn check(self) -> ParamResult<PsoHyper> {
         let non_negative =
             |key, v: f64| require(key, "zero or positive", v, v.is_finite() && v >= 0.0);
-        Ok(PsoHyper {
-            swarm: require("pso.swarm", "at least 1", swarm, swarm > 0)?,
-            iterations: self.iterations.unwrap_or(d.iterations),
-            phi1: non_negative("pso.phi1", self.phi1.unwrap_or(d.phi1))?,
-            phi2: non_negative("pso.phi2", self.phi2.unwrap_or(d.phi2))?,
-            max_velocity: positive(
-                "pso.max_velocity",
-                self.max_velocity.unwrap_or(d.max_velocity),
-            )?,
-        })
+        require("pso.swarm", "at least 1", self.swarm, self.swarm > 0)?;
+        non_negative("pso.phi1", self.phi1)?;
+        non_negative("pso.phi2", self.phi2)?;
+        positive("pso.max_velocity", self.max_velocity)?;
+        Ok(self)
     }
 }
 
@@ -232,16 +215,16 @@ mod tests {
 
     #[test]
     fn bad_hyper_parameters_say_what_was_expected() {
-        let s = PsoSection {
-            swarm: Some(0),
+        let s = PsoHyper {
+            swarm: 0,
             ..Default::default()
         };
         assert_eq!(
             s.check().unwrap_err().to_string(),
             "pso.swarm must be at least 1, got 0"
         );
-        let s = PsoSection {
-            max_velocity: Some(0.0),
+        let s = PsoHyper {
+            max_velocity: 0.0,
             ..Default::default()
         };
         assert!(

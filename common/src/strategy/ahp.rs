@@ -3,15 +3,16 @@
 //! Priorities come from the geometric-mean method; consistency from λmax (the principal
 //! eigenvalue), CI = (λmax − n)/(n − 1) and CR = CI / RCI with the paper's Table 2. A client's
 //! weight is A_k = Σ_c P_c · x_kc / Σ_j x_jc: each criterion is sum-normalised across the clients
-//! of the round and combined with the priorities (see REFERENCE-NOTES §3 for why this reproduces
+//! of the round and combined with the priorities (see docs/papers/ahp.md §4–§5 for why this reproduces
 //! the paper's weights).
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::params::{ParamError, ParamResult, parse_name};
+use crate::params::{ParamError, ParamResult};
 
-/// The paper's criteria, in the order of its preference matrix (REFERENCE-NOTES §3).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// The paper's criteria, in the order of its preference matrix (docs/papers/ahp.md §4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum AhpCriterion {
     /// Declared compute power of the client machine.
@@ -34,14 +35,27 @@ pub fn paper_matrix() -> Vec<Vec<f64>> {
     ]
 }
 
-/// `[ahp]` as written; [`AhpSection::check`] makes it an [`AhpHyper`].
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// `[ahp]`: the criteria and their pairwise preferences (AHP paper §3.1–3.3).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
 pub struct AhpSection {
-    /// Criteria in the order of the matrix rows; default `["compute-ghz", "gini", "size"]`.
-    pub criteria: Option<Vec<String>>,
-    /// Pairwise preference matrix (Saaty scale); default: the AHP paper's Figure 1.
-    pub preference: Option<Vec<Vec<f64>>>,
+    /// Criteria in the order of the matrix rows: `compute-ghz`, `gini`, `size`.
+    pub criteria: Vec<AhpCriterion>,
+    /// Pairwise preference matrix (Saaty scale); the paper's Figure 1 by default.
+    pub preference: Vec<Vec<f64>>,
+}
+
+impl Default for AhpSection {
+    fn default() -> Self {
+        AhpSection {
+            criteria: vec![
+                AhpCriterion::ComputeGhz,
+                AhpCriterion::Gini,
+                AhpCriterion::Size,
+            ],
+            preference: paper_matrix(),
+        }
+    }
 }
 
 /// Checked AHP settings with their priority vector.
@@ -54,17 +68,7 @@ pub struct AhpHyper {
 
 impl AhpSection {
     pub fn check(&self) -> ParamResult<AhpHyper> {
-        let criteria = match &self.criteria {
-            Some(names) => names
-                .iter()
-                .map(|n| parse_name("ahp criterion", n))
-                .collect::<ParamResult<Vec<AhpCriterion>>>()?,
-            None => vec![
-                AhpCriterion::ComputeGhz,
-                AhpCriterion::Gini,
-                AhpCriterion::Size,
-            ],
-        };
+        let criteria = self.criteria.clone();
         for (i, c) in criteria.iter().enumerate() {
             if criteria[..i].contains(c) {
                 return Err(ParamError::Inconsistent(format!(
@@ -73,7 +77,7 @@ impl AhpSection {
                 )));
             }
         }
-        let matrix = self.preference.clone().unwrap_or_else(paper_matrix);
+        let matrix = self.preference.clone();
         let priorities = priorities(&matrix).map_err(ParamError::Inconsistent)?;
         if matrix.len() != criteria.len() {
             return Err(ParamError::Inconsistent(format!(
@@ -301,8 +305,8 @@ mod tests {
         let e = priorities(&[vec![1.0, -2.0], vec![-0.5, 1.0]]).unwrap_err();
         assert!(e.contains("positive"), "{e}");
         let section = AhpSection {
-            criteria: Some(vec!["gini".into(), "size".into()]),
-            preference: None,
+            criteria: vec![AhpCriterion::Gini, AhpCriterion::Size],
+            ..Default::default()
         };
         let e = section.check().unwrap_err().to_string();
         assert!(e.contains("3×3 but there are 2 criteria"), "{e}");

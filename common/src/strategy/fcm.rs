@@ -10,24 +10,74 @@
 
 use std::collections::BTreeMap;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    Aggregate, ClientStrategy, Downloads, LocalMetrics, RoundReport, ServerStrategy, StrategyState,
-    restore_stateless, unexpected,
+    Aggregate, ClientStrategy, Downloads, LocalMetrics, RoundReport, ServerStrategy, unexpected,
 };
 use crate::data::Shard;
 use crate::metrics::ConfusionMatrix;
-use crate::model::fcm::{self, Fcm, FcmHyper};
+use crate::model::fcm::{self, Activation, Fcm, FcmHyper, Fitness};
 use crate::model::pso::PsoHyper;
-use crate::params::name_of;
+use crate::params::{ParamResult, at_least, name_of};
 use crate::rng::FlintRng;
 use crate::wire::proto::{DataSummary, Payload};
 use crate::wire::{self, Update};
 use crate::{ClientId, FlintError, Result, Round};
 
+/// `[fcm]`: the map, its dynamics and PSO's objective, and the Blind FL server's aggregation.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct FcmSection {
+    /// `tanh` or `sigmoid`.
+    pub activation: Activation,
+    /// λ; unset: the paper's for the activation (2 for tanh, 5 for the sigmoid).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slope: Option<f64>,
+    /// The dynamics stop when ‖c(t) − c(t−1)‖ is below this.
+    pub tolerance: f64,
+    /// Iteration cap of the dynamics.
+    #[serde(deserialize_with = "at_least::<1, _, _>")]
+    pub max_iterations: usize,
+    /// PSO's objective: `jaccard` (1 − Jaccard of the positive class) or `sample-jaccard`
+    /// (eq. 7 per sample, averaged: the error rate).
+    pub fitness: Fitness,
+    /// Server aggregation of `blind-fcm` / `blended-fcm`: `mean` (eq. 9), `accuracy` (eq. 10–11)
+    /// or `precision` (eq. 12–13).
+    pub aggregation: Aggregation,
+}
+
+impl Default for FcmSection {
+    fn default() -> Self {
+        FcmSection {
+            activation: Activation::Tanh,
+            slope: None,
+            tolerance: 1e-5,
+            max_iterations: 100,
+            fitness: Fitness::Jaccard,
+            aggregation: Aggregation::Mean,
+        }
+    }
+}
+
+impl FcmSection {
+    /// The map's checked settings and the server's aggregation.
+    pub fn check(&self) -> ParamResult<(FcmHyper, Aggregation)> {
+        let hyper = FcmHyper {
+            activation: self.activation,
+            fitness: self.fitness,
+            slope: self.slope.unwrap_or(self.activation.paper_slope()),
+            tolerance: self.tolerance,
+            max_iterations: self.max_iterations,
+        }
+        .check()?;
+        Ok((hyper, self.aggregation))
+    }
+}
+
 /// How the server weights the participants' maps.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Aggregation {
     /// Eq. 9: 1/n each.
@@ -85,10 +135,6 @@ impl FcmServer {
 }
 
 impl ServerStrategy for FcmServer {
-    fn initial_download(&self, _features: usize) -> Option<Payload> {
-        None
-    }
-
     fn decode(&self, _client: ClientId, features: usize, update: &Payload) -> Result<Update> {
         let (map, local) = wire::decode_map(update, features, self.classes)?;
         Ok(Update::Map { map, local })
@@ -148,14 +194,6 @@ impl ServerStrategy for FcmServer {
             }),
             local,
         })
-    }
-
-    fn snapshot(&self) -> StrategyState {
-        StrategyState::Stateless
-    }
-
-    fn restore(&mut self, state: StrategyState) -> Result<()> {
-        restore_stateless("blind fl", state)
     }
 }
 

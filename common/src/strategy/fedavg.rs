@@ -4,10 +4,7 @@
 use std::collections::BTreeMap;
 
 use super::ahp::{self, AhpHyper, CriteriaValues};
-use super::{
-    Aggregate, ClientStrategy, Downloads, RoundReport, ServerStrategy, StrategyState,
-    restore_stateless, unexpected,
-};
+use super::{Aggregate, ClientStrategy, Downloads, RoundReport, ServerStrategy, unexpected};
 use crate::data::Shard;
 use crate::metrics::ConfusionMatrix;
 use crate::model::logreg::{LogReg, LogRegHyper};
@@ -140,14 +137,6 @@ impl ServerStrategy for FedAvgServer {
             report: RoundReport::FedAvg,
             local: BTreeMap::new(),
         })
-    }
-
-    fn snapshot(&self) -> StrategyState {
-        StrategyState::Stateless
-    }
-
-    fn restore(&mut self, state: StrategyState) -> Result<()> {
-        restore_stateless("fedavg", state)
     }
 }
 

@@ -1,4 +1,4 @@
-//! FedTM (FedTMOS §2.2 and §4.2.2; no public code, FEDTMOS-CODE-NOTES §4): the iterative baseline.
+//! FedTM (FedTMOS §2.2 and §4.2.2; no public code, docs/papers/fedtmos.md §15): the iterative baseline.
 //! Every round each client trains its machine for `fedtmos.local_epochs` epochs and uploads what a
 //! FedTMOS client uploads; the server makes one global machine, per class the truncated mean of
 //! the weights of every client holding the class (unscaled) and the OR of the include bits of the
@@ -20,20 +20,16 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::fedtmos::{BitsBy, FedTmosHyper, ModelPlan, Rebuild, average, tm_uploads, upload_of};
-use super::{
-    Aggregate, ClientStrategy, Downloads, RoundReport, ServerStrategy, StrategyState,
-    restore_stateless,
-};
+use super::fedtmos::{BitsBy, FedTmosHyper, LocalMachine, ModelPlan, average, tm_uploads};
+use super::{Aggregate, ClientStrategy, Downloads, RoundReport, ServerStrategy};
 use crate::data::images::BitShard;
 use crate::metrics::ConfusionMatrix;
-use crate::model::tm::conv::ConvTm;
+use crate::model::tm::TmHyper;
 use crate::model::tm::parts::TmParts;
-use crate::model::tm::{FeedbackMasks, TmHyper};
-use crate::rng::{FlintRng, derive_rng};
+use crate::rng::FlintRng;
 use crate::wire::proto::{DataSummary, Payload};
 use crate::wire::{self, CompositeDownload, TmShape, Update};
-use crate::{ClientId, FlintError, Result, Round};
+use crate::{ClientId, Result, Round};
 
 /// FedTM's record of a round: per class, the clients whose weights the global machine averages.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -80,10 +76,6 @@ impl FedTmServer {
 }
 
 impl ServerStrategy for FedTmServer {
-    fn initial_download(&self, _features: usize) -> Option<Payload> {
-        None
-    }
-
     fn decode(&self, _client: ClientId, _features: usize, update: &Payload) -> Result<Update> {
         wire::decode_tm_upload(update, self.shape).map(Update::Tm)
     }
@@ -110,23 +102,12 @@ impl ServerStrategy for FedTmServer {
             local: BTreeMap::new(),
         })
     }
-
-    fn snapshot(&self) -> StrategyState {
-        StrategyState::Stateless
-    }
-
-    fn restore(&mut self, state: StrategyState) -> Result<()> {
-        restore_stateless("fedtm", state)
-    }
 }
 
 /// A FedTM client: its machine is replaced by the global one every round, then trains on.
 pub struct FedTmClient {
-    tm: ConvTm,
-    masks: FeedbackMasks,
+    machine: LocalMachine,
     hyper: FedTmosHyper,
-    shape: TmShape,
-    rebuild: Rebuild,
 }
 
 impl FedTmClient {
@@ -137,12 +118,8 @@ impl FedTmClient {
         seed: u64,
         client: ClientId,
     ) -> Result<FedTmClient> {
-        let mut rng = derive_rng(seed, "tm-init", client);
         Ok(FedTmClient {
-            tm: ConvTm::new(tm, hyper.patch_spec(), classes).map_err(FlintError::Model)?,
-            masks: FeedbackMasks::new(tm.s, &mut rng),
-            shape: hyper.shape(&tm, classes),
-            rebuild: hyper.rebuild(tm, classes),
+            machine: LocalMachine::new(tm, &hyper, classes, seed, client)?,
             hyper,
         })
     }
@@ -150,21 +127,18 @@ impl FedTmClient {
 
 impl ClientStrategy<BitShard> for FedTmClient {
     fn apply(&mut self, _round: Round, download: &Payload) -> Result<()> {
-        let d = wire::decode_tm_composite(download, self.shape, 1, 0)?;
-        self.tm = self.rebuild.machine(&d.models[0])?;
+        let d = wire::decode_tm_composite(download, self.machine.shape, 1, 0)?;
+        self.machine.tm = self.machine.rebuild.machine(&d.models[0])?;
         Ok(())
     }
 
     fn train(&mut self, shard: &BitShard, _round: Round, rng: &mut FlintRng) -> Result<Payload> {
-        self.hyper
-            .train_locally(&mut self.tm, &shard.train, &mut self.masks, rng);
-        let upload = upload_of(&self.tm, &shard.train_class_counts())?;
-        Ok(wire::encode_tm_upload(&upload, self.shape))
+        self.machine.train_and_upload(&self.hyper, shard, rng)
     }
 
     fn evaluate(&self, shard: &BitShard) -> ConfusionMatrix {
-        let p = self.tm.predict_batch(&shard.test);
-        ConfusionMatrix::from_predictions(self.shape.classes, &shard.test.labels, &p)
+        let p = self.machine.tm.predict_batch(&shard.test);
+        ConfusionMatrix::from_predictions(self.machine.shape.classes, &shard.test.labels, &p)
     }
 }
 

@@ -30,7 +30,7 @@ pub use crate::metrics::LocalMetrics;
 pub use spec::{FcmSpec, FedTmosSpec, ModelSpec, Sections, StrategySpec, TmSpec};
 
 /// The strategies by name, as `strategy = "…"` writes them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum StrategyKind {
     /// FedAvg, client weights n_k / n.
@@ -68,7 +68,7 @@ impl StrategyKind {
 }
 
 /// The models, as `model = "…"` writes them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum ModelKind {
     #[serde(rename = "logreg")]
@@ -158,8 +158,11 @@ pub enum StrategyState {
 }
 
 pub trait ServerStrategy: Send {
-    /// What round 1 starts from, given the feature count the clients declared.
-    fn initial_download(&self, features: usize) -> Option<Payload>;
+    /// What round 1 starts from, given the feature count the clients declared (by default
+    /// nothing: each client starts from its own model).
+    fn initial_download(&self, _features: usize) -> Option<Payload> {
+        None
+    }
     /// Decodes one received update, checking it against the run: the only place a received
     /// payload is read. A refused update changes no state.
     fn decode(&self, client: ClientId, features: usize, update: &Payload) -> Result<Update>;
@@ -170,19 +173,19 @@ pub trait ServerStrategy: Send {
         clients: &BTreeMap<ClientId, DataSummary>,
         updates: &BTreeMap<ClientId, Update>,
     ) -> Result<Aggregate>;
-    /// What the strategy keeps between rounds.
-    fn snapshot(&self) -> StrategyState;
-    /// Takes back what [`ServerStrategy::snapshot`] gave, into a strategy built from the same spec.
-    fn restore(&mut self, state: StrategyState) -> Result<()>;
-}
-
-/// `restore` of a strategy that keeps nothing between rounds.
-fn restore_stateless(who: &str, state: StrategyState) -> Result<()> {
-    match state {
-        StrategyState::Stateless => Ok(()),
-        StrategyState::Tpfl(_) => Err(FlintError::Model(format!(
-            "{who} keeps no state between rounds, but was given tpfl's"
-        ))),
+    /// What the strategy keeps between rounds (by default nothing).
+    fn snapshot(&self) -> StrategyState {
+        StrategyState::Stateless
+    }
+    /// Takes back what [`ServerStrategy::snapshot`] gave, into a strategy built from the same
+    /// spec (by default: nothing to take, and a state that is something is refused).
+    fn restore(&mut self, state: StrategyState) -> Result<()> {
+        match state {
+            StrategyState::Stateless => Ok(()),
+            StrategyState::Tpfl(_) => Err(FlintError::Model(
+                "this strategy keeps no state between rounds, but was given tpfl's".into(),
+            )),
+        }
     }
 }
 
@@ -288,7 +291,7 @@ mod tests {
     use super::fcm::{Aggregation, FcmServer};
     use super::fedavg::FedAvgServer;
     use super::local::LocalServer;
-    use super::tpfl::{ClusterMean, TpflSection, TpflServer};
+    use super::tpfl::{ClusterMean, TpflHyper, TpflServer};
     use super::*;
     use crate::model::fcm::Fcm;
     use crate::model::logreg::LogReg;
@@ -378,9 +381,9 @@ mod tests {
     fn tpfl_restores_its_previous_aggregates_and_delta_bases() {
         // TPFL §5 with the code's cluster mean (the previous aggregate is averaged in) and
         // delta uploads: both depend on what the server kept from round 1.
-        let hyper = TpflSection {
-            cluster_mean: Some("with-previous".into()),
-            delta: Some(true),
+        let hyper = TpflHyper {
+            cluster_mean: ClusterMean::WithPrevious,
+            delta: true,
             ..Default::default()
         }
         .check()

@@ -5,32 +5,33 @@
 use serde::Serialize;
 
 use super::ahp::{AhpCriterion, AhpHyper, AhpSection};
-use super::fcm::{Aggregation, Blend, FcmClient, FcmServer};
+use super::fcm::{Aggregation, Blend, FcmClient, FcmSection, FcmServer};
 use super::fedavg::{FedAvgClient, FedAvgServer};
 use super::fedtm::{FedTmClient, FedTmServer};
 use super::fedtmos::{EnsembleServer, FedTmosClient, FedTmosHyper, FedTmosSection, FedTmosServer};
 use super::local::LocalServer;
-use super::tpfl::{TpflClient, TpflHyper, TpflSection, TpflServer};
+use super::tpfl::{TpflClient, TpflHyper, TpflServer};
 use super::{ClientStrategy, ModelKind, ServerStrategy, StrategyKind};
 use crate::data::Shard;
 use crate::data::images::{BitShard, Holdout, ShardSizes};
-use crate::model::fcm::{FcmHyper, FcmSection};
-use crate::model::logreg::{LogRegHyper, LogRegSection};
-use crate::model::pso::{PsoHyper, PsoSection};
-use crate::model::tm::{TmHyper, TmSection};
-use crate::params::{ParamError, ParamResult, parse_name, parse_name_or};
+use crate::model::fcm::FcmHyper;
+use crate::model::logreg::LogRegHyper;
+use crate::model::pso::PsoHyper;
+use crate::model::tm::TmHyper;
+use crate::params::{ParamError, ParamResult};
 use crate::{ClientId, FlintError, Result};
 
-/// The algorithm sections of an experiment file, as written.
-#[derive(Debug, Clone, Copy)]
-pub struct Sections<'a> {
-    pub logreg: &'a LogRegSection,
-    pub ahp: &'a AhpSection,
-    pub fcm: &'a FcmSection,
-    pub pso: &'a PsoSection,
-    pub tm: &'a TmSection,
-    pub tpfl: &'a TpflSection,
-    pub fedtmos: &'a FedTmosSection,
+/// The algorithm sections of an experiment file, each as written (`None` where absent, read at
+/// its defaults).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Sections {
+    pub logreg: Option<LogRegHyper>,
+    pub ahp: Option<AhpSection>,
+    pub fcm: Option<FcmSection>,
+    pub pso: Option<PsoHyper>,
+    pub tm: Option<TmHyper>,
+    pub tpfl: Option<TpflHyper>,
+    pub fedtmos: Option<FedTmosSection>,
 }
 
 /// Blind FL's map, its training, and the server's weighting.
@@ -104,24 +105,21 @@ struct Checked {
 }
 
 impl Checked {
-    fn of(s: Sections<'_>) -> ParamResult<Checked> {
+    fn of(s: &Sections) -> ParamResult<Checked> {
+        let (fcm, aggregation) = s.fcm.unwrap_or_default().check()?;
         Ok(Checked {
-            logreg: s.logreg.check()?,
-            ahp: s.ahp.check()?,
+            logreg: s.logreg.unwrap_or_default().check()?,
+            ahp: s.ahp.clone().unwrap_or_default().check()?,
             fcm: FcmSpec {
-                fcm: s.fcm.check()?,
-                pso: s.pso.check()?,
-                aggregation: parse_name_or(
-                    "fcm.aggregation",
-                    s.fcm.aggregation.as_deref(),
-                    Aggregation::Mean,
-                )?,
+                fcm,
+                pso: s.pso.unwrap_or_default().check()?,
+                aggregation,
             },
             tm: TmSpec {
-                tm: s.tm.check()?,
-                tpfl: s.tpfl.check()?,
+                tm: s.tm.unwrap_or_default().check()?,
+                tpfl: s.tpfl.unwrap_or_default().check()?,
             },
-            fedtmos: s.fedtmos.check()?,
+            fedtmos: s.fedtmos.unwrap_or_default().check()?,
         })
     }
 }
@@ -134,6 +132,35 @@ impl ModelSpec {
             ModelKind::Fcm => ModelSpec::Fcm(c.fcm),
             ModelKind::Tm => ModelSpec::Tm(c.tm),
         }
+    }
+
+    /// The sections this model reads, every key as it reads it; the others `None`. FedTMOS's
+    /// keys a preset decides are written only where they differ from the preset's value.
+    fn resolved_sections(&self, written: &Sections) -> Sections {
+        let mut out = Sections::default();
+        match self {
+            ModelSpec::LogReg(logreg) => out.logreg = Some(*logreg),
+            ModelSpec::Fcm(f) => {
+                out.fcm = Some(FcmSection {
+                    activation: f.fcm.activation,
+                    slope: Some(f.fcm.slope),
+                    tolerance: f.fcm.tolerance,
+                    max_iterations: f.fcm.max_iterations,
+                    fitness: f.fcm.fitness,
+                    aggregation: f.aggregation,
+                });
+                out.pso = Some(f.pso);
+            }
+            ModelSpec::Tm(t) => {
+                out.tm = Some(t.tm);
+                out.tpfl = Some(t.tpfl);
+            }
+            ModelSpec::ConvTm(f) => {
+                out.tm = Some(f.tm);
+                out.fedtmos = Some(written.fedtmos.unwrap_or_default().canonical());
+            }
+        }
+        out
     }
 
     pub fn kind(&self) -> ModelKind {
@@ -157,10 +184,8 @@ impl ModelSpec {
 
 impl StrategySpec {
     /// `strategy` and `model` as written, and the sections the strategy takes its settings from.
-    pub fn check(strategy: &str, model: Option<&str>, s: Sections<'_>) -> ParamResult<Self> {
-        let kind: StrategyKind = parse_name("strategy", strategy)?;
+    pub fn check(kind: StrategyKind, given: Option<ModelKind>, s: &Sections) -> ParamResult<Self> {
         let c = Checked::of(s)?;
-        let given: Option<ModelKind> = model.map(|m| parse_name("model", m)).transpose()?;
         let implied = match kind {
             StrategyKind::FedAvg | StrategyKind::FedAvgAhp => Some(ModelKind::LogReg),
             StrategyKind::BlindFcm | StrategyKind::BlendedFcm => Some(ModelKind::Fcm),
@@ -206,6 +231,19 @@ impl StrategySpec {
             StrategyKind::Local => StrategySpec::Local(ModelSpec::of(model, &c)),
             StrategyKind::Central => StrategySpec::Central(ModelSpec::of(model, &c)),
         })
+    }
+
+    /// The sections this strategy reads, every key as it reads it; the others `None`: what a
+    /// run's resolved file writes.
+    pub fn resolved_sections(&self, written: &Sections) -> Sections {
+        let mut out = self.model().resolved_sections(written);
+        if let StrategySpec::FedAvgAhp { ahp, .. } = self {
+            out.ahp = Some(AhpSection {
+                criteria: ahp.criteria.clone(),
+                preference: ahp.matrix.clone(),
+            });
+        }
+        out
     }
 
     pub fn kind(&self) -> StrategyKind {

@@ -1,4 +1,4 @@
-//! TPFL (TPFL §5, Algorithms 1 and 2; what its code does: REFERENCE-NOTES §1): a client's
+//! TPFL (TPFL §5, Algorithms 1 and 2; what its code does: docs/papers/tpfl.md): a client's
 //! confidence winner, the server's clustering by winning class and per-cluster averaging, and
 //! the two strategy halves built on them.
 //!
@@ -11,19 +11,20 @@ use std::collections::BTreeMap;
 use super::{
     Aggregate, ClientStrategy, Downloads, RoundReport, ServerStrategy, StrategyState, unexpected,
 };
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::data::images::{BitShard, Holdout, ShardSizes};
 use crate::metrics::ConfusionMatrix;
 use crate::model::tm::{CoalescedTm, FeedbackMasks, TmHyper};
-use crate::params::{ParamResult, parse_name_or, require};
+use crate::params::{ParamResult, at_least, require};
 use crate::rng::{FlintRng, derive_rng};
 use crate::wire::proto::{DataSummary, Payload};
 use crate::wire::{self, Update, Winner, WinnerUpload};
 use crate::{ClientId, FlintError, Result, Round};
 
 /// How a client measures its confidence in each class.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Confidence {
     /// Σ over the confidence set of the weighted class sums (the code).
@@ -32,78 +33,63 @@ pub enum Confidence {
     Votes,
 }
 
-/// `[tpfl]` as written; [`TpflSection::check`] makes it a [`TpflHyper`].
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TpflSection {
-    /// Local training epochs per round (default 10, TPFL Table 2).
-    pub local_epochs: Option<u32>,
-    /// `disjoint` (default: test and confidence rows never overlap training rows) or
-    /// `paper-code` (both are subsets of the client's training rows, as the published code).
-    pub evaluation: Option<String>,
-    /// Test rows per client (default 15000).
-    pub test_samples: Option<usize>,
-    /// Confidence rows per client (default 15000).
-    pub confidence_samples: Option<usize>,
-    /// `weighted` (default: Σ of weighted class sums, the code) or `votes` (Σ of the signs of
-    /// the weights of firing clauses, the paper's formula without weights).
-    pub confidence: Option<String>,
-    /// `members` (default: the paper's mean) or `with-previous` (the code also averages in the
-    /// cluster's previous aggregate).
-    pub cluster_mean: Option<String>,
-    /// How the average becomes integer weights: `nearest` (default) or `truncate` (the code).
-    pub rounding: Option<String>,
-    /// Upload the weights minus the vector last received for that class (default false).
-    pub delta: Option<bool>,
-}
-
-/// Checked `[tpfl]` settings.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+/// `[tpfl]`: TPFL's rounds (TPFL §5, Table 2); where the paper and its published code differ,
+/// the key says which each value follows.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
 pub struct TpflHyper {
+    /// Local training epochs per round (TPFL Table 2).
+    #[serde(deserialize_with = "at_least::<1, _, _>")]
     pub local_epochs: u32,
+    /// `disjoint` (test and confidence rows never overlap training rows) or `paper-code` (both
+    /// are subsets of the client's training rows, as the published code).
     pub evaluation: Holdout,
+    /// Test rows per client.
+    #[serde(deserialize_with = "at_least::<1, _, _>")]
     pub test_samples: usize,
+    /// Confidence rows per client.
+    #[serde(deserialize_with = "at_least::<1, _, _>")]
     pub confidence_samples: usize,
+    /// `weighted` (Σ of weighted class sums, the code) or `votes` (Σ of the signs of the weights
+    /// of firing clauses, the paper's formula without weights).
     pub confidence: Confidence,
+    /// `members` (the paper's mean) or `with-previous` (the code also averages in the cluster's
+    /// previous aggregate).
     pub cluster_mean: ClusterMean,
+    /// How the average becomes integer weights: `nearest` or `truncate` (the code).
     pub rounding: Rounding,
+    /// Upload the weights minus the vector last received for that class.
     pub delta: bool,
 }
 
-impl TpflSection {
-    pub fn check(&self) -> ParamResult<TpflHyper> {
-        let local_epochs = self.local_epochs.unwrap_or(10);
+impl Default for TpflHyper {
+    fn default() -> Self {
+        TpflHyper {
+            local_epochs: 10,
+            evaluation: Holdout::Disjoint,
+            test_samples: 15_000,
+            confidence_samples: 15_000,
+            confidence: Confidence::Weighted,
+            cluster_mean: ClusterMean::Members,
+            rounding: Rounding::Nearest,
+            delta: false,
+        }
+    }
+}
+
+impl TpflHyper {
+    /// The settings, refused where a value is out of its range.
+    pub fn check(self) -> ParamResult<TpflHyper> {
         let at_least_one = |key, n: usize| require(key, "at least 1", n, n > 0);
-        Ok(TpflHyper {
-            local_epochs: require(
-                "tpfl.local_epochs",
-                "at least 1",
-                local_epochs,
-                local_epochs > 0,
-            )?,
-            evaluation: parse_name_or(
-                "tpfl.evaluation",
-                self.evaluation.as_deref(),
-                Holdout::Disjoint,
-            )?,
-            test_samples: at_least_one("tpfl.test_samples", self.test_samples.unwrap_or(15_000))?,
-            confidence_samples: at_least_one(
-                "tpfl.confidence_samples",
-                self.confidence_samples.unwrap_or(15_000),
-            )?,
-            confidence: parse_name_or(
-                "tpfl.confidence",
-                self.confidence.as_deref(),
-                Confidence::Weighted,
-            )?,
-            cluster_mean: parse_name_or(
-                "tpfl.cluster_mean",
-                self.cluster_mean.as_deref(),
-                ClusterMean::Members,
-            )?,
-            rounding: parse_name_or("tpfl.rounding", self.rounding.as_deref(), Rounding::Nearest)?,
-            delta: self.delta.unwrap_or(false),
-        })
+        require(
+            "tpfl.local_epochs",
+            "at least 1",
+            self.local_epochs,
+            self.local_epochs > 0,
+        )?;
+        at_least_one("tpfl.test_samples", self.test_samples)?;
+        at_least_one("tpfl.confidence_samples", self.confidence_samples)?;
+        Ok(self)
     }
 }
 
@@ -131,7 +117,7 @@ pub fn confidence_winner(confidence: &[i64]) -> Option<(u32, i64)> {
 }
 
 /// How a cluster's average is formed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum ClusterMean {
     /// The paper: the plain mean of the members' vectors.
@@ -191,7 +177,7 @@ pub fn cluster(
 }
 
 /// How a client turns its cluster's (real-valued) average back into integer clause weights.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Rounding {
     /// To the nearest integer, halves away from zero (Flint's default: unbiased in sign).
@@ -587,7 +573,7 @@ mod tests {
     }
 
     fn hyper() -> TpflHyper {
-        TpflSection::default().check().unwrap()
+        TpflHyper::default().check().unwrap()
     }
 
     fn winner(class: u32, weights: Vec<i32>, base: Round) -> Payload {

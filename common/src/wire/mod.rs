@@ -20,8 +20,6 @@ use proto::Payload;
 use proto::payload::Kind;
 use serde::{Deserialize, Serialize};
 
-use crate::params::{ParamResult, parse_name_or};
-
 /// Request and response headers that let byte counters attribute traffic to (client, round).
 pub const CLIENT_HEADER: &str = "flint-client-id";
 pub const ROUND_HEADER: &str = "flint-round";
@@ -44,43 +42,24 @@ pub fn kind_name(p: &Payload) -> &'static str {
     }
 }
 
-/// `[wire]` as written.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// `[wire]`: how messages travel.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(default, deny_unknown_fields)]
 pub struct WireSection {
-    /// gRPC message compression both ways: `none` (default), `gzip` or `zstd`.
-    pub compression: Option<String>,
-}
-
-impl WireSection {
-    pub fn check(&self) -> ParamResult<Compression> {
-        parse_name_or(
-            "wire.compression",
-            self.compression.as_deref(),
-            Compression::None,
-        )
-    }
+    /// gRPC message compression both ways: `none`, `gzip` or `zstd`.
+    pub compression: Compression,
 }
 
 /// gRPC message compression, the same both ways; the message-level byte count sees its effect.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum Compression {
+    #[default]
     None,
     Gzip,
     Zstd,
-}
-
-impl Compression {
-    /// The tonic encoding both ends enable (`None`: messages go uncompressed).
-    #[cfg(feature = "shell")]
-    pub fn encoding(self) -> Option<tonic::codec::CompressionEncoding> {
-        match self {
-            Compression::None => None,
-            Compression::Gzip => Some(tonic::codec::CompressionEncoding::Gzip),
-            Compression::Zstd => Some(tonic::codec::CompressionEncoding::Zstd),
-        }
-    }
 }
 
 /// The papers' byte convention for a payload: parameters × the width the reference code used
@@ -88,7 +67,7 @@ impl Compression {
 /// float64 cluster average down). TPFL's paper counts a cluster's download once, not once per
 /// member; the per-client figure here is the per-member one, and the round report's
 /// `paper_download_bytes` (`strategy::tpfl::TpflRound`) holds the paper's. FedTMOS's code
-/// (`size`, FEDTMOS-CODE-NOTES §7) counts every one of the run's `classes` of every machine, held
+/// (`size`, docs/papers/fedtmos.md §19) counts every one of the run's `classes` of every machine, held
 /// or not: per class, clauses × (one u32 weight + ⌈literals / 32⌉ u32 words of include bits).
 pub fn paper_convention_bytes(p: &Payload, classes: usize) -> u64 {
     let tm = |m: &proto::TmModel| {

@@ -323,7 +323,9 @@ impl ClauseBank {
 
 /// Where a machine rebuilt from include bits puts its excluded automata (included ones go to
 /// the first include state, N + 1, either way).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum ExcludedAt {
     /// The last exclude state, N: one reward away from including, as a trained machine's

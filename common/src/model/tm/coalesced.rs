@@ -5,8 +5,8 @@
 use rand::RngExt;
 
 use super::bank::{ClauseBank, FeedbackMasks, LiteralRows, select_for_feedback};
+use super::infer::argmax;
 use super::infer::{CompiledClauses, Transposed, accuracy, predictions};
-use super::multiclass::argmax;
 use super::{NegativeSampling, TmHyper};
 use crate::data::booleanize::BitRows;
 use crate::rng::FlintRng;

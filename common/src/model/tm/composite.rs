@@ -13,7 +13,19 @@ use super::{CoalescedTm, MultiClassTm, conv::ConvTm};
 use crate::data::booleanize::BitRows;
 
 /// Where a model's spread is taken.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum Normalization {
     /// Eq. 3: per input, max − min over its classes; a model whose sums are all equal for an

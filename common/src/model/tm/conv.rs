@@ -594,7 +594,7 @@ fn learn_one(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::tm::TmSection;
+    use crate::model::tm::TmHyper;
     use crate::rng::derive_rng;
 
     #[test]
@@ -735,7 +735,7 @@ mod tests {
 
     #[test]
     fn patches_must_fit_the_image() {
-        let h = TmSection::check(&TmSection::default()).unwrap();
+        let h = TmHyper::default().check().unwrap();
         let spec = PatchSpec {
             width: 4,
             height: 4,

@@ -8,9 +8,18 @@ use crate::data::booleanize::BitRows;
 
 /// Predictions from row-major class sums: the class with the largest sum, ties to the lowest.
 pub fn predictions(sums: &[i32], classes: usize) -> Vec<u32> {
-    sums.chunks(classes)
-        .map(super::multiclass::argmax)
-        .collect()
+    sums.chunks(classes).map(argmax).collect()
+}
+
+/// The class with the largest sum, ties to the lowest.
+pub fn argmax(sums: &[i32]) -> u32 {
+    let mut best = 0;
+    for (c, &v) in sums.iter().enumerate() {
+        if v > sums[best] {
+            best = c;
+        }
+    }
+    best as u32
 }
 
 /// The fraction of `predicted` equal to `labels`.

@@ -5,6 +5,7 @@ pub mod checkpoint;
 pub mod coalesced;
 pub mod composite;
 pub mod conv;
+mod handoff;
 pub mod infer;
 pub mod multiclass;
 pub mod parts;
@@ -15,25 +16,13 @@ pub use bank::{ClauseBank, ExcludedAt, FeedbackMasks};
 pub use coalesced::CoalescedTm;
 pub use multiclass::MultiClassTm;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::params::{ParamResult, parse_name_or, require};
-
-/// `[tm]` as written; [`TmSection::check`] makes it a [`TmHyper`], which says what each means.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TmSection {
-    pub clauses: Option<usize>,
-    pub t: Option<i32>,
-    pub s: Option<f64>,
-    pub state_bits: Option<usize>,
-    pub weighted: Option<bool>,
-    pub boost_true_positive: Option<bool>,
-    pub negative_sampling: Option<String>,
-}
+use crate::params::{ParamResult, at_least, require};
 
 /// Which classes a training example trains against.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum NegativeSampling {
     /// One, uniformly among the other classes (Granmo 2018).
@@ -45,53 +34,67 @@ pub enum NegativeSampling {
     All,
 }
 
-/// Checked hyper-parameters; the defaults are pyTsetlinMachine's (unweighted, boost on, 8 bits).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+/// `[tm]`: the Tsetlin Machine (`model = "tm"`, TPFL's coalesced machine, FedTMOS's
+/// convolutional one). The defaults are pyTsetlinMachine's (unweighted, boost on, 8 bits) with
+/// MNIST's size; [`TmHyper::check`] says what each allows.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
 pub struct TmHyper {
     /// Clauses per class (multi-class) or in the shared bank (coalesced); even for polarity halves.
+    #[serde(deserialize_with = "at_least::<2, _, _>")]
     pub clauses: usize,
-    /// Voting margin: class sums are clamped to [−T, T] during training.
+    /// Voting margin T: class sums are clamped to [−T, T] during training.
     pub t: i32,
-    /// Specificity: literals are forgotten with probability 1/s.
+    /// Specificity s: literals are forgotten with probability 1/s.
     pub s: f64,
     /// Bits per automaton state; 2^(bits−1) states per action.
+    #[serde(deserialize_with = "at_least::<2, _, _>")]
     pub state_bits: usize,
     /// Integer clause weights (Phoulady et al.): +1 on Type I of a firing clause, −1 on Type II
     /// while above 1.
     pub weighted: bool,
     /// True literals of a firing clause under Type I are always reinforced (not with (s−1)/s).
     pub boost_true_positive: bool,
+    /// Which classes an example trains against: `uniform`, `focused` or `all` (one-vs-all).
     pub negative_sampling: NegativeSampling,
 }
 
-impl TmSection {
-    pub fn check(&self) -> ParamResult<TmHyper> {
-        let clauses = self.clauses.unwrap_or(100);
-        let t = self.t.unwrap_or(1000);
-        let s = self.s.unwrap_or(10.0);
-        let state_bits = self.state_bits.unwrap_or(8);
-        Ok(TmHyper {
-            clauses: require(
-                "tm.clauses",
-                "even and at least 2",
-                clauses,
-                clauses >= 2 && clauses.is_multiple_of(2),
-            )?,
-            t: require("tm.t", "at least 1", t, t >= 1)?,
-            s: require("tm.s", "at least 1", s, s.is_finite() && s >= 1.0)?,
-            state_bits: require(
-                "tm.state_bits",
-                "2 to 16",
-                state_bits,
-                (2..=16).contains(&state_bits),
-            )?,
-            weighted: self.weighted.unwrap_or(false),
-            boost_true_positive: self.boost_true_positive.unwrap_or(true),
-            negative_sampling: parse_name_or(
-                "tm.negative_sampling",
-                self.negative_sampling.as_deref(),
-                NegativeSampling::Uniform,
-            )?,
-        })
+impl Default for TmHyper {
+    fn default() -> Self {
+        TmHyper {
+            clauses: 100,
+            t: 1000,
+            s: 10.0,
+            state_bits: 8,
+            weighted: false,
+            boost_true_positive: true,
+            negative_sampling: NegativeSampling::Uniform,
+        }
+    }
+}
+
+impl TmHyper {
+    /// The settings, refused where a value is out of its range.
+    pub fn check(self) -> ParamResult<TmHyper> {
+        require(
+            "tm.clauses",
+            "even and at least 2",
+            self.clauses,
+            self.clauses >= 2 && self.clauses.is_multiple_of(2),
+        )?;
+        require("tm.t", "at least 1", self.t, self.t >= 1)?;
+        require(
+            "tm.s",
+            "at least 1",
+            self.s,
+            self.s.is_finite() && self.s >= 1.0,
+        )?;
+        require(
+            "tm.state_bits",
+            "2 to 16",
+            self.state_bits,
+            (2..=16).contains(&self.state_bits),
+        )?;
+        Ok(self)
     }
 }

@@ -5,7 +5,8 @@
 use rand::RngExt;
 
 use super::bank::{ClauseBank, ExcludedAt, FeedbackMasks, LiteralRows, select_for_feedback};
-use super::infer::{CompiledClauses, Transposed, accuracy, predictions};
+use super::handoff::Handoff;
+use super::infer::{CompiledClauses, Transposed, accuracy, argmax, predictions};
 use super::{NegativeSampling, TmHyper};
 use crate::data::booleanize::BitRows;
 use crate::rng::FlintRng;
@@ -317,189 +318,47 @@ impl MultiClassTm {
     /// class. The model is identical for 1 and 2 threads; it differs from [`Self::fit_epoch`]'s,
     /// which draws everything from one stream.
     pub fn fit_epoch_threaded(&mut self, data: &BitRows, rng: &mut FlintRng, threads: usize) {
-        use rand::SeedableRng;
         use rand::seq::SliceRandom;
-        use std::sync::Mutex;
-        use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-
-        struct Class<'a> {
-            bank: &'a mut ClauseBank,
-            weights: &'a mut Vec<u32>,
-            rng: FlintRng,
-            masks: FeedbackMasks,
-            scratch: Scratch,
-        }
-        fn learn(c: &mut Class<'_>, hyper: &TmHyper, x: &[u64], target: bool) {
-            let t = hyper.t;
-            let v = class_sum(c.bank, c.weights, x, true, &mut c.scratch.fired).clamp(-t, t);
-            c.bank.literals_of(x, &mut c.scratch.lits);
-            let rows = LiteralRows::one(&c.scratch.lits);
-            let (fired, selected) = (&c.scratch.fired, &mut c.scratch.selected);
-            apply(
-                c.bank,
-                c.weights,
-                hyper,
-                target,
-                v,
-                fired,
-                rows,
-                &mut c.masks,
-                &mut c.rng,
-                selected,
-            );
-        }
-
         let mut order: Vec<usize> = (0..data.len()).collect();
         order.shuffle(rng);
-        let hyper = self.hyper;
-        let classes = self.classes;
-        let seeds: Vec<u64> = (0..classes).map(|_| rng.random()).collect();
-        let states: Vec<Mutex<Class<'_>>> = self
-            .banks
-            .iter_mut()
-            .zip(self.weights.iter_mut())
-            .zip(seeds)
-            .map(|((bank, weights), seed)| {
-                let mut r = FlintRng::seed_from_u64(seed);
-                let masks = FeedbackMasks::new(hyper.s, &mut r);
-                Mutex::new(Class {
-                    bank,
-                    weights,
-                    rng: r,
-                    masks,
-                    scratch: Scratch::default(),
-                })
-            })
-            .collect();
-        let lock = |c: usize| states[c].lock().expect("class lock");
+        let (hyper, classes) = (self.hyper, self.classes);
+        for &i in &order {
+            self.class_counts[data.labels[i] as usize] += 1;
+        }
+        let states = ClassStreams::of(self, rng);
         if hyper.negative_sampling == NegativeSampling::All {
-            // One-vs-all: each class learns from every example on its own stream, independently
-            // of the others, so the classes are split over the threads whole.
-            for &i in &order {
-                self.class_counts[data.labels[i] as usize] += 1;
-            }
-            let workers = threads.clamp(1, classes);
-            let train = |w: usize| {
-                for c in (w..classes).step_by(workers) {
-                    let mut st = lock(c);
-                    for &i in &order {
-                        learn(&mut st, &hyper, data.row(i), data.labels[i] as usize == c);
-                    }
-                }
-            };
-            std::thread::scope(|scope| {
-                for w in 1..workers {
-                    scope.spawn(move || train(w));
-                }
-                train(0);
-            });
+            states.one_vs_all(&hyper, data, &order, threads);
             return;
         }
-        let mut sums_scratch = Scratch::default();
-        // The negative class of each example, drawn on this thread before either update.
-        let mut negative_of = |i: usize, y: usize, rng: &mut FlintRng| match hyper.negative_sampling
-        {
-            // `All` returned above.
-            NegativeSampling::Uniform | NegativeSampling::All => {
-                let r = rng.random_range(0..classes - 1);
-                if r >= y { r + 1 } else { r }
-            }
-            NegativeSampling::Focused => {
-                let t = hyper.t;
-                let weights: Vec<i64> = (0..classes)
-                    .map(|c| {
-                        if c == y {
-                            return 0;
-                        }
-                        let st = lock(c);
-                        let v = class_sum(
-                            st.bank,
-                            st.weights,
-                            data.row(i),
-                            true,
-                            &mut sums_scratch.fired,
-                        );
-                        i64::from(v.clamp(-t, t) + t)
-                    })
-                    .collect();
-                let total: i64 = weights.iter().sum();
-                if total == 0 {
-                    let r = rng.random_range(0..classes - 1);
-                    return if r >= y { r + 1 } else { r };
-                }
-                let mut pick = rng.random_range(0..total);
-                weights
-                    .iter()
-                    .position(|&w| {
-                        let hit = pick < w;
-                        pick -= w;
-                        hit
-                    })
-                    .expect("pick is below the total")
-            }
-        };
-
-        if threads < 2 {
-            for &i in &order {
-                let y = data.labels[i] as usize;
-                let neg = negative_of(i, y, rng);
-                self.class_counts[y] += 1;
-                learn(&mut lock(y), &hyper, data.row(i), true);
-                learn(&mut lock(neg), &hyper, data.row(i), false);
-            }
-            return;
-        }
-        // A second thread takes the negative class of each example; the two meet after every
-        // example by spinning on a generation counter (a sleep and wake per example would cost
-        // more than the update itself).
-        const STOP: u64 = u64::MAX;
-        let (generation, done) = (AtomicU64::new(0), AtomicU64::new(0));
-        let (job_row, job_class) = (AtomicUsize::new(0), AtomicUsize::new(0));
-        let wait = |flag: &AtomicU64, until: &dyn Fn(u64) -> bool| {
-            let mut spins = 0u32;
-            loop {
-                let v = flag.load(Ordering::Acquire);
-                if until(v) {
-                    return v;
-                }
-                spins += 1;
-                if spins.is_multiple_of(1024) {
-                    std::thread::yield_now();
-                } else {
-                    std::hint::spin_loop();
+        let mut negatives = Negatives::new(hyper, classes);
+        match threads < 2 {
+            true => {
+                for &i in &order {
+                    let y = data.labels[i] as usize;
+                    let neg = negatives.of(&states, data.row(i), y, rng);
+                    states.learn(y, &hyper, data.row(i), true);
+                    states.learn(neg, &hyper, data.row(i), false);
                 }
             }
-        };
-        std::thread::scope(|scope| {
-            scope.spawn(|| {
-                let mut seen = 0;
-                loop {
-                    let g = wait(&generation, &|v| v != seen);
-                    if g == STOP {
-                        return;
+            false => {
+                // A second thread takes the negative class of each example (see `Handoff`).
+                let handoff = Handoff::default();
+                std::thread::scope(|scope| {
+                    scope.spawn(|| {
+                        handoff.serve(|(i, c)| states.learn(c, &hyper, data.row(i), false))
+                    });
+                    for (n, &i) in order.iter().enumerate() {
+                        let y = data.labels[i] as usize;
+                        let neg = negatives.of(&states, data.row(i), y, rng);
+                        let g = n as u64 + 1;
+                        handoff.give(g, (i, neg));
+                        states.learn(y, &hyper, data.row(i), true);
+                        handoff.wait_done(g);
                     }
-                    let (i, c) = (
-                        job_row.load(Ordering::Relaxed),
-                        job_class.load(Ordering::Relaxed),
-                    );
-                    learn(&mut lock(c), &hyper, data.row(i), false);
-                    seen = g;
-                    done.store(g, Ordering::Release);
-                }
-            });
-            for (n, &i) in order.iter().enumerate() {
-                let y = data.labels[i] as usize;
-                let neg = negative_of(i, y, rng);
-                self.class_counts[y] += 1;
-                let g = n as u64 + 1;
-                job_row.store(i, Ordering::Relaxed);
-                job_class.store(neg, Ordering::Relaxed);
-                generation.store(g, Ordering::Release);
-                learn(&mut lock(y), &hyper, data.row(i), true);
-                wait(&done, &|v| v == g);
+                    handoff.stop();
+                });
             }
-            generation.store(STOP, Ordering::Release);
-        });
+        }
     }
 
     /// Accuracy on `data`.
@@ -623,6 +482,145 @@ impl MultiClassTm {
     }
 }
 
+/// One class's bank with its own random stream, mask pool and scratch, as the threaded epoch
+/// trains it.
+struct ClassStream<'a> {
+    bank: &'a mut ClauseBank,
+    weights: &'a mut Vec<u32>,
+    rng: FlintRng,
+    masks: FeedbackMasks,
+    scratch: Scratch,
+}
+
+/// Every class's stream, each behind its own lock: two threads may train two classes at once.
+struct ClassStreams<'a>(Vec<std::sync::Mutex<ClassStream<'a>>>);
+
+impl<'a> ClassStreams<'a> {
+    /// One stream per class, seeded in class order from `rng`.
+    fn of(tm: &'a mut MultiClassTm, rng: &mut FlintRng) -> ClassStreams<'a> {
+        use rand::SeedableRng;
+        let s = tm.hyper.s;
+        let seeds: Vec<u64> = (0..tm.classes).map(|_| rng.random()).collect();
+        let streams = tm
+            .banks
+            .iter_mut()
+            .zip(tm.weights.iter_mut())
+            .zip(seeds)
+            .map(|((bank, weights), seed)| {
+                let mut rng = FlintRng::seed_from_u64(seed);
+                let masks = FeedbackMasks::new(s, &mut rng);
+                std::sync::Mutex::new(ClassStream {
+                    bank,
+                    weights,
+                    rng,
+                    masks,
+                    scratch: Scratch::default(),
+                })
+            })
+            .collect();
+        ClassStreams(streams)
+    }
+
+    fn lock(&self, class: usize) -> std::sync::MutexGuard<'_, ClassStream<'a>> {
+        self.0[class].lock().expect("class lock")
+    }
+
+    /// Class `class` learns example `x`, as its target or against it.
+    fn learn(&self, class: usize, hyper: &TmHyper, x: &[u64], target: bool) {
+        let c = &mut *self.lock(class);
+        let t = hyper.t;
+        let v = class_sum(c.bank, c.weights, x, true, &mut c.scratch.fired).clamp(-t, t);
+        c.bank.literals_of(x, &mut c.scratch.lits);
+        let rows = LiteralRows::one(&c.scratch.lits);
+        let (fired, selected) = (&c.scratch.fired, &mut c.scratch.selected);
+        apply(
+            c.bank,
+            c.weights,
+            hyper,
+            target,
+            v,
+            fired,
+            rows,
+            &mut c.masks,
+            &mut c.rng,
+            selected,
+        );
+    }
+
+    /// One-vs-all: each class learns from every example on its own stream, independently of the
+    /// others, so the classes are split over the threads whole.
+    fn one_vs_all(&self, hyper: &TmHyper, data: &BitRows, order: &[usize], threads: usize) {
+        let classes = self.0.len();
+        let workers = threads.clamp(1, classes);
+        let train = |w: usize| {
+            for c in (w..classes).step_by(workers) {
+                for &i in order {
+                    self.learn(c, hyper, data.row(i), data.labels[i] as usize == c);
+                }
+            }
+        };
+        std::thread::scope(|scope| {
+            for w in 1..workers {
+                scope.spawn(move || train(w));
+            }
+            train(0);
+        });
+    }
+}
+
+/// The negative class of each example, drawn on the leading thread before either update.
+struct Negatives {
+    hyper: TmHyper,
+    classes: usize,
+    scratch: Scratch,
+}
+
+impl Negatives {
+    fn new(hyper: TmHyper, classes: usize) -> Negatives {
+        Negatives {
+            hyper,
+            classes,
+            scratch: Scratch::default(),
+        }
+    }
+
+    /// Uniform among the other classes, or (focused) in proportion to how strongly each votes
+    /// for `x`: T + its clamped sum.
+    fn of(&mut self, streams: &ClassStreams, x: &[u64], y: usize, rng: &mut FlintRng) -> usize {
+        let uniform = |rng: &mut FlintRng| {
+            let r = rng.random_range(0..self.classes - 1);
+            if r >= y { r + 1 } else { r }
+        };
+        if self.hyper.negative_sampling != NegativeSampling::Focused {
+            return uniform(rng);
+        }
+        let t = self.hyper.t;
+        let weights: Vec<i64> = (0..self.classes)
+            .map(|c| {
+                if c == y {
+                    return 0;
+                }
+                let st = streams.lock(c);
+                let v = class_sum(st.bank, st.weights, x, true, &mut self.scratch.fired);
+                i64::from(v.clamp(-t, t) + t)
+            })
+            .collect();
+        let total: i64 = weights.iter().sum();
+        if total == 0 {
+            return uniform(rng);
+        }
+        let mut pick = rng.random_range(0..total);
+        weights
+            .iter()
+            .position(|&w| {
+                let hit = pick < w;
+                pick -= w;
+                hit
+            })
+            .expect("pick is below the total")
+    }
+}
+
 /// The class sum Σ polarity·weight over firing clauses of one class, unclamped; fills `fired`.
 fn class_sum(
     bank: &ClauseBank,
@@ -724,20 +722,10 @@ fn apply(
     }
 }
 
-pub fn argmax(sums: &[i32]) -> u32 {
-    let mut best = 0;
-    for (c, &v) in sums.iter().enumerate() {
-        if v > sums[best] {
-            best = c;
-        }
-    }
-    best as u32
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::tm::TmSection;
+    use crate::model::tm::TmHyper;
     use crate::model::tm::testing::{hyper, noisy_xor};
     use crate::rng::derive_rng;
 
@@ -831,14 +819,16 @@ mod tests {
         let mut rng = derive_rng(10, "xor", 0);
         let train = noisy_xor(2000, 0.1, &mut rng);
         for sampling in ["uniform", "focused", "all"] {
-            let h = TmSection::check(&TmSection {
-                clauses: Some(10),
-                t: Some(15),
-                s: Some(3.9),
-                weighted: Some(true),
-                negative_sampling: Some(sampling.into()),
+            let h = TmHyper {
+                clauses: 10,
+                t: 15,
+                s: 3.9,
+                weighted: true,
+                negative_sampling: crate::params::parse_name("tm.negative_sampling", sampling)
+                    .unwrap(),
                 ..Default::default()
-            })
+            }
+            .check()
             .unwrap();
             let fit = |threads| {
                 let mut tm = MultiClassTm::new(h, 12, 2);
@@ -863,13 +853,15 @@ mod tests {
         let mut rows = BitRows::new(12, 3);
         rows.push(&x, 0);
         for (sampling, changed) in [("uniform", 1), ("all", 2)] {
-            let h = TmSection::check(&TmSection {
-                clauses: Some(4),
-                t: Some(15),
-                s: Some(3.9),
-                negative_sampling: Some(sampling.into()),
+            let h = TmHyper {
+                clauses: 4,
+                t: 15,
+                s: 3.9,
+                negative_sampling: crate::params::parse_name("tm.negative_sampling", sampling)
+                    .unwrap(),
                 ..Default::default()
-            })
+            }
+            .check()
             .unwrap();
             let fresh = MultiClassTm::new(h, 12, 3);
             let mut tm = fresh.clone();

@@ -2,18 +2,19 @@
 
 use rand::RngExt;
 
-use super::{TmHyper, TmSection};
+use super::TmHyper;
 use crate::data::booleanize::BitRows;
 use crate::rng::FlintRng;
 
 /// A machine's hyper-parameters with the given clauses, T and s, the rest at their defaults.
 pub(crate) fn hyper(clauses: usize, t: i32, s: f64) -> TmHyper {
-    TmSection::check(&TmSection {
-        clauses: Some(clauses),
-        t: Some(t),
-        s: Some(s),
+    TmHyper {
+        clauses,
+        t,
+        s,
         ..Default::default()
-    })
+    }
+    .check()
     .expect("valid test hyper-parameters")
 }
 

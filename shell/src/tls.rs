@@ -12,7 +12,7 @@ use rcgen::{
     ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose,
 };
 
-use crate::FlintError;
+use flint_common::FlintError;
 
 /// The common name of a pool certificate: it proves membership of the federation, not a slot.
 pub const POOL_IDENTITY: &str = "*";

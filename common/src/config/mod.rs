@@ -2,38 +2,34 @@
 //!
 //! Overrides, strongest last: the file, `FLINT_…` environment variables (`FLINT_ROUNDS=3`,
 //! `FLINT_SERVER__ROUND_TIMEOUT_SECS=5`: `__` separates sections), then `--set key=value` flags.
+//! A value is read as TOML (`--set data.cuts=[[0.5],[1.5]]`), a bare word as a string.
 //! `FLINT_DATA_DIR`, `FLINT_LOG`, `FLINT_LOG_FORMAT`, the `FLINT_TLS_…` files and the compose
 //! file's variables are not experiment keys ([`RESERVED_ENV`]).
 //!
-//! Each section's type and its check live beside the algorithm it configures; this module only
-//! assembles them and checks the rules that tie sections together.
+//! Each section's type, with its defaults and its check, lives beside the algorithm it
+//! configures; this module assembles them and checks the rules that tie sections together. The
+//! resolved file a run writes (`experiment.resolved.toml`) is the checked [`ExperimentFile`]
+//! serialized: every key of the sections the run reads, with its value (FedTMOS's preset-decided
+//! keys only where they differ from the preset's).
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::data::partition::{ClassSplit, declare_clients};
-use crate::data::{
-    ClientSection, ClientSpec, DataSection, DataSpec, PartitionPlan, PartitionSection, Scaling,
-};
-use crate::model::fcm::FcmSection;
-use crate::model::logreg::LogRegSection;
-use crate::model::pso::PsoSection;
-use crate::model::tm::TmSection;
+use crate::data::partition::declare_clients;
+use crate::data::{ClientSpec, DataSpec, PartitionPlan};
 use crate::params::ParamError;
-use crate::strategy::ahp::AhpSection;
-use crate::strategy::fedtmos::FedTmosSection;
-use crate::strategy::tpfl::TpflSection;
-use crate::strategy::{ModelKind, ModelSpec, Sections, StrategyKind, StrategySpec};
-use crate::wire::{Compression, WireSection};
+use crate::strategy::StrategySpec;
+use crate::wire::Compression;
 use crate::{FlintError, Result};
 
-fn is_unset<T: Default + PartialEq>(section: &T) -> bool {
-    *section == T::default()
-}
+mod file;
+pub mod keys;
+mod overrides;
+mod rules;
+
+pub use file::{ExperimentFile, RoundPolicy, ServerSection};
 
 /// Removes every `FLINT_…` environment variable whose value is empty, so that an empty one
 /// counts as unset (a compose file can blank a variable but not remove it).
@@ -68,101 +64,6 @@ const RESERVED_ENV: &[&str] = &[
     "RESULTS",
     "IMAGE",
 ];
-
-/// The experiment file as written; every section but `data` has defaults. Clients are declared
-/// one by one (`[[clients]]`) or by number (`client_count`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ExperimentFile {
-    pub name: String,
-    pub strategy: String,
-    /// `logreg`, `fcm` or `tm`; needed by `local` and `central`, implied by the other strategies.
-    pub model: Option<String>,
-    #[serde(default)]
-    pub seed: u64,
-    pub rounds: u32,
-    #[serde(default)]
-    pub server: ServerSection,
-    pub data: DataSection,
-    #[serde(default)]
-    pub partition: PartitionSection,
-    #[serde(default)]
-    pub logreg: LogRegSection,
-    #[serde(default)]
-    pub ahp: AhpSection,
-    #[serde(default)]
-    pub fcm: FcmSection,
-    #[serde(default)]
-    pub pso: PsoSection,
-    /// The Tsetlin Machine (`model = "tm"`, TPFL's coalesced machine).
-    #[serde(default)]
-    pub tm: TmSection,
-    #[serde(default)]
-    pub tpfl: TpflSection,
-    /// Left out of the resolved file while unset, so that experiments written before FedTMOS
-    /// keep their fingerprints.
-    #[serde(default, skip_serializing_if = "is_unset")]
-    pub fedtmos: FedTmosSection,
-    #[serde(default)]
-    pub wire: WireSection,
-    /// Clients `client-1` … `client-N`, for runs too large to list (instead of `[[clients]]`).
-    pub client_count: Option<usize>,
-    #[serde(default)]
-    pub clients: Vec<ClientSection>,
-}
-
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ServerSection {
-    /// Clients that must have joined before round 1 opens (default: all of them).
-    pub min_clients: Option<usize>,
-    /// Updates a round needs before its timeout may close it (default: 1).
-    pub min_updates: Option<usize>,
-    /// Seconds after opening at which a round closes without the missing clients (default: 600).
-    pub round_timeout_secs: Option<f64>,
-    /// Seconds the server waits for the final evaluations after the last round (default: 60).
-    pub eval_timeout_secs: Option<f64>,
-    /// Keep every accepted update as it arrived, `updates/round-R-client-C.pb` (a `Payload`) in
-    /// the run directory (default false): what a bench or a later analysis replays.
-    pub keep_updates: Option<bool>,
-}
-
-/// When rounds open and close.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RoundPolicy {
-    pub rounds: u32,
-    pub min_clients: usize,
-    pub min_updates: usize,
-    pub round_timeout: Duration,
-    pub eval_timeout: Duration,
-}
-
-impl ServerSection {
-    /// The policy of a run of `rounds` rounds over `clients` declared clients.
-    pub fn check(&self, rounds: u32, clients: usize) -> Result<RoundPolicy> {
-        let bad = |m: String| FlintError::Config(m);
-        let policy = RoundPolicy {
-            rounds,
-            min_clients: self.min_clients.unwrap_or(clients),
-            min_updates: self.min_updates.unwrap_or(1),
-            round_timeout: secs("server.round_timeout_secs", self.round_timeout_secs, 600.0)?,
-            eval_timeout: secs("server.eval_timeout_secs", self.eval_timeout_secs, 60.0)?,
-        };
-        if policy.min_clients == 0 || policy.min_clients > clients {
-            return Err(bad(format!(
-                "server.min_clients must be between 1 and the {clients} declared clients, got {}",
-                policy.min_clients
-            )));
-        }
-        if policy.min_updates == 0 || policy.min_updates > clients {
-            return Err(bad(format!(
-                "server.min_updates must be between 1 and the {clients} declared clients, got {}",
-                policy.min_updates
-            )));
-        }
-        Ok(policy)
-    }
-}
 
 /// A validated experiment: every field is checked and has its final value.
 #[derive(Debug, Clone)]
@@ -238,39 +139,12 @@ impl Experiment {
         overrides: &[(String, String)],
         data_dir: Option<&Path>,
     ) -> Result<Experiment> {
-        let read = |overrides: &[(String, String)]| -> Result<ExperimentFile> {
-            let mut builder = config::Config::builder()
-                .add_source(config::File::from_str(text, config::FileFormat::Toml))
-                .add_source(
-                    config::Environment::with_prefix("FLINT")
-                        .prefix_separator("_")
-                        .separator("__")
-                        .try_parsing(true)
-                        .source(Some(env.clone().into_iter().collect())),
-                );
-            for (key, value) in overrides {
-                builder = builder
-                    .set_override(key.as_str(), value.as_str())
-                    .map_err(|e| FlintError::Config(format!("override {key}: {e}")))?;
-            }
-            builder
-                .build()
-                .and_then(|c| c.try_deserialize())
-                .map_err(|e| FlintError::Config(negative_count(e.to_string())))
-        };
-        let mut file = read(overrides)?;
-        // A run's resolved file writes every preset key out: `--set fedtmos.preset` on it
-        // must still switch them. A file that sets them by hand keeps what it set.
-        if overrides.iter().any(|(k, _)| k == "fedtmos.preset")
-            && let Ok(before) = read(&[])
-            && before.fedtmos.writes_every_preset_key()
-        {
-            let kept: Vec<&str> = overrides
-                .iter()
-                .filter_map(|(k, _)| k.strip_prefix("fedtmos."))
-                .collect();
-            file.fedtmos.follow_preset(&before.fedtmos, &kept);
-        }
+        let env = env.into_iter().filter_map(|(k, v)| {
+            let key = k.strip_prefix("FLINT_")?.to_lowercase().replace("__", ".");
+            Some((key, v))
+        });
+        let overrides: Vec<(String, String)> = env.chain(overrides.iter().cloned()).collect();
+        let mut file = overrides::read(text, &overrides)?;
         let inferred = match data_dir {
             Some(dir) => file.data.infer_classes(dir)?.is_some(),
             None => false,
@@ -283,166 +157,32 @@ impl Experiment {
     /// Validates a parsed file into its checked form: each section by its own check, then the
     /// rules that tie them together.
     pub fn check(file: ExperimentFile) -> Result<Experiment> {
-        let bad = |m: String| FlintError::Config(m);
-        if file.name.trim().is_empty() {
-            return Err(bad("name must not be empty".into()));
-        }
-        if file.name.contains(['/', '\\']) {
-            return Err(bad(format!(
-                "name {:?} must not contain a path separator",
-                file.name
-            )));
-        }
-        let strategy = StrategySpec::check(
-            &file.strategy,
-            file.model.as_deref(),
-            Sections {
-                logreg: &file.logreg,
-                ahp: &file.ahp,
-                fcm: &file.fcm,
-                pso: &file.pso,
-                tm: &file.tm,
-                tpfl: &file.tpfl,
-                fedtmos: &file.fedtmos,
-            },
-        )?;
-        if file.rounds == 0 {
-            return Err(bad("rounds must be at least 1".into()));
-        }
-        let one_shot = matches!(
-            strategy.kind(),
-            StrategyKind::FedTmos | StrategyKind::Ensemble
-        );
-        if one_shot && file.rounds != 1 {
-            return Err(bad(format!(
-                "strategy {} is one-shot: set rounds = 1, not {}",
-                strategy.name(),
-                file.rounds
-            )));
-        }
+        rules::check_name(&file.name)?;
+        let sections = file.sections();
+        let mut strategy = StrategySpec::check(file.strategy, file.model, &sections)?;
+        rules::check_rounds(&strategy, file.rounds)?;
         let (declared, clients) = declare_clients(
             file.client_count,
             &file.clients,
             strategy.needs_compute_ghz(),
         )?;
-        let n = clients.len();
-        let policy = file.server.check(file.rounds, n)?;
-        if strategy.kind() == StrategyKind::Central && n != 1 {
-            return Err(bad(format!(
-                "strategy central trains one model on all the data: declare one client, not {n}"
-            )));
-        }
-        let model = strategy.model().kind();
-        // FCM concepts live in [0, 1]: min-max is their default, z-scores logistic regression's.
-        let model_scaling = match model {
-            ModelKind::Fcm => Scaling::LocalMinMax,
-            _ => Scaling::LocalZScore,
-        };
-        let mut data = file.data.check(model_scaling)?;
-        let mut strategy = strategy;
-        match (model == ModelKind::Tm, data.is_images()) {
-            (true, false) => {
-                // A table becomes bits by the thermometer code, raw values in.
-                if file.data.scaling.is_some() {
-                    return Err(bad(
-                        "data.scaling does not apply to model tm: the thermometer code reads raw values".into(),
-                    ));
-                }
-                data.scaling = Scaling::None;
-                let columns = data.source_columns();
-                let bits = data
-                    .table_bits
-                    .get_or_insert(crate::data::TableBits::Quantiles {
-                        levels: crate::data::DEFAULT_LEVELS,
-                    });
-                if let (crate::data::TableBits::Fixed(t), Some(columns)) = (&*bits, columns)
-                    && t.cuts.len() != columns
-                {
-                    return Err(bad(format!(
-                        "data.cuts has {} lists, but the data has {columns} features",
-                        t.cuts.len()
-                    )));
-                }
-                if matches!(strategy.model(), ModelSpec::ConvTm(_)) {
-                    // FedTMOS's machines read a whole row as one patch: the server sizes them by
-                    // the row's bits, which the experiment must fix.
-                    let bits = data.features().ok_or_else(|| {
-                        bad(format!(
-                            "strategy {} on a csv needs data.features (or data.cuts): the server sizes the machines by it",
-                            strategy.name()
-                        ))
-                    })?;
-                    strategy.read_table_rows(bits);
-                }
-            }
-            (false, false) if data.table_bits.is_some() => {
-                return Err(bad(
-                    "data.booleanize, data.levels and data.cuts apply to model tm".into(),
-                ));
-            }
-            (false, true) => {
-                return Err(bad(format!(
-                    "data source {:?} is images: it needs model = \"tm\" (strategy tpfl)",
-                    file.data.source
-                )));
-            }
-            _ => {}
-        }
-        let partition = match file
-            .partition
-            .plan(&declared, &clients, data.classes().len())?
-        {
-            // Images are split once over the whole training set, each row to one client.
-            PartitionPlan::Explicit(counts) if data.is_images() => PartitionPlan::ByClass {
-                clients: counts.len(),
-                split: ClassSplit::Counts(counts),
-            },
-            plan => plan,
-        };
-        if data.is_images()
-            && !matches!(
-                partition,
-                PartitionPlan::Dirichlet { .. } | PartitionPlan::ByClass { .. }
-            )
-        {
-            return Err(bad(
-                "image data is split over clients by partition.kind = \"dirichlet\" (or a split by class: dirichlet-by-class, dirichlet-fedtmos-code, classes-per-client, explicit)".into(),
-            ));
-        }
-        if file.fedtmos.copy_data_epoch == Some(true)
-            && !(strategy.copy_data_epoch()
-                && data.is_images()
-                && matches!(partition, PartitionPlan::ByClass { .. }))
-        {
-            return Err(bad(
-                "fedtmos.copy_data_epoch applies to fedtmos and ensemble over a split of the whole training set by class (dirichlet-by-class, dirichlet-fedtmos-code, classes-per-client, explicit)".into(),
-            ));
-        }
-        if data.global_test.is_some()
-            && !matches!(
-                strategy.kind(),
-                StrategyKind::FedAvg
-                    | StrategyKind::FedAvgAhp
-                    | StrategyKind::BlindFcm
-                    | StrategyKind::Central
-                    | StrategyKind::FedTmos
-                    | StrategyKind::Ensemble
-                    | StrategyKind::FedTm
-            )
-        {
-            return Err(bad(format!(
-                "data.global_test_fraction measures one global model; strategy {} leaves each client its own",
-                strategy.name()
-            )));
-        }
-        let compression = file.wire.check()?;
-        // The file as the run reads it, every default of the sections it uses written in: what
-        // `experiment.resolved.toml` shows and the fingerprint covers (the same for a file that
-        // leaves a default out and one that writes it).
-        let file = with_defaults(file, &strategy, &policy, &data, compression);
-        let fingerprint = fingerprint(&file);
+        let policy = file.server.check(file.rounds, clients.len())?;
+        rules::check_central(&strategy, clients.len())?;
+        let data = rules::data_for_model(&file.data, &mut strategy)?;
+        let partition = rules::partition_for_data(&file.partition, &declared, &clients, &data)?;
+        let copy_data_epoch = file.fedtmos.is_some_and(|f| f.copy_data_epoch);
+        rules::check_copy_data_epoch(copy_data_epoch, &strategy, &data, &partition)?;
+        rules::check_global_test(&strategy, &data)?;
+        let compression = file.wire.compression;
+        // The file as the run reads it: what `experiment.resolved.toml` shows and the
+        // fingerprint covers (the same for a file that leaves a default out and one that writes
+        // it).
+        let mut file = file;
+        file.set_sections(strategy.resolved_sections(&sections));
+        file.server.min_clients = Some(policy.min_clients);
+        file.data = file.data.resolved(&data);
         Ok(Experiment {
-            fingerprint,
+            fingerprint: fingerprint(&file),
             name: file.name.clone(),
             seed: file.seed,
             strategy,
@@ -474,192 +214,10 @@ impl Experiment {
     }
 }
 
-fn secs(key: &str, value: Option<f64>, default: f64) -> Result<Duration> {
-    let v = value.unwrap_or(default);
-    if !(v.is_finite() && v > 0.0) {
-        return Err(FlintError::Config(format!(
-            "{key} must be a positive number of seconds, got {v}"
-        )));
-    }
-    Ok(Duration::from_secs_f64(v))
-}
-
-/// `section` with every key it leaves unset taken from the checked settings `used`, where a key
-/// of the same name holds a value the section accepts. `used` is the section's part of the
-/// strategy's settings (`StrategySpec` as JSON); its nested objects count as its own keys
-/// (FedTMOS's `server` and `composite`).
-fn fill<S: Serialize + serde::de::DeserializeOwned>(
-    section: &S,
-    used: &serde_json::Value,
-) -> Option<S> {
-    let serde_json::Value::Object(mut keys) = serde_json::to_value(section).ok()? else {
-        return None;
-    };
-    let serde_json::Value::Object(used) = used else {
-        return None;
-    };
-    // Every leaf below `used`, the shallower of two of one name first.
-    let mut leaves = serde_json::Map::new();
-    let mut level: Vec<&serde_json::Map<String, serde_json::Value>> = vec![used];
-    while !level.is_empty() {
-        let mut next = Vec::new();
-        for map in level {
-            for (k, v) in map {
-                match v {
-                    serde_json::Value::Object(inner) => next.push(inner),
-                    other => {
-                        leaves.entry(k.clone()).or_insert_with(|| other.clone());
-                    }
-                }
-            }
-        }
-        level = next;
-    }
-    for (k, v) in keys.iter_mut() {
-        if v.is_null()
-            && let Some(value) = leaves.get(k)
-        {
-            *v = value.clone();
-        }
-    }
-    // A key whose checked value does not read back (another type) stays as it was.
-    let filled: S = serde_json::from_value(serde_json::Value::Object(keys.clone())).ok()?;
-    Some(filled)
-}
-
-/// The first object under `name` anywhere in `tree`, depth first.
-fn find<'a>(tree: &'a serde_json::Value, name: &str) -> Option<&'a serde_json::Value> {
-    let serde_json::Value::Object(map) = tree else {
-        return None;
-    };
-    if let Some(v @ serde_json::Value::Object(_)) = map.get(name) {
-        return Some(v);
-    }
-    map.values().find_map(|v| find(v, name))
-}
-
-/// The experiment file with the defaults of the sections its strategy uses written in.
-fn with_defaults(
-    mut file: ExperimentFile,
-    strategy: &StrategySpec,
-    policy: &RoundPolicy,
-    data: &crate::data::DataSpec,
-    compression: Compression,
-) -> ExperimentFile {
-    // `{strategy name: {its settings}}`: the settings, whose sections may share its name.
-    let used = match serde_json::to_value(strategy) {
-        Ok(serde_json::Value::Object(top)) => top.into_iter().next().map(|(_, v)| v),
-        _ => None,
-    }
-    .unwrap_or_default();
-    macro_rules! section {
-        ($field:ident, $name:literal) => {
-            if let Some(part) = find(&used, $name)
-                && let Some(filled) = fill(&file.$field, part)
-            {
-                file.$field = filled;
-            }
-        };
-    }
-    section!(logreg, "logreg");
-    section!(fcm, "fcm");
-    section!(pso, "pso");
-    section!(tm, "tm");
-    section!(tpfl, "tpfl");
-    section!(fedtmos, "fedtmos");
-    if let Some(ahp) = find(&used, "ahp") {
-        let preference = ahp.get("matrix").cloned().unwrap_or_default();
-        let criteria = ahp.get("criteria").cloned().unwrap_or_default();
-        let given = serde_json::json!({ "preference": preference, "criteria": criteria });
-        if let Some(filled) = fill(&file.ahp, &given) {
-            file.ahp = filled;
-        }
-    }
-    let s = &mut file.server;
-    s.min_clients.get_or_insert(policy.min_clients);
-    s.min_updates.get_or_insert(policy.min_updates);
-    s.round_timeout_secs
-        .get_or_insert(policy.round_timeout.as_secs_f64());
-    s.eval_timeout_secs
-        .get_or_insert(policy.eval_timeout.as_secs_f64());
-    s.keep_updates.get_or_insert(false);
-    file.wire
-        .compression
-        .get_or_insert_with(|| crate::params::name_of(&compression));
-    let d = &mut file.data;
-    match &data.source {
-        crate::data::Source::Images { binarize, .. } => match *binarize {
-            crate::data::booleanize::Binarize::Threshold(
-                crate::data::booleanize::Threshold::Above(t),
-            ) => {
-                d.binarize.get_or_insert_with(|| "threshold".into());
-                d.threshold.get_or_insert(t);
-            }
-            crate::data::booleanize::Binarize::AdaptiveGaussian { block, c } => {
-                d.adaptive_block.get_or_insert(block);
-                d.adaptive_c.get_or_insert(c);
-            }
-            crate::data::booleanize::Binarize::Threshold(_) => {}
-        },
-        // Images keep the official test split; a table's clients split their own rows.
-        _ => {
-            d.test_fraction.get_or_insert(data.test_fraction);
-        }
-    }
-    // A Tsetlin Machine's data is bits, not scaled.
-    if data.table_bits.is_none() && !data.is_images() {
-        d.scaling
-            .get_or_insert_with(|| crate::params::name_of(&data.scaling));
-    }
-    if let Some(crate::data::TableBits::Quantiles { levels }) = &data.table_bits {
-        d.booleanize.get_or_insert_with(|| "thermometer".into());
-        d.levels.get_or_insert(*levels);
-    }
-    file
-}
-
 fn fingerprint(file: &ExperimentFile) -> String {
     let json = serde_json::to_vec(file).expect("experiment serialises to json");
     let digest = Sha256::digest(&json);
     digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
-}
-
-/// Whole-number keys whose least value is not 1 (their own check says the rest of the rule).
-const LEAST: &[(&str, u64)] = &[
-    ("seed", 0),
-    ("data.label_column", 0),
-    ("partition.iid_clients", 0),
-    ("tm.clauses", 2),
-    ("tm.state_bits", 2),
-    ("data.adaptive_block", 3),
-];
-
-/// The deserializer's word for a negative number given for a count ("invalid type: string
-/// \"-3\"", "64-bit integer `-3`, expected an unsigned …") as the rule it breaks.
-fn negative_count(message: String) -> String {
-    let number = |m: &str| -> Option<i64> {
-        let at = m.find(['"', '`'])?;
-        let rest = &m[at + 1..];
-        rest[..rest.find(['"', '`'])?].parse().ok()
-    };
-    let key = message
-        .rsplit_once(" for key `")
-        .and_then(|(_, k)| k.strip_suffix('`'));
-    match (number(&message), key) {
-        (Some(n), Some(key))
-            if n < 0
-                && (message.contains("expected an integer")
-                    || message.contains("expected an unsigned")
-                    || message.contains("expected u")) =>
-        {
-            let least = LEAST
-                .iter()
-                .find(|(k, _)| *k == key)
-                .map_or(1, |&(_, least)| least);
-            format!("{key} must be a whole number of at least {least}, got {n}")
-        }
-        _ => message,
-    }
 }
 
 fn strip_prefix(e: FlintError) -> String {
@@ -685,6 +243,9 @@ mod tests {
     use std::collections::BTreeSet;
 
     use super::*;
+    use crate::data::Scaling;
+    use crate::data::partition::ClassSplit;
+    use crate::strategy::ModelKind;
 
     const BASE: &str = r#"
 name = "t"
@@ -742,7 +303,7 @@ name = "b"
             (
                 "strategy = \"fedavg\"",
                 "strategy = \"fedprox\"",
-                "unknown strategy",
+                "strategy: unknown variant `fedprox`, expected one of `fedavg`",
             ),
             ("name = \"b\"", "name = \"client-1\"", "appears twice"),
             (
@@ -830,7 +391,7 @@ name = "b"
         let mut names = BTreeSet::new();
         for f in &files {
             let e = Experiment::load(f, &[]).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
-            // Issue 18 §6: the resolved file, every default written in, reads back as the same
+            // Issue 18 §6: the resolved file, every key the run reads written in, reads back as the same
             // experiment, with the same fingerprint.
             let again = Experiment::from_toml(&e.to_toml())
                 .unwrap_or_else(|err| panic!("{} resolved: {err}\n{}", f.display(), e.to_toml()));
@@ -953,7 +514,7 @@ iid_clients = 1
                 .to_string();
             assert!(err.contains(want), "{to}: {err}");
         }
-        // Issue 18 §6: the resolved file shows every default of the sections the run uses, and
+        // Issue 18 §6: the resolved file shows every key of the sections the run reads, and
         // a file that writes the defaults out is the same experiment as one that leaves them.
         let resolved = e.to_toml();
         for key in [
@@ -983,27 +544,27 @@ iid_clients = 1
             (
                 TPFL.replace("rounds = ", "rounds = -"),
                 vec![],
-                "rounds must be a whole number of at least 1, got -",
+                "rounds: must be a whole number of at least 1, got -",
             ),
             (
                 TPFL.to_string(),
                 vec![("rounds".to_string(), "-3".to_string())],
-                "rounds must be a whole number of at least 1, got -3",
+                "rounds: must be a whole number of at least 1, got -3",
             ),
             (
                 TPFL.to_string(),
                 vec![("seed".to_string(), "-1".to_string())],
-                "seed must be a whole number of at least 0, got -1",
+                "seed: must be a whole number of at least 0, got -1",
             ),
             (
                 TPFL.to_string(),
                 vec![("tm.clauses".to_string(), "-5".to_string())],
-                "tm.clauses must be a whole number of at least 2, got -5",
+                "tm.clauses: must be a whole number of at least 2, got -5",
             ),
             (
                 TPFL.to_string(),
                 vec![("data.adaptive_block".to_string(), "-7".to_string())],
-                "data.adaptive_block must be a whole number of at least 3, got -7",
+                "data.adaptive_block: must be a whole number of at least 3, got -7",
             ),
         ] {
             let err = Experiment::from_toml_with(&text, BTreeMap::new(), &overrides, None)
@@ -1050,7 +611,7 @@ iid_clients = 1
             (
                 "iid_clients = 1",
                 "iid_clients = 1\n[fedtmos]\nnormalization = \"max\"",
-                "unknown fedtmos.normalization \"max\"; expected per-sample or per-batch",
+                "fedtmos.normalization: unknown variant `max`, expected `per-sample` or `per-batch`",
             ),
             (
                 "iid_clients = 1",
@@ -1066,7 +627,7 @@ iid_clients = 1
         }
     }
 
-    /// FEDTMOS-CODE-NOTES §1: Fashion-MNIST is booleanized by OpenCV's adaptive Gaussian
+    /// docs/papers/fedtmos.md §2: Fashion-MNIST is booleanized by OpenCV's adaptive Gaussian
     /// threshold (window 11, C = 2), MNIST by a fixed one.
     #[test]
     fn images_are_booleanized_by_a_threshold_or_the_adaptive_gaussian_one() {
@@ -1115,19 +676,20 @@ iid_clients = 1
         }
     }
 
-    /// A run's resolved file writes every default out, so `flint replay --set
-    /// fedtmos.preset=paper-code` must still switch the keys the preset decides.
+    /// A run's resolved file leaves the keys a preset decides to the preset, so `flint replay
+    /// --set fedtmos.preset=paper-code` on it switches them; a key written by hand stays.
     #[test]
     fn a_preset_set_on_a_resolved_file_decides_its_keys() {
-        let written = include_str!("../../experiments/fedtmos/mnist-dir0.1.toml");
+        let written = include_str!("../../../experiments/fedtmos/mnist-dir0.1.toml");
         let resolved = Experiment::from_toml(written).unwrap().to_toml();
-        assert!(resolved.contains("filter = false"), "{resolved}");
-        let with = |sets: &[(&str, &str)]| {
+        assert!(resolved.contains("preset = \"paper\""), "{resolved}");
+        assert!(!resolved.contains("filter ="), "{resolved}");
+        let with = |text: &str, sets: &[(&str, &str)]| {
             let sets: Vec<(String, String)> = sets
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect();
-            let e = Experiment::from_toml_with(&resolved, BTreeMap::new(), &sets, None).unwrap();
+            let e = Experiment::from_toml_with(text, BTreeMap::new(), &sets, None).unwrap();
             match e.strategy {
                 StrategySpec::FedTmos(spec) => spec.fedtmos,
                 other => panic!("{other:?}"),
@@ -1136,49 +698,71 @@ iid_clients = 1
         use crate::model::tm::ExcludedAt;
         use crate::model::tm::composite::CompositeOptions;
         use crate::strategy::fedtmos::BitsBy;
-        let code = with(&[("fedtmos.preset", "paper-code")]);
+        let code = with(&resolved, &[("fedtmos.preset", "paper-code")]);
         assert!(code.server.filter);
         assert_eq!(code.composite, CompositeOptions::CODE);
         assert_eq!(code.excluded_at, ExcludedAt::Zero);
         assert_eq!(code.server.bits_by, BitsBy::MeanWeight);
         // Keys unrelated to the preset keep the run's values.
         assert_eq!((code.server.models, code.server.k_max), (4, 30));
-        let mixed = with(&[
-            ("fedtmos.preset", "paper-code"),
-            ("fedtmos.filter", "false"),
-        ]);
+        let mixed = with(
+            &resolved,
+            &[
+                ("fedtmos.preset", "paper-code"),
+                ("fedtmos.filter", "false"),
+            ],
+        );
         assert!(!mixed.server.filter);
         assert_eq!(mixed.composite, CompositeOptions::CODE);
-        assert_eq!(with(&[]).composite, CompositeOptions::default());
+        assert_eq!(with(&resolved, &[]).composite, CompositeOptions::default());
         // And back: a paper-code run's resolved file replayed under the paper's preset.
         let code_run = Experiment::from_toml(
             &written.replace("[fedtmos]\n", "[fedtmos]\npreset = \"paper-code\"\n"),
         )
         .unwrap()
         .to_toml();
-        assert!(code_run.contains("filter = true"), "{code_run}");
-        let sets = vec![("fedtmos.preset".to_string(), "paper".to_string())];
-        let e = Experiment::from_toml_with(&code_run, BTreeMap::new(), &sets, None).unwrap();
-        let StrategySpec::FedTmos(back) = e.strategy else {
-            panic!("fedtmos")
-        };
-        assert!(!back.fedtmos.server.filter);
-        assert_eq!(back.fedtmos.composite, CompositeOptions::default());
-        assert_eq!(back.fedtmos.excluded_at, ExcludedAt::LastExclude);
-        // A file that sets a preset key by hand keeps it.
-        let by_hand = resolved.clone();
-        let by_hand = by_hand
-            .lines()
-            .filter(|l| !l.starts_with("bits_by") && !l.starts_with("normalization"))
-            .collect::<Vec<_>>()
-            .join("\n");
-        let sets = vec![("fedtmos.preset".to_string(), "paper-code".to_string())];
-        let e = Experiment::from_toml_with(&by_hand, BTreeMap::new(), &sets, None).unwrap();
-        let StrategySpec::FedTmos(spec) = e.strategy else {
-            panic!("fedtmos")
-        };
-        assert!(!spec.fedtmos.server.filter && !spec.fedtmos.composite.clamp);
-        assert_eq!(spec.fedtmos.server.bits_by, BitsBy::MeanWeight);
+        assert!(code_run.contains("preset = \"paper-code\""), "{code_run}");
+        let back = with(&code_run, &[("fedtmos.preset", "paper")]);
+        assert!(!back.server.filter);
+        assert_eq!(back.composite, CompositeOptions::default());
+        assert_eq!(back.excluded_at, ExcludedAt::LastExclude);
+        // A file that sets a preset key by hand keeps it, in its resolved file too.
+        let by_hand = Experiment::from_toml(
+            &written.replace("[fedtmos]\n", "[fedtmos]\nbits_by = \"mean-weight\"\n"),
+        )
+        .unwrap()
+        .to_toml();
+        assert!(by_hand.contains("bits_by = \"mean-weight\""), "{by_hand}");
+        let paper = with(&by_hand, &[]);
+        assert!(!paper.server.filter && !paper.composite.clamp);
+        assert_eq!(paper.server.bits_by, BitsBy::MeanWeight);
+        let code = with(&by_hand, &[("fedtmos.preset", "paper-code")]);
+        assert!(code.server.filter && code.composite.clamp);
+        assert_eq!(code.server.bits_by, BitsBy::MeanWeight);
+        // A resolved file written before the preset's keys were left to it holds them all, at
+        // its preset's values: a new preset still decides them, and writing a preset's value
+        // out is the same experiment as leaving it.
+        let old = resolved.replace(
+            "[fedtmos]\n",
+            "[fedtmos]\nbits_by = \"samples\"\nfilter = false\nnormalization = \"per-sample\"\nclamp = false\nexcluded_at = \"last-exclude\"\n",
+        );
+        assert_ne!(old, resolved);
+        let code = with(&old, &[("fedtmos.preset", "paper-code")]);
+        assert!(code.server.filter && code.composite.clamp);
+        assert_eq!(code.server.bits_by, BitsBy::MeanWeight);
+        assert_eq!(code.excluded_at, ExcludedAt::Zero);
+        let kept = with(
+            &old,
+            &[
+                ("fedtmos.preset", "paper-code"),
+                ("fedtmos.filter", "false"),
+            ],
+        );
+        assert!(!kept.server.filter && kept.composite.clamp);
+        assert_eq!(
+            Experiment::from_toml(&old).unwrap().fingerprint,
+            Experiment::from_toml(&resolved).unwrap().fingerprint
+        );
     }
 
     /// Explicit counts on images split the whole training set once, by class: how the FedTMOS

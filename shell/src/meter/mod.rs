@@ -12,8 +12,8 @@ pub use io::{ConnMeter, CountingIo};
 pub use layer::{MessageMeter, MessageMeterLayer};
 pub use link::LinkMeter;
 
-use crate::wire::ledger::{Direction, Ledger};
-use crate::{ClientId, Round};
+use flint_common::wire::ledger::{Direction, Ledger};
+use flint_common::{ClientId, Round};
 
 /// Which end of the connection counts: decides whether bytes read are up or down.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 
 use super::{ConnMeter, LinkMeter, MeterSink, Side};
-use crate::wire::{CLIENT_HEADER, ROUND_HEADER};
+use flint_common::wire::{CLIENT_HEADER, ROUND_HEADER};
 
 type OnDrop = Box<dyn FnOnce(u64) + Send>;
 

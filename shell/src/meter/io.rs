@@ -7,7 +7,7 @@ use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::{MeterSink, Side};
-use crate::{ClientId, Round};
+use flint_common::{ClientId, Round};
 
 #[derive(Debug, Default)]
 struct Counts {

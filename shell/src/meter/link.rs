@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use super::MeterSink;
-use crate::{ClientId, Round};
+use flint_common::{ClientId, Round};
 
 #[derive(Debug)]
 pub struct LinkMeter {

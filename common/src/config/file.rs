@@ -1,0 +1,176 @@
+//! The experiment file as it is written and as a run's resolved file writes it back: its
+//! top-level keys, the sections, and `[server]`'s round policy.
+
+use std::time::Duration;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::data::{ClientSection, DataSection, PartitionSection};
+use crate::model::logreg::LogRegHyper;
+use crate::model::pso::PsoHyper;
+use crate::model::tm::TmHyper;
+use crate::params::{at_least, at_least_or_unset};
+use crate::strategy::ahp::AhpSection;
+use crate::strategy::fcm::FcmSection;
+use crate::strategy::fedtmos::FedTmosSection;
+use crate::strategy::tpfl::TpflHyper;
+use crate::strategy::{ModelKind, Sections, StrategyKind};
+use crate::wire::WireSection;
+use crate::{FlintError, Result};
+
+/// An experiment file. Every section but `data` has defaults; the algorithm sections are read
+/// only by the strategies that use them, and a run's resolved file writes only those. Clients
+/// are declared one by one (`[[clients]]`) or by number (`client_count`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExperimentFile {
+    /// The run's name: its directory under `runs/` and its results' title.
+    pub name: String,
+    /// `fedavg`, `fedavg-ahp`, `blind-fcm`, `blended-fcm`, `tpfl`, `fedtmos`, `ensemble`,
+    /// `fedtm`, `local` or `central`.
+    pub strategy: StrategyKind,
+    /// `logreg`, `fcm` or `tm`; needed by `local` and `central`, implied by the other strategies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<ModelKind>,
+    /// Drives every random draw of the run: partitions, initial models, training.
+    #[serde(default, deserialize_with = "at_least::<0, _, _>")]
+    pub seed: u64,
+    /// Federated rounds (1 for the one-shot strategies).
+    #[serde(deserialize_with = "at_least::<1, _, _>")]
+    pub rounds: u32,
+    #[serde(default)]
+    pub server: ServerSection,
+    pub data: DataSection,
+    #[serde(default)]
+    pub partition: PartitionSection,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logreg: Option<LogRegHyper>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ahp: Option<AhpSection>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fcm: Option<FcmSection>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pso: Option<PsoHyper>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tm: Option<TmHyper>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tpfl: Option<TpflHyper>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fedtmos: Option<FedTmosSection>,
+    #[serde(default)]
+    pub wire: WireSection,
+    /// Clients `client-1` … `client-N`, for runs too large to list (instead of `[[clients]]`).
+    #[serde(
+        default,
+        deserialize_with = "at_least_or_unset::<0, _, _>",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub client_count: Option<usize>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub clients: Vec<ClientSection>,
+}
+
+impl ExperimentFile {
+    pub(super) fn sections(&self) -> Sections {
+        Sections {
+            logreg: self.logreg,
+            ahp: self.ahp.clone(),
+            fcm: self.fcm,
+            pso: self.pso,
+            tm: self.tm,
+            tpfl: self.tpfl,
+            fedtmos: self.fedtmos,
+        }
+    }
+
+    pub(super) fn set_sections(&mut self, s: Sections) {
+        self.logreg = s.logreg;
+        self.ahp = s.ahp;
+        self.fcm = s.fcm;
+        self.pso = s.pso;
+        self.tm = s.tm;
+        self.tpfl = s.tpfl;
+        self.fedtmos = s.fedtmos;
+    }
+}
+
+/// `[server]`: when rounds open and close.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerSection {
+    /// Clients that must have joined before round 1 opens (unset: all of them).
+    #[serde(
+        deserialize_with = "at_least_or_unset::<1, _, _>",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub min_clients: Option<usize>,
+    /// Updates a round needs before its timeout may close it.
+    #[serde(deserialize_with = "at_least::<1, _, _>")]
+    pub min_updates: usize,
+    /// Seconds after opening at which a round closes without the missing clients.
+    pub round_timeout_secs: f64,
+    /// Seconds the server waits for the final evaluations after the last round.
+    pub eval_timeout_secs: f64,
+    /// Keep every accepted update as it arrived, `updates/round-R-client-C.pb` (a `Payload`) in
+    /// the run directory: what a bench or a later analysis replays.
+    pub keep_updates: bool,
+}
+
+impl Default for ServerSection {
+    fn default() -> Self {
+        ServerSection {
+            min_clients: None,
+            min_updates: 1,
+            round_timeout_secs: 600.0,
+            eval_timeout_secs: 60.0,
+            keep_updates: false,
+        }
+    }
+}
+
+/// When rounds open and close.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RoundPolicy {
+    pub rounds: u32,
+    pub min_clients: usize,
+    pub min_updates: usize,
+    pub round_timeout: Duration,
+    pub eval_timeout: Duration,
+}
+
+impl ServerSection {
+    /// The policy of a run of `rounds` rounds over `clients` declared clients.
+    pub fn check(&self, rounds: u32, clients: usize) -> Result<RoundPolicy> {
+        let bad = |m: String| FlintError::Config(m);
+        let policy = RoundPolicy {
+            rounds,
+            min_clients: self.min_clients.unwrap_or(clients),
+            min_updates: self.min_updates,
+            round_timeout: secs("server.round_timeout_secs", self.round_timeout_secs)?,
+            eval_timeout: secs("server.eval_timeout_secs", self.eval_timeout_secs)?,
+        };
+        if policy.min_clients == 0 || policy.min_clients > clients {
+            return Err(bad(format!(
+                "server.min_clients must be between 1 and the {clients} declared clients, got {}",
+                policy.min_clients
+            )));
+        }
+        if policy.min_updates == 0 || policy.min_updates > clients {
+            return Err(bad(format!(
+                "server.min_updates must be between 1 and the {clients} declared clients, got {}",
+                policy.min_updates
+            )));
+        }
+        Ok(policy)
+    }
+}
+
+fn secs(key: &str, v: f64) -> Result<Duration> {
+    if !(v.is_finite() && v > 0.0) {
+        return Err(FlintError::Config(format!(
+            "{key} must be a positive number of seconds, got {v}"
+        )));
+    }
+    Ok(Duration::from_secs_f64(v))
+}

@@ -1,0 +1,183 @@
+//! The experiment file's keys, from its types: a JSON Schema (what editors with TOML schema
+//! support read, `docs/experiment.schema.json`) and the one-line reference `flint keys` prints.
+
+use schemars::Schema;
+use serde_json::Value;
+
+use super::file::ExperimentFile;
+
+/// The JSON Schema of an experiment file.
+pub fn schema() -> Schema {
+    schemars::schema_for!(ExperimentFile)
+}
+
+/// The schema as `docs/experiment.schema.json` holds it.
+pub fn schema_text() -> String {
+    let text = serde_json::to_string_pretty(&schema()).expect("a schema serialises to json");
+    text + "\n"
+}
+
+/// One key: its dotted name, its default (TOML) where it has one, whether the file must give
+/// it, and its doc's first sentence.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Key {
+    pub name: String,
+    pub default: Option<String>,
+    pub required: bool,
+    pub doc: String,
+}
+
+/// Every key of the file: the top-level ones, then each section's, by name.
+pub fn keys() -> Vec<Key> {
+    let schema = schema();
+    let root = schema.as_value();
+    let mut out = Vec::new();
+    collect(root, root, "", &mut out);
+    out.sort_by_key(|k| (k.name.contains('.'), k.name.clone()));
+    out
+}
+
+fn collect(root: &Value, node: &Value, prefix: &str, out: &mut Vec<Key>) {
+    let Some(properties) = node.get("properties").and_then(Value::as_object) else {
+        return;
+    };
+    let required: Vec<&str> = node
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    for (name, property) in properties {
+        let key = format!("{prefix}{name}");
+        match section(root, property) {
+            Some(section) => collect(root, section, &format!("{key}."), out),
+            None => out.push(Key {
+                name: key,
+                default: property
+                    .get("default")
+                    .filter(|d| !d.is_null())
+                    .map(toml_text),
+                required: required.contains(&name.as_str()),
+                doc: first_sentence(description(root, property)),
+            }),
+        }
+    }
+}
+
+/// Whether `key` (dotted, as `--set` names it) holds text: an override of it is taken as given.
+pub fn holds_text(key: &str) -> bool {
+    let schema = schema();
+    let root = schema.as_value();
+    let mut node = root;
+    for part in key.split('.') {
+        let Some(property) = node.get("properties").and_then(|p| p.get(part)) else {
+            return false;
+        };
+        node = section(root, property).unwrap_or_else(|| resolve(root, property));
+    }
+    let is_string = |t: &Value| t == "string";
+    match node.get("type") {
+        Some(Value::Array(types)) => types.iter().any(is_string),
+        Some(t) => is_string(t),
+        None => false,
+    }
+}
+
+/// The table a property holds, where it is a section (`[tm]`) or an array of tables
+/// (`[[clients]]`), following `$ref`s and optional (`null`) alternatives.
+fn section<'a>(root: &'a Value, property: &'a Value) -> Option<&'a Value> {
+    let target = resolve(root, property);
+    if target.get("properties").is_some() {
+        return Some(target);
+    }
+    if let Some(items) = target.get("items") {
+        let items = resolve(root, items);
+        return items.get("properties").is_some().then_some(items);
+    }
+    target
+        .get("anyOf")
+        .and_then(Value::as_array)?
+        .iter()
+        .find_map(|alternative| section(root, alternative))
+}
+
+fn resolve<'a>(root: &'a Value, node: &'a Value) -> &'a Value {
+    let Some(reference) = node.get("$ref").and_then(Value::as_str) else {
+        return node;
+    };
+    let path = reference.trim_start_matches('#');
+    root.pointer(path).unwrap_or(node)
+}
+
+/// A property's own doc, or its type's where the property has none.
+fn description<'a>(root: &'a Value, property: &'a Value) -> &'a str {
+    property
+        .get("description")
+        .or_else(|| resolve(root, property).get("description"))
+        .and_then(Value::as_str)
+        .unwrap_or("")
+}
+
+/// Up to the first full stop before a capital letter (not "eq. 9" or "e.g. the").
+fn first_sentence(doc: &str) -> String {
+    let doc = doc.split("\n\n").next().unwrap_or("").replace('\n', " ");
+    let end = doc
+        .match_indices(". ")
+        .find(|(at, _)| doc[at + 2..].chars().next().is_some_and(char::is_uppercase));
+    match end {
+        Some((at, _)) => doc[..=at].trim().to_string(),
+        None => doc.trim().to_string(),
+    }
+}
+
+fn toml_text(value: &Value) -> String {
+    match value {
+        Value::String(s) => format!("{s:?}"),
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_section_key_is_listed_with_its_default() {
+        let keys = keys();
+        let find = |name: &str| keys.iter().find(|k| k.name == name);
+        let clauses = find("tm.clauses").expect("tm.clauses");
+        assert_eq!(clauses.default.as_deref(), Some("100"));
+        assert!(clauses.doc.starts_with("Clauses per class"), "{clauses:?}");
+        assert_eq!(
+            find("fedtmos.preset").and_then(|k| k.default.clone()),
+            Some("\"paper\"".into())
+        );
+        assert_eq!(
+            find("server.round_timeout_secs").and_then(|k| k.default.clone()),
+            Some("600.0".into())
+        );
+        for name in [
+            "name",
+            "rounds",
+            "data.source",
+            "partition.kind",
+            "clients.name",
+        ] {
+            assert!(find(name).is_some(), "{name}");
+        }
+    }
+
+    /// `docs/experiment.schema.json` is what the code's types say; regenerate it with
+    /// `flint keys --schema > docs/experiment.schema.json`.
+    #[test]
+    fn the_committed_schema_matches_the_types() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../docs/experiment.schema.json"
+        );
+        let committed = std::fs::read_to_string(path).unwrap_or_default();
+        assert!(
+            committed == schema_text(),
+            "docs/experiment.schema.json is stale: run `cargo run -p flint -- keys --schema > docs/experiment.schema.json`"
+        );
+    }
+}

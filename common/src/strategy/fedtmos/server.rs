@@ -1,0 +1,93 @@
+//! FedTMOS's server half: steps 1–6 on the one round's uploads.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::super::{Aggregate, Downloads, RoundReport, ServerStrategy};
+use super::averaging::server_steps;
+use super::ensemble::client_machines;
+use super::machines::tm_uploads;
+use super::section::FedTmosHyper;
+use crate::model::tm::TmHyper;
+use crate::rng::derive_rng;
+use crate::wire::proto::{DataSummary, Payload};
+use crate::wire::{self, CompositeDownload, TmShape, Update};
+use crate::{ClientId, Result, Round};
+use prost::Message;
+
+/// FedTMOS's record of its round.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FedTmosRound {
+    /// x: the factor the weights were scaled by (1: none).
+    pub scale: f64,
+    /// (client, class) vectors that entered k-means, and the clusters they formed.
+    pub vectors: usize,
+    pub clusters: usize,
+    /// Per server model, per class, the clients whose weights it averages.
+    pub models: Vec<BTreeMap<u32, Vec<ClientId>>>,
+    /// Payload bytes of the download: the φ server models, and the clients' own machines it also
+    /// carries with `fedtmos.baselines` (0 without).
+    #[serde(default)]
+    pub composite_bytes: u64,
+    #[serde(default)]
+    pub ensemble_bytes: u64,
+}
+
+/// The server: steps 1–6 on the one round's uploads; it broadcasts the φ server models.
+pub struct FedTmosServer {
+    hyper: FedTmosHyper,
+    shape: TmShape,
+    seed: u64,
+}
+
+impl FedTmosServer {
+    pub fn new(hyper: FedTmosHyper, tm: &TmHyper, classes: usize, seed: u64) -> FedTmosServer {
+        FedTmosServer {
+            shape: hyper.shape(tm, classes),
+            hyper,
+            seed,
+        }
+    }
+}
+
+impl ServerStrategy for FedTmosServer {
+    fn decode(&self, _client: ClientId, _features: usize, update: &Payload) -> Result<Update> {
+        wire::decode_tm_upload(update, self.shape).map(Update::Tm)
+    }
+
+    fn aggregate(
+        &mut self,
+        round: Round,
+        _clients: &BTreeMap<ClientId, DataSummary>,
+        updates: &BTreeMap<ClientId, Update>,
+    ) -> Result<Aggregate> {
+        let uploads = tm_uploads(updates)?;
+        let mut rng = derive_rng(self.seed, "fedtmos-kmeans", round);
+        let steps = server_steps(&uploads, &self.hyper.server, &mut rng)?;
+        let mut download = CompositeDownload {
+            models: steps.models,
+            ensemble: Vec::new(),
+        };
+        let composite_bytes = wire::encode_tm_composite(&download, self.shape).encoded_len();
+        if self.hyper.baselines {
+            download.ensemble = client_machines(&uploads);
+        }
+        let payload = wire::encode_tm_composite(&download, self.shape);
+        let ensemble_bytes = payload.encoded_len() - composite_bytes;
+        let n = updates.len() as f64;
+        Ok(Aggregate {
+            downloads: Downloads::Broadcast(payload),
+            weights: updates.keys().map(|&id| (id, 1.0 / n)).collect(),
+            report: RoundReport::FedTmos(FedTmosRound {
+                scale: steps.scale,
+                vectors: steps.vectors,
+                clusters: steps.clusters,
+                models: steps.plans.into_iter().map(|p| p.contributors).collect(),
+                composite_bytes: composite_bytes as u64,
+                ensemble_bytes: ensemble_bytes as u64,
+            }),
+            local: BTreeMap::new(),
+        })
+    }
+}
