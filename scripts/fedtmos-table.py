@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Tables of FedTMOS runs for docs/RESULTS.md, from their results.json files.
+"""Tables of FedTMOS runs for docs/results/fedtmos.md, from their results.json files.
 
 usage: scripts/fedtmos-table.py RUNS_DIR...   (every results.json below them)
 
