@@ -1,6 +1,7 @@
 //! `flint-client`: joins a run, trains on its shard, uploads, applies downloads, evaluates and
 //! reports. One process can host several clients, each with its own connection.
 
+pub mod core;
 pub mod proto {
     tonic::include_proto!("flint.v1");
 }
@@ -34,7 +35,7 @@ use hyper_util::rt::TokioIo;
 use prost::Message;
 use serde::{Deserialize, Serialize};
 use tonic::transport::{Channel, Endpoint};
-use tonic::{Code, Request, Status};
+use tonic::{Request, Status};
 
 use proto::aggregator_client::AggregatorClient;
 
@@ -223,36 +224,13 @@ pub async fn run(args: ClientArgs) -> anyhow::Result<Vec<ClientReport>> {
     }
     let data_dir = args.data_dir.clone().unwrap_or_else(default_data_dir);
     experiment.data.check_files(&data_dir)?;
-    let loading = || {
-        format!(
-            "loading the data of {:?} (data directory {})",
-            experiment.name,
-            data_dir.display()
-        )
-    };
     let threads = match args.train_threads {
         Some(0) => bail!("--train-threads must be at least 1"),
         Some(n) => n,
         None => std::thread::available_parallelism().map_or(1, |n| n.get()),
     };
-    let mut args = args;
-    if let Some(i) = args.index {
-        let Some(c) = experiment.clients.get(i) else {
-            bail!(
-                "--index {i} but the experiment has {} clients (0 to {})",
-                experiment.clients.len(),
-                experiment.clients.len().saturating_sub(1)
-            );
-        };
-        args.names = vec![c.name.clone()];
-    }
-    for name in args.names.iter().filter(|n| *n != AUTO) {
-        if experiment.client_id(name).is_none() {
-            let names: Vec<&str> = experiment.clients.iter().map(|c| c.name.as_str()).collect();
-            bail!("client {name:?} is not declared in the experiment; it declares {names:?}");
-        }
-    }
-    let link = match (args.link_bytes, args.names.len()) {
+    let names = client_names(&args, &experiment)?;
+    let link = match (args.link_bytes, names.len()) {
         (false, _) => None,
         (true, 1) => Some(Arc::new(LinkMeter::open().context(
             "--link-bytes: cannot read this network namespace's interface counters",
@@ -270,44 +248,24 @@ pub async fn run(args: ClientArgs) -> anyhow::Result<Vec<ClientReport>> {
         retry_for: Duration::from_secs_f64(args.retry_secs.max(0.0)),
         out: args.out.clone(),
     };
-    // Every client gets its connection and token first; an `auto` one asks for its slot, since
-    // which data it loads depends on it.
-    let mut slots = BTreeMap::new();
-    let mut autos = 0;
-    for name in &args.names {
-        let conn = shell.connect()?;
-        // Kept in --out, so that this client started again is still itself (an `auto` one by
-        // host and position: containers may share --out).
-        let stem = if name == AUTO {
-            autos += 1;
-            format!("auto-{}-{autos}", host_name())
-        } else {
-            format!("client-{name}")
-        };
-        let token = match &args.out {
-            Some(dir) => kept_token(&dir.join(format!("{stem}.token")))?,
-            None => new_token(),
-        };
-        let (name, id) = if name == AUTO {
-            shell.claim(&conn, &token).await?
-        } else {
-            let id = experiment.client_id(name).expect("checked above");
-            (name.clone(), id)
-        };
-        if slots.insert(id, (name.clone(), token, conn)).is_some() {
-            bail!("client {name:?} is named twice");
-        }
-    }
+    let mut slots = shell.slots(&names, args.out.as_deref()).await?;
     let ids: Vec<ClientId> = slots.keys().copied().collect();
     // Loading and booleanizing can take seconds: off the async threads.
-    let setup = (experiment.clone(), data_dir.clone(), ids.clone());
+    let setup = (experiment.clone(), data_dir.clone(), ids);
+    let compute_ghz = args.compute_ghz;
     let prepared = tokio::task::spawn_blocking(move || {
         let (e, dir, ids) = setup;
-        prepare(&e, &dir, &ids, args.compute_ghz)
+        prepare(&e, &dir, &ids, compute_ghz)
     })
     .await
     .context("loading the data panicked")?
-    .with_context(loading)?;
+    .with_context(|| {
+        format!(
+            "loading the data of {:?} (data directory {})",
+            experiment.name,
+            data_dir.display()
+        )
+    })?;
     let mut tasks = tokio::task::JoinSet::new();
     for p in prepared {
         let (_, token, conn) = slots.remove(&p.id).expect("prepared for a slot");
@@ -330,28 +288,63 @@ pub async fn run(args: ClientArgs) -> anyhow::Result<Vec<ClientReport>> {
     }
     reports.sort_by_key(|r| r.client_id);
     if let Some(out) = &args.out {
-        std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
-        for r in &reports {
-            let path = out.join(format!("client-{}.json", r.name));
-            std::fs::write(&path, serde_json::to_vec_pretty(r)?)
-                .with_context(|| format!("cannot write {}", path.display()))?;
-            if let Some(model) = &r.model {
-                let dir = out.join("models");
-                std::fs::create_dir_all(&dir)
-                    .with_context(|| format!("cannot create {}", dir.display()))?;
-                let path = dir.join(format!("{}.json", r.name));
-                std::fs::write(&path, serde_json::to_vec_pretty(model)?)
-                    .with_context(|| format!("cannot write {}", path.display()))?;
-                for (suffix, bytes) in model.model.checkpoints() {
-                    let path = dir.join(format!("{}{suffix}", r.name));
-                    std::fs::write(&path, bytes)
-                        .with_context(|| format!("cannot write {}", path.display()))?;
-                }
-            }
-        }
+        write_reports(out, &reports)?;
     }
     Ok(reports)
 }
+
+/// The names this process hosts: `--name`s (each declared, or `auto`), or the experiment's
+/// client at `--index`.
+fn client_names(args: &ClientArgs, experiment: &Experiment) -> anyhow::Result<Vec<String>> {
+    if let Some(i) = args.index {
+        let Some(c) = experiment.clients.get(i) else {
+            bail!(
+                "--index {i} but the experiment has {} clients (0 to {})",
+                experiment.clients.len(),
+                experiment.clients.len().saturating_sub(1)
+            );
+        };
+        return Ok(vec![c.name.clone()]);
+    }
+    for name in args.names.iter().filter(|n| *n != AUTO) {
+        if experiment.client_id(name).is_none() {
+            let names: Vec<&str> = experiment.clients.iter().map(|c| c.name.as_str()).collect();
+            bail!("client {name:?} is not declared in the experiment; it declares {names:?}");
+        }
+    }
+    Ok(args.names.clone())
+}
+
+/// Each client's report (`client-<name>.json`) and kept model (`models/<name>.json` and its
+/// checkpoints) in `out`.
+fn write_reports(out: &std::path::Path, reports: &[ClientReport]) -> anyhow::Result<()> {
+    let write = |path: PathBuf, bytes: &[u8]| {
+        std::fs::write(&path, bytes).with_context(|| format!("cannot write {}", path.display()))
+    };
+    std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
+    for r in reports {
+        write(
+            out.join(format!("client-{}.json", r.name)),
+            &serde_json::to_vec_pretty(r)?,
+        )?;
+        let Some(model) = &r.model else {
+            continue;
+        };
+        let dir = out.join("models");
+        std::fs::create_dir_all(&dir)
+            .with_context(|| format!("cannot create {}", dir.display()))?;
+        write(
+            dir.join(format!("{}.json", r.name)),
+            &serde_json::to_vec_pretty(model)?,
+        )?;
+        for (suffix, bytes) in model.model.checkpoints() {
+            write(dir.join(format!("{}{suffix}", r.name)), bytes)?;
+        }
+    }
+    Ok(())
+}
+
+type Slots = BTreeMap<ClientId, (String, String, Conn)>;
 
 type Grpc = AggregatorClient<flint_shell::meter::MessageMeter<Channel>>;
 
@@ -403,6 +396,44 @@ pub struct Progress {
 }
 
 impl Shell {
+    /// Every client's connection and token, by id; an `auto` one asks for its slot, since which
+    /// data it loads depends on it. Tokens are kept in `out`, so that a client started again is
+    /// still itself (an `auto` one by host and position: containers may share `out`).
+    async fn slots(
+        &self,
+        names: &[String],
+        out: Option<&std::path::Path>,
+    ) -> anyhow::Result<Slots> {
+        let mut slots = BTreeMap::new();
+        let mut autos = 0;
+        for name in names {
+            let conn = self.connect()?;
+            let stem = if name == AUTO {
+                autos += 1;
+                format!("auto-{}-{autos}", host_name())
+            } else {
+                format!("client-{name}")
+            };
+            let token = match out {
+                Some(dir) => kept_token(&dir.join(format!("{stem}.token")))?,
+                None => new_token(),
+            };
+            let (name, id) = if name == AUTO {
+                self.claim(&conn, &token).await?
+            } else {
+                let id = self
+                    .experiment
+                    .client_id(name)
+                    .expect("checked by client_names");
+                (name.clone(), id)
+            };
+            if slots.insert(id, (name.clone(), token, conn)).is_some() {
+                bail!("client {name:?} is named twice");
+            }
+        }
+        Ok(slots)
+    }
+
     fn connect(&self) -> anyhow::Result<Conn> {
         let server = &self.server;
         let endpoint = Endpoint::from_shared(server.to_string()).with_context(|| {
@@ -550,23 +581,9 @@ impl Client {
         })
         .await
         .map_err(|s| {
-            let name = &self.name;
-            match s.code() {
-                Code::PermissionDenied => anyhow::anyhow!(
-                    "client {name} cannot join: {}; a client started again must reuse its token: give it the same --out",
-                    s.message()
-                ),
-                // The server's own refusals say what is wrong; transport failures need the
-                // details (a TLS alert, say).
-                Code::Unauthenticated | Code::NotFound | Code::FailedPrecondition
-                | Code::InvalidArgument => {
-                    anyhow::anyhow!("client {name} cannot join: {}", s.message())
-                }
-                _ if self.tls => anyhow::anyhow!(
-                    "client {name} cannot join: {s}; if the TLS handshake was refused, check --tls-ca, and whether the server requires a client certificate (--tls-cert, --tls-key) from its CA"
-                ),
-                _ => anyhow::anyhow!("client {name} cannot join: {s}"),
-            }
+            let status = s.to_string();
+            let why = core::join_refused(&self.name, s.code(), &status, s.message(), self.tls);
+            anyhow::anyhow!(why)
         })?;
         if reply.client_id != self.id {
             bail!(
@@ -582,62 +599,17 @@ impl Client {
         tracing::info!(client = self.id, name = %self.name, run = %run_id, "joined");
 
         let mut rng = derive_rng(self.experiment.seed, "train", self.id);
-        let mut after: Round = 0;
-        let mut reported: Round = 0;
-        let mut trained = Vec::new();
+        let mut progress = core::Progress::default();
         let mut train_seconds = BTreeMap::new();
         loop {
-            let ask = RoundRequest {
-                client_id: self.id,
-                run_id: run_id.clone(),
-                after_round: after,
-            };
-            let mut task: RoundTask = retry(retry_for, "get round", || {
-                let mut g = self.grpc.clone();
-                let req = self.request(ask.clone(), None);
-                async move { g.get_round(req).await }
-            })
-            .await?;
-            let ledger_round = if task.finished {
-                task.round
-            } else {
-                task.round - 1
-            };
-            let paper = task
-                .download
-                .as_ref()
-                .map_or(0, |d| paper_convention_bytes(d, self.classes()));
-            self.count(ledger_round, Direction::Up, ask.encoded_len(), 0);
-            self.count(ledger_round, Direction::Down, task.encoded_len(), paper);
-            // The download carries the aggregate of `ledger_round`: apply it, and evaluate it
-            // once, off the async threads (a composite of many machines takes seconds).
-            let download = task.download.take();
-            let evaluate_now = ledger_round > reported;
-            let (h, evaluations) = blocking(half, move |h| -> anyhow::Result<_> {
-                if let Some(d) = &download {
-                    h.apply(ledger_round, d)
-                        .context("applying the server's download")?;
-                }
-                Ok(evaluate_now.then(|| (h.evaluate_global(), h.evaluate())))
-            })
-            .await?;
-            half = h;
-            if let Some((global, local)) = evaluations? {
-                // The shared test set, if this client holds it (the server waits for both).
-                // Baselines first, the model last: the server waits for the model's report.
-                for (predictor, cm) in global {
-                    self.report_eval(&run_id, ledger_round, cm, Some(predictor), retry_for)
-                        .await?;
-                }
-                self.report_eval(&run_id, ledger_round, local, None, retry_for)
-                    .await?;
-                reported = ledger_round;
-                self.write_progress().await;
+            let (task, step) = self.next_task(&run_id, &progress).await?;
+            half = self.apply_and_evaluate(half, task, step, &run_id).await?;
+            if step.evaluate {
+                progress.reported(step.ledger_round);
             }
-            if task.finished {
+            let core::Next::Train(round) = step.next else {
                 break;
-            }
-            let round = task.round;
+            };
             let permit = self
                 .trainers
                 .clone()
@@ -656,31 +628,12 @@ impl Client {
             tracing::info!(client = self.id, round, seconds, "trained");
             train_seconds.insert(round, seconds);
             (half, rng) = (h, r);
-            self.push(&run_id, round, &update, retry_for).await?;
-            trained.push(round);
-            after = round;
+            self.push(&run_id, round, &update, self.retry_for).await?;
+            progress.trained(round);
         }
+        let trained = progress.rounds_trained().to_vec();
         tracing::info!(client = self.id, rounds = trained.len(), "run finished");
-        let model = half.export().filter(|m| {
-            let finite = m.is_finite();
-            if !finite {
-                tracing::error!(
-                    client = self.id,
-                    "the model has non-finite weights (training diverged?); it is not kept"
-                );
-            }
-            finite
-        });
-        let model = model.map(|m| {
-            ModelFile::new(
-                &self.name,
-                self.experiment.data.classes(),
-                feature_names,
-                flint_common::params::name_of(&self.experiment.data.scaling),
-                m,
-            )
-            .with_conditions(conditions)
-        });
+        let model = self.kept_model(half.as_ref(), feature_names, conditions);
         Ok(ClientReport {
             model,
             client_id: self.id,
@@ -690,6 +643,32 @@ impl Client {
             ledger: self.ledger.snapshot(),
             link_interfaces: self.link_interfaces.clone(),
         })
+    }
+
+    /// The model as it ends the run, with its features' names, for `models/<name>.json`; not
+    /// kept if any of its weights is not finite (training diverged).
+    fn kept_model(
+        &self,
+        half: &dyn BoundHalf,
+        feature_names: Vec<String>,
+        conditions: Vec<Condition>,
+    ) -> Option<ModelFile> {
+        let model = half.export()?;
+        if !model.is_finite() {
+            tracing::error!(
+                client = self.id,
+                "the model has non-finite weights (training diverged?); it is not kept"
+            );
+            return None;
+        }
+        let file = ModelFile::new(
+            &self.name,
+            self.experiment.data.classes(),
+            feature_names,
+            flint_common::params::name_of(&self.experiment.data.scaling),
+            model,
+        );
+        Some(file.with_conditions(conditions))
     }
 
     /// This client's bytes so far into `<out>/<name>.progress` (written whole, then renamed).
@@ -717,6 +696,79 @@ impl Client {
         if let Err(e) = written.await {
             tracing::warn!(client = self.id, error = %e, "cannot write progress");
         }
+    }
+
+    /// Asks for the next task (a long-poll), books its bytes under the round its download
+    /// belongs to, and says what to do with it.
+    async fn next_task(
+        &self,
+        run_id: &str,
+        progress: &core::Progress,
+    ) -> anyhow::Result<(RoundTask, core::Step)> {
+        let ask = RoundRequest {
+            client_id: self.id,
+            run_id: run_id.to_string(),
+            after_round: progress.after_round(),
+        };
+        let task: RoundTask = retry(self.retry_for, "get round", || {
+            let mut g = self.grpc.clone();
+            let req = self.request(ask.clone(), None);
+            async move { g.get_round(req).await }
+        })
+        .await?;
+        let answer = core::Answer {
+            round: task.round,
+            finished: task.finished,
+        };
+        let step = progress
+            .step(answer)
+            .map_err(|why| anyhow::anyhow!("client {}: {why}", self.name))?;
+        let paper = task
+            .download
+            .as_ref()
+            .map_or(0, |d| paper_convention_bytes(d, self.classes()));
+        self.count(step.ledger_round, Direction::Up, ask.encoded_len(), 0);
+        self.count(
+            step.ledger_round,
+            Direction::Down,
+            task.encoded_len(),
+            paper,
+        );
+        Ok((task, step))
+    }
+
+    /// Applies the task's download, the aggregate of `step.ledger_round`, and evaluates it
+    /// where the step says, off the async threads (a composite of many machines takes
+    /// seconds); then reports the evaluations: the shared test set's first, if this client
+    /// holds it (baselines before the model: the server waits for the model's report).
+    async fn apply_and_evaluate(
+        &self,
+        half: Box<dyn BoundHalf>,
+        mut task: RoundTask,
+        step: core::Step,
+        run_id: &str,
+    ) -> anyhow::Result<Box<dyn BoundHalf>> {
+        let download = task.download.take();
+        let round = step.ledger_round;
+        let evaluate = step.evaluate;
+        let (half, evaluations) = blocking(half, move |h| -> anyhow::Result<_> {
+            if let Some(d) = &download {
+                h.apply(round, d)
+                    .context("applying the server's download")?;
+            }
+            Ok(evaluate.then(|| (h.evaluate_global(), h.evaluate())))
+        })
+        .await?;
+        if let Some((global, local)) = evaluations? {
+            for (predictor, cm) in global {
+                self.report_eval(run_id, round, cm, Some(predictor), self.retry_for)
+                    .await?;
+            }
+            self.report_eval(run_id, round, local, None, self.retry_for)
+                .await?;
+            self.write_progress().await;
+        }
+        Ok(half)
     }
 
     async fn push(
@@ -748,25 +800,28 @@ impl Client {
                 l.at(s.id, round).up.paper += paper_convention_bytes(update, s.classes())
             });
         };
-        match outcome {
-            Ok(ack) => {
+        let refusal = outcome.as_ref().err();
+        match core::pushed(outcome.as_ref().map(|_| ()).map_err(Status::code)) {
+            core::Pushed::Taken => {
                 counted(self);
-                self.count(round, Direction::Down, ack.encoded_len(), 0);
+                if let Ok(ack) = &outcome {
+                    self.count(round, Direction::Down, ack.encoded_len(), 0);
+                }
                 Ok(())
             }
-            Err(s) if s.code() == Code::FailedPrecondition => {
+            core::Pushed::NotTaken => {
                 counted(self);
                 tracing::warn!(
                     client = self.id,
                     round,
-                    reason = s.message(),
+                    reason = refusal.map(Status::message),
                     "update not taken; continuing with the next round"
                 );
                 Ok(())
             }
-            Err(s) => Err(anyhow::anyhow!(
+            core::Pushed::Refused => Err(anyhow::anyhow!(
                 "update of round {round} refused: {}",
-                s.message()
+                refusal.map_or("", Status::message)
             )),
         }
     }
@@ -852,10 +907,8 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<tonic::Response<T>, Status>>,
 {
-    // The time allowed counts from the first failure of a streak, not from the call: a
-    // long-poll may wait for hours before its server goes away.
+    let mut backoff = core::Backoff::new(total);
     let mut failing_since: Option<std::time::Instant> = None;
-    let mut wait = Duration::from_millis(100);
     loop {
         let outcome = match attempt {
             None => call().await,
@@ -868,27 +921,18 @@ where
                     )))
                 }),
         };
-        match outcome {
+        let s = match outcome {
             Ok(r) => return Ok(r.into_inner()),
-            // Every call of the protocol may be repeated (a repeat is acknowledged as a
-            // duplicate), so a connection lost mid-call (`Cancelled`: "connection closed", seen
-            // in bursts of a thousand joins) is tried again like an unreachable server.
-            Err(s)
-                if matches!(
-                    s.code(),
-                    Code::Unavailable | Code::Unknown | Code::Cancelled | Code::ResourceExhausted
-                ) && failing_since
-                    .get_or_insert_with(std::time::Instant::now)
-                    .elapsed()
-                    + wait
-                    < total =>
-            {
-                tracing::debug!(what, code = ?s.code(), error = %s.message(), ?wait, "server unreachable; retrying");
-                tokio::time::sleep(wait).await;
-                wait = (wait * 2).min(Duration::from_secs(5));
-            }
-            Err(s) => return Err(s),
-        }
+            Err(s) => s,
+        };
+        let failing_for = failing_since
+            .get_or_insert_with(std::time::Instant::now)
+            .elapsed();
+        let Some(wait) = backoff.next(s.code(), failing_for) else {
+            return Err(s);
+        };
+        tracing::debug!(what, code = ?s.code(), error = %s.message(), ?wait, "server unreachable; retrying");
+        tokio::time::sleep(wait).await;
     }
 }
 
