@@ -236,14 +236,7 @@ fn shared_test_images(
     id: ClientId,
 ) -> Option<BitShard> {
     let rows = e.strategy.global_test_rows().filter(|_| id == 1)?;
-    Some(BitShard {
-        train: pool.train.select(&[]),
-        test: pool
-            .test
-            .select(&rows.filter(|&i| i < pool.test.len()).collect::<Vec<_>>()),
-        confidence: None,
-        prefit: None,
-    })
+    Some(pool.shared_test(rows))
 }
 
 /// Table clients: the table loaded once, the shared test set held out before the partition

@@ -76,38 +76,11 @@ struct Outcome {
 }
 
 pub fn grid(args: GridArgs) -> anyhow::Result<()> {
-    let mut files = Vec::new();
-    for p in &args.paths {
-        collect(p, &mut files)?;
-    }
-    files.sort();
-    files.dedup();
-    if files.is_empty() {
-        bail!("no experiment files (*.toml) under {:?}", args.paths);
-    }
     let data_dir = args
         .data_dir
         .clone()
         .unwrap_or_else(flint_common::data::default_data_dir);
-    let experiments: Vec<Experiment> = files
-        .iter()
-        .map(|f| {
-            Experiment::load_with_data(f, &args.overrides, &data_dir)
-                .with_context(|| format!("in {}", f.display()))
-        })
-        .collect::<anyhow::Result<_>>()?;
-    // Runs are stored by experiment name: two files with one name would overwrite each other.
-    let mut names = std::collections::BTreeMap::new();
-    for (f, e) in files.iter().zip(&experiments) {
-        if let Some(other) = names.insert(e.name.as_str(), f) {
-            bail!(
-                "{} and {} are both named {:?}; their runs would overwrite each other",
-                other.display(),
-                f.display(),
-                e.name
-            );
-        }
-    }
+    let (files, experiments) = load_experiments(&args, &data_dir)?;
     let seeds: Vec<Option<u64>> = if args.seeds.is_empty() {
         vec![None]
     } else {
@@ -139,44 +112,15 @@ pub fn grid(args: GridArgs) -> anyhow::Result<()> {
                 bail!("stopped by a signal after {done} of {total} runs; --resume goes on");
             }
             done += 1;
-            let mut overrides = args.overrides.clone();
-            let mut run_name = e.name.clone();
-            if let Some(s) = seed {
-                run_name = format!("{}-s{s}", e.name);
-                overrides.push(("seed".to_string(), s.to_string()));
-                overrides.push(("name".to_string(), run_name.clone()));
-            }
-            let dir = args.runs_dir.join(&run_name);
-            let existing = args.resume && {
-                let expected = Experiment::load_with_data(file, &overrides, &data_dir)?;
-                match finished_run(&dir, &expected) {
-                    Ok(()) => true,
-                    Err(why) => {
-                        if dir.join("results.json").exists() {
-                            println!("  {run_name}: run again ({why})");
-                        }
-                        false
-                    }
-                }
+            let cell = Cell {
+                args: &args,
+                file,
+                data_dir: &data_dir,
+                name: &e.name,
+                seed: *seed,
             };
-            let result = if existing {
-                Ok(dir.clone())
-            } else {
-                execute(
-                    &RunArgs {
-                        experiment: Some(file.clone()),
-                        clients_per_process: args.clients_per_process,
-                        data_dir: args.data_dir.clone(),
-                        runs_dir: args.runs_dir.clone(),
-                        overrides,
-                        tls: false,
-                        link: None,
-                    },
-                    false,
-                )
-            };
-            match result.and_then(|d| outcome(&d)) {
-                Ok(o) => {
+            match cell.run() {
+                Ok((run_name, o, kept)) => {
                     println!(
                         "  [{done}/{total}] {run_name}: accuracy {} -> {}, precision {} -> {}, {:.1} s{}",
                         metric(o.before.map(|m| m.accuracy)),
@@ -184,11 +128,11 @@ pub fn grid(args: GridArgs) -> anyhow::Result<()> {
                         metric(o.before.map(|m| m.precision)),
                         metric(o.after.map(|m| m.precision)),
                         o.wall,
-                        if existing { " (kept)" } else { "" }
+                        if kept { " (kept)" } else { "" }
                     );
                     row.runs.push(o);
                 }
-                Err(err) => {
+                Err((run_name, err)) => {
                     println!("  [{done}/{total}] {run_name}: failed: {err:#}");
                     failures.push(format!("{run_name}: {err:#}"));
                 }
@@ -196,6 +140,120 @@ pub fn grid(args: GridArgs) -> anyhow::Result<()> {
         }
         rows.push(row);
     }
+    write_summary(&args, &rows, started)?;
+    if !failures.is_empty() {
+        bail!("{} run(s) failed:\n{}", failures.len(), failures.join("\n"));
+    }
+    Ok(())
+}
+
+/// Every experiment file below the given paths, loaded; two with one name are refused, since
+/// runs are stored by experiment name and would overwrite each other.
+fn load_experiments(
+    args: &GridArgs,
+    data_dir: &Path,
+) -> anyhow::Result<(Vec<PathBuf>, Vec<Experiment>)> {
+    let mut files = Vec::new();
+    for p in &args.paths {
+        collect(p, &mut files)?;
+    }
+    files.sort();
+    files.dedup();
+    if files.is_empty() {
+        bail!("no experiment files (*.toml) under {:?}", args.paths);
+    }
+    let experiments: Vec<Experiment> = files
+        .iter()
+        .map(|f| {
+            Experiment::load_with_data(f, &args.overrides, data_dir)
+                .with_context(|| format!("in {}", f.display()))
+        })
+        .collect::<anyhow::Result<_>>()?;
+    let mut names = std::collections::BTreeMap::new();
+    for (f, e) in files.iter().zip(&experiments) {
+        if let Some(other) = names.insert(e.name.as_str(), f) {
+            bail!(
+                "{} and {} are both named {:?}; their runs would overwrite each other",
+                other.display(),
+                f.display(),
+                e.name
+            );
+        }
+    }
+    Ok((files, experiments))
+}
+
+/// One experiment at one seed.
+struct Cell<'a> {
+    args: &'a GridArgs,
+    file: &'a Path,
+    data_dir: &'a Path,
+    name: &'a str,
+    seed: Option<u64>,
+}
+
+impl Cell<'_> {
+    /// Runs the cell, or keeps its finished run with `--resume`; returns the run's name, its
+    /// outcome and whether it was kept.
+    fn run(&self) -> Result<(String, Outcome, bool), (String, anyhow::Error)> {
+        let mut overrides = self.args.overrides.clone();
+        let mut run_name = self.name.to_string();
+        if let Some(s) = self.seed {
+            run_name = format!("{}-s{s}", self.name);
+            overrides.push(("seed".to_string(), s.to_string()));
+            overrides.push(("name".to_string(), run_name.clone()));
+        }
+        let dir = self.args.runs_dir.join(&run_name);
+        let kept = match self.args.resume {
+            true => self.finished(&dir, &run_name, &overrides),
+            false => Ok(false),
+        };
+        let result = kept.and_then(|kept| {
+            let dir = match kept {
+                true => dir.clone(),
+                false => execute(
+                    &RunArgs {
+                        experiment: Some(self.file.to_path_buf()),
+                        clients_per_process: self.args.clients_per_process,
+                        data_dir: self.args.data_dir.clone(),
+                        runs_dir: self.args.runs_dir.clone(),
+                        overrides,
+                        tls: false,
+                        link: None,
+                    },
+                    false,
+                )?,
+            };
+            Ok((outcome(&dir)?, kept))
+        });
+        match result {
+            Ok((o, kept)) => Ok((run_name, o, kept)),
+            Err(e) => Err((run_name, e)),
+        }
+    }
+
+    /// Whether `dir` holds a finished run of this very experiment (else it is run again).
+    fn finished(
+        &self,
+        dir: &Path,
+        run_name: &str,
+        overrides: &[(String, String)],
+    ) -> anyhow::Result<bool> {
+        let expected = Experiment::load_with_data(self.file, overrides, self.data_dir)?;
+        match finished_run(dir, &expected) {
+            Ok(()) => Ok(true),
+            Err(why) => {
+                if dir.join("results.json").exists() {
+                    println!("  {run_name}: run again ({why})");
+                }
+                Ok(false)
+            }
+        }
+    }
+}
+
+/// The grid's table (markdown and CSV), its local baselines' plot and its accuracy chart.
+fn write_summary(args: &GridArgs, rows: &[Row], started: Instant) -> anyhow::Result<()> {
     let summary = args
         .summary
         .clone()
@@ -203,10 +261,10 @@ pub fn grid(args: GridArgs) -> anyhow::Result<()> {
     if let Some(parent) = summary.parent() {
         std::fs::create_dir_all(parent)?;
     }
-    std::fs::write(&summary, markdown(&rows))
+    std::fs::write(&summary, markdown(rows))
         .with_context(|| format!("cannot write {}", summary.display()))?;
-    std::fs::write(summary.with_extension("csv"), csv(&rows))?;
-    plot_local_baselines(&rows);
+    std::fs::write(summary.with_extension("csv"), csv(rows))?;
+    plot_local_baselines(rows);
     let accuracies: Vec<(String, Vec<f64>)> = rows
         .iter()
         .map(|r| {
@@ -217,15 +275,12 @@ pub fn grid(args: GridArgs) -> anyhow::Result<()> {
     crate::plot::grid_chart(&summary.with_extension("svg"), &accuracies)?;
     println!(
         "\n{}\ngrid done in {:.1} s; summary in {}, {} and {}",
-        markdown(&rows),
+        markdown(rows),
         started.elapsed().as_secs_f64(),
         summary.display(),
         summary.with_extension("csv").display(),
         summary.with_extension("svg").display()
     );
-    if !failures.is_empty() {
-        bail!("{} run(s) failed:\n{}", failures.len(), failures.join("\n"));
-    }
     Ok(())
 }
 

@@ -5,14 +5,15 @@
 //! the ensemble and each client alone).
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, bail};
 use flint_common::config::{Experiment, parse_override};
 use flint_common::data::default_data_dir;
 use flint_common::data::images::BitShard;
-use flint_common::strategy::{Downloads, Predictor};
+use flint_common::strategy::{ClientStrategy, Downloads, Predictor, ServerStrategy};
+use flint_common::wire::Update;
 use flint_common::wire::proto::{DataSummary, Payload};
 use flint_common::{ClientId, Round};
 use flint_server::results::RunResults;
@@ -54,44 +55,9 @@ pub fn replay(args: ReplayArgs) -> anyhow::Result<()> {
     let data_dir = args.data_dir.clone().unwrap_or_else(default_data_dir);
     let pool = e.data.load_images(&data_dir)?;
     let (features, classes) = (pool.train.features(), e.data.classes().len());
-    let results = RunResults::read(&std::fs::read(dir.join("results.json"))?)
-        .with_context(|| format!("cannot read {}", dir.join("results.json").display()))?;
-    let summaries: BTreeMap<ClientId, DataSummary> = results
-        .clients
-        .iter()
-        .map(|c| {
-            let summary = DataSummary {
-                train_class_counts: c.train_class_counts.clone(),
-                test_samples: c.test_samples,
-                features: features as u32,
-                compute_ghz: c.compute_ghz,
-            };
-            (c.id, summary)
-        })
-        .collect();
+    let summaries = summaries(dir, features)?;
     let mut server = e.strategy.server(classes, e.seed);
-    let mut updates = BTreeMap::new();
-    for &id in summaries.keys() {
-        let path = dir
-            .join("updates")
-            .join(format!("round-{}-client-{id}.pb", args.round));
-        if !path.exists() {
-            continue;
-        }
-        let payload = Payload::decode(&std::fs::read(&path)?[..])
-            .with_context(|| format!("{} is not a payload", path.display()))?;
-        let update = server
-            .decode(id, features, &payload)
-            .with_context(|| format!("{}", path.display()))?;
-        updates.insert(id, update);
-    }
-    if updates.is_empty() {
-        bail!(
-            "{} holds no kept update of round {}; run with --set server.keep_updates=true",
-            dir.join("updates").display(),
-            args.round
-        );
-    }
+    let updates = kept_updates(dir, args.round, server.as_ref(), &summaries, features)?;
     let started = Instant::now();
     let agg = server.aggregate(args.round, &summaries, &updates)?;
     let seconds = started.elapsed().as_secs_f64();
@@ -116,32 +82,10 @@ pub fn replay(args: ReplayArgs) -> anyhow::Result<()> {
         .strategy
         .bits_client(features, classes, e.seed, holder, e.clients.len())?;
     half.apply(args.round, download)?;
-    let shared = BitShard {
-        train: pool.train.select(&[]),
-        test: pool
-            .test
-            .select(&rows.filter(|&i| i < pool.test.len()).collect::<Vec<_>>()),
-        confidence: None,
-        prefit: None,
-    };
+    let shared = pool.shared_test(rows);
     println!("on the shared test set ({} rows):", shared.test.len());
     if args.sums {
-        let profiles = half.class_sum_profiles(&shared);
-        if profiles.is_empty() {
-            println!("  --sums: this download has no composite of machines to show");
-        }
-        for (name, profiles) in profiles {
-            for p in profiles {
-                println!(
-                    "  {name:<16} class {}: mean sum {:.0} on its rows, {:.0} on the others'; others above 0: {:.3}, at least T/2: {:.3}",
-                    p.class,
-                    p.mean_on_class,
-                    p.mean_on_others,
-                    p.others_positive,
-                    p.others_above_half_t
-                );
-            }
-        }
+        print_sums(half.as_ref(), &shared);
     }
     let mut all = half.evaluate_all(&shared);
     all.sort_by_key(|(p, _)| *p);
@@ -156,6 +100,78 @@ pub fn replay(args: ReplayArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Each client's data summary as the run's results hold it.
+fn summaries(dir: &Path, features: usize) -> anyhow::Result<BTreeMap<ClientId, DataSummary>> {
+    let results = RunResults::read(&std::fs::read(dir.join("results.json"))?)
+        .with_context(|| format!("cannot read {}", dir.join("results.json").display()))?;
+    Ok(results
+        .clients
+        .iter()
+        .map(|c| {
+            let summary = DataSummary {
+                train_class_counts: c.train_class_counts.clone(),
+                test_samples: c.test_samples,
+                features: features as u32,
+                compute_ghz: c.compute_ghz,
+            };
+            (c.id, summary)
+        })
+        .collect())
+}
+
+/// The round's kept updates (`updates/round-R-client-C.pb`), decoded by the strategy's own
+/// `decode`; a client whose file is gone is left out.
+fn kept_updates(
+    dir: &Path,
+    round: u32,
+    server: &dyn ServerStrategy,
+    summaries: &BTreeMap<ClientId, DataSummary>,
+    features: usize,
+) -> anyhow::Result<BTreeMap<ClientId, Update>> {
+    let mut updates = BTreeMap::new();
+    for &id in summaries.keys() {
+        let path = dir
+            .join("updates")
+            .join(format!("round-{round}-client-{id}.pb"));
+        if !path.exists() {
+            continue;
+        }
+        let payload = Payload::decode(&std::fs::read(&path)?[..])
+            .with_context(|| format!("{} is not a payload", path.display()))?;
+        let update = server
+            .decode(id, features, &payload)
+            .with_context(|| format!("{}", path.display()))?;
+        updates.insert(id, update);
+    }
+    if updates.is_empty() {
+        bail!(
+            "{} holds no kept update of round {round}; run with --set server.keep_updates=true",
+            dir.join("updates").display()
+        );
+    }
+    Ok(updates)
+}
+
+/// `--sums`: each composite machine's class sums on its class's rows and on the others'.
+fn print_sums(half: &dyn ClientStrategy<BitShard>, shared: &BitShard) {
+    let profiles = half.class_sum_profiles(shared);
+    if profiles.is_empty() {
+        println!("  --sums: this download has no composite of machines to show");
+    }
+    for (name, profiles) in profiles {
+        for p in profiles {
+            println!(
+                "  {name:<16} class {}: mean sum {:.0} on its rows, {:.0} on the others'; others above 0: {:.3}, at least T/2: {:.3}",
+                p.class,
+                p.mean_on_class,
+                p.mean_on_others,
+                p.others_positive,
+                p.others_above_half_t
+            );
+        }
+    }
 }
 
 /// "class: recall" for each class with test rows, and which class took the most of a weak

@@ -117,7 +117,22 @@ fn fmt(m: Option<&Metrics>) -> String {
     }
 }
 
+/// The run's tables as `flint report` prints them.
 pub fn render(r: &RunResults) -> String {
+    [
+        per_round(r),
+        link_level(r),
+        clusters(r),
+        shared_test(r),
+        training_time(r),
+        before_federation(r),
+        per_client(r),
+    ]
+    .concat()
+}
+
+/// The header, and per round the mean metrics and the bytes at each level; the totals.
+fn per_round(r: &RunResults) -> String {
     let mut s = String::new();
     s += &format!(
         "run {} ({}, seed {}, fingerprint {}): {} of {} rounds, {} clients, {:.1} s\n\n",
@@ -167,8 +182,12 @@ pub fn render(r: &RunResults) -> String {
         t.up.paper as f64 / 1e6,
         t.down.paper as f64 / 1e6
     );
-    s += &link_level(r);
-    s += &clusters(r);
+    s
+}
+
+/// Per round, the model and its baselines on the shared test set.
+fn shared_test(r: &RunResults) -> String {
+    let mut s = String::new();
     for rr in &r.rounds {
         if let Some(g) = &rr.global_test {
             s += &format!(
@@ -204,6 +223,12 @@ pub fn render(r: &RunResults) -> String {
             s += "\n";
         }
     }
+    s
+}
+
+/// Local training time over every client and round.
+fn training_time(r: &RunResults) -> String {
+    let mut s = String::new();
     let trained: Vec<f64> = r
         .client_train_seconds
         .values()
@@ -217,6 +242,12 @@ pub fn render(r: &RunResults) -> String {
             trained.len()
         );
     }
+    s
+}
+
+/// Round 1's uploads: each client's own model on its test split.
+fn before_federation(r: &RunResults) -> String {
+    let mut s = String::new();
     if let Some(first) = r.rounds.iter().find(|rr| rr.round == 1)
         && let Some(before) = first.local_mean
     {
@@ -234,6 +265,12 @@ pub fn render(r: &RunResults) -> String {
             "mean", before.accuracy, before.precision
         );
     }
+    s
+}
+
+/// Per client after the last evaluated round, with its aggregation weight.
+fn per_client(r: &RunResults) -> String {
+    let mut s = String::new();
     if let Some(last) = r.rounds.iter().rev().find(|rr| !rr.metrics.is_empty()) {
         let classes = r.clients.first().map_or(2, |c| c.train_class_counts.len());
         let of = if classes == 2 {

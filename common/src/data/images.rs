@@ -68,6 +68,18 @@ pub struct ImagePool {
 }
 
 impl ImagePool {
+    /// The run's shared test set: the official test images at `rows` (those that exist), as
+    /// the test split of a shard with no training rows.
+    pub fn shared_test(&self, rows: std::ops::Range<usize>) -> BitShard {
+        let rows: Vec<usize> = rows.filter(|&i| i < self.test.len()).collect();
+        BitShard {
+            train: self.train.select(&[]),
+            test: self.test.select(&rows),
+            confidence: None,
+            prefit: None,
+        }
+    }
+
     pub fn load(
         data_dir: &Path,
         set: ImageSet,
