@@ -444,117 +444,137 @@ impl ModelFile {
     /// magnitude, for an FCM its `top` strongest links, for a Tsetlin Machine (or each machine
     /// of a composite) the `top` clauses voting most for each class.
     pub fn explain(&self, top: usize) -> String {
-        let mut out = String::new();
         match &self.model {
-            KeptModel::Logreg { weights, biases } => {
-                let scale = match self.scaling.as_str() {
-                    "local-zscore" => " (per standard deviation of the client's training split)",
-                    "local-minmax" => " (per range of the client's training split)",
-                    _ => "",
-                };
-                out += &format!("logistic regression, coefficients{scale}\n");
-                for (o, (row, bias)) in weights.iter().zip(biases).enumerate() {
-                    let target = if weights.len() == 1 {
-                        format!(
-                            "{} (against {})",
-                            self.classes.get(1).map_or("1", String::as_str),
-                            self.classes.first().map_or("0", String::as_str)
-                        )
-                    } else {
-                        self.classes[o].clone()
-                    };
-                    out += &format!("  class {target}: bias {bias:+.4}\n");
-                    let mut order: Vec<usize> = (0..row.len()).collect();
-                    order.sort_by(|&a, &b| row[b].abs().total_cmp(&row[a].abs()).then(a.cmp(&b)));
-                    for &i in order.iter().take(top) {
-                        out += &format!("    {:+.4}  {}\n", row[i], self.features[i]);
-                    }
-                }
-            }
-            KeptModel::Fcm { matrix } => {
-                let concepts: Vec<String> = self
-                    .features
-                    .iter()
-                    .cloned()
-                    .chain(self.classes.iter().map(|c| format!("class {c}")))
-                    .collect();
-                out += &format!(
-                    "fuzzy cognitive map, {} concepts; the strongest links:\n",
-                    concepts.len()
-                );
-                let mut links: Vec<(usize, usize, f64)> = matrix
-                    .iter()
-                    .enumerate()
-                    .flat_map(|(s, row)| {
-                        row.iter()
-                            .enumerate()
-                            .filter(|(_, w)| **w != 0.0)
-                            .map(move |(t, &w)| (s, t, w))
-                    })
-                    .collect();
-                links.sort_by(|a, b| {
-                    b.2.abs()
-                        .total_cmp(&a.2.abs())
-                        .then((a.0, a.1).cmp(&(b.0, b.1)))
-                });
-                for (s, t, w) in links.into_iter().take(top) {
-                    out += &format!("  {w:+.4}  {} -> {}\n", concepts[s], concepts[t]);
-                }
-            }
-            KeptModel::Tm { clauses, .. } => {
-                out += &format!(
-                    "tsetlin machine, {} clauses with literals; per class, the clauses that vote for it most:\n",
-                    clauses.len()
-                );
-                for (c, class) in self.classes.iter().enumerate() {
-                    let mut order: Vec<&KeptClause> =
-                        clauses.iter().filter(|k| k.weights[c] > 0).collect();
-                    order.sort_by_key(|k| std::cmp::Reverse(k.weights[c]));
-                    out += &format!("  class {class}: {} clauses vote for it\n", order.len());
-                    for k in order.into_iter().take(top) {
-                        out += &format!("    {:+}  {}\n", k.weights[c], self.rule_text(k));
-                    }
-                }
-            }
+            KeptModel::Logreg { weights, biases } => self.explain_logreg(weights, biases, top),
+            KeptModel::Fcm { matrix } => self.explain_fcm(matrix, top),
+            KeptModel::Tm { clauses, .. } => self.explain_tm(clauses, top),
             KeptModel::Composite {
                 literals,
                 normalization,
                 clamp,
                 machines,
                 ..
-            } => {
-                out += &format!(
-                    "composite of {} machines ({normalization} normalization{}); a clause fires when it holds on some patch (a table's row is one patch)\n",
-                    machines.len(),
-                    if *clamp {
-                        ", sums clamped to [-T, T]"
-                    } else {
-                        ""
-                    }
-                );
-                for (m, clauses) in machines.iter().enumerate() {
-                    let held: Vec<&str> = (0..self.classes.len())
-                        .filter(|&c| clauses.iter().any(|k| k.weights[c] > 0))
-                        .map(|c| self.classes[c].as_str())
-                        .collect();
+            } => self.explain_composite(literals, normalization, *clamp, machines, top),
+        }
+    }
+
+    fn explain_logreg(&self, weights: &[Vec<f64>], biases: &[f64], top: usize) -> String {
+        let mut out = String::new();
+        let scale = match self.scaling.as_str() {
+            "local-zscore" => " (per standard deviation of the client's training split)",
+            "local-minmax" => " (per range of the client's training split)",
+            _ => "",
+        };
+        out += &format!("logistic regression, coefficients{scale}\n");
+        for (o, (row, bias)) in weights.iter().zip(biases).enumerate() {
+            let target = if weights.len() == 1 {
+                format!(
+                    "{} (against {})",
+                    self.classes.get(1).map_or("1", String::as_str),
+                    self.classes.first().map_or("0", String::as_str)
+                )
+            } else {
+                self.classes[o].clone()
+            };
+            out += &format!("  class {target}: bias {bias:+.4}\n");
+            let mut order: Vec<usize> = (0..row.len()).collect();
+            order.sort_by(|&a, &b| row[b].abs().total_cmp(&row[a].abs()).then(a.cmp(&b)));
+            for &i in order.iter().take(top) {
+                out += &format!("    {:+.4}  {}\n", row[i], self.features[i]);
+            }
+        }
+        out
+    }
+
+    fn explain_fcm(&self, matrix: &[Vec<f64>], top: usize) -> String {
+        let mut out = String::new();
+        let concepts: Vec<String> = self
+            .features
+            .iter()
+            .cloned()
+            .chain(self.classes.iter().map(|c| format!("class {c}")))
+            .collect();
+        out += &format!(
+            "fuzzy cognitive map, {} concepts; the strongest links:\n",
+            concepts.len()
+        );
+        let mut links: Vec<(usize, usize, f64)> = matrix
+            .iter()
+            .enumerate()
+            .flat_map(|(s, row)| {
+                row.iter()
+                    .enumerate()
+                    .filter(|(_, w)| **w != 0.0)
+                    .map(move |(t, &w)| (s, t, w))
+            })
+            .collect();
+        links.sort_by(|a, b| {
+            b.2.abs()
+                .total_cmp(&a.2.abs())
+                .then((a.0, a.1).cmp(&(b.0, b.1)))
+        });
+        for (s, t, w) in links.into_iter().take(top) {
+            out += &format!("  {w:+.4}  {} -> {}\n", concepts[s], concepts[t]);
+        }
+        out
+    }
+
+    fn explain_tm(&self, clauses: &[KeptClause], top: usize) -> String {
+        let mut out = String::new();
+        out += &format!(
+            "tsetlin machine, {} clauses with literals; per class, the clauses that vote for it most:\n",
+            clauses.len()
+        );
+        for (c, class) in self.classes.iter().enumerate() {
+            let mut order: Vec<&KeptClause> = clauses.iter().filter(|k| k.weights[c] > 0).collect();
+            order.sort_by_key(|k| std::cmp::Reverse(k.weights[c]));
+            out += &format!("  class {class}: {} clauses vote for it\n", order.len());
+            for k in order.into_iter().take(top) {
+                out += &format!("    {:+}  {}\n", k.weights[c], self.rule_text(k));
+            }
+        }
+        out
+    }
+
+    fn explain_composite(
+        &self,
+        literals: &[String],
+        normalization: &str,
+        clamp: bool,
+        machines: &[Vec<KeptClause>],
+        top: usize,
+    ) -> String {
+        let mut out = String::new();
+        out += &format!(
+            "composite of {} machines ({normalization} normalization{}); a clause fires when it holds on some patch (a table's row is one patch)\n",
+            machines.len(),
+            if clamp {
+                ", sums clamped to [-T, T]"
+            } else {
+                ""
+            }
+        );
+        for (m, clauses) in machines.iter().enumerate() {
+            let held: Vec<&str> = (0..self.classes.len())
+                .filter(|&c| clauses.iter().any(|k| k.weights[c] > 0))
+                .map(|c| self.classes[c].as_str())
+                .collect();
+            out += &format!(
+                "  machine {}: {} clauses; classes with positive votes: {}\n",
+                m + 1,
+                clauses.len(),
+                held.join(", ")
+            );
+            for (c, class) in self.classes.iter().enumerate() {
+                let mut order: Vec<&KeptClause> =
+                    clauses.iter().filter(|k| k.weights[c] > 0).collect();
+                order.sort_by_key(|k| std::cmp::Reverse(k.weights[c]));
+                for k in order.into_iter().take(top) {
                     out += &format!(
-                        "  machine {}: {} clauses; classes with positive votes: {}\n",
-                        m + 1,
-                        clauses.len(),
-                        held.join(", ")
+                        "    class {class}: {:+}  {}\n",
+                        k.weights[c],
+                        patch_rule(literals, k)
                     );
-                    for (c, class) in self.classes.iter().enumerate() {
-                        let mut order: Vec<&KeptClause> =
-                            clauses.iter().filter(|k| k.weights[c] > 0).collect();
-                        order.sort_by_key(|k| std::cmp::Reverse(k.weights[c]));
-                        for k in order.into_iter().take(top) {
-                            out += &format!(
-                                "    class {class}: {:+}  {}\n",
-                                k.weights[c],
-                                patch_rule(literals, k)
-                            );
-                        }
-                    }
                 }
             }
         }
