@@ -174,30 +174,62 @@ pub fn parse(text: &str, spec: &CsvSpec) -> std::result::Result<Dataset, String>
 }
 
 pub fn parse_bytes(text: &[u8], spec: &CsvSpec) -> std::result::Result<Dataset, String> {
-    let header_names: Option<Vec<String>> = if spec.header {
-        let mut reader = spec.reader(text);
-        let mut first = ::csv::StringRecord::new();
-        match reader.read_record(&mut first) {
-            Ok(true) => Some(first.iter().map(str::to_string).collect()),
-            Ok(false) => return Err("no rows".into()),
-            Err(e) => return Err(format!("line 1: {}", csv_error(&e))),
-        }
-    } else {
-        None
+    let header_names = header(text, spec)?;
+    let mut rows = Rows {
+        spec,
+        header_names: header_names.as_deref(),
+        columns: header_names.as_ref().map(Vec::len),
+        x: Vec::new(),
+        y: Vec::new(),
+        dropped: 0,
+        row: Vec::new(),
     };
-    let mut columns: Option<usize> = header_names.as_ref().map(Vec::len);
-    let column_name = |i: usize| match &header_names {
-        Some(names) => format!("column {:?}", names[i]),
-        None => format!("column {i}"),
-    };
-    let mut x = Vec::new();
-    let mut y = Vec::new();
-    let mut dropped = 0usize;
-    let mut row = Vec::new();
     for (line, record) in records(text, spec) {
-        let record = record?;
+        rows.push(line, &record?)?;
+    }
+    rows.finish()
+}
+
+/// The header's column names, where the file has a header.
+fn header(text: &[u8], spec: &CsvSpec) -> std::result::Result<Option<Vec<String>>, String> {
+    if !spec.header {
+        return Ok(None);
+    }
+    let mut reader = spec.reader(text);
+    let mut first = ::csv::StringRecord::new();
+    match reader.read_record(&mut first) {
+        Ok(true) => Ok(Some(first.iter().map(str::to_string).collect())),
+        Ok(false) => Err("no rows".into()),
+        Err(e) => Err(format!("line 1: {}", csv_error(&e))),
+    }
+}
+
+/// The rows read so far, each checked as it comes.
+struct Rows<'a> {
+    spec: &'a CsvSpec,
+    header_names: Option<&'a [String]>,
+    /// Every row's width, fixed by the header or the first row.
+    columns: Option<usize>,
+    x: Vec<f64>,
+    y: Vec<u32>,
+    dropped: usize,
+    row: Vec<f64>,
+}
+
+impl Rows<'_> {
+    fn column_name(&self, i: usize) -> String {
+        match self.header_names {
+            Some(names) => format!("column {:?}", names[i]),
+            None => format!("column {i}"),
+        }
+    }
+
+    /// One record: its label and features, or left out where a value is missing and
+    /// `on_missing` says to drop it; an empty line is skipped.
+    fn push(&mut self, line: u64, record: &::csv::StringRecord) -> std::result::Result<(), String> {
+        let spec = self.spec;
         if record.len() == 1 && record[0].is_empty() {
-            continue;
+            return Ok(());
         }
         let width = record.len();
         let label_at = spec.label_column.unwrap_or(width - 1);
@@ -211,7 +243,7 @@ pub fn parse_bytes(text: &[u8], spec: &CsvSpec) -> std::result::Result<Dataset, 
                 "line {line}: column {c} is to be skipped but there are only {width} columns"
             ));
         }
-        let expected = *columns.get_or_insert(width);
+        let expected = *self.columns.get_or_insert(width);
         if width != expected {
             return Err(format!("line {line}: {width} columns, expected {expected}"));
         }
@@ -222,8 +254,8 @@ pub fn parse_bytes(text: &[u8], spec: &CsvSpec) -> std::result::Result<Dataset, 
                     "line {line}: the label is missing ({label:?}); data.on_missing = \"drop\" leaves such rows out"
                 ));
             }
-            dropped += 1;
-            continue;
+            self.dropped += 1;
+            return Ok(());
         }
         let class = spec
             .classes
@@ -235,8 +267,26 @@ pub fn parse_bytes(text: &[u8], spec: &CsvSpec) -> std::result::Result<Dataset, 
                     spec.classes
                 )
             })?;
-        row.clear();
-        let mut incomplete = false;
+        match self.features(line, record, label_at)? {
+            true => {
+                self.y.push(class as u32);
+                self.x.extend_from_slice(&self.row);
+            }
+            false => self.dropped += 1,
+        }
+        Ok(())
+    }
+
+    /// The record's features into `row`; false where one is missing and the row is dropped.
+    fn features(
+        &mut self,
+        line: u64,
+        record: &::csv::StringRecord,
+        label_at: usize,
+    ) -> std::result::Result<bool, String> {
+        let spec = self.spec;
+        self.row.clear();
+        let mut complete = true;
         let kept = |i: &usize| *i != label_at && !spec.skip_columns.contains(i);
         for (i, f) in record.iter().enumerate().filter(|(i, _)| kept(i)) {
             if spec.is_missing(f) {
@@ -244,77 +294,81 @@ pub fn parse_bytes(text: &[u8], spec: &CsvSpec) -> std::result::Result<Dataset, 
                     Missing::Refuse => {
                         return Err(format!(
                             "line {line}, {}: missing value {f:?}; set data.on_missing = \"drop\" or \"impute\"",
-                            column_name(i)
+                            self.column_name(i)
                         ));
                     }
-                    Missing::Drop => incomplete = true,
-                    Missing::Impute => row.push(f64::NAN),
+                    Missing::Drop => complete = false,
+                    Missing::Impute => self.row.push(f64::NAN),
                 }
                 continue;
             }
-            let v: f64 = f
-                .parse()
-                .map_err(|_| format!("line {line}, {}: {f:?} is not a number", column_name(i)))?;
+            let v: f64 = f.parse().map_err(|_| {
+                format!(
+                    "line {line}, {}: {f:?} is not a number",
+                    self.column_name(i)
+                )
+            })?;
             if !v.is_finite() {
                 return Err(format!(
                     "line {line}, {}: {f:?} is not finite",
-                    column_name(i)
+                    self.column_name(i)
                 ));
             }
-            row.push(v);
+            self.row.push(v);
         }
-        if incomplete {
-            dropped += 1;
-            continue;
+        Ok(complete)
+    }
+
+    /// The table, once every row is read: its feature columns (neither the label nor skipped;
+    /// a column skipped twice, or the label named as skipped too, counts once) checked
+    /// against `data.features`.
+    fn finish(self) -> std::result::Result<Dataset, String> {
+        let spec = self.spec;
+        let columns = self.columns.ok_or("no rows")?;
+        let label_at = spec.label_column.unwrap_or(columns.saturating_sub(1));
+        let kept: Vec<usize> = (0..columns)
+            .filter(|i| *i != label_at && !spec.skip_columns.contains(i))
+            .collect();
+        let features = kept.len();
+        if features == 0 {
+            return Err(format!(
+                "{columns} column(s), all label or skipped: no feature column"
+            ));
         }
-        y.push(class as u32);
-        x.extend_from_slice(&row);
+        if let Some(declared) = spec.features
+            && declared != features
+        {
+            return Err(format!(
+                "{features} feature columns, but data.features says {declared}"
+            ));
+        }
+        if self.y.is_empty() {
+            return Err(format!(
+                "no rows left: all {} have a missing value (data.on_missing = \"drop\")",
+                self.dropped
+            ));
+        }
+        if self.dropped > 0 {
+            tracing::info!(
+                dropped = self.dropped,
+                kept = self.y.len(),
+                "rows with a missing value left out"
+            );
+        }
+        let feature_names = match self.header_names {
+            Some(names) => kept.iter().map(|&i| names[i].clone()).collect(),
+            None if spec.names.len() == features => spec.names.clone(),
+            None => Vec::new(),
+        };
+        Ok(Dataset {
+            features,
+            x: self.x,
+            y: self.y,
+            classes: spec.classes.clone(),
+            categorical: Vec::new(),
+            feature_names,
+        })
     }
-    let columns = columns.ok_or("no rows")?;
-    // The columns that are neither the label nor skipped (a column skipped twice, or the label
-    // named as skipped too, counts once).
-    let label_at = spec.label_column.unwrap_or(columns.saturating_sub(1));
-    let kept: Vec<usize> = (0..columns)
-        .filter(|i| *i != label_at && !spec.skip_columns.contains(i))
-        .collect();
-    let features = kept.len();
-    if features == 0 {
-        return Err(format!(
-            "{columns} column(s), all label or skipped: no feature column"
-        ));
-    }
-    if let Some(declared) = spec.features
-        && declared != features
-    {
-        return Err(format!(
-            "{features} feature columns, but data.features says {declared}"
-        ));
-    }
-    if y.is_empty() {
-        return Err(format!(
-            "no rows left: all {dropped} have a missing value (data.on_missing = \"drop\")"
-        ));
-    }
-    if dropped > 0 {
-        tracing::info!(
-            dropped,
-            kept = y.len(),
-            "rows with a missing value left out"
-        );
-    }
-    let feature_names = match header_names {
-        Some(names) => kept.iter().map(|&i| names[i].clone()).collect(),
-        None if spec.names.len() == features => spec.names.clone(),
-        None => Vec::new(),
-    };
-    Ok(Dataset {
-        features,
-        x,
-        y,
-        classes: spec.classes.clone(),
-        categorical: Vec::new(),
-        feature_names,
-    })
 }
 
 #[cfg(test)]
