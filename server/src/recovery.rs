@@ -9,7 +9,7 @@ use flint_common::metrics::ConfusionMatrix;
 use flint_common::strategy::Predictor;
 
 use crate::identity::{Holder, Identities};
-use crate::journal::Event;
+use crate::journal::{Event, RoundMark};
 use crate::rounds::{Aggregated, Rounds};
 
 /// What a replay found.
@@ -82,23 +82,8 @@ pub fn replay(
                 open_for = Some((c.round, c.seconds));
             }
             Event::Installed(m) => {
-                let Some(done) = pending.take() else {
-                    bail!(
-                        "{}: round {} installed but no aggregation was under way",
-                        at(),
-                        m.round
-                    );
-                };
-                if done.round() != m.round {
-                    bail!(
-                        "{}: round {} installed but round {} was aggregating",
-                        at(),
-                        m.round,
-                        done.round()
-                    );
-                }
-                rounds.install(done, now);
-                rounds.restore_timings(m.round, m.seconds, m.aggregation_seconds);
+                let done = pending.take();
+                install(rounds, done, m, now).with_context(at)?;
             }
             Event::Eval(e) => {
                 let m = ConfusionMatrix::from_counts(e.classes as usize, e.confusion)
@@ -122,4 +107,30 @@ pub fn replay(
         records,
         installed_at_end,
     })
+}
+
+/// The aggregation under way installed where the journal says it was: it must be of the round
+/// the record names.
+fn install(
+    rounds: &mut Rounds,
+    pending: Option<Aggregated>,
+    mark: RoundMark,
+    now: Instant,
+) -> anyhow::Result<()> {
+    let Some(done) = pending else {
+        bail!(
+            "round {} installed but no aggregation was under way",
+            mark.round
+        );
+    };
+    if done.round() != mark.round {
+        bail!(
+            "round {} installed but round {} was aggregating",
+            mark.round,
+            done.round()
+        );
+    }
+    rounds.install(done, now);
+    rounds.restore_timings(mark.round, mark.seconds, mark.aggregation_seconds);
+    Ok(())
 }
