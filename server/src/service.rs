@@ -12,8 +12,8 @@ use flint_common::strategy::Predictor;
 use flint_common::wire::chunks::Reassembler;
 use flint_common::wire::ledger::Direction;
 use flint_common::wire::proto::{
-    Ack, ClaimReply, ClaimRequest, EvalReport, JoinReply, JoinRequest, RoundRequest, RoundTask,
-    UpdateChunk,
+    Ack, ClaimReply, ClaimRequest, EvalReport, JoinReply, JoinRequest, Payload, RoundRequest,
+    RoundTask, UpdateChunk, UpdateHeader,
 };
 use flint_common::wire::{
     CLIENT_HEADER, HOST_HEADER, ROUND_HEADER, TOKEN_HEADER, paper_convention_bytes,
@@ -317,6 +317,72 @@ fn bind_record(identities: &Identities, id: ClientId) -> Event {
         host: holder.host.clone(),
         certificate: holder.certificate.clone(),
     })
+}
+
+/// An upload as it arrives: whose it is once its header's credentials are checked, its
+/// chunks' sizes (booked under that client), and its share of the upload budget, held until the
+/// update is taken or refused.
+#[derive(Default)]
+struct Upload {
+    whose: Option<(ClientId, Round)>,
+    sizes: Vec<usize>,
+    budget: Option<OwnedSemaphorePermit>,
+}
+
+impl Upload {
+    /// Reads the stream to its end, chunk by chunk: its header's client must hold the call's
+    /// credentials and have joined, its run must be this one, and its size must fit the upload
+    /// budget; a stream that stalls is abandoned, so that it cannot hold its share for ever.
+    async fn receive(
+        &mut self,
+        s: &Shared,
+        mut stream: Streaming<UpdateChunk>,
+        token: Option<&str>,
+        peer: &Peer,
+        seen: &AtomicU64,
+    ) -> Result<(UpdateHeader, Payload), FlintError> {
+        let mut parts = Reassembler::new(s.max_update_bytes());
+        loop {
+            let next = tokio::time::timeout(CHUNK_IDLE, stream.message())
+                .await
+                .map_err(|_| {
+                    FlintError::InvalidUpdate(format!(
+                        "no chunk for {} s: upload abandoned",
+                        CHUNK_IDLE.as_secs()
+                    ))
+                })?
+                .map_err(|e| {
+                    FlintError::InvalidUpdate(format!("the upload stream broke: {}", e.message()))
+                })?;
+            let Some(chunk) = next else { break };
+            self.sizes.push(chunk.encoded_len());
+            seen.fetch_add(chunk.encoded_len() as u64, Ordering::Relaxed);
+            if let Some(h) = parts.push(chunk)? {
+                let (client, round, run_id) = (h.client_id, h.round, h.run_id.clone());
+                let len = h.payload_len;
+                s.identities().check(client, token, peer)?;
+                s.rounds().check_joined(client)?;
+                self.whose = Some((client, s.label_round(round)));
+                s.check_run(&run_id)?;
+                self.budget = Some(s.reserve_upload(len)?);
+            }
+        }
+        parts.finish()
+    }
+
+    /// The chunks' bytes and the update's paper-convention bytes, under the authenticated
+    /// client (nothing is booked for a stream whose header was never checked).
+    fn book(&self, s: &Shared, paper: u64) {
+        let Some((client, round)) = self.whose else {
+            return;
+        };
+        s.ledger.with(|l| {
+            for n in &self.sizes {
+                l.payload(client, round, Direction::Up, *n, 0);
+            }
+            l.at(client, round).up.paper += paper;
+        });
+    }
 }
 
 /// A refusal of an authenticated client's call, labelled as its replies are: its bytes are that
@@ -638,69 +704,43 @@ impl AggregatorService {
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
         let peer = s.peer(&request);
-        let mut stream = request.into_inner();
-        let mut parts = Reassembler::new(s.max_update_bytes());
-        // Chunk sizes, booked under the client once its credentials are checked.
-        let mut sizes = Vec::new();
-        let mut whose: Option<(ClientId, Round)> = None;
-        // The update's share of the upload budget, held until it has been taken or refused.
-        let mut _budget = None;
-        let received = async {
-            loop {
-                // A stream that stalls would hold its share of the budget for ever.
-                let next = tokio::time::timeout(CHUNK_IDLE, stream.message())
-                    .await
-                    .map_err(|_| {
-                        FlintError::InvalidUpdate(format!(
-                            "no chunk for {} s: upload abandoned",
-                            CHUNK_IDLE.as_secs()
-                        ))
-                    })?
-                    .map_err(|e| {
-                        FlintError::InvalidUpdate(format!(
-                            "the upload stream broke: {}",
-                            e.message()
-                        ))
-                    })?;
-                let Some(chunk) = next else { break };
-                sizes.push(chunk.encoded_len());
-                seen.fetch_add(chunk.encoded_len() as u64, Ordering::Relaxed);
-                if let Some(h) = parts.push(chunk)? {
-                    let (client, round, run_id) = (h.client_id, h.round, h.run_id.clone());
-                    let len = h.payload_len;
-                    s.identities().check(client, token.as_deref(), &peer)?;
-                    s.rounds().check_joined(client)?;
-                    whose = Some((client, s.label_round(round)));
-                    s.check_run(&run_id)?;
-                    _budget = Some(s.reserve_upload(len)?);
-                }
-            }
-            parts.finish()
-        }
-        .await;
+        let mut upload = Upload::default();
+        let received = upload
+            .receive(s, request.into_inner(), token.as_deref(), &peer, seen)
+            .await;
         // From here on the bytes are an authenticated client's, refused or not.
-        let book = |paper: u64| {
-            if let Some((client, round)) = whose {
-                s.ledger.with(|l| {
-                    for n in &sizes {
-                        l.payload(client, round, Direction::Up, *n, 0);
-                    }
-                    l.at(client, round).up.paper += paper;
-                });
-            }
-        };
         let (header, payload) = match received {
             Ok(update) => update,
             Err(e) => {
-                book(0);
-                return Err(match whose {
+                upload.book(s, 0);
+                return Err(match upload.whose {
                     Some((client, round)) => with_label(status(e), client, round),
                     None => status(e),
                 });
             }
         };
         let (client, round) = (header.client_id, header.round);
-        book(paper_convention_bytes(&payload, s.classes()));
+        upload.book(s, paper_convention_bytes(&payload, s.classes()));
+        let duplicate = self.take_update(client, round, &payload).await?;
+        let round = s.label_round(round);
+        tracing::debug!(client, round, duplicate, "update accepted");
+        s.bump();
+        let ack = Ack { duplicate };
+        s.ledger
+            .with(|l| l.payload(client, round, Direction::Down, ack.encoded_len(), 0));
+        Ok(labelled(ack, client, round))
+    }
+
+    /// Takes a received update into the round, journals it (and the round's close) before the
+    /// answer, starts the aggregation it completes, and keeps it with `server.keep_updates`.
+    /// Returns whether it was a duplicate.
+    async fn take_update(
+        &self,
+        client: ClientId,
+        round: Round,
+        payload: &Payload,
+    ) -> Result<bool, Status> {
+        let s = &self.0;
         // Framed before the lock is taken: an update can be large.
         let framed = journal::frame(&Event::Update(journal::Update {
             client_id: client,
@@ -709,7 +749,7 @@ impl AggregatorService {
         }));
         let outcome = {
             let mut rounds = s.rounds();
-            let outcome = rounds.accept_update(client, round, &payload, Instant::now());
+            let outcome = rounds.accept_update(client, round, payload, Instant::now());
             if let Ok(Accepted {
                 duplicate: false,
                 closed,
@@ -729,30 +769,23 @@ impl AggregatorService {
         if outcome.is_ok() {
             s.durable().await?;
         }
-        let duplicate = match outcome {
-            Ok(accepted) => {
-                if let Some(job) = accepted.closed {
-                    s.aggregate(job);
-                }
-                if let (Some(dir), false) = (&s.updates_dir, accepted.duplicate) {
-                    let path = dir.join(format!("round-{round}-client-{client}.pb"));
-                    if let Err(e) = tokio::fs::write(&path, payload.encode_to_vec()).await {
-                        tracing::error!(client, round, path = %path.display(), error = %e, "cannot keep the update");
-                    }
-                }
-                accepted.duplicate
-            }
+        let accepted = match outcome {
+            Ok(accepted) => accepted,
             Err(e) => {
                 tracing::warn!(client, round, reason = %e, "update refused");
                 return Err(with_label(status(e), client, round));
             }
         };
-        tracing::debug!(client, round, duplicate, "update accepted");
-        s.bump();
-        let ack = Ack { duplicate };
-        s.ledger
-            .with(|l| l.payload(client, round, Direction::Down, ack.encoded_len(), 0));
-        Ok(labelled(ack, client, round))
+        if let Some(job) = accepted.closed {
+            s.aggregate(job);
+        }
+        if let (Some(dir), false) = (&s.updates_dir, accepted.duplicate) {
+            let path = dir.join(format!("round-{round}-client-{client}.pb"));
+            if let Err(e) = tokio::fs::write(&path, payload.encode_to_vec()).await {
+                tracing::error!(client, round, path = %path.display(), error = %e, "cannot keep the update");
+            }
+        }
+        Ok(accepted.duplicate)
     }
 
     async fn report_eval_call(
