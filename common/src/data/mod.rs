@@ -223,43 +223,17 @@ impl TableBits {
 impl DataSection {
     /// The checked spec; `scaling` defaults to `model_scaling` (each model's own default).
     pub fn check(&self, model_scaling: Scaling) -> ParamResult<DataSpec> {
-        let s = self;
         let bad = ParamError::Inconsistent;
-        let test_fraction = s.test_fraction.unwrap_or(0.2);
+        let test_fraction = self.test_fraction.unwrap_or(0.2);
         let test_fraction = crate::params::require(
             "data.test_fraction",
             "between 0 and 1 (exclusive)",
             test_fraction,
             test_fraction > 0.0 && test_fraction < 1.0,
         )?;
-        let scaling = parse_name_or("data.scaling", s.scaling.as_deref(), model_scaling)?;
-        let only = |allowed: &[&str]| -> ParamResult<()> {
-            let given = [
-                ("samples", s.samples.is_some()),
-                ("features", s.features.is_some()),
-                ("separation", s.separation.is_some()),
-                ("path", s.path.is_some()),
-                ("label_column", s.label_column.is_some()),
-                ("classes", s.classes.is_some()),
-                ("header", s.header.is_some()),
-                ("delimiter", s.delimiter.is_some()),
-                ("missing", s.missing.is_some()),
-                ("on_missing", s.on_missing.is_some()),
-                ("threshold", s.threshold.is_some()),
-                ("binarize", s.binarize.is_some()),
-                ("adaptive_block", s.adaptive_block.is_some()),
-                ("adaptive_c", s.adaptive_c.is_some()),
-            ];
-            match given.iter().find(|(k, set)| *set && !allowed.contains(k)) {
-                Some((k, _)) => Err(bad(format!(
-                    "data.{k} does not apply to source {:?}",
-                    s.source
-                ))),
-                None => Ok(()),
-            }
-        };
-        let table_bits = s.table_bits()?;
-        let global_test = match s.global_test_fraction {
+        let scaling = parse_name_or("data.scaling", self.scaling.as_deref(), model_scaling)?;
+        let table_bits = self.table_bits()?;
+        let global_test = match self.global_test_fraction {
             None => None,
             Some(f) => Some(crate::params::require(
                 "data.global_test_fraction",
@@ -268,155 +242,7 @@ impl DataSection {
                 f > 0.0 && f < 1.0,
             )?),
         };
-        let source = match s.source.as_str() {
-            "synthetic" => {
-                only(&["samples", "features", "separation"])?;
-                let samples = s.samples.unwrap_or(2000);
-                let features = s.features.unwrap_or(8);
-                let separation = s.separation.unwrap_or(1.5);
-                if samples < 2 || features == 0 {
-                    return Err(bad(format!(
-                        "synthetic data needs at least 2 samples and 1 feature, got {samples} and {features}"
-                    )));
-                }
-                if !(separation.is_finite() && separation >= 0.0) {
-                    return Err(bad(format!(
-                        "data.separation must be a non-negative number, got {separation}"
-                    )));
-                }
-                Source::Synthetic {
-                    samples,
-                    features,
-                    separation,
-                }
-            }
-            "magic" => {
-                only(&[])?;
-                Source::Csv(registry::magic())
-            }
-            "breast-cancer" => {
-                only(&[])?;
-                Source::Csv(registry::breast_cancer())
-            }
-            "adult" => {
-                only(&[])?;
-                Source::Adult
-            }
-            "mnist" | "fashion-mnist" => {
-                only(&["threshold", "binarize", "adaptive_block", "adaptive_c"])?;
-                let binarize = match s.binarize.as_deref().unwrap_or("threshold") {
-                    "threshold" => {
-                        if s.adaptive_block.is_some() || s.adaptive_c.is_some() {
-                            return Err(bad(
-                                "data.adaptive_block and data.adaptive_c apply to binarize = \"adaptive-gaussian\"".into(),
-                            ));
-                        }
-                        let threshold = s.threshold.unwrap_or(75.0);
-                        if !(0.0..255.0).contains(&threshold) {
-                            return Err(bad(format!(
-                                "data.threshold must be a pixel value in [0, 255), got {threshold}"
-                            )));
-                        }
-                        booleanize::Binarize::Threshold(booleanize::Threshold::Above(threshold))
-                    }
-                    "adaptive-gaussian" => {
-                        if s.threshold.is_some() {
-                            return Err(bad(
-                                "data.threshold applies to binarize = \"threshold\", not adaptive-gaussian".into(),
-                            ));
-                        }
-                        let block = s.adaptive_block.unwrap_or(11);
-                        if block < 3 || block.is_multiple_of(2) || block > 27 {
-                            return Err(bad(format!(
-                                "data.adaptive_block must be odd, 3 to 27, got {block}"
-                            )));
-                        }
-                        let c = s.adaptive_c.unwrap_or(2.0);
-                        if !(c.is_finite() && c.abs() <= 255.0) {
-                            return Err(bad(format!(
-                                "data.adaptive_c must be a pixel difference in [-255, 255], got {c}"
-                            )));
-                        }
-                        booleanize::Binarize::AdaptiveGaussian { block, c }
-                    }
-                    other => {
-                        return Err(bad(format!(
-                            "unknown data.binarize {other:?}; expected threshold or adaptive-gaussian"
-                        )));
-                    }
-                };
-                let set = if s.source == "mnist" {
-                    images::ImageSet::Mnist
-                } else {
-                    images::ImageSet::FashionMnist
-                };
-                Source::Images { set, binarize }
-            }
-            "csv" => {
-                only(&[
-                    "path",
-                    "label_column",
-                    "classes",
-                    "header",
-                    "features",
-                    "delimiter",
-                    "missing",
-                    "on_missing",
-                ])?;
-                let path = s
-                    .path
-                    .clone()
-                    .ok_or_else(|| bad("data.path is needed for source csv".into()))?;
-                let classes = s.classes.clone().ok_or_else(|| {
-                    bad("data.classes is needed for source csv: list the labels, or let `flint run` read them from the file".into())
-                })?;
-                if classes.len() < 2 {
-                    return Err(bad("data.classes needs at least two labels".into()));
-                }
-                if let Some(dup) = classes
-                    .iter()
-                    .enumerate()
-                    .find_map(|(i, c)| classes[..i].contains(c).then_some(c))
-                {
-                    return Err(bad(format!("data.classes lists {dup:?} twice")));
-                }
-                let delimiter = match s.delimiter.as_deref().unwrap_or(",").as_bytes() {
-                    [b] if b.is_ascii() && *b != b'"' && *b != b'\n' && *b != b'\r' => *b,
-                    _ => {
-                        return Err(bad(format!(
-                            "data.delimiter must be one ASCII character other than a quote or a line break, got {:?}",
-                            s.delimiter.as_deref().unwrap_or_default()
-                        )));
-                    }
-                };
-                let missing = s.missing.clone().unwrap_or_else(|| {
-                    csv::DEFAULT_MISSING.iter().map(|t| t.to_string()).collect()
-                });
-                if let Some(c) = classes.iter().find(|c| missing.contains(c)) {
-                    return Err(bad(format!(
-                        "data.classes has {c:?}, which data.missing reads as a missing value"
-                    )));
-                }
-                Source::Csv(csv::CsvSpec {
-                    label_column: s.label_column,
-                    header: s.header.unwrap_or(false),
-                    features: s.features,
-                    delimiter,
-                    missing,
-                    on_missing: parse_name_or(
-                        "data.on_missing",
-                        s.on_missing.as_deref(),
-                        csv::Missing::Refuse,
-                    )?,
-                    ..csv::CsvSpec::new(path, classes)
-                })
-            }
-            other => {
-                return Err(bad(format!(
-                    "unknown data source {other:?}; expected synthetic, magic, breast-cancer, adult, mnist, fashion-mnist or csv"
-                )));
-            }
-        };
+        let source = self.source()?;
         if global_test.is_some() && matches!(source, Source::Images { .. }) {
             return Err(bad(
                 "data.global_test_fraction applies to tables; an image strategy's shared test set is the official test images".into(),
@@ -434,6 +260,190 @@ impl DataSection {
             table_bits,
             global_test,
         })
+    }
+
+    /// The source and the keys that only it reads.
+    fn source(&self) -> ParamResult<Source> {
+        match self.source.as_str() {
+            "synthetic" => self.synthetic(),
+            "magic" => self.only(&[]).map(|()| Source::Csv(registry::magic())),
+            "breast-cancer" => self
+                .only(&[])
+                .map(|()| Source::Csv(registry::breast_cancer())),
+            "adult" => self.only(&[]).map(|()| Source::Adult),
+            "mnist" | "fashion-mnist" => self.images(),
+            "csv" => self.csv(),
+            other => Err(ParamError::Inconsistent(format!(
+                "unknown data source {other:?}; expected synthetic, magic, breast-cancer, adult, mnist, fashion-mnist or csv"
+            ))),
+        }
+    }
+
+    /// A key given for a source that does not read it is refused.
+    fn only(&self, allowed: &[&str]) -> ParamResult<()> {
+        let s = self;
+        let given = [
+            ("samples", s.samples.is_some()),
+            ("features", s.features.is_some()),
+            ("separation", s.separation.is_some()),
+            ("path", s.path.is_some()),
+            ("label_column", s.label_column.is_some()),
+            ("classes", s.classes.is_some()),
+            ("header", s.header.is_some()),
+            ("delimiter", s.delimiter.is_some()),
+            ("missing", s.missing.is_some()),
+            ("on_missing", s.on_missing.is_some()),
+            ("threshold", s.threshold.is_some()),
+            ("binarize", s.binarize.is_some()),
+            ("adaptive_block", s.adaptive_block.is_some()),
+            ("adaptive_c", s.adaptive_c.is_some()),
+        ];
+        match given.iter().find(|(k, set)| *set && !allowed.contains(k)) {
+            Some((k, _)) => Err(ParamError::Inconsistent(format!(
+                "data.{k} does not apply to source {:?}",
+                s.source
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    fn synthetic(&self) -> ParamResult<Source> {
+        let (s, bad) = (self, ParamError::Inconsistent);
+        self.only(&["samples", "features", "separation"])?;
+        let samples = s.samples.unwrap_or(2000);
+        let features = s.features.unwrap_or(8);
+        let separation = s.separation.unwrap_or(1.5);
+        if samples < 2 || features == 0 {
+            return Err(bad(format!(
+                "synthetic data needs at least 2 samples and 1 feature, got {samples} and {features}"
+            )));
+        }
+        if !(separation.is_finite() && separation >= 0.0) {
+            return Err(bad(format!(
+                "data.separation must be a non-negative number, got {separation}"
+            )));
+        }
+        Ok(Source::Synthetic {
+            samples,
+            features,
+            separation,
+        })
+    }
+
+    /// MNIST-format images and how they become bits.
+    fn images(&self) -> ParamResult<Source> {
+        let (s, bad) = (self, ParamError::Inconsistent);
+        self.only(&["threshold", "binarize", "adaptive_block", "adaptive_c"])?;
+        let binarize = match s.binarize.as_deref().unwrap_or("threshold") {
+            "threshold" => {
+                if s.adaptive_block.is_some() || s.adaptive_c.is_some() {
+                    return Err(bad(
+                        "data.adaptive_block and data.adaptive_c apply to binarize = \"adaptive-gaussian\"".into(),
+                    ));
+                }
+                let threshold = s.threshold.unwrap_or(75.0);
+                if !(0.0..255.0).contains(&threshold) {
+                    return Err(bad(format!(
+                        "data.threshold must be a pixel value in [0, 255), got {threshold}"
+                    )));
+                }
+                booleanize::Binarize::Threshold(booleanize::Threshold::Above(threshold))
+            }
+            "adaptive-gaussian" => {
+                if s.threshold.is_some() {
+                    return Err(bad(
+                        "data.threshold applies to binarize = \"threshold\", not adaptive-gaussian"
+                            .into(),
+                    ));
+                }
+                let block = s.adaptive_block.unwrap_or(11);
+                if block < 3 || block.is_multiple_of(2) || block > 27 {
+                    return Err(bad(format!(
+                        "data.adaptive_block must be odd, 3 to 27, got {block}"
+                    )));
+                }
+                let c = s.adaptive_c.unwrap_or(2.0);
+                if !(c.is_finite() && c.abs() <= 255.0) {
+                    return Err(bad(format!(
+                        "data.adaptive_c must be a pixel difference in [-255, 255], got {c}"
+                    )));
+                }
+                booleanize::Binarize::AdaptiveGaussian { block, c }
+            }
+            other => {
+                return Err(bad(format!(
+                    "unknown data.binarize {other:?}; expected threshold or adaptive-gaussian"
+                )));
+            }
+        };
+        let set = if s.source == "mnist" {
+            images::ImageSet::Mnist
+        } else {
+            images::ImageSet::FashionMnist
+        };
+        Ok(Source::Images { set, binarize })
+    }
+
+    fn csv(&self) -> ParamResult<Source> {
+        let (s, bad) = (self, ParamError::Inconsistent);
+        self.only(&[
+            "path",
+            "label_column",
+            "classes",
+            "header",
+            "features",
+            "delimiter",
+            "missing",
+            "on_missing",
+        ])?;
+        let path = s
+            .path
+            .clone()
+            .ok_or_else(|| bad("data.path is needed for source csv".into()))?;
+        let classes = s.classes.clone().ok_or_else(|| {
+            bad("data.classes is needed for source csv: list the labels, or let `flint run` read them from the file".into())
+        })?;
+        if classes.len() < 2 {
+            return Err(bad("data.classes needs at least two labels".into()));
+        }
+        if let Some(dup) = classes
+            .iter()
+            .enumerate()
+            .find_map(|(i, c)| classes[..i].contains(c).then_some(c))
+        {
+            return Err(bad(format!("data.classes lists {dup:?} twice")));
+        }
+        let delimiter = match s.delimiter.as_deref().unwrap_or(",").as_bytes() {
+            [b] if b.is_ascii() && *b != b'"' && *b != b'\n' && *b != b'\r' => *b,
+            _ => {
+                return Err(bad(format!(
+                    "data.delimiter must be one ASCII character other than a quote or a line break, got {:?}",
+                    s.delimiter.as_deref().unwrap_or_default()
+                )));
+            }
+        };
+        let missing = s
+            .missing
+            .clone()
+            .unwrap_or_else(|| csv::DEFAULT_MISSING.iter().map(|t| t.to_string()).collect());
+        if let Some(c) = classes.iter().find(|c| missing.contains(c)) {
+            return Err(bad(format!(
+                "data.classes has {c:?}, which data.missing reads as a missing value"
+            )));
+        }
+        Ok(Source::Csv(csv::CsvSpec {
+            label_column: s.label_column,
+            header: s.header.unwrap_or(false),
+            features: s.features,
+            delimiter,
+            missing,
+            on_missing: parse_name_or(
+                "data.on_missing",
+                s.on_missing.as_deref(),
+                csv::Missing::Refuse,
+            )?,
+            ..csv::CsvSpec::new(path, classes)
+        }))
     }
 
     fn table_bits(&self) -> ParamResult<Option<TableBits>> {

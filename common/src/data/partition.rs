@@ -162,186 +162,235 @@ fn plan(
     clients: &[ClientSpec],
     classes: usize,
 ) -> std::result::Result<PartitionPlan, String> {
-    let kind = section.kind.as_deref().unwrap_or("iid");
-    let given = [
-        ("samples", section.samples.is_some(), &["dirichlet"][..]),
-        ("iid_alpha", section.iid_alpha.is_some(), &["dirichlet"][..]),
-        (
-            "non_iid_alpha",
-            section.non_iid_alpha.is_some(),
-            &["dirichlet"][..],
-        ),
-        (
-            "iid_clients",
-            section.iid_clients.is_some(),
-            &["dirichlet"][..],
-        ),
-        (
-            "alpha",
-            section.alpha.is_some(),
-            &["dirichlet-by-class", "dirichlet-fedtmos-code"][..],
-        ),
-        ("beta", section.beta.is_some(), &["classes-per-client"][..]),
-        (
-            "class_sets",
-            section.class_sets.is_some(),
-            &["classes-per-client"][..],
-        ),
-        (
-            "nominal_clients",
-            section.nominal_clients.is_some(),
-            &["dirichlet-fedtmos-code"][..],
-        ),
-    ];
-    if let Some((k, _, kinds)) = given
-        .iter()
-        .find(|(_, set, kinds)| *set && !kinds.contains(&kind))
-    {
-        let kinds: Vec<String> = kinds.iter().map(|k| format!("{k:?}")).collect();
-        return Err(format!(
-            "partition.{k} applies to partition.kind = {}, not {kind}",
-            kinds.join(" or ")
-        ));
-    }
-    let stray = |what: &str, has: fn(&ClientSection) -> bool| -> std::result::Result<(), String> {
-        match files.iter().zip(clients).find(|(f, _)| has(f)) {
-            Some((_, c)) => Err(format!(
-                "client {:?} has {what} but partition.kind is {kind}",
-                c.name
-            )),
-            None => Ok(()),
-        }
+    let planner = Planner {
+        section,
+        files,
+        clients,
+        classes,
+        kind: section.kind.as_deref().unwrap_or("iid"),
     };
-    match kind {
+    planner.check_keys()?;
+    match planner.kind {
         "iid" => {
-            stray("class_counts", |f| f.class_counts.is_some())?;
-            stray("fraction", |f| f.fraction.is_some())?;
+            planner.stray("class_counts", |f| f.class_counts.is_some())?;
+            planner.stray("fraction", |f| f.fraction.is_some())?;
             Ok(PartitionPlan::Iid {
                 clients: clients.len(),
             })
         }
-        "explicit" => {
-            stray("fraction", |f| f.fraction.is_some())?;
-            let mut all = Vec::with_capacity(clients.len());
-            for (f, c) in files.iter().zip(clients) {
-                match &f.class_counts {
-                    Some(counts) if counts.len() == classes => all.push(counts.clone()),
-                    Some(counts) => {
-                        return Err(format!(
-                            "client {:?}: class_counts has {} entries but the data has {classes} classes",
-                            c.name,
-                            counts.len(),
-                        ));
-                    }
-                    None => {
-                        return Err(format!(
-                            "client {:?} needs class_counts: partition.kind is explicit",
-                            c.name
-                        ));
-                    }
-                }
-            }
-            Ok(PartitionPlan::Explicit(all))
-        }
-        "fractions" => {
-            stray("class_counts", |f| f.class_counts.is_some())?;
-            let mut all = Vec::with_capacity(clients.len());
-            for (f, c) in files.iter().zip(clients) {
-                match f.fraction {
-                    Some(x) if x.is_finite() && x > 0.0 && x <= 1.0 => all.push(x),
-                    Some(x) => {
-                        return Err(format!(
-                            "client {:?}: fraction must be in (0, 1], got {x}",
-                            c.name
-                        ));
-                    }
-                    None => {
-                        return Err(format!(
-                            "client {:?} needs a fraction: partition.kind is fractions",
-                            c.name
-                        ));
-                    }
-                }
-            }
-            let sum: f64 = all.iter().sum();
-            if (sum - 1.0).abs() > 1e-6 {
-                return Err(format!(
-                    "the clients' fractions sum to {sum}, expected 1 (every row goes to a client)"
-                ));
-            }
-            Ok(PartitionPlan::Fractions(all))
-        }
-        "dirichlet" => {
-            stray("class_counts", |f| f.class_counts.is_some())?;
-            stray("fraction", |f| f.fraction.is_some())?;
-            let samples = section.samples.unwrap_or(30_000);
-            if samples == 0 {
-                return Err("partition.samples must be at least 1".into());
-            }
-            let iid_alpha = section.iid_alpha.unwrap_or(10_000.0);
-            let non_iid_alpha = section.non_iid_alpha.unwrap_or(0.05);
-            for (k, a) in [("iid_alpha", iid_alpha), ("non_iid_alpha", non_iid_alpha)] {
-                if !(a.is_finite() && a > 0.0) {
-                    return Err(format!("partition.{k} must be positive, got {a}"));
-                }
-            }
-            let iid = section.iid_clients.unwrap_or(clients.len());
-            if iid > clients.len() {
-                return Err(format!(
-                    "partition.iid_clients is {iid} but only {} clients are declared",
-                    clients.len()
-                ));
-            }
-            let alphas = (0..clients.len())
-                .map(|k| if k < iid { iid_alpha } else { non_iid_alpha })
-                .collect();
-            Ok(PartitionPlan::Dirichlet { alphas, samples })
-        }
+        "explicit" => planner.explicit(),
+        "fractions" => planner.fractions(),
+        "dirichlet" => planner.dirichlet(),
         "dirichlet-by-class" | "dirichlet-fedtmos-code" | "classes-per-client" => {
-            stray("class_counts", |f| f.class_counts.is_some())?;
-            stray("fraction", |f| f.fraction.is_some())?;
-            let alpha = section.alpha.unwrap_or(0.1);
-            if !(alpha.is_finite() && alpha > 0.0) {
-                return Err(format!("partition.alpha must be positive, got {alpha}"));
-            }
-            let beta = section.beta.unwrap_or(2);
-            if beta == 0 || beta > classes {
-                return Err(format!(
-                    "partition.beta must be 1 to the {classes} classes, got {beta}"
-                ));
-            }
-            let split = match kind {
-                "dirichlet-by-class" => ClassSplit::DirichletByClass { alpha },
-                "dirichlet-fedtmos-code" => {
-                    let nominal = section.nominal_clients.unwrap_or(clients.len());
-                    if nominal < clients.len() {
-                        return Err(format!(
-                            "partition.nominal_clients ({nominal}) is below the {} declared clients",
-                            clients.len()
-                        ));
-                    }
-                    ClassSplit::DirichletFedTmosCode { alpha, nominal }
-                }
-                _ => match &section.class_sets {
-                    None => ClassSplit::ClassesPerClient { beta },
-                    Some(_) if section.beta.is_some() => {
-                        return Err(
-                            "partition.beta and partition.class_sets: give one, not both".into(),
-                        );
-                    }
-                    Some(sets) => {
-                        ClassSplit::ClassSets(check_class_sets(sets, clients.len(), classes)?)
-                    }
-                },
-            };
-            Ok(PartitionPlan::ByClass {
-                clients: clients.len(),
-                split,
-            })
+            planner.by_class()
         }
         other => Err(format!(
             "unknown partition.kind {other:?}; expected iid, explicit, fractions, dirichlet, dirichlet-by-class, dirichlet-fedtmos-code or classes-per-client"
         )),
+    }
+}
+
+/// A partition section read beside the clients' own keys, for one kind.
+struct Planner<'a> {
+    section: &'a PartitionSection,
+    files: &'a [ClientSection],
+    clients: &'a [ClientSpec],
+    classes: usize,
+    kind: &'a str,
+}
+
+impl Planner<'_> {
+    /// A key of another kind is refused.
+    fn check_keys(&self) -> std::result::Result<(), String> {
+        let (section, kind) = (self.section, self.kind);
+        let given = [
+            ("samples", section.samples.is_some(), &["dirichlet"][..]),
+            ("iid_alpha", section.iid_alpha.is_some(), &["dirichlet"][..]),
+            (
+                "non_iid_alpha",
+                section.non_iid_alpha.is_some(),
+                &["dirichlet"][..],
+            ),
+            (
+                "iid_clients",
+                section.iid_clients.is_some(),
+                &["dirichlet"][..],
+            ),
+            (
+                "alpha",
+                section.alpha.is_some(),
+                &["dirichlet-by-class", "dirichlet-fedtmos-code"][..],
+            ),
+            ("beta", section.beta.is_some(), &["classes-per-client"][..]),
+            (
+                "class_sets",
+                section.class_sets.is_some(),
+                &["classes-per-client"][..],
+            ),
+            (
+                "nominal_clients",
+                section.nominal_clients.is_some(),
+                &["dirichlet-fedtmos-code"][..],
+            ),
+        ];
+        if let Some((k, _, kinds)) = given
+            .iter()
+            .find(|(_, set, kinds)| *set && !kinds.contains(&kind))
+        {
+            let kinds: Vec<String> = kinds.iter().map(|k| format!("{k:?}")).collect();
+            return Err(format!(
+                "partition.{k} applies to partition.kind = {}, not {kind}",
+                kinds.join(" or ")
+            ));
+        }
+        Ok(())
+    }
+
+    /// A client key this kind does not read is refused.
+    fn stray(
+        &self,
+        what: &str,
+        has: fn(&ClientSection) -> bool,
+    ) -> std::result::Result<(), String> {
+        match self.files.iter().zip(self.clients).find(|(f, _)| has(f)) {
+            Some((_, c)) => Err(format!(
+                "client {:?} has {what} but partition.kind is {}",
+                c.name, self.kind
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// Each client's `class_counts`, one per class.
+    fn explicit(&self) -> std::result::Result<PartitionPlan, String> {
+        let (files, clients, classes) = (self.files, self.clients, self.classes);
+        self.stray("fraction", |f| f.fraction.is_some())?;
+        let mut all = Vec::with_capacity(clients.len());
+        for (f, c) in files.iter().zip(clients) {
+            match &f.class_counts {
+                Some(counts) if counts.len() == classes => all.push(counts.clone()),
+                Some(counts) => {
+                    return Err(format!(
+                        "client {:?}: class_counts has {} entries but the data has {classes} classes",
+                        c.name,
+                        counts.len(),
+                    ));
+                }
+                None => {
+                    return Err(format!(
+                        "client {:?} needs class_counts: partition.kind is explicit",
+                        c.name
+                    ));
+                }
+            }
+        }
+        Ok(PartitionPlan::Explicit(all))
+    }
+
+    /// Each client's `fraction` of the rows, summing to 1.
+    fn fractions(&self) -> std::result::Result<PartitionPlan, String> {
+        let (files, clients) = (self.files, self.clients);
+        self.stray("class_counts", |f| f.class_counts.is_some())?;
+        let mut all = Vec::with_capacity(clients.len());
+        for (f, c) in files.iter().zip(clients) {
+            match f.fraction {
+                Some(x) if x.is_finite() && x > 0.0 && x <= 1.0 => all.push(x),
+                Some(x) => {
+                    return Err(format!(
+                        "client {:?}: fraction must be in (0, 1], got {x}",
+                        c.name
+                    ));
+                }
+                None => {
+                    return Err(format!(
+                        "client {:?} needs a fraction: partition.kind is fractions",
+                        c.name
+                    ));
+                }
+            }
+        }
+        let sum: f64 = all.iter().sum();
+        if (sum - 1.0).abs() > 1e-6 {
+            return Err(format!(
+                "the clients' fractions sum to {sum}, expected 1 (every row goes to a client)"
+            ));
+        }
+        Ok(PartitionPlan::Fractions(all))
+    }
+
+    /// TPFL §6.3: per client Dirichlet class proportions, the first `iid_clients` near uniform.
+    fn dirichlet(&self) -> std::result::Result<PartitionPlan, String> {
+        let (section, clients) = (self.section, self.clients);
+        self.stray("class_counts", |f| f.class_counts.is_some())?;
+        self.stray("fraction", |f| f.fraction.is_some())?;
+        let samples = section.samples.unwrap_or(30_000);
+        if samples == 0 {
+            return Err("partition.samples must be at least 1".into());
+        }
+        let iid_alpha = section.iid_alpha.unwrap_or(10_000.0);
+        let non_iid_alpha = section.non_iid_alpha.unwrap_or(0.05);
+        for (k, a) in [("iid_alpha", iid_alpha), ("non_iid_alpha", non_iid_alpha)] {
+            if !(a.is_finite() && a > 0.0) {
+                return Err(format!("partition.{k} must be positive, got {a}"));
+            }
+        }
+        let iid = section.iid_clients.unwrap_or(clients.len());
+        if iid > clients.len() {
+            return Err(format!(
+                "partition.iid_clients is {iid} but only {} clients are declared",
+                clients.len()
+            ));
+        }
+        let alphas = (0..clients.len())
+            .map(|k| if k < iid { iid_alpha } else { non_iid_alpha })
+            .collect();
+        Ok(PartitionPlan::Dirichlet { alphas, samples })
+    }
+
+    /// A split of the whole dataset by class: Dir(α) per class, or β classes per client.
+    fn by_class(&self) -> std::result::Result<PartitionPlan, String> {
+        let (section, clients, classes, kind) =
+            (self.section, self.clients, self.classes, self.kind);
+        self.stray("class_counts", |f| f.class_counts.is_some())?;
+        self.stray("fraction", |f| f.fraction.is_some())?;
+        let alpha = section.alpha.unwrap_or(0.1);
+        if !(alpha.is_finite() && alpha > 0.0) {
+            return Err(format!("partition.alpha must be positive, got {alpha}"));
+        }
+        let beta = section.beta.unwrap_or(2);
+        if beta == 0 || beta > classes {
+            return Err(format!(
+                "partition.beta must be 1 to the {classes} classes, got {beta}"
+            ));
+        }
+        let split = match kind {
+            "dirichlet-by-class" => ClassSplit::DirichletByClass { alpha },
+            "dirichlet-fedtmos-code" => {
+                let nominal = section.nominal_clients.unwrap_or(clients.len());
+                if nominal < clients.len() {
+                    return Err(format!(
+                        "partition.nominal_clients ({nominal}) is below the {} declared clients",
+                        clients.len()
+                    ));
+                }
+                ClassSplit::DirichletFedTmosCode { alpha, nominal }
+            }
+            _ => match &section.class_sets {
+                None => ClassSplit::ClassesPerClient { beta },
+                Some(_) if section.beta.is_some() => {
+                    return Err(
+                        "partition.beta and partition.class_sets: give one, not both".into(),
+                    );
+                }
+                Some(sets) => {
+                    ClassSplit::ClassSets(check_class_sets(sets, clients.len(), classes)?)
+                }
+            },
+        };
+        Ok(PartitionPlan::ByClass {
+            clients: clients.len(),
+            split,
+        })
     }
 }
 
