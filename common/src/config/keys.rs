@@ -6,14 +6,16 @@ use serde_json::Value;
 
 use super::file::ExperimentFile;
 
-/// The JSON Schema of an experiment file.
-pub fn schema() -> Schema {
-    schemars::schema_for!(ExperimentFile)
+/// The JSON Schema of an experiment file, built once per process (every override asks it
+/// whether its key holds text).
+pub fn schema() -> &'static Schema {
+    static SCHEMA: std::sync::OnceLock<Schema> = std::sync::OnceLock::new();
+    SCHEMA.get_or_init(|| schemars::schema_for!(ExperimentFile))
 }
 
 /// The schema as `docs/experiment.schema.json` holds it.
 pub fn schema_text() -> String {
-    let text = serde_json::to_string_pretty(&schema()).expect("a schema serialises to json");
+    let text = serde_json::to_string_pretty(schema()).expect("a schema serialises to json");
     text + "\n"
 }
 
