@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use flint_common::config::{Experiment, parse_override};
+use flint_common::wire::ledger::Flow;
 use flint_server::results::Status;
 use flint_shell::tls::Pki;
 
@@ -438,13 +439,7 @@ fn watch(
     progress: bool,
 ) -> anyhow::Result<std::process::ExitStatus> {
     let path = dir.join("status.json");
-    let mut joined = 0;
-    let mut printed = 0;
-    let started = Instant::now();
-    // Long rounds (many clients, many local epochs) show their updates as they arrive, at most
-    // every 10 s.
-    let mut shown_updates = (0, 0);
-    let mut last_updates_line = Instant::now();
+    let mut live = LiveLines::new(dir.join("clients"), e.policy.rounds);
     loop {
         if crate::stop::requested() {
             let _ = server.kill();
@@ -467,60 +462,136 @@ fn watch(
             }
         }
         if progress && let Some(s) = read_status(&path) {
-            if s.joined != joined {
-                joined = s.joined;
-                println!("  clients joined {joined}/{}", s.clients);
-            }
-            if let Some(r) = s.open_round
-                && (r, s.updates) != shown_updates
-                && s.updates > 0
-                && s.updates < s.waiting_for
-                && last_updates_line.elapsed() >= Duration::from_secs(10)
-            {
-                println!(
-                    "  round {r:>3}/{}  updates {}/{}  ({:.0} s)",
-                    e.policy.rounds,
-                    s.updates,
-                    s.waiting_for,
-                    started.elapsed().as_secs_f64()
-                );
-                shown_updates = (r, s.updates);
-                last_updates_line = Instant::now();
-            }
-            // A round is printed once every joined client reported on it, or the run moved on.
-            while printed < s.closed_rounds {
-                let r = printed + 1;
-                let Some(&(n, acc, f1)) = s.evals.get(&r) else {
-                    break;
-                };
-                if n < s.joined && !(s.finished && exited.is_some()) && r == s.closed_rounds {
-                    break;
-                }
-                let mut b = s.bytes.get(&r).copied().unwrap_or_default();
-                // The socket level as the clients counted it, exact per round once each has
-                // reported on it; the server's own count lags behind its attribution.
-                let from_clients = match client_socket_bytes(&dir.join("clients"), r, s.joined) {
-                    Some((up, down)) => {
-                        (b.up.socket, b.down.socket) = (up, down);
-                        "clients'"
-                    }
-                    None => "server's",
-                };
-                println!(
-                    "  round {r:>3}/{}  clients {n}  accuracy {acc:.4}  f1 {f1:.4}  up {}  down {}  (payload / message / {from_clients} socket)",
-                    e.policy.rounds,
-                    levels(&b.up, kb),
-                    levels(&b.down, kb),
-                );
-                printed = r;
-            }
+            live.show(&s, exited.is_some());
         }
         if let Some(s) = exited {
+            if progress {
+                live.finish(&path);
+            }
             return Ok(s);
         }
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// `flint run`'s live lines: joins, updates of a long round, and each closed round.
+struct LiveLines {
+    clients_dir: PathBuf,
+    rounds: u32,
+    started: Instant,
+    joined: usize,
+    printed: u32,
+    /// Long rounds (many clients, many local epochs) show their updates as they arrive, at
+    /// most every 10 s.
+    shown_updates: (u32, usize),
+    last_updates_line: Instant,
+    /// The closed round waiting for the clients' progress files, and since when.
+    held: Option<(u32, Instant)>,
+}
+
+impl LiveLines {
+    fn new(clients_dir: PathBuf, rounds: u32) -> Self {
+        LiveLines {
+            clients_dir,
+            rounds,
+            started: Instant::now(),
+            joined: 0,
+            printed: 0,
+            shown_updates: (0, 0),
+            last_updates_line: Instant::now(),
+            held: None,
+        }
+    }
+
+    fn show(&mut self, s: &Status, server_exited: bool) {
+        if s.joined != self.joined {
+            self.joined = s.joined;
+            println!("  clients joined {}/{}", s.joined, s.clients);
+        }
+        self.show_updates(s);
+        // A round is printed once every joined client reported on it, or the run moved on.
+        while self.printed < s.closed_rounds {
+            let r = self.printed + 1;
+            let Some(&(n, acc, f1)) = s.evals.get(&r) else {
+                break;
+            };
+            if n < s.joined && !(s.finished && server_exited) && r == s.closed_rounds {
+                break;
+            }
+            let Some((b, counted_by)) = self.round_bytes(s, r) else {
+                break;
+            };
+            println!(
+                "  round {r:>3}/{}  clients {n}  accuracy {acc:.4}  f1 {f1:.4}  up {}  down {}  (payload / message / {counted_by} socket)",
+                self.rounds,
+                levels(&b.up, kb),
+                levels(&b.down, kb),
+            );
+            self.printed = r;
+        }
+    }
+
+    /// The rounds still held for the clients' progress files once the server has exited.
+    fn finish(&mut self, status: &Path) {
+        let deadline = Instant::now() + PROGRESS_FILE_GRACE + Duration::from_secs(1);
+        while Instant::now() < deadline {
+            let Some(s) = read_status(status) else {
+                return;
+            };
+            self.show(&s, true);
+            if self.printed >= s.closed_rounds {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn show_updates(&mut self, s: &Status) {
+        let Some(r) = s.open_round else {
+            return;
+        };
+        if (r, s.updates) == self.shown_updates
+            || s.updates == 0
+            || s.updates >= s.waiting_for
+            || self.last_updates_line.elapsed() < Duration::from_secs(10)
+        {
+            return;
+        }
+        println!(
+            "  round {r:>3}/{}  updates {}/{}  ({:.0} s)",
+            self.rounds,
+            s.updates,
+            s.waiting_for,
+            self.started.elapsed().as_secs_f64()
+        );
+        self.shown_updates = (r, s.updates);
+        self.last_updates_line = Instant::now();
+    }
+
+    /// Round `r`'s bytes with the socket level as the clients counted it, exact per round once
+    /// each has reported on it; the server's own count lags behind its attribution. A client
+    /// writes its progress file just after its report is answered, so the line waits a moment
+    /// for the files (`None`) before it falls back to the server's count.
+    fn round_bytes(&mut self, s: &Status, r: u32) -> Option<(Flow, &'static str)> {
+        let mut b = s.bytes.get(&r).copied().unwrap_or_default();
+        let counted = client_socket_bytes(&self.clients_dir, r, s.joined);
+        let held = self.held.get_or_insert((r, Instant::now()));
+        if held.0 != r {
+            *held = (r, Instant::now());
+        }
+        match counted {
+            Some((up, down)) => {
+                (b.up.socket, b.down.socket) = (up, down);
+                Some((b, "clients'"))
+            }
+            None if held.1.elapsed() < PROGRESS_FILE_GRACE => None,
+            None => Some((b, "server's")),
+        }
+    }
+}
+
+/// How long a closed round's live line waits for every client's progress file.
+const PROGRESS_FILE_GRACE: Duration = Duration::from_secs(5);
 
 /// Round `round`'s socket bytes summed over the clients' progress files (`<name>.progress`),
 /// up and down; `None` unless all `clients` have written theirs for that round.
