@@ -774,7 +774,7 @@ fn the_feature_count_the_server_takes_from_the_experiment_is_what_the_data_has()
     use flint_common::data::{DataSection, DataSpec};
     for source in ["magic", "breast-cancer", "adult", "mnist", "fashion-mnist"] {
         let spec: DataSpec = DataSection {
-            source: source.into(),
+            source: source.parse().unwrap(),
             ..Default::default()
         }
         .check(flint_common::data::Scaling::None)

@@ -21,7 +21,7 @@ fn data_dir() -> PathBuf {
 
 fn fitness(c: &mut Criterion) {
     let spec = DataSection {
-        source: "breast-cancer".into(),
+        source: flint_common::data::SourceName::BreastCancer,
         test_fraction: None,
         ..Default::default()
     }

@@ -309,7 +309,7 @@ name = "b"
             (
                 "source = \"synthetic\"",
                 "source = \"imagenet\"",
-                "unknown data source",
+                "data.source: unknown variant `imagenet`, expected one of `synthetic`",
             ),
         ];
         for (from, to, want) in cases {

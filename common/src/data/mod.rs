@@ -26,7 +26,7 @@ pub use shard::{Scaling, Shard};
 #[serde(deny_unknown_fields)]
 pub struct DataSection {
     /// `synthetic`, `magic`, `breast-cancer`, `adult`, `mnist`, `fashion-mnist` or `csv`.
-    pub source: String,
+    pub source: SourceName,
     /// Fraction of each client's shard held out as its test split (default 0.2).
     pub test_fraction: Option<f64>,
     /// Fraction of a table held out, per class, before the partition, as one shared test set
@@ -85,6 +85,41 @@ pub struct DataSection {
     /// Fixed cuts, one ascending list per feature, shared by every client (instead of
     /// `levels`): one literal space for the whole federation.
     pub cuts: Option<Vec<Vec<f64>>>,
+}
+
+/// `data.source`: where the rows come from. The keys each source reads are checked by
+/// [`DataSection::check`]; the section stays one struct so that an error names its key and line.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum SourceName {
+    /// Generated from the run's seed (`samples`, `features`, `separation`).
+    #[default]
+    Synthetic,
+    Magic,
+    BreastCancer,
+    Adult,
+    /// MNIST-format images (`threshold`, `binarize`, `adaptive_block`, `adaptive_c`).
+    Mnist,
+    FashionMnist,
+    /// A CSV file of your own (`path`, `label_column`, `classes`, `header`, `features`,
+    /// `delimiter`, `missing`, `on_missing`).
+    Csv,
+}
+
+impl std::str::FromStr for SourceName {
+    type Err = serde::de::value::Error;
+
+    fn from_str(s: &str) -> std::result::Result<Self, Self::Err> {
+        Self::deserialize(serde::de::value::StrDeserializer::new(s))
+    }
+}
+
+impl std::fmt::Display for SourceName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&crate::params::name_of(self))
+    }
 }
 
 /// A labelled table: row-major features, one class index per row.
@@ -264,18 +299,15 @@ impl DataSection {
 
     /// The source and the keys that only it reads.
     fn source(&self) -> ParamResult<Source> {
-        match self.source.as_str() {
-            "synthetic" => self.synthetic(),
-            "magic" => self.only(&[]).map(|()| Source::Csv(registry::magic())),
-            "breast-cancer" => self
+        match self.source {
+            SourceName::Synthetic => self.synthetic(),
+            SourceName::Magic => self.only(&[]).map(|()| Source::Csv(registry::magic())),
+            SourceName::BreastCancer => self
                 .only(&[])
                 .map(|()| Source::Csv(registry::breast_cancer())),
-            "adult" => self.only(&[]).map(|()| Source::Adult),
-            "mnist" | "fashion-mnist" => self.images(),
-            "csv" => self.csv(),
-            other => Err(ParamError::Inconsistent(format!(
-                "unknown data source {other:?}; expected synthetic, magic, breast-cancer, adult, mnist, fashion-mnist or csv"
-            ))),
+            SourceName::Adult => self.only(&[]).map(|()| Source::Adult),
+            SourceName::Mnist | SourceName::FashionMnist => self.images(),
+            SourceName::Csv => self.csv(),
         }
     }
 
@@ -300,7 +332,7 @@ impl DataSection {
         ];
         match given.iter().find(|(k, set)| *set && !allowed.contains(k)) {
             Some((k, _)) => Err(ParamError::Inconsistent(format!(
-                "data.{k} does not apply to source {:?}",
+                "data.{k} does not apply to source \"{}\"",
                 s.source
             ))),
             None => Ok(()),
@@ -376,7 +408,7 @@ impl DataSection {
                 )));
             }
         };
-        let set = if s.source == "mnist" {
+        let set = if s.source == SourceName::Mnist {
             images::ImageSet::Mnist
         } else {
             images::ImageSet::FashionMnist
@@ -528,7 +560,7 @@ impl DataSection {
     /// Fills in `classes` of a CSV source that omits them, from the file below `data_dir`
     /// (sorted; numerically when every label is a number). Returns them when it did.
     pub fn infer_classes(&mut self, data_dir: &Path) -> Result<Option<Vec<String>>> {
-        if self.source != "csv" || self.classes.is_some() {
+        if self.source != SourceName::Csv || self.classes.is_some() {
             return Ok(None);
         }
         // The section is checked with a stand-in list, so that its other keys are read as
@@ -669,7 +701,7 @@ mod tests {
 
     fn spec(source: &str) -> DataSpec {
         DataSection {
-            source: source.into(),
+            source: source.parse().unwrap(),
             ..DataSection::default()
         }
         .check(Scaling::LocalZScore)

@@ -15,6 +15,29 @@ use crate::{FlintError, Result};
 /// ub-common-name), and a client's certificate names it.
 pub const MAX_CLIENT_NAME: usize = 64;
 
+/// `partition.kind`: how the rows are split over the clients. The section stays one struct so
+/// that an error names its key and line; [`PartitionSection::plan`] checks which keys apply.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum PartitionKind {
+    #[default]
+    Iid,
+    Explicit,
+    Fractions,
+    Dirichlet,
+    DirichletByClass,
+    DirichletFedtmosCode,
+    ClassesPerClient,
+}
+
+impl std::fmt::Display for PartitionKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&crate::params::name_of(self))
+    }
+}
+
 /// `[partition]` as written; [`PartitionSection::plan`] checks it with the clients' own keys.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -24,7 +47,7 @@ pub struct PartitionSection {
     /// `dirichlet-by-class` or `dirichlet-fedtmos-code` (Dir(α) over the clients per class,
     /// FedTMOS §4.3.1) or `classes-per-client` (FedTMOS's S(β)); images take `dirichlet` or a
     /// split by class (`explicit` counts included).
-    pub kind: Option<String>,
+    pub kind: Option<PartitionKind>,
     /// dirichlet: training rows per client (default 30000).
     #[serde(default, deserialize_with = "at_least_or_unset::<1, _, _>")]
     pub samples: Option<usize>,
@@ -167,26 +190,23 @@ fn plan(
         files,
         clients,
         classes,
-        kind: section.kind.as_deref().unwrap_or("iid"),
+        kind: section.kind.unwrap_or_default(),
     };
     planner.check_keys()?;
     match planner.kind {
-        "iid" => {
+        PartitionKind::Iid => {
             planner.stray("class_counts", |f| f.class_counts.is_some())?;
             planner.stray("fraction", |f| f.fraction.is_some())?;
             Ok(PartitionPlan::Iid {
                 clients: clients.len(),
             })
         }
-        "explicit" => planner.explicit(),
-        "fractions" => planner.fractions(),
-        "dirichlet" => planner.dirichlet(),
-        "dirichlet-by-class" | "dirichlet-fedtmos-code" | "classes-per-client" => {
-            planner.by_class()
-        }
-        other => Err(format!(
-            "unknown partition.kind {other:?}; expected iid, explicit, fractions, dirichlet, dirichlet-by-class, dirichlet-fedtmos-code or classes-per-client"
-        )),
+        PartitionKind::Explicit => planner.explicit(),
+        PartitionKind::Fractions => planner.fractions(),
+        PartitionKind::Dirichlet => planner.dirichlet(),
+        PartitionKind::DirichletByClass
+        | PartitionKind::DirichletFedtmosCode
+        | PartitionKind::ClassesPerClient => planner.by_class(),
     }
 }
 
@@ -196,48 +216,49 @@ struct Planner<'a> {
     files: &'a [ClientSection],
     clients: &'a [ClientSpec],
     classes: usize,
-    kind: &'a str,
+    kind: PartitionKind,
 }
 
 impl Planner<'_> {
     /// A key of another kind is refused.
     fn check_keys(&self) -> std::result::Result<(), String> {
         let (section, kind) = (self.section, self.kind);
+        use PartitionKind::{ClassesPerClient, Dirichlet, DirichletByClass, DirichletFedtmosCode};
         let given = [
-            ("samples", section.samples.is_some(), &["dirichlet"][..]),
-            ("iid_alpha", section.iid_alpha.is_some(), &["dirichlet"][..]),
+            ("samples", section.samples.is_some(), &[Dirichlet][..]),
+            ("iid_alpha", section.iid_alpha.is_some(), &[Dirichlet][..]),
             (
                 "non_iid_alpha",
                 section.non_iid_alpha.is_some(),
-                &["dirichlet"][..],
+                &[Dirichlet][..],
             ),
             (
                 "iid_clients",
                 section.iid_clients.is_some(),
-                &["dirichlet"][..],
+                &[Dirichlet][..],
             ),
             (
                 "alpha",
                 section.alpha.is_some(),
-                &["dirichlet-by-class", "dirichlet-fedtmos-code"][..],
+                &[DirichletByClass, DirichletFedtmosCode][..],
             ),
-            ("beta", section.beta.is_some(), &["classes-per-client"][..]),
+            ("beta", section.beta.is_some(), &[ClassesPerClient][..]),
             (
                 "class_sets",
                 section.class_sets.is_some(),
-                &["classes-per-client"][..],
+                &[ClassesPerClient][..],
             ),
             (
                 "nominal_clients",
                 section.nominal_clients.is_some(),
-                &["dirichlet-fedtmos-code"][..],
+                &[DirichletFedtmosCode][..],
             ),
         ];
         if let Some((k, _, kinds)) = given
             .iter()
             .find(|(_, set, kinds)| *set && !kinds.contains(&kind))
         {
-            let kinds: Vec<String> = kinds.iter().map(|k| format!("{k:?}")).collect();
+            let kinds: Vec<String> = kinds.iter().map(|k| format!("\"{k}\"")).collect();
             return Err(format!(
                 "partition.{k} applies to partition.kind = {}, not {kind}",
                 kinds.join(" or ")
@@ -364,8 +385,8 @@ impl Planner<'_> {
             ));
         }
         let split = match kind {
-            "dirichlet-by-class" => ClassSplit::DirichletByClass { alpha },
-            "dirichlet-fedtmos-code" => {
+            PartitionKind::DirichletByClass => ClassSplit::DirichletByClass { alpha },
+            PartitionKind::DirichletFedtmosCode => {
                 let nominal = section.nominal_clients.unwrap_or(clients.len());
                 if nominal < clients.len() {
                     return Err(format!(
