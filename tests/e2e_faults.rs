@@ -425,6 +425,89 @@ fn a_terminated_flint_run_takes_its_server_and_clients_with_it() {
     });
 }
 
+/// Issue 29 §3: a federation its table cannot feed is refused in one line before any process
+/// starts: by the partition itself (fewer rows than clients) or by the clients' splits (a client
+/// left without a training or a test row), counted.
+#[test]
+fn a_federation_larger_than_its_table_is_refused_before_any_process_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let exp = write(
+        dir.path(),
+        "big.toml",
+        &synthetic_experiment("big", 1, 0, ""),
+    );
+    let runs = dir.path().join("runs");
+    for (clients, want) in [
+        (
+            "100000",
+            "900 rows cannot give each of 100000 clients a sample",
+        ),
+        ("600", "of the 600 clients are short"),
+    ] {
+        let out = flint()
+            .arg("run")
+            .arg(&exp)
+            .arg("--runs-dir")
+            .arg(&runs)
+            .args(["--set", "strategy=fedavg", "--set"])
+            .arg(format!("client_count={clients}"))
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{clients}: {err}");
+        assert!(err.contains(want), "{clients}: {err}");
+        assert!(
+            err.contains("training and 0 test rows") || clients == "100000",
+            "{err}"
+        );
+        assert!(
+            !runs.join("big").exists(),
+            "{clients}: no run directory, no server, no client"
+        );
+    }
+}
+
+/// Issue 29 §3: SIGTERM while a thousand clients' processes are being started stops the spawn
+/// loop at once and takes every process started with it.
+#[test]
+fn a_signal_while_a_thousand_clients_start_leaves_no_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let exp = write(
+        dir.path(),
+        "crowd.toml",
+        &synthetic_experiment("crowd", 1000, 0, ""),
+    );
+    let runs = dir.path().join("runs");
+    let mut run = Proc(
+        flint()
+            .arg("run")
+            .arg(&exp)
+            .arg("--runs-dir")
+            .arg(&runs)
+            .args(["--clients-per-process", "4"])
+            .args(["--set", "strategy=fedavg", "--set", "client_count=1000"])
+            .args(["--set", "data.samples=20000"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let clients = runs.join("crowd/clients");
+    wait_for(Duration::from_secs(120), || {
+        let logs = std::fs::read_dir(&clients).ok()?.count();
+        (logs >= 10).then_some(())
+    });
+    let needle = runs.join("crowd").display().to_string();
+    run.signal("TERM");
+    wait_for(Duration::from_secs(2), || {
+        processes_naming(&needle).is_empty().then_some(())
+    });
+    assert!(
+        !run.wait(Duration::from_secs(10)).success(),
+        "a stopped run fails"
+    );
+}
+
 /// docs/PROTOCOL.md §Crash recovery: restarts are normal. A client process that dies mid-round
 /// and is started again rejoins under the same id and answers the round it was selected for.
 #[test]

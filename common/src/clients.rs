@@ -7,7 +7,7 @@ use std::path::Path;
 
 use crate::config::Experiment;
 use crate::data::images::{BitShard, ShardSource};
-use crate::data::{ClientSpec, PartitionPlan, Shard, Source, partition};
+use crate::data::{ClientSpec, Dataset, PartitionPlan, Shard, Source, partition};
 use crate::metrics::ConfusionMatrix;
 use crate::model::kept::KeptModel;
 use crate::rng::FlintRng;
@@ -248,20 +248,7 @@ fn prepare_tables(
     summaries: &Summaries,
 ) -> Result<Vec<Prepared>> {
     let dataset = e.data.load(data_dir, e.seed)?;
-    let (rest, held) = match e.data.global_test {
-        Some(fraction) => {
-            let (rest, held) = crate::data::shard::held_out(&dataset, fraction, e.seed)?;
-            (Some(rest), held)
-        }
-        None => (None, Vec::new()),
-    };
-    let parts = match &rest {
-        Some(rest) => partition(&dataset.select(rest), &e.partition, e.seed)?
-            .into_iter()
-            .map(|part| part.into_iter().map(|i| rest[i]).collect())
-            .collect(),
-        None => partition(&dataset, &e.partition, e.seed)?,
-    };
+    let TableParts { rest, held, parts } = TableParts::of(e, &dataset)?;
     // A category column reaches the model as its training rate of class 1 (see `shard`): a
     // rule's cut on it is a cut on that rate.
     let names: Vec<String> = (0..dataset.features)
@@ -274,20 +261,11 @@ fn prepare_tables(
         .map(|&id| {
             let name = declared(e, id)?.name.clone();
             let rows = &parts[id as usize - 1];
-            let (train_rows, test_rows) =
-                crate::data::shard::split(&dataset, rows, e.data.test_fraction, e.seed, id);
+            let (train_rows, test_rows) = client_split(e, &dataset, rows, id, &name)?;
             let shard = Shard::from_split(&dataset, &train_rows, &test_rows, e.data.scaling);
             // Its holder measures it as its own test rows: scaled by its own training split.
             let global = (id == 1 && rest.is_some())
                 .then(|| Shard::from_split(&dataset, &train_rows, &held, e.data.scaling));
-            if shard.train.is_empty() || shard.test.is_empty() {
-                return Err(FlintError::Partition(format!(
-                    "client {name:?} has {} training and {} test rows of its {} rows; each split needs at least one (give it more data or change data.test_fraction)",
-                    shard.train.len(),
-                    shard.test.len(),
-                    rows.len()
-                )));
-            }
             let client = TableClient {
                 id,
                 name,
@@ -301,6 +279,77 @@ fn prepare_tables(
             }
         })
         .collect()
+}
+
+/// A table over the clients: the shared test rows held out first (`data.global_test_fraction`),
+/// then the rest partitioned; row indices into the whole table.
+struct TableParts {
+    rest: Option<Vec<usize>>,
+    held: Vec<usize>,
+    parts: Vec<Vec<usize>>,
+}
+
+impl TableParts {
+    fn of(e: &Experiment, dataset: &Dataset) -> Result<TableParts> {
+        let (rest, held) = match e.data.global_test {
+            Some(fraction) => {
+                let (rest, held) = crate::data::shard::held_out(dataset, fraction, e.seed)?;
+                (Some(rest), held)
+            }
+            None => (None, Vec::new()),
+        };
+        let parts = match &rest {
+            Some(rest) => partition(&dataset.select(rest), &e.partition, e.seed)?
+                .into_iter()
+                .map(|part| part.into_iter().map(|i| rest[i]).collect())
+                .collect(),
+            None => partition(dataset, &e.partition, e.seed)?,
+        };
+        Ok(TableParts { rest, held, parts })
+    }
+}
+
+/// A client's training and test rows; each needs at least one.
+fn client_split(
+    e: &Experiment,
+    dataset: &Dataset,
+    rows: &[usize],
+    id: ClientId,
+    name: &str,
+) -> Result<(Vec<usize>, Vec<usize>)> {
+    let (train, test) = crate::data::shard::split(dataset, rows, e.data.test_fraction, e.seed, id);
+    if train.is_empty() || test.is_empty() {
+        return Err(FlintError::Partition(format!(
+            "client {name:?} has {} training and {} test rows of its {} rows; each split needs at least one (give it more data, fewer clients or another data.test_fraction)",
+            train.len(),
+            test.len(),
+            rows.len()
+        )));
+    }
+    Ok((train, test))
+}
+
+/// Before any client process starts: every client of a table gets a training and a test row
+/// from the same partition and splits its process will draw. Says how many fall short.
+pub fn check_table_shards(e: &Experiment, dataset: &Dataset) -> Result<()> {
+    let parts = TableParts::of(e, dataset)?.parts;
+    let mut first = None;
+    let mut short = 0;
+    for (k, rows) in parts.iter().enumerate() {
+        let id = k as ClientId + 1;
+        if let Err(err) = client_split(e, dataset, rows, id, &e.clients[k].name) {
+            short += 1;
+            first.get_or_insert(err);
+        }
+    }
+    match first {
+        None => Ok(()),
+        Some(FlintError::Partition(m)) if short > 1 => Err(FlintError::Partition(format!(
+            "{m}; {short} of the {} clients are short",
+            parts.len()
+        ))),
+        Some(err) => Err(err),
+    }
 }
 
 /// One table client's splits, before its model's input is chosen.

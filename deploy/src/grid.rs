@@ -34,9 +34,9 @@ pub struct GridArgs {
     /// Keep runs whose results.json exists instead of running them again (resume a grid).
     #[arg(long)]
     pub resume: bool,
-    /// Clients hosted by one client process.
-    #[arg(long, default_value_t = 1)]
-    pub clients_per_process: usize,
+    /// Clients hosted by one client process [default: as `flint run`].
+    #[arg(long)]
+    pub clients_per_process: Option<usize>,
     /// Override a key in every experiment, e.g. --set rounds=3 (repeatable; a changed key
     /// changes the fingerprint, so --resume runs such experiments again).
     #[arg(long = "set", value_name = "KEY=VALUE", value_parser = flint_common::config::parse_override)]

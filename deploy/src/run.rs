@@ -21,9 +21,10 @@ const QUICKSTART_PATH: &str = "experiments/quickstart.toml";
 pub struct RunArgs {
     /// Experiment file [default: experiments/quickstart.toml, or its built-in copy].
     pub experiment: Option<PathBuf>,
-    /// Clients hosted by one client process (each keeps its own connection).
-    #[arg(long, default_value_t = 1)]
-    pub clients_per_process: usize,
+    /// Clients hosted by one client process (each keeps its own connection) [default: 1, or
+    /// as many as keep the run within 256 processes].
+    #[arg(long)]
+    pub clients_per_process: Option<usize>,
     /// Data directory [default: $FLINT_DATA_DIR or ./data].
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
@@ -71,11 +72,9 @@ fn keep_previous(dir: &Path) -> anyhow::Result<()> {
 /// Runs one experiment to its end and returns its run directory; `progress` prints rounds as
 /// they close.
 pub fn execute(args: &RunArgs, progress: bool) -> anyhow::Result<PathBuf> {
-    if args.clients_per_process == 0 {
-        bail!("--clients-per-process must be at least 1");
-    }
     let data_dir = data_dir(args);
     let experiment = load(args, &data_dir)?;
+    let per_process = clients_per_process(args.clients_per_process, experiment.clients.len())?;
     let link = args.link.as_deref().map(crate::link::profile).transpose()?;
     let data_hashes = check_data(&experiment, &data_dir)?;
     let run = RunDir::prepare(&args.runs_dir, &experiment)?;
@@ -91,7 +90,7 @@ pub fn execute(args: &RunArgs, progress: bool) -> anyhow::Result<PathBuf> {
             &run.dir.join("pki"),
             &["localhost".to_string(), "127.0.0.1".to_string()],
             &names,
-            args.clients_per_process > 1,
+            per_process > 1,
             7,
         )?),
         false => None,
@@ -113,16 +112,20 @@ pub fn execute(args: &RunArgs, progress: bool) -> anyhow::Result<PathBuf> {
         addr: &addr,
         data_dir: &data_dir,
         pki: pki.as_ref(),
-        per_process: args.clients_per_process,
+        per_process,
     };
-    let mut clients = clients.spawn(&names, &say)?;
+    let mut clients = match clients.spawn(&names, &say) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = server.kill();
+            let _ = server.wait();
+            return Err(e);
+        }
+    };
     let status = match watch(&run.dir, &mut server, &mut clients, &experiment, progress) {
         Ok(s) => s,
         Err(e) => {
-            for (_, child) in &mut clients {
-                let _ = child.kill();
-                let _ = child.wait();
-            }
+            kill_all(&mut clients);
             return Err(e);
         }
     };
@@ -154,9 +157,7 @@ fn check_data(
     experiment.data.check_files(data_dir)?;
     if !experiment.data.is_images() {
         let table = experiment.data.load(data_dir, experiment.seed)?;
-        if let Some(fraction) = experiment.data.global_test {
-            flint_common::data::shard::held_out(&table, fraction, experiment.seed)?;
-        }
+        flint_common::clients::check_table_shards(experiment, &table)?;
         if let Some(flint_common::data::TableBits::Fixed(t)) = &experiment.data.table_bits
             && t.cuts.len() != table.features
         {
@@ -282,6 +283,47 @@ fn spawn_server(run: &RunDir, pki: Option<&Pki>) -> anyhow::Result<(Child, Strin
     }
 }
 
+/// The most client processes `flint run` starts; more clients share processes.
+const MAX_CLIENT_PROCESSES: usize = 256;
+
+/// Clients per process: as asked, within [`MAX_CLIENT_PROCESSES`]; unset, one each until the
+/// limit, then as few per process as keep within it.
+fn clients_per_process(asked: Option<usize>, clients: usize) -> anyhow::Result<usize> {
+    let least = clients.div_ceil(MAX_CLIENT_PROCESSES).max(1);
+    match asked {
+        None => Ok(least),
+        Some(0) => bail!("--clients-per-process must be at least 1"),
+        Some(n) if n < least => bail!(
+            "{clients} clients at {n} per process would start {} processes; flint run starts at most {MAX_CLIENT_PROCESSES}: give --clients-per-process {least} or more",
+            clients.div_ceil(n)
+        ),
+        Some(n) => Ok(n),
+    }
+}
+
+/// A client process that has already exited with an error, as the run's error.
+fn first_failure(started: &mut [(String, Child)]) -> anyhow::Result<()> {
+    for (log, child) in started.iter_mut() {
+        if let Some(s) = child.try_wait()?
+            && !s.success()
+        {
+            let last = std::fs::read_to_string(&*log)
+                .ok()
+                .and_then(|t| t.lines().last().map(str::to_string))
+                .unwrap_or_default();
+            bail!("a client process exited with {s}: {last}\nsee {log}");
+        }
+    }
+    Ok(())
+}
+
+fn kill_all(clients: &mut [(String, Child)]) {
+    for (_, child) in clients {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
 /// How the client processes are started.
 struct ClientLaunch<'a> {
     run: &'a RunDir,
@@ -308,10 +350,29 @@ impl ClientLaunch<'_> {
                 names.len().div_ceil(cores)
             ));
         }
-        names
-            .chunks(self.per_process)
-            .map(|group| self.spawn_one(group, train_threads))
-            .collect()
+        let mut started = Vec::with_capacity(processes);
+        for (k, group) in names.chunks(self.per_process).enumerate() {
+            let stopped = if crate::stop::requested() {
+                Err(anyhow::anyhow!(
+                    "stopped by a signal while the clients were starting; the server and the {} client processes started were stopped too",
+                    started.len()
+                ))
+            } else if k % 16 == 15 {
+                first_failure(&mut started)
+            } else {
+                Ok(())
+            };
+            let spawned = stopped.and_then(|()| self.spawn_one(group, train_threads));
+            match spawned {
+                Ok(child) => started.push(child),
+                Err(e) => {
+                    kill_all(&mut started);
+                    return Err(e);
+                }
+            }
+        }
+        first_failure(&mut started).inspect_err(|_| kill_all(&mut started))?;
+        Ok(started)
     }
 
     fn spawn_one(&self, group: &[String], train_threads: usize) -> anyhow::Result<(String, Child)> {
@@ -447,19 +508,12 @@ fn watch(
             bail!("stopped by a signal; the server and its clients were stopped too");
         }
         let exited = server.try_wait()?;
-        for (log, child) in clients.iter_mut() {
-            if let Some(s) = child.try_wait()?
-                && !s.success()
-                && exited.is_none()
-            {
-                let _ = server.kill();
-                let _ = server.wait();
-                let last = std::fs::read_to_string(&*log)
-                    .ok()
-                    .and_then(|t| t.lines().last().map(str::to_string))
-                    .unwrap_or_default();
-                bail!("a client process exited with {s}: {last}\nsee {log}");
-            }
+        if exited.is_none()
+            && let Err(e) = first_failure(clients)
+        {
+            let _ = server.kill();
+            let _ = server.wait();
+            return Err(e);
         }
         if progress && let Some(s) = read_status(&path) {
             live.show(&s, exited.is_some());
