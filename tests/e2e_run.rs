@@ -248,6 +248,7 @@ fn flint_run_without_arguments_runs_the_quickstart() {
         );
     }
     assert_eq!(r.rounds.last().unwrap().metrics.len(), 4);
+    assert!(r.warnings.is_empty(), "{:?}", r.warnings);
     let report = ok(flint()
         .arg("report")
         .arg(dir.path().join("runs/quickstart")));
@@ -659,6 +660,7 @@ fn fedtmos_federates_a_table_in_one_round() {
         alone.iter().all(|a| global.accuracy > *a) && global.accuracy > 0.8,
         "composite {global:?} against the clients alone {alone:?}"
     );
+    assert!(r.warnings.is_empty(), "{:?}", r.warnings);
     let (literals, machines) = kept_composite(&run.join("models/client-1.json"));
     assert_eq!(machines, 2);
     assert_eq!(literals.len(), 12);
@@ -666,6 +668,51 @@ fn fedtmos_federates_a_table_in_one_round() {
         literals[0].starts_with("width > ") && literals[11].starts_with("height > "),
         "{literals:?}"
     );
+}
+
+/// Issue 29 §2: FedTMOS at its defaults (MNIST's machine) on a small table builds machines
+/// with no clauses, whose composite answers one class; the run says so, in its output and in
+/// results.json, naming the clients.
+#[test]
+fn a_model_that_learns_nothing_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = "name = \"empty\"\nstrategy = \"fedtmos\"\nseed = 1\nrounds = 1\nclient_count = 4\n\
+         [data]\nsource = \"synthetic\"\nsamples = 800\nfeatures = 6\n";
+    let exp = write(dir.path(), "empty.toml", text);
+    let runs = dir.path().join("runs");
+    let out = ok(flint().arg("run").arg(&exp).arg("--runs-dir").arg(&runs));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for want in [
+        "warning: round 1: 4 of 4 clients' models predict one class for every test row (client-1 → \"0\"",
+        "warning: round 1: 4 of 4 clients' models hold machines with no clauses (client-1: 4 of 4,",
+    ] {
+        assert!(stdout.contains(want), "{want}\n{stdout}");
+    }
+    let r = results(&runs.join("empty"));
+    let kinds: Vec<(String, Vec<u32>)> = r
+        .warnings
+        .iter()
+        .map(|w| {
+            (
+                serde_json::to_value(w.kind)
+                    .unwrap()
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
+                w.clients.clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![
+            ("one-class".to_string(), vec![1, 2, 3, 4]),
+            ("no-clauses".to_string(), vec![1, 2, 3, 4]),
+        ]
+    );
+    let report = ok(flint().arg("report").arg(runs.join("empty")));
+    let report = String::from_utf8_lossy(&report.stdout);
+    assert_eq!(report.matches("warning: ").count(), 2, "{report}");
 }
 
 /// Three well-separated blobs in two features, classes `a`, `b`, `c` in turn, with a header

@@ -15,6 +15,7 @@ use anyhow::{Context, bail};
 use flint_common::clients::{BoundHalf, prepare};
 use flint_common::config::{Experiment, parse_override};
 use flint_common::data::default_data_dir;
+use flint_common::degenerate::ModelHealth;
 use flint_common::metrics::ConfusionMatrix;
 use flint_common::model::kept::{Condition, ModelFile};
 use flint_common::rng::derive_rng;
@@ -203,6 +204,9 @@ pub struct ClientReport {
     /// The model at the end of the run, written to `models/<name>.json` beside this report.
     #[serde(skip)]
     pub model: Option<ModelFile>,
+    /// What that model says about itself: machines without clauses, weights not finite.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_health: Option<ModelHealth>,
 }
 
 /// [`run`], ended by SIGTERM or SIGINT (a client may be PID 1 in its container).
@@ -633,9 +637,10 @@ impl Client {
         }
         let trained = progress.rounds_trained().to_vec();
         tracing::info!(client = self.id, rounds = trained.len(), "run finished");
-        let model = self.kept_model(half.as_ref(), feature_names, conditions);
+        let (model, model_health) = self.kept_model(half.as_ref(), feature_names, conditions);
         Ok(ClientReport {
             model,
+            model_health,
             client_id: self.id,
             name: self.name.clone(),
             rounds_trained: trained,
@@ -645,21 +650,32 @@ impl Client {
         })
     }
 
-    /// The model as it ends the run, with its features' names, for `models/<name>.json`; not
-    /// kept if any of its weights is not finite (training diverged).
+    /// The model as it ends the run, with its features' names, for `models/<name>.json`, and
+    /// its health; not kept if any of its weights is not finite (training diverged).
     fn kept_model(
         &self,
         half: &dyn BoundHalf,
         feature_names: Vec<String>,
         conditions: Vec<Condition>,
-    ) -> Option<ModelFile> {
-        let model = half.export()?;
-        if !model.is_finite() {
+    ) -> (Option<ModelFile>, Option<ModelHealth>) {
+        let Some(model) = half.export() else {
+            return (None, None);
+        };
+        let health = model.health();
+        if health.not_finite {
             tracing::error!(
                 client = self.id,
                 "the model has non-finite weights (training diverged?); it is not kept"
             );
-            return None;
+            return (None, Some(health));
+        }
+        if health.empty_machines > 0 {
+            tracing::warn!(
+                client = self.id,
+                machines = health.machines,
+                empty = health.empty_machines,
+                "machines with no clauses: they vote nothing"
+            );
         }
         let file = ModelFile::new(
             &self.name,
@@ -668,7 +684,7 @@ impl Client {
             flint_common::params::name_of(&self.experiment.data.scaling),
             model,
         );
-        Some(file.with_conditions(conditions))
+        (Some(file.with_conditions(conditions)), Some(health))
     }
 
     /// This client's bytes so far into `<out>/<name>.progress` (written whole, then renamed).

@@ -6,6 +6,7 @@
 pub mod clients;
 pub mod config;
 pub mod data;
+pub mod degenerate;
 pub mod error;
 pub mod metrics;
 pub mod model;

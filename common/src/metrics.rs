@@ -75,13 +75,26 @@ impl ConfusionMatrix {
         self.counts.iter().sum()
     }
 
+    /// Rows predicted as their true class.
+    pub fn correct(&self) -> u64 {
+        (0..self.classes).map(|c| self.get(c, c)).sum()
+    }
+
+    /// Rows of the most common true class: what always answering it would get right.
+    pub fn majority_rows(&self) -> u64 {
+        self.counts
+            .chunks(self.classes)
+            .map(|row| row.iter().sum::<u64>())
+            .max()
+            .unwrap_or(0)
+    }
+
     /// Accuracy, and precision/recall/F1 of class 1 (binary) or macro-averaged over the classes
     /// that occur as truth or prediction (more classes; as scikit-learn's `average="macro"`, so
     /// a client that never sees a class is not scored 0 on it).
     pub fn metrics(&self) -> Metrics {
         let total = self.total();
-        let correct: u64 = (0..self.classes).map(|c| self.get(c, c)).sum();
-        let accuracy = ratio(correct, total);
+        let accuracy = ratio(self.correct(), total);
         let per_class: Vec<(f64, f64, f64)> =
             (0..self.classes).map(|c| self.class_prf(c)).collect();
         let (precision, recall, f1) = if self.classes == 2 {

@@ -73,6 +73,8 @@ struct Outcome {
     /// baseline in the accuracy plot.
     dir: PathBuf,
     seed: u64,
+    /// The kinds of the last round's warnings (`one-class`, `no-clauses`, …).
+    warnings: Vec<String>,
 }
 
 pub fn grid(args: GridArgs) -> anyhow::Result<()> {
@@ -418,7 +420,17 @@ fn outcome(dir: &Path) -> anyhow::Result<Outcome> {
         link: t.link / cells.max(1),
         paper: t.paper / cells.max(1),
     };
+    let last = r.rounds.last().map_or(0, |rr| rr.round);
+    let mut warnings: Vec<String> = r
+        .warnings
+        .iter()
+        .filter(|w| w.round == last)
+        .map(|w| flint_common::params::name_of(&w.kind))
+        .collect();
+    warnings.sort_unstable();
+    warnings.dedup();
     Ok(Outcome {
+        warnings,
         before,
         after,
         up: per(up),
@@ -486,10 +498,25 @@ fn bytes(runs: &[Outcome], pick: fn(&Outcome) -> Traffic) -> String {
     format!("{} / {} / {}", t.payload, t.message, t.socket)
 }
 
+/// The runs whose last round was warned about, and of what: "2/3: one-class, no-clauses".
+fn warned(runs: &[Outcome]) -> String {
+    let warned = runs.iter().filter(|o| !o.warnings.is_empty()).count();
+    if warned == 0 {
+        return "-".into();
+    }
+    let mut kinds: Vec<&str> = runs
+        .iter()
+        .flat_map(|o| o.warnings.iter().map(String::as_str))
+        .collect();
+    kinds.sort_unstable();
+    kinds.dedup();
+    format!("{warned}/{}: {}", runs.len(), kinds.join(", "))
+}
+
 fn markdown(rows: &[Row]) -> String {
     let mut s = String::from(
-        "| experiment | strategy | setting | partition | runs | rounds | accuracy before | accuracy after | precision before | precision after | up B/client/round (payload / message / socket) | down B/client/round | s/run |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| experiment | strategy | setting | partition | runs | rounds | accuracy before | accuracy after | precision before | precision after | up B/client/round (payload / message / socket) | down B/client/round | s/run | warnings |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in rows {
         let col = |f: fn(&Outcome) -> Option<f64>| -> String {
@@ -497,7 +524,7 @@ fn markdown(rows: &[Row]) -> String {
         };
         let wall = r.runs.iter().map(|o| o.wall).sum::<f64>() / r.runs.len().max(1) as f64;
         s += &format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} |\n",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} | {} |\n",
             r.name,
             r.strategy,
             r.setting,
@@ -510,7 +537,8 @@ fn markdown(rows: &[Row]) -> String {
             col(|o| o.after.map(|m| m.precision)),
             bytes(&r.runs, |o| o.up),
             bytes(&r.runs, |o| o.down),
-            wall
+            wall,
+            warned(&r.runs),
         );
     }
     s += "\nTotals over rounds 1.. summed over clients, MB (payload / message / socket / paper convention; \
@@ -558,13 +586,13 @@ fn csv(rows: &[Row]) -> String {
         "experiment,strategy,setting,partition,run,accuracy_before,accuracy_after,precision_before,precision_after,\
 up_payload,up_message,up_socket,up_paper,down_payload,down_message,down_socket,down_paper,\
 up_total_payload,up_total_message,up_total_socket,up_total_paper,\
-down_total_payload,down_total_message,down_total_socket,down_total_paper,clusters_per_round,wall_seconds,rounds\n",
+down_total_payload,down_total_message,down_total_socket,down_total_paper,clusters_per_round,wall_seconds,rounds,warnings\n",
     );
     let num = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v}"));
     for r in rows {
         for (i, o) in r.runs.iter().enumerate() {
             s += &format!(
-                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.3},{}\n",
+                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.3},{},{}\n",
                 field(&r.name),
                 r.strategy,
                 field(&r.setting),
@@ -592,7 +620,8 @@ down_total_payload,down_total_message,down_total_socket,down_total_paper,cluster
                 o.down_total.paper,
                 o.clusters.map_or(String::new(), |c| format!("{c}")),
                 o.wall,
-                r.rounds
+                r.rounds,
+                field(&o.warnings.join(" "))
             );
         }
     }

@@ -3,6 +3,7 @@
 use std::path::Path;
 
 use anyhow::Context;
+use flint_common::degenerate::ModelHealth;
 use flint_common::metrics::Metrics;
 use flint_common::strategy::Predictor;
 use flint_common::wire::ledger::{Flow, Traffic};
@@ -44,6 +45,7 @@ pub fn load(dir: &Path) -> anyhow::Result<RunResults> {
     let Ok(entries) = std::fs::read_dir(dir.join("clients")) else {
         return Ok(results);
     };
+    let mut health = Vec::new();
     for entry in entries.flatten() {
         let p = entry.path();
         if p.extension().is_none_or(|x| x != "json") {
@@ -65,8 +67,32 @@ pub fn load(dir: &Path) -> anyhow::Result<RunResults> {
                 .entry(r.client_id)
                 .or_insert(r.link_interfaces);
         }
+        if let Some(h) = r.model_health {
+            health.push((r.name, r.client_id, h));
+        }
     }
+    add_model_warnings(&mut results, health);
     Ok(results)
+}
+
+/// The clients' final models' warnings, where results.json does not hold them yet.
+fn add_model_warnings(
+    results: &mut RunResults,
+    mut health: Vec<(String, flint_common::ClientId, ModelHealth)>,
+) {
+    use flint_common::degenerate::WarningKind::{NoClauses, NotFinite};
+    if results
+        .warnings
+        .iter()
+        .any(|w| matches!(w.kind, NoClauses | NotFinite))
+    {
+        return;
+    }
+    health.sort_by_key(|(_, id, _)| *id);
+    let last = results.rounds.last().map_or(0, |r| r.round);
+    results
+        .warnings
+        .extend(flint_common::degenerate::model_warnings(last, &health));
 }
 
 /// Strategies that cluster (TPFL): each round's clusters as class: size, and the paper's
@@ -127,8 +153,27 @@ pub fn render(r: &RunResults) -> String {
         training_time(r),
         before_federation(r),
         per_client(r),
+        warnings(r),
     ]
     .concat()
+}
+
+/// The last round's warnings in full, the earlier rounds' counted: a model that learned
+/// nothing is said last, where the eye lands.
+fn warnings(r: &RunResults) -> String {
+    if r.warnings.is_empty() {
+        return String::new();
+    }
+    let last = r.rounds.last().map_or(0, |x| x.round);
+    let mut out = String::from("\nWarnings (results.json lists every round's):\n");
+    for w in r.warnings.iter().filter(|w| w.round == last) {
+        out += &format!("  warning: {}\n", w.message);
+    }
+    let earlier = r.warnings.iter().filter(|w| w.round < last).count();
+    if earlier > 0 {
+        out += &format!("  {earlier} in earlier rounds\n");
+    }
+    out
 }
 
 /// The header, and per round the mean metrics and the bytes at each level; the totals.

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;
 
+use flint_common::degenerate::{Names, Warning, round_warnings};
 use flint_common::metrics::Metrics;
 use flint_common::strategy::tpfl::{TpflRound, WinnerRecord};
 use flint_common::strategy::{LocalMetrics, Predictor, RoundReport};
@@ -119,6 +120,9 @@ pub struct RunResults {
     /// What made these results (absent in files written before it was recorded).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provenance: Option<Provenance>,
+    /// Rounds whose models learned nothing (one class for every row, below the majority class).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<Warning>,
 }
 
 /// The version of this file's layout: raised when a field changes meaning or goes.
@@ -226,6 +230,7 @@ pub fn collect(shared: &Shared) -> RunResults {
     let results: Vec<RoundResult> = (0..=last)
         .map(|r| round_result(&rounds, &ledger, r))
         .collect();
+    let warnings = warnings(e, &rounds, last);
     RunResults {
         run_id: shared.run_id.clone(),
         name: e.name.clone(),
@@ -249,7 +254,33 @@ pub fn collect(shared: &Shared) -> RunResults {
         server_peak_rss_kb: peak_rss_kb(),
         completed: Some(rounds.completed()),
         provenance: Some(Provenance::of_this_build()),
+        warnings,
     }
+}
+
+/// Each round's warnings, logged as the results are written.
+fn warnings(e: &flint_common::config::Experiment, rounds: &Rounds, last: Round) -> Vec<Warning> {
+    let client = |id: ClientId| {
+        e.client(id)
+            .map_or_else(|| format!("client {id}"), |c| c.name.clone())
+    };
+    let classes = e.data.classes();
+    let names = Names {
+        classes: &classes,
+        client: &client,
+    };
+    let mut all = Vec::new();
+    for round in 1..=last {
+        let Some(evals) = rounds.evals().get(&round) else {
+            continue;
+        };
+        let global = rounds
+            .global_evals()
+            .get(&round)
+            .and_then(|g| g.get(&Predictor::Model));
+        all.extend(round_warnings(round, evals, global, &names));
+    }
+    all
 }
 
 fn round_result(rounds: &Rounds, ledger: &Ledger, round: Round) -> RoundResult {
@@ -496,6 +527,7 @@ mod tests {
             server_peak_rss_kb: None,
             completed: None,
             provenance: None,
+            warnings: Vec::new(),
         }
     }
 

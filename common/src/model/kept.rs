@@ -192,6 +192,23 @@ impl KeptModel {
         }
     }
 
+    /// Its machines without a clause, and whether every weight is finite (issue 29 §2).
+    pub fn health(&self) -> crate::degenerate::ModelHealth {
+        let (machines, empty_machines) = match self {
+            KeptModel::Tm { clauses, .. } => (1, usize::from(clauses.is_empty())),
+            KeptModel::Composite { machines, .. } => (
+                machines.len(),
+                machines.iter().filter(|m| m.is_empty()).count(),
+            ),
+            KeptModel::Logreg { .. } | KeptModel::Fcm { .. } => (0, 0),
+        };
+        crate::degenerate::ModelHealth {
+            machines,
+            empty_machines,
+            not_finite: !self.is_finite(),
+        }
+    }
+
     /// The binary checkpoints to write beside the file, with their file name's suffix.
     pub fn checkpoints(&self) -> Vec<(String, &[u8])> {
         match self {

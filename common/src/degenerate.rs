@@ -1,0 +1,309 @@
+//! A model that learned nothing says so (issue 29 §2). From the evaluations the clients report
+//! each round: models that predict one class for every test row, and accuracy below what always
+//! answering the most common class would score — the two faces of an empty or untrained model,
+//! which otherwise reports majority-class accuracy as if it had learned it.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::metrics::ConfusionMatrix;
+use crate::{ClientId, Round};
+
+/// One symptom in one round, with the clients that show it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Warning {
+    pub round: Round,
+    pub kind: WarningKind,
+    /// The clients whose models show it on their own test split; empty for the shared test set.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub clients: Vec<ClientId>,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WarningKind {
+    /// Every test row predicted as one class, where the rows hold at least two.
+    OneClass,
+    /// Fewer rows right than the most common class holds.
+    BelowMajority,
+    /// A Tsetlin Machine, or a machine of a composite, with no clause that includes a literal:
+    /// it votes nothing, and its class sums are all 0.
+    NoClauses,
+    /// A weight that is NaN or infinite: training diverged.
+    NotFinite,
+}
+
+/// What a client's model at the end of the run says about itself.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModelHealth {
+    /// Tsetlin Machines in the model (a composite's machines; 0 for other models).
+    pub machines: usize,
+    /// Those with no clause that includes a literal.
+    pub empty_machines: usize,
+    pub not_finite: bool,
+}
+
+/// The warnings of the clients' final models (`round`, the run's last), from their health.
+pub fn model_warnings(round: Round, models: &[(String, ClientId, ModelHealth)]) -> Vec<Warning> {
+    let empty: Vec<&(String, ClientId, ModelHealth)> = models
+        .iter()
+        .filter(|(_, _, h)| h.empty_machines > 0)
+        .collect();
+    let diverged: Vec<&(String, ClientId, ModelHealth)> =
+        models.iter().filter(|(_, _, h)| h.not_finite).collect();
+    let mut warnings = Vec::new();
+    if !empty.is_empty() {
+        let shown: Vec<String> = empty
+            .iter()
+            .take(4)
+            .map(|(name, _, h)| format!("{name}: {} of {}", h.empty_machines, h.machines))
+            .collect();
+        warnings.push(Warning {
+            round,
+            kind: WarningKind::NoClauses,
+            clients: empty.iter().map(|(_, id, _)| *id).collect(),
+            message: format!(
+                "round {round}: {} of {} clients' models hold machines with no clauses ({}{}): such a machine votes nothing (docs/guide/strategies.md, \"When a model learns nothing\")",
+                empty.len(),
+                models.len(),
+                shown.join(", "),
+                if empty.len() > 4 { ", …" } else { "" }
+            ),
+        });
+    }
+    if !diverged.is_empty() {
+        let names: Vec<&str> = diverged
+            .iter()
+            .take(4)
+            .map(|(n, _, _)| n.as_str())
+            .collect();
+        warnings.push(Warning {
+            round,
+            kind: WarningKind::NotFinite,
+            clients: diverged.iter().map(|(_, id, _)| *id).collect(),
+            message: format!(
+                "round {round}: {} of {} clients' models have weights that are not finite ({}): training diverged (a smaller learning rate?)",
+                diverged.len(),
+                models.len(),
+                names.join(", ")
+            ),
+        });
+    }
+    warnings
+}
+
+/// What a round's warnings are read against: the class names and the clients' names.
+pub struct Names<'a> {
+    pub classes: &'a [String],
+    pub client: &'a dyn Fn(ClientId) -> String,
+}
+
+/// A round's warnings: the clients' models on their own test splits, then the model on the
+/// shared test set where the run has one.
+pub fn round_warnings(
+    round: Round,
+    evals: &BTreeMap<ClientId, ConfusionMatrix>,
+    global: Option<&ConfusionMatrix>,
+    names: &Names,
+) -> Vec<Warning> {
+    let mut warnings = Vec::new();
+    warnings.extend(one_class_clients(round, evals, names));
+    warnings.extend(pooled_below_majority(round, evals));
+    if let Some(cm) = global {
+        warnings.extend(shared_test_set(round, cm, names));
+    }
+    warnings
+}
+
+fn one_class_clients(
+    round: Round,
+    evals: &BTreeMap<ClientId, ConfusionMatrix>,
+    names: &Names,
+) -> Option<Warning> {
+    let found: Vec<(ClientId, usize)> = evals
+        .iter()
+        .filter_map(|(&id, cm)| only_class(cm).map(|c| (id, c)))
+        .collect();
+    if found.is_empty() {
+        return None;
+    }
+    const SHOWN: usize = 4;
+    let mut shown: Vec<String> = found
+        .iter()
+        .take(SHOWN)
+        .map(|&(id, c)| format!("{} → {:?}", (names.client)(id), class_name(names, c)))
+        .collect();
+    if found.len() > SHOWN {
+        shown.push("…".into());
+    }
+    Some(Warning {
+        round,
+        kind: WarningKind::OneClass,
+        clients: found.iter().map(|&(id, _)| id).collect(),
+        message: format!(
+            "round {round}: {} of {} clients' models predict one class for every test row ({})",
+            found.len(),
+            evals.len(),
+            shown.join(", ")
+        ),
+    })
+}
+
+/// The clients' test rows pooled: right answers against each client's most common class.
+fn pooled_below_majority(
+    round: Round,
+    evals: &BTreeMap<ClientId, ConfusionMatrix>,
+) -> Option<Warning> {
+    let (correct, majority, total) = evals.values().fold((0, 0, 0), |(c, m, t), cm| {
+        (c + cm.correct(), m + cm.majority_rows(), t + cm.total())
+    });
+    if total == 0 || correct >= majority {
+        return None;
+    }
+    let share = |n: u64| n as f64 / total as f64;
+    Some(Warning {
+        round,
+        kind: WarningKind::BelowMajority,
+        clients: evals.keys().copied().collect(),
+        message: format!(
+            "round {round}: the clients' models answer {:.3} of their test rows right, below the {:.3} that always answering each client's most common class would",
+            share(correct),
+            share(majority)
+        ),
+    })
+}
+
+fn shared_test_set(round: Round, cm: &ConfusionMatrix, names: &Names) -> Vec<Warning> {
+    let mut warnings = Vec::new();
+    if let Some(c) = only_class(cm) {
+        warnings.push(Warning {
+            round,
+            kind: WarningKind::OneClass,
+            clients: Vec::new(),
+            message: format!(
+                "round {round}: the model predicts {:?} for every row of the shared test set",
+                class_name(names, c)
+            ),
+        });
+    }
+    let total = cm.total();
+    if total > 0 && cm.correct() < cm.majority_rows() {
+        warnings.push(Warning {
+            round,
+            kind: WarningKind::BelowMajority,
+            clients: Vec::new(),
+            message: format!(
+                "round {round}: the model answers {:.3} of the shared test set right, below the {:.3} of its most common class",
+                cm.correct() as f64 / total as f64,
+                cm.majority_rows() as f64 / total as f64
+            ),
+        });
+    }
+    warnings
+}
+
+/// The one class predicted for every row, where the rows hold at least two classes.
+fn only_class(cm: &ConfusionMatrix) -> Option<usize> {
+    let classes = cm.classes();
+    let predicted: Vec<usize> = (0..classes)
+        .filter(|&p| (0..classes).any(|t| cm.get(t, p) > 0))
+        .collect();
+    let truths = (0..classes)
+        .filter(|&t| (0..classes).any(|p| cm.get(t, p) > 0))
+        .count();
+    match predicted[..] {
+        [only] if truths >= 2 => Some(only),
+        _ => None,
+    }
+}
+
+fn class_name(names: &Names, c: usize) -> String {
+    names
+        .classes
+        .get(c)
+        .cloned()
+        .unwrap_or_else(|| c.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names() -> (Vec<String>, impl Fn(ClientId) -> String) {
+        (vec!["no".into(), "yes".into()], |id: ClientId| {
+            format!("client-{id}")
+        })
+    }
+
+    fn cm(truth: &[u32], predicted: &[u32]) -> ConfusionMatrix {
+        ConfusionMatrix::from_predictions(2, truth, predicted)
+    }
+
+    #[test]
+    fn an_empty_model_that_answers_one_class_is_named_with_its_class() {
+        let (classes, client) = names();
+        let names = Names {
+            classes: &classes,
+            client: &client,
+        };
+        let evals = BTreeMap::from([
+            (1, cm(&[0, 0, 1, 1, 1], &[1, 1, 1, 1, 1])),
+            (2, cm(&[0, 1, 1], &[0, 1, 1])),
+        ]);
+        let w = round_warnings(3, &evals, None, &names);
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert_eq!(w[0].kind, WarningKind::OneClass);
+        assert_eq!(w[0].clients, vec![1]);
+        assert_eq!(
+            w[0].message,
+            "round 3: 1 of 2 clients' models predict one class for every test row (client-1 → \"yes\")"
+        );
+    }
+
+    #[test]
+    fn one_class_is_no_symptom_where_the_rows_hold_one_class() {
+        let (classes, client) = names();
+        let names = Names {
+            classes: &classes,
+            client: &client,
+        };
+        let evals = BTreeMap::from([(1, cm(&[1, 1, 1], &[1, 1, 1]))]);
+        assert!(round_warnings(1, &evals, None, &names).is_empty());
+    }
+
+    #[test]
+    fn accuracy_below_the_majority_class_is_warned_pooled_and_on_the_shared_test_set() {
+        let (classes, client) = names();
+        let names = Names {
+            classes: &classes,
+            client: &client,
+        };
+        // 2 of 5 right where "no" holds 3 of 5: below the majority, yet two classes predicted.
+        let bad = cm(&[0, 0, 0, 1, 1], &[1, 1, 0, 0, 1]);
+        let evals = BTreeMap::from([(1, bad.clone()), (2, bad.clone())]);
+        let w = round_warnings(2, &evals, Some(&bad), &names);
+        let kinds: Vec<(WarningKind, usize)> =
+            w.iter().map(|w| (w.kind, w.clients.len())).collect();
+        assert_eq!(
+            kinds,
+            vec![
+                (WarningKind::BelowMajority, 2),
+                (WarningKind::BelowMajority, 0)
+            ]
+        );
+        assert!(
+            w[0].message
+                .contains("0.400 of their test rows right, below the 0.600"),
+            "{}",
+            w[0].message
+        );
+        assert!(
+            w[1].message
+                .contains("0.400 of the shared test set right, below the 0.600"),
+            "{}",
+            w[1].message
+        );
+    }
+}
