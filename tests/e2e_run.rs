@@ -423,6 +423,49 @@ fn logistic_regression_federates_three_classes() {
     }
 }
 
+/// Issue 30 §3: a CSV run's feature count comes from the experiment, never from the first
+/// client to join: `flint run` reads it from the file into the resolved experiment, and a
+/// server started by hand without it refuses to start, saying what to add.
+#[test]
+fn a_csv_runs_feature_count_comes_from_the_experiment() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    write_blobs(&data.join("blobs.csv"), "x,y", 300);
+    let text = "name = \"shape\"\nstrategy = \"fedavg\"\nseed = 5\nrounds = 1\nclient_count = 2\n\
+         [data]\nsource = \"csv\"\npath = \"blobs.csv\"\nheader = true\n";
+    let exp = write(dir.path(), "shape.toml", text);
+    let runs = dir.path().join("runs");
+    ok(&mut flint_run(&exp, &data, &runs));
+    let resolved = std::fs::read_to_string(runs.join("shape/experiment.resolved.toml")).unwrap();
+    assert!(resolved.contains("\nfeatures = 2\n"), "{resolved}");
+    assert!(
+        resolved.contains("classes = [\n    \"a\",")
+            || resolved.contains("classes = [\"a\", \"b\", \"c\"]"),
+        "{resolved}"
+    );
+
+    // By hand, with the classes listed: the feature count is all it lacks.
+    let listed = write(
+        dir.path(),
+        "listed.toml",
+        &format!("{text}classes = [\"a\", \"b\", \"c\"]\n"),
+    );
+    let out = flint()
+        .args(["server", "--listen", "127.0.0.1:0", "--experiment"])
+        .arg(&listed)
+        .arg("--out")
+        .arg(dir.path().join("by-hand"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("the experiment does not say data.features: the server sizes the model by the experiment, never by the first client to join"),
+        "{err}"
+    );
+}
+
 /// Issue 18 §5: a CSV as a user brings it. Quoted fields, `;` between them, a header, missing
 /// values, an absolute path, and no `classes` (read from the file, sorted, and written into
 /// the resolved experiment that the server and clients read).

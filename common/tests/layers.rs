@@ -14,6 +14,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("rng", 0),
     ("metrics", 0),
     ("data", 1),
+    ("degenerate", 1),
     ("model", 2),
     ("wire", 3),
     ("strategy", 4),

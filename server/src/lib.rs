@@ -281,11 +281,16 @@ fn start_or_resume(
     state_dir: &Path,
     options: &ServeOptions,
 ) -> anyhow::Result<Arc<Shared>> {
+    let Some(features) = experiment.data.features() else {
+        anyhow::bail!(
+            "the experiment does not say data.features: the server sizes the model by the experiment, never by the first client to join; add data.features = N (the CSV's feature columns), or start the run with `flint run`, which writes it into its resolved file"
+        );
+    };
     let classes = experiment.data.classes().len();
     let holder = experiment.global_test_holder();
     let mut rounds = Rounds::new(experiment.policy.clone(), strategy, classes)
         .with_global_test_holder(holder)
-        .with_features(experiment.data.features());
+        .with_features(Some(features));
     let names = experiment.clients.iter().map(|c| c.name.clone()).collect();
     let mut identities = Identities::new(names);
     let (journal, start, kept_ledger) =

@@ -146,7 +146,7 @@ impl Experiment {
         let overrides: Vec<(String, String)> = env.chain(overrides.iter().cloned()).collect();
         let mut file = overrides::read(text, &overrides)?;
         let inferred = match data_dir {
-            Some(dir) => file.data.infer_classes(dir)?.is_some(),
+            Some(dir) => file.data.infer_from_data(dir)?,
             None => false,
         };
         let mut experiment = Experiment::check(file)?;

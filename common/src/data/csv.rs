@@ -98,20 +98,29 @@ pub fn load(path: &Path, spec: &CsvSpec) -> Result<Dataset> {
     Ok(data)
 }
 
-/// The class labels of a file, sorted (numerically when every label is a number), for an
-/// experiment that does not list them.
-pub fn infer_classes(path: &Path, spec: &CsvSpec) -> Result<Vec<String>> {
-    let text = read(path)?;
-    labels_of(&text, spec).map_err(|reason| FlintError::data(path, reason))
+/// What an experiment may leave to the file: its class labels, sorted (numerically when every
+/// label is a number), and its feature columns.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Shape {
+    pub classes: Vec<String>,
+    pub features: usize,
 }
 
-fn labels_of(text: &[u8], spec: &CsvSpec) -> std::result::Result<Vec<String>, String> {
+/// The file's [`Shape`], read once.
+pub fn infer_shape(path: &Path, spec: &CsvSpec) -> Result<Shape> {
+    let text = read(path)?;
+    shape_of(&text, spec).map_err(|reason| FlintError::data(path, reason))
+}
+
+fn shape_of(text: &[u8], spec: &CsvSpec) -> std::result::Result<Shape, String> {
     let mut labels = std::collections::BTreeSet::new();
+    let mut columns = None;
     for (line, record) in records(text, spec) {
         let record = record?;
         if record.len() == 1 && record[0].is_empty() {
             continue;
         }
+        columns.get_or_insert(record.len());
         let at = spec.label_column.unwrap_or(record.len() - 1);
         let label = record.get(at).ok_or_else(|| {
             format!(
@@ -140,7 +149,14 @@ fn labels_of(text: &[u8], spec: &CsvSpec) -> std::result::Result<Vec<String>, St
                 .total_cmp(&b.parse::<f64>().unwrap())
         });
     }
-    Ok(labels)
+    let features = feature_columns(spec, columns.unwrap_or(0)).len();
+    if features == 0 {
+        return Err("no feature column: every column is the label or skipped".into());
+    }
+    Ok(Shape {
+        classes: labels,
+        features,
+    })
 }
 
 /// The data records with their 1-based line numbers, past the header.
@@ -160,6 +176,15 @@ fn records<'a>(
                 (line, Err(format!("line {line}: {}", csv_error(&e))))
             }
         })
+}
+
+/// The columns that are features: neither the label nor skipped (a column skipped twice, or
+/// the label named as skipped too, counts once).
+fn feature_columns(spec: &CsvSpec, columns: usize) -> Vec<usize> {
+    let label_at = spec.label_column.unwrap_or(columns.saturating_sub(1));
+    (0..columns)
+        .filter(|i| *i != label_at && !spec.skip_columns.contains(i))
+        .collect()
 }
 
 fn csv_error(e: &::csv::Error) -> String {
@@ -325,10 +350,7 @@ impl Rows<'_> {
     fn finish(self) -> std::result::Result<Dataset, String> {
         let spec = self.spec;
         let columns = self.columns.ok_or("no rows")?;
-        let label_at = spec.label_column.unwrap_or(columns.saturating_sub(1));
-        let kept: Vec<usize> = (0..columns)
-            .filter(|i| *i != label_at && !spec.skip_columns.contains(i))
-            .collect();
+        let kept = feature_columns(spec, columns);
         let features = kept.len();
         if features == 0 {
             return Err(format!(
@@ -465,11 +487,16 @@ mod tests {
     fn classes_are_inferred_sorted_numerically_when_every_label_is_a_number() {
         let s = spec();
         assert_eq!(
-            labels_of(b"1,10\n2,2\n3,10\n4,1\n", &s).unwrap(),
-            vec!["1", "2", "10"]
+            shape_of(b"1,10\n2,2\n3,10\n4,1\n", &s).unwrap(),
+            Shape {
+                classes: vec!["1".into(), "2".into(), "10".into()],
+                features: 1
+            }
         );
         assert_eq!(
-            labels_of(b"1,versicolor\n2,setosa\n3,?\n", &s).unwrap(),
+            shape_of(b"1,versicolor\n2,setosa\n3,?\n", &s)
+                .unwrap()
+                .classes,
             vec!["setosa", "versicolor"]
         );
         let header = CsvSpec {
@@ -478,10 +505,20 @@ mod tests {
             ..s.clone()
         };
         assert_eq!(
-            labels_of(b"y,x\nb,1\na,2\n", &header).unwrap(),
+            shape_of(b"y,x\nb,1\na,2\n", &header).unwrap().classes,
             vec!["a", "b"]
         );
-        assert!(labels_of(b"1,a\n2,a\n", &s).unwrap_err().contains("two"));
+        assert!(shape_of(b"1,a\n2,a\n", &s).unwrap_err().contains("two"));
+        let skipped = CsvSpec {
+            skip_columns: vec![0, 0, 3],
+            ..s.clone()
+        };
+        assert_eq!(
+            shape_of(b"7,1,2,3,a\n8,1,2,3,b\n", &skipped)
+                .unwrap()
+                .features,
+            2
+        );
     }
 
     /// Found by the `csv` fuzz target: one column, skipped, subtracted past zero and gave a

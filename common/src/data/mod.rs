@@ -557,11 +557,13 @@ impl DataSection {
         d
     }
 
-    /// Fills in `classes` of a CSV source that omits them, from the file below `data_dir`
-    /// (sorted; numerically when every label is a number). Returns them when it did.
-    pub fn infer_classes(&mut self, data_dir: &Path) -> Result<Option<Vec<String>>> {
-        if self.source != SourceName::Csv || self.classes.is_some() {
-            return Ok(None);
+    /// Fills in what a CSV source leaves to its file, from the file below `data_dir`: `classes`
+    /// (sorted; numerically when every label is a number) and `features`, so that the server
+    /// sizes the model by the experiment, never by a client's word. Says whether the classes
+    /// were read.
+    pub fn infer_from_data(&mut self, data_dir: &Path) -> Result<bool> {
+        if self.source != SourceName::Csv || (self.classes.is_some() && self.features.is_some()) {
+            return Ok(false);
         }
         // The section is checked with a stand-in list, so that its other keys are read as
         // the run will read them.
@@ -573,11 +575,15 @@ impl DataSection {
             .check(Scaling::None)
             .map_err(|e| crate::FlintError::Config(e.to_string()))?;
         let Source::Csv(spec) = spec.source else {
-            return Ok(None);
+            return Ok(false);
         };
-        let classes = csv::infer_classes(&data_dir.join(&spec.path), &spec)?;
-        self.classes = Some(classes.clone());
-        Ok(Some(classes))
+        let shape = csv::infer_shape(&data_dir.join(&spec.path), &spec)?;
+        self.features.get_or_insert(shape.features);
+        if self.classes.is_some() {
+            return Ok(false);
+        }
+        self.classes = Some(shape.classes);
+        Ok(true)
     }
 }
 
