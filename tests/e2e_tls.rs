@@ -312,8 +312,8 @@ fn clients_started_without_names_claim_the_slots_and_run() {
     }
 }
 
-/// Issue 16 §3–4: `flint run --tls` runs a federation over mutual TLS with the certificates it
-/// generates (the pool certificate for a process of several clients); every level is counted,
+/// Issue 16 §3–4, issue 30 §1: `flint run` runs a federation over mutual TLS by default, with
+/// the certificates it generates (the pool certificate for a process of several clients); every level is counted,
 /// and the handshakes show at the socket level only.
 #[test]
 fn flint_run_over_mutual_tls_counts_the_handshakes_at_the_socket_only() {
@@ -325,14 +325,15 @@ fn flint_run_over_mutual_tls_counts_the_handshakes_at_the_socket_only() {
         cmd.args(["run", "--clients-per-process", "2", "--runs-dir"])
             .arg(d.join(runs))
             .arg(&exp);
-        if tls {
-            cmd.arg("--tls");
+        if !tls {
+            cmd.arg("--insecure");
         }
         ok(&mut cmd);
         results(&d.join(runs).join("tls"))
     };
     let (tls, plain) = (run("a", true), run("b", false));
     assert!(d.join("a/tls/pki/clients/pool.key").exists());
+    assert!(!d.join("b/tls/pki").exists(), "--insecure generates no PKI");
     for (a, b) in tls.rounds.iter().zip(&plain.rounds) {
         assert_eq!(
             a.metrics, b.metrics,
@@ -413,4 +414,40 @@ fn calls_under_made_up_client_ids_leave_no_trace_in_the_ledger() {
     for per_client in r.ledger.by_method.values() {
         assert!(per_client.keys().all(|id| *id <= 1));
     }
+}
+
+/// Issue 30 §1: a server on an address other than loopback refuses plaintext and says what to
+/// give instead; `--insecure` asks for it by name.
+#[test]
+fn plaintext_beyond_loopback_needs_insecure() {
+    let dir = tempfile::tempdir().unwrap();
+    let exp = write(
+        dir.path(),
+        "open.toml",
+        &synthetic_experiment("open", 1, 1, ""),
+    );
+    let out = flint()
+        .args(["server", "--listen", "0.0.0.0:0", "--experiment"])
+        .arg(&exp)
+        .arg("--out")
+        .arg(dir.path().join("refused"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("refusing to serve plaintext on 0.0.0.0:0") && err.contains("--insecure"),
+        "{err}"
+    );
+    assert!(!dir.path().join("refused").exists(), "nothing written");
+    std::fs::create_dir_all(dir.path().join("insecure")).unwrap();
+    let (mut server, _) = start_server_at(
+        &exp,
+        &dir.path().join("insecure"),
+        "0.0.0.0:0",
+        "server.log",
+        &["--insecure"],
+    );
+    server.signal("TERM");
+    server.wait(Duration::from_secs(30));
 }

@@ -34,6 +34,9 @@ pub struct GridArgs {
     /// Keep runs whose results.json exists instead of running them again (resume a grid).
     #[arg(long)]
     pub resume: bool,
+    /// Plaintext on loopback instead of mutual TLS, as `flint run --insecure`.
+    #[arg(long)]
+    pub insecure: bool,
     /// Clients hosted by one client process [default: as `flint run`].
     #[arg(long)]
     pub clients_per_process: Option<usize>,
@@ -220,7 +223,7 @@ impl Cell<'_> {
                         data_dir: self.args.data_dir.clone(),
                         runs_dir: self.args.runs_dir.clone(),
                         overrides,
-                        tls: false,
+                        insecure: self.args.insecure,
                         link: None,
                     },
                     false,

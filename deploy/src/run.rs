@@ -34,10 +34,11 @@ pub struct RunArgs {
     /// Override an experiment key, e.g. --set rounds=3 (repeatable).
     #[arg(long = "set", value_name = "KEY=VALUE", value_parser = parse_override)]
     pub overrides: Vec<(String, String)>,
-    /// Mutual TLS, with a throwaway PKI generated in the run directory (pki/): each client
-    /// process presents its client's certificate (the pool certificate when it hosts several).
+    /// Plaintext on loopback instead of mutual TLS. By default the run generates a throwaway
+    /// PKI in its directory (pki/) and each client process presents its client's certificate
+    /// (the pool certificate when it hosts several).
     #[arg(long)]
-    pub tls: bool,
+    pub insecure: bool,
     /// Put every client behind its own emulated link (`lan`, `wan`, `mobile`: bandwidth and
     /// delay, in user space; see `flint link`), to see what a round costs on such a line.
     #[arg(long, value_name = "PROFILE")]
@@ -85,7 +86,7 @@ pub fn execute(args: &RunArgs, progress: bool) -> anyhow::Result<PathBuf> {
     };
     announce(&experiment, &run.dir, &say);
     let names: Vec<String> = experiment.clients.iter().map(|c| c.name.clone()).collect();
-    let pki = match args.tls {
+    let pki = match !args.insecure {
         true => Some(flint_shell::tls::generate_pki(
             &run.dir.join("pki"),
             &["localhost".to_string(), "127.0.0.1".to_string()],

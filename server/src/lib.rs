@@ -57,8 +57,26 @@ pub struct ServerArgs {
     /// Log format on stderr.
     #[arg(long, default_value = "text")]
     pub log_format: LogFormat,
+    /// Serve plaintext on an address other than loopback. Without TLS, anyone who reaches the
+    /// server and holds the experiment file can take a free client slot, and a client's token
+    /// crosses the network in clear.
+    #[arg(long, env = "FLINT_INSECURE")]
+    pub insecure: bool,
     #[command(flatten)]
     pub options: ServeOptions,
+}
+
+impl ServerArgs {
+    /// Plaintext is for loopback, or asked for by name.
+    fn check_exposure(&self) -> anyhow::Result<()> {
+        if self.listen.ip().is_loopback() || self.options.tls.tls_cert.is_some() || self.insecure {
+            return Ok(());
+        }
+        anyhow::bail!(
+            "refusing to serve plaintext on {}: anyone who reaches it with the experiment file could take a client's slot. Give --tls-cert, --tls-key and --tls-client-ca (flint certs writes them), listen on loopback, or pass --insecure",
+            self.listen
+        )
+    }
 }
 
 /// How the server listens: TLS, and the limits of its accept loop.
@@ -135,6 +153,7 @@ impl ServerTls {
 /// Loads the experiment and serves until the run is done; returns what it wrote.
 pub async fn run(args: ServerArgs) -> anyhow::Result<RunResults> {
     flint_shell::logging::init(args.log_format);
+    args.check_exposure()?;
     let experiment = Experiment::load(&args.experiment, &args.overrides)?;
     let out = args
         .out
