@@ -450,4 +450,29 @@ fn plaintext_beyond_loopback_needs_insecure() {
     );
     server.signal("TERM");
     server.wait(Duration::from_secs(30));
+    // As the compose plaintext override asks for it: FLINT_INSECURE is no experiment key.
+    let out = dir.path().join("by-env");
+    std::fs::create_dir_all(&out).unwrap();
+    let ready = out.join("server.addr");
+    let mut server = Proc(
+        flint()
+            .args(["server", "--listen", "0.0.0.0:0", "--experiment"])
+            .arg(&exp)
+            .arg("--out")
+            .arg(&out)
+            .arg("--ready-file")
+            .arg(&ready)
+            .env("FLINT_INSECURE", "1")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for(Duration::from_secs(30), || {
+        std::fs::read_to_string(&ready)
+            .ok()
+            .filter(|s| !s.is_empty())
+    });
+    server.signal("TERM");
+    server.wait(Duration::from_secs(30));
 }

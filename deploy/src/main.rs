@@ -2,6 +2,7 @@
 //! server or a client (the same code as `flint-server` / `flint-client`).
 
 mod certs;
+mod data;
 mod explain;
 mod grid;
 mod link;
@@ -15,6 +16,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use flint_common::data::default_data_dir;
 
 #[derive(Parser)]
 #[command(
@@ -81,6 +83,20 @@ enum DataCommand {
         #[arg(long)]
         data_dir: Option<PathBuf>,
     },
+    /// Download the known datasets from their public URLs (mirrors tried in turn) into the data
+    /// directory, checked against the sha256 that `verify` knows; a file already there and
+    /// intact is kept, a broken-off transfer resumes, a copy that differs is not kept.
+    Fetch {
+        /// Datasets to fetch (e.g. magic mnist) [default: every known one]
+        datasets: Vec<String>,
+        /// [default: $FLINT_DATA_DIR or ./data]
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+        /// Fetch `<URL>/<path below the data directory>` instead of the public URLs (a local
+        /// mirror).
+        #[arg(long, value_name = "URL")]
+        base_url: Option<String>,
+    },
 }
 
 fn print_keys(schema: bool) {
@@ -129,7 +145,19 @@ fn main() -> ExitCode {
         Command::Link(args) => link::serve(args),
         Command::Data {
             command: DataCommand::Verify { datasets, data_dir },
-        } => verify(&datasets, data_dir),
+        } => data::check(&datasets, &data_dir.unwrap_or_else(default_data_dir)),
+        Command::Data {
+            command:
+                DataCommand::Fetch {
+                    datasets,
+                    data_dir,
+                    base_url,
+                },
+        } => data::fetch(
+            &datasets,
+            &data_dir.unwrap_or_else(default_data_dir),
+            base_url.as_deref(),
+        ),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -144,51 +172,4 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?)
-}
-
-fn verify(datasets: &[String], data_dir: Option<PathBuf>) -> anyhow::Result<()> {
-    use flint_common::data::registry::{FileCheck, KNOWN_FILES, verify};
-    let dir = data_dir.unwrap_or_else(flint_common::data::default_data_dir);
-    let mut known: Vec<&str> = KNOWN_FILES.iter().map(|f| f.dataset).collect();
-    known.dedup();
-    if let Some(unknown) = datasets.iter().find(|d| !known.contains(&d.as_str())) {
-        anyhow::bail!("unknown dataset {unknown:?}; known: {known:?}");
-    }
-    let (mut ok, mut missing, mut different) = (0, 0, 0);
-    for f in KNOWN_FILES
-        .iter()
-        .filter(|f| datasets.is_empty() || datasets.iter().any(|d| d == f.dataset))
-    {
-        let outcome = verify(&dir, f)?;
-        let what = match &outcome {
-            FileCheck::Ok => "ok".to_string(),
-            FileCheck::Missing => "missing".to_string(),
-            FileCheck::Mismatch { actual } => format!("sha256 differs: {actual}"),
-        };
-        println!("{:<8} {:<45} {what}", f.dataset, f.path);
-        match outcome {
-            FileCheck::Ok => ok += 1,
-            FileCheck::Missing => missing += 1,
-            FileCheck::Mismatch { .. } => different += 1,
-        }
-    }
-    if different > 0 {
-        anyhow::bail!(
-            "{different} file(s) in {} differ from the official copies",
-            dir.display()
-        );
-    }
-    if missing > 0 && !datasets.is_empty() {
-        anyhow::bail!(
-            "{missing} file(s) of the named datasets are missing from {}",
-            dir.display()
-        );
-    }
-    if ok == 0 {
-        anyhow::bail!(
-            "no known dataset file in {}; set FLINT_DATA_DIR or --data-dir",
-            dir.display()
-        );
-    }
-    Ok(())
 }

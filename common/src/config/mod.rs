@@ -59,6 +59,7 @@ const RESERVED_ENV: &[&str] = &[
     "TLS_CA",
     "TLS_SERVER_NAME",
     "LINK_BYTES",
+    "INSECURE",
     "CLIENTS",
     "EXPERIMENT",
     "RESULTS",
