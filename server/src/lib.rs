@@ -60,7 +60,7 @@ pub struct ServerArgs {
     /// Serve plaintext on an address other than loopback. Without TLS, anyone who reaches the
     /// server and holds the experiment file can take a free client slot, and a client's token
     /// crosses the network in clear.
-    #[arg(long, env = "FLINT_INSECURE")]
+    #[arg(long, env = "FLINT_INSECURE", value_parser = clap::builder::FalseyValueParser::new())]
     pub insecure: bool,
     #[command(flatten)]
     pub options: ServeOptions,
