@@ -6,8 +6,8 @@ and round at the socket and link levels, as the clients counted them.
     deploy/build-image.sh && bench/netem-compose.py [--settings plain,tls,lan,wan,mobile]
 
 Settings: `plain` (no TLS), `tls` (mutual TLS), and `lan`, `wan`, `mobile` (mutual TLS over the
-deploy/netem.sh profile on every client container), plus `loopback` (`flint run --tls`, processes
-on the host, no containers) and `relay-lan`, `relay-wan`, `relay-mobile` (`flint run --tls
+deploy/netem.sh profile on every client container), plus `loopback` (`flint run`, mutual TLS, processes
+on the host, no containers) and `relay-lan`, `relay-wan`, `relay-mobile` (`flint run
 --link PROFILE`: the same on loopback, every client behind its own user-space link of that
 profile's bandwidth and delay, no loss; for kernels without netem). `--experiment` runs another
 experiment in the loopback and relay settings (e.g. tests/behaviour/tpfl-mnist.toml, with
@@ -75,7 +75,7 @@ def run_compose(setting, results, image):
 def run_loopback(results, experiment, link=None, per_process=1):
     runs = results.parent / f"{results.name}-runs"
     extra = ["--link", link] if link else []
-    subprocess.run(["cargo", "run", "-q", "--release", "-p", "flint", "--", "run", "--tls", "--runs-dir",
+    subprocess.run(["cargo", "run", "-q", "--release", "-p", "flint", "--", "run", "--runs-dir",
                     str(runs), "--clients-per-process", str(per_process), *extra, experiment],
                    cwd=ROOT, check=True, capture_output=True)
     if results.exists():

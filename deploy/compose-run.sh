@@ -2,17 +2,46 @@
 # Runs the compose federation to its end and exits with the server's status, following the
 # server's log meanwhile. `up --abort-on-container-exit` cannot: the one-shot `certs` service
 # exits first and would stop the federation before its first round.
-#   bash deploy/compose-run.sh [docker-compose options, e.g. -p NAME]
+#   bash deploy/compose-run.sh [docker-compose options, e.g. -p NAME or -f OVERRIDE.yml]
 # FLINT_CLIENTS, FLINT_EXPERIMENT, FLINT_DATA_DIR, FLINT_RESULTS and FLINT_IMAGE as in
-# docker-compose.yml. The containers stay for `docker-compose … logs`; `down -v` removes them.
+# docker-compose.yml. A server that crashes is restarted by Docker and resumes; the script waits
+# for it to exit for good. Ctrl-C stops the federation. The containers stay for
+# `docker-compose … logs`; `down -v` removes them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-compose=(docker-compose "$@" -f deploy/docker-compose.yml)
-"${compose[@]}" up -d
+compose=(docker-compose -f deploy/docker-compose.yml "$@")
+follow=
+stop() {
+  [ -n "$follow" ] && kill "$follow" 2>/dev/null || true
+  "${compose[@]}" stop -t 10 >/dev/null 2>&1 || true
+}
+trap 'stop; exit 130' INT TERM
+
+if ! "${compose[@]}" up -d; then
+  "${compose[@]}" logs --no-color --tail 50 server || true
+  stop
+  exit 1
+fi
 server=$("${compose[@]}" ps -q server)
+if [ -z "$server" ]; then
+  echo "compose-run: no server container" >&2
+  stop
+  exit 1
+fi
 "${compose[@]}" logs -f --no-color server &
 follow=$!
-status=$(docker wait "$server")
+
+# `docker wait` would return at a crash that Docker then restarts (restart: on-failure).
+while :; do
+  state=$(docker inspect -f '{{.State.Status}} {{.State.ExitCode}}' "$server")
+  case "$state" in
+    exited*) break ;;
+  esac
+  sleep 1
+done
+status=${state#exited }
+# The log follower ends with the container; give it a moment for the last lines.
+sleep 1
 kill "$follow" 2>/dev/null || true
 # A client that is still retrying has nothing left to do.
 "${compose[@]}" stop -t 10 client >/dev/null 2>&1 || true

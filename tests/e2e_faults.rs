@@ -488,7 +488,7 @@ fn a_signal_while_a_thousand_clients_start_leaves_no_process() {
             .args(["--set", "strategy=fedavg", "--set", "client_count=1000"])
             .args(["--set", "data.samples=20000"])
             .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
+            .stderr(std::fs::File::create(dir.path().join("run.err")).unwrap())
             .spawn()
             .unwrap(),
     );
@@ -506,6 +506,9 @@ fn a_signal_while_a_thousand_clients_start_leaves_no_process() {
         !run.wait(Duration::from_secs(10)).success(),
         "a stopped run fails"
     );
+    // Usually still starting processes (250 take longer than ten); either way it says why.
+    let err = std::fs::read_to_string(dir.path().join("run.err")).unwrap();
+    assert!(err.contains("stopped by a signal"), "{err}");
 }
 
 /// docs/PROTOCOL.md §Crash recovery: restarts are normal. A client process that dies mid-round

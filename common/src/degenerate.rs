@@ -151,14 +151,23 @@ fn one_class_clients(
     })
 }
 
-/// The clients' test rows pooled: right answers against each client's most common class.
+/// The clients' test rows pooled: right answers against the pooled rows' most common class
+/// (not each client's own, which under a non-IID split no one model could match).
 fn pooled_below_majority(
     round: Round,
     evals: &BTreeMap<ClientId, ConfusionMatrix>,
 ) -> Option<Warning> {
-    let (correct, majority, total) = evals.values().fold((0, 0, 0), |(c, m, t), cm| {
-        (c + cm.correct(), m + cm.majority_rows(), t + cm.total())
-    });
+    let mut per_class: Vec<u64> = Vec::new();
+    let (mut correct, mut total) = (0, 0);
+    for cm in evals.values() {
+        per_class.resize(per_class.len().max(cm.classes()), 0);
+        for (t, rows) in per_class.iter_mut().enumerate().take(cm.classes()) {
+            *rows += (0..cm.classes()).map(|p| cm.get(t, p)).sum::<u64>();
+        }
+        correct += cm.correct();
+        total += cm.total();
+    }
+    let majority = per_class.iter().copied().max().unwrap_or(0);
     if total == 0 || correct >= majority {
         return None;
     }
@@ -168,7 +177,7 @@ fn pooled_below_majority(
         kind: WarningKind::BelowMajority,
         clients: evals.keys().copied().collect(),
         message: format!(
-            "round {round}: the clients' models answer {:.3} of their test rows right, below the {:.3} that always answering each client's most common class would",
+            "round {round}: the clients' models answer {:.3} of their test rows right, below the {:.3} that always answering the most common class would",
             share(correct),
             share(majority)
         ),
@@ -270,6 +279,23 @@ mod tests {
             client: &client,
         };
         let evals = BTreeMap::from([(1, cm(&[1, 1, 1], &[1, 1, 1]))]);
+        assert!(round_warnings(1, &evals, None, &names).is_empty());
+    }
+
+    /// Under a non-IID split each client's own majority is an oracle no shared model matches:
+    /// the baseline is the pooled rows' most common class.
+    #[test]
+    fn a_non_iid_split_is_judged_against_the_pooled_majority() {
+        let (classes, client) = names();
+        let names = Names {
+            classes: &classes,
+            client: &client,
+        };
+        // Client 1 holds "no" rows, client 2 "yes" rows; 6 of 8 right, pooled majority 4 of 8.
+        let evals = BTreeMap::from([
+            (1, cm(&[0, 0, 0, 0], &[0, 0, 0, 1])),
+            (2, cm(&[1, 1, 1, 1], &[1, 1, 1, 0])),
+        ]);
         assert!(round_warnings(1, &evals, None, &names).is_empty());
     }
 

@@ -108,8 +108,13 @@ fn fetch_file(
     f: &KnownFile,
     base_url: Option<&str>,
 ) -> anyhow::Result<Fetched> {
-    if verify(dir, f)? == FileCheck::Ok {
-        return Ok(Fetched::Present);
+    match verify(dir, f)? {
+        FileCheck::Ok => return Ok(Fetched::Present),
+        FileCheck::Missing => {}
+        FileCheck::Mismatch { actual } => eprintln!(
+            "{:<14} {:<45} sha256 {actual} is not the official copy's: fetching it again",
+            f.dataset, f.path
+        ),
     }
     let target = dir.join(f.path);
     if let Some(parent) = target.parent() {
@@ -123,7 +128,7 @@ fn fetch_file(
     };
     let mut errors = Vec::new();
     for url in urls {
-        match download(agent, &url, &part).and_then(|()| checked(&part, f)) {
+        match fetch_from(agent, &url, &part, f) {
             Ok(bytes) => {
                 std::fs::rename(&part, &target)
                     .with_context(|| format!("cannot move {} into place", part.display()))?;
@@ -133,6 +138,20 @@ fn fetch_file(
         }
     }
     bail!("{}", errors.join("; "))
+}
+
+/// `url` into `part`, checked. Bytes resumed from an earlier transfer (perhaps of another
+/// mirror, or a server that ignored the range's start) that give the wrong checksum are
+/// dropped, and the file is fetched once more from its first byte.
+fn fetch_from(agent: &ureq::Agent, url: &str, part: &Path, f: &KnownFile) -> anyhow::Result<u64> {
+    let resumed = part.exists();
+    let first = download(agent, url, part).and_then(|()| checked(part, f));
+    match first {
+        Err(_) if resumed && !part.exists() => {
+            download(agent, url, part).and_then(|()| checked(part, f))
+        }
+        other => other,
+    }
 }
 
 /// Where a file is downloaded to before its checksum is known.

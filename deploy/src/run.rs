@@ -96,16 +96,21 @@ pub fn execute(args: &RunArgs, progress: bool) -> anyhow::Result<PathBuf> {
         )?),
         false => None,
     };
+    if crate::stop::requested() {
+        bail!("stopped by a signal before any process started");
+    }
     let started = Instant::now();
     let (mut server, addr) = spawn_server(&run, pki.as_ref())?;
     // Clients reach the server through the emulated link, when there is one.
     let addr = match &link {
-        Some(link) => {
-            let server: std::net::SocketAddr = addr
-                .parse()
-                .with_context(|| format!("the server's address {addr:?}"))?;
-            crate::link::spawn(*link, server)?.to_string()
-        }
+        Some(link) => match relay(*link, &addr) {
+            Ok(a) => a,
+            Err(e) => {
+                let _ = server.kill();
+                let _ = server.wait();
+                return Err(e);
+            }
+        },
         None => addr,
     };
     let clients = ClientLaunch {
@@ -151,6 +156,14 @@ pub fn execute(args: &RunArgs, progress: bool) -> anyhow::Result<PathBuf> {
 /// Checks the data before any process starts and returns the sha256 of each file the clients
 /// will read, for the results' provenance. A table is read here once, so that a mistake in it
 /// stops the run with the file's own error rather than a client's log.
+/// The emulated link's relay in front of the server at `addr`: the address clients use.
+fn relay(link: crate::link::Link, addr: &str) -> anyhow::Result<String> {
+    let server: std::net::SocketAddr = addr
+        .parse()
+        .with_context(|| format!("the server's address {addr:?}"))?;
+    Ok(crate::link::spawn(link, server)?.to_string())
+}
+
 fn check_data(
     experiment: &Experiment,
     data_dir: &Path,
@@ -276,6 +289,7 @@ fn spawn_server(run: &RunDir, pki: Option<&Pki>) -> anyhow::Result<(Child, Strin
         Ok(addr) => Ok((server, addr)),
         Err(e) => {
             let _ = server.kill();
+            let _ = server.wait();
             Err(e.context(format!(
                 "server did not start; see {}",
                 run.dir.join("server.log").display()
@@ -423,6 +437,7 @@ fn reap(clients: &mut [(String, Child)], grace: Duration) -> Vec<String> {
             Some(s) => failed.push(format!("client process exited with {s}; see {log}")),
             None => {
                 let _ = child.kill();
+                let _ = child.wait();
                 failed.push(format!(
                     "client process still running after the server ended; killed; see {log}"
                 ));
@@ -540,8 +555,11 @@ struct LiveLines {
     /// most every 10 s.
     shown_updates: (u32, usize),
     last_updates_line: Instant,
-    /// The closed round waiting for the clients' progress files, and since when.
-    held: Option<(u32, Instant)>,
+    /// When each closed round not yet printed was first seen closed: each waits for the
+    /// clients' progress files from then, not from the line before it.
+    closed_at: std::collections::BTreeMap<u32, Instant>,
+    /// The server has exited and the grace is over: no round waits any longer.
+    no_wait: bool,
 }
 
 impl LiveLines {
@@ -554,7 +572,8 @@ impl LiveLines {
             printed: 0,
             shown_updates: (0, 0),
             last_updates_line: Instant::now(),
-            held: None,
+            closed_at: std::collections::BTreeMap::new(),
+            no_wait: false,
         }
     }
 
@@ -564,6 +583,9 @@ impl LiveLines {
             println!("  clients joined {}/{}", s.joined, s.clients);
         }
         self.show_updates(s);
+        for r in self.printed + 1..=s.closed_rounds {
+            self.closed_at.entry(r).or_insert_with(Instant::now);
+        }
         // A round is printed once every joined client reported on it, or the run moved on.
         while self.printed < s.closed_rounds {
             let r = self.printed + 1;
@@ -583,18 +605,21 @@ impl LiveLines {
                 levels(&b.down, kb),
             );
             self.printed = r;
+            self.closed_at.remove(&r);
         }
     }
 
-    /// The rounds still held for the clients' progress files once the server has exited.
+    /// The rounds still held for the clients' progress files once the server has exited:
+    /// they wait out their grace, then print with the server's count.
     fn finish(&mut self, status: &Path) {
         let deadline = Instant::now() + PROGRESS_FILE_GRACE + Duration::from_secs(1);
-        while Instant::now() < deadline {
+        loop {
             let Some(s) = read_status(status) else {
                 return;
             };
+            self.no_wait = Instant::now() >= deadline;
             self.show(&s, true);
-            if self.printed >= s.closed_rounds {
+            if self.printed >= s.closed_rounds || self.no_wait {
                 return;
             }
             std::thread::sleep(Duration::from_millis(100));
@@ -627,19 +652,18 @@ impl LiveLines {
     /// each has reported on it; the server's own count lags behind its attribution. A client
     /// writes its progress file just after its report is answered, so the line waits a moment
     /// for the files (`None`) before it falls back to the server's count.
-    fn round_bytes(&mut self, s: &Status, r: u32) -> Option<(Flow, &'static str)> {
+    fn round_bytes(&self, s: &Status, r: u32) -> Option<(Flow, &'static str)> {
         let mut b = s.bytes.get(&r).copied().unwrap_or_default();
-        let counted = client_socket_bytes(&self.clients_dir, r, s.joined);
-        let held = self.held.get_or_insert((r, Instant::now()));
-        if held.0 != r {
-            *held = (r, Instant::now());
-        }
-        match counted {
+        let waited = self
+            .closed_at
+            .get(&r)
+            .map_or(Duration::MAX, Instant::elapsed);
+        match client_socket_bytes(&self.clients_dir, r, s.joined) {
             Some((up, down)) => {
                 (b.up.socket, b.down.socket) = (up, down);
                 Some((b, "clients'"))
             }
-            None if held.1.elapsed() < PROGRESS_FILE_GRACE => None,
+            None if waited < PROGRESS_FILE_GRACE && !self.no_wait => None,
             None => Some((b, "server's")),
         }
     }

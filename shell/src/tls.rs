@@ -1,5 +1,5 @@
 //! TLS for the shells: the one crypto provider, reading PEM files, a certificate's client name,
-//! and generating a private PKI (`flint certs`, `flint run --tls`).
+//! and generating a private PKI (`flint certs`, `flint run`).
 //!
 //! Identity under mutual TLS is the client certificate's common name: the name of one client
 //! slot of the experiment, or [`POOL_IDENTITY`], which may claim any unclaimed slot (for

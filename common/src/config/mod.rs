@@ -20,7 +20,7 @@ use sha2::{Digest, Sha256};
 use crate::data::partition::declare_clients;
 use crate::data::{ClientSpec, DataSpec, PartitionPlan};
 use crate::params::ParamError;
-use crate::strategy::StrategySpec;
+use crate::strategy::{StrategyKind, StrategySpec};
 use crate::wire::Compression;
 use crate::{FlintError, Result};
 
@@ -159,7 +159,14 @@ impl Experiment {
     /// rules that tie them together.
     pub fn check(file: ExperimentFile) -> Result<Experiment> {
         rules::check_name(&file.name)?;
-        let sections = file.sections();
+        let mut sections = file.sections();
+        // Clients declared by count have no compute speed for AHP's first criterion.
+        if file.strategy == StrategyKind::FedAvgAhp
+            && sections.ahp.is_none()
+            && file.client_count.is_some()
+        {
+            sections.ahp = Some(crate::strategy::ahp::AhpSection::without_compute_speed());
+        }
         let mut strategy = StrategySpec::check(file.strategy, file.model, &sections)?;
         rules::check_rounds(&strategy, file.rounds)?;
         let (declared, clients) = declare_clients(
@@ -405,6 +412,31 @@ name = "b"
                 e.name
             );
         }
+    }
+
+    /// Issue 29 §6: AHP with clients declared by count takes the paper's criteria without
+    /// compute speed (Gini over size, 9: priorities 0.9 and 0.1), written into the resolved
+    /// file; criteria given by hand that need it still need it.
+    #[test]
+    fn ahp_with_client_count_weighs_by_gini_and_size() {
+        let text = "name = \"a\"\nstrategy = \"fedavg-ahp\"\nrounds = 2\nclient_count = 3\n[data]\nsource = \"synthetic\"\n";
+        let e = Experiment::from_toml(text).unwrap();
+        let resolved = e.to_toml();
+        assert!(
+            resolved.contains("criteria = [\n    \"gini\",\n    \"size\",\n]")
+                || resolved.contains("criteria = [\"gini\", \"size\"]"),
+            "{resolved}"
+        );
+        let again = Experiment::from_toml(&resolved).unwrap();
+        assert_eq!(again.fingerprint, e.fingerprint);
+        let info = serde_json::to_value(&e.strategy).unwrap();
+        let weights = &info["fedavg-ahp"]["ahp"]["priorities"]["weights"];
+        for (got, want) in weights.as_array().unwrap().iter().zip([0.9, 0.1]) {
+            assert!((got.as_f64().unwrap() - want).abs() < 1e-12, "{info}");
+        }
+        let by_hand = format!("{text}[ahp]\ncriteria = [\"compute-ghz\", \"gini\", \"size\"]\n");
+        let err = Experiment::from_toml(&by_hand).unwrap_err().to_string();
+        assert!(err.contains("needs compute_ghz"), "{err}");
     }
 
     #[test]

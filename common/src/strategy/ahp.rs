@@ -39,7 +39,8 @@ pub fn paper_matrix() -> Vec<Vec<f64>> {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct AhpSection {
-    /// Criteria in the order of the matrix rows: `compute-ghz`, `gini`, `size`.
+    /// Criteria in the order of the matrix rows: `compute-ghz`, `gini`, `size` (`gini` and
+    /// `size` where the clients are declared by `client_count`, which gives no compute speed).
     pub criteria: Vec<AhpCriterion>,
     /// Pairwise preference matrix (Saaty scale); the paper's Figure 1 by default.
     pub preference: Vec<Vec<f64>>,
@@ -54,6 +55,23 @@ impl Default for AhpSection {
                 AhpCriterion::Size,
             ],
             preference: paper_matrix(),
+        }
+    }
+}
+
+impl AhpSection {
+    /// The default where the clients are declared by `client_count`, which gives no compute
+    /// speed: the paper's criteria without `compute-ghz`, and its Figure 1 preferences between
+    /// the other two (Gini over size, 9), priorities 0.9 and 0.1.
+    pub fn without_compute_speed() -> AhpSection {
+        let paper = paper_matrix();
+        let keep = [1, 2];
+        AhpSection {
+            criteria: vec![AhpCriterion::Gini, AhpCriterion::Size],
+            preference: keep
+                .iter()
+                .map(|&i| keep.iter().map(|&j| paper[i][j]).collect())
+                .collect(),
         }
     }
 }
