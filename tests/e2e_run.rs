@@ -203,6 +203,30 @@ fn mistakes_in_an_experiment_are_reported_not_run() {
     );
 }
 
+/// Issue 29 §6: `flint keys | head` and the like end quietly when the reader goes away: the
+/// default SIGPIPE action, never a panic on a broken pipe.
+#[test]
+fn a_closed_pipe_ends_a_printing_command_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = flint()
+        .arg("keys")
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(err.is_empty(), "{err}");
+    assert_eq!(
+        out.status.signal(),
+        Some(13),
+        "ended by SIGPIPE: {:?}",
+        out.status
+    );
+}
+
 /// The README's first command on a fresh machine: no argument, no data files, any directory.
 #[test]
 fn flint_run_without_arguments_runs_the_quickstart() {

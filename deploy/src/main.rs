@@ -119,10 +119,39 @@ fn print_keys(schema: bool) {
     }
 }
 
+impl Command {
+    /// Commands that read files and print, and open no socket: `flint keys | head` ends them
+    /// quietly, as any Unix filter.
+    fn only_prints(&self) -> bool {
+        matches!(
+            self,
+            Command::Keys { .. }
+                | Command::Report { .. }
+                | Command::Explain(_)
+                | Command::Data {
+                    command: DataCommand::Verify { .. }
+                }
+        )
+    }
+}
+
+/// Rust ignores SIGPIPE, so a closed stdout makes `println!` panic; the default action ends
+/// the process quietly instead. Only for commands without sockets, where a write to a closed
+/// connection must stay an error, not a signal.
+fn quiet_on_a_closed_pipe() {
+    // SAFETY: called from main before any thread starts; SIG_DFL is a valid disposition.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn main() -> ExitCode {
     // SAFETY: first thing in main, before any thread is started.
     unsafe { flint_common::config::drop_empty_env() };
     let cli = Cli::parse();
+    if cli.command.only_prints() {
+        quiet_on_a_closed_pipe();
+    }
     let result = match cli.command {
         Command::Run(args) => stop::install().and_then(|()| run::run(args)),
         Command::Grid(args) => stop::install().and_then(|()| grid::grid(args)),
