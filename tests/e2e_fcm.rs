@@ -190,3 +190,57 @@ fn local_baseline_sends_nothing_back_and_matches_round_one() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("are both named \"fed\""), "{err}");
 }
+
+/// Issue 28 §8: `flint grid` writes the Blind FL pivot beside its summary (what
+/// `scripts/fcm-pivot.py` printed): per activation, before federation, the local baseline and
+/// each federation × aggregation, by partition, from experiments named as `experiments/fcm/`.
+#[test]
+fn a_grid_of_fcms_writes_the_papers_pivot() {
+    let dir = tempfile::tempdir().unwrap();
+    let runs = dir.path().join("runs");
+    let fed = write(
+        dir.path(),
+        "fed.toml",
+        &fcm_experiment("s-blind-mean-tanh-even", "blind-fcm", 2, ""),
+    );
+    let local = write(
+        dir.path(),
+        "local.toml",
+        &fcm_experiment("s-local-tanh-even", "local", 2, "model = \"fcm\""),
+    );
+    let out = ok(flint()
+        .args(["grid", "--runs-dir"])
+        .arg(&runs)
+        .arg(&fed)
+        .arg(&local));
+    let path = runs.join("grid-summary-fcm.md");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(&path.display().to_string()),
+        "the grid names its table"
+    );
+    let pivot = std::fs::read_to_string(&path).unwrap();
+    let (f, l) = (
+        results(&runs.join("s-blind-mean-tanh-even")),
+        results(&runs.join("s-local-tanh-even")),
+    );
+    let cell = |m: &flint_common::strategy::LocalMetrics| {
+        format!("{:.4} / {:.4}", m.accuracy, m.precision)
+    };
+    let after = |r: &flint_server::results::RunResults| {
+        let m = r.rounds.last().unwrap().mean.unwrap();
+        format!("{:.4} / {:.4}", m.accuracy, m.precision)
+    };
+    for want in [
+        "tanh — central (one map, all data): accuracy / precision - (0 runs)".to_string(),
+        format!(
+            "| before federation (round-1 local maps) | {} | - | - | - |",
+            cell(&l.rounds[1].local_mean.unwrap())
+        ),
+        format!("| local, alone | {} | - | - | - |", after(&l)),
+        format!("| blind, mean | {} | - | - | - |", after(&f)),
+        "| blended, mean | - | - | - | - |".to_string(),
+    ] {
+        assert!(pivot.contains(&want), "{want}\n{pivot}");
+    }
+    assert!(!runs.join("grid-summary-fedtmos.md").exists());
+}

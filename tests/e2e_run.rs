@@ -728,6 +728,28 @@ fn fedtmos_federates_a_table_in_one_round() {
         "composite {global:?} against the clients alone {alone:?}"
     );
     assert!(r.warnings.is_empty(), "{:?}", r.warnings);
+    // Issue 28 §8: a grid of it over two seeds writes FedTMOS's tables beside its summary
+    // (what scripts/fedtmos-table.py printed): one row per run, then mean ± std per experiment.
+    let grid = dir.path().join("grid");
+    ok(flint()
+        .args(["grid", "--seeds", "1,2", "--insecure", "--data-dir"])
+        .arg(&data)
+        .arg("--runs-dir")
+        .arg(&grid)
+        .arg(&exp));
+    let tables = std::fs::read_to_string(grid.join("grid-summary-fedtmos.md")).unwrap();
+    let eq3 = |seed: u32| {
+        let r = results(&grid.join(format!("table-fedtmos-s{seed}")));
+        r.rounds[1].global_test.unwrap().accuracy * 100.0
+    };
+    for seed in [1, 2] {
+        let row = format!("| table-fedtmos-s{seed} | {seed} | 3 | {:.2} |", eq3(seed));
+        assert!(tables.contains(&row), "{row}\n{tables}");
+    }
+    let (a, b) = (eq3(1), eq3(2));
+    let (m, sd) = ((a + b) / 2.0, (a - b).abs() / 2f64.sqrt());
+    let summary = format!("| table-fedtmos | 1,2 | {m:.2} ± {sd:.2} |");
+    assert!(tables.contains(&summary), "{summary}\n{tables}");
     let (literals, machines) = kept_composite(&run.join("models/client-1.json"));
     assert_eq!(machines, 2);
     assert_eq!(literals.len(), 12);

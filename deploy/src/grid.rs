@@ -1,5 +1,8 @@
 //! `flint grid PATH…`: runs many experiments one after another (each as `flint run` does, with
-//! real processes), optionally over several seeds, and writes one summary table.
+//! real processes), optionally over several seeds, and writes one summary table (and the
+//! papers' own tables where it ran FedTMOS or FCMs: `tables`).
+
+mod tables;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -278,6 +281,16 @@ fn write_summary(args: &GridArgs, rows: &[Row], started: Instant) -> anyhow::Res
         })
         .collect();
     crate::plot::grid_chart(&summary.with_extension("svg"), &accuracies)?;
+    for (kind, table) in [
+        ("fedtmos", tables::fedtmos(rows)),
+        ("fcm", tables::fcm(rows)),
+    ] {
+        let Some(table) = table else { continue };
+        let stem = summary.file_stem().unwrap_or_default().to_string_lossy();
+        let path = summary.with_file_name(format!("{stem}-{kind}.md"));
+        std::fs::write(&path, table).with_context(|| format!("cannot write {}", path.display()))?;
+        println!("the {kind} tables: {}", path.display());
+    }
     println!(
         "\n{}\ngrid done in {:.1} s; summary in {}, {} and {}",
         markdown(rows),
