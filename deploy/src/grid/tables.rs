@@ -15,11 +15,7 @@ pub fn fedtmos(rows: &[Row]) -> Option<String> {
     let mut per_run = Vec::new();
     let mut per_experiment = Vec::new();
     for row in rows.iter().filter(|r| r.strategy == "fedtmos") {
-        let runs: Vec<FedTmosRun> = row
-            .runs
-            .iter()
-            .filter_map(|o| FedTmosRun::read(o))
-            .collect();
+        let runs: Vec<FedTmosRun> = row.runs.iter().filter_map(FedTmosRun::read).collect();
         if runs.is_empty() {
             continue;
         }
