@@ -165,7 +165,7 @@ pub fn fcm(rows: &[Row]) -> Option<String> {
     if !rows.iter().any(|r| r.strategy.ends_with("-fcm")) {
         return None;
     }
-    let mut cells: BTreeMap<(String, String, String), Vec<(f64, f64)>> = BTreeMap::new();
+    let mut cells = Cells::new();
     let mut central: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
     for row in rows {
         pivot_row(row, &mut cells, &mut central);
@@ -178,14 +178,13 @@ pub fn fcm(rows: &[Row]) -> Option<String> {
 }
 
 const PARTS: [&str; 4] = ["even", "uneven", "sharp1", "sharp2"];
+
+/// (activation, row label, partition) → (accuracy, precision) of every run.
+type Cells = BTreeMap<(String, String, String), Vec<(f64, f64)>>;
 const BEFORE: &str = "before federation (round-1 local maps)";
 const LOCAL: &str = "local, alone";
 
-fn pivot_row(
-    row: &Row,
-    cells: &mut BTreeMap<(String, String, String), Vec<(f64, f64)>>,
-    central: &mut BTreeMap<String, Vec<(f64, f64)>>,
-) {
+fn pivot_row(row: &Row, cells: &mut Cells, central: &mut BTreeMap<String, Vec<(f64, f64)>>) {
     let parts: Vec<&str> = row.name.split('-').collect();
     let pair =
         |m: Option<flint_common::strategy::LocalMetrics>| m.map(|m| (m.accuracy, m.precision));
@@ -227,11 +226,7 @@ fn pivot_row(
     );
 }
 
-fn activation_table(
-    act: &str,
-    cells: &BTreeMap<(String, String, String), Vec<(f64, f64)>>,
-    central: &[(f64, f64)],
-) -> String {
+fn activation_table(act: &str, cells: &Cells, central: &[(f64, f64)]) -> String {
     let mut out = format!(
         "\n{act} — central (one map, all data): accuracy / precision {} ({} runs)\n\n| | {} |\n|---|{}\n",
         cell(central),
