@@ -179,6 +179,21 @@ fn before(url: &str, e: &Experiment) {
             .await
             .unwrap_err();
         assert!(!st.message().contains(fp.as_str()), "{st:?}");
+        // Issue 30 §9: a caller's long fingerprint is not echoed back in full.
+        let st = g
+            .join(join("client-1", summary(), &"f".repeat(100_000)))
+            .await
+            .unwrap_err();
+        assert_eq!(st.code(), Code::FailedPrecondition, "{st:?}");
+        assert!(
+            st.message().len() < 300,
+            "{} bytes echoed",
+            st.message().len()
+        );
+        assert!(
+            st.message().contains("(and 99968 more characters)"),
+            "{st:?}"
+        );
         let st = g
             .join(join(&"x".repeat(100_000), summary(), fp))
             .await
@@ -323,4 +338,82 @@ fn a_hostile_client_changes_nothing_and_costs_bounded_memory() {
     eprintln!(
         "hostile: peak RSS {attacked_peak} kB with the attacks, {calm_peak} kB without; {flood_calls} refused calls counted"
     );
+}
+
+/// Issue 30 §9: one client holds at most four long-polls at once; a fifth is refused with
+/// RESOURCE_EXHAUSTED, and a long-poll given up frees its place.
+#[test]
+fn a_client_holds_at_most_four_long_polls() {
+    let dir = tempfile::tempdir().unwrap();
+    let exp = write(
+        dir.path(),
+        "polls.toml",
+        &synthetic_experiment("polls", 1, 2, ROUNDS),
+    );
+    let e = Experiment::load(&exp, &[]).unwrap();
+    let (mut server, url) = start_server(&exp, dir.path());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let channel = connect(&url).await;
+        let mut g = AggregatorClient::new(channel.clone());
+        // Client 1 joins; client 2 never does, so round 1 never opens and every poll waits.
+        let reply = g
+            .join(join("client-1", summary(), &e.fingerprint))
+            .await
+            .unwrap()
+            .into_inner();
+        let ask = RoundRequest {
+            client_id: reply.client_id,
+            run_id: reply.run_id.clone(),
+            after_round: 0,
+        };
+        let mut waiting = tokio::task::JoinSet::new();
+        for _ in 0..4 {
+            let (mut g, ask) = (AggregatorClient::new(channel.clone()), ask.clone());
+            waiting.spawn(async move { g.get_round(as_mallory(ask)).await });
+        }
+        // The fifth, once the four are in (ten seconds at most).
+        let mut fifth = None;
+        for _ in 0..50 {
+            let poll = g.get_round(as_mallory(ask.clone()));
+            if let Ok(r) = tokio::time::timeout(Duration::from_millis(200), poll).await {
+                fifth = Some(r);
+                break;
+            }
+        }
+        let st = fifth.expect("a fifth long-poll is refused").unwrap_err();
+        assert_eq!(st.code(), Code::ResourceExhausted, "{st:?}");
+        assert!(
+            st.message().contains("already waits in 4 GetRound calls"),
+            "{st:?}"
+        );
+        // Given up: their places are free again, and a new poll waits instead of being refused.
+        waiting.abort_all();
+        while waiting.join_next().await.is_some() {}
+        // The server learns of the aborted streams as their resets arrive: ten seconds at most.
+        let mut again = None;
+        for _ in 0..100 {
+            let poll = g.get_round(as_mallory(ask.clone()));
+            match tokio::time::timeout(Duration::from_millis(500), poll).await {
+                Err(_) => {
+                    again = None;
+                    break;
+                }
+                Ok(Err(st)) if st.code() == Code::ResourceExhausted => {
+                    again = Some(Err(st));
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Ok(other) => {
+                    again = Some(other);
+                    break;
+                }
+            }
+        }
+        assert!(
+            again.is_none(),
+            "a freed place takes a new long-poll: {again:?}"
+        );
+    });
+    server.signal("TERM");
+    server.wait(Duration::from_secs(30));
 }

@@ -348,6 +348,7 @@ fn start_or_resume(
         upload_budget: Arc::new(Semaphore::new(upload_budget_kib as usize)),
         upload_budget_kib,
         refused: Mutex::default(),
+        long_polls: Mutex::default(),
     }))
 }
 

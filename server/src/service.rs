@@ -64,6 +64,52 @@ pub struct Shared {
     /// KiB of uploads that may be buffered at once, across all streams.
     pub upload_budget: Arc<Semaphore>,
     pub upload_budget_kib: u32,
+    /// Long-polls (GetRound) waiting, per client.
+    pub long_polls: Mutex<std::collections::BTreeMap<ClientId, usize>>,
+}
+
+/// Long-polls one client may hold at once. An honest client waits in one, and a retry after
+/// a broken connection may briefly overlap it; each held costs a task and a watch receiver,
+/// so a token that opened thousands would hold the server's memory.
+pub const MAX_LONG_POLLS_PER_CLIENT: usize = 4;
+
+/// One waiting long-poll of `client`, counted until it is dropped.
+struct LongPoll {
+    shared: Arc<Shared>,
+    client: ClientId,
+}
+
+impl LongPoll {
+    fn enter(shared: &Arc<Shared>, client: ClientId) -> Result<LongPoll, Status> {
+        let mut held = shared.long_polls.lock().expect("long_polls lock");
+        let n = held.entry(client).or_insert(0);
+        if *n >= MAX_LONG_POLLS_PER_CLIENT {
+            return Err(with_label(
+                Status::resource_exhausted(format!(
+                    "client {client} already waits in {MAX_LONG_POLLS_PER_CLIENT} GetRound calls"
+                )),
+                client,
+                0,
+            ));
+        }
+        *n += 1;
+        Ok(LongPoll {
+            shared: shared.clone(),
+            client,
+        })
+    }
+}
+
+impl Drop for LongPoll {
+    fn drop(&mut self) {
+        let mut held = self.shared.long_polls.lock().expect("long_polls lock");
+        if let Some(n) = held.get_mut(&self.client) {
+            *n -= 1;
+            if *n == 0 {
+                held.remove(&self.client);
+            }
+        }
+    }
 }
 
 impl Shared {
@@ -494,6 +540,26 @@ fn unix_ms(at: Instant) -> u64 {
     ms.max(0) as u64
 }
 
+/// The most of a caller's fingerprint a refusal echoes: a fingerprint is 16 hex digits, and a
+/// caller's megabytes must not come back in the error (nor go into the log).
+const ECHOED_FINGERPRINT: usize = 32;
+
+/// The caller runs the server's experiment.
+fn same_experiment(given: &str, expected: &str) -> Result<(), Status> {
+    if given == expected {
+        return Ok(());
+    }
+    let shown: String = given.chars().take(ECHOED_FINGERPRINT).collect();
+    let more = given.chars().count().saturating_sub(ECHOED_FINGERPRINT);
+    let tail = match more {
+        0 => String::new(),
+        n => format!(" (and {n} more characters)"),
+    };
+    Err(status(FlintError::Precondition(format!(
+        "client experiment fingerprint {shown:?}{tail} differs from the server's: start the client with the server's experiment file"
+    ))))
+}
+
 /// The handlers, each answering one call; [`Aggregator`] below counts what they refuse.
 impl AggregatorService {
     async fn join_call(
@@ -517,12 +583,7 @@ impl AggregatorService {
                 req.client_name
             )))
         })?;
-        if req.experiment_fingerprint != s.experiment.fingerprint {
-            return Err(status(FlintError::Precondition(format!(
-                "client experiment fingerprint {:?} differs from the server's: start the client with the server's experiment file",
-                req.experiment_fingerprint
-            ))));
-        }
+        same_experiment(&req.experiment_fingerprint, &s.experiment.fingerprint)?;
         let summary = req.summary.clone().ok_or_else(|| {
             status(FlintError::InvalidRequest(
                 "join without a data summary".into(),
@@ -587,12 +648,7 @@ impl AggregatorService {
         let peer = s.peer(&request);
         let host = Shared::host(&request);
         let req = request.into_inner();
-        if req.experiment_fingerprint != s.experiment.fingerprint {
-            return Err(status(FlintError::Precondition(format!(
-                "client experiment fingerprint {:?} differs from the server's: start the client with the server's experiment file",
-                req.experiment_fingerprint
-            ))));
-        }
+        same_experiment(&req.experiment_fingerprint, &s.experiment.fingerprint)?;
         let (id, name) = {
             let mut identities = s.identities();
             let (id, name, bound) = identities
@@ -626,6 +682,7 @@ impl AggregatorService {
         let req = request.into_inner();
         s.check_run(&req.run_id)
             .map_err(|e| with_label(status(e), req.client_id, 0))?;
+        let waiting = LongPoll::enter(s, req.client_id)?;
         let mut changes = s.phase.subscribe();
         let task = loop {
             let task = s.rounds().task_for(req.client_id, req.after_round);
@@ -636,6 +693,7 @@ impl AggregatorService {
                 return Err(Status::unavailable("server is shutting down"));
             }
         };
+        drop(waiting);
         // What the task shows (a round closed and aggregated, the run finished) is on disk
         // before anyone acts on it.
         s.durable().await?;
