@@ -417,3 +417,58 @@ fn a_client_holds_at_most_four_long_polls() {
     server.signal("TERM");
     server.wait(Duration::from_secs(30));
 }
+
+/// Issue 30 §2: a stranger holding one slot of a multi-client process ends only that client:
+/// its sibling goes on to the end of the run, and the process names the refusal and exits
+/// non-zero when it is done (`--fail-fast`, as `flint run` starts its processes, ends it at once).
+#[test]
+fn a_refused_client_ends_only_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let exp = write(
+        dir.path(),
+        "squat.toml",
+        &synthetic_experiment(
+            "squat",
+            2,
+            2,
+            "min_updates = 1\nround_timeout_secs = 2\neval_timeout_secs = 5",
+        ),
+    );
+    let e = Experiment::load(&exp, &[]).unwrap();
+    let (mut server, url) = start_server(&exp, dir.path());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let mut g = AggregatorClient::new(connect(&url).await);
+        g.join(join("client-2", summary(), &e.fingerprint))
+            .await
+            .expect("the stranger takes the free slot first");
+    });
+    let clients = dir.path().join("clients");
+    std::fs::create_dir_all(&clients).unwrap();
+    let mut honest = start_clients(&exp, &url, &["client-1", "client-2"], &clients);
+    assert!(server.wait(Duration::from_secs(120)).success());
+    assert!(
+        !honest.wait(Duration::from_secs(60)).success(),
+        "the process reports its refused client"
+    );
+    let log = std::fs::read_to_string(clients.join("client-1.log")).unwrap();
+    assert!(
+        log.contains(
+            "1 of this process's clients failed (the others finished): client \"client-2\""
+        ),
+        "{log}"
+    );
+    let r = results(dir.path());
+    for rr in &r.rounds[1..] {
+        assert_eq!(
+            rr.participants,
+            vec![1],
+            "round {}: client 1 went on",
+            rr.round
+        );
+    }
+    assert!(
+        clients.join("client-client-1.json").exists(),
+        "client 1 wrote its report"
+    );
+}

@@ -85,6 +85,12 @@ pub struct ClientArgs {
     /// its network interfaces as the link level. Only for a process of one client.
     #[arg(long, env = "FLINT_LINK_BYTES")]
     pub link_bytes: bool,
+    /// End the whole process at the first of its clients that fails (`flint run` does: its
+    /// run then fails at once instead of waiting out round timeouts). Without it a client that
+    /// fails, say refused at Join because a stranger holds its slot, ends alone: the others go
+    /// on, and the process names every failure and exits non-zero at the end.
+    #[arg(long)]
+    pub fail_fast: bool,
 }
 
 /// The `--name` that asks the server for a slot.
@@ -273,28 +279,52 @@ pub async fn run(args: ClientArgs) -> anyhow::Result<Vec<ClientReport>> {
     let mut tasks = tokio::task::JoinSet::new();
     for p in prepared {
         let (_, token, conn) = slots.remove(&p.id).expect("prepared for a slot");
+        let name = p.name.clone();
         let client = shell.client(p.name, p.id, p.summary, token, conn);
         let conditions = p
             .bits
             .iter()
             .map(|&(feature, above)| Condition { feature, above })
             .collect();
-        tasks.spawn(client.run(p.half, p.feature_names, conditions));
+        let run = client.run(p.half, p.feature_names, conditions);
+        tasks.spawn(async move { run.await.with_context(|| format!("client {name:?}")) });
     }
-    // The first client that fails ends the process at once: the others may be waiting for a
-    // round that needs it, and would wait forever.
-    let mut reports = Vec::new();
-    while let Some(done) = tasks.join_next().await {
-        let report = done.context("client task panicked")?.inspect_err(|e| {
-            tracing::error!(error = format!("{e:#}"), "client failed; the process ends");
-        })?;
-        reports.push(report);
-    }
-    reports.sort_by_key(|r| r.client_id);
+    let (reports, failed) = finish_all(tasks, args.fail_fast).await?;
     if let Some(out) = &args.out {
         write_reports(out, &reports)?;
     }
+    if !failed.is_empty() {
+        bail!(
+            "{} of this process's clients failed (the others finished): {}",
+            failed.len(),
+            failed.join("; ")
+        );
+    }
     Ok(reports)
+}
+
+/// Every client's end: its report, or why it failed. With `fail_fast` the first failure ends
+/// them all at once (the others may be waiting for a round that needs it).
+async fn finish_all(
+    mut tasks: tokio::task::JoinSet<anyhow::Result<ClientReport>>,
+    fail_fast: bool,
+) -> anyhow::Result<(Vec<ClientReport>, Vec<String>)> {
+    let (mut reports, mut failed) = (Vec::new(), Vec::new());
+    while let Some(done) = tasks.join_next().await {
+        match done.context("client task panicked")? {
+            Ok(report) => reports.push(report),
+            Err(e) if fail_fast => {
+                tracing::error!(error = format!("{e:#}"), "client failed; the process ends");
+                return Err(e);
+            }
+            Err(e) => {
+                tracing::error!(error = format!("{e:#}"), "client failed; the others go on");
+                failed.push(format!("{e:#}"));
+            }
+        }
+    }
+    reports.sort_by_key(|r| r.client_id);
+    Ok((reports, failed))
 }
 
 /// The names this process hosts: `--name`s (each declared, or `auto`), or the experiment's

@@ -403,7 +403,8 @@ impl ClientLaunch<'_> {
             .arg("--out")
             .arg(&self.run.clients_dir)
             .arg("--train-threads")
-            .arg(train_threads.to_string());
+            .arg(train_threads.to_string())
+            .arg("--fail-fast");
         for n in group {
             cmd.arg("--name").arg(n);
         }
