@@ -13,6 +13,13 @@
 //! File format (`<state dir>/journal`): records of `[u32 length][u32 CRC-32][protobuf Record]`
 //! (little-endian), the first a [`Start`]. A record cut short by a crash, or damaged, ends the
 //! journal: it is cut off at the last whole record, and its call was never answered.
+//!
+//! Beside it, `journal.synced` holds the journal's length at its last finished sync (u64,
+//! little-endian), written after the sync: every call answered so far lies within it. A journal
+//! found shorter than that lost records that were answered, which no crash of this server can
+//! do (a crash tears only what was never synced), so it is refused rather than resumed without
+//! them. The side file is not synced itself: after a power loss it may be behind the journal,
+//! never ahead, so it can only under-report.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
@@ -28,6 +35,7 @@ pub const FORMAT_VERSION: u32 = 1;
 /// No record is larger: the server takes no update beyond it (see `Shared::max_update_bytes`).
 pub const MAX_RECORD: usize = 1 << 30;
 const FILE_NAME: &str = "journal";
+const SYNCED_NAME: &str = "journal.synced";
 
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct Start {
@@ -135,6 +143,9 @@ pub struct Journal {
     /// Records appended, and how many of them a finished sync covers.
     appended: AtomicU64,
     synced: AtomicU64,
+    /// The file's length as appended so far, and where a finished sync's length is kept.
+    length: AtomicU64,
+    synced_length: File,
 }
 
 /// What a journal found on disk holds.
@@ -154,6 +165,9 @@ impl Journal {
     /// Starts a new journal in `dir`, replacing none: the caller has checked there is none.
     pub fn create(dir: &Path, start: Start) -> anyhow::Result<Journal> {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        // A new run has answered nothing yet, whatever an earlier run's side file says.
+        std::fs::write(dir.join(SYNCED_NAME), 0u64.to_le_bytes())
+            .with_context(|| format!("cannot write {}", dir.join(SYNCED_NAME).display()))?;
         let path = dir.join(FILE_NAME);
         let tmp = dir.join(format!("{FILE_NAME}.tmp"));
         {
@@ -180,12 +194,22 @@ impl Journal {
             );
         }
         let syncer = file.try_clone()?;
+        let length = file.metadata()?.len();
+        let side = path.with_file_name(SYNCED_NAME);
+        let synced_length = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&side)
+            .with_context(|| format!("cannot open {}", side.display()))?;
         Ok(Journal {
             path,
             file: Mutex::new(file),
             syncer,
             appended: AtomicU64::new(0),
             synced: AtomicU64::new(0),
+            length: AtomicU64::new(length),
+            synced_length,
         })
     }
 
@@ -219,6 +243,13 @@ impl Journal {
                 start.version
             );
         }
+        let acknowledged = read_synced_length(dir)?;
+        if (good as u64) < acknowledged {
+            bail!(
+                "{} lost records whose calls were answered: its whole records end at byte {good}, but {acknowledged} bytes were synced before calls were answered (journal.synced). No crash of the server cuts what it synced; the file was damaged or cut from outside. The run cannot be resumed exactly: move the state directory away to start a new run",
+                path.display()
+            );
+        }
         let torn_bytes = (bytes.len() - good) as u64;
         if torn_bytes > 0 {
             let f = OpenOptions::new().write(true).open(&path)?;
@@ -247,6 +278,8 @@ impl Journal {
         file.write_all(bytes).inspect_err(|_| {
             let _ = file.set_len(before);
         })?;
+        self.length
+            .store(before + bytes.len() as u64, Ordering::SeqCst);
         self.appended.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }
@@ -263,16 +296,38 @@ impl Journal {
 
     /// Makes every record appended so far durable (blocking: call it off the async threads).
     pub fn sync(&self) -> std::io::Result<()> {
-        // Counted before the sync starts: what is appended during it may not be covered.
-        let covered = self.appended();
+        // Counted before the sync starts: what is appended during it may not be covered. Both
+        // counters move only after their record's write has finished, so the sync covers them.
+        let (covered, length) = (self.appended(), self.length.load(Ordering::SeqCst));
         self.syncer.sync_data()?;
         self.synced.fetch_max(covered, Ordering::SeqCst);
+        // Before any call this sync covers is answered; not itself synced (see the module doc).
+        use std::os::unix::fs::FileExt;
+        self.synced_length.write_all_at(&length.to_le_bytes(), 0)?;
         Ok(())
     }
 
     /// The run is over: its journal goes, so the same command starts a new run.
     pub fn remove(&self) -> std::io::Result<()> {
-        std::fs::remove_file(&self.path)
+        std::fs::remove_file(&self.path)?;
+        match std::fs::remove_file(self.path.with_file_name(SYNCED_NAME)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The journal's length at its last finished sync, as `journal.synced` says (0 without it:
+/// a journal written before the side file existed, or never synced).
+fn read_synced_length(dir: &Path) -> anyhow::Result<u64> {
+    let path = dir.join(SYNCED_NAME);
+    match std::fs::read(&path) {
+        Ok(b) => Ok(b
+            .get(..8)
+            .and_then(|b| b.try_into().ok())
+            .map_or(0, u64::from_le_bytes)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
+        Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
     }
 }
 
@@ -390,6 +445,47 @@ mod tests {
         let again = Journal::open(dir.path()).unwrap().unwrap();
         assert_eq!(again.events.len(), 4);
         assert_eq!(again.torn_bytes, 0);
+    }
+
+    /// Issue 30 §6: a last record cut short after it was synced (so its call was answered) is
+    /// lost data, not a crash's torn tail: refused, and said so; one appended after the last
+    /// sync is still cut off as before.
+    #[test]
+    fn a_synced_record_cut_short_is_refused_an_unsynced_one_is_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = Journal::create(dir.path(), start()).unwrap();
+        j.append(Event::Close(RoundMark::of(1))).unwrap();
+        j.sync().unwrap();
+        let path = dir.path().join(FILE_NAME);
+        let synced = std::fs::metadata(&path).unwrap().len();
+        j.append(Event::Close(RoundMark::of(2))).unwrap();
+        drop(j);
+        // Not synced: the crash's torn tail.
+        let f = OpenOptions::new().write(true).open(&path).unwrap();
+        f.set_len(synced + 5).unwrap();
+        drop(f);
+        let found = Journal::open(dir.path()).unwrap().unwrap();
+        assert_eq!(found.events, vec![Event::Close(RoundMark::of(1))]);
+        assert_eq!(found.torn_bytes, 5);
+        drop(found);
+        // Synced, then cut from outside: refused, naming what was lost.
+        let f = OpenOptions::new().write(true).open(&path).unwrap();
+        f.set_len(synced - 3).unwrap();
+        drop(f);
+        let err = Journal::open(dir.path())
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(
+            err.contains("lost records whose calls were answered")
+                && err.contains(&format!("but {synced} bytes were synced")),
+            "{err}"
+        );
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().len(),
+            synced - 3,
+            "left as found"
+        );
     }
 
     #[test]

@@ -540,7 +540,7 @@ fn resume(
         tracing::warn!(
             path,
             bytes = found.torn_bytes,
-            "the journal's last record was cut short by the crash; dropped (its call was never answered)"
+            "the journal's last record, written after its last sync, was cut short by the crash; dropped (its call was never answered)"
         );
     }
     let replayed = recovery::replay(found.events, rounds, identities, Instant::now())
