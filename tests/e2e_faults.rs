@@ -906,3 +906,45 @@ fn silent_connections_beyond_the_descriptor_limit_do_not_lock_the_clients_out() 
     assert_eq!(results(d).rounds.len(), 3);
     drop(idle);
 }
+
+/// Issue 34 §2: health probes (a compose healthcheck's, one a second) are no client's traffic:
+/// their bytes are booked apart (`unattributed`) and kept out of the run's totals and of every
+/// round's, which are the clients' alone.
+#[test]
+fn health_probes_are_kept_out_of_the_run_totals() {
+    let dir = tempfile::tempdir().unwrap();
+    let exp = write(
+        dir.path(),
+        "probes.toml",
+        &synthetic_experiment("probes", 2, 2, ""),
+    );
+    let (mut server, addr) = start_server(&exp, dir.path());
+    for _ in 0..3 {
+        ok(flint().args(["health", "--server", &addr]));
+    }
+    let clients = dir.path().join("clients");
+    std::fs::create_dir_all(&clients).unwrap();
+    let mut run = start_clients(&exp, &addr, &["client-1", "client-2"], &clients);
+    assert!(server.wait(Duration::from_secs(60)).success());
+    assert!(run.wait(Duration::from_secs(30)).success());
+    let r = results(dir.path());
+    assert!(r.unattributed.up.socket > 0, "{:?}", r.unattributed);
+    let mut clients_only = flint_common::wire::ledger::Flow::default();
+    for (id, rounds) in &r.ledger.flows {
+        if *id != 0 {
+            rounds.values().for_each(|f| clients_only += *f);
+        }
+    }
+    assert_eq!(r.totals, clients_only);
+    for rr in &r.rounds {
+        assert!(!rr.bytes.contains_key(&0), "round {}", rr.round);
+        let sum =
+            rr.bytes
+                .values()
+                .fold(flint_common::wire::ledger::Flow::default(), |mut a, f| {
+                    a += *f;
+                    a
+                });
+        assert_eq!(rr.bytes_total, sum, "round {}", rr.round);
+    }
+}

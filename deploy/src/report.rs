@@ -227,6 +227,14 @@ fn per_round(r: &RunResults) -> String {
         t.up.paper as f64 / 1e6,
         t.down.paper as f64 / 1e6
     );
+    let u = r.unattributed;
+    if u.up.socket + u.down.socket > 0 {
+        s += &format!(
+            "not any client's (health probes, refused callers; kept out of the totals): up {} MB, down {} MB\n\n",
+            levels(&u.up, mb),
+            levels(&u.down, mb)
+        );
+    }
     s
 }
 

@@ -61,6 +61,7 @@ pub struct RoundResult {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub local_mean: Option<LocalMetrics>,
     pub bytes: BTreeMap<ClientId, Flow>,
+    /// Summed over the clients (client 0's, no client's, apart: [`RunResults::unattributed`]).
     pub bytes_total: Flow,
     /// Files written before the typed report kept it as `details`; [`RunResults::read`]
     /// turns TPFL's into a report.
@@ -91,6 +92,7 @@ pub struct RunResults {
     pub clients: Vec<ClientRecord>,
     /// Round 0 is the join and the initial download; rounds 1.. as run.
     pub rounds: Vec<RoundResult>,
+    /// Every client's bytes, summed (client 0's apart: `unattributed`).
     pub totals: Flow,
     pub wall_seconds: f64,
     /// The server's full byte ledger, including bytes by RPC method.
@@ -120,13 +122,18 @@ pub struct RunResults {
     /// What made these results (absent in files written before it was recorded).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provenance: Option<Provenance>,
+    /// Bytes of connections that never proved a client (health probes, strangers' refused
+    /// calls: client 0 in the ledger), kept out of `totals` and every round's `bytes_total`
+    /// since schema 2.
+    #[serde(default)]
+    pub unattributed: Flow,
     /// Rounds whose models learned nothing (one class for every row, below the majority class).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<Warning>,
 }
 
 /// The version of this file's layout: raised when a field changes meaning or goes.
-pub const SCHEMA: u32 = 1;
+pub const SCHEMA: u32 = 2;
 
 /// What made a results.json: the build, and the data it read.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -245,6 +252,7 @@ pub fn collect(shared: &Shared) -> RunResults {
         clients,
         rounds: results,
         totals: ledger.total(),
+        unattributed: ledger.unattributed(),
         wall_seconds: shared.started.elapsed().as_secs_f64(),
         ledger,
         client_ledgers: BTreeMap::new(),
@@ -293,6 +301,7 @@ fn round_result(rounds: &Rounds, ledger: &Ledger, round: Round) -> RoundResult {
     let bytes: BTreeMap<ClientId, Flow> = ledger
         .flows
         .iter()
+        .filter(|(c, _)| **c != 0)
         .filter_map(|(c, per_round)| per_round.get(&round).map(|f| (*c, *f)))
         .collect();
     let global = rounds.global_evals().get(&round);
@@ -527,6 +536,7 @@ mod tests {
             server_peak_rss_kb: None,
             completed: None,
             provenance: None,
+            unattributed: Flow::default(),
             warnings: Vec::new(),
         }
     }

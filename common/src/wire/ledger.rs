@@ -125,9 +125,10 @@ impl Ledger {
         self.at(client, round).get_mut(d).link += bytes;
     }
 
+    /// Round `round`'s bytes over the clients (client 0's, no client's, left out).
     pub fn round_total(&self, round: Round) -> Flow {
         let mut f = Flow::default();
-        for rounds in self.flows.values() {
+        for rounds in self.clients().map(|(_, r)| r) {
             if let Some(x) = rounds.get(&round) {
                 f += *x;
             }
@@ -135,12 +136,27 @@ impl Ledger {
         f
     }
 
+    /// Every client's bytes: the run's own traffic (client 0's left out).
     pub fn total(&self) -> Flow {
         let mut f = Flow::default();
-        for x in self.flows.values().flat_map(|r| r.values()) {
+        for x in self.clients().flat_map(|(_, r)| r.values()) {
             f += *x;
         }
         f
+    }
+
+    /// Client 0's bytes: connections that never proved a client (health probes, strangers'
+    /// refused calls), booked apart from the run's.
+    pub fn unattributed(&self) -> Flow {
+        let mut f = Flow::default();
+        for x in self.flows.get(&0).into_iter().flat_map(|r| r.values()) {
+            f += *x;
+        }
+        f
+    }
+
+    fn clients(&self) -> impl Iterator<Item = (&ClientId, &BTreeMap<Round, Flow>)> {
+        self.flows.iter().filter(|(id, _)| **id != 0)
     }
 }
 
