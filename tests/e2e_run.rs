@@ -367,6 +367,27 @@ fn an_emulated_link_changes_the_time_not_the_figures() {
         dir.path().join("mobile/link"),
     );
     assert_eq!(metrics_of(&plain), metrics_of(&mobile));
+    // Issue 34 §2: the run records the line it ran over, and `flint report` says it.
+    let recorded = |dir: &std::path::Path| results(dir).provenance.unwrap().emulated_link;
+    assert_eq!(recorded(&plain), None);
+    let line = recorded(&mobile).expect("the profile is recorded");
+    assert_eq!(
+        (
+            line.profile.as_str(),
+            line.one_way_ms,
+            line.up_bits_per_sec,
+            line.down_bits_per_sec
+        ),
+        ("mobile", 50.0, Some(2_000_000), Some(10_000_000))
+    );
+    let report = ok(flint().arg("report").arg(&mobile));
+    assert!(
+        String::from_utf8_lossy(&report.stdout).contains(
+            "Emulated link (flint run --link mobile): 2 Mbit/s up, 10 Mbit/s down, 50 ms one way"
+        ),
+        "{}",
+        String::from_utf8_lossy(&report.stdout)
+    );
     // Each round takes at least a few round trips of 100 ms on the emulated line.
     for rr in &results(&mobile).rounds[1..] {
         assert!(

@@ -378,6 +378,25 @@ fn columns(t: &Traffic) -> String {
 /// Per round, the four levels as the clients counted them, where they measured the link level;
 /// otherwise a line saying it was not measured.
 fn link_level(r: &RunResults) -> String {
+    let emulated = r
+        .provenance
+        .as_ref()
+        .and_then(|p| p.emulated_link.as_ref())
+        .map(|l| {
+            let rate = |b: Option<u64>| b.map_or("unlimited".into(), |b| format!("{} Mbit/s", b as f64 / 1e6));
+            format!(
+                "Emulated link (flint run --link {}): {} up, {} down, {} ms one way, each client behind its own.\n\n",
+                l.profile,
+                rate(l.up_bits_per_sec),
+                rate(l.down_bits_per_sec),
+                l.one_way_ms
+            )
+        })
+        .unwrap_or_default();
+    emulated + &measured_link_level(r)
+}
+
+fn measured_link_level(r: &RunResults) -> String {
     if r.client_ledgers.is_empty() {
         return String::new();
     }

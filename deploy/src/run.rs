@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use flint_common::config::{Experiment, parse_override};
 use flint_common::wire::ledger::Flow;
-use flint_server::results::Status;
+use flint_server::results::{EmulatedLink, Status};
 use flint_shell::tls::Pki;
 
 use crate::report::{kb, levels};
@@ -142,7 +142,17 @@ pub fn execute(args: &RunArgs, progress: bool) -> anyhow::Result<PathBuf> {
             run.dir.join("server.log").display()
         );
     }
-    merge_client_ledgers(&run.dir, &data_hashes)?;
+    let emulated_link = args
+        .link
+        .as_deref()
+        .zip(link)
+        .map(|(profile, l)| EmulatedLink {
+            profile: profile.to_string(),
+            one_way_ms: l.one_way.as_secs_f64() * 1e3,
+            up_bits_per_sec: l.up_bits_per_sec,
+            down_bits_per_sec: l.down_bits_per_sec,
+        });
+    merge_client_ledgers(&run.dir, &data_hashes, emulated_link)?;
     say(format!(
         "done in {:.1} s\n",
         started.elapsed().as_secs_f64()
@@ -702,6 +712,7 @@ fn read_status(path: &Path) -> Option<Status> {
 fn merge_client_ledgers(
     dir: &Path,
     data_files: &std::collections::BTreeMap<String, String>,
+    emulated_link: Option<EmulatedLink>,
 ) -> anyhow::Result<()> {
     // The progress files said what the clients' reports now say in full.
     if let Ok(entries) = std::fs::read_dir(dir.join("clients")) {
@@ -723,6 +734,7 @@ fn merge_client_ledgers(
     let mut results = crate::report::load(dir)?;
     if let Some(p) = &mut results.provenance {
         p.data_files = data_files.clone();
+        p.emulated_link = emulated_link;
     }
     std::fs::write(&path, serde_json::to_vec_pretty(&results)?)?;
     std::fs::write(

@@ -148,6 +148,19 @@ pub struct Provenance {
     /// to the data directory, or absolute), added by `flint run` (the server holds no data).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub data_files: BTreeMap<String, String>,
+    /// The line every client sat behind (`flint run --link`), added by `flint run`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub emulated_link: Option<EmulatedLink>,
+}
+
+/// An emulated access line, as `flint run --link PROFILE` set it up.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EmulatedLink {
+    pub profile: String,
+    pub one_way_ms: f64,
+    /// Bits per second each way; `None`: unlimited.
+    pub up_bits_per_sec: Option<u64>,
+    pub down_bits_per_sec: Option<u64>,
 }
 
 impl Provenance {
@@ -159,6 +172,7 @@ impl Provenance {
                 .filter(|r| !r.is_empty())
                 .map(String::from),
             data_files: BTreeMap::new(),
+            emulated_link: None,
         }
     }
 }
