@@ -68,7 +68,7 @@ pub struct ClientArgs {
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Give up on an unreachable server after this many seconds.
-    #[arg(long, default_value_t = 60.0)]
+    #[arg(long, env = "FLINT_RETRY_SECS", default_value_t = 60.0)]
     pub retry_secs: f64,
     /// Override an experiment key, e.g. --set rounds=3 (repeatable).
     #[arg(long = "set", value_name = "KEY=VALUE", value_parser = parse_override)]

@@ -60,6 +60,7 @@ const RESERVED_ENV: &[&str] = &[
     "TLS_SERVER_NAME",
     "LINK_BYTES",
     "INSECURE",
+    "RETRY_SECS",
     "CLIENTS",
     "EXPERIMENT",
     "RESULTS",
