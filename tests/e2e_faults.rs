@@ -948,3 +948,53 @@ fn health_probes_are_kept_out_of_the_run_totals() {
         assert_eq!(rr.bytes_total, sum, "round {}", rr.round);
     }
 }
+
+/// Issue 34 §1: a client still training the last round when the server finishes without it
+/// (its round closed by the timeout, the final evaluations waited for and given up) finds the
+/// server gone for good; it ends with its ledger and exit 0, saying so, instead of failing
+/// after its retry window with nothing written.
+#[test]
+fn a_client_late_for_the_last_round_ends_with_its_ledger() {
+    let dir = tempfile::tempdir().unwrap();
+    // Seconds of training a round, so that the late client is stopped mid-training.
+    let text = synthetic_experiment(
+        "late",
+        1,
+        2,
+        "min_updates = 1\nround_timeout_secs = 1\neval_timeout_secs = 2",
+    )
+    .replace("local_epochs = 10", "local_epochs = 200000");
+    let exp = write(dir.path(), "late.toml", &text);
+    let (mut server, addr) = start_server(&exp, dir.path());
+    let clients = dir.path().join("clients");
+    std::fs::create_dir_all(&clients).unwrap();
+    let retry = ["--retry-secs", "2"];
+    let mut on_time = start_clients_with(&exp, &addr, &["client-1"], &clients, &retry);
+    let mut late = start_clients_with(&exp, &addr, &["client-2"], &clients, &retry);
+    wait_for(Duration::from_secs(60), || {
+        status(dir.path()).filter(|s| s.open_round == Some(1))
+    });
+    late.signal("STOP");
+    assert!(server.wait(Duration::from_secs(120)).success());
+    assert!(on_time.wait(Duration::from_secs(30)).success());
+    late.signal("CONT");
+    assert!(
+        late.wait(Duration::from_secs(120)).success(),
+        "the late client ends well"
+    );
+    let log = std::fs::read_to_string(clients.join("client-2.log")).unwrap();
+    assert!(
+        log.contains("it finished without this client's last word"),
+        "{log}"
+    );
+    let report: flint_client::ClientReport =
+        serde_json::from_slice(&std::fs::read(clients.join("client-client-2.json")).unwrap())
+            .unwrap();
+    assert_eq!(report.rounds_trained, vec![1]);
+    assert!(
+        report.ledger.flows[&2][&0].up.payload > 0,
+        "its join is booked"
+    );
+    let r = results(dir.path());
+    assert_eq!(r.rounds[1].participants, vec![1]);
+}

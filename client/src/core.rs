@@ -87,6 +87,18 @@ impl Progress {
     pub fn rounds_trained(&self) -> &[Round] {
         &self.trained
     }
+
+    /// A call that failed with `code` after the retry window, once this client has trained
+    /// (or is uploading) the run's last round of `rounds`: a server gone for good by then has
+    /// finished the run without what this client had left to send, so the client ends with
+    /// its ledger instead of failing. Earlier, or for any other refusal, it fails.
+    pub fn ended_without_me(&self, uploading: Option<Round>, rounds: Round, code: Code) -> bool {
+        let last = uploading
+            .into_iter()
+            .chain(self.trained.last().copied())
+            .max();
+        code == Code::Unavailable && last.is_some_and(|r| r >= rounds)
+    }
 }
 
 /// Whether a call that failed with `code` may be tried again: the server was unreachable, the
@@ -176,6 +188,33 @@ mod tests {
 
     fn answer(round: Round, finished: bool) -> Answer {
         Answer { round, finished }
+    }
+
+    /// Issue 34 §1: a client whose last update or final report found the server gone for good
+    /// ends with its ledger; gone earlier, or refused, it fails.
+    #[test]
+    fn a_server_gone_after_the_last_round_ended_the_run_without_this_client() {
+        let mut p = Progress::default();
+        assert!(
+            !p.ended_without_me(Some(2), 3, Code::Unavailable),
+            "round 2 of 3"
+        );
+        assert!(
+            p.ended_without_me(Some(3), 3, Code::Unavailable),
+            "uploading the last"
+        );
+        p.trained(1);
+        p.trained(2);
+        assert!(!p.ended_without_me(None, 3, Code::Unavailable));
+        p.trained(3);
+        assert!(
+            p.ended_without_me(None, 3, Code::Unavailable),
+            "its final report"
+        );
+        assert!(
+            !p.ended_without_me(None, 3, Code::PermissionDenied),
+            "refused"
+        );
     }
 
     #[test]

@@ -636,8 +636,14 @@ impl Client {
         let mut progress = core::Progress::default();
         let mut train_seconds = BTreeMap::new();
         loop {
-            let (task, step) = self.next_task(&run_id, &progress).await?;
-            half = self.apply_and_evaluate(half, task, step, &run_id).await?;
+            let (task, step) = match self.next_task(&run_id, &progress).await {
+                Ok(t) => t,
+                Err(e) if self.ended_without_me(&progress, None, &e) => break,
+                Err(e) => return Err(e),
+            };
+            half = self
+                .apply_and_evaluate(half, task, step, &run_id, &progress)
+                .await?;
             if step.evaluate {
                 progress.reported(step.ledger_round);
             }
@@ -662,7 +668,14 @@ impl Client {
             tracing::info!(client = self.id, round, seconds, "trained");
             train_seconds.insert(round, seconds);
             (half, rng) = (h, r);
-            self.push(&run_id, round, &update, self.retry_for).await?;
+            let pushed = self.push(&run_id, round, &update, self.retry_for).await;
+            if let Err(e) = pushed {
+                if !self.ended_without_me(&progress, Some(round), &e) {
+                    return Err(e);
+                }
+                progress.trained(round);
+                break;
+            }
             progress.trained(round);
         }
         let trained = progress.rounds_trained().to_vec();
@@ -678,6 +691,31 @@ impl Client {
             ledger: self.ledger.snapshot(),
             link_interfaces: self.link_interfaces.clone(),
         })
+    }
+
+    /// Whether `e`, a call that failed after the retry window, means the server finished the
+    /// run without this client's last word (see [`core::Progress::ended_without_me`]); said
+    /// in the log when it does.
+    fn ended_without_me(
+        &self,
+        progress: &core::Progress,
+        uploading: Option<Round>,
+        e: &anyhow::Error,
+    ) -> bool {
+        let code = e
+            .chain()
+            .find_map(|c| c.downcast_ref::<Status>())
+            .map(Status::code);
+        let rounds = self.experiment.policy.rounds;
+        let ended = code.is_some_and(|c| progress.ended_without_me(uploading, rounds, c));
+        if ended {
+            tracing::warn!(
+                client = self.id,
+                error = format!("{e:#}"),
+                "the server is gone after the run's last round: it finished without this client's last word; the client ends with its ledger"
+            );
+        }
+        ended
     }
 
     /// The model as it ends the run, with its features' names, for `models/<name>.json`, and
@@ -793,6 +831,7 @@ impl Client {
         mut task: RoundTask,
         step: core::Step,
         run_id: &str,
+        progress: &core::Progress,
     ) -> anyhow::Result<Box<dyn BoundHalf>> {
         let download = task.download.take();
         let round = step.ledger_round;
@@ -806,12 +845,19 @@ impl Client {
         })
         .await?;
         if let Some((global, local)) = evaluations? {
-            for (predictor, cm) in global {
-                self.report_eval(run_id, round, cm, Some(predictor), self.retry_for)
-                    .await?;
+            let reports = global
+                .into_iter()
+                .map(|(p, cm)| (cm, Some(p)))
+                .chain([(local, None)]);
+            for (cm, predictor) in reports {
+                let reported = self
+                    .report_eval(run_id, round, cm, predictor, self.retry_for)
+                    .await;
+                match reported {
+                    Err(e) if self.ended_without_me(progress, None, &e) => return Ok(half),
+                    other => other?,
+                }
             }
-            self.report_eval(run_id, round, local, None, self.retry_for)
-                .await?;
             self.write_progress().await;
         }
         Ok(half)
@@ -865,10 +911,11 @@ impl Client {
                 );
                 Ok(())
             }
-            core::Pushed::Refused => Err(anyhow::anyhow!(
-                "update of round {round} refused: {}",
-                refusal.map_or("", Status::message)
-            )),
+            core::Pushed::Refused => Err(match refusal {
+                Some(s) => anyhow::Error::new(s.clone())
+                    .context(format!("update of round {round} refused: {}", s.message())),
+                None => anyhow::anyhow!("update of round {round} refused"),
+            }),
         }
     }
 
