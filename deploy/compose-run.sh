@@ -33,13 +33,17 @@ follow=$!
 
 # `docker wait` would return at a crash that Docker then restarts (restart: on-failure).
 while :; do
-  state=$(docker inspect -f '{{.State.Status}} {{.State.ExitCode}}' "$server")
+  if ! state=$(docker inspect -f '{{.State.Status}} {{.State.ExitCode}}' "$server"); then
+    echo "compose-run: the server container is gone" >&2
+    stop
+    exit 1
+  fi
   case "$state" in
-    exited*) break ;;
+    exited* | dead*) break ;;
   esac
   sleep 1
 done
-status=${state#exited }
+status=${state#* }
 # The log follower ends with the container; give it a moment for the last lines.
 sleep 1
 kill "$follow" 2>/dev/null || true

@@ -80,7 +80,10 @@ impl Federation {
                 status(self.results.path()).filter(|s| s.closed_rounds >= round)
             });
             let server = self.containers("server").remove(0);
-            let pid = inspect(&server, "{{.State.Pid}}");
+            // 0 while the container is not running: `kill -9 0` would hit this test's own group.
+            let pid = wait_for(Duration::from_secs(60), || {
+                Some(inspect(&server, "{{.State.Pid}}")).filter(|p| p != "0")
+            });
             ok(Command::new("kill").args(["-9", &pid]));
         }
         let exit = run.wait(Duration::from_secs(900));

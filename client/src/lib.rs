@@ -311,7 +311,10 @@ async fn finish_all(
 ) -> anyhow::Result<(Vec<ClientReport>, Vec<String>)> {
     let (mut reports, mut failed) = (Vec::new(), Vec::new());
     while let Some(done) = tasks.join_next().await {
-        match done.context("client task panicked")? {
+        let done = done
+            .context("client task panicked")
+            .and_then(std::convert::identity);
+        match done {
             Ok(report) => reports.push(report),
             Err(e) if fail_fast => {
                 tracing::error!(error = format!("{e:#}"), "client failed; the process ends");
@@ -702,9 +705,13 @@ impl Client {
         uploading: Option<Round>,
         e: &anyhow::Error,
     ) -> bool {
+        // The transport's own UNAVAILABLE (no connection, reset): not the server's answer,
+        // which may say UNAVAILABLE of a run that stops without finishing (a journal it
+        // cannot write).
         let code = e
             .chain()
             .find_map(|c| c.downcast_ref::<Status>())
+            .filter(|s| std::error::Error::source(*s).is_some())
             .map(Status::code);
         let rounds = self.experiment.policy.rounds;
         let ended = code.is_some_and(|c| progress.ended_without_me(uploading, rounds, c));
@@ -854,7 +861,10 @@ impl Client {
                     .report_eval(run_id, round, cm, predictor, self.retry_for)
                     .await;
                 match reported {
-                    Err(e) if self.ended_without_me(progress, None, &e) => return Ok(half),
+                    Err(e) if self.ended_without_me(progress, None, &e) => {
+                        self.write_progress().await;
+                        return Ok(half);
+                    }
                     other => other?,
                 }
             }

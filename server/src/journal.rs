@@ -165,9 +165,15 @@ impl Journal {
     /// Starts a new journal in `dir`, replacing none: the caller has checked there is none.
     pub fn create(dir: &Path, start: Start) -> anyhow::Result<Journal> {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        // A new run has answered nothing yet, whatever an earlier run's side file says.
-        std::fs::write(dir.join(SYNCED_NAME), 0u64.to_le_bytes())
-            .with_context(|| format!("cannot write {}", dir.join(SYNCED_NAME).display()))?;
+        // A new run has answered nothing yet, whatever an earlier run's side file says; synced,
+        // so that a power loss cannot bring the old length back under the new journal.
+        let side = dir.join(SYNCED_NAME);
+        {
+            let mut f =
+                File::create(&side).with_context(|| format!("cannot write {}", side.display()))?;
+            f.write_all(&0u64.to_le_bytes())?;
+            f.sync_all()?;
+        }
         let path = dir.join(FILE_NAME);
         let tmp = dir.join(format!("{FILE_NAME}.tmp"));
         {
@@ -182,17 +188,30 @@ impl Journal {
     }
 
     fn open_file(path: PathBuf) -> anyhow::Result<Journal> {
+        let file = Self::open_locked(&path)?;
+        Self::locked(path, file)
+    }
+
+    /// The journal file, opened to read and append, and locked: one server per state
+    /// directory, since a second one would interleave its records (and must not read, check
+    /// or cut a file another server is appending to).
+    fn open_locked(path: &Path) -> anyhow::Result<File> {
         let file = OpenOptions::new()
+            .read(true)
             .append(true)
-            .open(&path)
+            .open(path)
             .with_context(|| format!("cannot open {}", path.display()))?;
-        // One server per state directory: a second one would interleave its records.
         if file.try_lock().is_err() {
             bail!(
                 "{} is in use by another server (it holds the journal's lock)",
                 path.display()
             );
         }
+        Ok(file)
+    }
+
+    /// A journal on a file this server has locked.
+    fn locked(path: PathBuf, file: File) -> anyhow::Result<Journal> {
         let syncer = file.try_clone()?;
         let length = file.metadata()?.len();
         let side = path.with_file_name(SYNCED_NAME);
@@ -216,14 +235,13 @@ impl Journal {
     /// The journal in `dir`, if there is one, with its records; a torn tail is cut off.
     pub fn open(dir: &Path) -> anyhow::Result<Option<Found>> {
         let path = dir.join(FILE_NAME);
+        if !path.exists() {
+            return Ok(None);
+        }
+        let mut file = Self::open_locked(&path)?;
         let mut bytes = Vec::new();
-        match File::open(&path) {
-            Ok(mut f) => f
-                .read_to_end(&mut bytes)
-                .with_context(|| format!("cannot read {}", path.display()))?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
-        };
+        file.read_to_end(&mut bytes)
+            .with_context(|| format!("cannot read {}", path.display()))?;
         let (events, good) = parse(&bytes).map_err(|why| {
             anyhow::anyhow!(
                 "{} is damaged: {why}; the run cannot be resumed from it (move the state directory away to start a new run)",
@@ -252,12 +270,11 @@ impl Journal {
         }
         let torn_bytes = (bytes.len() - good) as u64;
         if torn_bytes > 0 {
-            let f = OpenOptions::new().write(true).open(&path)?;
-            f.set_len(good as u64)?;
-            f.sync_all()?;
+            file.set_len(good as u64)?;
+            file.sync_all()?;
         }
         Ok(Some(Found {
-            journal: Self::open_file(path)?,
+            journal: Self::locked(path, file)?,
             start,
             events: events.into_iter().skip(1).collect(),
             torn_bytes,
@@ -300,10 +317,11 @@ impl Journal {
         // counters move only after their record's write has finished, so the sync covers them.
         let (covered, length) = (self.appended(), self.length.load(Ordering::SeqCst));
         self.syncer.sync_data()?;
-        self.synced.fetch_max(covered, Ordering::SeqCst);
-        // Before any call this sync covers is answered; not itself synced (see the module doc).
+        // Before the sync is published, so before any call it covers is answered; not itself
+        // synced (see the module doc).
         use std::os::unix::fs::FileExt;
         self.synced_length.write_all_at(&length.to_le_bytes(), 0)?;
+        self.synced.fetch_max(covered, Ordering::SeqCst);
         Ok(())
     }
 
