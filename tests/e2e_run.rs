@@ -825,6 +825,35 @@ fn a_model_that_learns_nothing_says_so() {
     assert_eq!(report.matches("warning: ").count(), 2, "{report}");
 }
 
+/// Issue 29 §6: FedTM keeps its machine at the end of the run, as every strategy keeps its
+/// model: a composite of one machine in the table's own features, which `flint explain` reads.
+#[test]
+fn fedtm_keeps_its_machine() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    write_blobs(&data.join("blobs.csv"), "width,height", 600);
+    let text = "name = \"table-fedtm\"\nstrategy = \"fedtm\"\nseed = 2\nrounds = 2\nclient_count = 2\n\
+         [data]\nsource = \"csv\"\npath = \"blobs.csv\"\nheader = true\nlevels = 6\nglobal_test_fraction = 0.2\n\n\
+         [tm]\nclauses = 40\nt = 15\ns = 3.0\nweighted = true\nnegative_sampling = \"all\"\n\n\
+         [fedtmos]\nlocal_epochs = 3\n";
+    let exp = write(dir.path(), "table-fedtm.toml", text);
+    let runs = dir.path().join("runs");
+    ok(&mut flint_run(&exp, &data, &runs));
+    let run = runs.join("table-fedtm");
+    for client in ["client-1", "client-2"] {
+        let (literals, machines) = kept_composite(&run.join(format!("models/{client}.json")));
+        assert_eq!(machines, 1, "{client}");
+        assert!(literals[0].starts_with("width > "), "{literals:?}");
+    }
+    let explained = ok(flint().arg("explain").arg(&run).args(["--top", "2"]));
+    let text = String::from_utf8_lossy(&explained.stdout);
+    assert!(
+        text.contains("composite of 1 machines") && text.contains(" < width <= "),
+        "{text}"
+    );
+}
+
 /// Three well-separated blobs in two features, classes `a`, `b`, `c` in turn, with a header
 /// naming the features.
 fn write_blobs(path: &std::path::Path, features: &str, rows: u32) {

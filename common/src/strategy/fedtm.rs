@@ -140,6 +140,17 @@ impl ClientStrategy<BitShard> for FedTmClient {
         let p = self.machine.tm.predict_batch(&shard.test);
         ConfusionMatrix::from_predictions(self.machine.shape.classes, &shard.test.labels, &p)
     }
+
+    /// The machine as the client ends the run with it, as a composite of one: per-sample
+    /// normalization without clamping ranks its class sums as the machine's own argmax does.
+    fn export(&self) -> Option<crate::model::kept::KeptModel> {
+        use crate::model::tm::composite::{CompositeOptions, Normalization};
+        let one = CompositeOptions {
+            normalization: Normalization::PerSample,
+            clamp: false,
+        };
+        crate::model::kept::KeptModel::composite(std::slice::from_ref(&self.machine.tm), one)
+    }
 }
 
 #[cfg(test)]
