@@ -947,6 +947,13 @@ fn health_probes_are_kept_out_of_the_run_totals() {
                 });
         assert_eq!(rr.bytes_total, sum, "round {}", rr.round);
     }
+    let report = ok(flint().arg("report").arg(dir.path()));
+    assert!(
+        String::from_utf8_lossy(&report.stdout)
+            .contains("not any client's (health probes, refused callers; kept out of the totals)"),
+        "{}",
+        String::from_utf8_lossy(&report.stdout)
+    );
 }
 
 /// Issue 34 §1: a client still training the last round when the server finishes without it

@@ -475,4 +475,16 @@ fn plaintext_beyond_loopback_needs_insecure() {
     });
     server.signal("TERM");
     server.wait(Duration::from_secs(30));
+    // FLINT_LINK_BYTES, the other yes-or-no variable, takes 1 as well: the client gets past
+    // its arguments (and fails later, with no server to reach).
+    let out = flint()
+        .args(["client", "--name", "client-1", "--retry-secs", "0"])
+        .args(["--server", "http://127.0.0.1:9", "--experiment"])
+        .arg(&exp)
+        .env("FLINT_LINK_BYTES", "1")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("invalid value"), "{err}");
+    assert!(err.contains("cannot join"), "{err}");
 }

@@ -83,7 +83,7 @@ pub struct ClientArgs {
     pub tls: ClientTls,
     /// This process is alone in its network namespace (its own container): count the bytes on
     /// its network interfaces as the link level. Only for a process of one client.
-    #[arg(long, env = "FLINT_LINK_BYTES")]
+    #[arg(long, env = "FLINT_LINK_BYTES", value_parser = clap::builder::FalseyValueParser::new())]
     pub link_bytes: bool,
     /// End the whole process at the first of its clients that fails (`flint run` does: its
     /// run then fails at once instead of waiting out round timeouts). Without it a client that
@@ -293,12 +293,15 @@ pub async fn run(args: ClientArgs) -> anyhow::Result<Vec<ClientReport>> {
     if let Some(out) = &args.out {
         write_reports(out, &reports)?;
     }
-    if !failed.is_empty() {
-        bail!(
-            "{} of this process's clients failed (the others finished): {}",
-            failed.len(),
+    match (failed.len(), reports.is_empty()) {
+        (0, _) => {}
+        // A process of one client fails with its client's own error.
+        (1, true) => bail!("{}", failed[0]),
+        (n, all) => bail!(
+            "{n} of this process's clients failed{}: {}",
+            if all { "" } else { " (the others finished)" },
             failed.join("; ")
-        );
+        ),
     }
     Ok(reports)
 }

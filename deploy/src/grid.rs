@@ -493,17 +493,22 @@ fn metric(v: Option<f64>) -> String {
 
 /// Mean and (over more than one seed) standard deviation.
 fn stat(values: &[Option<f64>]) -> String {
-    let v: Vec<f64> = values.iter().flatten().copied().collect();
+    mean_sd(&values.iter().flatten().copied().collect::<Vec<_>>(), 4)
+}
+
+/// Mean, and ± the sample standard deviation over more than one value, to `digits` places;
+/// "-" for none.
+fn mean_sd(v: &[f64], digits: usize) -> String {
     if v.is_empty() {
         return "-".into();
     }
     let n = v.len() as f64;
     let mean = v.iter().sum::<f64>() / n;
     if v.len() == 1 {
-        return format!("{mean:.4}");
+        return format!("{mean:.digits$}");
     }
     let sd = (v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt();
-    format!("{mean:.4} ± {sd:.4}")
+    format!("{mean:.digits$} ± {sd:.digits$}")
 }
 
 fn bytes(runs: &[Outcome], pick: fn(&Outcome) -> Traffic) -> String {

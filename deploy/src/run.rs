@@ -746,3 +746,26 @@ fn merge_client_ledgers(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 29 §3: one client per process up to the limit, then grouped to fit; a number
+    /// asked for that would pass the limit is refused with the least that fits.
+    #[test]
+    fn clients_per_process_keeps_a_run_within_the_process_limit() {
+        assert_eq!(clients_per_process(None, 4).unwrap(), 1);
+        assert_eq!(clients_per_process(None, MAX_CLIENT_PROCESSES).unwrap(), 1);
+        assert_eq!(clients_per_process(None, 1000).unwrap(), 4);
+        assert_eq!(clients_per_process(None, 100_000).unwrap(), 391);
+        assert_eq!(clients_per_process(Some(100), 1000).unwrap(), 100);
+        let err = clients_per_process(Some(1), 1000).unwrap_err().to_string();
+        assert!(
+            err.contains("would start 1000 processes")
+                && err.contains("give --clients-per-process 4 or more"),
+            "{err}"
+        );
+        assert!(clients_per_process(Some(0), 4).is_err());
+    }
+}

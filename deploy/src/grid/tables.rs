@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use flint_common::strategy::RoundReport;
 use flint_server::results::RunResults;
 
-use super::{Outcome, Row};
+use super::{Outcome, Row, mean_sd};
 
 /// FedTMOS's tables, where the grid ran FedTMOS; a run whose round 1 never closed is skipped.
 pub fn fedtmos(rows: &[Row]) -> Option<String> {
@@ -145,7 +145,7 @@ fn training_seconds(r: &RunResults) -> (f64, f64) {
 
 fn over_seeds(name: &str, runs: &[FedTmosRun]) -> String {
     let seeds: Vec<String> = runs.iter().map(|r| r.seed.to_string()).collect();
-    let col = |f: fn(&FedTmosRun) -> f64| spread(&runs.iter().map(f).collect::<Vec<_>>());
+    let col = |f: fn(&FedTmosRun) -> f64| mean_sd(&runs.iter().map(f).collect::<Vec<_>>(), 2);
     format!(
         "| {name} | {} | {} | {} | {} | {} |",
         seeds.join(","),
@@ -266,14 +266,4 @@ fn mean(v: &[f64]) -> f64 {
         return f64::NAN;
     }
     v.iter().sum::<f64>() / v.len() as f64
-}
-
-/// Mean, and ± the sample standard deviation over more than one value.
-fn spread(v: &[f64]) -> String {
-    let m = mean(v);
-    if v.len() < 2 {
-        return format!("{m:.2}");
-    }
-    let sd = (v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (v.len() - 1) as f64).sqrt();
-    format!("{m:.2} ± {sd:.2}")
 }
