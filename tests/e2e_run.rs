@@ -316,6 +316,10 @@ fn flint_run_without_arguments_runs_the_quickstart() {
     );
 }
 
+/// The most series /metrics shows, whatever the number of clients: no label names a client
+/// (docs/METRICS.md states the bound).
+const MAX_SERIES: usize = 200;
+
 /// A thousand clients in ten processes join in one burst and finish. Before, a Join whose
 /// connection closed mid-call (`Cancelled`) was not tried again: that client never joined, and
 /// the 99 others of its process waited forever for a round that needed it.
@@ -330,12 +334,43 @@ fn a_thousand_clients_join_in_one_burst_and_finish() {
          [logreg]\nlocal_epochs = 2\n",
     );
     let runs = dir.path().join("runs");
-    ok(flint()
+    // With metrics on (issue 32): the series count does not grow with the clients.
+    let mut run = flint()
         .arg("run")
         .arg(&exp)
         .args(["--clients-per-process", "100", "--runs-dir"])
-        .arg(&runs));
-    let r = results(&runs.join("k"));
+        .arg(&runs)
+        .args(["--metrics-listen", "127.0.0.1:0", "--metrics-linger", "20"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let run_dir = runs.join("k");
+    let start = std::time::Instant::now();
+    while !run_dir.join("results.json").exists() {
+        assert!(start.elapsed().as_secs() < 600, "the run did not finish");
+        assert!(run.try_wait().unwrap().is_none(), "flint run ended early");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let addr = std::fs::read_to_string(run_dir.join("metrics.addr")).unwrap();
+    let scrape = ureq::get(&format!("http://{addr}/metrics"))
+        .call()
+        .unwrap()
+        .into_string()
+        .unwrap();
+    let series: Vec<&str> = scrape
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .collect();
+    assert!(series.contains(&"flint_clients_joined 1000"), "{scrape}");
+    assert!(
+        series.len() <= MAX_SERIES,
+        "{} series at 1,000 clients:\n{scrape}",
+        series.len()
+    );
+    // The linger ends at a signal; flint run then ends with its server.
+    end_metrics_linger(&run_dir);
+    assert!(run.wait().unwrap().success());
+    let r = results(&run_dir);
     assert_eq!(r.clients.len(), 1000);
     for rr in &r.rounds[1..] {
         assert_eq!(rr.participants.len(), 1000, "round {}", rr.round);

@@ -37,6 +37,7 @@ use prost::Message;
 use serde::{Deserialize, Serialize};
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Request, Status};
+use tracing::field::Empty;
 
 use proto::aggregator_client::AggregatorClient;
 
@@ -73,8 +74,9 @@ pub struct ClientArgs {
     /// Override an experiment key, e.g. --set rounds=3 (repeatable).
     #[arg(long = "set", value_name = "KEY=VALUE", value_parser = parse_override)]
     pub overrides: Vec<(String, String)>,
-    /// Log format on stderr.
-    #[arg(long, default_value = "text")]
+    /// Log format on stderr: text, or json (one object per line, with each client's run and
+    /// round).
+    #[arg(long, env = "FLINT_LOG_FORMAT", default_value = "text")]
     pub log_format: LogFormat,
     /// Clients of this process that train at the same time [default: the machine's cores].
     #[arg(long)]
@@ -287,6 +289,9 @@ pub async fn run(args: ClientArgs) -> anyhow::Result<Vec<ClientReport>> {
             .map(|&(feature, above)| Condition { feature, above })
             .collect();
         let run = client.run(p.half, p.feature_names, conditions);
+        // Its JSON log lines carry its run and round (recorded as they are known).
+        let span = tracing::info_span!("client", client_name = %name, run = Empty, round = Empty);
+        let run = tracing::Instrument::instrument(run, span);
         tasks.spawn(async move { run.await.with_context(|| format!("client {name:?}")) });
     }
     let (reports, failed) = finish_all(tasks, args.fail_fast).await?;
@@ -636,6 +641,10 @@ impl Client {
         self.count(0, Direction::Up, join.encoded_len(), 0);
         self.count(0, Direction::Down, reply.encoded_len(), 0);
         let run_id = reply.run_id.clone();
+        // Round 0 is the join, as in the byte ledger.
+        tracing::Span::current()
+            .record("run", run_id.as_str())
+            .record("round", 0);
         tracing::info!(client = self.id, name = %self.name, run = %run_id, "joined");
 
         let mut rng = derive_rng(self.experiment.seed, "train", self.id);
@@ -817,6 +826,7 @@ impl Client {
         let step = progress
             .step(answer)
             .map_err(|why| anyhow::anyhow!("client {}: {why}", self.name))?;
+        tracing::Span::current().record("round", task.round);
         let paper = task
             .download
             .as_ref()

@@ -228,6 +228,7 @@ impl Cell<'_> {
                         overrides,
                         insecure: self.args.insecure,
                         link: None,
+                        metrics: Default::default(),
                     },
                     false,
                 )?,

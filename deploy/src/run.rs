@@ -43,6 +43,8 @@ pub struct RunArgs {
     /// delay, in user space; see `flint link`), to see what a round costs on such a line.
     #[arg(long, value_name = "PROFILE")]
     pub link: Option<String>,
+    #[command(flatten)]
+    pub metrics: flint_server::telemetry::MetricsOptions,
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
@@ -100,7 +102,7 @@ pub fn execute(args: &RunArgs, progress: bool) -> anyhow::Result<PathBuf> {
         bail!("stopped by a signal before any process started");
     }
     let started = Instant::now();
-    let (mut server, addr) = spawn_server(&run, pki.as_ref())?;
+    let (mut server, addr) = spawn_server(&run, pki.as_ref(), &args.metrics)?;
     // Clients reach the server through the emulated link, when there is one.
     let addr = match &link {
         Some(link) => match relay(*link, &addr) {
@@ -224,7 +226,13 @@ impl RunDir {
         let clients_dir = dir.join("clients");
         std::fs::create_dir_all(&clients_dir)
             .with_context(|| format!("cannot create {}", dir.display()))?;
-        for stale in ["results.json", "rounds.csv", "status.json", "server.addr"] {
+        for stale in [
+            "results.json",
+            "rounds.csv",
+            "status.json",
+            "server.addr",
+            flint_server::METRICS_ADDR_FILE,
+        ] {
             let _ = std::fs::remove_file(dir.join(stale));
         }
         // `flint run` starts the experiment over: an earlier run's journal would resume it.
@@ -265,7 +273,11 @@ fn announce(experiment: &Experiment, dir: &Path, say: &impl Fn(String)) {
 }
 
 /// The server process on a loopback port, and the address it listens on once it is ready.
-fn spawn_server(run: &RunDir, pki: Option<&Pki>) -> anyhow::Result<(Child, String)> {
+fn spawn_server(
+    run: &RunDir,
+    pki: Option<&Pki>,
+    metrics: &flint_server::telemetry::MetricsOptions,
+) -> anyhow::Result<(Child, String)> {
     let ready = run.dir.join("server.addr");
     let mut server = Command::new(&run.exe);
     server
@@ -285,6 +297,13 @@ fn spawn_server(run: &RunDir, pki: Option<&Pki>) -> anyhow::Result<(Child, Strin
             .arg(p.server_key())
             .arg("--tls-client-ca")
             .arg(p.ca_cert());
+    }
+    if let Some(addr) = metrics.metrics_listen {
+        server
+            .arg("--metrics-listen")
+            .arg(addr.to_string())
+            .arg("--metrics-linger")
+            .arg(metrics.metrics_linger.to_string());
     }
     let mut server = server
         .arg("--out")

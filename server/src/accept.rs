@@ -6,6 +6,7 @@
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -27,6 +28,42 @@ pub struct Limits {
     pub first_byte: Duration,
 }
 
+/// The accept loop's slots and counts, read by the metrics.
+#[derive(Debug)]
+pub struct Gate {
+    slots: Arc<Semaphore>,
+    limit: usize,
+    accepted: AtomicU64,
+    refused: AtomicU64,
+}
+
+impl Gate {
+    pub fn new(limits: &Limits) -> Arc<Gate> {
+        Arc::new(Gate {
+            slots: Arc::new(Semaphore::new(limits.connections)),
+            limit: limits.connections,
+            accepted: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
+        })
+    }
+
+    pub fn open(&self) -> usize {
+        self.limit - self.slots.available_permits()
+    }
+
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    pub fn accepted(&self) -> u64 {
+        self.accepted.load(Ordering::Relaxed)
+    }
+
+    pub fn refused(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
+    }
+}
+
 /// A connection as the server serves it: counted, holding one of the `max` slots, and closed if
 /// its first byte does not come in time.
 pub type Conn = Guarded<CountingIo<TcpStream>>;
@@ -36,13 +73,12 @@ pub type Conn = Guarded<CountingIo<TcpStream>>;
 pub fn incoming(
     listener: TcpListener,
     limits: Limits,
+    gate: Arc<Gate>,
     on_accept: impl Fn(&ConnMeter) + Send + 'static,
 ) -> ReceiverStream<io::Result<Conn>> {
     let (tx, rx) = mpsc::channel(64);
     let max = limits.connections;
-    let slots = Arc::new(Semaphore::new(max));
     tokio::spawn(async move {
-        let mut refused: u64 = 0;
         loop {
             let tcp = match listener.accept().await {
                 Ok((tcp, _)) => tcp,
@@ -53,8 +89,8 @@ pub fn incoming(
                     continue;
                 }
             };
-            let Ok(permit) = slots.clone().try_acquire_owned() else {
-                refused += 1;
+            let Ok(permit) = gate.slots.clone().try_acquire_owned() else {
+                let refused = gate.refused.fetch_add(1, Ordering::Relaxed) + 1;
                 if refused.is_power_of_two() {
                     tracing::warn!(
                         max,
@@ -65,6 +101,7 @@ pub fn incoming(
                 drop(tcp);
                 continue;
             };
+            gate.accepted.fetch_add(1, Ordering::Relaxed);
             let _ = tcp.set_nodelay(true);
             let meter = ConnMeter::default();
             on_accept(&meter);
@@ -165,7 +202,7 @@ mod tests {
     async fn a_silent_connection_is_closed_and_a_talking_one_is_not() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let mut conns = incoming(listener, limits(8), |_| {});
+        let mut conns = incoming(listener, limits(8), Gate::new(&limits(8)), |_| {});
         let _silent = TcpStream::connect(addr).await.unwrap();
         let mut talking = TcpStream::connect(addr).await.unwrap();
         let mut a = conns.next().await.unwrap().unwrap();
@@ -186,16 +223,23 @@ mod tests {
     async fn connections_past_the_limit_are_closed_until_one_ends() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let mut conns = incoming(listener, limits(1), |_| {});
+        let gate = Gate::new(&limits(1));
+        let mut conns = incoming(listener, limits(1), gate.clone(), |_| {});
         let _first = TcpStream::connect(addr).await.unwrap();
         let held = conns.next().await.unwrap().unwrap();
+        assert_eq!((gate.open(), gate.limit()), (1, 1));
         let mut second = TcpStream::connect(addr).await.unwrap();
         // Closed by the server without a byte: the read sees the end (or a reset).
         let mut byte = [0u8; 1];
         let n = second.read(&mut byte).await.unwrap_or(0);
         assert_eq!(n, 0);
+        // The metrics count what the gate did.
+        assert_eq!((gate.accepted(), gate.refused()), (1, 1));
         drop(held);
+        assert_eq!(gate.open(), 0);
         let _third = TcpStream::connect(addr).await.unwrap();
-        assert!(conns.next().await.unwrap().is_ok());
+        let third = conns.next().await.unwrap();
+        assert!(third.is_ok());
+        assert_eq!((gate.accepted(), gate.refused(), gate.open()), (2, 1, 1));
     }
 }

@@ -8,6 +8,7 @@ pub mod recovery;
 pub mod results;
 pub mod rounds;
 pub mod service;
+pub mod telemetry;
 
 pub mod proto {
     tonic::include_proto!("flint.v1");
@@ -54,8 +55,8 @@ pub struct ServerArgs {
     /// Override an experiment key, e.g. --set rounds=3 (repeatable).
     #[arg(long = "set", value_name = "KEY=VALUE", value_parser = parse_override)]
     pub overrides: Vec<(String, String)>,
-    /// Log format on stderr.
-    #[arg(long, default_value = "text")]
+    /// Log format on stderr: text, or json (one object per line, with the run and round).
+    #[arg(long, env = "FLINT_LOG_FORMAT", default_value = "text")]
     pub log_format: LogFormat,
     /// Serve plaintext on an address other than loopback. Without TLS, anyone who reaches the
     /// server and holds the experiment file can take a free client slot, and a client's token
@@ -104,6 +105,8 @@ pub struct ServeOptions {
     /// it tells any caller what the server speaks. `flint run` turns it on.
     #[arg(long)]
     pub reflection: bool,
+    #[command(flatten)]
+    pub metrics: telemetry::MetricsOptions,
 }
 
 /// TLS of the server (PEM files, e.g. from `flint certs`).
@@ -220,9 +223,16 @@ pub async fn serve_with(
         .unwrap_or_else(|| out.join("state"));
     let shared = start_or_resume(experiment, strategy, out, &state_dir, options)?;
     let run_id = shared.run_id.clone();
+    flint_shell::logging::set_run(&run_id);
+    flint_shell::logging::set_round(current_round(&shared.rounds()));
     let ledger = shared.ledger.clone();
 
-    let (incoming, connections) = metered_incoming(listener, limits, ledger.clone());
+    let gate = accept::Gate::new(&limits);
+    let (incoming, connections) = metered_incoming(listener, limits, gate.clone(), ledger.clone());
+    let metrics = options.metrics.start(&shared, &gate).await?;
+    if let Some(m) = &metrics {
+        results::write_atomic(&out.join(METRICS_ADDR_FILE), m.addr.to_string().as_bytes())?;
+    }
     let mut ticker = tokio::spawn(tick_until_done(
         shared.clone(),
         out.to_path_buf(),
@@ -271,8 +281,11 @@ pub async fn serve_with(
         c.flush_to_label(&*ledger, Side::Server);
     }
     let results = write_results(&shared, out)?;
-    close_state(&shared, &state_dir, completed)?;
-    Ok(results)
+    let closed = close_state(&shared, &state_dir, completed);
+    if let Some(metrics) = metrics {
+        metrics.stop().await;
+    }
+    closed.map(|()| results)
 }
 
 /// The connection limits: `--max-connections`, or two per client and 64 more.
@@ -349,6 +362,7 @@ fn start_or_resume(
         upload_budget_kib,
         refused: Mutex::default(),
         long_polls: Mutex::default(),
+        telemetry: Default::default(),
     }))
 }
 
@@ -390,6 +404,7 @@ type Connections = Arc<Mutex<Vec<ConnMeter>>>;
 fn metered_incoming(
     listener: TcpListener,
     limits: accept::Limits,
+    gate: Arc<accept::Gate>,
     sink: Arc<SharedLedger>,
 ) -> (
     tokio_stream::wrappers::ReceiverStream<std::io::Result<accept::Conn>>,
@@ -397,7 +412,7 @@ fn metered_incoming(
 ) {
     let connections: Connections = Arc::default();
     let registry = connections.clone();
-    let incoming = accept::incoming(listener, limits, move |meter| {
+    let incoming = accept::incoming(listener, limits, gate, move |meter| {
         let mut open = registry.lock().expect("connections lock");
         open.retain(|m: &ConnMeter| {
             let closed = m.is_orphan();
@@ -494,6 +509,9 @@ fn close_state(shared: &Shared, state_dir: &Path, completed: bool) -> anyhow::Re
     }
 }
 
+/// Where the metrics listener's address is written (`--metrics-listen` with port 0 picks one).
+pub const METRICS_ADDR_FILE: &str = "metrics.addr";
+
 /// The server's byte ledger as of the last closed round, beside the journal (the journal holds
 /// the state; bytes are only counted).
 const LEDGER_FILE: &str = "ledger.json";
@@ -582,6 +600,7 @@ async fn tick_until_done(shared: Arc<Shared>, out: PathBuf, state_dir: PathBuf) 
                     ..journal::RoundMark::of(job.round())
                 }));
             }
+            flint_shell::logging::set_round(current_round(&r));
             (closed, r.is_done(now), r.history().len())
         };
         if let Some(job) = closed {
@@ -617,6 +636,16 @@ async fn tick_until_done(shared: Arc<Shared>, out: PathBuf, state_dir: PathBuf) 
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// The round a log line belongs to: the open or aggregating one, else the last closed.
+fn current_round(rounds: &Rounds) -> flint_common::Round {
+    rounds
+        .open_round()
+        .map(|(r, _, _)| r)
+        .or(rounds.aggregating())
+        .or(rounds.history().last().map(|r| r.round))
+        .unwrap_or(0)
 }
 
 fn write_status(shared: &Shared, out: &Path) {

@@ -27,12 +27,13 @@ use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tonic::transport::server::TlsConnectInfo;
-use tonic::{Code, Request, Response, Status, Streaming};
+use tonic::{Request, Response, Status, Streaming};
 
 use crate::identity::{Holder, Identities, Peer};
 use crate::journal::{self, Event, Journal, RoundMark};
 use crate::proto::aggregator_server::Aggregator;
 use crate::rounds::{Accepted, AggregationJob, Rounds, Task};
+use crate::telemetry::Telemetry;
 
 pub struct Shared {
     pub experiment: Experiment,
@@ -66,6 +67,8 @@ pub struct Shared {
     pub upload_budget_kib: u32,
     /// Long-polls (GetRound) waiting, per client.
     pub long_polls: Mutex<std::collections::BTreeMap<ClientId, usize>>,
+    /// What the metrics count as it happens (see `telemetry`).
+    pub telemetry: Telemetry,
 }
 
 /// Long-polls one client may hold at once. An honest client waits in one, and a retry after
@@ -174,7 +177,9 @@ impl Shared {
             if self.journal.synced() < target {
                 let shared = self.clone();
                 let synced = tokio::task::spawn_blocking(move || {
+                    let started = Instant::now();
                     let r = shared.journal.sync();
+                    shared.telemetry.journal_synced(started.elapsed());
                     if let Err(e) = &r {
                         shared.journal_broke(e);
                     }
@@ -297,6 +302,9 @@ impl Shared {
                     let mut rounds = shared.rounds();
                     if rounds.install(done, Instant::now()) {
                         shared.record(installed(&rounds, round));
+                        if let Some((_, seconds)) = rounds.timings(round) {
+                            shared.telemetry.aggregated(seconds);
+                        }
                     }
                 }
                 // `run` catches a strategy's panic, so only a cancelled pool ends here.
@@ -449,17 +457,20 @@ pub struct Refused {
 }
 
 impl Shared {
-    /// Counts `outcome` under `refused` if it is a refusal that names no client.
+    /// Counts a refusal in the metrics, and under `refused` if it names no client.
     fn refused<T>(
         &self,
         method: &'static str,
         outcome: Result<Response<T>, Status>,
         bytes: u64,
     ) -> Result<Response<T>, Status> {
+        if let Err(st) = &outcome {
+            self.telemetry.refused(method, st.code());
+        }
         if let Err(st) = &outcome
             && st.metadata().get(CLIENT_HEADER).is_none()
         {
-            let key = format!("{method}/{}", code_name(st.code()));
+            let key = format!("{method}/{}", crate::telemetry::code_name(st.code()));
             let mut refused = self.refused.lock().expect("refused lock");
             let r = refused.entry(key).or_default();
             r.calls += 1;
@@ -467,19 +478,6 @@ impl Shared {
         }
         outcome
     }
-}
-
-/// A status code as gRPC's documentation spells it, lowercase (`invalid-argument`).
-fn code_name(code: Code) -> String {
-    format!("{code:?}")
-        .chars()
-        .enumerate()
-        .flat_map(|(i, c)| {
-            let dash = (i > 0 && c.is_ascii_uppercase()).then_some('-');
-            dash.into_iter()
-                .chain(std::iter::once(c.to_ascii_lowercase()))
-        })
-        .collect()
 }
 
 #[tonic::async_trait]
@@ -511,6 +509,8 @@ impl Aggregator for AggregatorService {
     ) -> Result<Response<Ack>, Status> {
         let seen = AtomicU64::new(0);
         let outcome = self.push_update_call(request, &seen).await;
+        let taken = outcome.as_ref().map(|ack| ack.get_ref().duplicate);
+        self.0.telemetry.update(taken.map_err(Status::code));
         self.0
             .refused("PushUpdate", outcome, seen.load(Ordering::Relaxed))
     }

@@ -1,7 +1,17 @@
 //! Log setup shared by the binaries: `FLINT_LOG` filters (default `info`), text or JSON lines
-//! on stderr.
+//! on stderr. A JSON line always carries `run` and `round` (see [`RunAndRound`]), so that a log
+//! shipper can group a federation's lines by run and round without parsing messages.
 
+use std::fmt;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde_json::{Map, Value};
+use tracing::{Event, Subscriber};
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::fmt::format::{Format, Json, JsonFields, Writer};
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
+use tracing_subscriber::registry::LookupSpan;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum LogFormat {
@@ -31,10 +41,82 @@ pub fn init(format: LogFormat) {
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_ansi(ansi)
         .with_writer(std::io::stderr);
     let _ = match format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().try_init(),
+        LogFormat::Text => builder.with_ansi(ansi).try_init(),
+        LogFormat::Json => builder
+            .fmt_fields(JsonFields::new())
+            .event_format(RunAndRound(
+                tracing_subscriber::fmt::format()
+                    .json()
+                    .flatten_event(true)
+                    .with_current_span(false)
+                    .with_span_list(true),
+            ))
+            .try_init(),
     };
+}
+
+/// The run a process serves, where it serves one (the server): the `run` of every JSON line
+/// that no span of its own names.
+static RUN: OnceLock<String> = OnceLock::new();
+/// The process's current round, likewise (`u64::MAX`: none yet).
+static ROUND: AtomicU64 = AtomicU64::new(u64::MAX);
+
+/// Names the process's run for its JSON lines (the first call wins: one run per process).
+pub fn set_run(run: &str) {
+    let _ = RUN.set(run.to_string());
+}
+
+/// The process's current round, for its JSON lines.
+pub fn set_round(round: u32) {
+    ROUND.store(u64::from(round), Ordering::Relaxed);
+}
+
+/// tracing-subscriber's JSON lines, with `run` and `round` at the top level of each: the
+/// event's own fields if it has them, else the innermost span's that has them (a client task's
+/// span in a process of several clients), else the process's ([`set_run`], [`set_round`]);
+/// `null` where none is known yet (before the run starts).
+pub struct RunAndRound(pub Format<Json>);
+
+impl<S, N> FormatEvent<S, N> for RunAndRound
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        ctx: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &Event<'_>,
+    ) -> fmt::Result {
+        let mut line = String::new();
+        self.0.format_event(ctx, Writer::new(&mut line), event)?;
+        let Ok(Value::Object(mut object)) = serde_json::from_str::<Value>(&line) else {
+            return writer.write_str(&line);
+        };
+        for key in ["run", "round"] {
+            if !object.contains_key(key) {
+                let value = from_spans(&object, key).unwrap_or_else(|| from_process(key));
+                object.insert(key.to_string(), value);
+            }
+        }
+        writeln!(writer, "{}", Value::Object(object))
+    }
+}
+
+/// `key` of the innermost span that has it.
+fn from_spans(object: &Map<String, Value>, key: &str) -> Option<Value> {
+    let spans = object.get("spans")?.as_array()?;
+    spans.iter().rev().find_map(|s| s.get(key).cloned())
+}
+
+fn from_process(key: &str) -> Value {
+    match key {
+        "run" => RUN.get().map_or(Value::Null, |r| Value::from(r.as_str())),
+        _ => match ROUND.load(Ordering::Relaxed) {
+            u64::MAX => Value::Null,
+            r => Value::from(r),
+        },
+    }
 }

@@ -203,3 +203,21 @@ pub fn as_made_up_client<T>(id: u32, msg: T) -> tonic::Request<T> {
         .insert("flint-client-id", id.to_string().parse().unwrap());
     r
 }
+
+/// Ends the metrics linger of `flint run`'s server in `run_dir` (SIGTERM: it stops at once), so
+/// that a test need not wait it out.
+pub fn end_metrics_linger(run_dir: &Path) {
+    let status = Command::new("pkill")
+        .args(["-TERM", "-f"])
+        .arg(format!(
+            "server --reflection --listen 127.0.0.1:0 --experiment {}",
+            run_dir.display()
+        ))
+        .status()
+        .expect("pkill runs (procps)");
+    assert!(
+        status.success(),
+        "no server of {} to signal",
+        run_dir.display()
+    );
+}

@@ -60,6 +60,8 @@ const RESERVED_ENV: &[&str] = &[
     "TLS_SERVER_NAME",
     "LINK_BYTES",
     "INSECURE",
+    "METRICS_LISTEN",
+    "METRICS_LINGER",
     "RETRY_SECS",
     "CLIENTS",
     "EXPERIMENT",

@@ -1,0 +1,543 @@
+//! Prometheus metrics of the server (`--metrics-listen`): what happens is counted as it happens
+//! ([`Telemetry`]: refusals, updates, aggregation and journal-sync times), and the run's state —
+//! rounds, clients, bytes at every level — is read at each scrape ([`RunState`]), so that the
+//! figures a scrape shows are the ones `results.json` will hold.
+//!
+//! No label names a client: the series count is fixed by the run's shape (methods × status
+//! codes at most), however many clients join.
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use flint_common::wire::ledger::{Flow, Traffic};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::accept::Gate;
+use crate::service::Shared;
+
+/// Where metrics are served, and for how long after the run.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct MetricsOptions {
+    /// Serve Prometheus metrics at http://ADDR/metrics (off unless given; see docs/METRICS.md).
+    #[arg(long, env = "FLINT_METRICS_LISTEN", value_name = "ADDR")]
+    pub metrics_listen: Option<SocketAddr>,
+    /// Seconds /metrics stays up after the run ends, so that a scraper sees its final figures
+    /// (a run can end between two scrapes).
+    #[arg(
+        long,
+        env = "FLINT_METRICS_LINGER",
+        value_name = "SECS",
+        default_value_t = 0
+    )]
+    pub metrics_linger: u64,
+}
+
+/// Status codes and methods as label values: a refusal's labels come from these fixed sets,
+/// never from what a caller sent.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct Refusal {
+    pub method: &'static str,
+    pub code: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UpdateOutcome {
+    /// `accepted`, `duplicate`, or the refusal's status code.
+    pub outcome: &'static str,
+}
+
+/// Counters and histograms updated as the server works (cheap atomics: kept whether or not
+/// metrics are served).
+#[derive(Debug, Clone)]
+pub struct Telemetry {
+    refused: Family<Refusal, Counter>,
+    updates: Family<UpdateOutcome, Counter>,
+    aggregation: Histogram,
+    journal_sync: Histogram,
+}
+
+impl Default for Telemetry {
+    fn default() -> Self {
+        Telemetry {
+            refused: Family::default(),
+            updates: Family::default(),
+            // 1 ms to about 4.4 min: a logistic regression's average to a large FedTMOS round.
+            aggregation: Histogram::new(exponential_buckets(0.001, 4.0, 10)),
+            // 50 µs to about 13 s: a page-cache sync to a stalled disk.
+            journal_sync: Histogram::new(exponential_buckets(0.000_05, 4.0, 10)),
+        }
+    }
+}
+
+impl Telemetry {
+    pub fn refused(&self, method: &'static str, code: tonic::Code) {
+        let code = code_name(code);
+        self.refused.get_or_create(&Refusal { method, code }).inc();
+    }
+
+    pub fn update(&self, outcome: Result<bool, tonic::Code>) {
+        let outcome = match outcome {
+            Ok(false) => "accepted",
+            Ok(true) => "duplicate",
+            Err(code) => code_name(code),
+        };
+        self.updates.get_or_create(&UpdateOutcome { outcome }).inc();
+    }
+
+    pub fn aggregated(&self, seconds: f64) {
+        self.aggregation.observe(seconds);
+    }
+
+    pub fn journal_synced(&self, took: Duration) {
+        self.journal_sync.observe(took.as_secs_f64());
+    }
+
+    fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "flint_calls_refused",
+            "Calls the server refused, by method and gRPC status code",
+            self.refused.clone(),
+        );
+        registry.register(
+            "flint_updates",
+            "Model updates received, by outcome: accepted, duplicate, or the refusal's status code",
+            self.updates.clone(),
+        );
+        registry.register(
+            "flint_aggregation_seconds",
+            "Time the strategy took to aggregate a closed round",
+            self.aggregation.clone(),
+        );
+        registry.register(
+            "flint_journal_sync_seconds",
+            "Time one sync of the run's journal to disk took (a call is answered after it)",
+            self.journal_sync.clone(),
+        );
+    }
+}
+
+/// A gRPC status code as gRPC's documentation spells it, lowercase (`invalid-argument`).
+pub fn code_name(code: tonic::Code) -> &'static str {
+    use tonic::Code::*;
+    match code {
+        Ok => "ok",
+        Cancelled => "cancelled",
+        Unknown => "unknown",
+        InvalidArgument => "invalid-argument",
+        DeadlineExceeded => "deadline-exceeded",
+        NotFound => "not-found",
+        AlreadyExists => "already-exists",
+        PermissionDenied => "permission-denied",
+        ResourceExhausted => "resource-exhausted",
+        FailedPrecondition => "failed-precondition",
+        Aborted => "aborted",
+        OutOfRange => "out-of-range",
+        Unimplemented => "unimplemented",
+        Internal => "internal",
+        Unavailable => "unavailable",
+        DataLoss => "data-loss",
+        Unauthenticated => "unauthenticated",
+    }
+}
+
+/// The run's state, read at each scrape.
+struct RunState {
+    shared: Arc<Shared>,
+    gate: Arc<Gate>,
+}
+
+impl std::fmt::Debug for RunState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunState")
+            .field("run", &self.shared.run_id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One scrape's reading of the run, taken under each lock once.
+struct Reading {
+    planned: u64,
+    round: u64,
+    phase: &'static str,
+    expected: usize,
+    joined: usize,
+    selected: usize,
+    updates: usize,
+    participants: usize,
+    opened: u64,
+    closed_all: u64,
+    closed_timeout: u64,
+    totals: Flow,
+    unattributed: Flow,
+    long_polls: usize,
+}
+
+const PHASES: [&str; 4] = ["waiting-for-clients", "open", "aggregating", "finished"];
+
+impl RunState {
+    fn read(&self) -> Reading {
+        use crate::rounds::ClosedBy;
+        let s = &self.shared;
+        let (totals, unattributed) = s.ledger.with(|l| (l.total(), l.unattributed()));
+        let rounds = s.rounds();
+        let history = rounds.history();
+        let closed_by = |by| history.iter().filter(|r| r.closed_by == by).count() as u64;
+        let last_closed = history.last().map_or(0, |r| r.round);
+        let (phase, round, selected, updates) = match (rounds.open_round(), rounds.aggregating()) {
+            (Some((r, u, sel)), _) => ("open", r, sel, u),
+            (None, Some(r)) => ("aggregating", r, 0, 0),
+            (None, None) if rounds.is_finished() => ("finished", last_closed, 0, 0),
+            (None, None) => ("waiting-for-clients", last_closed, 0, 0),
+        };
+        // A round enters the history once its aggregation is installed.
+        let opened = history.len() as u64 + u64::from(phase == "open" || phase == "aggregating");
+        Reading {
+            planned: u64::from(s.experiment.policy.rounds),
+            round: u64::from(round),
+            phase,
+            expected: s.experiment.clients.len(),
+            joined: rounds.joined().len(),
+            selected,
+            updates,
+            participants: history.last().map_or(0, |r| r.participants.len()),
+            opened,
+            closed_all: closed_by(ClosedBy::AllAnswered),
+            closed_timeout: closed_by(ClosedBy::Timeout),
+            totals,
+            unattributed,
+            long_polls: s.long_polls.lock().expect("long_polls lock").values().sum(),
+        }
+    }
+}
+
+impl Collector for RunState {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let r = self.read();
+        let s = &self.shared;
+        let mut enc = Encoder(&mut encoder);
+        enc.gauge_with(
+            "flint_build_info",
+            "The server's version and git revision (value 1)",
+            &[[
+                ("version", env!("CARGO_PKG_VERSION")),
+                ("revision", revision()),
+            ]],
+            |_| 1,
+        )?;
+        enc.gauge_with(
+            "flint_run_info",
+            "The run this server serves and its strategy (value 1)",
+            &[[
+                ("run", s.run_id.as_str()),
+                ("strategy", s.experiment.strategy.name().as_str()),
+            ]],
+            |_| 1,
+        )?;
+        enc.gauge(
+            "flint_rounds_planned",
+            "Rounds the run has",
+            r.planned as i64,
+        )?;
+        enc.gauge(
+            "flint_round",
+            "The current round: open or aggregating, else the last closed",
+            r.round as i64,
+        )?;
+        enc.gauge_with(
+            "flint_phase",
+            "The run's phase (1 for the current one)",
+            &PHASES.map(|p| [("phase", p)]),
+            |[(_, p)]| i64::from(*p == r.phase),
+        )?;
+        enc.gauge(
+            "flint_clients_expected",
+            "Clients the experiment declares",
+            r.expected as i64,
+        )?;
+        enc.gauge(
+            "flint_clients_joined",
+            "Clients that have joined the run",
+            r.joined as i64,
+        )?;
+        enc.gauge(
+            "flint_clients_active",
+            "Clients whose update the last closed round took",
+            r.participants as i64,
+        )?;
+        enc.gauge(
+            "flint_round_selected",
+            "Clients the open round waits for (0 while no round is open)",
+            r.selected as i64,
+        )?;
+        enc.gauge(
+            "flint_round_updates",
+            "Updates the open round holds so far",
+            r.updates as i64,
+        )?;
+        enc.counter("flint_rounds_opened", "Rounds opened", r.opened)?;
+        enc.counter_with(
+            "flint_rounds_closed",
+            "Rounds closed and aggregated, by cause: every selected client answered, or the round timed out",
+            &[[("cause", "all-answered")], [("cause", "timeout")]],
+            |[(_, cause)]| match *cause {
+                "timeout" => r.closed_timeout,
+                _ => r.closed_all,
+            },
+        )?;
+        bytes(
+            &mut enc,
+            "flint_bytes",
+            "Bytes of the run's clients",
+            &r.totals,
+        )?;
+        bytes(
+            &mut enc,
+            "flint_unattributed_bytes",
+            "Bytes of connections that never proved a client (health probes, strangers' refused calls)",
+            &r.unattributed,
+        )?;
+        enc.counter_with(
+            "flint_messages",
+            "gRPC messages of the run's clients, by direction",
+            &[[("direction", "up")], [("direction", "down")]],
+            |[(_, d)]| pick(&r.totals, d).messages,
+        )?;
+        enc.gauge(
+            "flint_upload_budget_bytes",
+            "Bytes of uploads the server buffers at once, across all clients",
+            i64::from(s.upload_budget_kib) * 1024,
+        )?;
+        let free = s.upload_budget.available_permits() as i64;
+        enc.gauge(
+            "flint_upload_budget_in_use_bytes",
+            "Bytes of the upload budget held by uploads in flight",
+            (i64::from(s.upload_budget_kib) - free).max(0) * 1024,
+        )?;
+        enc.gauge(
+            "flint_long_polls_waiting",
+            "GetRound calls waiting for the next round",
+            r.long_polls as i64,
+        )?;
+        enc.gauge(
+            "flint_connections_open",
+            "Connections open",
+            self.gate.open() as i64,
+        )?;
+        enc.gauge(
+            "flint_connections_limit",
+            "Connections the server keeps open at once (--max-connections)",
+            self.gate.limit() as i64,
+        )?;
+        enc.counter(
+            "flint_connections_accepted",
+            "Connections accepted",
+            self.gate.accepted(),
+        )?;
+        enc.counter(
+            "flint_connections_refused",
+            "Connections closed on arrival because the limit was reached",
+            self.gate.refused(),
+        )
+    }
+}
+
+/// The commit the server was built from; `unknown` for a build outside git (an image's).
+fn revision() -> &'static str {
+    match env!("FLINT_GIT_REVISION") {
+        "" => "unknown",
+        r => r,
+    }
+}
+
+fn pick<'a>(flow: &'a Flow, direction: &str) -> &'a Traffic {
+    match direction {
+        "up" => &flow.up,
+        _ => &flow.down,
+    }
+}
+
+/// Every level of `flow` in both directions, as one counter family.
+fn bytes(enc: &mut Encoder, name: &str, help: &str, flow: &Flow) -> Result<(), std::fmt::Error> {
+    // No link level: the server has no interface of its own to read; the clients' ledgers hold
+    // theirs (`flint report`).
+    const LEVELS: [&str; 4] = ["payload", "message", "socket", "paper"];
+    let labels: Vec<[(&str, &str); 2]> = LEVELS
+        .iter()
+        .flat_map(|l| {
+            [
+                [("level", *l), ("direction", "up")],
+                [("level", *l), ("direction", "down")],
+            ]
+        })
+        .collect();
+    let help = format!(
+        "{help}, by level (payload, message, socket, and paper: the papers' 4 B per weight) and direction"
+    );
+    enc.counter_with(name, &help, &labels, |[(_, level), (_, d)]| {
+        let t = pick(flow, d);
+        match *level {
+            "payload" => t.payload,
+            "message" => t.message,
+            "socket" => t.socket,
+            _ => t.paper,
+        }
+    })
+}
+
+/// Const metrics into a scrape, one family per call.
+struct Encoder<'a, 'b>(&'a mut DescriptorEncoder<'b>);
+
+impl Encoder<'_, '_> {
+    fn gauge(&mut self, name: &str, help: &str, value: i64) -> Result<(), std::fmt::Error> {
+        let gauge = ConstGauge::new(value);
+        let metric = self
+            .0
+            .encode_descriptor(name, help, None, gauge.metric_type())?;
+        gauge.encode(metric)
+    }
+
+    fn counter(&mut self, name: &str, help: &str, value: u64) -> Result<(), std::fmt::Error> {
+        let counter = ConstCounter::new(value);
+        let metric = self
+            .0
+            .encode_descriptor(name, help, None, counter.metric_type())?;
+        counter.encode(metric)
+    }
+
+    fn gauge_with<L: EncodeLabelSet>(
+        &mut self,
+        name: &str,
+        help: &str,
+        labels: &[L],
+        value: impl Fn(&L) -> i64,
+    ) -> Result<(), std::fmt::Error> {
+        let kind = ConstGauge::new(0i64).metric_type();
+        let mut family = self.0.encode_descriptor(name, help, None, kind)?;
+        for l in labels {
+            ConstGauge::new(value(l)).encode(family.encode_family(l)?)?;
+        }
+        Ok(())
+    }
+
+    fn counter_with<L: EncodeLabelSet>(
+        &mut self,
+        name: &str,
+        help: &str,
+        labels: &[L],
+        value: impl Fn(&L) -> u64,
+    ) -> Result<(), std::fmt::Error> {
+        let kind = ConstCounter::new(0u64).metric_type();
+        let mut family = self.0.encode_descriptor(name, help, None, kind)?;
+        for l in labels {
+            ConstCounter::new(value(l)).encode(family.encode_family(l)?)?;
+        }
+        Ok(())
+    }
+}
+
+/// The registry a scrape encodes: the event metrics and the run's state.
+fn registry(shared: &Arc<Shared>, gate: &Arc<Gate>) -> Registry {
+    let mut registry = Registry::default();
+    shared.telemetry.register(&mut registry);
+    registry.register_collector(Box::new(RunState {
+        shared: shared.clone(),
+        gate: gate.clone(),
+    }));
+    registry
+}
+
+/// The text a scrape gets (OpenMetrics).
+pub fn scrape(registry: &Registry) -> String {
+    let mut text = String::new();
+    if let Err(e) = prometheus_client::encoding::text::encode(&mut text, registry) {
+        // Encoding into a String fails only on a formatter error of our own: say so in the body.
+        let _ = writeln!(text, "# cannot encode the metrics: {e}");
+    }
+    text
+}
+
+/// The metrics listener, serving until [`stop`](Self::stop).
+pub struct MetricsServer {
+    pub addr: SocketAddr,
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+    linger: Duration,
+}
+
+const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+impl MetricsOptions {
+    /// Binds the listener (a busy address fails the start, before any client is served) and
+    /// serves the registry of `shared`'s run on it.
+    pub async fn start(
+        &self,
+        shared: &Arc<Shared>,
+        gate: &Arc<Gate>,
+    ) -> anyhow::Result<Option<MetricsServer>> {
+        let Some(addr) = self.metrics_listen else {
+            return Ok(None);
+        };
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("cannot listen for metrics on {addr}"))?;
+        let addr = listener.local_addr()?;
+        let registry = Arc::new(registry(shared, gate));
+        let app = axum::Router::new().route(
+            "/metrics",
+            axum::routing::get(move || {
+                let registry = registry.clone();
+                async move {
+                    // Reading the ledger takes its lock: off the async threads.
+                    let text = tokio::task::spawn_blocking(move || scrape(&registry))
+                        .await
+                        .unwrap_or_default();
+                    ([(http::header::CONTENT_TYPE, OPENMETRICS)], text)
+                }
+            }),
+        );
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            let serving = axum::serve(listener, app).with_graceful_shutdown(async {
+                let _ = stopped.await;
+            });
+            if let Err(e) = serving.await {
+                tracing::warn!(error = %e, "the metrics listener stopped");
+            }
+        });
+        tracing::info!(%addr, "serving metrics at /metrics");
+        Ok(Some(MetricsServer {
+            addr,
+            stop,
+            task,
+            linger: Duration::from_secs(self.metrics_linger),
+        }))
+    }
+}
+
+impl MetricsServer {
+    /// Serves the final figures `--metrics-linger` longer, then stops.
+    pub async fn stop(self) {
+        if !self.linger.is_zero() {
+            tracing::info!(
+                seconds = self.linger.as_secs(),
+                "metrics stay up after the run"
+            );
+            // A signal ends the wait: nothing is left to lose.
+            tokio::select! {
+                _ = tokio::time::sleep(self.linger) => {}
+                _ = flint_shell::signal::interrupted() => {}
+            }
+        }
+        let _ = self.stop.send(());
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.task).await;
+    }
+}
