@@ -10,6 +10,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 compose=(docker-compose -f deploy/docker-compose.yml "$@")
+# With Prometheus (`--profile monitoring`) the server keeps /metrics up a little after the run,
+# so that the last scrape holds the final figures (Prometheus scrapes every 5 s).
+monitoring=
+case " $* " in *" monitoring "* | *"--profile=monitoring"*) monitoring=1 ;; esac
+if [ -n "$monitoring" ]; then
+  export FLINT_METRICS_LINGER="${FLINT_METRICS_LINGER:-12}"
+fi
 follow=
 stop() {
   [ -n "$follow" ] && kill "$follow" 2>/dev/null || true
@@ -50,4 +57,7 @@ kill "$follow" 2>/dev/null || true
 # A client that is still retrying has nothing left to do.
 "${compose[@]}" stop -t 10 client >/dev/null 2>&1 || true
 echo "compose-run: the server exited with $status"
+if [ -n "$monitoring" ]; then
+  echo "compose-run: Prometheus keeps the run's metrics at http://127.0.0.1:${FLINT_PROMETHEUS_PORT:-9090} until \`down\`"
+fi
 exit "$status"

@@ -16,6 +16,7 @@ use flint_client::ClientReport;
 use support::*;
 
 const IMAGE: &str = "flint:test";
+const PROMETHEUS_IMAGE: &str = "flint-prometheus:test";
 
 /// One federation at a time: two on two cores would time each other out.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -24,6 +25,12 @@ fn build_image() {
     ok(Command::new("bash")
         .arg(repo().join("deploy/build-image.sh"))
         .arg(IMAGE));
+}
+
+fn build_prometheus_image() {
+    ok(Command::new("bash")
+        .arg(repo().join("deploy/build-prometheus-image.sh"))
+        .arg(PROMETHEUS_IMAGE));
 }
 
 fn repo() -> PathBuf {
@@ -36,6 +43,8 @@ struct Federation {
     results: tempfile::TempDir,
     /// The experiment file, where not the compose file's default.
     experiment: Option<PathBuf>,
+    /// The host port of the `monitoring` profile's Prometheus, where it runs.
+    prometheus: Option<u16>,
 }
 
 impl Federation {
@@ -44,7 +53,19 @@ impl Federation {
             project: format!("flinttest{name}{}", std::process::id()),
             results: tempfile::tempdir().unwrap(),
             experiment,
+            prometheus: None,
         }
+    }
+
+    /// With the `monitoring` profile: a Prometheus scraping the server, on a free host port.
+    fn monitored(mut self) -> Federation {
+        self.prometheus = Some(free_port());
+        self
+    }
+
+    fn prometheus_api(&self) -> String {
+        let port = self.prometheus.expect("a monitored federation");
+        format!("http://127.0.0.1:{port}/api/v1")
     }
 
     fn env(&self, cmd: &mut Command) {
@@ -54,12 +75,25 @@ impl Federation {
         if let Some(e) = &self.experiment {
             cmd.env("FLINT_EXPERIMENT", e);
         }
+        if let Some(port) = self.prometheus {
+            cmd.env("FLINT_PROMETHEUS_PORT", port.to_string())
+                .env("FLINT_PROMETHEUS_IMAGE", PROMETHEUS_IMAGE);
+        }
+    }
+
+    /// The profiles this federation runs with, as docker-compose options.
+    fn profiles(&self) -> &'static [&'static str] {
+        match self.prometheus {
+            Some(_) => &["--profile", "monitoring"],
+            None => &[],
+        }
     }
 
     fn compose(&self) -> Command {
         let mut cmd = Command::new("docker-compose");
         self.env(&mut cmd);
-        cmd.args(["-p", &self.project, "-f", "deploy/docker-compose.yml"]);
+        cmd.args(["-p", &self.project, "-f", "deploy/docker-compose.yml"])
+            .args(self.profiles());
         cmd
     }
 
@@ -72,6 +106,7 @@ impl Federation {
         self.env(&mut cmd);
         cmd.arg("deploy/compose-run.sh")
             .args(["-p", &self.project])
+            .args(self.profiles())
             .stdout(log.reopen().unwrap())
             .stderr(log.reopen().unwrap());
         let mut run = Proc(cmd.spawn().unwrap());
@@ -206,12 +241,21 @@ fn a_compose_federation_over_mutual_tls_survives_a_killed_client() {
 fn the_documented_compose_command_gives_the_same_figures_twice_even_through_a_crash() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     build_image();
+    build_prometheus_image();
     let runs: Vec<_> = [("once", None), ("crash", Some(3))]
         .into_iter()
         .map(|(name, crash_after)| {
-            let fed = Federation::new(name, None);
+            // The first run with the `monitoring` profile (issue 32): its Prometheus saw the
+            // figures results.json holds.
+            let fed = match crash_after {
+                None => Federation::new(name, None).monitored(),
+                Some(_) => Federation::new(name, None),
+            };
             let (exit, printed) = fed.run_to_the_end(crash_after);
             assert!(exit.success(), "{printed}");
+            if fed.prometheus.is_some() {
+                prometheus_saw_the_run(&fed, &printed);
+            }
             if crash_after.is_some() {
                 let server = fed.containers("server").remove(0);
                 assert_eq!(inspect(&server, "{{.RestartCount}}"), "1", "{printed}");
@@ -231,4 +275,35 @@ fn the_documented_compose_command_gives_the_same_figures_twice_even_through_a_cr
             a.round
         );
     }
+}
+
+/// The monitoring profile's Prometheus, asked after the run: the server's last scrape (its
+/// metrics linger after the run for it) holds results.json's rounds and bytes.
+fn prometheus_saw_the_run(fed: &Federation, printed: &str) {
+    let api = fed.prometheus_api();
+    let r = results(fed.results.path());
+    // The server is gone: its series are stale, so ask for their last values.
+    let last = |q: &str| prometheus_value(&api, &format!("last_over_time({q}[30m])"));
+    assert_eq!(last("flint_rounds_planned"), 10.0, "{printed}");
+    assert_eq!(
+        last(r#"flint_phase{phase="finished"}"#),
+        1.0,
+        "the last scrape came after the run ended: {printed}"
+    );
+    assert_eq!(
+        prometheus_value(&api, "sum(last_over_time(flint_rounds_closed_total[30m]))"),
+        10.0
+    );
+    for (level, up) in [
+        ("payload", r.totals.up.payload),
+        ("message", r.totals.up.message),
+        ("socket", r.totals.up.socket),
+    ] {
+        let q = format!(r#"flint_bytes_total{{level="{level}",direction="up"}}"#);
+        assert_eq!(last(&q), up as f64, "{q}");
+    }
+    assert!(
+        printed.contains("Prometheus keeps the run's metrics"),
+        "{printed}"
+    );
 }

@@ -293,15 +293,6 @@ fn json_log_lines_carry_their_run_and_round() {
     assert_eq!(rounds, (0..=3).collect(), "every round appears in the logs");
 }
 
-/// A free loopback port (for a program that must be told its port, as Prometheus must).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 struct Prometheus {
     child: Child,
     api: String,
@@ -335,35 +326,12 @@ impl Prometheus {
         }
     }
 
-    /// An instant query's samples: labels → (scrape time, value).
     fn query(&self, q: &str) -> Vec<(BTreeMap<String, String>, f64, f64)> {
-        let Ok(response) = ureq::get(&format!("{}/query", self.api))
-            .query("query", q)
-            .call()
-        else {
-            return Vec::new();
-        };
-        let body: serde_json::Value =
-            serde_json::from_str(&response.into_string().unwrap()).unwrap();
-        assert_eq!(body["status"], "success", "{body}");
-        body["data"]["result"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|r| {
-                let labels = serde_json::from_value(r["metric"].clone()).unwrap();
-                let at = r["value"][0].as_f64().unwrap();
-                let value = r["value"][1].as_str().unwrap().parse().unwrap();
-                (labels, at, value)
-            })
-            .collect()
+        prometheus_query(&self.api, q)
     }
 
-    /// One series' value, by the labels that pick it.
     fn value(&self, q: &str) -> f64 {
-        let found = self.query(q);
-        assert_eq!(found.len(), 1, "{q}: {found:?}");
-        found[0].2
+        prometheus_value(&self.api, q)
     }
 }
 

@@ -221,3 +221,43 @@ pub fn end_metrics_linger(run_dir: &Path) {
         run_dir.display()
     );
 }
+
+/// A free loopback port (for a program that must be told its port, as Prometheus must).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A Prometheus instant query at `api` (`http://…/api/v1`): each series' labels, sample time and
+/// value; nothing while Prometheus does not answer yet.
+pub fn prometheus_query(
+    api: &str,
+    q: &str,
+) -> Vec<(std::collections::BTreeMap<String, String>, f64, f64)> {
+    let Ok(response) = ureq::get(&format!("{api}/query")).query("query", q).call() else {
+        return Vec::new();
+    };
+    let body: serde_json::Value = serde_json::from_str(&response.into_string().unwrap()).unwrap();
+    assert_eq!(body["status"], "success", "{body}");
+    body["data"]["result"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let labels = serde_json::from_value(r["metric"].clone()).unwrap();
+            let at = r["value"][0].as_f64().unwrap();
+            let value = r["value"][1].as_str().unwrap().parse().unwrap();
+            (labels, at, value)
+        })
+        .collect()
+}
+
+/// The value of the one series a query picks.
+pub fn prometheus_value(api: &str, q: &str) -> f64 {
+    let found = prometheus_query(api, q);
+    assert_eq!(found.len(), 1, "{q}: {found:?}");
+    found[0].2
+}
