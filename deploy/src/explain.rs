@@ -12,7 +12,7 @@ pub struct ExplainArgs {
     /// Only this client's model [default: every client's, a model shared by several once].
     #[arg(long)]
     pub client: Option<String>,
-    /// Coefficients or links to show per class [default: 10].
+    /// Coefficients or links to show per class.
     #[arg(long, default_value_t = 10)]
     pub top: usize,
 }
