@@ -20,9 +20,23 @@ copy "$binary"
 for lib in $(ldd "$binary" | grep -o '/[^ ]*'); do
   copy "$lib"
 done
-if [ -d /usr/share/prometheus ]; then
-  mkdir -p "$context/rootfs/usr/share"
-  cp -r /usr/share/prometheus "$context/rootfs/usr/share/"
+# Its web assets. Debian's link libraries into /usr/share/javascript, whole trees (one is 214 MB
+# of time-zone builds): copy the asset folders of its own, and from the linked ones only the
+# files its pages name, links followed.
+web=/usr/share/prometheus/web
+if [ -d "$web" ]; then
+  dest="$context/rootfs$web"
+  mkdir -p "$dest/static"
+  find "$web" -mindepth 1 -maxdepth 1 ! -name static -exec cp -r {} "$dest/" \;
+  find "$web/static" -mindepth 1 -maxdepth 1 ! -type l -exec cp -r {} "$dest/static/" \;
+  grep -rhoE 'static/[A-Za-z0-9._-]+/[A-Za-z0-9._/-]+' "$web" | sort -u | while read -r f; do
+    top="${f#static/}"
+    if [ -L "$web/static/${top%%/*}" ] && [ -f "$web/$f" ]; then
+      mkdir -p "$dest/$(dirname "$f")" && cp -L "$web/$f" "$dest/$f"
+    fi
+  done
+  # A link left pointing outside (an icon font of a package not installed) would only dangle.
+  find "$dest" -xtype l -delete
 fi
 mkdir -p "$context/rootfs/prometheus" "$context/rootfs/etc/prometheus"
 cp deploy/prometheus/prometheus.yml "$context/rootfs/etc/prometheus/prometheus.yml"

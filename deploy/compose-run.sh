@@ -13,7 +13,14 @@ compose=(docker-compose -f deploy/docker-compose.yml "$@")
 # With Prometheus (`--profile monitoring`) the server keeps /metrics up a little after the run,
 # so that the last scrape holds the final figures (Prometheus scrapes every 5 s).
 monitoring=
-case " $* " in *" monitoring "* | *"--profile=monitoring"*) monitoring=1 ;; esac
+case ",${COMPOSE_PROFILES:-}," in *,monitoring,*) monitoring=1 ;; esac
+previous=
+for arg in "$@"; do
+  if [ "$previous" = --profile ] && [ "$arg" = monitoring ] || [ "$arg" = --profile=monitoring ]; then
+    monitoring=1
+  fi
+  previous=$arg
+done
 if [ -n "$monitoring" ]; then
   export FLINT_METRICS_LINGER="${FLINT_METRICS_LINGER:-12}"
 fi

@@ -289,8 +289,9 @@ pub async fn run(args: ClientArgs) -> anyhow::Result<Vec<ClientReport>> {
             .map(|&(feature, above)| Condition { feature, above })
             .collect();
         let run = client.run(p.half, p.feature_names, conditions);
-        // Its JSON log lines carry its run and round (recorded as they are known).
-        let span = tracing::info_span!("client", client_name = %name, run = Empty, round = Empty);
+        // Its JSON log lines carry its run and round (recorded as they are known); an error
+        // span, so that no level filter drops it.
+        let span = tracing::error_span!("client", client_name = %name, run = Empty, round = Empty);
         let run = tracing::Instrument::instrument(run, span);
         tasks.spawn(async move { run.await.with_context(|| format!("client {name:?}")) });
     }
@@ -641,7 +642,8 @@ impl Client {
         self.count(0, Direction::Up, join.encoded_len(), 0);
         self.count(0, Direction::Down, reply.encoded_len(), 0);
         let run_id = reply.run_id.clone();
-        // Round 0 is the join, as in the byte ledger.
+        // Round 0 is the join, as in the byte ledger. Every client of a process is in one run.
+        flint_shell::logging::set_run(&run_id);
         tracing::Span::current()
             .record("run", run_id.as_str())
             .record("round", 0);

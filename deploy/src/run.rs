@@ -298,6 +298,11 @@ fn spawn_server(
             .arg("--tls-client-ca")
             .arg(p.ca_cert());
     }
+    // Only what this run asks for: a grid's runs must not all bind a listener the environment
+    // names.
+    server
+        .env_remove("FLINT_METRICS_LISTEN")
+        .env_remove("FLINT_METRICS_LINGER");
     if let Some(addr) = metrics.metrics_listen {
         server
             .arg("--metrics-listen")
@@ -547,8 +552,16 @@ fn watch(
 ) -> anyhow::Result<std::process::ExitStatus> {
     let path = dir.join("status.json");
     let mut live = LiveLines::new(dir.join("clients"), e.policy.rounds);
+    let mut lingering = false;
     loop {
-        if crate::stop::requested() {
+        // A finished run whose server keeps its metrics up (--metrics-linger) is complete: a
+        // signal then ends only the linger, and the run is reported as usual.
+        if crate::stop::requested() && !lingering && dir.join("results.json").exists() {
+            lingering = true;
+            // SAFETY: kill(2) on our own child's pid, which it keeps until we reap it.
+            unsafe { libc::kill(server.id() as libc::pid_t, libc::SIGTERM) };
+        }
+        if crate::stop::requested() && !lingering {
             let _ = server.kill();
             let _ = server.wait();
             bail!("stopped by a signal; the server and its clients were stopped too");

@@ -213,8 +213,11 @@ pub async fn serve_with(
     ready_file: Option<&Path>,
     options: &ServeOptions,
 ) -> anyhow::Result<RunResults> {
+    // Listening from the start: a signal during the run also cuts the metrics linger short.
+    let mut stop = flint_shell::signal::Stop::listen();
     let tls_config = options.tls.config()?;
     let limits = connection_limits(&experiment, options)?;
+    let metrics_listener = options.metrics.bind().await?;
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
     let addr = listener.local_addr()?;
     let state_dir = options
@@ -229,7 +232,7 @@ pub async fn serve_with(
 
     let gate = accept::Gate::new(&limits);
     let (incoming, connections) = metered_incoming(listener, limits, gate.clone(), ledger.clone());
-    let metrics = options.metrics.start(&shared, &gate).await?;
+    let metrics = options.metrics.start(metrics_listener, &shared, &gate)?;
     if let Some(m) = &metrics {
         results::write_atomic(&out.join(METRICS_ADDR_FILE), m.addr.to_string().as_bytes())?;
     }
@@ -265,7 +268,7 @@ pub async fn serve_with(
     let serving = tokio::spawn(server);
     let completed = tokio::select! {
         _ = &mut ticker => shared.journal_failure().is_none(),
-        signal = flint_shell::signal::interrupted() => {
+        signal = stop.received() => {
             tracing::warn!(signal, "interrupted; writing results so far");
             ticker.abort();
             false
@@ -283,7 +286,7 @@ pub async fn serve_with(
     let results = write_results(&shared, out)?;
     let closed = close_state(&shared, &state_dir, completed);
     if let Some(metrics) = metrics {
-        metrics.stop().await;
+        metrics.stop(stop).await;
     }
     closed.map(|()| results)
 }

@@ -179,6 +179,17 @@ pub struct Rounds {
     global_evals: BTreeMap<Round, BTreeMap<Predictor, ConfusionMatrix>>,
     /// The client that holds the shared test set, if the strategy has one.
     global_holder: Option<ClientId>,
+    counts: RoundCounts,
+}
+
+/// Rounds opened and closed so far, counted where it happens (not from the history, which has
+/// no record of a round whose aggregation failed); a replayed journal counts them again.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RoundCounts {
+    /// The last round opened (rounds open in order, from 1).
+    pub opened: Round,
+    pub closed_all_answered: u64,
+    pub closed_timeout: u64,
 }
 
 impl Rounds {
@@ -196,6 +207,7 @@ impl Rounds {
             evals: BTreeMap::new(),
             global_evals: BTreeMap::new(),
             global_holder: None,
+            counts: RoundCounts::default(),
         }
     }
 
@@ -216,6 +228,10 @@ impl Rounds {
 
     pub fn joined(&self) -> &BTreeMap<ClientId, DataSummary> {
         &self.joined
+    }
+
+    pub fn counts(&self) -> RoundCounts {
+        self.counts
     }
 
     pub fn history(&self) -> &[RoundRecord] {
@@ -380,6 +396,7 @@ impl Rounds {
 
     fn open(&mut self, round: Round, now: Instant) {
         tracing::info!(round, clients = self.joined.len(), "round open");
+        self.counts.opened = round;
         self.phase = Phase::Open {
             round,
             opened_at: now,
@@ -538,6 +555,10 @@ impl Rounds {
             unreachable!("the phase was checked to be open");
         };
         tracing::info!(round, ?closed_by, updates = updates.len(), "round closed");
+        match closed_by {
+            ClosedBy::AllAnswered => self.counts.closed_all_answered += 1,
+            ClosedBy::Timeout => self.counts.closed_timeout += 1,
+        }
         self.phase = Phase::Aggregating {
             round,
             opened_at,
@@ -839,6 +860,7 @@ mod tests {
         assert!(tick(&mut r, late));
         assert_eq!(r.history()[0].closed_by, ClosedBy::Timeout);
         assert_eq!(r.history()[0].participants, vec![1, 2]);
+        assert_eq!((r.counts().opened, r.counts().closed_timeout), (2, 1));
         // Client 3 missed round 1 and continues with round 2.
         assert!(matches!(r.task_for(3, 0), Task::Train { round: 2, .. }));
         let e = take(&mut r, 3, 1, model(1.0), late).unwrap_err();
@@ -960,6 +982,13 @@ mod tests {
         take(&mut r, 1, 1, model(1.0), t0).unwrap();
         assert!(r.is_finished(), "no round runs on a strategy that panicked");
         assert!(r.history().is_empty());
+        // The metrics still count the round that opened and closed.
+        let counts = RoundCounts {
+            opened: 1,
+            closed_all_answered: 1,
+            closed_timeout: 0,
+        };
+        assert_eq!(r.counts(), counts);
         assert!(r.strategy_state().is_some(), "the strategy came back");
     }
 

@@ -6,7 +6,6 @@
 //! No label names a client: the series count is fixed by the run's shape (methods × status
 //! codes at most), however many clients join.
 
-use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -185,33 +184,29 @@ const PHASES: [&str; 4] = ["waiting-for-clients", "open", "aggregating", "finish
 
 impl RunState {
     fn read(&self) -> Reading {
-        use crate::rounds::ClosedBy;
         let s = &self.shared;
         let (totals, unattributed) = s.ledger.with(|l| (l.total(), l.unattributed()));
         let rounds = s.rounds();
-        let history = rounds.history();
-        let closed_by = |by| history.iter().filter(|r| r.closed_by == by).count() as u64;
-        let last_closed = history.last().map_or(0, |r| r.round);
-        let (phase, round, selected, updates) = match (rounds.open_round(), rounds.aggregating()) {
-            (Some((r, u, sel)), _) => ("open", r, sel, u),
-            (None, Some(r)) => ("aggregating", r, 0, 0),
-            (None, None) if rounds.is_finished() => ("finished", last_closed, 0, 0),
-            (None, None) => ("waiting-for-clients", last_closed, 0, 0),
+        let counts = rounds.counts();
+        let (phase, selected, updates) = match (rounds.open_round(), rounds.aggregating()) {
+            (Some((_, u, sel)), _) => ("open", sel, u),
+            (None, Some(_)) => ("aggregating", 0, 0),
+            (None, None) if rounds.is_finished() => ("finished", 0, 0),
+            (None, None) => ("waiting-for-clients", 0, 0),
         };
-        // A round enters the history once its aggregation is installed.
-        let opened = history.len() as u64 + u64::from(phase == "open" || phase == "aggregating");
+        let last = rounds.history().last();
         Reading {
             planned: u64::from(s.experiment.policy.rounds),
-            round: u64::from(round),
+            round: u64::from(counts.opened),
             phase,
             expected: s.experiment.clients.len(),
             joined: rounds.joined().len(),
             selected,
             updates,
-            participants: history.last().map_or(0, |r| r.participants.len()),
-            opened,
-            closed_all: closed_by(ClosedBy::AllAnswered),
-            closed_timeout: closed_by(ClosedBy::Timeout),
+            participants: last.map_or(0, |r| r.participants.len()),
+            opened: u64::from(counts.opened),
+            closed_all: counts.closed_all_answered,
+            closed_timeout: counts.closed_timeout,
             totals,
             unattributed,
             long_polls: s.long_polls.lock().expect("long_polls lock").values().sum(),
@@ -249,7 +244,7 @@ impl Collector for RunState {
         )?;
         enc.gauge(
             "flint_round",
-            "The current round: open or aggregating, else the last closed",
+            "The last round opened: open, aggregating or closed",
             r.round as i64,
         )?;
         enc.gauge_with(
@@ -286,7 +281,7 @@ impl Collector for RunState {
         enc.counter("flint_rounds_opened", "Rounds opened", r.opened)?;
         enc.counter_with(
             "flint_rounds_closed",
-            "Rounds closed and aggregated, by cause: every selected client answered, or the round timed out",
+            "Rounds closed, by cause: every selected client answered, or the round timed out",
             &[[("cause", "all-answered")], [("cause", "timeout")]],
             |[(_, cause)]| match *cause {
                 "timeout" => r.closed_timeout,
@@ -455,14 +450,26 @@ fn registry(shared: &Arc<Shared>, gate: &Arc<Gate>) -> Registry {
     registry
 }
 
-/// The text a scrape gets (OpenMetrics).
-pub fn scrape(registry: &Registry) -> String {
+/// The text a scrape gets (OpenMetrics); `None` if a collector failed (a panic included), so
+/// that the scrape fails rather than shows nothing as if it were so.
+fn scrape(registry: &Registry) -> Option<String> {
     let mut text = String::new();
-    if let Err(e) = prometheus_client::encoding::text::encode(&mut text, registry) {
-        // Encoding into a String fails only on a formatter error of our own: say so in the body.
-        let _ = writeln!(text, "# cannot encode the metrics: {e}");
+    prometheus_client::encoding::text::encode(&mut text, registry).ok()?;
+    Some(text)
+}
+
+/// GET /metrics.
+async fn answer(registry: Arc<Registry>) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    // Reading the ledger takes its lock: off the async threads.
+    match tokio::task::spawn_blocking(move || scrape(&registry)).await {
+        Ok(Some(text)) => ([(http::header::CONTENT_TYPE, OPENMETRICS)], text).into_response(),
+        _ => (
+            http::StatusCode::INTERNAL_SERVER_ERROR,
+            "cannot read the metrics; see the server's log\n",
+        )
+            .into_response(),
     }
-    text
 }
 
 /// The metrics listener, serving until [`stop`](Self::stop).
@@ -476,33 +483,33 @@ pub struct MetricsServer {
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 impl MetricsOptions {
-    /// Binds the listener (a busy address fails the start, before any client is served) and
-    /// serves the registry of `shared`'s run on it.
-    pub async fn start(
-        &self,
-        shared: &Arc<Shared>,
-        gate: &Arc<Gate>,
-    ) -> anyhow::Result<Option<MetricsServer>> {
+    /// Binds the listener, if metrics are asked for: before the run's state is touched, so that
+    /// a busy address fails the start with nothing written.
+    pub async fn bind(&self) -> anyhow::Result<Option<tokio::net::TcpListener>> {
         let Some(addr) = self.metrics_listen else {
             return Ok(None);
         };
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .with_context(|| format!("cannot listen for metrics on {addr}"))?;
+        Ok(Some(listener))
+    }
+
+    /// Serves the registry of `shared`'s run on `listener` (from [`bind`](Self::bind)).
+    pub fn start(
+        &self,
+        listener: Option<tokio::net::TcpListener>,
+        shared: &Arc<Shared>,
+        gate: &Arc<Gate>,
+    ) -> anyhow::Result<Option<MetricsServer>> {
+        let Some(listener) = listener else {
+            return Ok(None);
+        };
         let addr = listener.local_addr()?;
         let registry = Arc::new(registry(shared, gate));
         let app = axum::Router::new().route(
             "/metrics",
-            axum::routing::get(move || {
-                let registry = registry.clone();
-                async move {
-                    // Reading the ledger takes its lock: off the async threads.
-                    let text = tokio::task::spawn_blocking(move || scrape(&registry))
-                        .await
-                        .unwrap_or_default();
-                    ([(http::header::CONTENT_TYPE, OPENMETRICS)], text)
-                }
-            }),
+            axum::routing::get(move || answer(registry.clone())),
         );
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(async move {
@@ -524,17 +531,17 @@ impl MetricsOptions {
 }
 
 impl MetricsServer {
-    /// Serves the final figures `--metrics-linger` longer, then stops.
-    pub async fn stop(self) {
-        if !self.linger.is_zero() {
+    /// Serves the final figures `--metrics-linger` longer, then stops; not at all once a stop
+    /// signal has come, during the run or the linger (a container's grace period is short).
+    pub async fn stop(self, mut signal: flint_shell::signal::Stop) {
+        if !self.linger.is_zero() && signal.received_yet().is_none() {
             tracing::info!(
                 seconds = self.linger.as_secs(),
                 "metrics stay up after the run"
             );
-            // A signal ends the wait: nothing is left to lose.
             tokio::select! {
                 _ = tokio::time::sleep(self.linger) => {}
-                _ = flint_shell::signal::interrupted() => {}
+                _ = signal.received() => {}
             }
         }
         let _ = self.stop.send(());

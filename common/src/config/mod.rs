@@ -62,6 +62,8 @@ const RESERVED_ENV: &[&str] = &[
     "INSECURE",
     "METRICS_LISTEN",
     "METRICS_LINGER",
+    "PROMETHEUS_IMAGE",
+    "PROMETHEUS_PORT",
     "RETRY_SECS",
     "CLIENTS",
     "EXPERIMENT",
