@@ -44,7 +44,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "PROFILE")]
     pub link: Option<String>,
     #[command(flatten)]
-    pub metrics: flint_server::telemetry::MetricsOptions,
+    pub metrics: flint_server::exporter::MetricsOptions,
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
@@ -276,7 +276,7 @@ fn announce(experiment: &Experiment, dir: &Path, say: &impl Fn(String)) {
 fn spawn_server(
     run: &RunDir,
     pki: Option<&Pki>,
-    metrics: &flint_server::telemetry::MetricsOptions,
+    metrics: &flint_server::exporter::MetricsOptions,
 ) -> anyhow::Result<(Child, String)> {
     let ready = run.dir.join("server.addr");
     let mut server = Command::new(&run.exe);

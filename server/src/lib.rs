@@ -7,6 +7,7 @@ pub mod journal;
 pub mod recovery;
 pub mod results;
 pub mod rounds;
+pub mod exporter;
 pub mod service;
 pub mod telemetry;
 
@@ -106,7 +107,7 @@ pub struct ServeOptions {
     #[arg(long)]
     pub reflection: bool,
     #[command(flatten)]
-    pub metrics: telemetry::MetricsOptions,
+    pub metrics: exporter::MetricsOptions,
 }
 
 /// TLS of the server (PEM files, e.g. from `flint certs`).
