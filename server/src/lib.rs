@@ -2,12 +2,12 @@
 //! the round logic is [`rounds::Rounds`] and the algorithms are in `flint-common`.
 
 pub mod accept;
+pub mod exporter;
 pub mod identity;
 pub mod journal;
 pub mod recovery;
 pub mod results;
 pub mod rounds;
-pub mod exporter;
 pub mod service;
 pub mod telemetry;
 

@@ -117,4 +117,3 @@ pub fn code_name(code: tonic::Code) -> &'static str {
         Unauthenticated => "unauthenticated",
     }
 }
-
