@@ -9,6 +9,10 @@ target=x86_64-unknown-linux-gnu
 # Static only for the target: build scripts and proc macros stay dynamic host binaries. A target
 # directory of its own, so that a test running under `cargo test` can build the image too.
 export CARGO_TARGET_DIR=target/image-build
+if [ ! -d "$CARGO_TARGET_DIR" ]; then
+  # Measured on two cores: 3 min 17 s and 0.7 GB (docs/guide/deployment.md).
+  echo "build-image: a release build of its own in $CARGO_TARGET_DIR, static: a few minutes and about 0.7 GB the first time" >&2
+fi
 RUSTFLAGS='-C target-feature=+crt-static' CARGO_PROFILE_RELEASE_DEBUG=0 \
   cargo build --release --locked --target "$target" -p flint
 context=target/image
