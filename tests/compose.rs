@@ -256,6 +256,7 @@ fn the_documented_compose_command_gives_the_same_figures_twice_even_through_a_cr
             if fed.prometheus.is_some() {
                 prometheus_saw_the_run(&fed, &printed);
             }
+            link_level_reached_the_server(fed.results.path());
             if crash_after.is_some() {
                 let server = fed.containers("server").remove(0);
                 assert_eq!(inspect(&server, "{{.RestartCount}}"), "1", "{printed}");
@@ -304,6 +305,50 @@ fn prometheus_saw_the_run(fed: &Federation, printed: &str) {
     }
     assert!(
         printed.contains("Prometheus keeps the run's metrics"),
+        "{printed}"
+    );
+}
+
+/// Issue 34 §2: results.json holds the link level of every client and round, as the clients
+/// reported it with their evaluations (through a crash too: the journal keeps the reports); a
+/// reported count never exceeds what the client's own ledger ends with, and the last round's
+/// lacks only the last report's own bytes.
+fn link_level_reached_the_server(dir: &Path) {
+    let r = results(dir);
+    let mut clients = 0;
+    for entry in std::fs::read_dir(dir.join("clients")).unwrap().flatten() {
+        let p = entry.path();
+        if p.extension().is_none_or(|x| x != "json") {
+            continue;
+        }
+        let c: ClientReport = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+        clients += 1;
+        let own = &c.ledger.flows[&c.client_id];
+        let reported = &r.ledger.flows[&c.client_id];
+        for round in 0..=10 {
+            let (mine, theirs) = (&own[&round], &reported[&round]);
+            for (what, server, client) in [
+                ("up", theirs.up.link, mine.up.link),
+                ("down", theirs.down.link, mine.down.link),
+            ] {
+                let at = format!("client {} round {round} {what}", c.client_id);
+                assert!(server > 0, "{at}: no link bytes in results.json");
+                assert!(
+                    server <= client,
+                    "{at}: reported {server} > counted {client}"
+                );
+            }
+        }
+    }
+    assert_eq!(clients, 4);
+    assert!(r.totals.up.link > 0 && r.totals.down.link > 0);
+    // results.json alone, as a server host has it: flint report shows the reported level.
+    let alone = tempfile::tempdir().unwrap();
+    std::fs::copy(dir.join("results.json"), alone.path().join("results.json")).unwrap();
+    let out = ok(flint().arg("report").arg(alone.path()));
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        printed.contains("Link level as the clients reported it"),
         "{printed}"
     );
 }

@@ -243,6 +243,7 @@ fn a_client_id_cannot_be_used_without_its_token() {
             confusion: vec![1000, 0, 0, 1000],
             global_test: false,
             predictor: String::new(),
+            link: Vec::new(),
         };
         let e = g.report_eval(with_token(report, &mine)).await.unwrap_err();
         assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");

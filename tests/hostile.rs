@@ -238,6 +238,7 @@ fn before(url: &str, e: &Experiment) {
                                 confusion: vec![1, 0, 0, 1],
                                 global_test: false,
                                 predictor: String::new(),
+                                link: Vec::new(),
                             };
                             let st = g.report_eval(as_mallory(report)).await.unwrap_err();
                             assert_eq!(st.code(), Code::Unauthenticated, "{st:?}");
@@ -299,6 +300,7 @@ fn during(url: &str, e: &Experiment) {
             confusion: vec![0, 9, 9, 0],
             global_test: false,
             predictor: String::new(),
+            link: Vec::new(),
         };
         let st = g.report_eval(as_mallory(report)).await.unwrap_err();
         assert_eq!(st.code(), Code::PermissionDenied, "{st:?}");

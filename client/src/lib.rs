@@ -427,6 +427,8 @@ struct Client {
     link_interfaces: Vec<String>,
     grpc: Grpc,
     ledger: Arc<SharedLedger>,
+    /// The link counts its reports have sent, by round (each report sends what changed).
+    link_sent: std::sync::Mutex<BTreeMap<Round, (u64, u64)>>,
     trainers: Arc<tokio::sync::Semaphore>,
     retry_for: Duration,
     out: Option<std::path::PathBuf>,
@@ -575,6 +577,7 @@ impl Shell {
                 .map_or_else(Vec::new, |l| l.interfaces().to_vec()),
             grpc: conn.grpc,
             ledger: conn.ledger,
+            link_sent: Default::default(),
             trainers: self.trainers.clone(),
             retry_for: self.retry_for,
             out: self.out.clone(),
@@ -971,6 +974,7 @@ impl Client {
             confusion: cm.counts().to_vec(),
             global_test: global_test.is_some(),
             predictor,
+            link: self.link_counts(),
         };
         let ack = retry(retry_for, "report evaluation", || {
             let mut g = self.grpc.clone();
@@ -982,6 +986,19 @@ impl Client {
         self.count(round, Direction::Up, report.encoded_len(), 0);
         self.count(round, Direction::Down, ack.encoded_len(), 0);
         Ok(())
+    }
+}
+
+impl Client {
+    /// The link level its meter booked since its last report, for the server's results (empty
+    /// where it does not measure it).
+    fn link_counts(&self) -> Vec<flint_common::wire::proto::LinkCount> {
+        if self.link_interfaces.is_empty() {
+            return Vec::new();
+        }
+        let mut sent = self.link_sent.lock().expect("link_sent lock");
+        self.ledger
+            .with(|l| l.link_counts_since(self.id, &mut sent))
     }
 }
 

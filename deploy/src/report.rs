@@ -398,7 +398,7 @@ fn link_level(r: &RunResults) -> String {
 
 fn measured_link_level(r: &RunResults) -> String {
     if r.client_ledgers.is_empty() {
-        return String::new();
+        return reported_link_level(r);
     }
     if r.client_link_interfaces.is_empty() {
         return "Link level: not measured (the clients did not run alone in their network namespaces; \
@@ -437,6 +437,28 @@ fn measured_link_level(r: &RunResults) -> String {
             rr.round,
             four(&f.up),
             four(&f.down)
+        );
+    }
+    s + "\n"
+}
+
+/// Where the clients' own files are not at hand (clients on other hosts): the link level as
+/// they reported it to the server with their evaluations, from the server's ledger.
+fn reported_link_level(r: &RunResults) -> String {
+    if r.totals.up.link + r.totals.down.link == 0 {
+        return String::new();
+    }
+    let mut s = "Link level as the clients reported it with their evaluations (each report's own \
+                 bytes come with the next; the last one's are only in the client's ledger):\n"
+        .to_string();
+    s += &format!("{:>5} | {:>12} | {:>12}\n", "round", "up", "down");
+    for rr in &r.rounds {
+        let f = r.ledger.round_total(rr.round);
+        s += &format!(
+            "{:>5} | {:>12} | {:>12}\n",
+            rr.round,
+            kb(f.up.link),
+            kb(f.down.link)
         );
     }
     s + "\n"

@@ -251,9 +251,8 @@ fn pick<'a>(flow: &'a Flow, direction: &str) -> &'a Traffic {
 
 /// Every level of `flow` in both directions, as one counter family.
 fn bytes(enc: &mut Encoder, name: &str, help: &str, flow: &Flow) -> Result<(), std::fmt::Error> {
-    // No link level: the server has no interface of its own to read; the clients' ledgers hold
-    // theirs (`flint report`).
-    const LEVELS: [&str; 4] = ["payload", "message", "socket", "paper"];
+    // The link level as the clients report it (`--link-bytes`; 0 where none measures it).
+    const LEVELS: [&str; 5] = ["payload", "message", "socket", "link", "paper"];
     let labels: Vec<[(&str, &str); 2]> = LEVELS
         .iter()
         .flat_map(|l| {
@@ -264,7 +263,7 @@ fn bytes(enc: &mut Encoder, name: &str, help: &str, flow: &Flow) -> Result<(), s
         })
         .collect();
     let help = format!(
-        "{help}, by level (payload, message, socket, and paper: the papers' 4 B per weight) and direction"
+        "{help}, by level (payload, message, socket; link as the clients report it; paper: the papers' 4 B per weight) and direction"
     );
     enc.counter_with(name, &help, &labels, |[(_, level), (_, d)]| {
         let t = pick(flow, d);
@@ -272,6 +271,7 @@ fn bytes(enc: &mut Encoder, name: &str, help: &str, flow: &Flow) -> Result<(), s
             "payload" => t.payload,
             "message" => t.message,
             "socket" => t.socket,
+            "link" => t.link,
             _ => t.paper,
         }
     })

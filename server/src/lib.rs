@@ -571,11 +571,18 @@ fn resume(
         found.journal.append(service::installed(rounds, round))?;
     }
     found.journal.sync()?;
-    let ledger = match std::fs::read(state_dir.join(LEDGER_FILE)) {
-        Ok(bytes) => serde_json::from_slice(&bytes)
-            .with_context(|| format!("cannot read {}", state_dir.join(LEDGER_FILE).display()))?,
-        Err(_) => Default::default(),
-    };
+    let mut ledger: flint_common::wire::ledger::Ledger =
+        match std::fs::read(state_dir.join(LEDGER_FILE)) {
+            Ok(bytes) => serde_json::from_slice(&bytes).with_context(|| {
+                format!("cannot read {}", state_dir.join(LEDGER_FILE).display())
+            })?,
+            Err(_) => Default::default(),
+        };
+    // The clients' reported link counts are in the journal: the whole of them, whatever the
+    // kept ledger's age (a count only grows, so taking the larger is idempotent).
+    for (client, counts) in &replayed.link {
+        ledger.reported_link(*client, counts);
+    }
     tracing::info!(
         run = %found.start.run_id,
         records = replayed.records,

@@ -5,8 +5,10 @@
 use std::time::Instant;
 
 use anyhow::{Context, bail};
+use flint_common::ClientId;
 use flint_common::metrics::ConfusionMatrix;
 use flint_common::strategy::Predictor;
+use flint_common::wire::proto::LinkCount;
 
 use crate::identity::{Holder, Identities};
 use crate::journal::{Event, RoundMark};
@@ -19,6 +21,9 @@ pub struct Replayed {
     /// A round closed before the crash whose aggregation never came back: aggregated again and
     /// installed by the replay (the caller journals that).
     pub installed_at_end: Option<u32>,
+    /// The link counts the replayed reports carried, by client, for the byte ledger (which is
+    /// kept beside the journal, not in it).
+    pub link: Vec<(ClientId, Vec<LinkCount>)>,
 }
 
 /// Replays `events` into a fresh `rounds` and `identities` built from the same experiment.
@@ -29,6 +34,7 @@ pub fn replay(
     now: Instant,
 ) -> anyhow::Result<Replayed> {
     let mut pending: Option<Aggregated> = None;
+    let mut link = Vec::new();
     // How long the round being aggregated was open, as its `Close` record says.
     let mut open_for: Option<(u32, f64)> = None;
     let records = events.len();
@@ -92,6 +98,9 @@ pub fn replay(
                 rounds
                     .report_eval(e.client_id, e.round, m, e.global_test, predictor)
                     .with_context(at)?;
+                if !e.link.is_empty() {
+                    link.push((e.client_id, e.link));
+                }
             }
         }
     }
@@ -106,6 +115,7 @@ pub fn replay(
     Ok(Replayed {
         records,
         installed_at_end,
+        link,
     })
 }
 

@@ -10,7 +10,7 @@ use flint_common::data::partition::MAX_CLIENT_NAME;
 use flint_common::metrics::ConfusionMatrix;
 use flint_common::strategy::Predictor;
 use flint_common::wire::chunks::Reassembler;
-use flint_common::wire::ledger::Direction;
+use flint_common::wire::ledger::{Direction, check_link_counts};
 use flint_common::wire::proto::{
     Ack, ClaimReply, ClaimRequest, EvalReport, JoinReply, JoinRequest, Payload, RoundRequest,
     RoundTask, UpdateChunk, UpdateHeader,
@@ -868,6 +868,7 @@ impl AggregatorService {
                 )))
             })?;
         let predictor = Predictor::parse(&req.predictor).map_err(refuse)?;
+        check_link_counts(&req.link, s.experiment.policy.rounds).map_err(refuse)?;
         let duplicate = {
             let mut rounds = s.rounds();
             let duplicate = rounds
@@ -881,6 +882,9 @@ impl AggregatorService {
             }
             duplicate
         };
+        if !duplicate {
+            s.ledger.with(|l| l.reported_link(req.client_id, &req.link));
+        }
         s.durable().await?;
         s.bump();
         let ack = Ack { duplicate };

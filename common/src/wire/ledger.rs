@@ -9,7 +9,8 @@ use std::ops::AddAssign;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{ClientId, Round};
+use super::proto::LinkCount;
+use crate::{ClientId, FlintError, Result, Round};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Direction {
@@ -125,6 +126,39 @@ impl Ledger {
         self.at(client, round).get_mut(d).link += bytes;
     }
 
+    /// The link level as a client reported it (cumulative counts of its rounds, so a count
+    /// only ever grows): each round's figure is the largest reported, whatever the order the
+    /// reports came or were replayed in. Check the counts first ([`check_link_counts`]).
+    pub fn reported_link(&mut self, client: ClientId, counts: &[LinkCount]) {
+        for c in counts {
+            let f = self.at(client, c.round);
+            f.up.link = f.up.link.max(c.up);
+            f.down.link = f.down.link.max(c.down);
+        }
+    }
+
+    /// The link level the client's own meter booked, by round, as a report sends it: the
+    /// rounds whose counts differ from `sent` (what earlier reports sent, updated here).
+    pub fn link_counts_since(
+        &self,
+        client: ClientId,
+        sent: &mut BTreeMap<Round, (u64, u64)>,
+    ) -> Vec<LinkCount> {
+        let mut out = Vec::new();
+        for (round, flow) in self.flows.get(&client).into_iter().flatten() {
+            let now = (flow.up.link, flow.down.link);
+            if now != (0, 0) && sent.get(round) != Some(&now) {
+                sent.insert(*round, now);
+                out.push(LinkCount {
+                    round: *round,
+                    up: now.0,
+                    down: now.1,
+                });
+            }
+        }
+        out
+    }
+
     /// Round `round`'s bytes over the clients (client 0's, no client's, left out).
     pub fn round_total(&self, round: Round) -> Flow {
         let mut f = Flow::default();
@@ -160,9 +194,82 @@ impl Ledger {
     }
 }
 
+/// The most link-level bytes a client may report for one round in one direction (1 TiB): a
+/// count beyond it is no honest meter's.
+pub const MAX_LINK_BYTES: u64 = 1 << 40;
+
+/// A report's link counts as the server takes them: rounds of the run (0 to `rounds`), each at
+/// most once, each count within [`MAX_LINK_BYTES`]. Sizes come from the run, never the sender.
+pub fn check_link_counts(counts: &[LinkCount], rounds: Round) -> Result<()> {
+    let mut seen = std::collections::BTreeSet::new();
+    for c in counts {
+        if c.round > rounds {
+            return Err(FlintError::InvalidRequest(format!(
+                "link bytes for round {} of a run of {rounds}",
+                c.round
+            )));
+        }
+        if !seen.insert(c.round) {
+            return Err(FlintError::InvalidRequest(format!(
+                "link bytes for round {} twice in one report",
+                c.round
+            )));
+        }
+        if c.up > MAX_LINK_BYTES || c.down > MAX_LINK_BYTES {
+            return Err(FlintError::InvalidRequest(format!(
+                "link bytes of round {} beyond {MAX_LINK_BYTES}",
+                c.round
+            )));
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reported_link_counts_keep_the_largest_per_round_in_any_order() {
+        let count = |round, up, down| LinkCount { round, up, down };
+        let mut l = Ledger::default();
+        l.reported_link(2, &[count(0, 900, 1500), count(1, 300, 400)]);
+        // A repeat, or an older report replayed late, lowers nothing.
+        l.reported_link(2, &[count(1, 100, 100)]);
+        l.reported_link(2, &[count(1, 350, 420)]);
+        assert_eq!((l.at(2, 0).up.link, l.at(2, 0).down.link), (900, 1500));
+        assert_eq!((l.at(2, 1).up.link, l.at(2, 1).down.link), (350, 420));
+    }
+
+    #[test]
+    fn a_clients_link_counts_are_sent_once_until_they_change() {
+        let mut l = Ledger::default();
+        l.link(3, 0, Direction::Up, 10);
+        l.link(3, 1, Direction::Down, 20);
+        l.payload(3, 2, Direction::Up, 5, 0);
+        let mut sent = BTreeMap::new();
+        let first = l.link_counts_since(3, &mut sent);
+        assert_eq!(first.iter().map(|c| c.round).collect::<Vec<_>>(), [0, 1]);
+        assert!(l.link_counts_since(3, &mut sent).is_empty());
+        l.link(3, 1, Direction::Up, 7);
+        let again = l.link_counts_since(3, &mut sent);
+        assert_eq!(again.len(), 1);
+        assert_eq!((again[0].round, again[0].up, again[0].down), (1, 7, 20));
+    }
+
+    #[test]
+    fn link_counts_are_bounded_by_the_run_not_the_sender() {
+        let count = |round, up| LinkCount { round, up, down: 0 };
+        assert!(check_link_counts(&[count(0, 1), count(3, MAX_LINK_BYTES)], 3).is_ok());
+        for bad in [
+            vec![count(4, 1)],
+            vec![count(1, 1), count(1, 2)],
+            vec![count(1, MAX_LINK_BYTES + 1)],
+        ] {
+            let e = check_link_counts(&bad, 3).unwrap_err();
+            assert!(matches!(e, FlintError::InvalidRequest(_)), "{bad:?}");
+        }
+    }
 
     #[test]
     fn entries_add_up_per_round_and_in_total() {
