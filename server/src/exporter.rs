@@ -180,13 +180,16 @@ impl Collector for RunState {
         bytes(
             &mut enc,
             "flint_bytes",
-            "Bytes of the run's clients",
+            "Bytes of the run's clients, by level (payload, message, socket; link as the clients report it; paper: the papers' 4 B per weight) and direction",
+            &["payload", "message", "socket", "link", "paper"],
             &r.totals,
         )?;
+        // No client reports a stranger's link bytes.
         bytes(
             &mut enc,
             "flint_unattributed_bytes",
-            "Bytes of connections that never proved a client (health probes, strangers' refused calls)",
+            "Bytes of connections that never proved a client (health probes, strangers' refused calls), by level and direction",
+            &["payload", "message", "socket", "paper"],
             &r.unattributed,
         )?;
         enc.counter_with(
@@ -249,11 +252,15 @@ fn pick<'a>(flow: &'a Flow, direction: &str) -> &'a Traffic {
     }
 }
 
-/// Every level of `flow` in both directions, as one counter family.
-fn bytes(enc: &mut Encoder, name: &str, help: &str, flow: &Flow) -> Result<(), std::fmt::Error> {
-    // The link level as the clients report it (`--link-bytes`; 0 where none measures it).
-    const LEVELS: [&str; 5] = ["payload", "message", "socket", "link", "paper"];
-    let labels: Vec<[(&str, &str); 2]> = LEVELS
+/// The levels of `flow` in both directions, as one counter family.
+fn bytes(
+    enc: &mut Encoder,
+    name: &str,
+    help: &str,
+    levels: &[&'static str],
+    flow: &Flow,
+) -> Result<(), std::fmt::Error> {
+    let labels: Vec<[(&str, &str); 2]> = levels
         .iter()
         .flat_map(|l| {
             [
@@ -262,10 +269,7 @@ fn bytes(enc: &mut Encoder, name: &str, help: &str, flow: &Flow) -> Result<(), s
             ]
         })
         .collect();
-    let help = format!(
-        "{help}, by level (payload, message, socket; link as the clients report it; paper: the papers' 4 B per weight) and direction"
-    );
-    enc.counter_with(name, &help, &labels, |[(_, level), (_, d)]| {
+    enc.counter_with(name, help, &labels, |[(_, level), (_, d)]| {
         let t = pick(flow, d);
         match *level {
             "payload" => t.payload,

@@ -879,12 +879,12 @@ impl AggregatorService {
                     run_id: String::new(),
                     ..req.clone()
                 }));
+                // Under the rounds lock (then the ledger's, as results are collected): the run
+                // cannot be seen done before the report's link counts are booked.
+                s.ledger.with(|l| l.reported_link(req.client_id, &req.link));
             }
             duplicate
         };
-        if !duplicate {
-            s.ledger.with(|l| l.reported_link(req.client_id, &req.link));
-        }
         s.durable().await?;
         s.bump();
         let ack = Ack { duplicate };

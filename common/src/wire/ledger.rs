@@ -36,13 +36,15 @@ pub struct Traffic {
 }
 
 impl AddAssign for Traffic {
+    /// Saturating: the link level is what clients say, and sums over many clients and rounds
+    /// of bounded figures must not wrap (or panic under the ledger's lock).
     fn add_assign(&mut self, o: Traffic) {
-        self.messages += o.messages;
-        self.payload += o.payload;
-        self.message += o.message;
-        self.socket += o.socket;
-        self.link += o.link;
-        self.paper += o.paper;
+        self.messages = self.messages.saturating_add(o.messages);
+        self.payload = self.payload.saturating_add(o.payload);
+        self.message = self.message.saturating_add(o.message);
+        self.socket = self.socket.saturating_add(o.socket);
+        self.link = self.link.saturating_add(o.link);
+        self.paper = self.paper.saturating_add(o.paper);
     }
 }
 
