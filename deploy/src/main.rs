@@ -5,6 +5,7 @@ mod certs;
 mod data;
 mod explain;
 mod grid;
+mod kit;
 mod link;
 mod plot;
 mod replay;
@@ -56,6 +57,9 @@ enum Command {
     Link(link::LinkArgs),
     /// Generate a private PKI: a CA, a server certificate, one certificate per client.
     Certs(certs::CertsArgs),
+    /// Per-site kits from a PKI and an experiment: one folder per participant with its
+    /// certificate, the CA, the experiment and a compose file for its site.
+    Kit(kit::KitArgs),
     /// Print every experiment key with its default and a one-line doc.
     Keys {
         /// Print the experiment file's JSON Schema instead (docs/experiment.schema.json), for
@@ -167,6 +171,7 @@ fn main() -> ExitCode {
         }),
         Command::Health(args) => runtime().and_then(|rt| rt.block_on(flint_client::health(args))),
         Command::Certs(args) => certs::certs(args),
+        Command::Kit(args) => kit::kit(args),
         Command::Keys { schema } => {
             print_keys(schema);
             Ok(())

@@ -44,6 +44,29 @@ pub fn common_name(der: &[u8]) -> Option<String> {
     cn.as_str().ok().map(str::to_string)
 }
 
+/// The DNS names and IP addresses a PEM certificate is valid for (its subject alternative
+/// names); `None` if it does not parse.
+pub fn certificate_names(pem: &[u8]) -> Option<Vec<String>> {
+    use x509_parser::extensions::GeneralName;
+    let (_, pem) = x509_parser::pem::parse_x509_pem(pem).ok()?;
+    let (_, cert) = x509_parser::parse_x509_certificate(&pem.contents).ok()?;
+    let names = cert.subject_alternative_name().ok()??;
+    let named = names.value.general_names.iter().filter_map(|n| match n {
+        GeneralName::DNSName(d) => Some(d.to_string()),
+        GeneralName::IPAddress(ip) => match ip.len() {
+            4 => <[u8; 4]>::try_from(*ip)
+                .ok()
+                .map(|b| std::net::Ipv4Addr::from(b).to_string()),
+            16 => <[u8; 16]>::try_from(*ip)
+                .ok()
+                .map(|b| std::net::Ipv6Addr::from(b).to_string()),
+            _ => None,
+        },
+        _ => None,
+    });
+    Some(named.collect())
+}
+
 /// What `flint certs` writes, by file.
 #[derive(Debug, Clone)]
 pub struct Pki {
