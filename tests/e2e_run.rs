@@ -696,6 +696,29 @@ fn tsetlin_machines_train_on_a_table_and_keep_readable_rules() {
             strategy == "tpfl",
             "TPFL's clusters are drawn"
         );
+        // Issue 29 §6: the clusters go by their classes' names, in the plot and the report.
+        assert_eq!(r.classes, ["a", "b", "c"]);
+        if strategy == "tpfl" {
+            let svg = std::fs::read_to_string(&clusters).unwrap();
+            assert!(
+                !svg.contains("class 0") && !svg.contains("class 1"),
+                "{svg}"
+            );
+            let report = ok(flint().arg("report").arg(&run));
+            let text = String::from_utf8_lossy(&report.stdout);
+            let rows = text
+                .split("Clusters per round")
+                .nth(1)
+                .expect("the report's clusters");
+            let first = rows.lines().nth(2).unwrap_or_default();
+            assert!(
+                first
+                    .split_whitespace()
+                    .skip(3)
+                    .all(|c| c.starts_with(['a', 'b', 'c'])),
+                "{first}"
+            );
+        }
     }
 }
 

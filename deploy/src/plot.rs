@@ -322,7 +322,7 @@ fn clusters(path: &Path, r: &RunResults) -> anyhow::Result<bool> {
     let classes = by_class.len();
     for (i, (class, points)) in by_class.into_iter().enumerate() {
         let style = hue(i, classes).stroke_width(2);
-        line_with_points(&mut chart, points, style, 3, format!("class {class}"))?;
+        line_with_points(&mut chart, points, style, 3, r.class_name(class))?;
     }
     legend(&mut chart, SeriesLabelPosition::UpperRight, 13)?;
     root.present()?;
@@ -379,10 +379,15 @@ fn heat_map(path: &Path, m: &ModelFile) -> anyhow::Result<bool> {
         return Ok(false);
     }
     let (rows, columns) = (sources.len(), targets.len());
-    let size = (260 + 90 * columns as u32, 150 + 20 * rows as u32);
+    let size = (
+        260 + 90 * columns as u32 + COLOUR_BAR,
+        (150 + 20 * rows as u32).max(260),
+    );
     let root = SVGBackend::new(path, size).into_drawing_area();
     root.fill(&WHITE)?;
-    let mut chart = ChartBuilder::on(&root)
+    let (map, bar) = root.split_horizontally(size.0 - COLOUR_BAR);
+    colour_bar(&bar)?;
+    let mut chart = ChartBuilder::on(&map)
         .caption(
             format!(
                 "{}: FCM links, source → target (blue −1, white 0, red +1)",
@@ -399,10 +404,11 @@ fn heat_map(path: &Path, m: &ModelFile) -> anyhow::Result<bool> {
         let i = v.floor() as usize;
         ((v - i as f64 - 0.5).abs() < 1e-9 && i < count).then_some(i)
     };
+    // Long names are cut to their cell's width, so that neighbours never overprint.
     let column_name =
-        |v: &f64| middle(*v, columns).map_or_else(String::new, |i| names[targets[i]].clone());
+        |v: &f64| middle(*v, columns).map_or_else(String::new, |i| short(&names[targets[i]], 12));
     let row_name = |v: &f64| {
-        middle(rows as f64 - *v, rows).map_or_else(String::new, |i| names[sources[i]].clone())
+        middle(rows as f64 - *v, rows).map_or_else(String::new, |i| short(&names[sources[i]], 28))
     };
     chart
         .configure_mesh()
@@ -413,28 +419,74 @@ fn heat_map(path: &Path, m: &ModelFile) -> anyhow::Result<bool> {
         .y_label_formatter(&row_name)
         .label_style((FONT, 12))
         .draw()?;
-    let colour = |w: f64| {
-        let w = w.clamp(-1.0, 1.0);
-        let fade = |c: u8| (255.0 - (255.0 - f64::from(c)) * w.abs()) as u8;
-        let (r, g, b) = if w < 0.0 {
-            (33, 102, 172)
-        } else {
-            (178, 24, 43)
-        };
-        RGBColor(fade(r), fade(g), fade(b))
-    };
     let cells = sources.iter().enumerate().flat_map(|(i, &s)| {
         let top = (rows - i) as f64;
         targets.iter().enumerate().map(move |(j, &t)| {
             Rectangle::new(
                 [(j as f64, top), (j as f64 + 1.0, top - 1.0)],
-                colour(matrix[s][t]).filled(),
+                link_colour(matrix[s][t]).filled(),
             )
         })
     });
     chart.draw_series(cells)?;
     root.present()?;
     Ok(true)
+}
+
+/// Width of the heat map's colour bar, with its scale.
+const COLOUR_BAR: u32 = 90;
+
+/// A link's weight as a colour: blue −1, white 0, red +1.
+fn link_colour(w: f64) -> RGBColor {
+    let w = w.clamp(-1.0, 1.0);
+    let fade = |c: u8| (255.0 - (255.0 - f64::from(c)) * w.abs()) as u8;
+    let (r, g, b) = if w < 0.0 {
+        (33, 102, 172)
+    } else {
+        (178, 24, 43)
+    };
+    RGBColor(fade(r), fade(g), fade(b))
+}
+
+/// The scale of [`link_colour`], −1 at the bottom to +1 at the top.
+fn colour_bar<DB: DrawingBackend>(
+    area: &DrawingArea<DB, plotters::coord::Shift>,
+) -> anyhow::Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    let mut chart = ChartBuilder::on(area)
+        .margin_top(50)
+        .margin_bottom(40)
+        .margin_right(10)
+        .y_label_area_size(40)
+        .build_cartesian_2d(0f64..1f64, -1f64..1f64)?;
+    chart
+        .configure_mesh()
+        .disable_mesh()
+        .disable_x_axis()
+        .y_labels(5)
+        .y_label_formatter(&|v| format!("{v:+.1}"))
+        .label_style((FONT, 12))
+        .draw()?;
+    const STEPS: usize = 40;
+    let step = 2.0 / STEPS as f64;
+    chart.draw_series((0..STEPS).map(|k| {
+        let low = -1.0 + k as f64 * step;
+        Rectangle::new(
+            [(0.0, low), (1.0, low + step)],
+            link_colour(low + step / 2.0).filled(),
+        )
+    }))?;
+    Ok(())
+}
+
+/// `name` cut to `max` characters, the cut marked.
+fn short(name: &str, max: usize) -> String {
+    match name.chars().count() > max {
+        true => name.chars().take(max - 1).chain(['…']).collect(),
+        false => name.to_string(),
+    }
 }
 
 /// A grid's summary: each experiment's mean accuracy after its last round (a bar), with the
@@ -496,4 +548,39 @@ pub fn grid_chart(path: &Path, rows: &[(String, Vec<f64>)]) -> anyhow::Result<bo
     }
     root.present()?;
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 29 §6: the heat map has a colour bar, and long names are cut, not overprinted.
+    #[test]
+    fn a_heat_map_has_its_scale_and_cuts_long_names() {
+        let long = "a class name far too long for one cell of the map".to_string();
+        let matrix = vec![
+            vec![0.0, 0.0, 0.8, -0.5],
+            vec![0.0, 0.0, -0.3, 0.9],
+            vec![0.0, 0.0, 0.0, 0.0],
+            vec![0.0, 0.0, 0.0, 0.0],
+        ];
+        let m = ModelFile::new(
+            "p1",
+            vec![long.clone(), "short".into()],
+            vec!["x".into(), "y".into()],
+            "none".into(),
+            KeptModel::Fcm { matrix },
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("fcm.svg");
+        assert!(heat_map(&path, &m).unwrap());
+        let svg = std::fs::read_to_string(&path).unwrap();
+        assert!(svg.contains("+1.0") && svg.contains("+0.0") && svg.contains("-1.0"));
+        assert!(!svg.contains(&long), "the long name is cut");
+        assert!(
+            svg.contains("class a cla…"),
+            "cut to its cell, marked: {svg}"
+        );
+        assert_eq!(short("short", 12), "short");
+    }
 }

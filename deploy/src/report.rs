@@ -106,7 +106,7 @@ fn clusters(r: &RunResults) -> String {
             let sizes: Vec<String> = t
                 .clusters
                 .iter()
-                .map(|(class, m)| format!("{class}:{}", m.len()))
+                .map(|(class, m)| format!("{}:{}", r.class_name(*class), m.len()))
                 .collect();
             Some(format!(
                 "{:>5} {:>8}  {:>10.4}  {}\n",

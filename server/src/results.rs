@@ -130,6 +130,19 @@ pub struct RunResults {
     /// Rounds whose models learned nothing (one class for every row, below the majority class).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<Warning>,
+    /// The classes' names, by index (absent in files written before they were recorded).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub classes: Vec<String>,
+}
+
+impl RunResults {
+    /// Class `index` by its name, where the results record it.
+    pub fn class_name(&self, index: u32) -> String {
+        self.classes
+            .get(index as usize)
+            .cloned()
+            .unwrap_or_else(|| format!("class {index}"))
+    }
 }
 
 /// The version of this file's layout: raised when a field changes meaning or goes.
@@ -269,6 +282,7 @@ pub fn collect(shared: &Shared) -> RunResults {
         unattributed: ledger.unattributed(),
         wall_seconds: shared.started.elapsed().as_secs_f64(),
         ledger,
+        classes: e.data.classes().to_vec(),
         client_ledgers: BTreeMap::new(),
         client_train_seconds: BTreeMap::new(),
         client_link_interfaces: BTreeMap::new(),
@@ -552,6 +566,7 @@ mod tests {
             provenance: None,
             unattributed: Flow::default(),
             warnings: Vec::new(),
+            classes: Vec::new(),
         }
     }
 
