@@ -829,6 +829,26 @@ fn fedtmos_federates_a_table_in_one_round() {
     let (m, sd) = ((a + b) / 2.0, (a - b).abs() / 2f64.sqrt());
     let summary = format!("| table-fedtmos | 1,2 | {m:.2} ± {sd:.2} |");
     assert!(tables.contains(&summary), "{summary}\n{tables}");
+    // Issue 29 §6: the grid's own summary has the shared test set's column, and describes a
+    // table's machine without an image's patch.
+    let grid_md = std::fs::read_to_string(grid.join("grid-summary.md")).unwrap();
+    assert!(grid_md.contains("accuracy, shared test set"), "{grid_md}");
+    let (ga, gb) = (eq3(1) / 100.0, eq3(2) / 100.0);
+    let (gm, gsd) = ((ga + gb) / 2.0, (ga - gb).abs() / 2f64.sqrt());
+    let row = "| table-fedtmos | fedtmos | tm 40 clauses on table rows, φ = 2 | S(2) × 3 | 2 | 1 |";
+    assert!(grid_md.contains(row), "{row}\n{grid_md}");
+    assert!(
+        grid_md.contains(&format!("| {gm:.4} ± {gsd:.4} |")),
+        "{grid_md}"
+    );
+    let csv = std::fs::read_to_string(grid.join("grid-summary.csv")).unwrap();
+    let header = csv_fields(csv.lines().next().unwrap());
+    let at = header
+        .iter()
+        .position(|h| h == "accuracy_global_test")
+        .unwrap();
+    let first: f64 = csv_fields(csv.lines().nth(1).unwrap())[at].parse().unwrap();
+    assert_eq!(first, ga);
     let (literals, machines) = kept_composite(&run.join("models/client-1.json"));
     assert_eq!(machines, 2);
     assert_eq!(literals.len(), 12);

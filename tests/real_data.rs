@@ -335,25 +335,6 @@ fn adult_both_files_load_and_federation_raises_accuracy() {
     );
 }
 
-/// Fields of one CSV line (RFC 4180 quoting).
-fn csv_fields(line: &str) -> Vec<String> {
-    let (mut out, mut cur, mut quoted, mut chars) =
-        (Vec::new(), String::new(), false, line.chars().peekable());
-    while let Some(c) = chars.next() {
-        match c {
-            '"' if quoted && chars.peek() == Some(&'"') => {
-                cur.push('"');
-                chars.next();
-            }
-            '"' => quoted = !quoted,
-            ',' if !quoted => out.push(std::mem::take(&mut cur)),
-            c => cur.push(c),
-        }
-    }
-    out.push(cur);
-    out
-}
-
 /// TPFL on a small MNIST subset (TPFL §6.3 at toy size): 6 clients, the first 3 IID, as real
 /// processes, 2 clients per process.
 const TPFL_SMALL: &str = r#"

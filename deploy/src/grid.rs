@@ -81,6 +81,8 @@ struct Outcome {
     seed: u64,
     /// The kinds of the last round's warnings (`one-class`, `no-clauses`, …).
     warnings: Vec<String>,
+    /// Accuracy on the run's shared test set after its last round, where it has one (FedTMOS).
+    global: Option<f64>,
 }
 
 pub fn grid(args: GridArgs) -> anyhow::Result<()> {
@@ -339,9 +341,14 @@ fn setting(e: &Experiment) -> String {
             }
             s
         }
-        ModelSpec::ConvTm(f) => format!(
+        // A patch is an image's: a table's rows are read whole.
+        ModelSpec::ConvTm(f) if e.data.is_images() => format!(
             "conv tm {} clauses, {}×{} patch, φ = {}",
             f.tm.clauses, f.fedtmos.patch, f.fedtmos.patch, f.fedtmos.server.models
+        ),
+        ModelSpec::ConvTm(f) => format!(
+            "tm {} clauses on table rows, φ = {}",
+            f.tm.clauses, f.fedtmos.server.models
         ),
         ModelSpec::LogReg(_) => e.strategy.model().kind().name(),
         ModelSpec::Fcm(f) => {
@@ -370,15 +377,23 @@ fn partition(e: &Experiment) -> String {
             .map(|x| format!("{x}"))
             .collect::<Vec<_>>()
             .join("/"),
-        PartitionPlan::ByClass {
-            clients,
-            split: flint_common::data::partition::ClassSplit::Counts(_),
-        } => format!("explicit × {clients}"),
-        PartitionPlan::ByClass { clients, split } => format!("{split:?} × {clients}"),
+        PartitionPlan::ByClass { clients, split } => format!("{} × {clients}", class_split(split)),
         PartitionPlan::Dirichlet { alphas, samples } => {
             let iid = e.file.partition.iid_clients.unwrap_or(alphas.len());
             format!("dirichlet {iid}/{} iid × {samples}", alphas.len())
         }
+    }
+}
+
+/// A split by class in the papers' notation: Dir(α), S(β).
+fn class_split(split: &flint_common::data::partition::ClassSplit) -> String {
+    use flint_common::data::partition::ClassSplit;
+    match split {
+        ClassSplit::DirichletByClass { alpha } => format!("Dir({alpha})"),
+        ClassSplit::DirichletFedTmosCode { alpha, .. } => format!("Dir({alpha}), the code's"),
+        ClassSplit::ClassesPerClient { beta } => format!("S({beta})"),
+        ClassSplit::ClassSets(_) => "S(β), classes given".into(),
+        ClassSplit::Counts(_) => "explicit".into(),
     }
 }
 
@@ -446,8 +461,15 @@ fn outcome(dir: &Path) -> anyhow::Result<Outcome> {
         .collect();
     warnings.sort_unstable();
     warnings.dedup();
+    let global = r
+        .rounds
+        .iter()
+        .rev()
+        .find_map(|rr| rr.global_test)
+        .map(|m| m.accuracy);
     Ok(Outcome {
         warnings,
+        global,
         before,
         after,
         up: per(up),
@@ -537,8 +559,8 @@ fn warned(runs: &[Outcome]) -> String {
 
 fn markdown(rows: &[Row]) -> String {
     let mut s = String::from(
-        "| experiment | strategy | setting | partition | runs | rounds | accuracy before | accuracy after | precision before | precision after | up B/client/round (payload / message / socket) | down B/client/round | s/run | warnings |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| experiment | strategy | setting | partition | runs | rounds | accuracy before | accuracy after | accuracy, shared test set | precision before | precision after | up B/client/round (payload / message / socket) | down B/client/round | s/run | warnings |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in rows {
         let col = |f: fn(&Outcome) -> Option<f64>| -> String {
@@ -546,7 +568,7 @@ fn markdown(rows: &[Row]) -> String {
         };
         let wall = r.runs.iter().map(|o| o.wall).sum::<f64>() / r.runs.len().max(1) as f64;
         s += &format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} | {} |\n",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} | {} |\n",
             r.name,
             r.strategy,
             r.setting,
@@ -555,6 +577,7 @@ fn markdown(rows: &[Row]) -> String {
             r.rounds,
             col(|o| o.before.map(|m| m.accuracy)),
             col(|o| o.after.map(|m| m.accuracy)),
+            col(|o| o.global),
             col(|o| o.before.map(|m| m.precision)),
             col(|o| o.after.map(|m| m.precision)),
             bytes(&r.runs, |o| o.up),
@@ -605,7 +628,7 @@ fn field(s: &str) -> String {
 
 fn csv(rows: &[Row]) -> String {
     let mut s = String::from(
-        "experiment,strategy,setting,partition,run,accuracy_before,accuracy_after,precision_before,precision_after,\
+        "experiment,strategy,setting,partition,run,accuracy_before,accuracy_after,accuracy_global_test,precision_before,precision_after,\
 up_payload,up_message,up_socket,up_paper,down_payload,down_message,down_socket,down_paper,\
 up_total_payload,up_total_message,up_total_socket,up_total_paper,\
 down_total_payload,down_total_message,down_total_socket,down_total_paper,clusters_per_round,wall_seconds,rounds,warnings\n",
@@ -614,7 +637,7 @@ down_total_payload,down_total_message,down_total_socket,down_total_paper,cluster
     for r in rows {
         for (i, o) in r.runs.iter().enumerate() {
             s += &format!(
-                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.3},{},{}\n",
+                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.3},{},{}\n",
                 field(&r.name),
                 r.strategy,
                 field(&r.setting),
@@ -622,6 +645,7 @@ down_total_payload,down_total_message,down_total_socket,down_total_paper,cluster
                 i + 1,
                 num(o.before.map(|m| m.accuracy)),
                 num(o.after.map(|m| m.accuracy)),
+                num(o.global),
                 num(o.before.map(|m| m.precision)),
                 num(o.after.map(|m| m.precision)),
                 o.up.payload,

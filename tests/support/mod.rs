@@ -261,3 +261,22 @@ pub fn prometheus_value(api: &str, q: &str) -> f64 {
     assert_eq!(found.len(), 1, "{q}: {found:?}");
     found[0].2
 }
+
+/// A CSV line's fields (RFC 4180 quoting), as `flint grid` writes them.
+pub fn csv_fields(line: &str) -> Vec<String> {
+    let (mut out, mut cur, mut quoted, mut chars) =
+        (Vec::new(), String::new(), false, line.chars().peekable());
+    while let Some(c) = chars.next() {
+        match c {
+            '"' if quoted && chars.peek() == Some(&'"') => {
+                cur.push('"');
+                chars.next();
+            }
+            '"' => quoted = !quoted,
+            ',' if !quoted => out.push(std::mem::take(&mut cur)),
+            c => cur.push(c),
+        }
+    }
+    out.push(cur);
+    out
+}
