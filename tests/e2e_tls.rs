@@ -12,7 +12,8 @@ use flint_common::config::Experiment;
 use flint_common::wire::chunks::{MAX_CHUNK, split};
 use flint_common::wire::proto::payload::Kind;
 use flint_common::wire::proto::{
-    DataSummary, EvalReport, JoinRequest, LinearModel, Payload, RoundRequest, UpdateHeader,
+    DataSummary, EvalReport, JoinRequest, LinearModel, LinkCount, Payload, RoundRequest,
+    UpdateHeader,
 };
 use flint_common::wire::{HOST_HEADER, TOKEN_HEADER};
 use support::*;
@@ -237,7 +238,7 @@ fn a_client_id_cannot_be_used_without_its_token() {
         assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
         let report = EvalReport {
             client_id: 1,
-            run_id,
+            run_id: run_id.clone(),
             round: 1,
             classes: 2,
             confusion: vec![1000, 0, 0, 1000],
@@ -247,6 +248,24 @@ fn a_client_id_cannot_be_used_without_its_token() {
         };
         let e = g.report_eval(with_token(report, &mine)).await.unwrap_err();
         assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+        // Issue 34 §2: link counts a client reports are bounded by the run, not the sender.
+        let report = EvalReport {
+            client_id: 3,
+            run_id,
+            round: 1,
+            classes: 2,
+            confusion: vec![1, 0, 0, 1],
+            global_test: false,
+            predictor: String::new(),
+            link: vec![LinkCount {
+                round: 99,
+                up: 1,
+                down: 1,
+            }],
+        };
+        let e = g.report_eval(with_token(report, &mine)).await.unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+        assert!(e.message().contains("link bytes for round 99"), "{e:?}");
         // client-3 now falls silent; its rounds close at the timeout.
     });
     assert!(server.wait(Duration::from_secs(60)).success());
