@@ -269,6 +269,9 @@ fn announce(experiment: &Experiment, dir: &Path, say: &impl Fn(String)) {
             "  classes read from the data: {:?}",
             experiment.data.classes()
         ));
+        if let Some(warning) = flint_common::data::csv::label_warning(&experiment.data.classes()) {
+            say(format!("  warning: {warning}"));
+        }
     }
 }
 

@@ -124,8 +124,9 @@ fn shape_of(text: &[u8], spec: &CsvSpec) -> std::result::Result<Shape, String> {
         let at = spec.label_column.unwrap_or(record.len() - 1);
         let label = record.get(at).ok_or_else(|| {
             format!(
-                "line {line}: label column {at} but only {} columns",
-                record.len()
+                "line {line}: label column {at} but only {} columns (data.label_column counts from 0){}",
+                record.len(),
+                delimiter_hint(text, spec)
             )
         })?;
         if !spec.is_missing(label) {
@@ -135,8 +136,9 @@ fn shape_of(text: &[u8], spec: &CsvSpec) -> std::result::Result<Shape, String> {
     let mut labels: Vec<String> = labels.into_iter().collect();
     if labels.len() < 2 {
         return Err(format!(
-            "the label column holds {} distinct label(s), {labels:?}: a classifier needs two",
-            labels.len()
+            "the label column holds {} distinct label(s), {labels:?}: a classifier needs two{}",
+            labels.len(),
+            delimiter_hint(text, spec)
         ));
     }
     if labels
@@ -151,7 +153,10 @@ fn shape_of(text: &[u8], spec: &CsvSpec) -> std::result::Result<Shape, String> {
     }
     let features = feature_columns(spec, columns.unwrap_or(0)).len();
     if features == 0 {
-        return Err("no feature column: every column is the label or skipped".into());
+        return Err(format!(
+            "no feature column: every column is the label or skipped{}",
+            delimiter_hint(text, spec)
+        ));
     }
     Ok(Shape {
         classes: labels,
@@ -186,6 +191,59 @@ fn feature_columns(spec: &CsvSpec, columns: usize) -> Vec<usize> {
         .filter(|i| *i != label_at && !spec.skip_columns.contains(i))
         .collect()
 }
+
+/// A file's first line of names read as data: a word where a value or label was expected.
+fn header_hint(line: u64, spec: &CsvSpec, field: &str) -> &'static str {
+    match line == 1 && !spec.header && field.chars().any(char::is_alphabetic) {
+        true => "; is line 1 a header? set data.header = true",
+        false => "",
+    }
+}
+
+/// Where a file read with the wrong delimiter shows it: its first line has another candidate
+/// delimiter. Empty when none is seen.
+fn delimiter_hint(text: &[u8], spec: &CsvSpec) -> String {
+    let first = text
+        .split(|b| *b == b'\n')
+        .find(|l| !l.iter().all(u8::is_ascii_whitespace))
+        .unwrap_or_default();
+    let count = |d: u8| first.iter().filter(|b| **b == d).count();
+    let seen = [b',', b';', b'\t', b'|']
+        .into_iter()
+        .filter(|d| *d != spec.delimiter)
+        .map(|d| (count(d), d))
+        .max();
+    match seen {
+        Some((n, d)) if n > 0 && count(spec.delimiter) == 0 => format!(
+            "; the first line has no {:?} but {n} {:?}: set data.delimiter = {:?}",
+            spec.delimiter as char,
+            d as char,
+            (d as char).to_string()
+        ),
+        _ => String::new(),
+    }
+}
+
+/// Whether inferred classes look like a measurement rather than a label: more than
+/// [`MANY_CLASSES`] values, or numbers not all whole. Said by `flint run`, which reads them.
+pub fn label_warning(classes: &[String]) -> Option<String> {
+    let numbers: Option<Vec<f64>> = classes.iter().map(|c| c.parse::<f64>().ok()).collect();
+    let fractional = numbers.is_some_and(|v| v.iter().any(|x| x.fract() != 0.0));
+    if classes.len() <= MANY_CLASSES && !fractional {
+        return None;
+    }
+    let why = match fractional {
+        true => "numbers that are not all whole",
+        false => "very many values",
+    };
+    Some(format!(
+        "the label column holds {} classes, {why}: is it a measurement rather than a label? data.label_column names the label's column (from 0), data.skip_columns leaves columns out",
+        classes.len()
+    ))
+}
+
+/// More inferred classes than this reads as a measurement, not a label.
+pub const MANY_CLASSES: usize = 50;
 
 fn csv_error(e: &::csv::Error) -> String {
     match e.kind() {
@@ -260,7 +318,7 @@ impl Rows<'_> {
         let label_at = spec.label_column.unwrap_or(width - 1);
         if label_at >= width {
             return Err(format!(
-                "line {line}: label column {label_at} but only {width} columns"
+                "line {line}: label column {label_at} but only {width} columns (data.label_column counts from 0)"
             ));
         }
         if let Some(&c) = spec.skip_columns.iter().find(|&&c| c >= width) {
@@ -288,8 +346,9 @@ impl Rows<'_> {
             .position(|c| c == label)
             .ok_or_else(|| {
                 format!(
-                    "line {line}: label {label:?} is not one of data.classes {:?}",
-                    spec.classes
+                    "line {line}: label {label:?} is not one of data.classes {:?}{}",
+                    spec.classes,
+                    header_hint(line, spec, label)
                 )
             })?;
         match self.features(line, record, label_at)? {
@@ -328,8 +387,9 @@ impl Rows<'_> {
                 continue;
             }
             let v: f64 = f.parse().map_err(|_| {
+                let hint = header_hint(line, spec, f);
                 format!(
-                    "line {line}, {}: {f:?} is not a number",
+                    "line {line}, {}: {f:?} is not a number{hint}",
                     self.column_name(i)
                 )
             })?;
@@ -425,6 +485,39 @@ mod tests {
     }
 
     /// The holdout of issue 18: `"pos"` was read with its quotes.
+    #[test]
+    fn mistakes_in_reading_a_table_come_with_a_hint() {
+        let s = CsvSpec::new("t.csv", vec!["a".into(), "b".into()]);
+        // A header read as data.
+        let e = parse("x,y,label\n1,2,a\n3,4,b\n", &s).unwrap_err();
+        assert!(e.contains("set data.header = true"), "{e}");
+        // Semicolons read with the default comma.
+        let e = shape_of(b"1;2;a\n3;4;b\n", &s).unwrap_err();
+        assert!(e.contains("set data.delimiter = \";\""), "{e}");
+        // A label column past the row.
+        let past = CsvSpec {
+            label_column: Some(3),
+            ..s.clone()
+        };
+        let e = shape_of(b"1,2,a\n3,4,b\n", &past).unwrap_err();
+        assert!(e.contains("counts from 0"), "{e}");
+        // No hint where the delimiter is right.
+        let e = shape_of(b"1,2,a\n3,4,a\n", &s).unwrap_err();
+        assert!(!e.contains("delimiter"), "{e}");
+    }
+
+    #[test]
+    fn a_label_that_looks_like_a_measurement_is_said() {
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert!(label_warning(&names(&["a", "b", "c"])).is_none());
+        assert!(label_warning(&names(&["1", "2", "3"])).is_none());
+        let w = label_warning(&names(&["0.5", "1.25", "2"])).unwrap();
+        assert!(w.contains("not all whole"), "{w}");
+        let ages: Vec<String> = (18..90).map(|a| a.to_string()).collect();
+        let w = label_warning(&ages).unwrap();
+        assert!(w.contains("72 classes, very many values"), "{w}");
+    }
+
     #[test]
     fn quoted_fields_and_other_delimiters_are_read_as_fields() {
         let quoted = CsvSpec {
