@@ -891,3 +891,30 @@ fn a_ten_class_table_runs_through_every_tabular_strategy() {
         assert_eq!(model.classes.len(), 10, "{name}");
     }
 }
+
+/// Issue 29 §3, for images: a federation the training images cannot feed is refused by
+/// `flint run` before any process starts (no run directory), in one line with the count.
+#[test]
+#[ignore = "needs FLINT_DATA_DIR with MNIST; CI runs it"]
+fn an_image_federation_its_data_cannot_feed_is_refused_before_any_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let exp = write(
+        dir.path(),
+        "too-many.toml",
+        "name = \"too-many\"\nstrategy = \"fedtmos\"\nseed = 3\nrounds = 1\nclient_count = 30000\n\
+         [data]\nsource = \"mnist\"\n[partition]\nkind = \"classes-per-client\"\nbeta = 2\n",
+    );
+    let runs = dir.path().join("runs");
+    let out = flint_run(&exp, &data_dir(), &runs)
+        .arg("--insecure")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("S(2) leaves clients") && err.contains("more of 30000 without rows"),
+        "{err}"
+    );
+    assert!(err.lines().count() <= 2, "one line: {err}");
+    assert!(!runs.exists(), "no run directory, so no process, was made");
+}

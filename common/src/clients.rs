@@ -151,12 +151,7 @@ fn prepare_images(
     let pool = e.data.load_images(data_dir)?;
     let features = pool.train.features();
     let source = ShardSource::new(&pool, e.seed)?;
-    let split_rows = match &e.partition {
-        PartitionPlan::ByClass { clients, split } => {
-            Some(split.split_all_served(&pool.train.labels, classes, *clients, e.seed)?)
-        }
-        _ => None,
-    };
+    let split_rows = image_split(e, &pool)?;
     let feature_names: Vec<String> = match &e.data.source {
         Source::Images { set, .. } => (0..features).map(|k| set.pixel_name(k)).collect(),
         _ => Vec::new(),
@@ -164,7 +159,7 @@ fn prepare_images(
     ids.iter()
         .map(|&id| {
             let name = declared(e, id)?.name.clone();
-            let shard = image_shard(e, &pool, &source, split_rows.as_deref(), id)
+            let shard = image_shard(e, &pool, &source, split_rows.as_deref(), id, Prefit::Copy)
                 .map_err(|err| in_client(&name, err))?;
             let half = e
                 .strategy
@@ -186,6 +181,57 @@ fn prepare_images(
         .collect()
 }
 
+/// The split of the whole training set by class, computed once for every client, where the
+/// partition is one.
+fn image_split(
+    e: &Experiment,
+    pool: &crate::data::images::ImagePool,
+) -> Result<Option<Vec<Vec<usize>>>> {
+    let classes = e.data.classes().len();
+    match &e.partition {
+        PartitionPlan::ByClass { clients, split } => Ok(Some(split.split_all_served(
+            &pool.train.labels,
+            classes,
+            *clients,
+            e.seed,
+        )?)),
+        _ => Ok(None),
+    }
+}
+
+/// Whether a shard gets the FedTMOS code's leaked epoch (a copy of other clients' rows), where
+/// the strategy asks for it: a feasibility check has no use for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Prefit {
+    Copy,
+    Skip,
+}
+
+/// Before any client process starts: every image client's shard, drawn as its process will
+/// draw it (the same pool, seed and split). Says how many fall short.
+pub fn check_image_shards(e: &Experiment, data_dir: &Path) -> Result<()> {
+    let pool = e.data.load_images(data_dir)?;
+    let source = ShardSource::new(&pool, e.seed)?;
+    let split_rows = image_split(e, &pool)?;
+    let mut first = None;
+    let mut short = 0;
+    for (k, client) in e.clients.iter().enumerate() {
+        let id = k as ClientId + 1;
+        if let Err(err) = image_shard(e, &pool, &source, split_rows.as_deref(), id, Prefit::Skip) {
+            short += 1;
+            first.get_or_insert(in_client(&client.name, err));
+        }
+    }
+    match first {
+        None => Ok(()),
+        Some(FlintError::Partition(m)) if short > 1 => Err(FlintError::Partition(format!(
+            "{m}; {short} of the {} clients are short",
+            e.clients.len()
+        ))),
+        Some(err) => Err(err),
+    }
+}
+
 /// A client's image shard: drawn by its Dirichlet proportions, or its rows of the split by
 /// class (with the FedTMOS code's leaked epoch, where the strategy asks for it).
 fn image_shard(
@@ -194,6 +240,7 @@ fn image_shard(
     source: &ShardSource,
     split_rows: Option<&[Vec<usize>]>,
     id: ClientId,
+    prefit: Prefit,
 ) -> Result<BitShard> {
     let classes = e.data.classes().len();
     let not_images = || {
@@ -217,7 +264,7 @@ fn image_shard(
                 )));
             }
             let mut shard = source.from_rows(rows, sizes.test, id)?;
-            if e.strategy.copy_data_epoch() {
+            if e.strategy.copy_data_epoch() && prefit == Prefit::Copy {
                 let leaked = copy_data(source, all, &pool.train.labels, classes, sizes.test)?;
                 shard.prefit = Some(leaked);
             }

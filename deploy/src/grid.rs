@@ -377,23 +377,11 @@ fn partition(e: &Experiment) -> String {
             .map(|x| format!("{x}"))
             .collect::<Vec<_>>()
             .join("/"),
-        PartitionPlan::ByClass { clients, split } => format!("{} × {clients}", class_split(split)),
+        PartitionPlan::ByClass { clients, split } => format!("{split} × {clients}"),
         PartitionPlan::Dirichlet { alphas, samples } => {
             let iid = e.file.partition.iid_clients.unwrap_or(alphas.len());
             format!("dirichlet {iid}/{} iid × {samples}", alphas.len())
         }
-    }
-}
-
-/// A split by class in the papers' notation: Dir(α), S(β).
-fn class_split(split: &flint_common::data::partition::ClassSplit) -> String {
-    use flint_common::data::partition::ClassSplit;
-    match split {
-        ClassSplit::DirichletByClass { alpha } => format!("Dir({alpha})"),
-        ClassSplit::DirichletFedTmosCode { alpha, .. } => format!("Dir({alpha}), the code's"),
-        ClassSplit::ClassesPerClient { beta } => format!("S({beta})"),
-        ClassSplit::ClassSets(_) => "S(β), classes given".into(),
-        ClassSplit::Counts(_) => "explicit".into(),
     }
 }
 

@@ -181,6 +181,10 @@ fn check_data(
     data_dir: &Path,
 ) -> anyhow::Result<std::collections::BTreeMap<String, String>> {
     experiment.data.check_files(data_dir)?;
+    if experiment.data.is_images() {
+        // The same draw every client process makes, before any starts.
+        flint_common::clients::check_image_shards(experiment, data_dir)?;
+    }
     if !experiment.data.is_images() {
         let table = experiment.data.load(data_dir, experiment.seed)?;
         flint_common::clients::check_table_shards(experiment, &table)?;

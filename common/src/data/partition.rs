@@ -430,6 +430,28 @@ pub enum ClassSplit {
     Counts(Vec<Vec<usize>>),
 }
 
+/// The papers' notation: Dir(α), S(β).
+impl std::fmt::Display for ClassSplit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ClassSplit::DirichletByClass { alpha } => write!(f, "Dir({alpha})"),
+            ClassSplit::DirichletFedTmosCode { alpha, .. } => write!(f, "Dir({alpha}), the code's"),
+            ClassSplit::ClassesPerClient { beta } => write!(f, "S({beta})"),
+            ClassSplit::ClassSets(_) => write!(f, "S(β), classes given"),
+            ClassSplit::Counts(_) => write!(f, "explicit"),
+        }
+    }
+}
+
+/// At most ten client ids, then how many more.
+fn some(ids: &[usize]) -> String {
+    let shown: Vec<String> = ids.iter().take(10).map(usize::to_string).collect();
+    match ids.len().saturating_sub(10) {
+        0 => shown.join(", "),
+        more => format!("{} and {more} more", shown.join(", ")),
+    }
+}
+
 impl ClassSplit {
     /// Row indices per client; a client may get none (see [`empty_clients`]).
     pub fn split(
@@ -483,7 +505,8 @@ impl ClassSplit {
             let served = nominal - empty.len();
             if served != clients {
                 return Err(FlintError::Partition(format!(
-                    "{self:?} with this seed leaves {served} of {nominal} nominal clients with rows (clients {empty:?} get none, and the code drops them): declare {served} clients"
+                    "{self} with this seed leaves {served} of {nominal} nominal clients with rows (clients {} get none, and the code drops them): declare {served} clients",
+                    some(&empty)
                 )));
             }
             tracing::info!(
@@ -497,18 +520,25 @@ impl ClassSplit {
         let empty = empty_clients(&parts);
         if !empty.is_empty() && matches!(self, ClassSplit::DirichletFedTmosCode { .. }) {
             return Err(FlintError::Partition(format!(
-                "{self:?} leaves clients {empty:?} of {clients} without rows; to drop them as the code does, set partition.nominal_clients = {clients} and declare {} clients",
+                "{self} leaves clients {} of {clients} without rows; to drop them as the code does, set partition.nominal_clients = {clients} and declare {} clients",
+                some(&empty),
                 clients - empty.len()
             )));
         }
         if !empty.is_empty() && matches!(self, ClassSplit::Counts(_)) {
             return Err(FlintError::Partition(format!(
-                "class_counts leaves clients {empty:?} of {clients} without rows; a run waits for every declared client, so give each some rows or leave it out"
+                "class_counts leaves clients {} of {clients} without rows; a run waits for every declared client, so give each some rows or leave it out",
+                some(&empty)
             )));
         }
         if !empty.is_empty() {
             return Err(FlintError::Partition(format!(
-                "{self:?} leaves clients {empty:?} of {clients} without rows; declare fewer clients, another seed or a larger alpha"
+                "{self} leaves clients {} of {clients} without rows; declare fewer clients{}",
+                some(&empty),
+                match self {
+                    ClassSplit::ClassesPerClient { .. } => ", or another seed",
+                    _ => ", another seed or a larger alpha",
+                }
             )));
         }
         Ok(parts)
@@ -1305,7 +1335,19 @@ mod tests {
             .split_all_served(&y, 3, 2, 0)
             .unwrap_err()
             .to_string();
-        assert!(e.contains("leaves clients [2] of 2 without rows"), "{e}");
+        assert!(e.contains("leaves clients 2 of 2 without rows"), "{e}");
+    }
+
+    #[test]
+    fn a_long_list_of_clients_is_cut_to_ten_and_a_count() {
+        assert_eq!(some(&[3, 5]), "3, 5");
+        let many: Vec<usize> = (1..=25).collect();
+        assert_eq!(some(&many), "1, 2, 3, 4, 5, 6, 7, 8, 9, 10 and 15 more");
+        assert_eq!(ClassSplit::ClassesPerClient { beta: 2 }.to_string(), "S(2)");
+        assert_eq!(
+            ClassSplit::DirichletByClass { alpha: 0.3 }.to_string(),
+            "Dir(0.3)"
+        );
     }
 
     /// docs/papers/fedtmos.md §16: the code drops the clients its split leaves empty. With nominal
@@ -1330,7 +1372,7 @@ mod tests {
             .to_string();
         assert!(
             e.contains(&format!("leaves {served} of 10 nominal clients"))
-                && e.contains(&format!("{empty:?}"))
+                && e.contains(&format!("clients {} get none", some(&empty)))
                 && e.contains(&format!("declare {served} clients")),
             "{e}"
         );
