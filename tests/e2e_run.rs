@@ -525,6 +525,23 @@ fn a_csv_runs_feature_count_comes_from_the_experiment() {
         "{resolved}"
     );
 
+    // Issue 29 §5: without `header`, the first line decides, and the run says what it read.
+    let open = write(
+        dir.path(),
+        "open.toml",
+        &text
+            .replace("header = true\n", "")
+            .replace("\"shape\"", "\"open\""),
+    );
+    let out = ok(&mut flint_run(&open, &data, &runs));
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        printed.contains("data.header not given: line 1 is a header"),
+        "{printed}"
+    );
+    let resolved = std::fs::read_to_string(runs.join("open/experiment.resolved.toml")).unwrap();
+    assert!(resolved.contains("\nheader = true\n"), "{resolved}");
+
     // By hand, with the classes listed: the feature count is all it lacks.
     let listed = write(
         dir.path(),

@@ -268,6 +268,13 @@ fn announce(experiment: &Experiment, dir: &Path, say: &impl Fn(String)) {
         experiment.seed,
         dir.display()
     ));
+    if let Some(header) = experiment.header_from_data {
+        let read = match header {
+            true => "a header (a feature cell is not a number)",
+            false => "data (its feature cells are numbers)",
+        };
+        say(format!("  data.header not given: line 1 is {read}"));
+    }
     if experiment.classes_from_data {
         say(format!(
             "  classes read from the data: {:?}",

@@ -88,6 +88,8 @@ pub struct Experiment {
     /// The file left `data.classes` out and they were read from the data
     /// ([`Experiment::load_with_data`]).
     pub classes_from_data: bool,
+    /// The file left `data.header` out: whether its data's first line was read as a header.
+    pub header_from_data: Option<bool>,
 }
 
 impl From<ParamError> for FlintError {
@@ -153,10 +155,11 @@ impl Experiment {
         let mut file = overrides::read(text, &overrides)?;
         let inferred = match data_dir {
             Some(dir) => file.data.infer_from_data(dir)?,
-            None => false,
+            None => Default::default(),
         };
         let mut experiment = Experiment::check(file)?;
-        experiment.classes_from_data = inferred;
+        experiment.classes_from_data = inferred.classes;
+        experiment.header_from_data = inferred.header;
         Ok(experiment)
     }
 
@@ -206,6 +209,7 @@ impl Experiment {
             clients,
             file,
             classes_from_data: false,
+            header_from_data: None,
         })
     }
 

@@ -36,6 +36,9 @@ pub struct CsvSpec {
     /// Labels as written in the file, in class-index order (class 1 is the positive class).
     pub classes: Vec<String>,
     pub header: bool,
+    /// The experiment does not say `data.header`: the file's first line decides
+    /// ([`looks_like_header`]), and `header` is that decision once the file is read.
+    pub detect_header: bool,
     /// 0-based columns to ignore (e.g. a record id).
     pub skip_columns: Vec<usize>,
     /// The number of features the file must have (`data.features`); it is also how the server
@@ -57,6 +60,7 @@ impl CsvSpec {
             label_column: None,
             classes,
             header: false,
+            detect_header: false,
             skip_columns: Vec::new(),
             features: None,
             delimiter: b',',
@@ -104,6 +108,8 @@ pub fn load(path: &Path, spec: &CsvSpec) -> Result<Dataset> {
 pub struct Shape {
     pub classes: Vec<String>,
     pub features: usize,
+    /// Whether the file has a header line, as given or detected.
+    pub header: bool,
 }
 
 /// The file's [`Shape`], read once.
@@ -113,6 +119,7 @@ pub fn infer_shape(path: &Path, spec: &CsvSpec) -> Result<Shape> {
 }
 
 fn shape_of(text: &[u8], spec: &CsvSpec) -> std::result::Result<Shape, String> {
+    let spec = &with_header_decided(text, spec);
     let mut labels = std::collections::BTreeSet::new();
     let mut columns = None;
     for (line, record) in records(text, spec) {
@@ -161,6 +168,7 @@ fn shape_of(text: &[u8], spec: &CsvSpec) -> std::result::Result<Shape, String> {
     Ok(Shape {
         classes: labels,
         features,
+        header: spec.header,
     })
 }
 
@@ -190,6 +198,34 @@ fn feature_columns(spec: &CsvSpec, columns: usize) -> Vec<usize> {
     (0..columns)
         .filter(|i| *i != label_at && !spec.skip_columns.contains(i))
         .collect()
+}
+
+/// `spec` with `header` decided by the file where the experiment leaves it open.
+fn with_header_decided(text: &[u8], spec: &CsvSpec) -> CsvSpec {
+    let mut decided = spec.clone();
+    if spec.detect_header {
+        decided.header = looks_like_header(text, spec);
+        decided.detect_header = false;
+    }
+    decided
+}
+
+/// Whether a file's first line is a header: one of its feature cells (neither the label nor
+/// skipped, nor a missing-value token) is not a number. A table's values are numbers, so a
+/// word there is a column's name.
+pub fn looks_like_header(text: &[u8], spec: &CsvSpec) -> bool {
+    let mut reader = spec.reader(text);
+    let mut first = ::csv::StringRecord::new();
+    if !matches!(reader.read_record(&mut first), Ok(true)) || first.len() < 2 {
+        return false;
+    }
+    let label_at = spec.label_column.unwrap_or(first.len() - 1);
+    first.iter().enumerate().any(|(i, cell)| {
+        i != label_at
+            && !spec.skip_columns.contains(&i)
+            && !spec.is_missing(cell)
+            && cell.parse::<f64>().is_err()
+    })
 }
 
 /// A file's first line of names read as data: a word where a value or label was expected.
@@ -257,6 +293,7 @@ pub fn parse(text: &str, spec: &CsvSpec) -> std::result::Result<Dataset, String>
 }
 
 pub fn parse_bytes(text: &[u8], spec: &CsvSpec) -> std::result::Result<Dataset, String> {
+    let spec = &with_header_decided(text, spec);
     let header_names = header(text, spec)?;
     let mut rows = Rows {
         spec,
@@ -506,6 +543,48 @@ mod tests {
         assert!(!e.contains("delimiter"), "{e}");
     }
 
+    /// Issue 29 §5: where the experiment does not say `data.header`, the first line decides: a
+    /// word among its feature cells is a column's name; numbers (or missing tokens) are data.
+    #[test]
+    fn a_header_is_detected_where_the_experiment_does_not_say() {
+        let open = CsvSpec {
+            detect_header: true,
+            ..CsvSpec::new("t.csv", vec!["a".into(), "b".into()])
+        };
+        let named = parse("width,height,label\n1,2,a\n3,4,b\n", &open).unwrap();
+        assert_eq!(named.feature_names, ["width", "height"]);
+        assert_eq!(named.y, [0, 1]);
+        let bare = parse("1,2,a\n3,4,b\n", &open).unwrap();
+        assert_eq!(
+            (bare.x, bare.y),
+            (vec![1.0, 2.0, 3.0, 4.0], vec![0, 1]),
+            "line 1 is data"
+        );
+        assert!(looks_like_header(b"x,y,label\n1,2,a\n", &open));
+        assert!(!looks_like_header(b"1,2,a\n3,4,b\n", &open));
+        assert!(
+            !looks_like_header(b"?,2,a\n3,4,b\n", &open),
+            "a missing value is no name"
+        );
+        // The label's column and skipped ones do not count: their words are data.
+        let skip = CsvSpec {
+            skip_columns: vec![0],
+            ..open.clone()
+        };
+        assert!(!looks_like_header(b"row-1,2,a\nrow-2,4,b\n", &skip));
+        // Given, it is what the experiment says.
+        let given = CsvSpec {
+            header: false,
+            ..CsvSpec::new("t.csv", vec!["a".into(), "b".into()])
+        };
+        assert!(parse("width,height,label\n1,2,a\n", &given).is_err());
+        assert!(
+            shape_of(b"width,height,label\n1,2,a\n3,4,b\n", &open)
+                .unwrap()
+                .header
+        );
+    }
+
     #[test]
     fn a_label_that_looks_like_a_measurement_is_said() {
         let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
@@ -583,7 +662,8 @@ mod tests {
             shape_of(b"1,10\n2,2\n3,10\n4,1\n", &s).unwrap(),
             Shape {
                 classes: vec!["1".into(), "2".into(), "10".into()],
-                features: 1
+                features: 1,
+                header: false,
             }
         );
         assert_eq!(

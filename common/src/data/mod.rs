@@ -56,7 +56,9 @@ pub struct DataSection {
     /// The labels in class-index order; when omitted, `flint run` reads them from the file
     /// (sorted) and writes them into `experiment.resolved.toml`.
     pub classes: Option<Vec<String>>,
-    /// The first row names the columns (default false).
+    /// The first row names the columns; when omitted, the file's first line decides (a header
+    /// where one of its feature cells is not a number), and `flint run` writes the decision
+    /// into `experiment.resolved.toml`.
     pub header: Option<bool>,
     /// One character (default `,`; `"\t"` for tabs).
     pub delimiter: Option<String>,
@@ -466,6 +468,7 @@ impl DataSection {
         Ok(Source::Csv(csv::CsvSpec {
             label_column: s.label_column,
             header: s.header.unwrap_or(false),
+            detect_header: s.header.is_none(),
             features: s.features,
             delimiter,
             missing,
@@ -559,11 +562,11 @@ impl DataSection {
 
     /// Fills in what a CSV source leaves to its file, from the file below `data_dir`: `classes`
     /// (sorted; numerically when every label is a number) and `features`, so that the server
-    /// sizes the model by the experiment, never by a client's word. Says whether the classes
-    /// were read.
-    pub fn infer_from_data(&mut self, data_dir: &Path) -> Result<bool> {
+    /// sizes the model by the experiment, never by a client's word; and `header`, where not
+    /// given, as the file's first line decides. Says what it read.
+    pub fn infer_from_data(&mut self, data_dir: &Path) -> Result<Inferred> {
         if self.source != SourceName::Csv || (self.classes.is_some() && self.features.is_some()) {
-            return Ok(false);
+            return Ok(Inferred::default());
         }
         // The section is checked with a stand-in list, so that its other keys are read as
         // the run will read them.
@@ -575,16 +578,33 @@ impl DataSection {
             .check(Scaling::None)
             .map_err(|e| crate::FlintError::Config(e.to_string()))?;
         let Source::Csv(spec) = spec.source else {
-            return Ok(false);
+            return Ok(Inferred::default());
         };
         let shape = csv::infer_shape(&data_dir.join(&spec.path), &spec)?;
         self.features.get_or_insert(shape.features);
+        let header = self.header.is_none().then_some(shape.header);
+        self.header.get_or_insert(shape.header);
         if self.classes.is_some() {
-            return Ok(false);
+            return Ok(Inferred {
+                classes: false,
+                header,
+            });
         }
         self.classes = Some(shape.classes);
-        Ok(true)
+        Ok(Inferred {
+            classes: true,
+            header,
+        })
     }
+}
+
+/// What [`DataSection::infer_from_data`] read from the file.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Inferred {
+    /// The classes came from the file.
+    pub classes: bool,
+    /// `data.header` was not given: whether the file's first line was read as a header.
+    pub header: Option<bool>,
 }
 
 impl DataSpec {
