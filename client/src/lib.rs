@@ -18,7 +18,7 @@ use flint_common::data::default_data_dir;
 use flint_common::degenerate::ModelHealth;
 use flint_common::metrics::ConfusionMatrix;
 use flint_common::model::kept::{Condition, ModelFile};
-use flint_common::rng::derive_rng;
+use flint_common::rng::{FlintRng, derive_rng};
 use flint_common::strategy::Predictor;
 use flint_common::wire::chunks::{MAX_CHUNK, split};
 use flint_common::wire::ledger::{Direction, Ledger};
@@ -616,42 +616,7 @@ impl Client {
         feature_names: Vec<String>,
         conditions: Vec<Condition>,
     ) -> anyhow::Result<ClientReport> {
-        let retry_for = self.retry_for;
-        let join = JoinRequest {
-            client_name: self.name.clone(),
-            experiment_fingerprint: self.experiment.fingerprint.clone(),
-            summary: Some(self.summary.clone()),
-            token: self.token.clone(),
-        };
-        let reply = retry_bounded(retry_for, Some(JOIN_ATTEMPT), "join", || {
-            let mut g = self.grpc.clone();
-            let req = with_host(Request::new(join.clone()));
-            async move { g.join(req).await }
-        })
-        .await
-        .map_err(|s| {
-            let status = s.to_string();
-            let why = core::join_refused(&self.name, s.code(), &status, s.message(), self.tls);
-            anyhow::anyhow!(why)
-        })?;
-        if reply.client_id != self.id {
-            bail!(
-                "server gave client {} id {} but the experiment says {}",
-                self.name,
-                reply.client_id,
-                self.id
-            );
-        }
-        self.count(0, Direction::Up, join.encoded_len(), 0);
-        self.count(0, Direction::Down, reply.encoded_len(), 0);
-        let run_id = reply.run_id.clone();
-        // Round 0 is the join, as in the byte ledger. Every client of a process is in one run.
-        flint_shell::logging::set_run(&run_id);
-        tracing::Span::current()
-            .record("run", run_id.as_str())
-            .record("round", 0);
-        tracing::info!(client = self.id, name = %self.name, run = %run_id, "joined");
-
+        let run_id = self.join().await?;
         let mut rng = derive_rng(self.experiment.seed, "train", self.id);
         let mut progress = core::Progress::default();
         let mut train_seconds = BTreeMap::new();
@@ -670,24 +635,9 @@ impl Client {
             let core::Next::Train(round) = step.next else {
                 break;
             };
-            let permit = self
-                .trainers
-                .clone()
-                .acquire_owned()
-                .await
-                .context("training slots closed")?;
-            let started = std::time::Instant::now();
-            let (h, (r, update)) = blocking(half, move |h| {
-                let update = h.train(round, &mut rng);
-                (rng, update)
-            })
-            .await?;
-            let update = update?;
-            let seconds = started.elapsed().as_secs_f64();
-            drop(permit);
-            tracing::info!(client = self.id, round, seconds, "trained");
-            train_seconds.insert(round, seconds);
+            let (h, r, update, seconds) = self.train(half, rng, round).await?;
             (half, rng) = (h, r);
+            train_seconds.insert(round, seconds);
             let pushed = self.push(&run_id, round, &update, self.retry_for).await;
             if let Err(e) = pushed {
                 if !self.ended_without_me(&progress, Some(round), &e) {
@@ -711,6 +661,73 @@ impl Client {
             ledger: self.ledger.snapshot(),
             link_interfaces: self.link_interfaces.clone(),
         })
+    }
+
+    /// Joins the run under this client's slot (retried within the window) and returns the
+    /// run id; its log lines carry the run from here on.
+    async fn join(&self) -> anyhow::Result<String> {
+        let join = JoinRequest {
+            client_name: self.name.clone(),
+            experiment_fingerprint: self.experiment.fingerprint.clone(),
+            summary: Some(self.summary.clone()),
+            token: self.token.clone(),
+        };
+        let reply = retry_bounded(self.retry_for, Some(JOIN_ATTEMPT), "join", || {
+            let mut g = self.grpc.clone();
+            let req = with_host(Request::new(join.clone()));
+            async move { g.join(req).await }
+        })
+        .await
+        .map_err(|s| {
+            let status = s.to_string();
+            let why = core::join_refused(&self.name, s.code(), &status, s.message(), self.tls);
+            anyhow::anyhow!(why)
+        })?;
+        if reply.client_id != self.id {
+            bail!(
+                "server gave client {} id {} but the experiment says {}",
+                self.name,
+                reply.client_id,
+                self.id
+            );
+        }
+        self.count(0, Direction::Up, join.encoded_len(), 0);
+        self.count(0, Direction::Down, reply.encoded_len(), 0);
+        let run_id = reply.run_id;
+        // Round 0 is the join, as in the byte ledger. Every client of a process is in one run.
+        flint_shell::logging::set_run(&run_id);
+        tracing::Span::current()
+            .record("run", run_id.as_str())
+            .record("round", 0);
+        tracing::info!(client = self.id, name = %self.name, run = %run_id, "joined");
+        Ok(run_id)
+    }
+
+    /// One round's local training in a training slot, off the async threads: the half and the
+    /// generator back, the update, and the seconds it took.
+    async fn train(
+        &self,
+        half: Box<dyn BoundHalf>,
+        mut rng: FlintRng,
+        round: Round,
+    ) -> anyhow::Result<(Box<dyn BoundHalf>, FlintRng, Payload, f64)> {
+        let permit = self
+            .trainers
+            .clone()
+            .acquire_owned()
+            .await
+            .context("training slots closed")?;
+        let started = std::time::Instant::now();
+        let (h, (r, update)) = blocking(half, move |h| {
+            let update = h.train(round, &mut rng);
+            (rng, update)
+        })
+        .await?;
+        let update = update?;
+        let seconds = started.elapsed().as_secs_f64();
+        drop(permit);
+        tracing::info!(client = self.id, round, seconds, "trained");
+        Ok((h, r, update, seconds))
     }
 
     /// Whether `e`, a call that failed after the retry window, means the server finished the

@@ -106,8 +106,19 @@ impl RunState {
 impl Collector for RunState {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let r = self.read();
-        let s = &self.shared;
         let mut enc = Encoder(&mut encoder);
+        self.info(&mut enc)?;
+        rounds(&mut enc, &r)?;
+        clients(&mut enc, &r)?;
+        traffic(&mut enc, &r)?;
+        self.capacity(&mut enc, &r)
+    }
+}
+
+impl RunState {
+    /// What serves: the build and the run (value 1).
+    fn info(&self, enc: &mut Encoder) -> Result<(), std::fmt::Error> {
+        let s = &self.shared;
         enc.gauge_with(
             "flint_build_info",
             "The server's version and git revision (value 1)",
@@ -125,79 +136,12 @@ impl Collector for RunState {
                 ("strategy", s.experiment.strategy.name().as_str()),
             ]],
             |_| 1,
-        )?;
-        enc.gauge(
-            "flint_rounds_planned",
-            "Rounds the run has",
-            r.planned as i64,
-        )?;
-        enc.gauge(
-            "flint_round",
-            "The last round opened: open, aggregating or closed",
-            r.round as i64,
-        )?;
-        enc.gauge_with(
-            "flint_phase",
-            "The run's phase (1 for the current one)",
-            &PHASES.map(|p| [("phase", p)]),
-            |[(_, p)]| i64::from(*p == r.phase),
-        )?;
-        enc.gauge(
-            "flint_clients_expected",
-            "Clients the experiment declares",
-            r.expected as i64,
-        )?;
-        enc.gauge(
-            "flint_clients_joined",
-            "Clients that have joined the run",
-            r.joined as i64,
-        )?;
-        enc.gauge(
-            "flint_clients_active",
-            "Clients whose update the last closed round took",
-            r.participants as i64,
-        )?;
-        enc.gauge(
-            "flint_round_selected",
-            "Clients the open round waits for (0 while no round is open)",
-            r.selected as i64,
-        )?;
-        enc.gauge(
-            "flint_round_updates",
-            "Updates the open round holds so far",
-            r.updates as i64,
-        )?;
-        enc.counter("flint_rounds_opened", "Rounds opened", r.opened)?;
-        enc.counter_with(
-            "flint_rounds_closed",
-            "Rounds closed, by cause: every selected client answered, or the round timed out",
-            &[[("cause", "all-answered")], [("cause", "timeout")]],
-            |[(_, cause)]| match *cause {
-                "timeout" => r.closed_timeout,
-                _ => r.closed_all,
-            },
-        )?;
-        bytes(
-            &mut enc,
-            "flint_bytes",
-            "Bytes of the run's clients, by level (payload, message, socket; link as the clients report it; paper: the papers' 4 B per weight) and direction",
-            &["payload", "message", "socket", "link", "paper"],
-            &r.totals,
-        )?;
-        // No client reports a stranger's link bytes.
-        bytes(
-            &mut enc,
-            "flint_unattributed_bytes",
-            "Bytes of connections that never proved a client (health probes, strangers' refused calls), by level and direction",
-            &["payload", "message", "socket", "paper"],
-            &r.unattributed,
-        )?;
-        enc.counter_with(
-            "flint_messages",
-            "gRPC messages of the run's clients, by direction",
-            &[[("direction", "up")], [("direction", "down")]],
-            |[(_, d)]| pick(&r.totals, d).messages,
-        )?;
+        )
+    }
+
+    /// What the server holds room for: uploads in flight, long-polls, connections.
+    fn capacity(&self, enc: &mut Encoder, r: &Reading) -> Result<(), std::fmt::Error> {
+        let s = &self.shared;
         enc.gauge(
             "flint_upload_budget_bytes",
             "Bytes of uploads the server buffers at once, across all clients",
@@ -235,6 +179,90 @@ impl Collector for RunState {
             self.gate.refused(),
         )
     }
+}
+
+/// The round, the phase, rounds opened and closed.
+fn rounds(enc: &mut Encoder, r: &Reading) -> Result<(), std::fmt::Error> {
+    enc.gauge(
+        "flint_rounds_planned",
+        "Rounds the run has",
+        r.planned as i64,
+    )?;
+    enc.gauge(
+        "flint_round",
+        "The last round opened: open, aggregating or closed",
+        r.round as i64,
+    )?;
+    enc.gauge_with(
+        "flint_phase",
+        "The run's phase (1 for the current one)",
+        &PHASES.map(|p| [("phase", p)]),
+        |[(_, p)]| i64::from(*p == r.phase),
+    )?;
+    enc.counter("flint_rounds_opened", "Rounds opened", r.opened)?;
+    enc.counter_with(
+        "flint_rounds_closed",
+        "Rounds closed, by cause: every selected client answered, or the round timed out",
+        &[[("cause", "all-answered")], [("cause", "timeout")]],
+        |[(_, cause)]| match *cause {
+            "timeout" => r.closed_timeout,
+            _ => r.closed_all,
+        },
+    )
+}
+
+/// The clients: declared, joined, taken by the last round, awaited by the open one.
+fn clients(enc: &mut Encoder, r: &Reading) -> Result<(), std::fmt::Error> {
+    enc.gauge(
+        "flint_clients_expected",
+        "Clients the experiment declares",
+        r.expected as i64,
+    )?;
+    enc.gauge(
+        "flint_clients_joined",
+        "Clients that have joined the run",
+        r.joined as i64,
+    )?;
+    enc.gauge(
+        "flint_clients_active",
+        "Clients whose update the last closed round took",
+        r.participants as i64,
+    )?;
+    enc.gauge(
+        "flint_round_selected",
+        "Clients the open round waits for (0 while no round is open)",
+        r.selected as i64,
+    )?;
+    enc.gauge(
+        "flint_round_updates",
+        "Updates the open round holds so far",
+        r.updates as i64,
+    )
+}
+
+/// Bytes at every level and messages, the run's clients' and unattributed.
+fn traffic(enc: &mut Encoder, r: &Reading) -> Result<(), std::fmt::Error> {
+    bytes(
+        enc,
+        "flint_bytes",
+        "Bytes of the run's clients, by level (payload, message, socket; link as the clients report it; paper: the papers' 4 B per weight) and direction",
+        &["payload", "message", "socket", "link", "paper"],
+        &r.totals,
+    )?;
+    // No client reports a stranger's link bytes.
+    bytes(
+        enc,
+        "flint_unattributed_bytes",
+        "Bytes of connections that never proved a client (health probes, strangers' refused calls), by level and direction",
+        &["payload", "message", "socket", "paper"],
+        &r.unattributed,
+    )?;
+    enc.counter_with(
+        "flint_messages",
+        "gRPC messages of the run's clients, by direction",
+        &[[("direction", "up")], [("direction", "down")]],
+        |[(_, d)]| pick(&r.totals, d).messages,
+    )
 }
 
 /// The commit the server was built from; `unknown` for a build outside git (an image's).
@@ -308,12 +336,7 @@ impl Encoder<'_, '_> {
         labels: &[L],
         value: impl Fn(&L) -> i64,
     ) -> Result<(), std::fmt::Error> {
-        let kind = ConstGauge::new(0i64).metric_type();
-        let mut family = self.0.encode_descriptor(name, help, None, kind)?;
-        for l in labels {
-            ConstGauge::new(value(l)).encode(family.encode_family(l)?)?;
-        }
-        Ok(())
+        self.family(name, help, labels, |l| ConstGauge::new(value(l)))
     }
 
     fn counter_with<L: EncodeLabelSet>(
@@ -323,10 +346,24 @@ impl Encoder<'_, '_> {
         labels: &[L],
         value: impl Fn(&L) -> u64,
     ) -> Result<(), std::fmt::Error> {
-        let kind = ConstCounter::new(0u64).metric_type();
+        self.family(name, help, labels, |l| ConstCounter::new(value(l)))
+    }
+
+    /// One family: a descriptor, then a metric per label set.
+    fn family<L: EncodeLabelSet, M: EncodeMetric>(
+        &mut self,
+        name: &str,
+        help: &str,
+        labels: &[L],
+        metric: impl Fn(&L) -> M,
+    ) -> Result<(), std::fmt::Error> {
+        let Some(first) = labels.first() else {
+            return Ok(());
+        };
+        let kind = metric(first).metric_type();
         let mut family = self.0.encode_descriptor(name, help, None, kind)?;
         for l in labels {
-            ConstCounter::new(value(l)).encode(family.encode_family(l)?)?;
+            metric(l).encode(family.encode_family(l)?)?;
         }
         Ok(())
     }
