@@ -228,7 +228,7 @@ pub async fn serve_with(
     let shared = start_or_resume(experiment, strategy, out, &state_dir, options)?;
     let run_id = shared.run_id.clone();
     flint_shell::logging::set_run(&run_id);
-    flint_shell::logging::set_round(current_round(&shared.rounds()));
+    flint_shell::logging::set_round(shared.rounds().counts().opened);
     let ledger = shared.ledger.clone();
 
     let gate = accept::Gate::new(&limits);
@@ -611,7 +611,7 @@ async fn tick_until_done(shared: Arc<Shared>, out: PathBuf, state_dir: PathBuf) 
                     ..journal::RoundMark::of(job.round())
                 }));
             }
-            flint_shell::logging::set_round(current_round(&r));
+            flint_shell::logging::set_round(r.counts().opened);
             (closed, r.is_done(now), r.history().len())
         };
         if let Some(job) = closed {
@@ -647,16 +647,6 @@ async fn tick_until_done(shared: Arc<Shared>, out: PathBuf, state_dir: PathBuf) 
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-}
-
-/// The round a log line belongs to: the open or aggregating one, else the last closed.
-fn current_round(rounds: &Rounds) -> flint_common::Round {
-    rounds
-        .open_round()
-        .map(|(r, _, _)| r)
-        .or(rounds.aggregating())
-        .or(rounds.history().last().map(|r| r.round))
-        .unwrap_or(0)
 }
 
 fn write_status(shared: &Shared, out: &Path) {
