@@ -10,6 +10,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 compose=(docker-compose -f deploy/docker-compose.yml "$@")
+# The containers run as you, and write into a results directory you own (made here: one that
+# Docker makes for a bind mount is root's).
+export FLINT_UID="${FLINT_UID:-$(id -u)}" FLINT_GID="${FLINT_GID:-$(id -g)}"
+results="${FLINT_RESULTS:-./results}"
+case "$results" in /*) ;; *) results="deploy/$results" ;; esac
+mkdir -p "$results"
 # With Prometheus (`--profile monitoring`) the server keeps /metrics up a little after the run,
 # so that the last scrape holds the final figures (Prometheus scrapes every 5 s).
 monitoring=

@@ -37,6 +37,9 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
+/// A user and group of no account, as the image's own.
+const NOBODY: u32 = 65532;
+
 /// `docker-compose` for this test's project; `down -v` when dropped.
 struct Federation {
     project: String,
@@ -45,6 +48,8 @@ struct Federation {
     experiment: Option<PathBuf>,
     /// The host port of the `monitoring` profile's Prometheus, where it runs.
     prometheus: Option<u16>,
+    /// The user the containers run as (FLINT_UID and FLINT_GID), where not this test's.
+    user: Option<u32>,
 }
 
 impl Federation {
@@ -54,7 +59,16 @@ impl Federation {
             results: tempfile::tempdir().unwrap(),
             experiment,
             prometheus: None,
+            user: None,
         }
+    }
+
+    /// Run as `uid` (group the same), in a results directory that user owns: the image's own
+    /// user is not root, and compose-run.sh runs the containers as the invoking user.
+    fn run_as(mut self, uid: u32) -> Federation {
+        std::os::unix::fs::chown(self.results.path(), Some(uid), Some(uid)).unwrap();
+        self.user = Some(uid);
+        self
     }
 
     /// With the `monitoring` profile: a Prometheus scraping the server, on a free host port.
@@ -74,6 +88,10 @@ impl Federation {
             .env("FLINT_RESULTS", self.results.path());
         if let Some(e) = &self.experiment {
             cmd.env("FLINT_EXPERIMENT", e);
+        }
+        if let Some(uid) = self.user {
+            cmd.env("FLINT_UID", uid.to_string())
+                .env("FLINT_GID", uid.to_string());
         }
         if let Some(port) = self.prometheus {
             cmd.env("FLINT_PROMETHEUS_PORT", port.to_string())
@@ -247,9 +265,11 @@ fn the_documented_compose_command_gives_the_same_figures_twice_even_through_a_cr
         .map(|(name, crash_after)| {
             // The first run with the `monitoring` profile (issue 32): its Prometheus saw the
             // figures results.json holds.
+            // The second as a user of no account (issue 34 §1): the PKI volume, the results and
+            // the journal it resumes from are all written without root.
             let fed = match crash_after {
                 None => Federation::new(name, None).monitored(),
-                Some(_) => Federation::new(name, None),
+                Some(_) => Federation::new(name, None).run_as(NOBODY),
             };
             let (exit, printed) = fed.run_to_the_end(crash_after);
             assert!(exit.success(), "{printed}");
@@ -260,6 +280,15 @@ fn the_documented_compose_command_gives_the_same_figures_twice_even_through_a_cr
             if crash_after.is_some() {
                 let server = fed.containers("server").remove(0);
                 assert_eq!(inspect(&server, "{{.RestartCount}}"), "1", "{printed}");
+            }
+            if let Some(uid) = fed.user {
+                use std::os::unix::fs::MetadataExt;
+                for file in ["results.json", "state", "clients"] {
+                    let owner = std::fs::metadata(fed.results.path().join(file))
+                        .unwrap()
+                        .uid();
+                    assert_eq!(owner, uid, "{file} is the invoking user's");
+                }
             }
             let r = results(fed.results.path());
             assert_eq!(r.completed, Some(true));

@@ -3,6 +3,7 @@
 mod support;
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::time::Duration;
 
 use flint_common::wire::ledger::Traffic;
@@ -960,4 +961,69 @@ fn write_blobs(path: &std::path::Path, features: &str, rows: u32) {
         csv += &format!("{},{},{label}\n", cx + jitter(1), cy + jitter(2));
     }
     std::fs::write(path, csv).unwrap();
+}
+
+/// Issue 34 §4: a run directory out of an image with no shell. `flint pack` writes it as a tar
+/// (what `tar` reads back is what was there, links kept as links), and `flint idle`, the pod
+/// it is exec'd into, ends at SIGTERM with 0.
+#[test]
+fn a_run_directory_packs_into_a_tar_and_idle_ends_at_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("results");
+    std::fs::create_dir_all(run.join("clients")).unwrap();
+    std::fs::write(run.join("results.json"), "{\"completed\": true}\n").unwrap();
+    std::fs::write(run.join("clients/client-1.json"), vec![7u8; 100_000]).unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", run.join("outside")).unwrap();
+    let tar_file = dir.path().join("run.tar");
+    let out = ok(flint().arg("pack").arg(&run).arg("--out").arg(&tar_file));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("packed 3 file(s)"), "{said}");
+    let piped = ok(flint().arg("pack").arg(&run));
+    assert_eq!(
+        piped.stdout,
+        std::fs::read(&tar_file).unwrap(),
+        "stdout and --out agree"
+    );
+
+    let unpacked = dir.path().join("unpacked");
+    std::fs::create_dir(&unpacked).unwrap();
+    ok(std::process::Command::new("tar")
+        .arg("-xf")
+        .arg(&tar_file)
+        .arg("-C")
+        .arg(&unpacked));
+    for file in ["results.json", "clients/client-1.json"] {
+        assert_eq!(
+            std::fs::read(unpacked.join("results").join(file)).unwrap(),
+            std::fs::read(run.join(file)).unwrap(),
+            "{file}"
+        );
+    }
+    let link = unpacked.join("results/outside");
+    assert_eq!(
+        std::fs::read_link(&link).unwrap(),
+        Path::new("/etc/passwd"),
+        "a link stays a link"
+    );
+    let refused = flint()
+        .arg("pack")
+        .arg(run.join("results.json"))
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("is not a directory"));
+
+    let mut idle = Proc(
+        flint()
+            .arg("idle")
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut said = std::io::BufReader::new(idle.0.stderr.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut said, &mut line).unwrap();
+    assert!(line.contains("waiting for SIGTERM"), "{line}");
+    ok(std::process::Command::new("kill").args(["-TERM", &idle.0.id().to_string()]));
+    assert!(idle.wait(Duration::from_secs(5)).success());
 }

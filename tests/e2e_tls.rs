@@ -508,3 +508,93 @@ fn plaintext_beyond_loopback_needs_insecure() {
     assert!(!err.contains("invalid value"), "{err}");
     assert!(err.contains("cannot join"), "{err}");
 }
+
+/// Issue 34 §4, the Kubernetes manifests' identities: each pod of an Indexed Job names its slot
+/// by index and presents that client's own certificate (`{name}` in FLINT_TLS_CERT), and the
+/// server's probes use a certificate that passes the handshake but can take no slot.
+#[test]
+fn indexed_pods_present_their_own_certificates_and_the_probe_takes_no_slot() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let exp = write(d, "k8s.toml", &synthetic_experiment("k8s", 3, 3, ""));
+    ok(flint()
+        .args(["certs", "--clients", "3", "--probe", "--out"])
+        .arg(d.join("pki")));
+    let p = |f: &str| d.join("pki").join(f).display().to_string();
+    let server_args = [
+        "--tls-cert".to_string(),
+        p("server.crt"),
+        "--tls-key".into(),
+        p("server.key"),
+        "--tls-client-ca".into(),
+        p("ca.crt"),
+    ];
+    let server_args: Vec<&str> = server_args.iter().map(String::as_str).collect();
+    let (mut server, addr) = start_server_with(&exp, d, &server_args);
+    let url = format!("https://{addr}");
+    let probe = [
+        "--tls-ca".to_string(),
+        p("ca.crt"),
+        "--tls-cert".into(),
+        p("clients/probe.crt"),
+        "--tls-key".into(),
+        p("clients/probe.key"),
+    ];
+    ok(flint().args(["health", "--server", &url]).args(&probe));
+    let e = refused_client(&exp, &url, "client-1", &probe, d);
+    assert!(
+        e.contains(r#"the client certificate names "probe", not "client-1""#),
+        "{e}"
+    );
+    let e = refused_client(&exp, &url, "auto", &probe, d);
+    assert!(e.contains("cannot claim a client slot"), "{e}");
+
+    // `{name}` needs a name: a client that asks for its slot has none yet.
+    let templated = |cmd: &mut std::process::Command| {
+        cmd.env("FLINT_TLS_CA", p("ca.crt"))
+            .env("FLINT_TLS_CERT", p("clients/{name}.crt"))
+            .env("FLINT_TLS_KEY", p("clients/{name}.key"));
+    };
+    let mut auto = flint();
+    auto.args(["client", "--server", &url, "--name", "auto", "--experiment"])
+        .arg(&exp);
+    templated(&mut auto);
+    let out = auto.output().unwrap();
+    assert!(!out.status.success());
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(e.contains("need the client's name"), "{e}");
+
+    let pods: Vec<Proc> = (0..3)
+        .map(|index| {
+            let mut pod = flint();
+            pod.args(["client", "--server", &url, "--experiment"])
+                .arg(&exp)
+                .arg("--out")
+                .arg(d.join(format!("pod-{index}")))
+                .env("JOB_COMPLETION_INDEX", index.to_string())
+                .stderr(std::process::Stdio::null());
+            templated(&mut pod);
+            Proc(pod.spawn().unwrap())
+        })
+        .collect();
+    assert!(server.wait(Duration::from_secs(60)).success());
+    for mut pod in pods {
+        assert!(pod.wait(Duration::from_secs(30)).success());
+    }
+    let r = results(d);
+    assert_eq!(r.rounds.len(), 4);
+    let held: Vec<(&str, Option<&str>)> = r
+        .clients
+        .iter()
+        .map(|c| (c.name.as_str(), c.certificate.as_deref()))
+        .collect();
+    assert_eq!(
+        held,
+        [
+            ("client-1", Some("client-1")),
+            ("client-2", Some("client-2")),
+            ("client-3", Some("client-3"))
+        ],
+        "each slot held by its own certificate, the probe's by none"
+    );
+}

@@ -104,10 +104,12 @@ pub struct ClientTls {
     /// CA that signed the server's certificate: the client speaks TLS and trusts only it.
     #[arg(long, env = "FLINT_TLS_CA")]
     pub tls_ca: Option<PathBuf>,
-    /// This client's certificate, for a server that requires one (mutual TLS).
+    /// This client's certificate, for a server that requires one (mutual TLS). `{name}` in the
+    /// path stands for the client's name, so that each client of a process, or each pod of a
+    /// Kubernetes Indexed Job (`--index`), presents its own: `pki/clients/{name}.crt`.
     #[arg(long, env = "FLINT_TLS_CERT", requires_all = ["tls_key", "tls_ca"])]
     pub tls_cert: Option<PathBuf>,
-    /// The client certificate's private key.
+    /// The client certificate's private key (`{name}` as in --tls-cert).
     #[arg(long, env = "FLINT_TLS_KEY", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
     /// The name to expect in the server's certificate [default: the server address's host].
@@ -115,7 +117,36 @@ pub struct ClientTls {
     pub tls_server_name: Option<String>,
 }
 
+/// What `{name}` in a certificate or key path stands for.
+pub const NAME_PLACEHOLDER: &str = "{name}";
+
 impl ClientTls {
+    /// These settings for the client `name`: `{name}` in the certificate and key paths replaced
+    /// by it. A client that asks for its slot (`--name auto`) has no name yet to put there.
+    pub fn for_client(&self, name: &str) -> anyhow::Result<ClientTls> {
+        let templated = |p: &Option<PathBuf>| {
+            p.as_ref()
+                .is_some_and(|p| p.to_string_lossy().contains(NAME_PLACEHOLDER))
+        };
+        if !templated(&self.tls_cert) && !templated(&self.tls_key) {
+            return Ok(self.clone());
+        }
+        if name == AUTO {
+            bail!(
+                "--tls-cert/--tls-key with {NAME_PLACEHOLDER} need the client's name (--name NAME or --index), not --name auto"
+            );
+        }
+        let fill = |p: &Option<PathBuf>| {
+            p.as_ref()
+                .map(|p| PathBuf::from(p.to_string_lossy().replace(NAME_PLACEHOLDER, name)))
+        };
+        Ok(ClientTls {
+            tls_cert: fill(&self.tls_cert),
+            tls_key: fill(&self.tls_key),
+            ..self.clone()
+        })
+    }
+
     /// The endpoint with TLS when a CA is given; the address's scheme must agree.
     pub fn apply(&self, endpoint: Endpoint) -> anyhow::Result<Endpoint> {
         use flint_shell::tls::read_pem;
@@ -455,7 +486,7 @@ impl Shell {
         let mut slots = BTreeMap::new();
         let mut autos = 0;
         for name in names {
-            let conn = self.connect()?;
+            let conn = self.connect(name)?;
             let stem = if name == AUTO {
                 autos += 1;
                 format!("auto-{}-{autos}", host_name())
@@ -482,13 +513,15 @@ impl Shell {
         Ok(slots)
     }
 
-    fn connect(&self) -> anyhow::Result<Conn> {
+    /// A connection for the client `name` (`auto` for one that asks for its slot).
+    fn connect(&self, name: &str) -> anyhow::Result<Conn> {
         let server = &self.server;
         let endpoint = Endpoint::from_shared(server.to_string()).with_context(|| {
             format!("bad server address {server:?}; expected e.g. http://host:50051")
         })?;
         let endpoint = self
             .tls
+            .for_client(name)?
             .apply(endpoint)?
             .connect_timeout(Duration::from_secs(5))
             .tcp_nodelay(true)

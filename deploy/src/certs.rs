@@ -22,13 +22,27 @@ pub struct CertsArgs {
     /// Also a pool certificate (clients/pool.crt): it may claim any unclaimed client slot.
     #[arg(long)]
     pub pool: bool,
+    /// Also a certificate for health probes (clients/probe.crt, common name `probe`): it passes
+    /// the handshake of a server that requires client certificates but names no slot, so it
+    /// can take none (the Kubernetes manifests' server probes use it).
+    #[arg(long)]
+    pub probe: bool,
     /// Days the certificates are valid.
     #[arg(long, default_value_t = 365)]
     pub days: u32,
 }
 
+/// The health probe's certificate: a name no slot of a counted PKI has (they are client-N).
+pub const PROBE_NAME: &str = "probe";
+
 pub fn certs(args: CertsArgs) -> anyhow::Result<()> {
-    let clients = client_names(&args.clients)?;
+    let mut clients = client_names(&args.clients)?;
+    if args.probe {
+        if clients.iter().any(|c| c == PROBE_NAME) {
+            bail!("--probe writes clients/{PROBE_NAME}.crt, but a client is named {PROBE_NAME:?}");
+        }
+        clients.push(PROBE_NAME.to_string());
+    }
     if clients.is_empty() && !args.pool {
         bail!("no client certificates asked for: give --clients N|NAMES or --pool");
     }
@@ -42,14 +56,17 @@ pub fn certs(args: CertsArgs) -> anyhow::Result<()> {
         args.pool,
         args.days,
     )?;
+    let extras: Vec<&str> = [(args.pool, "a pool"), (args.probe, "a probe")]
+        .into_iter()
+        .filter_map(|(asked, what)| asked.then_some(what))
+        .collect();
     println!(
         "wrote a CA, a server certificate for {:?}, {} client certificate(s){} to {}",
         args.server_names,
-        clients.len(),
-        if args.pool {
-            " and a pool certificate"
-        } else {
-            ""
+        clients.len() - usize::from(args.probe),
+        match extras.as_slice() {
+            [] => String::new(),
+            extras => format!(" and {} certificate", extras.join(" and ")),
         },
         pki.dir.display()
     );

@@ -176,10 +176,12 @@ fn server_compose(args: &KitArgs, e: &Experiment, dial: &Dial) -> String {
         r#"# Flint kit: the server of "{name}" ({clients} clients). In this folder: `docker-compose up`.
 # It publishes port {port}, where the sites dial {url}; results go to ./results
 # (FLINT_RESULTS), the run's journal to ./results/state (a restart resumes it).
+# FLINT_UID=$(id -u) FLINT_GID=$(id -g) docker-compose up runs it as you (else as root).
 version: "2.4"
 services:
   server:
     image: ${{FLINT_IMAGE:-{image}}}
+    user: "${{FLINT_UID:-0}}:${{FLINT_GID:-0}}"
     command: ["server", "--experiment=/kit/experiment.toml", "--listen=0.0.0.0:50051", "--out=/results"]
     environment:
       FLINT_TLS_CERT: /kit/server.crt
@@ -217,10 +219,12 @@ fn client_compose(args: &KitArgs, e: &Experiment, dial: &Dial, client: &str) -> 
 # It dials the server at {url} over mutual TLS with this folder's certificate; its data
 # directory is ./data (FLINT_DATA_DIR), its token, report and byte ledger go to ./results
 # (FLINT_RESULTS: keep it, a restarted client rejoins its slot with the token).
+# FLINT_UID=$(id -u) FLINT_GID=$(id -g) docker-compose up runs it as you (else as root).
 version: "2.4"
 services:
   client:
     image: ${{FLINT_IMAGE:-{image}}}
+    user: "${{FLINT_UID:-0}}:${{FLINT_GID:-0}}"
     command: ["client", "--server={url}", "--experiment=/kit/experiment.toml", "--name={client}",
               "--data-dir=/data", "--out=/results", "--link-bytes"]
     environment:

@@ -7,6 +7,7 @@ mod explain;
 mod grid;
 mod kit;
 mod link;
+mod pack;
 mod plot;
 mod replay;
 mod report;
@@ -60,6 +61,11 @@ enum Command {
     /// Per-site kits from a PKI and an experiment: one folder per participant with its
     /// certificate, the CA, the experiment and a compose file for its site.
     Kit(kit::KitArgs),
+    /// Write a directory (a run's results) as a tar to stdout: `kubectl exec POD -- /flint pack
+    /// /results > run.tar`, for an image with no shell and so no `kubectl cp`.
+    Pack(pack::PackArgs),
+    /// Do nothing until SIGTERM or SIGINT, then exit 0: a pod to exec `flint pack` into.
+    Idle,
     /// Print every experiment key with its default and a one-line doc.
     Keys {
         /// Print the experiment file's JSON Schema instead (docs/experiment.schema.json), for
@@ -132,6 +138,7 @@ impl Command {
             Command::Keys { .. }
                 | Command::Report { .. }
                 | Command::Explain(_)
+                | Command::Pack(_)
                 | Command::Data {
                     command: DataCommand::Verify { .. }
                 }
@@ -172,6 +179,8 @@ fn main() -> ExitCode {
         Command::Health(args) => runtime().and_then(|rt| rt.block_on(flint_client::health(args))),
         Command::Certs(args) => certs::certs(args),
         Command::Kit(args) => kit::kit(args),
+        Command::Pack(args) => pack::pack(args),
+        Command::Idle => pack::idle(),
         Command::Keys { schema } => {
             print_keys(schema);
             Ok(())
