@@ -283,7 +283,7 @@ fn the_documented_compose_command_gives_the_same_figures_twice_even_through_a_cr
             }
             if let Some(uid) = fed.user {
                 use std::os::unix::fs::MetadataExt;
-                for file in ["results.json", "state", "clients"] {
+                for file in ["results.json", "status.json", "clients"] {
                     let owner = std::fs::metadata(fed.results.path().join(file))
                         .unwrap()
                         .uid();
