@@ -687,7 +687,9 @@ fn the_server_keeps_answering_while_a_round_aggregates() {
     let (entered_tx, entered) = std::sync::mpsc::channel();
     let (release, release_rx) = std::sync::mpsc::channel();
     let strategy = Box::new(HeldAggregation {
-        inner: experiment.strategy.server(2, experiment.seed),
+        inner: experiment
+            .strategy
+            .server(2, experiment.seed, experiment.robust),
         entered: entered_tx,
         release: release_rx,
     });

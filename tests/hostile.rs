@@ -474,3 +474,135 @@ fn a_refused_client_ends_only_itself() {
         "client 1 wrote its report"
     );
 }
+
+/// The final round's mean accuracy over clients 1–4, of a run of five AHP clients where the
+/// fifth is `insider` (or honest, without one), with `robust` as the `[robust]` section.
+fn honest_accuracy(insider: bool, robust: &str) -> f64 {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mut text = synthetic_experiment("capture", 5, 5, "");
+    text += &format!("\n[robust]\n{robust}\n");
+    let exp_path = write(d, "capture.toml", &text);
+    let e = Experiment::load(&exp_path, &[]).unwrap();
+    let (mut server, url) = start_server(&exp_path, d);
+    let mut honest = start_clients(
+        &exp_path,
+        &url,
+        &["client-1", "client-2", "client-3", "client-4"],
+        d,
+    );
+    let mut fifth = match insider {
+        true => {
+            let rt = tokio::runtime::Runtime::new().unwrap();
+            rt.block_on(capture_and_poison(&url, &e));
+            None
+        }
+        false => Some(start_clients(&exp_path, &url, &["client-5"], d)),
+    };
+    assert!(server.wait(Duration::from_secs(60)).success());
+    assert!(honest.wait(Duration::from_secs(30)).success());
+    if let Some(f) = &mut fifth {
+        assert!(f.wait(Duration::from_secs(30)).success());
+    }
+    let r = results(d);
+    let last = r.rounds.last().unwrap();
+    let accuracy: Vec<f64> = (1..=4).map(|id| last.metrics[&id].accuracy).collect();
+    accuracy.iter().sum::<f64>() / 4.0
+}
+
+/// Issue 30's insider: client-5 declares a summary within the caps (2^38 rows per class,
+/// 1,000 GHz) to take most of the AHP weight, and sends a finite poisoned model every round.
+async fn capture_and_poison(url: &str, e: &Experiment) {
+    let mut g = AggregatorClient::new(connect(url).await);
+    let inflated = DataSummary {
+        train_class_counts: vec![1 << 38, 1 << 38],
+        test_samples: 75,
+        features: 6,
+        compute_ghz: 1000.0,
+    };
+    let reply = g
+        .join(join("client-5", inflated, &e.fingerprint))
+        .await
+        .unwrap()
+        .into_inner();
+    let poisoned = Payload {
+        kind: Some(Kind::LinearModel(LinearModel {
+            weights: vec![-20.0; 6],
+            bias: 20.0,
+            class_biases: Vec::new(),
+        })),
+    };
+    let mut after = 0;
+    loop {
+        let task = g
+            .get_round(as_mallory(RoundRequest {
+                client_id: reply.client_id,
+                run_id: reply.run_id.clone(),
+                after_round: after,
+            }))
+            .await
+            .unwrap()
+            .into_inner();
+        // It reports a perfect evaluation of each round's model, as a client must to end.
+        let evaluated = if task.finished {
+            task.round
+        } else {
+            task.round - 1
+        };
+        if evaluated > 0 {
+            let report = EvalReport {
+                client_id: reply.client_id,
+                run_id: reply.run_id.clone(),
+                round: evaluated,
+                classes: 2,
+                confusion: vec![40, 0, 0, 35],
+                global_test: false,
+                predictor: String::new(),
+                link: Vec::new(),
+            };
+            g.report_eval(as_mallory(report)).await.unwrap();
+        }
+        if task.finished {
+            return;
+        }
+        let header = UpdateHeader {
+            client_id: reply.client_id,
+            run_id: reply.run_id.clone(),
+            round: task.round,
+            ..Default::default()
+        };
+        let chunks = split(header, &poisoned, MAX_CHUNK);
+        g.push_update(as_mallory(tokio_stream::iter(chunks)))
+            .await
+            .unwrap();
+        after = task.round;
+    }
+}
+
+/// Issue 30 §4: an insider that takes most of the AHP weight with a summary within the caps
+/// and sends a finite poisoned model. Under the papers' weighted mean the honest clients'
+/// accuracy falls; under the coordinate-wise median, the trimmed mean (Yin et al. 2018), or
+/// each change clipped to the round's median with the weight capped, it stays within 2 points
+/// of the run without the insider.
+#[test]
+fn an_insider_capturing_the_ahp_weight_is_outvoted_by_the_robust_rules() {
+    let clean = honest_accuracy(false, "");
+    let captured = honest_accuracy(true, "");
+    println!("clean {clean:.4}, captured under the mean {captured:.4}");
+    assert!(
+        captured < clean - 0.1,
+        "the attack bites: {captured} against {clean}"
+    );
+    for robust in [
+        "rule = \"median\"",
+        "rule = \"trimmed-mean\"",
+        "clip = \"median\"\nmax_weight = 0.25",
+    ] {
+        let defended = honest_accuracy(true, robust);
+        println!("{robust:?}: {defended:.4}");
+        assert!(
+            (defended - clean).abs() <= 0.02,
+            "{robust}: {defended} against {clean} without the insider"
+        );
+    }
+}

@@ -37,6 +37,7 @@ use prost::Message;
 use serde::{Deserialize, Serialize};
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Request, Status};
+use tracing::Instrument;
 use tracing::field::Empty;
 
 use proto::aggregator_client::AggregatorClient;
@@ -93,6 +94,11 @@ pub struct ClientArgs {
     /// on, and the process names every failure and exits non-zero at the end.
     #[arg(long)]
     pub fail_fast: bool,
+}
+
+/// The span of one round's work; its `round` is what a JSON line names (the innermost span's).
+fn round_span(round: Round) -> tracing::Span {
+    tracing::error_span!("round", round)
 }
 
 /// The `--name` that asks the server for a slot.
@@ -323,7 +329,7 @@ pub async fn run(args: ClientArgs) -> anyhow::Result<Vec<ClientReport>> {
         // Its JSON log lines carry its run and round (recorded as they are known); an error
         // span, so that no level filter drops it.
         let span = tracing::error_span!("client", client_name = %name, run = Empty, round = Empty);
-        let run = tracing::Instrument::instrument(run, span);
+        let run = run.instrument(span);
         tasks.spawn(async move { run.await.with_context(|| format!("client {name:?}")) });
     }
     let (reports, failed) = finish_all(tasks, args.fail_fast).await?;
@@ -654,13 +660,19 @@ impl Client {
         let mut progress = core::Progress::default();
         let mut train_seconds = BTreeMap::new();
         loop {
-            let (task, step) = match self.next_task(&run_id, &progress).await {
+            // Each round's lines in a span of their own: recording the round into the client's
+            // span would append to its text at every round.
+            let asking = round_span(progress.after_round());
+            let next = self.next_task(&run_id, &progress).instrument(asking);
+            let (task, step) = match next.await {
                 Ok(t) => t,
                 Err(e) if self.ended_without_me(&progress, None, &e) => break,
                 Err(e) => return Err(e),
             };
+            let span = round_span(task.round);
             half = self
                 .apply_and_evaluate(half, task, step, &run_id, &progress)
+                .instrument(span.clone())
                 .await?;
             if step.evaluate {
                 progress.reported(step.ledger_round);
@@ -668,10 +680,16 @@ impl Client {
             let core::Next::Train(round) = step.next else {
                 break;
             };
-            let (h, r, update, seconds) = self.train(half, rng, round).await?;
+            let (h, r, update, seconds) = self
+                .train(half, rng, round)
+                .instrument(span.clone())
+                .await?;
             (half, rng) = (h, r);
             train_seconds.insert(round, seconds);
-            let pushed = self.push(&run_id, round, &update, self.retry_for).await;
+            let pushed = self
+                .push(&run_id, round, &update, self.retry_for)
+                .instrument(span)
+                .await;
             if let Err(e) = pushed {
                 if !self.ended_without_me(&progress, Some(round), &e) {
                     return Err(e);
@@ -881,7 +899,6 @@ impl Client {
         let step = progress
             .step(answer)
             .map_err(|why| anyhow::anyhow!("client {}: {why}", self.name))?;
-        tracing::Span::current().record("round", task.round);
         let paper = task
             .download
             .as_ref()

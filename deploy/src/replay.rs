@@ -56,7 +56,7 @@ pub fn replay(args: ReplayArgs) -> anyhow::Result<()> {
     let pool = e.data.load_images(&data_dir)?;
     let (features, classes) = (pool.train.features(), e.data.classes().len());
     let summaries = summaries(dir, features)?;
-    let mut server = e.strategy.server(classes, e.seed);
+    let mut server = e.strategy.server(classes, e.seed, e.robust);
     let updates = kept_updates(dir, args.round, server.as_ref(), &summaries, features)?;
     let started = Instant::now();
     let agg = server.aggregate(args.round, &summaries, &updates)?;

@@ -198,9 +198,11 @@ pub async fn serve(
     ready_file: Option<&Path>,
     options: &ServeOptions,
 ) -> anyhow::Result<RunResults> {
-    let strategy = experiment
-        .strategy
-        .server(experiment.data.classes().len(), experiment.seed);
+    let strategy = experiment.strategy.server(
+        experiment.data.classes().len(),
+        experiment.seed,
+        experiment.robust,
+    );
     serve_with(experiment, strategy, listener, out, ready_file, options).await
 }
 

@@ -14,6 +14,7 @@ use crate::params::{at_least, at_least_or_unset};
 use crate::strategy::ahp::AhpSection;
 use crate::strategy::fcm::FcmSection;
 use crate::strategy::fedtmos::FedTmosSection;
+use crate::strategy::robust::RobustHyper;
 use crate::strategy::tpfl::TpflHyper;
 use crate::strategy::{ModelKind, Sections, StrategyKind};
 use crate::wire::WireSection;
@@ -58,6 +59,10 @@ pub struct ExperimentFile {
     pub tpfl: Option<TpflHyper>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fedtmos: Option<FedTmosSection>,
+    /// How the server averages, against clients that lie (coordinate-wise median or trimmed
+    /// mean, clipping, a weight cap); absent: the papers' mean.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub robust: Option<RobustHyper>,
     #[serde(default)]
     pub wire: WireSection,
     /// Clients `client-1` … `client-N`, for runs too large to list (instead of `[[clients]]`).
@@ -81,6 +86,7 @@ impl ExperimentFile {
             tm: self.tm,
             tpfl: self.tpfl,
             fedtmos: self.fedtmos,
+            robust: self.robust,
         }
     }
 
@@ -92,6 +98,7 @@ impl ExperimentFile {
         self.tm = s.tm;
         self.tpfl = s.tpfl;
         self.fedtmos = s.fedtmos;
+        self.robust = s.robust;
     }
 }
 

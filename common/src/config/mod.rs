@@ -20,6 +20,7 @@ use sha2::{Digest, Sha256};
 use crate::data::partition::declare_clients;
 use crate::data::{ClientSpec, DataSpec, PartitionPlan};
 use crate::params::ParamError;
+use crate::strategy::robust::RobustHyper;
 use crate::strategy::{StrategyKind, StrategySpec};
 use crate::wire::Compression;
 use crate::{FlintError, Result};
@@ -80,6 +81,8 @@ pub struct Experiment {
     pub seed: u64,
     /// The strategy with exactly the hyper-parameters it uses.
     pub strategy: StrategySpec,
+    /// How its server averages (`[robust]`; the papers' mean by default).
+    pub robust: RobustHyper,
     pub policy: RoundPolicy,
     pub data: DataSpec,
     pub partition: PartitionPlan,
@@ -190,6 +193,8 @@ impl Experiment {
         rules::check_copy_data_epoch(copy_data_epoch, &strategy, &data, &partition)?;
         rules::check_global_test(&strategy, &data)?;
         let compression = file.wire.compression;
+        // Checked with the strategy's sections above.
+        let robust = sections.robust.unwrap_or_default();
         // The file as the run reads it: what `experiment.resolved.toml` shows and the
         // fingerprint covers (the same for a file that leaves a default out and one that writes
         // it).
@@ -202,6 +207,7 @@ impl Experiment {
             name: file.name.clone(),
             seed: file.seed,
             strategy,
+            robust,
             policy,
             data,
             partition,
@@ -286,6 +292,41 @@ name = "b"
         assert_eq!(e.policy.min_clients, 2);
         assert_eq!(e.policy.min_updates, 1);
         assert_eq!(e.fingerprint.len(), 16);
+    }
+
+    /// Issue 30 §4: `[robust]` is checked with the strategy, written back only where it changes
+    /// something (the papers' mean leaves a file's fingerprint as it was), and refused where
+    /// nothing is averaged.
+    #[test]
+    fn robust_averaging_is_read_resolved_and_refused_where_nothing_is_averaged() {
+        let plain = Experiment::from_toml(BASE).unwrap();
+        let written_plain =
+            Experiment::from_toml(&format!("{BASE}[robust]\nrule = \"mean\"\n")).unwrap();
+        assert_eq!(plain.fingerprint, written_plain.fingerprint);
+        assert!(!plain.to_toml().contains("[robust]"));
+
+        let median =
+            Experiment::from_toml(&format!("{BASE}[robust]\nrule = \"median\"\n")).unwrap();
+        assert_eq!(median.robust.rule, crate::strategy::robust::Rule::Median);
+        assert_ne!(median.fingerprint, plain.fingerprint);
+        let again = Experiment::from_toml(&median.to_toml()).unwrap();
+        assert_eq!(
+            (again.robust, again.fingerprint),
+            (median.robust, median.fingerprint)
+        );
+
+        let ensemble = BASE.replace(
+            "strategy = \"fedavg\"",
+            "strategy = \"local\"\nmodel = \"logreg\"",
+        );
+        let err = Experiment::from_toml(&format!("{ensemble}[robust]\nrule = \"median\"\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("strategy local averages none"), "{err}");
+        let err = Experiment::from_toml(&format!("{BASE}[robust]\nclip = \"norm\"\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("needs robust.clip_norm"), "{err}");
     }
 
     #[test]

@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::robust::RobustHyper;
 use super::{
     Aggregate, ClientStrategy, Downloads, LocalMetrics, RoundReport, ServerStrategy, unexpected,
 };
@@ -123,6 +124,7 @@ pub struct FcmRound {
 pub struct FcmServer {
     classes: usize,
     aggregation: Aggregation,
+    robust: RobustHyper,
 }
 
 impl FcmServer {
@@ -130,7 +132,15 @@ impl FcmServer {
         FcmServer {
             classes,
             aggregation,
+            robust: RobustHyper::default(),
         }
+    }
+
+    /// Averaging by `robust` instead of the paper's weighted mean (eq. 9–13's weights still
+    /// decide the mean's).
+    pub fn with_robust(mut self, robust: RobustHyper) -> Self {
+        self.robust = robust;
+        self
     }
 }
 
@@ -169,12 +179,14 @@ impl ServerStrategy for FcmServer {
         }
         let scores: Vec<LocalMetrics> = local.values().copied().collect();
         let (weights, fallback) = self.aggregation.weights(&scores);
-        let mut global: Vec<f64> = vec![0.0; parameters];
-        for (m, a) in maps.iter().zip(&weights) {
-            for (g, w) in global.iter_mut().zip(m.parameters()) {
-                *g += a * w;
-            }
+        if let Some(m) = maps.iter().find(|m| m.parameters().len() != parameters) {
+            return Err(FlintError::InvalidUpdate(format!(
+                "updates disagree on the map's size: {} and {parameters} weights",
+                m.parameters().len()
+            )));
         }
+        let views: Vec<&[f64]> = maps.iter().map(|m| m.parameters()).collect();
+        let (mut global, weights) = self.robust.combine(&views, &weights);
         // A convex combination of weights in [−1, 1] stays there; clamp rounding only.
         global.iter_mut().for_each(|g| *g = g.clamp(-1.0, 1.0));
         let global = Fcm::from_parameters(features, self.classes, global)?;

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use super::ahp::{self, AhpHyper, CriteriaValues};
+use super::robust::RobustHyper;
 use super::{Aggregate, ClientStrategy, Downloads, RoundReport, ServerStrategy, unexpected};
 use crate::data::Shard;
 use crate::metrics::ConfusionMatrix;
@@ -23,6 +24,7 @@ pub struct FedAvgServer {
     weighting: Weighting,
     /// The run's classes: two give the paper's binary model, more a softmax one.
     classes: usize,
+    robust: RobustHyper,
 }
 
 impl FedAvgServer {
@@ -30,6 +32,7 @@ impl FedAvgServer {
         FedAvgServer {
             weighting: Weighting::DatasetSize,
             classes,
+            robust: RobustHyper::default(),
         }
     }
 
@@ -37,7 +40,14 @@ impl FedAvgServer {
         FedAvgServer {
             weighting: Weighting::Ahp(hyper),
             classes,
+            robust: RobustHyper::default(),
         }
+    }
+
+    /// Averaging by `robust` instead of the papers' weighted mean.
+    pub fn with_robust(mut self, robust: RobustHyper) -> Self {
+        self.robust = robust;
+        self
     }
 
     /// Aggregation weights of the given clients, in id order, summing to 1.
@@ -115,7 +125,8 @@ impl ServerStrategy for FedAvgServer {
             .collect::<Result<_>>()?;
         let features = models[0].features();
         let mut global = LogReg::for_classes(features, self.classes);
-        for (model, a) in models.iter().zip(&weights) {
+        let mut flat = Vec::with_capacity(models.len());
+        for model in &models {
             if model.weights.len() != global.weights.len() || model.outputs() != global.outputs() {
                 return Err(FlintError::InvalidUpdate(format!(
                     "updates disagree on the model's shape: {} and {} weights",
@@ -123,13 +134,13 @@ impl ServerStrategy for FedAvgServer {
                     global.weights.len()
                 )));
             }
-            for (g, w) in global.weights.iter_mut().zip(&model.weights) {
-                *g += a * w;
-            }
-            for (g, b) in global.biases.iter_mut().zip(&model.biases) {
-                *g += a * b;
-            }
+            flat.push([&model.weights[..], &model.biases[..]].concat());
         }
+        let views: Vec<&[f64]> = flat.iter().map(Vec::as_slice).collect();
+        let (combined, weights) = self.robust.combine(&views, &weights);
+        let (w, b) = combined.split_at(global.weights.len());
+        global.weights.copy_from_slice(w);
+        global.biases.copy_from_slice(b);
         let weights: BTreeMap<ClientId, f64> = updates.keys().copied().zip(weights).collect();
         Ok(Aggregate {
             downloads: Downloads::Broadcast(wire::encode_linear(&global)),

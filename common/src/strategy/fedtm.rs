@@ -27,6 +27,7 @@ use crate::metrics::ConfusionMatrix;
 use crate::model::tm::TmHyper;
 use crate::model::tm::parts::TmParts;
 use crate::rng::FlintRng;
+use crate::strategy::robust::RobustHyper;
 use crate::wire::proto::{DataSummary, Payload};
 use crate::wire::{self, CompositeDownload, TmShape, Update};
 use crate::{ClientId, Result, Round};
@@ -41,6 +42,7 @@ pub struct FedTmRound {
 pub fn global_machine(
     uploads: &BTreeMap<ClientId, &crate::model::tm::parts::TmUpload>,
     top_k: usize,
+    robust: &RobustHyper,
 ) -> Result<(TmParts, ModelPlan)> {
     let mut plan = ModelPlan::default();
     let mut weights = BTreeMap::new();
@@ -56,6 +58,7 @@ pub fn global_machine(
         &weights,
         top_k,
         BitsBy::Samples,
+        robust,
     )?;
     let model = models.into_iter().next().unwrap_or_default();
     Ok((model, plan))
@@ -64,6 +67,7 @@ pub fn global_machine(
 pub struct FedTmServer {
     shape: TmShape,
     top_k: usize,
+    robust: RobustHyper,
 }
 
 impl FedTmServer {
@@ -71,7 +75,14 @@ impl FedTmServer {
         FedTmServer {
             shape: hyper.shape(tm, classes),
             top_k: hyper.server.top_k,
+            robust: RobustHyper::default(),
         }
+    }
+
+    /// The global machine's classes combined by `robust` instead of their mean.
+    pub fn with_robust(mut self, robust: RobustHyper) -> Self {
+        self.robust = robust;
+        self
     }
 }
 
@@ -87,7 +98,7 @@ impl ServerStrategy for FedTmServer {
         updates: &BTreeMap<ClientId, Update>,
     ) -> Result<Aggregate> {
         let uploads = tm_uploads(updates)?;
-        let (model, plan) = global_machine(&uploads, self.top_k)?;
+        let (model, plan) = global_machine(&uploads, self.top_k, &self.robust)?;
         let download = CompositeDownload {
             models: vec![model],
             ensemble: Vec::new(),
@@ -193,7 +204,7 @@ mod tests {
             .enumerate()
             .map(|(i, u)| (i as u32 + 1, u))
             .collect();
-        let (model, plan) = global_machine(&uploads, 2).unwrap();
+        let (model, plan) = global_machine(&uploads, 2, &RobustHyper::default()).unwrap();
         assert_eq!(plan.contributors[&0], vec![1, 2, 3]);
         assert_eq!(plan.contributors[&1], vec![1]);
         // (4 + 6 + 2) / 3 = 4; (9 + 1 + 2) / 3 = 4. No scaling: FedTM has no Gini step.

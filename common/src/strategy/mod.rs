@@ -11,6 +11,7 @@ pub mod fedavg;
 pub mod fedtm;
 pub mod fedtmos;
 pub mod local;
+pub mod robust;
 pub mod spec;
 pub mod tpfl;
 

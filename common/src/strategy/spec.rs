@@ -10,6 +10,7 @@ use super::fedavg::{FedAvgClient, FedAvgServer};
 use super::fedtm::{FedTmClient, FedTmServer};
 use super::fedtmos::{EnsembleServer, FedTmosClient, FedTmosHyper, FedTmosSection, FedTmosServer};
 use super::local::LocalServer;
+use super::robust::RobustHyper;
 use super::tpfl::{TpflClient, TpflHyper, TpflServer};
 use super::{ClientStrategy, ModelKind, ServerStrategy, StrategyKind};
 use crate::data::Shard;
@@ -32,6 +33,7 @@ pub struct Sections {
     pub tm: Option<TmHyper>,
     pub tpfl: Option<TpflHyper>,
     pub fedtmos: Option<FedTmosSection>,
+    pub robust: Option<RobustHyper>,
 }
 
 /// Blind FL's map, its training, and the server's weighting.
@@ -102,6 +104,7 @@ struct Checked {
     fcm: FcmSpec,
     tm: TmSpec,
     fedtmos: FedTmosHyper,
+    robust: RobustHyper,
 }
 
 impl Checked {
@@ -120,6 +123,7 @@ impl Checked {
                 tpfl: s.tpfl.unwrap_or_default().check()?,
             },
             fedtmos: s.fedtmos.unwrap_or_default().check()?,
+            robust: s.robust.unwrap_or_default().check()?,
         })
     }
 }
@@ -216,6 +220,12 @@ impl StrategySpec {
             tm: c.tm.tm,
             fedtmos: c.fedtmos,
         };
+        if !c.robust.is_plain() && !averages(kind) {
+            return Err(ParamError::Inconsistent(format!(
+                "[robust] changes how updates are averaged, and strategy {} averages none",
+                kind.name()
+            )));
+        }
         Ok(match kind {
             StrategyKind::FedAvg => StrategySpec::FedAvg { logreg: c.logreg },
             StrategyKind::FedAvgAhp => StrategySpec::FedAvgAhp {
@@ -237,6 +247,10 @@ impl StrategySpec {
     /// run's resolved file writes.
     pub fn resolved_sections(&self, written: &Sections) -> Sections {
         let mut out = self.model().resolved_sections(written);
+        // Written only where it changes something: the papers' mean leaves the file as it was.
+        out.robust = written
+            .robust
+            .filter(|r| !r.is_plain() && averages(self.kind()));
         if let StrategySpec::FedAvgAhp { ahp, .. } = self {
             out.ahp = Some(AhpSection {
                 criteria: ahp.criteria.clone(),
@@ -310,22 +324,34 @@ impl StrategySpec {
         matches!(self, StrategySpec::FedAvgAhp { ahp, .. } if ahp.criteria.contains(&AhpCriterion::ComputeGhz))
     }
 
-    /// The server half; `seed` is the run's (FedTMOS seeds its k-means from it).
-    pub fn server(&self, classes: usize, seed: u64) -> Box<dyn ServerStrategy> {
+    /// The server half; `seed` is the run's (FedTMOS seeds its k-means from it), `robust` how
+    /// it averages (the checks refuse anything but the plain mean where nothing is averaged).
+    pub fn server(
+        &self,
+        classes: usize,
+        seed: u64,
+        robust: RobustHyper,
+    ) -> Box<dyn ServerStrategy> {
         match self {
-            StrategySpec::FedAvg { .. } => Box::new(FedAvgServer::by_size(classes)),
+            StrategySpec::FedAvg { .. } => {
+                Box::new(FedAvgServer::by_size(classes).with_robust(robust))
+            }
             StrategySpec::FedAvgAhp { ahp, .. } => {
-                Box::new(FedAvgServer::by_ahp(ahp.clone(), classes))
+                Box::new(FedAvgServer::by_ahp(ahp.clone(), classes).with_robust(robust))
             }
             StrategySpec::BlindFcm(f) | StrategySpec::BlendedFcm(f) => {
-                Box::new(FcmServer::new(classes, f.aggregation))
+                Box::new(FcmServer::new(classes, f.aggregation).with_robust(robust))
             }
-            StrategySpec::Tpfl(t) => Box::new(TpflServer::new(classes, t.tm.clauses, t.tpfl)),
+            StrategySpec::Tpfl(t) => {
+                Box::new(TpflServer::new(classes, t.tm.clauses, t.tpfl).with_robust(robust))
+            }
             StrategySpec::FedTmos(f) => {
-                Box::new(FedTmosServer::new(f.fedtmos, &f.tm, classes, seed))
+                Box::new(FedTmosServer::new(f.fedtmos, &f.tm, classes, seed).with_robust(robust))
             }
             StrategySpec::Ensemble(f) => Box::new(EnsembleServer::new(f.fedtmos, &f.tm, classes)),
-            StrategySpec::FedTm(f) => Box::new(FedTmServer::new(f.fedtmos, &f.tm, classes)),
+            StrategySpec::FedTm(f) => {
+                Box::new(FedTmServer::new(f.fedtmos, &f.tm, classes).with_robust(robust))
+            }
             StrategySpec::Local(m) | StrategySpec::Central(m) => {
                 Box::new(LocalServer::new(m.server(classes, seed)))
             }
@@ -441,4 +467,13 @@ impl StrategySpec {
             _ => None,
         }
     }
+}
+
+/// Whether the strategy's server averages the clients' updates, where `[robust]` applies: not
+/// the ensemble (it keeps every machine) nor the baselines (nothing is combined).
+pub fn averages(kind: StrategyKind) -> bool {
+    !matches!(
+        kind,
+        StrategyKind::Ensemble | StrategyKind::Local | StrategyKind::Central
+    )
 }

@@ -14,6 +14,7 @@ use super::{
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::robust::RobustHyper;
 use crate::data::images::{BitShard, Holdout, ShardSizes};
 use crate::metrics::ConfusionMatrix;
 use crate::model::tm::{CoalescedTm, FeedbackMasks, TmHyper};
@@ -136,11 +137,13 @@ pub struct Cluster {
 
 /// Algorithm 2: clusters keyed by winning class, members in client-id order. `previous` holds
 /// each class's aggregate of earlier rounds (used by `WithPrevious`, and updated here). Classes
-/// nobody won this round have no cluster; their previous aggregate is kept.
+/// nobody won this round have no cluster; their previous aggregate is kept. A cluster's
+/// members count alike; `robust` may replace their mean.
 pub fn cluster(
     uploads: &BTreeMap<ClientId, (u32, Vec<i32>)>,
     previous: &mut BTreeMap<u32, Vec<f64>>,
     how: ClusterMean,
+    robust: &RobustHyper,
 ) -> Result<BTreeMap<u32, Cluster>> {
     let mut sums: BTreeMap<u32, (Vec<ClientId>, Vec<f64>)> = BTreeMap::new();
     for (&id, (class, weights)) in uploads {
@@ -161,15 +164,27 @@ pub fn cluster(
     }
     let mut out = BTreeMap::new();
     for (class, (members, mut sum)) in sums {
-        let mut rows = members.len() as f64;
-        if how == ClusterMean::WithPrevious
-            && let Some(prev) = previous.get(&class)
-            && prev.len() == sum.len()
-        {
-            sum.iter_mut().zip(prev).for_each(|(s, p)| *s += p);
-            rows += 1.0;
-        }
-        let mean: Vec<f64> = sum.iter().map(|s| s / rows).collect();
+        let prev = previous
+            .get(&class)
+            .filter(|p| how == ClusterMean::WithPrevious && p.len() == sum.len());
+        let mean: Vec<f64> = if robust.is_plain() {
+            let mut rows = members.len() as f64;
+            if let Some(prev) = prev {
+                sum.iter_mut().zip(prev).for_each(|(s, p)| *s += p);
+                rows += 1.0;
+            }
+            sum.iter().map(|s| s / rows).collect()
+        } else {
+            let mut rows: Vec<Vec<f64>> = members
+                .iter()
+                .map(|id| uploads[id].1.iter().map(|&w| f64::from(w)).collect())
+                .collect();
+            rows.extend(prev.cloned());
+            let views: Vec<&[f64]> = rows.iter().map(Vec::as_slice).collect();
+            robust
+                .combine(&views, &vec![1.0 / rows.len() as f64; rows.len()])
+                .0
+        };
         previous.insert(class, mean.clone());
         out.insert(class, Cluster { members, mean });
     }
@@ -241,6 +256,7 @@ pub struct TpflServer {
     clauses: usize,
     hyper: TpflHyper,
     previous: BTreeMap<u32, Vec<f64>>,
+    robust: RobustHyper,
     /// With `delta`, every vector sent, by (client, class, round): the bases of delta uploads
     /// (a client that missed a download refers to an older one, so all are kept).
     sent: BTreeMap<(ClientId, u32, Round), Vec<i32>>,
@@ -253,8 +269,15 @@ impl TpflServer {
             clauses,
             hyper,
             previous: BTreeMap::new(),
+            robust: RobustHyper::default(),
             sent: BTreeMap::new(),
         }
+    }
+
+    /// Each cluster combined by `robust` instead of the paper's mean.
+    pub fn with_robust(mut self, robust: RobustHyper) -> Self {
+        self.robust = robust;
+        self
     }
 
     /// The winner's weights as the client holds them (a delta is added to its base).
@@ -318,7 +341,12 @@ impl ServerStrategy for TpflServer {
                 },
             );
         }
-        let clusters = cluster(&uploads, &mut self.previous, self.hyper.cluster_mean)?;
+        let clusters = cluster(
+            &uploads,
+            &mut self.previous,
+            self.hyper.cluster_mean,
+            &self.robust,
+        )?;
         let mut downloads = BTreeMap::new();
         let mut weights = BTreeMap::new();
         let mut members = BTreeMap::new();
@@ -528,7 +556,13 @@ mod tests {
             (2, 4, vec![5, 5, -5]),
             (3, 0, vec![4, 0, 2]),
         ]);
-        let c = cluster(&u, &mut previous, ClusterMean::Members).unwrap();
+        let c = cluster(
+            &u,
+            &mut previous,
+            ClusterMean::Members,
+            &RobustHyper::default(),
+        )
+        .unwrap();
         assert_eq!(c.keys().copied().collect::<Vec<_>>(), vec![0, 4]);
         assert_eq!(c[&0].members, vec![1, 3]);
         assert_eq!(c[&0].mean, vec![3.0, -2.0, 1.5]);
@@ -541,10 +575,22 @@ mod tests {
     fn a_client_whose_winner_changes_moves_cluster_and_the_code_variant_remembers() {
         let mut previous = BTreeMap::new();
         let r1 = uploads(&[(1, 0, vec![2, 2]), (2, 1, vec![6, 0])]);
-        cluster(&r1, &mut previous, ClusterMean::WithPrevious).unwrap();
+        cluster(
+            &r1,
+            &mut previous,
+            ClusterMean::WithPrevious,
+            &RobustHyper::default(),
+        )
+        .unwrap();
         // Round 2: client 1 now wins class 1 and joins client 2's cluster; class 0 is empty.
         let r2 = uploads(&[(1, 1, vec![0, 3]), (2, 1, vec![3, 3])]);
-        let c = cluster(&r2, &mut previous, ClusterMean::WithPrevious).unwrap();
+        let c = cluster(
+            &r2,
+            &mut previous,
+            ClusterMean::WithPrevious,
+            &RobustHyper::default(),
+        )
+        .unwrap();
         assert_eq!(c.keys().copied().collect::<Vec<_>>(), vec![1]);
         assert_eq!(c[&1].members, vec![1, 2]);
         // (0 + 3 + previous 6) / 3, (3 + 3 + previous 0) / 3.
@@ -552,16 +598,27 @@ mod tests {
         // The empty cluster keeps its aggregate for a later round.
         assert_eq!(previous[&0], vec![2.0, 2.0]);
         let mut fresh = BTreeMap::new();
-        let paper = cluster(&r2, &mut fresh, ClusterMean::Members).unwrap();
+        let paper = cluster(
+            &r2,
+            &mut fresh,
+            ClusterMean::Members,
+            &RobustHyper::default(),
+        )
+        .unwrap();
         assert_eq!(paper[&1].mean, vec![1.5, 3.0]);
     }
 
     #[test]
     fn vectors_of_different_lengths_in_one_cluster_are_refused() {
         let u = uploads(&[(1, 0, vec![1, 2]), (2, 0, vec![1])]);
-        let e = cluster(&u, &mut BTreeMap::new(), ClusterMean::Members)
-            .unwrap_err()
-            .to_string();
+        let e = cluster(
+            &u,
+            &mut BTreeMap::new(),
+            ClusterMean::Members,
+            &RobustHyper::default(),
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("client 2 sent 1 weights for class 0"), "{e}");
     }
 

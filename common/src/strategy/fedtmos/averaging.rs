@@ -9,15 +9,18 @@ use super::scaling::{entries, mean};
 use super::section::{BitsBy, FedTmosServerParams};
 use crate::model::tm::parts::{ClassParts, IncludeBits, TmParts, TmUpload};
 use crate::rng::FlintRng;
+use crate::strategy::robust::RobustHyper;
 use crate::{ClientId, FlintError, Result};
 
-/// Step 6: Algorithm 3 over the plans. `scaled` holds every contributor's scaled weights.
+/// Step 6: Algorithm 3 over the plans. `scaled` holds every contributor's scaled weights; their
+/// mean (Algorithm 3, line 3) is `robust`'s combination where that is not the plain mean.
 pub fn average<U: Borrow<TmUpload>>(
     plans: &[ModelPlan],
     uploads: &BTreeMap<ClientId, U>,
     scaled: &BTreeMap<(ClientId, u32), Vec<u32>>,
     top_k: usize,
     bits_by: BitsBy,
+    robust: &RobustHyper,
 ) -> Result<Vec<TmParts>> {
     let missing = |client: ClientId, class: u32| {
         FlintError::Model(format!(
@@ -42,12 +45,7 @@ pub fn average<U: Borrow<TmUpload>>(
                     None => Err(missing(j, class)),
                 })
                 .collect::<Result<_>>()?;
-            let weights: Vec<u32> = (0..clauses)
-                .map(|i| {
-                    let sum: f64 = vectors.iter().map(|v| f64::from(v[i])).sum();
-                    (sum / vectors.len() as f64) as u32
-                })
-                .collect();
+            let weights = clause_weights(&vectors, clauses, robust);
             let mut ranked: Vec<(ClientId, f64)> = contributors
                 .iter()
                 .zip(&vectors)
@@ -87,6 +85,32 @@ pub fn average<U: Borrow<TmUpload>>(
     Ok(out)
 }
 
+/// One class's clause weights from its contributors' scaled vectors: their mean, floored (the
+/// code's integer cast), or `robust`'s combination of them.
+fn clause_weights(vectors: &[&Vec<u32>], clauses: usize, robust: &RobustHyper) -> Vec<u32> {
+    if robust.is_plain() {
+        return (0..clauses)
+            .map(|i| {
+                let sum: f64 = vectors.iter().map(|v| f64::from(v[i])).sum();
+                (sum / vectors.len() as f64) as u32
+            })
+            .collect();
+    }
+    let rows: Vec<Vec<f64>> = vectors
+        .iter()
+        .map(|v| v.iter().map(|&w| f64::from(w)).collect())
+        .collect();
+    let views: Vec<&[f64]> = rows.iter().map(Vec::as_slice).collect();
+    let equal = vec![1.0 / rows.len() as f64; rows.len()];
+    // Combinations of non-negative weights stay non-negative; the cast floors as above.
+    robust
+        .combine(&views, &equal)
+        .0
+        .into_iter()
+        .map(|w| w as u32)
+        .collect()
+}
+
 /// What steps 1–6 made of a round's uploads.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Steps {
@@ -103,6 +127,7 @@ pub struct Steps {
 pub fn server_steps<U: Borrow<TmUpload>>(
     uploads: &BTreeMap<ClientId, U>,
     params: &FedTmosServerParams,
+    robust: &RobustHyper,
     rng: &mut FlintRng,
 ) -> Result<Steps> {
     let (entries, x) = entries(uploads, params.sigma, params.filter);
@@ -114,7 +139,14 @@ pub fn server_steps<U: Borrow<TmUpload>>(
         .into_iter()
         .map(|e| ((e.client, e.class), e.scaled))
         .collect();
-    let models = average(&plans, uploads, &scaled, params.top_k, params.bits_by)?;
+    let models = average(
+        &plans,
+        uploads,
+        &scaled,
+        params.top_k,
+        params.bits_by,
+        robust,
+    )?;
     Ok(Steps {
         models,
         plans,

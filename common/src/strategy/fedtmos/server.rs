@@ -11,6 +11,7 @@ use super::machines::tm_uploads;
 use super::section::FedTmosHyper;
 use crate::model::tm::TmHyper;
 use crate::rng::derive_rng;
+use crate::strategy::robust::RobustHyper;
 use crate::wire::proto::{DataSummary, Payload};
 use crate::wire::{self, CompositeDownload, TmShape, Update};
 use crate::{ClientId, Result, Round};
@@ -39,6 +40,7 @@ pub struct FedTmosServer {
     hyper: FedTmosHyper,
     shape: TmShape,
     seed: u64,
+    robust: RobustHyper,
 }
 
 impl FedTmosServer {
@@ -47,7 +49,14 @@ impl FedTmosServer {
             shape: hyper.shape(tm, classes),
             hyper,
             seed,
+            robust: RobustHyper::default(),
         }
+    }
+
+    /// Each server model's classes combined by `robust` instead of Algorithm 3's mean.
+    pub fn with_robust(mut self, robust: RobustHyper) -> Self {
+        self.robust = robust;
+        self
     }
 }
 
@@ -64,7 +73,7 @@ impl ServerStrategy for FedTmosServer {
     ) -> Result<Aggregate> {
         let uploads = tm_uploads(updates)?;
         let mut rng = derive_rng(self.seed, "fedtmos-kmeans", round);
-        let steps = server_steps(&uploads, &self.hyper.server, &mut rng)?;
+        let steps = server_steps(&uploads, &self.hyper.server, &self.robust, &mut rng)?;
         let mut download = CompositeDownload {
             models: steps.models,
             ensemble: Vec::new(),

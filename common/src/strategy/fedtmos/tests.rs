@@ -9,6 +9,7 @@ use crate::model::tm::composite::CompositeOptions;
 use crate::model::tm::parts::{ClassParts, IncludeBits, TmParts, TmUpload};
 use crate::model::tm::{ExcludedAt, TmHyper};
 use crate::rng::derive_rng;
+use crate::strategy::robust::RobustHyper;
 use crate::wire::{self, TmShape, Update};
 use prost::Message;
 
@@ -161,7 +162,15 @@ fn the_codes_fill_adds_a_class_under_the_clusters_first_client_as_zeros() {
         (2, upload(&[(1, vec![4, 4], 0b0010, 10)])),
     ]);
     let scaled = BTreeMap::from([((1, 0), vec![3, 3]), ((2, 1), vec![4, 4])]);
-    let model = &average(&[plan], &uploads, &scaled, 2, BitsBy::Samples).unwrap()[0];
+    let model = &average(
+        &[plan],
+        &uploads,
+        &scaled,
+        2,
+        BitsBy::Samples,
+        &RobustHyper::default(),
+    )
+    .unwrap()[0];
     assert_eq!(model.classes[&0].weights, vec![3, 3]);
     assert_eq!(model.classes[&1].weights, vec![0, 0]);
     // No literal, in the shape every class has, so clients can rebuild the machine.
@@ -169,7 +178,17 @@ fn the_codes_fill_adds_a_class_under_the_clusters_first_client_as_zeros() {
     // A contributor the plan does not know as absent is still refused.
     let mut unknown = ModelPlan::default();
     unknown.add(1, 1, 0, &[0.0]);
-    assert!(average(&[unknown], &uploads, &scaled, 2, BitsBy::Samples).is_err());
+    assert!(
+        average(
+            &[unknown],
+            &uploads,
+            &scaled,
+            2,
+            BitsBy::Samples,
+            &RobustHyper::default()
+        )
+        .is_err()
+    );
     // The key: `cluster-first` is taken, and only then written into a resolved file.
     let code = FedTmosSection {
         fill_from: FillFrom::ClusterFirst,
@@ -212,6 +231,7 @@ fn averaging_truncates_the_mean_and_ors_the_top_two_include_bits() {
         &scaled,
         2,
         BitsBy::Samples,
+        &RobustHyper::default(),
     )
     .unwrap();
     let class = &by_samples[0].classes[&0];
@@ -220,7 +240,15 @@ fn averaging_truncates_the_mean_and_ors_the_top_two_include_bits() {
     // The most samples: clients 2 and 3.
     assert_eq!(class.include, IncludeBits(vec![0b0110]));
     // By mean scaled weight: client 1 (5), then client 3 (2.5).
-    let by_weight = average(&[plan], &uploads, &scaled, 2, BitsBy::MeanWeight).unwrap();
+    let by_weight = average(
+        &[plan],
+        &uploads,
+        &scaled,
+        2,
+        BitsBy::MeanWeight,
+        &RobustHyper::default(),
+    )
+    .unwrap();
     assert_eq!(by_weight[0].classes[&0].include, IncludeBits(vec![0b0101]));
 }
 
@@ -242,7 +270,13 @@ fn a_whole_aggregation_covers_every_class_in_every_model_it_can() {
         filter: false,
         fill_from: FillFrom::Holder,
     };
-    let steps = server_steps(&uploads, &params, &mut derive_rng(1, "fedtmos", 0)).unwrap();
+    let steps = server_steps(
+        &uploads,
+        &params,
+        &RobustHyper::default(),
+        &mut derive_rng(1, "fedtmos", 0),
+    )
+    .unwrap();
     let (models, plans, x) = (steps.models.clone(), steps.plans, steps.scale);
     assert!((x - 0.625).abs() < 1e-12, "every client's Gini is 0.625");
     assert_eq!(models.len(), 2);
@@ -259,7 +293,13 @@ fn a_whole_aggregation_covers_every_class_in_every_model_it_can() {
         assert!(m.classes.values().all(|c| c.weights.len() == 6));
     }
     // The same seed gives the same models.
-    let again = server_steps(&uploads, &params, &mut derive_rng(1, "fedtmos", 0)).unwrap();
+    let again = server_steps(
+        &uploads,
+        &params,
+        &RobustHyper::default(),
+        &mut derive_rng(1, "fedtmos", 0),
+    )
+    .unwrap();
     assert_eq!(again.models, models);
 }
 
