@@ -373,6 +373,30 @@ mod tests {
             &maps,
             &maps,
         );
+        // Issue 30 §4: under the median the global map is the middle one's weights (0.5, −0.25
+        // and 0.25: 0.25), whatever the accuracies that weight the mean.
+        let median = robust::RobustHyper {
+            rule: robust::Rule::Median,
+            ..Default::default()
+        };
+        let three = [
+            (1, map(0.5, 0.75)),
+            (2, map(-0.25, 0.5)),
+            (3, map(0.25, 0.5)),
+        ];
+        let mut clients = summaries(1);
+        clients.insert(3, clients[&2].clone());
+        let mut s = FcmServer::new(3, Aggregation::Mean).with_robust(median);
+        let ups = three
+            .iter()
+            .map(|(id, p)| (*id, s.decode(*id, 1, p).unwrap()))
+            .collect();
+        let agg = s.aggregate(1, &clients, &ups).unwrap();
+        let Downloads::Broadcast(global) = agg.downloads else {
+            panic!("a broadcast")
+        };
+        let global = wire::decode_map(&global, 1, 3).unwrap().0;
+        assert!(global.parameters().iter().all(|&w| w == 0.25), "{global:?}");
         let mut s = FcmServer::new(3, Aggregation::Mean);
         let tpfl_state = StrategyState::Tpfl(Default::default());
         assert!(s.restore(tpfl_state).is_err());

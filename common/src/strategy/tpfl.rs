@@ -571,6 +571,30 @@ mod tests {
         assert_eq!(previous.len(), 2);
     }
 
+    /// Issue 30 §4: a cluster's members combined by the median, the previous aggregate counted
+    /// as one more row under the code's variant; one member far out moves nothing.
+    #[test]
+    fn a_cluster_under_the_median_ignores_its_outlier() {
+        let median = RobustHyper {
+            rule: crate::strategy::robust::Rule::Median,
+            ..Default::default()
+        };
+        let u = uploads(&[
+            (1, 0, vec![2, -4]),
+            (2, 0, vec![3, -3]),
+            (3, 0, vec![900, 900]),
+        ]);
+        let c = cluster(&u, &mut BTreeMap::new(), ClusterMean::Members, &median).unwrap();
+        assert_eq!(c[&0].mean, vec![3.0, -3.0]);
+        let mut previous = BTreeMap::from([(0, vec![2.0, -4.0])]);
+        let c = cluster(&u, &mut previous, ClusterMean::WithPrevious, &median).unwrap();
+        assert_eq!(
+            c[&0].mean,
+            vec![2.5, -3.5],
+            "four rows: the two middle ones' mean"
+        );
+    }
+
     #[test]
     fn a_client_whose_winner_changes_moves_cluster_and_the_code_variant_remembers() {
         let mut previous = BTreeMap::new();

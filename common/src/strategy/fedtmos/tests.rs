@@ -237,6 +237,22 @@ fn averaging_truncates_the_mean_and_ors_the_top_two_include_bits() {
     let class = &by_samples[0].classes[&0];
     // (9 + 2 + 4) / 3 = 5, (1 + 2 + 1) / 3 = 1.33 → 1.
     assert_eq!(class.weights, vec![5, 1]);
+    // Issue 30 §4: the trimmed mean of three drops one at each end: 4 and 1.
+    let trimmed = crate::strategy::robust::RobustHyper {
+        rule: crate::strategy::robust::Rule::TrimmedMean,
+        trim: 0.34,
+        ..Default::default()
+    };
+    let robust = average(
+        std::slice::from_ref(&plan),
+        &uploads,
+        &scaled,
+        2,
+        BitsBy::Samples,
+        &trimmed.check().unwrap(),
+    )
+    .unwrap();
+    assert_eq!(robust[0].classes[&0].weights, vec![4, 1]);
     // The most samples: clients 2 and 3.
     assert_eq!(class.include, IncludeBits(vec![0b0110]));
     // By mean scaled weight: client 1 (5), then client 3 (2.5).
