@@ -329,6 +329,46 @@ name = "b"
         assert!(err.contains("needs robust.clip_norm"), "{err}");
     }
 
+    /// Issue 29 §5: `label_column` (and `skip_columns`) by index or by header name; a name
+    /// implies the header, and contradicts `header = false`.
+    #[test]
+    fn a_csv_label_named_in_the_header_implies_the_header() {
+        let csv = r#"
+name = "t"
+strategy = "fedavg"
+rounds = 1
+[data]
+source = "csv"
+path = "t.csv"
+classes = ["a", "b"]
+features = 2
+label_column = "species"
+skip_columns = [0, "id"]
+[[clients]]
+"#;
+        let e = Experiment::from_toml(csv).unwrap();
+        let crate::data::Source::Csv(spec) = &e.data.source else {
+            panic!("a csv source")
+        };
+        assert!(spec.header && !spec.detect_header);
+        assert_eq!(spec.named.label.as_deref(), Some("species"));
+        assert_eq!(
+            (spec.skip_columns.clone(), spec.named.skip.clone()),
+            (vec![0], vec!["id".to_string()])
+        );
+        let again = Experiment::from_toml(&e.to_toml()).unwrap();
+        assert_eq!(again.fingerprint, e.fingerprint);
+        let headless = csv.replace("features = 2", "features = 2\nheader = false");
+        let err = Experiment::from_toml(&headless).unwrap_err().to_string();
+        assert!(err.contains("data.header = false"), "{err}");
+        let negative = csv.replace("\"species\"", "-1");
+        let err = Experiment::from_toml(&negative).unwrap_err().to_string();
+        assert!(
+            err.contains("a column counts from 0 (or is named), got -1"),
+            "{err}"
+        );
+    }
+
     #[test]
     fn unknown_keys_are_rejected_with_their_name() {
         let err = Experiment::from_toml(&BASE.replace("rounds = 2", "rounds = 2\nroundz = 3"))

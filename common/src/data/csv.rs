@@ -4,6 +4,7 @@
 
 use std::path::Path;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::Dataset;
@@ -24,6 +25,46 @@ pub enum Missing {
     Impute,
 }
 
+/// A column of a table: its 0-based index, or its name in the header line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(untagged)]
+pub enum Column {
+    Index(usize),
+    Name(String),
+}
+
+impl<'de> Deserialize<'de> for Column {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Column, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = Column;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a column's 0-based index or its name in the header")
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> std::result::Result<Column, E> {
+                usize::try_from(v)
+                    .map(Column::Index)
+                    .map_err(|_| E::custom(format!("column {v} is too large")))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> std::result::Result<Column, E> {
+                match u64::try_from(v) {
+                    Ok(v) => self.visit_u64(v),
+                    Err(_) => Err(E::custom(format!(
+                        "a column counts from 0 (or is named), got {v}"
+                    ))),
+                }
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> std::result::Result<Column, E> {
+                match v.trim() {
+                    "" => Err(E::custom("an empty column name")),
+                    name => Ok(Column::Name(name.to_string())),
+                }
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
+}
+
 /// The tokens read as "missing" unless `data.missing` says otherwise.
 pub const DEFAULT_MISSING: &[&str] = &["", "?", "NA", "NaN"];
 
@@ -41,6 +82,9 @@ pub struct CsvSpec {
     pub detect_header: bool,
     /// 0-based columns to ignore (e.g. a record id).
     pub skip_columns: Vec<usize>,
+    /// The label's and skipped columns' names, found in the header line when the file is read
+    /// (into `label_column` and `skip_columns`).
+    pub named: Named,
     /// The number of features the file must have (`data.features`); it is also how the server
     /// knows the model's shape without trusting a client's word.
     pub features: Option<usize>,
@@ -62,6 +106,7 @@ impl CsvSpec {
             header: false,
             detect_header: false,
             skip_columns: Vec::new(),
+            named: Named::default(),
             features: None,
             delimiter: b',',
             missing: DEFAULT_MISSING.iter().map(|t| t.to_string()).collect(),
@@ -119,7 +164,7 @@ pub fn infer_shape(path: &Path, spec: &CsvSpec) -> Result<Shape> {
 }
 
 fn shape_of(text: &[u8], spec: &CsvSpec) -> std::result::Result<Shape, String> {
-    let spec = &with_header_decided(text, spec);
+    let spec = &with_header_decided(text, spec)?;
     let mut labels = std::collections::BTreeSet::new();
     let mut columns = None;
     for (line, record) in records(text, spec) {
@@ -200,14 +245,43 @@ fn feature_columns(spec: &CsvSpec, columns: usize) -> Vec<usize> {
         .collect()
 }
 
-/// `spec` with `header` decided by the file where the experiment leaves it open.
-fn with_header_decided(text: &[u8], spec: &CsvSpec) -> CsvSpec {
+/// Columns the experiment names rather than numbers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Named {
+    pub label: Option<String>,
+    pub skip: Vec<String>,
+}
+
+/// `spec` as the file decides it: `header` where the experiment leaves it open, and the
+/// columns it names found in the header line.
+fn with_header_decided(text: &[u8], spec: &CsvSpec) -> std::result::Result<CsvSpec, String> {
     let mut decided = spec.clone();
     if spec.detect_header {
         decided.header = looks_like_header(text, spec);
         decided.detect_header = false;
     }
-    decided
+    if decided.named == Named::default() {
+        return Ok(decided);
+    }
+    let names = header(text, &decided)?
+        .ok_or("a column named in the experiment needs a header line (data.header = true)")?;
+    let at = |name: &str| {
+        names.iter().position(|n| n.trim() == name).ok_or_else(|| {
+            let shown: Vec<&str> = names.iter().take(12).map(|n| n.trim()).collect();
+            format!(
+                "no column is named {name:?}; the header names {shown:?}{}",
+                if names.len() > 12 { " …" } else { "" }
+            )
+        })
+    };
+    if let Some(label) = &spec.named.label {
+        decided.label_column = Some(at(label)?);
+    }
+    for name in &spec.named.skip {
+        decided.skip_columns.push(at(name)?);
+    }
+    decided.named = Named::default();
+    Ok(decided)
 }
 
 /// Whether a file's first line is a header: one of its feature cells (neither the label nor
@@ -293,7 +367,7 @@ pub fn parse(text: &str, spec: &CsvSpec) -> std::result::Result<Dataset, String>
 }
 
 pub fn parse_bytes(text: &[u8], spec: &CsvSpec) -> std::result::Result<Dataset, String> {
-    let spec = &with_header_decided(text, spec);
+    let spec = &with_header_decided(text, spec)?;
     let header_names = header(text, spec)?;
     let mut rows = Rows {
         spec,
@@ -692,6 +766,40 @@ mod tests {
                 .features,
             2
         );
+    }
+
+    /// Issue 29 §5: the label and skipped columns by their header names, wherever they sit.
+    #[test]
+    fn columns_named_in_the_header_are_found_there() {
+        let named = CsvSpec {
+            header: true,
+            named: Named {
+                label: Some("species".into()),
+                skip: vec!["id".into()],
+            },
+            ..CsvSpec::new("x.csv", vec!["a".into(), "b".into()])
+        };
+        let d = parse("id,species,width\n7,b,1.5\n8,a,2.5\n", &named).unwrap();
+        assert_eq!((d.features, d.y.clone()), (1, vec![1, 0]));
+        assert_eq!(d.x, vec![1.5, 2.5]);
+        let unknown = CsvSpec {
+            named: Named {
+                label: Some("kind".into()),
+                skip: Vec::new(),
+            },
+            ..named.clone()
+        };
+        let e = parse("id,species,width\n7,b,1.5\n", &unknown).unwrap_err();
+        assert!(
+            e.contains(r#"no column is named "kind"; the header names ["id", "species", "width"]"#),
+            "{e}"
+        );
+        let headless = CsvSpec {
+            header: false,
+            ..named
+        };
+        let e = parse("7,b,1.5\n", &headless).unwrap_err();
+        assert!(e.contains("needs a header line"), "{e}");
     }
 
     /// Found by the `csv` fuzz target: one column, skipped, subtracted past zero and gave a

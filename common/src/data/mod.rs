@@ -50,9 +50,12 @@ pub struct DataSection {
     // csv
     /// Absolute, or relative to the data directory.
     pub path: Option<String>,
-    /// 0-based (default: the last column).
-    #[serde(default, deserialize_with = "at_least_or_unset::<0, _, _>")]
-    pub label_column: Option<usize>,
+    /// The label's column: its 0-based index, or its name in the header line (default: the
+    /// last column).
+    pub label_column: Option<csv::Column>,
+    /// Columns that are neither features nor the label (a record id, say): 0-based indexes or
+    /// header names.
+    pub skip_columns: Option<Vec<csv::Column>>,
     /// The labels in class-index order; when omitted, `flint run` reads them from the file
     /// (sorted) and writes them into `experiment.resolved.toml`.
     pub classes: Option<Vec<String>>,
@@ -322,6 +325,7 @@ impl DataSection {
             ("separation", s.separation.is_some()),
             ("path", s.path.is_some()),
             ("label_column", s.label_column.is_some()),
+            ("skip_columns", s.skip_columns.is_some()),
             ("classes", s.classes.is_some()),
             ("header", s.header.is_some()),
             ("delimiter", s.delimiter.is_some()),
@@ -423,6 +427,7 @@ impl DataSection {
         self.only(&[
             "path",
             "label_column",
+            "skip_columns",
             "classes",
             "header",
             "features",
@@ -465,10 +470,20 @@ impl DataSection {
                 "data.classes has {c:?}, which data.missing reads as a missing value"
             )));
         }
+        let (label_column, skip_columns, named) = s.columns();
+        let by_name = named != csv::Named::default();
+        if by_name && s.header == Some(false) {
+            return Err(bad(
+                "data.label_column or data.skip_columns names a column, but data.header = false: name columns by their 0-based index instead".into(),
+            ));
+        }
         Ok(Source::Csv(csv::CsvSpec {
-            label_column: s.label_column,
-            header: s.header.unwrap_or(false),
-            detect_header: s.header.is_none(),
+            label_column,
+            skip_columns,
+            named,
+            // A column named: the first line is the header that names it.
+            header: s.header.unwrap_or(by_name),
+            detect_header: s.header.is_none() && !by_name,
             features: s.features,
             delimiter,
             missing,
@@ -479,6 +494,27 @@ impl DataSection {
             )?,
             ..csv::CsvSpec::new(path, classes)
         }))
+    }
+
+    /// The label's and skipped columns, split into indexes and names.
+    fn columns(&self) -> (Option<usize>, Vec<usize>, csv::Named) {
+        let mut named = csv::Named::default();
+        let label_column = match &self.label_column {
+            Some(csv::Column::Index(i)) => Some(*i),
+            Some(csv::Column::Name(n)) => {
+                named.label = Some(n.clone());
+                None
+            }
+            None => None,
+        };
+        let mut skip = Vec::new();
+        for c in self.skip_columns.iter().flatten() {
+            match c {
+                csv::Column::Index(i) => skip.push(*i),
+                csv::Column::Name(n) => named.skip.push(n.clone()),
+            }
+        }
+        (label_column, skip, named)
     }
 
     fn table_bits(&self) -> ParamResult<Option<TableBits>> {
