@@ -1027,3 +1027,67 @@ fn a_run_directory_packs_into_a_tar_and_idle_ends_at_sigterm() {
     ok(std::process::Command::new("kill").args(["-TERM", &idle.0.id().to_string()]));
     assert!(idle.wait(Duration::from_secs(5)).success());
 }
+
+/// Issue 29 §4: the ensemble's clients all predict with the same machines (every client's), so
+/// each machine is stored once, by content, below models/machines/; the run's models take
+/// about one composite's room, not one per client, and `flint explain` puts them back.
+#[test]
+fn the_ensembles_machines_are_stored_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    write_blobs(&data.join("blobs.csv"), "width,height", 900);
+    let text = "name = \"table-ensemble\"\nstrategy = \"ensemble\"\nseed = 2\nrounds = 1\nclient_count = 6\n\
+         [data]\nsource = \"csv\"\npath = \"blobs.csv\"\nheader = true\nfeatures = 2\nlevels = 6\n\n\
+         [tm]\nclauses = 40\nt = 15\ns = 3.0\nweighted = true\n\n\
+         [fedtmos]\nlocal_epochs = 2\n";
+    let exp = write(dir.path(), "table-ensemble.toml", text);
+    let runs = dir.path().join("runs");
+    ok(&mut flint_run(&exp, &data, &runs));
+    let models = runs.join("table-ensemble/models");
+    let size = |p: &Path| std::fs::metadata(p).unwrap().len();
+    let mut stored = Vec::new();
+    for id in 1..=6 {
+        let file = models.join(format!("client-{id}.json"));
+        let parsed = flint_common::model::kept::ModelFile::parse(&std::fs::read(&file).unwrap());
+        match parsed.unwrap().model {
+            flint_common::model::kept::KeptModel::Composite {
+                stored: s,
+                machines,
+                ..
+            } => {
+                assert!(machines.is_empty(), "by reference, not inline");
+                stored.push(s);
+            }
+            other => panic!("{other:?}"),
+        }
+        let (_, machines) = kept_composite(&file);
+        assert_eq!(machines, 6, "every client's machine, read back in place");
+    }
+    assert!(stored.iter().all(|s| *s == stored[0]), "{stored:?}");
+    let machines_dir = models.join("machines");
+    let files: Vec<_> = std::fs::read_dir(&machines_dir)
+        .unwrap()
+        .flatten()
+        .collect();
+    assert_eq!(
+        files.len(),
+        12,
+        "six machines, rules and checkpoint each, once"
+    );
+    let machines_bytes: u64 = files.iter().map(|f| size(&f.path())).sum();
+    let one_composite = machines_bytes + size(&models.join("client-1.json"));
+    let clients_bytes: u64 = (1..=6)
+        .map(|id| size(&models.join(format!("client-{id}.json"))))
+        .sum();
+    assert!(
+        machines_bytes + clients_bytes <= 2 * one_composite,
+        "{machines_bytes} B of machines and {clients_bytes} B of client files"
+    );
+    let explained = ok(flint()
+        .arg("explain")
+        .arg(runs.join("table-ensemble"))
+        .args(["--top", "1"]));
+    let text = String::from_utf8_lossy(&explained.stdout);
+    assert_eq!(text.matches("composite of 6 machines").count(), 6, "{text}");
+}

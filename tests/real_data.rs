@@ -674,11 +674,17 @@ fn fedtmos_builds_server_models_every_client_predicts_with() {
         (literals[0].as_str(), literals[135].as_str()),
         ("p(0,0)", "x > 17")
     );
-    for k in 1..=2 {
-        assert!(
-            run.join(format!("models/client-3.composite-{k}.tm"))
-                .is_file()
-        );
+    let file = std::fs::read(run.join("models/client-3.json")).unwrap();
+    let stored = match flint_common::model::kept::ModelFile::parse(&file)
+        .unwrap()
+        .model
+    {
+        flint_common::model::kept::KeptModel::Composite { stored, .. } => stored,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(stored.len(), 2, "its two machines, stored by content");
+    for id in &stored {
+        assert!(run.join(format!("models/machines/{id}.tm")).is_file());
     }
     let explained = ok(flint().arg("explain").arg(&run).args(["--top", "1"]));
     let text = String::from_utf8_lossy(&explained.stdout);

@@ -17,7 +17,7 @@ use flint_common::config::{Experiment, parse_override};
 use flint_common::data::default_data_dir;
 use flint_common::degenerate::ModelHealth;
 use flint_common::metrics::ConfusionMatrix;
-use flint_common::model::kept::{Condition, ModelFile};
+use flint_common::model::kept::{Condition, MACHINES_DIR, ModelFile, StoredMachine};
 use flint_common::rng::{FlintRng, derive_rng};
 use flint_common::strategy::Predictor;
 use flint_common::wire::chunks::{MAX_CHUNK, split};
@@ -416,12 +416,37 @@ fn write_reports(out: &std::path::Path, reports: &[ClientReport]) -> anyhow::Res
         let dir = out.join("models");
         std::fs::create_dir_all(&dir)
             .with_context(|| format!("cannot create {}", dir.display()))?;
+        let (file, machines) = model.for_disk();
         write(
             dir.join(format!("{}.json", r.name)),
-            &serde_json::to_vec_pretty(model)?,
+            &serde_json::to_vec_pretty(&file)?,
         )?;
-        for (suffix, bytes) in model.model.checkpoints() {
+        for (suffix, bytes) in file.model.checkpoints() {
             write(dir.join(format!("{}{suffix}", r.name)), bytes)?;
+        }
+        store_machines(&dir.join(MACHINES_DIR), &machines)?;
+    }
+    Ok(())
+}
+
+/// Each machine once, by content: a file already there (another client's, or another
+/// process's) is the same machine and is kept. Written under a name of this process's, then
+/// renamed, so a reader never sees half a file.
+fn store_machines(dir: &std::path::Path, machines: &[StoredMachine]) -> anyhow::Result<()> {
+    if machines.is_empty() {
+        return Ok(());
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    for m in machines {
+        for (ext, bytes) in [("json", &m.rules), ("tm", &m.checkpoint)] {
+            let path = dir.join(format!("{}.{ext}", m.id));
+            if path.exists() {
+                continue;
+            }
+            let partial = dir.join(format!(".{}.{ext}.{}", m.id, std::process::id()));
+            std::fs::write(&partial, bytes)
+                .and_then(|()| std::fs::rename(&partial, &path))
+                .with_context(|| format!("cannot write {}", path.display()))?;
         }
     }
     Ok(())

@@ -72,6 +72,10 @@ pub fn text(run_dir: &Path, client: Option<&str>, top: usize) -> anyhow::Result<
     }
     let mut out = String::new();
     for (names, m) in groups {
+        // Grouped by their stored machines' ids: each group's machines are read once.
+        let mut m = m.clone();
+        m.load_machines(&dir)
+            .map_err(|e| anyhow::anyhow!("the model of {}: {e}", names.join(", ")))?;
         out += &format!("{}:\n{}\n", names.join(", "), m.explain(top));
     }
     Ok(out)

@@ -59,8 +59,7 @@ pub fn flint_run(experiment: &Path, data: &Path, runs: &Path) -> Command {
 
 /// A kept FedTMOS composite (`models/<client>.json`): its literal names and how many machines.
 pub fn kept_composite(model_file: &Path) -> (Vec<String>, usize) {
-    let kept =
-        flint_common::model::kept::ModelFile::parse(&std::fs::read(model_file).unwrap()).unwrap();
+    let kept = flint_common::model::kept::ModelFile::read(model_file).unwrap();
     match kept.model {
         flint_common::model::kept::KeptModel::Composite {
             literals, machines, ..

@@ -1,17 +1,27 @@
 //! The model a client holds at the end of a run, as a file a researcher reads: coefficients
 //! and maps with the names of their features, concepts and classes (issue 18 §1).
 //!
-//! Format `flint-model`, version 1, JSON: `{format, version, client, classes, features,
-//! scaling, model: {kind, …}}`. A reader refuses another format or a newer version.
+//! Format `flint-model`, version 2, JSON: `{format, version, client, classes, features,
+//! scaling, model: {kind, …}}`. A reader refuses another format or a newer version. Version 2
+//! stores a composite's machines once, by content, below `machines/` beside the client files
+//! (the ensemble's ten machines are every client's: written once, not once per client);
+//! version 1's inline machines still read.
+
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 
 use super::fcm::Fcm;
 use super::logreg::LogReg;
 use super::tm::coalesced::CoalescedTm;
 
 pub const FORMAT: &str = "flint-model";
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
+
+/// Where a models directory stores composites' machines: `<id>.json` (its clauses) and
+/// `<id>.tm` (its checkpoint).
+pub const MACHINES_DIR: &str = "machines";
 
 /// What a client half exports: the model alone, without names.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -50,11 +60,15 @@ pub enum KeptModel {
         normalization: String,
         clamp: bool,
         /// One list of clauses per machine; a clause votes for one class (a weight of 0
-        /// for the others).
+        /// for the others). Empty in a version 2 file, which names them in `stored`.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
         machines: Vec<Vec<KeptClause>>,
-        /// Each machine's binary checkpoint, written as `<client>.composite-<k>.tm`.
+        /// Each machine's binary checkpoint, written as `machines/<id>.tm`.
         #[serde(skip)]
         checkpoints: Vec<Vec<u8>>,
+        /// The machines' ids below `machines/`, in order ([`ModelFile::for_disk`]).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        stored: Vec<String>,
     },
 }
 
@@ -175,6 +189,7 @@ impl KeptModel {
             clamp: options.clamp,
             machines: kept,
             checkpoints,
+            stored: Vec::new(),
         })
     }
 
@@ -209,15 +224,11 @@ impl KeptModel {
         }
     }
 
-    /// The binary checkpoints to write beside the file, with their file name's suffix.
+    /// The binary checkpoint to write beside the file, with its file name's suffix (a
+    /// composite's machines go below `machines/`: [`ModelFile::for_disk`]).
     pub fn checkpoints(&self) -> Vec<(String, &[u8])> {
         match self {
             KeptModel::Tm { checkpoint, .. } => vec![(".tm".into(), checkpoint.as_slice())],
-            KeptModel::Composite { checkpoints, .. } => checkpoints
-                .iter()
-                .enumerate()
-                .map(|(k, c)| (format!(".composite-{}.tm", k + 1), c.as_slice()))
-                .collect(),
             _ => Vec::new(),
         }
     }
@@ -281,6 +292,16 @@ fn clauses_fit(clauses: &[KeptClause], classes: usize, bits: usize) -> bool {
             && !c.literals.is_empty()
             && c.literals.iter().all(|l| l.bit < bits)
     })
+}
+
+/// One machine of a composite as stored once below `machines/`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredMachine {
+    pub id: String,
+    /// `<id>.json`: its clauses.
+    pub rules: Vec<u8>,
+    /// `<id>.tm`: its checkpoint.
+    pub checkpoint: Vec<u8>,
 }
 
 /// A kept model with the names that make it readable.
@@ -411,6 +432,95 @@ impl ModelFile {
             }
         }
         Some(sums)
+    }
+
+    /// The file as written to disk, and the machines to store below `machines/` (each under its
+    /// id, the first 16 hex digits of the sha256 of its clauses and checkpoint: one file per
+    /// distinct machine however many clients hold it).
+    pub fn for_disk(&self) -> (ModelFile, Vec<StoredMachine>) {
+        let KeptModel::Composite {
+            literals,
+            normalization,
+            clamp,
+            machines,
+            checkpoints,
+            ..
+        } = &self.model
+        else {
+            return (self.clone(), Vec::new());
+        };
+        let stored: Vec<StoredMachine> = machines
+            .iter()
+            .enumerate()
+            .map(|(k, clauses)| {
+                let rules = serde_json::to_vec(clauses).expect("clauses serialize");
+                let checkpoint = checkpoints.get(k).cloned().unwrap_or_default();
+                let digest = Sha256::new()
+                    .chain_update(&rules)
+                    .chain_update(&checkpoint)
+                    .finalize();
+                let id = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+                StoredMachine {
+                    id,
+                    rules,
+                    checkpoint,
+                }
+            })
+            .collect();
+        let file = ModelFile {
+            model: KeptModel::Composite {
+                literals: literals.clone(),
+                normalization: normalization.clone(),
+                clamp: *clamp,
+                machines: Vec::new(),
+                checkpoints: Vec::new(),
+                stored: stored.iter().map(|m| m.id.clone()).collect(),
+            },
+            ..self.clone()
+        };
+        (file, stored)
+    }
+
+    /// Reads a model file, a composite's stored machines from `machines/` beside it.
+    pub fn read(path: &Path) -> Result<ModelFile, String> {
+        let bytes =
+            std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let mut file = ModelFile::parse(&bytes)?;
+        file.load_machines(path.parent().unwrap_or(Path::new(".")))?;
+        Ok(file)
+    }
+
+    /// Fills a version 2 composite's machines from `dir/machines/<id>.json` (and checks them
+    /// as [`ModelFile::parse`] does); other models are left as they are.
+    pub fn load_machines(&mut self, dir: &Path) -> Result<(), String> {
+        let classes = self.classes.len();
+        let KeptModel::Composite {
+            literals,
+            machines,
+            stored,
+            ..
+        } = &mut self.model
+        else {
+            return Ok(());
+        };
+        for id in std::mem::take(stored) {
+            if id.is_empty() || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return Err(format!("machine id {id:?} is not a hex digest"));
+            }
+            let path = dir.join(MACHINES_DIR).join(format!("{id}.json"));
+            let bytes =
+                std::fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+            let clauses: Vec<KeptClause> =
+                serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+            if !clauses_fit(&clauses, classes, literals.len()) {
+                return Err(format!(
+                    "{}: the machine's shape does not match the model's",
+                    path.display()
+                ));
+            }
+            machines.push(clauses);
+        }
+        Ok(())
     }
 
     /// Reads a file, refusing another format, a newer version, or a model whose shape does
