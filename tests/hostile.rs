@@ -606,3 +606,86 @@ fn an_insider_capturing_the_ahp_weight_is_outvoted_by_the_robust_rules() {
         );
     }
 }
+
+/// 2,000 sockets from 127.0.0.2 to `addr`, connected and silent.
+fn silent_sockets(addr: &str, count: usize) -> Vec<std::net::TcpStream> {
+    let addr: std::net::SocketAddr = addr.parse().unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let mut held = Vec::with_capacity(count);
+        for _ in 0..count {
+            let socket = tokio::net::TcpSocket::new_v4().unwrap();
+            socket.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+            held.push(socket.connect(addr).await.unwrap().into_std().unwrap());
+        }
+        held
+    })
+}
+
+/// Whether the server closed a socket (the end of the stream, or a reset).
+fn closed_by_the_server(s: &std::net::TcpStream) -> bool {
+    s.set_nonblocking(true).unwrap();
+    let mut byte = [0u8; 1];
+    match std::io::Read::read(&mut &*s, &mut byte) {
+        Ok(0) => true,
+        Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+        Ok(_) => false,
+    }
+}
+
+/// The honest federation started after 2,000 silent sockets from 127.0.0.2, its clients
+/// (on 127.0.0.1) giving up after 3 s without the server, well before the server's 10 s
+/// opening deadline would free a slot a silent socket holds. Whether they finished, the run's
+/// results, and how many silent sockets the server closed.
+fn beside_silent_sockets(
+    server_args: &[&str],
+) -> (bool, Option<flint_server::results::RunResults>, usize) {
+    const SOCKETS: usize = 2_000;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let exp = write(
+        d,
+        "silent.toml",
+        &synthetic_experiment("silent", 4, 3, ROUNDS),
+    );
+    let (mut server, addr) = start_server_with(&exp, d, server_args);
+    let held = silent_sockets(&addr, SOCKETS);
+    let mut honest = start_clients_with(
+        &exp,
+        &format!("http://{addr}"),
+        &["client-1", "client-2", "client-3"],
+        d,
+        &["--retry-secs", "3"],
+    );
+    let finished = honest.wait(Duration::from_secs(120)).success();
+    let closed = held.iter().filter(|s| closed_by_the_server(s)).count();
+    if !finished {
+        return (false, None, closed);
+    }
+    assert!(server.wait(Duration::from_secs(60)).success());
+    (true, Some(results(d)), closed)
+}
+
+/// Issue 30 §5: one host's 2,000 silent sockets. With every connection of the server's pool
+/// open to one address, they fill it and the honest clients give up; with the default share
+/// per address (3 clients + 16), the server closes all but that share at once and the honest
+/// run ends exactly as one nobody attacked.
+#[test]
+fn two_thousand_silent_sockets_from_one_host_leave_the_honest_run_alone() {
+    let (clean, _) = federation("silent-clean", |_, _| {}, |_, _| {});
+    let (finished, _, _) = beside_silent_sockets(&["--max-connections-per-address", "100000"]);
+    assert!(
+        !finished,
+        "without a share per address the silent sockets keep the clients out"
+    );
+    let (finished, attacked, closed) = beside_silent_sockets(&[]);
+    assert!(
+        finished,
+        "the honest clients finished beside the silent sockets"
+    );
+    assert_eq!(metrics_of(&attacked.unwrap()), metrics_of(&clean));
+    assert!(
+        closed >= 2_000 - 19,
+        "{closed} of 2,000 closed by the server"
+    );
+}

@@ -1,9 +1,12 @@
-//! The accept loop: at most `max` connections open at once (the ones past it are closed at
-//! once), a deadline for a connection's first byte (one that never sends the HTTP/2 preface or
-//! a TLS hello is closed), and no busy loop on accept errors such as running out of file
-//! descriptors: they are logged and retried after a pause.
+//! The accept loop: at most `max` connections open at once and at most `per_address` from one
+//! remote address (the ones past either are closed at once, so silent sockets from one host
+//! cannot take every slot), a deadline for a connection's opening bytes (one that never sends
+//! the HTTP/2 preface or a TLS hello, or stalls partway, is closed), and no busy loop on accept
+//! errors such as running out of file descriptors: they are logged and retried after a pause.
 
+use std::collections::HashMap;
 use std::io;
+use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,16 +19,22 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 
-/// How long an accepted connection may stay silent before its first byte.
-pub const FIRST_BYTE: Duration = Duration::from_secs(10);
+/// How long an accepted connection has to send its opening bytes.
+pub const OPENING: Duration = Duration::from_secs(10);
+
+/// The opening bytes: HTTP/2's client preface is 24 bytes, and a TLS ClientHello is longer, so
+/// an honest client sends this many at once; a caller that trickles fewer holds no slot long.
+pub const OPENING_BYTES: usize = 24;
 
 /// What the accept loop allows.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
     /// Connections open at once.
     pub connections: usize,
-    /// How long a connection may stay silent before its first byte.
-    pub first_byte: Duration,
+    /// Connections open at once from one remote address.
+    pub per_address: usize,
+    /// How long a connection has to send its first [`OPENING_BYTES`].
+    pub opening: Duration,
 }
 
 /// The accept loop's slots and counts, read by the metrics.
@@ -33,6 +42,9 @@ pub struct Limits {
 pub struct Gate {
     slots: Arc<Semaphore>,
     limit: usize,
+    per_address: usize,
+    /// Open connections by remote address (none kept at 0).
+    by_address: Arc<std::sync::Mutex<HashMap<IpAddr, usize>>>,
     accepted: AtomicU64,
     refused: AtomicU64,
 }
@@ -42,8 +54,26 @@ impl Gate {
         Arc::new(Gate {
             slots: Arc::new(Semaphore::new(limits.connections)),
             limit: limits.connections,
+            per_address: limits.per_address,
+            by_address: Arc::default(),
             accepted: AtomicU64::new(0),
             refused: AtomicU64::new(0),
+        })
+    }
+
+    /// A slot for a connection from `from`, if neither limit is reached.
+    fn admit(&self, from: IpAddr) -> Option<Slot> {
+        let mut by_address = self.by_address.lock().expect("address counts lock");
+        let open = by_address.entry(from).or_insert(0);
+        if *open >= self.per_address {
+            return None;
+        }
+        let permit = self.slots.clone().try_acquire_owned().ok()?;
+        *open += 1;
+        Some(Slot {
+            _permit: permit,
+            from,
+            by_address: self.by_address.clone(),
         })
     }
 
@@ -80,8 +110,8 @@ pub fn incoming(
     let max = limits.connections;
     tokio::spawn(async move {
         loop {
-            let tcp = match listener.accept().await {
-                Ok((tcp, _)) => tcp,
+            let (tcp, from) = match listener.accept().await {
+                Ok((tcp, peer)) => (tcp, peer.ip()),
                 Err(e) => {
                     // EMFILE and friends: accepting again at once would spin on a core.
                     tracing::warn!(error = %e, "cannot accept a connection; pausing 100 ms");
@@ -89,11 +119,13 @@ pub fn incoming(
                     continue;
                 }
             };
-            let Ok(permit) = gate.slots.clone().try_acquire_owned() else {
+            let Some(slot) = gate.admit(from) else {
                 let refused = gate.refused.fetch_add(1, Ordering::Relaxed) + 1;
                 if refused.is_power_of_two() {
                     tracing::warn!(
                         max,
+                        per_address = gate.per_address,
+                        %from,
                         refused,
                         "connection limit reached; closing new connections"
                     );
@@ -105,7 +137,7 @@ pub fn incoming(
             let _ = tcp.set_nodelay(true);
             let meter = ConnMeter::default();
             on_accept(&meter);
-            let conn = Guarded::new(CountingIo::new(tcp, meter), permit, limits.first_byte);
+            let conn = Guarded::new(CountingIo::new(tcp, meter), slot, limits.opening);
             if tx.send(Ok(conn)).await.is_err() {
                 return; // the server stopped
             }
@@ -114,22 +146,44 @@ pub fn incoming(
     ReceiverStream::new(rx)
 }
 
+/// A connection's place in both limits, given back when it closes.
+#[derive(Debug)]
+pub struct Slot {
+    _permit: OwnedSemaphorePermit,
+    from: IpAddr,
+    by_address: Arc<std::sync::Mutex<HashMap<IpAddr, usize>>>,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut by_address = self.by_address.lock().expect("address counts lock");
+        if let Some(open) = by_address.get_mut(&self.from) {
+            *open -= 1;
+            if *open == 0 {
+                by_address.remove(&self.from);
+            }
+        }
+    }
+}
+
 pin_project_lite::pin_project! {
     pub struct Guarded<T> {
         #[pin]
         inner: T,
-        _slot: OwnedSemaphorePermit,
-        // Until the first byte is read (boxed: the connection must stay `Unpin`).
+        _slot: Slot,
+        // Until the opening bytes are read (boxed: the connection must stay `Unpin`).
         deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+        read: usize,
     }
 }
 
 impl<T> Guarded<T> {
-    fn new(inner: T, slot: OwnedSemaphorePermit, first_byte: Duration) -> Self {
+    fn new(inner: T, slot: Slot, opening: Duration) -> Self {
         Guarded {
             inner,
             _slot: slot,
-            deadline: Some(Box::pin(tokio::time::sleep(first_byte))),
+            deadline: Some(Box::pin(tokio::time::sleep(opening))),
+            read: 0,
         }
     }
 }
@@ -143,17 +197,21 @@ impl<T: AsyncRead> AsyncRead for Guarded<T> {
         let this = self.project();
         let before = buf.filled().len();
         let polled = this.inner.poll_read(cx, buf);
-        if let Some(deadline) = this.deadline {
-            match &polled {
-                Poll::Ready(Ok(())) if buf.filled().len() > before => *this.deadline = None,
-                Poll::Pending if deadline.as_mut().poll(cx).is_ready() => {
-                    return Poll::Ready(Err(io::Error::new(
-                        io::ErrorKind::TimedOut,
-                        "no byte within the first-byte deadline",
-                    )));
-                }
-                _ => {}
-            }
+        let Some(deadline) = this.deadline else {
+            return polled;
+        };
+        *this.read += buf.filled().len() - before;
+        if *this.read >= OPENING_BYTES {
+            *this.deadline = None;
+            return polled;
+        }
+        // Checked on every poll, not only a pending one: bytes trickled one by one keep the
+        // read ready, and must not keep the connection.
+        if deadline.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the opening bytes did not come within the deadline",
+            )));
         }
         polled
     }
@@ -194,7 +252,8 @@ mod tests {
     fn limits(connections: usize) -> Limits {
         Limits {
             connections,
-            first_byte: Duration::from_millis(300),
+            per_address: connections,
+            opening: Duration::from_millis(300),
         }
     }
 
@@ -207,16 +266,93 @@ mod tests {
         let mut talking = TcpStream::connect(addr).await.unwrap();
         let mut a = conns.next().await.unwrap().unwrap();
         let mut b = conns.next().await.unwrap().unwrap();
-        talking.write_all(b"x").await.unwrap();
-        let mut byte = [0u8; 1];
-        b.read_exact(&mut byte).await.unwrap();
+        let preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+        assert_eq!(preface.len(), OPENING_BYTES);
+        talking.write_all(preface).await.unwrap();
+        let mut opening = [0u8; OPENING_BYTES];
+        b.read_exact(&mut opening).await.unwrap();
         tokio::time::sleep(Duration::from_millis(400)).await;
+        let mut byte = [0u8; 1];
         let e = a.read(&mut byte).await.unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::TimedOut);
         // The one that spoke may stay quiet as long as it likes.
         talking.write_all(b"y").await.unwrap();
         b.read_exact(&mut byte).await.unwrap();
         assert_eq!(&byte, b"y");
+    }
+
+    /// Issue 30 §5: an opening trickled a byte at a time, each in time, still ends at the
+    /// deadline.
+    #[tokio::test]
+    async fn an_opening_trickled_a_byte_at_a_time_is_closed_at_the_deadline() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut conns = incoming(listener, limits(8), Gate::new(&limits(8)), |_| {});
+        let mut slow = TcpStream::connect(addr).await.unwrap();
+        let mut conn = conns.next().await.unwrap().unwrap();
+        let started = std::time::Instant::now();
+        let trickle = tokio::spawn(async move {
+            for _ in 0..OPENING_BYTES {
+                if slow.write_all(b"P").await.is_err() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        });
+        let mut byte = [0u8; 1];
+        let ended = loop {
+            match conn.read(&mut byte).await {
+                Ok(0) => break None,
+                Ok(_) => continue,
+                Err(e) => break Some(e.kind()),
+            }
+        };
+        assert_eq!(ended, Some(io::ErrorKind::TimedOut));
+        assert!(
+            started.elapsed() < Duration::from_millis(1000),
+            "closed at the deadline, not after the trickle"
+        );
+        trickle.abort();
+    }
+
+    /// Issue 30 §5: one address's connections past its share are closed; another address is
+    /// still admitted, and a closed connection gives its address's place back.
+    #[tokio::test]
+    async fn one_address_cannot_take_every_slot() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let capped = Limits {
+            per_address: 2,
+            ..limits(8)
+        };
+        let gate = Gate::new(&capped);
+        let mut conns = incoming(listener, capped, gate.clone(), |_| {});
+        let from = |ip: &str| {
+            let socket = tokio::net::TcpSocket::new_v4().unwrap();
+            socket.bind(format!("{ip}:0").parse().unwrap()).unwrap();
+            socket.connect(addr)
+        };
+        let _a1 = from("127.0.0.2").await.unwrap();
+        let _a2 = from("127.0.0.2").await.unwrap();
+        let first = conns.next().await.unwrap().unwrap();
+        let _second = conns.next().await.unwrap().unwrap();
+        let mut a3 = from("127.0.0.2").await.unwrap();
+        let mut byte = [0u8; 1];
+        assert_eq!(
+            a3.read(&mut byte).await.unwrap_or(0),
+            0,
+            "the third from one address is closed"
+        );
+        let _b = from("127.0.0.3").await.unwrap();
+        let other = conns.next().await.unwrap();
+        assert!(other.is_ok(), "another address is admitted");
+        assert_eq!((gate.open(), gate.refused()), (3, 1));
+        drop(first);
+        let _a4 = from("127.0.0.2").await.unwrap();
+        assert!(
+            conns.next().await.unwrap().is_ok(),
+            "a place given back is taken again"
+        );
     }
 
     #[tokio::test]

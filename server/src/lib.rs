@@ -89,6 +89,11 @@ pub struct ServeOptions {
     /// Connections open at once; more are closed as they arrive [default: 2 per client + 64].
     #[arg(long)]
     pub max_connections: Option<usize>,
+    /// Connections open at once from one remote address, so that one host's silent sockets
+    /// leave room for the others [default: 1 per client + 16: a process hosting every client
+    /// fits].
+    #[arg(long)]
+    pub max_connections_per_address: Option<usize>,
     /// Where the run's journal is kept; a server started again with the same experiment and
     /// state directory resumes the run there [default: <out>/state].
     #[arg(long)]
@@ -143,7 +148,7 @@ impl ServerTls {
         // A handshake that stalls is dropped, as a connection that never speaks is.
         let mut config = ServerTlsConfig::new()
             .identity(identity)
-            .timeout(accept::FIRST_BYTE);
+            .timeout(accept::OPENING);
         if let Some(ca) = &self.tls_client_ca {
             config = config.client_ca_root(Certificate::from_pem(read_pem(
                 ca,
@@ -299,14 +304,14 @@ fn connection_limits(
     experiment: &Experiment,
     options: &ServeOptions,
 ) -> anyhow::Result<accept::Limits> {
+    let clients = experiment.clients.len();
     let limits = accept::Limits {
-        connections: options
-            .max_connections
-            .unwrap_or(2 * experiment.clients.len() + 64),
-        first_byte: accept::FIRST_BYTE,
+        connections: options.max_connections.unwrap_or(2 * clients + 64),
+        per_address: options.max_connections_per_address.unwrap_or(clients + 16),
+        opening: accept::OPENING,
     };
-    if limits.connections == 0 {
-        anyhow::bail!("--max-connections must be at least 1");
+    if limits.connections == 0 || limits.per_address == 0 {
+        anyhow::bail!("--max-connections and --max-connections-per-address must be at least 1");
     }
     Ok(limits)
 }
