@@ -95,7 +95,7 @@ impl Gate {
 }
 
 /// A connection as the server serves it: counted, holding one of the `max` slots, and closed if
-/// its first byte does not come in time.
+/// its opening bytes do not come in time.
 pub type Conn = Guarded<CountingIo<TcpStream>>;
 
 /// Accepts on `listener` in a task of its own; every accepted connection gets a [`ConnMeter`]

@@ -37,9 +37,14 @@ pub struct ExperimentFile {
     /// Drives every random draw of the run: partitions, initial models, training.
     #[serde(default, deserialize_with = "at_least::<0, _, _>")]
     pub seed: u64,
-    /// Federated rounds (1 for the one-shot strategies).
-    #[serde(deserialize_with = "at_least::<1, _, _>")]
-    pub rounds: u32,
+    /// Federated rounds (default 1 for the one-shot strategies, `fedtmos` and `ensemble`, and
+    /// 10 for the others).
+    #[serde(
+        default,
+        deserialize_with = "at_least_or_unset::<1, _, _>",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub rounds: Option<u32>,
     #[serde(default)]
     pub server: ServerSection,
     pub data: DataSection,

@@ -179,13 +179,16 @@ impl Experiment {
             sections.ahp = Some(crate::strategy::ahp::AhpSection::without_compute_speed());
         }
         let mut strategy = StrategySpec::check(file.strategy, file.model, &sections)?;
-        rules::check_rounds(&strategy, file.rounds)?;
+        let rounds = file
+            .rounds
+            .unwrap_or_else(|| rules::default_rounds(&strategy));
+        rules::check_rounds(&strategy, rounds)?;
         let (declared, clients) = declare_clients(
             file.client_count,
             &file.clients,
             strategy.needs_compute_ghz(),
         )?;
-        let policy = file.server.check(file.rounds, clients.len())?;
+        let policy = file.server.check(rounds, clients.len())?;
         rules::check_central(&strategy, clients.len())?;
         let data = rules::data_for_model(&file.data, &mut strategy)?;
         let partition = rules::partition_for_data(&file.partition, &declared, &clients, &data)?;
@@ -199,6 +202,7 @@ impl Experiment {
         // fingerprint covers (the same for a file that leaves a default out and one that writes
         // it).
         let mut file = file;
+        file.rounds = Some(rounds);
         file.set_sections(strategy.resolved_sections(&sections));
         file.server.min_clients = Some(policy.min_clients);
         file.data = file.data.resolved(&data);
@@ -367,6 +371,21 @@ skip_columns = [0, "id"]
             err.contains("a column counts from 0 (or is named), got -1"),
             "{err}"
         );
+    }
+
+    /// Issue 29 §1: `rounds` left out is 1 for the one-shot strategies and 10 for the others,
+    /// and the resolved file writes it (a file that writes the default has the same
+    /// fingerprint).
+    #[test]
+    fn rounds_left_out_take_the_strategys_default() {
+        let without = BASE.replace("rounds = 2\n", "");
+        let e = Experiment::from_toml(&without).unwrap();
+        assert_eq!(e.policy.rounds, 10);
+        assert!(e.to_toml().contains("rounds = 10"));
+        let written = Experiment::from_toml(&BASE.replace("rounds = 2", "rounds = 10")).unwrap();
+        assert_eq!(e.fingerprint, written.fingerprint);
+        let one_shot = "name = \"x\"\nstrategy = \"fedtmos\"\n[data]\nsource = \"mnist\"\n[partition]\nkind = \"explicit\"\n[[clients]]\nclass_counts = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]\n";
+        assert_eq!(Experiment::from_toml(one_shot).unwrap().policy.rounds, 1);
     }
 
     #[test]

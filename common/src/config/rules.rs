@@ -31,17 +31,27 @@ pub(super) fn check_rounds(strategy: &StrategySpec, rounds: u32) -> Result<()> {
     if rounds == 0 {
         return Err(bad("rounds must be at least 1".into()));
     }
-    let one_shot = matches!(
-        strategy.kind(),
-        StrategyKind::FedTmos | StrategyKind::Ensemble
-    );
-    if one_shot && rounds != 1 {
+    if one_shot(strategy) && rounds != 1 {
         return Err(bad(format!(
             "strategy {} is one-shot: set rounds = 1, not {rounds}",
             strategy.name()
         )));
     }
     Ok(())
+}
+
+/// FedTMOS and its ensemble send one upload and one download.
+fn one_shot(strategy: &StrategySpec) -> bool {
+    matches!(
+        strategy.kind(),
+        StrategyKind::FedTmos | StrategyKind::Ensemble
+    )
+}
+
+/// `rounds` where the file leaves it out: 1 for a one-shot strategy, 10 for the others (the
+/// papers' runs take 10 to 20; a run's own file says what it needs).
+pub(super) fn default_rounds(strategy: &StrategySpec) -> u32 {
+    if one_shot(strategy) { 1 } else { 10 }
 }
 
 /// `central` trains one model on all the data.
