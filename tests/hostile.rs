@@ -689,3 +689,53 @@ fn two_thousand_silent_sockets_from_one_host_leave_the_honest_run_alone() {
         "{closed} of 2,000 closed by the server"
     );
 }
+
+/// Issue 30 §2: a stranger who claims a slot (`--name auto`'s call) and never joins holds it
+/// only for the server's lease; then an honest client started without a name takes it and
+/// the run completes, and the stranger's late Join is refused.
+#[test]
+fn a_slot_claimed_and_never_joined_is_released_after_its_lease() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let exp = write(
+        d,
+        "lease.toml",
+        &synthetic_experiment("lease", 2, 1, ROUNDS),
+    );
+    let e = Experiment::load(&exp, &[]).unwrap();
+    let (mut server, addr) = start_server_with(&exp, d, &["--claim-lease-secs", "1"]);
+    let url = format!("http://{addr}");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let mut g = rt.block_on(async { AggregatorClient::new(connect(&url).await) });
+    let claim = flint_common::wire::proto::ClaimRequest {
+        experiment_fingerprint: e.fingerprint.clone(),
+        token: MALLORY.into(),
+    };
+    let held = rt.block_on(g.claim(claim.clone())).unwrap().into_inner();
+    assert_eq!(held.client_name, "client-1");
+    // Within the lease the slot is the stranger's: another claimer finds none.
+    let other = flint_common::wire::proto::ClaimRequest {
+        token: "ab".repeat(16),
+        ..claim
+    };
+    let st = rt.block_on(g.claim(other.clone())).unwrap_err();
+    assert_eq!(st.code(), Code::FailedPrecondition, "{st:?}");
+    // The lease (1 s) runs out with no Join: the next claimer takes the slot, and the first
+    // claimer's late Join is refused.
+    std::thread::sleep(Duration::from_millis(1_500));
+    let next = rt.block_on(g.claim(other.clone())).unwrap().into_inner();
+    assert_eq!(next.client_name, "client-1");
+    let st = rt
+        .block_on(g.join(join("client-1", summary(), &e.fingerprint)))
+        .unwrap_err();
+    assert_eq!(st.code(), Code::PermissionDenied, "{st:?}");
+    // That claimer never joins either; an honest client started without a name gets the slot
+    // once its lease runs out too, and the run completes.
+    std::thread::sleep(Duration::from_millis(1_500));
+    let mut honest = start_clients(&exp, &url, &["auto"], d);
+    assert!(honest.wait(Duration::from_secs(60)).success());
+    assert!(server.wait(Duration::from_secs(60)).success());
+    let r = results(d);
+    assert_eq!(r.rounds.len(), 3);
+    assert_eq!(r.rounds[1].participants, vec![1]);
+}

@@ -7,6 +7,7 @@
 //! each token is kept.
 
 use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 use flint_common::{ClientId, FlintError, Result};
 use flint_shell::tls::POOL_IDENTITY;
@@ -51,11 +52,19 @@ impl Holder {
     }
 }
 
-#[derive(Debug, Default)]
+/// How long a slot claimed without a name (`--name auto`) stays its claimer's before the
+/// claimer joins: a process that claims and dies must not keep the slot from the next one.
+pub const CLAIM_LEASE: Duration = Duration::from_secs(120);
+
+#[derive(Debug)]
 pub struct Identities {
     /// Slot names by id (ids count from 1, in the experiment's order).
     names: Vec<String>,
     claims: BTreeMap<ClientId, ([u8; 32], Holder)>,
+    /// When each slot bound by a Claim, or restored from the journal, was bound; a Join of
+    /// the slot removes it.
+    unjoined_since: BTreeMap<ClientId, Instant>,
+    lease: Duration,
 }
 
 impl Identities {
@@ -63,7 +72,15 @@ impl Identities {
         Identities {
             names,
             claims: BTreeMap::new(),
+            unjoined_since: BTreeMap::new(),
+            lease: CLAIM_LEASE,
         }
+    }
+
+    /// A claimed slot is free again once `lease` passed without its Join.
+    pub fn with_lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
     }
 
     fn name(&self, id: ClientId) -> Option<&str> {
@@ -100,6 +117,7 @@ impl Identities {
         let fresh = (hash, holder);
         let changed = self.claims.get(&id) != Some(&fresh);
         self.claims.insert(id, fresh);
+        self.unjoined_since.remove(&id);
         Ok(changed)
     }
 
@@ -109,6 +127,9 @@ impl Identities {
             return Err(FlintError::UnknownClient(format!("unknown client id {id}")));
         }
         self.claims.insert(id, (hash, holder));
+        // Whether it had joined is the rounds' to say: its lease starts again now, and
+        // lapses only if it has not (`claim_any` asks).
+        self.unjoined_since.insert(id, Instant::now());
         Ok(())
     }
 
@@ -125,11 +146,15 @@ impl Identities {
     /// TLS with a client's own certificate, that client's slot; otherwise the first unclaimed
     /// slot in id order (so slots go out by arrival, deterministically). The last field says
     /// whether the slot was newly bound.
+    /// A slot claimed longer than the lease ago whose claimer has not joined (`joined` says
+    /// which have) counts as unclaimed.
     pub fn claim_any(
         &mut self,
         token: &str,
         peer: &Peer,
         holder: Holder,
+        joined: &dyn Fn(ClientId) -> bool,
+        now: Instant,
     ) -> Result<(ClientId, String, bool)> {
         let hash = hash(token)?;
         if let Some((&id, _)) = self.claims.iter().find(|(_, (h, _))| *h == hash) {
@@ -146,7 +171,7 @@ impl Identities {
                 pos as ClientId + 1
             }
             _ => (1..=self.names.len() as ClientId)
-                .find(|id| !self.claims.contains_key(id))
+                .find(|&id| !self.claims.contains_key(&id) || self.lapsed(id, joined, now))
                 .ok_or_else(|| {
                     FlintError::Precondition(format!(
                         "every one of the {} client slots is claimed",
@@ -154,8 +179,17 @@ impl Identities {
                     ))
                 })?,
         };
+        if self.lapsed(id, joined, now) {
+            tracing::warn!(
+                client = id,
+                lease_secs = self.lease.as_secs_f64(),
+                "a claim lapsed unjoined; the slot goes to the next claimer"
+            );
+            self.claims.remove(&id);
+        }
         self.check_claim(id, token, peer)?;
         self.claims.insert(id, (hash, holder));
+        self.unjoined_since.insert(id, now);
         Ok((id, self.name(id).unwrap_or_default().to_string(), true))
     }
 
@@ -183,6 +217,14 @@ impl Identities {
 
     pub fn claimed(&self) -> usize {
         self.claims.len()
+    }
+
+    fn lapsed(&self, id: ClientId, joined: &dyn Fn(ClientId) -> bool, now: Instant) -> bool {
+        !joined(id)
+            && self
+                .unjoined_since
+                .get(&id)
+                .is_some_and(|&since| now.saturating_duration_since(since) >= self.lease)
     }
 }
 
@@ -298,39 +340,124 @@ mod tests {
     fn unnamed_clients_get_slots_by_arrival_and_keep_them() {
         let mut i = ids();
         assert_eq!(
-            i.claim_any(B, &Peer::Anonymous, Holder::default())
+            i.claim_any(
+                B,
+                &Peer::Anonymous,
+                Holder::default(),
+                &|_| false,
+                Instant::now()
+            )
+            .unwrap()
+            .0,
+            1
+        );
+        assert_eq!(
+            i.claim_any(
+                A,
+                &Peer::Anonymous,
+                Holder::default(),
+                &|_| false,
+                Instant::now()
+            )
+            .unwrap()
+            .0,
+            2
+        );
+        // A repeated claim gets its slot back; a third token finds none left.
+        assert_eq!(
+            i.claim_any(
+                B,
+                &Peer::Anonymous,
+                Holder::default(),
+                &|_| false,
+                Instant::now()
+            )
+            .unwrap(),
+            (1, "client-1".into(), false)
+        );
+        let e = i
+            .claim_any(
+                &"c".repeat(32),
+                &Peer::Anonymous,
+                Holder::default(),
+                &|_| false,
+                Instant::now(),
+            )
+            .unwrap_err();
+        assert!(matches!(e, FlintError::Precondition(m) if m.contains("every one of the 2")));
+    }
+
+    /// Issue 30 §2: a claim whose claimer never joins lapses after the lease, and the slot goes
+    /// to the next claimer; a claim whose claimer joined never lapses, nor does a fresh one.
+    #[test]
+    fn a_claim_left_unjoined_lapses_after_its_lease() {
+        let lease = Duration::from_secs(60);
+        let mut i = ids().with_lease(lease);
+        let t0 = Instant::now();
+        let none = |_| false;
+        assert_eq!(
+            i.claim_any(A, &Peer::Anonymous, Holder::default(), &none, t0)
                 .unwrap()
                 .0,
             1
         );
         assert_eq!(
-            i.claim_any(A, &Peer::Anonymous, Holder::default())
+            i.claim_any(B, &Peer::Anonymous, Holder::default(), &none, t0)
                 .unwrap()
                 .0,
             2
         );
-        // A repeated claim gets its slot back; a third token finds none left.
-        assert_eq!(
-            i.claim_any(B, &Peer::Anonymous, Holder::default()).unwrap(),
-            (1, "client-1".into(), false)
+        i.bind(2, B, Holder::default()).unwrap();
+        let c = &"c".repeat(32);
+        let early = i.claim_any(
+            c,
+            &Peer::Anonymous,
+            Holder::default(),
+            &none,
+            t0 + lease / 2,
         );
-        let e = i
-            .claim_any(&"c".repeat(32), &Peer::Anonymous, Holder::default())
-            .unwrap_err();
-        assert!(matches!(e, FlintError::Precondition(m) if m.contains("every one of the 2")));
+        assert!(
+            matches!(early, Err(FlintError::Precondition(_))),
+            "{early:?}"
+        );
+        // Slot 2 joined (bind at Join): only slot 1's claim lapses.
+        let two_joined = |id| id == 2;
+        let later = t0 + lease;
+        assert_eq!(
+            i.claim_any(c, &Peer::Anonymous, Holder::default(), &two_joined, later)
+                .unwrap()
+                .0,
+            1
+        );
+        // The first claimer, late, is refused the slot it lost.
+        assert!(matches!(
+            i.check_claim(1, A, &Peer::Anonymous),
+            Err(FlintError::PermissionDenied(_))
+        ));
+        i.check_claim(2, B, &Peer::Anonymous).unwrap();
     }
 
     #[test]
     fn an_unnamed_client_with_its_own_certificate_gets_its_own_slot() {
         let mut i = ids();
         let two = Peer::Certified("client-2".into());
-        assert_eq!(i.claim_any(A, &two, Holder::default()).unwrap().0, 2);
+        assert_eq!(
+            i.claim_any(A, &two, Holder::default(), &|_| false, Instant::now())
+                .unwrap()
+                .0,
+            2
+        );
         let stranger = Peer::Certified("mallory".into());
         assert!(matches!(
-            i.claim_any(B, &stranger, Holder::default()),
+            i.claim_any(B, &stranger, Holder::default(), &|_| false, Instant::now()),
             Err(FlintError::PermissionDenied(_))
         ));
         let pool = Peer::Certified(POOL_IDENTITY.into());
-        assert_eq!(i.claim_any(B, &pool, Holder::default()).unwrap().0, 1);
+        assert_eq!(
+            i.claim_any(B, &pool, Holder::default(), &|_| false, Instant::now())
+                .unwrap()
+                .0,
+            1
+        );
     }
 }

@@ -94,6 +94,10 @@ pub struct ServeOptions {
     /// fits].
     #[arg(long)]
     pub max_connections_per_address: Option<usize>,
+    /// Seconds a slot claimed without a name (`flint client --name auto`) stays its claimer's
+    /// before the claimer joins; then the next claimer may take it [default: 120].
+    #[arg(long)]
+    pub claim_lease_secs: Option<f64>,
     /// Where the run's journal is kept; a server started again with the same experiment and
     /// state directory resumes the run there [default: <out>/state].
     #[arg(long)]
@@ -335,7 +339,14 @@ fn start_or_resume(
         .with_global_test_holder(holder)
         .with_features(Some(features));
     let names = experiment.clients.iter().map(|c| c.name.clone()).collect();
-    let mut identities = Identities::new(names);
+    let lease = match options.claim_lease_secs {
+        None => identity::CLAIM_LEASE,
+        Some(secs) if secs.is_finite() && secs > 0.0 => Duration::from_secs_f64(secs),
+        Some(secs) => {
+            anyhow::bail!("--claim-lease-secs must be a positive number of seconds, got {secs}")
+        }
+    };
+    let mut identities = Identities::new(names).with_lease(lease);
     let (journal, start, kept_ledger) =
         resume(&experiment, state_dir, &mut rounds, &mut identities)?;
     std::fs::write(out.join("experiment.toml"), experiment.to_toml())?;

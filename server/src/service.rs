@@ -650,10 +650,15 @@ impl AggregatorService {
         let req = request.into_inner();
         same_experiment(&req.experiment_fingerprint, &s.experiment.fingerprint)?;
         let (id, name) = {
+            // One lock order (identities, then rounds): a slot whose claimer joined never lapses.
             let mut identities = s.identities();
+            let rounds = s.rounds();
+            let joined = |id: ClientId| rounds.joined().contains_key(&id);
+            let holder = Holder::new(&host, &peer);
             let (id, name, bound) = identities
-                .claim_any(&req.token, &peer, Holder::new(&host, &peer))
+                .claim_any(&req.token, &peer, holder, &joined, Instant::now())
                 .map_err(status)?;
+            drop(rounds);
             if bound {
                 s.record(bind_record(&identities, id));
             }
