@@ -41,6 +41,7 @@ fn hand_made_join(name: &str, fingerprint: &str) -> JoinRequest {
             compute_ghz: 2.0,
         }),
         token: token_for(name),
+        enrollment: String::new(),
     }
 }
 

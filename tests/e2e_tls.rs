@@ -145,6 +145,7 @@ fn join(name: &str, token: &str, fingerprint: &str) -> JoinRequest {
             compute_ghz: 2.0,
         }),
         token: token.into(),
+        enrollment: String::new(),
     }
 }
 

@@ -37,6 +37,7 @@ fn join(name: &str, summary: DataSummary, fingerprint: &str) -> JoinRequest {
         experiment_fingerprint: fingerprint.into(),
         summary: Some(summary),
         token: MALLORY.into(),
+        enrollment: String::new(),
     }
 }
 
@@ -710,6 +711,7 @@ fn a_slot_claimed_and_never_joined_is_released_after_its_lease() {
     let claim = flint_common::wire::proto::ClaimRequest {
         experiment_fingerprint: e.fingerprint.clone(),
         token: MALLORY.into(),
+        enrollment: String::new(),
     };
     let held = rt.block_on(g.claim(claim.clone())).unwrap().into_inner();
     assert_eq!(held.client_name, "client-1");
@@ -738,4 +740,66 @@ fn a_slot_claimed_and_never_joined_is_released_after_its_lease() {
     let r = results(d);
     assert_eq!(r.rounds.len(), 3);
     assert_eq!(r.rounds[1].participants, vec![1]);
+}
+
+/// Issue 30 §2: a server started with `--enrollment` binds a slot the first time only with one
+/// of the secrets `flint certs --enroll` issued, each once. A stranger holding the experiment
+/// file (on a plaintext server: tokens only) can neither join nor claim; two processes started
+/// without names take one secret each from the shared directory and run to the end.
+#[test]
+fn strangers_without_an_enrollment_secret_take_no_slot() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let exp = write(
+        d,
+        "enroll.toml",
+        &synthetic_experiment("enroll", 2, 2, ROUNDS),
+    );
+    let e = Experiment::load(&exp, &[]).unwrap();
+    let pki = d.join("pki");
+    ok(flint().args(["certs", "--enroll", "2", "--out"]).arg(&pki));
+    let hashes = pki.join("enrollment.sha256");
+    let (mut server, addr) =
+        start_server_with(&exp, d, &["--enrollment", hashes.to_str().unwrap()]);
+    let url = format!("http://{addr}");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let mut g = AggregatorClient::new(connect(&url).await);
+        let st = g
+            .join(join("client-1", summary(), &e.fingerprint))
+            .await
+            .unwrap_err();
+        assert_eq!(st.code(), Code::Unauthenticated, "{st:?}");
+        let mut guessed = join("client-1", summary(), &e.fingerprint);
+        guessed.enrollment = "0f".repeat(16);
+        let st = g.join(guessed).await.unwrap_err();
+        assert_eq!(st.code(), Code::PermissionDenied, "{st:?}");
+        let claim = flint_common::wire::proto::ClaimRequest {
+            experiment_fingerprint: e.fingerprint.clone(),
+            token: MALLORY.into(),
+            enrollment: String::new(),
+        };
+        let st = g.claim(claim).await.unwrap_err();
+        assert_eq!(st.code(), Code::Unauthenticated, "{st:?}");
+    });
+    let enroll = pki.join("enroll");
+    let enroll_args = ["--enroll-dir", enroll.to_str().unwrap()];
+    let processes: Vec<Proc> = (1..=2)
+        .map(|p| {
+            let out = d.join(format!("process-{p}"));
+            std::fs::create_dir_all(&out).unwrap();
+            start_clients_with(&exp, &url, &["auto"], &out, &enroll_args)
+        })
+        .collect();
+    for mut p in processes {
+        assert!(p.wait(Duration::from_secs(60)).success());
+    }
+    assert!(server.wait(Duration::from_secs(60)).success());
+    assert_eq!(results(d).rounds[1].participants, vec![1, 2]);
+    let left = std::fs::read_dir(&enroll)
+        .unwrap()
+        .flatten()
+        .filter(|f| f.path().extension().is_some_and(|x| x == "secret"))
+        .count();
+    assert_eq!(left, 0, "each process took one secret");
 }

@@ -168,6 +168,7 @@ fn strangers_join(url: &str, n: usize) {
                     experiment_fingerprint: "0".into(),
                     summary: Some(DataSummary::default()),
                     token: "0123456789abcdef0123456789abcdef".into(),
+                    enrollment: String::new(),
                 })
                 .await
                 .unwrap_err();

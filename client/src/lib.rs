@@ -88,6 +88,15 @@ pub struct ClientArgs {
     /// its network interfaces as the link level. Only for a process of one client.
     #[arg(long, env = "FLINT_LINK_BYTES", value_parser = clap::builder::FalseyValueParser::new())]
     pub link_bytes: bool,
+    /// An enrollment secret (from `flint certs --enroll`), for a server started with
+    /// `--enrollment`: this process's one client binds its slot with it.
+    #[arg(long, env = "FLINT_ENROLL_SECRET", conflicts_with = "enroll_dir")]
+    pub enroll_secret: Option<String>,
+    /// A directory of enrollment secrets (`flint certs --enroll`'s `enroll/`), shared by the
+    /// clients of several processes or containers: each client takes one unused secret, by
+    /// renaming its file, and keeps it beside its token in `--out`.
+    #[arg(long, env = "FLINT_ENROLL_DIR")]
+    pub enroll_dir: Option<PathBuf>,
     /// End the whole process at the first of its clients that fails (`flint run` does: its
     /// run then fails at once instead of waiting out round timeouts). Without it a client that
     /// fails, say refused at Join because a stranger holds its slot, ends alone: the others go
@@ -205,7 +214,37 @@ fn with_host<T>(mut r: Request<T>) -> Request<T> {
 
 /// A fresh random token (128 bits, hex) that binds one client slot to this process.
 fn new_token() -> String {
+    random_secret()
+}
+
+/// 128 random bits in hex: a token, or an enrollment secret.
+pub fn random_secret() -> String {
     format!("{:032x}", rand::random::<u128>())
+}
+
+/// An unused secret of an enrollment directory, taken: its file renamed `<file>.taken-<host>-<pid>`
+/// (a rename is atomic, so two processes never take the same one).
+fn take_secret(dir: &std::path::Path) -> anyhow::Result<String> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("cannot read the enrollment directory {}", dir.display()))?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "secret"))
+        .collect();
+    files.sort();
+    let mark = format!("taken-{}-{}", host_name(), std::process::id());
+    for file in files {
+        let taken = file.with_extension(format!("secret.{mark}"));
+        if std::fs::rename(&file, &taken).is_ok() {
+            let secret = std::fs::read_to_string(&taken)
+                .with_context(|| format!("cannot read {}", taken.display()))?;
+            return Ok(secret.trim().to_string());
+        }
+    }
+    bail!(
+        "no unused enrollment secret left in {} (flint certs --enroll N writes one per slot)",
+        dir.display()
+    )
 }
 
 /// The token kept in `path`, or a new one written there (mode 0600).
@@ -296,6 +335,15 @@ pub async fn run(args: ClientArgs) -> anyhow::Result<Vec<ClientReport>> {
         trainers: Arc::new(tokio::sync::Semaphore::new(threads)),
         retry_for: Duration::from_secs_f64(args.retry_secs.max(0.0)),
         out: args.out.clone(),
+        enroll: match (&args.enroll_secret, &args.enroll_dir) {
+            (Some(_), _) if names.len() > 1 => bail!(
+                "--enroll-secret enrolls one client; this process hosts {} (give --enroll-dir)",
+                names.len()
+            ),
+            (Some(s), _) => Enroll::Secret(s.trim().to_string()),
+            (None, Some(dir)) => Enroll::Dir(dir.clone()),
+            (None, None) => Enroll::None,
+        },
     };
     let mut slots = shell.slots(&names, args.out.as_deref()).await?;
     let ids: Vec<ClientId> = slots.keys().copied().collect();
@@ -317,9 +365,9 @@ pub async fn run(args: ClientArgs) -> anyhow::Result<Vec<ClientReport>> {
     })?;
     let mut tasks = tokio::task::JoinSet::new();
     for p in prepared {
-        let (_, token, conn) = slots.remove(&p.id).expect("prepared for a slot");
+        let (_, creds, conn) = slots.remove(&p.id).expect("prepared for a slot");
         let name = p.name.clone();
-        let client = shell.client(p.name, p.id, p.summary, token, conn);
+        let client = shell.client(p.name, p.id, p.summary, creds, conn);
         let conditions = p
             .bits
             .iter()
@@ -452,7 +500,14 @@ fn store_machines(dir: &std::path::Path, machines: &[StoredMachine]) -> anyhow::
     Ok(())
 }
 
-type Slots = BTreeMap<ClientId, (String, String, Conn)>;
+type Slots = BTreeMap<ClientId, (String, Credentials, Conn)>;
+
+/// What binds a slot to this process: its token, and the enrollment secret it first binds
+/// with (empty where the server asks for none).
+struct Credentials {
+    token: String,
+    enrollment: String,
+}
 
 type Grpc = AggregatorClient<flint_shell::meter::MessageMeter<Channel>>;
 
@@ -468,6 +523,14 @@ struct Shell {
     retry_for: Duration,
     /// `--out`, where each client's bytes so far go after every round it reports on.
     out: Option<std::path::PathBuf>,
+    enroll: Enroll,
+}
+
+/// Where this process's clients get their enrollment secrets.
+enum Enroll {
+    None,
+    Secret(String),
+    Dir(PathBuf),
 }
 
 /// One client's connection (every reconnect counted by one meter) and its byte ledger.
@@ -483,6 +546,8 @@ struct Client {
     summary: DataSummary,
     /// Binds this client's slot to this process (see `Join`).
     token: String,
+    /// The enrollment secret its first Join binds the slot with (empty without one).
+    enrollment: String,
     /// Whether it speaks TLS (for the hint when a handshake fails).
     tls: bool,
     /// The interfaces counted at the link level, if any.
@@ -528,8 +593,13 @@ impl Shell {
                 Some(dir) => kept_token(&dir.join(format!("{stem}.token")))?,
                 None => new_token(),
             };
+            let kept = out.map(|dir| dir.join(format!("{stem}.enroll")));
+            let creds = Credentials {
+                token,
+                enrollment: self.enrollment(kept.as_deref())?,
+            };
             let (name, id) = if name == AUTO {
-                self.claim(&conn, &token).await?
+                self.claim(&conn, &creds).await?
             } else {
                 let id = self
                     .experiment
@@ -537,11 +607,31 @@ impl Shell {
                     .expect("checked by client_names");
                 (name.clone(), id)
             };
-            if slots.insert(id, (name.clone(), token, conn)).is_some() {
+            if slots.insert(id, (name.clone(), creds, conn)).is_some() {
                 bail!("client {name:?} is named twice");
             }
         }
         Ok(slots)
+    }
+
+    /// A client's enrollment secret: the one it kept (`kept`, beside its token), the one given,
+    /// or one taken from the directory (its file renamed, so no other process takes it too).
+    fn enrollment(&self, kept: Option<&std::path::Path>) -> anyhow::Result<String> {
+        if let Some(secret) = kept.and_then(|k| std::fs::read_to_string(k).ok()) {
+            return Ok(secret.trim().to_string());
+        }
+        let secret = match &self.enroll {
+            Enroll::None => return Ok(String::new()),
+            Enroll::Secret(s) => s.clone(),
+            Enroll::Dir(dir) => take_secret(dir)?,
+        };
+        if let Some(k) = kept {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::write(k, &secret)
+                .and_then(|()| std::fs::set_permissions(k, std::fs::Permissions::from_mode(0o600)))
+                .with_context(|| format!("cannot write {}", k.display()))?;
+        }
+        Ok(secret)
     }
 
     /// A connection for the client `name` (`auto` for one that asks for its slot).
@@ -593,10 +683,11 @@ impl Shell {
     }
 
     /// Asks the server which slot this token may hold (`--name auto`).
-    async fn claim(&self, conn: &Conn, token: &str) -> anyhow::Result<(String, ClientId)> {
+    async fn claim(&self, conn: &Conn, creds: &Credentials) -> anyhow::Result<(String, ClientId)> {
         let ask = ClaimRequest {
             experiment_fingerprint: self.experiment.fingerprint.clone(),
-            token: token.to_string(),
+            token: creds.token.clone(),
+            enrollment: creds.enrollment.clone(),
         };
         let reply = retry_bounded(self.retry_for, Some(JOIN_ATTEMPT), "claim", || {
             let mut g = conn.grpc.clone();
@@ -625,7 +716,7 @@ impl Shell {
         name: String,
         id: ClientId,
         summary: DataSummary,
-        token: String,
+        creds: Credentials,
         conn: Conn,
     ) -> Client {
         Client {
@@ -633,7 +724,8 @@ impl Shell {
             name,
             id,
             summary,
-            token,
+            token: creds.token,
+            enrollment: creds.enrollment,
             tls: self.tls.tls_ca.is_some(),
             link_interfaces: self
                 .link
@@ -747,6 +839,7 @@ impl Client {
             experiment_fingerprint: self.experiment.fingerprint.clone(),
             summary: Some(self.summary.clone()),
             token: self.token.clone(),
+            enrollment: self.enrollment.clone(),
         };
         let reply = retry_bounded(self.retry_for, Some(JOIN_ATTEMPT), "join", || {
             let mut g = self.grpc.clone();

@@ -27,6 +27,12 @@ pub struct CertsArgs {
     /// can take none (the Kubernetes manifests' server probes use it).
     #[arg(long)]
     pub probe: bool,
+    /// Also N one-time enrollment secrets (`enroll/<k>.secret`, mode 0600) and their hashes
+    /// (`enrollment.sha256`, for `flint server --enrollment`): each lets one client bind one
+    /// slot the first time, so strangers holding the experiment file and the pool certificate
+    /// (or, on a plaintext server, nothing) can take none.
+    #[arg(long, value_name = "N")]
+    pub enroll: Option<usize>,
     /// Days the certificates are valid.
     #[arg(long, default_value_t = 365)]
     pub days: u32,
@@ -43,8 +49,8 @@ pub fn certs(args: CertsArgs) -> anyhow::Result<()> {
         }
         clients.push(PROBE_NAME.to_string());
     }
-    if clients.is_empty() && !args.pool {
-        bail!("no client certificates asked for: give --clients N|NAMES or --pool");
+    if clients.is_empty() && !args.pool && args.enroll.is_none() {
+        bail!("no client certificates asked for: give --clients N|NAMES, --pool or --enroll N");
     }
     if args.days == 0 {
         bail!("--days must be at least 1");
@@ -56,6 +62,9 @@ pub fn certs(args: CertsArgs) -> anyhow::Result<()> {
         args.pool,
         args.days,
     )?;
+    if let Some(n) = args.enroll {
+        write_enrollment(&args.out, n)?;
+    }
     let extras: Vec<&str> = [(args.pool, "a pool"), (args.probe, "a probe")]
         .into_iter()
         .filter_map(|(asked, what)| asked.then_some(what))
@@ -69,6 +78,38 @@ pub fn certs(args: CertsArgs) -> anyhow::Result<()> {
             extras => format!(" and {} certificate", extras.join(" and ")),
         },
         pki.dir.display()
+    );
+    Ok(())
+}
+
+/// `n` enrollment secrets below `out/enroll/`, and their hashes in `out/enrollment.sha256`.
+fn write_enrollment(out: &std::path::Path, n: usize) -> anyhow::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    if n == 0 {
+        bail!("--enroll needs at least one secret");
+    }
+    let dir = out.join("enroll");
+    std::fs::create_dir_all(&dir)?;
+    let mut hashes = String::new();
+    for k in 1..=n {
+        let secret = flint_client::random_secret();
+        let path = dir.join(format!("{k}.secret"));
+        let _ = std::fs::remove_file(&path);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .and_then(|mut f| f.write_all(secret.as_bytes()))
+            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+        hashes += &flint_server::identity::secret_hash_hex(&secret)?;
+        hashes.push('\n');
+    }
+    std::fs::write(out.join("enrollment.sha256"), hashes)?;
+    println!(
+        "wrote {n} enrollment secret(s) to {} and their hashes to enrollment.sha256",
+        dir.display()
     );
     Ok(())
 }

@@ -6,7 +6,7 @@
 //! be repeated: the same token gets the same slot, any other token is refused. Only a hash of
 //! each token is kept.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use flint_common::{ClientId, FlintError, Result};
@@ -65,6 +65,12 @@ pub struct Identities {
     /// the slot removes it.
     unjoined_since: BTreeMap<ClientId, Instant>,
     lease: Duration,
+    /// The enrollment secrets the run issued (their hashes), where it asks for one: a slot is
+    /// bound the first time only with an unused one, unless the caller's own certificate
+    /// names it.
+    enrollment: Option<BTreeSet<[u8; 32]>>,
+    /// Each used secret's slot.
+    enrolled: BTreeMap<[u8; 32], ClientId>,
 }
 
 impl Identities {
@@ -74,7 +80,71 @@ impl Identities {
             claims: BTreeMap::new(),
             unjoined_since: BTreeMap::new(),
             lease: CLAIM_LEASE,
+            enrollment: None,
+            enrolled: BTreeMap::new(),
         }
+    }
+
+    /// Binding a slot the first time takes one of these enrollment secrets (by hash), each once.
+    pub fn with_enrollment(mut self, hashes: BTreeSet<[u8; 32]>) -> Self {
+        self.enrollment = Some(hashes);
+        self
+    }
+
+    /// What binding `id` to `token` asks of `secret`: nothing without enrollment, for the
+    /// token that already holds the slot, or for the slot's own certificate; otherwise an
+    /// issued secret no other slot used. The secret's hash, to record once the slot is bound.
+    pub fn check_enrollment(
+        &self,
+        id: ClientId,
+        token: &str,
+        secret: &str,
+        peer: &Peer,
+    ) -> Result<Option<[u8; 32]>> {
+        let Some(issued) = &self.enrollment else {
+            return Ok(None);
+        };
+        let token = hash(token)?;
+        let holds = self.claims.get(&id).is_some_and(|(h, _)| *h == token);
+        let own_certificate =
+            matches!(peer, Peer::Certified(cn) if Some(cn.as_str()) == self.name(id));
+        if holds || own_certificate {
+            return Ok(None);
+        }
+        if secret.is_empty() {
+            return Err(FlintError::Unauthenticated(
+                "this run admits a new client only with an enrollment secret (flint client --enroll-secret or --enroll-dir, from flint certs --enroll)".into(),
+            ));
+        }
+        let h = hash(secret).map_err(|_| {
+            FlintError::PermissionDenied("the enrollment secret is not one this run issued".into())
+        })?;
+        if !issued.contains(&h) {
+            return Err(FlintError::PermissionDenied(
+                "the enrollment secret is not one this run issued".into(),
+            ));
+        }
+        match self.enrolled.get(&h) {
+            Some(&used) if used != id => Err(FlintError::PermissionDenied(
+                "the enrollment secret was used already, by another slot".into(),
+            )),
+            _ => Ok(Some(h)),
+        }
+    }
+
+    /// Records that `secret` (its hash, from [`check_enrollment`](Self::check_enrollment))
+    /// enrolled `id`.
+    pub fn enroll(&mut self, id: ClientId, secret: Option<[u8; 32]>) {
+        if let Some(h) = secret {
+            self.enrolled.insert(h, id);
+        }
+    }
+
+    /// The hash of the secret that enrolled `id`, for the journal.
+    pub fn enrollment_of(&self, id: ClientId) -> Option<[u8; 32]> {
+        self.enrolled
+            .iter()
+            .find_map(|(h, &slot)| (slot == id).then_some(*h))
     }
 
     /// A claimed slot is free again once `lease` passed without its Join.
@@ -151,6 +221,7 @@ impl Identities {
     pub fn claim_any(
         &mut self,
         token: &str,
+        secret: &str,
         peer: &Peer,
         holder: Holder,
         joined: &dyn Fn(ClientId) -> bool,
@@ -188,6 +259,8 @@ impl Identities {
             self.claims.remove(&id);
         }
         self.check_claim(id, token, peer)?;
+        let enrolled = self.check_enrollment(id, token, secret, peer)?;
+        self.enroll(id, enrolled);
         self.claims.insert(id, (hash, holder));
         self.unjoined_since.insert(id, now);
         Ok((id, self.name(id).unwrap_or_default().to_string(), true))
@@ -242,6 +315,12 @@ fn certified_for(peer: &Peer, name: &str) -> Result<()> {
             "the client certificate names {cn:?}, not {name:?}"
         ))),
     }
+}
+
+/// What an enrollment file lists for `secret`: its hash in hex (the hash the server keeps of
+/// a token or secret).
+pub fn secret_hash_hex(secret: &str) -> Result<String> {
+    Ok(hash(secret)?.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 fn hash(token: &str) -> Result<[u8; 32]> {
@@ -342,6 +421,7 @@ mod tests {
         assert_eq!(
             i.claim_any(
                 B,
+                "",
                 &Peer::Anonymous,
                 Holder::default(),
                 &|_| false,
@@ -354,6 +434,7 @@ mod tests {
         assert_eq!(
             i.claim_any(
                 A,
+                "",
                 &Peer::Anonymous,
                 Holder::default(),
                 &|_| false,
@@ -367,6 +448,7 @@ mod tests {
         assert_eq!(
             i.claim_any(
                 B,
+                "",
                 &Peer::Anonymous,
                 Holder::default(),
                 &|_| false,
@@ -378,6 +460,7 @@ mod tests {
         let e = i
             .claim_any(
                 &"c".repeat(32),
+                "",
                 &Peer::Anonymous,
                 Holder::default(),
                 &|_| false,
@@ -385,6 +468,43 @@ mod tests {
             )
             .unwrap_err();
         assert!(matches!(e, FlintError::Precondition(m) if m.contains("every one of the 2")));
+    }
+
+    /// Issue 30 §2: with enrollment, a slot is bound the first time only with an issued,
+    /// unused secret; its holder's later calls, and a slot's own certificate, need none.
+    #[test]
+    fn enrollment_takes_one_issued_secret_per_slot() {
+        let secret = "5e".repeat(16);
+        let issued = BTreeSet::from([hash(&secret).unwrap()]);
+        let mut i = ids().with_enrollment(issued);
+        let anon = Peer::Anonymous;
+        let e = i.check_enrollment(1, A, "", &anon).unwrap_err();
+        assert!(matches!(e, FlintError::Unauthenticated(_)), "{e:?}");
+        let e = i
+            .check_enrollment(1, A, &"0f".repeat(16), &anon)
+            .unwrap_err();
+        assert!(
+            matches!(e, FlintError::PermissionDenied(m) if m.contains("not one this run issued"))
+        );
+        let h = i.check_enrollment(1, A, &secret, &anon).unwrap();
+        i.enroll(1, h);
+        i.bind(1, A, Holder::default()).unwrap();
+        assert_eq!(i.enrollment_of(1), h);
+        assert_eq!(
+            i.check_enrollment(1, A, "", &anon).unwrap(),
+            None,
+            "its holder again"
+        );
+        let e = i.check_enrollment(2, B, &secret, &anon).unwrap_err();
+        assert!(matches!(e, FlintError::PermissionDenied(m) if m.contains("used already")));
+        let own = Peer::Certified("client-2".into());
+        assert_eq!(
+            i.check_enrollment(2, B, "", &own).unwrap(),
+            None,
+            "its own certificate"
+        );
+        let e = i.claim_any(B, "", &anon, Holder::default(), &|_| false, Instant::now());
+        assert!(matches!(e, Err(FlintError::Unauthenticated(_))), "{e:?}");
     }
 
     /// Issue 30 §2: a claim whose claimer never joins lapses after the lease, and the slot goes
@@ -396,13 +516,13 @@ mod tests {
         let t0 = Instant::now();
         let none = |_| false;
         assert_eq!(
-            i.claim_any(A, &Peer::Anonymous, Holder::default(), &none, t0)
+            i.claim_any(A, "", &Peer::Anonymous, Holder::default(), &none, t0)
                 .unwrap()
                 .0,
             1
         );
         assert_eq!(
-            i.claim_any(B, &Peer::Anonymous, Holder::default(), &none, t0)
+            i.claim_any(B, "", &Peer::Anonymous, Holder::default(), &none, t0)
                 .unwrap()
                 .0,
             2
@@ -411,6 +531,7 @@ mod tests {
         let c = &"c".repeat(32);
         let early = i.claim_any(
             c,
+            "",
             &Peer::Anonymous,
             Holder::default(),
             &none,
@@ -424,9 +545,16 @@ mod tests {
         let two_joined = |id| id == 2;
         let later = t0 + lease;
         assert_eq!(
-            i.claim_any(c, &Peer::Anonymous, Holder::default(), &two_joined, later)
-                .unwrap()
-                .0,
+            i.claim_any(
+                c,
+                "",
+                &Peer::Anonymous,
+                Holder::default(),
+                &two_joined,
+                later
+            )
+            .unwrap()
+            .0,
             1
         );
         // The first claimer, late, is refused the slot it lost.
@@ -442,19 +570,26 @@ mod tests {
         let mut i = ids();
         let two = Peer::Certified("client-2".into());
         assert_eq!(
-            i.claim_any(A, &two, Holder::default(), &|_| false, Instant::now())
+            i.claim_any(A, "", &two, Holder::default(), &|_| false, Instant::now())
                 .unwrap()
                 .0,
             2
         );
         let stranger = Peer::Certified("mallory".into());
         assert!(matches!(
-            i.claim_any(B, &stranger, Holder::default(), &|_| false, Instant::now()),
+            i.claim_any(
+                B,
+                "",
+                &stranger,
+                Holder::default(),
+                &|_| false,
+                Instant::now()
+            ),
             Err(FlintError::PermissionDenied(_))
         ));
         let pool = Peer::Certified(POOL_IDENTITY.into());
         assert_eq!(
-            i.claim_any(B, &pool, Holder::default(), &|_| false, Instant::now())
+            i.claim_any(B, "", &pool, Holder::default(), &|_| false, Instant::now())
                 .unwrap()
                 .0,
             1

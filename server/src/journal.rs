@@ -62,6 +62,9 @@ pub struct Bind {
     pub host: String,
     #[prost(string, optional, tag = "4")]
     pub certificate: Option<String>,
+    /// The hash of the enrollment secret that bound the slot, where the run asks for one.
+    #[prost(bytes = "vec", tag = "5")]
+    pub enrollment_hash: Vec<u8>,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]

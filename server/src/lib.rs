@@ -94,6 +94,12 @@ pub struct ServeOptions {
     /// fits].
     #[arg(long)]
     pub max_connections_per_address: Option<usize>,
+    /// The enrollment secrets' hashes (`enrollment.sha256` from `flint certs --enroll`): a
+    /// client binds a slot the first time only with one of them, each once, unless its own
+    /// certificate names the slot; strangers holding the experiment file (and the pool
+    /// certificate, or no certificate on a plaintext server) can then take none.
+    #[arg(long, env = "FLINT_ENROLLMENT", value_name = "FILE")]
+    pub enrollment: Option<PathBuf>,
     /// Seconds a slot claimed without a name (`flint client --name auto`) stays its claimer's
     /// before the claimer joins; then the next claimer may take it [default: 120].
     #[arg(long)]
@@ -320,6 +326,39 @@ fn connection_limits(
     Ok(limits)
 }
 
+/// The hashes of an enrollment file: one sha256 in hex per line.
+fn enrollment_hashes(path: &Path) -> anyhow::Result<std::collections::BTreeSet<[u8; 32]>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read the enrollment file {}", path.display()))?;
+    let mut hashes = std::collections::BTreeSet::new();
+    for (n, line) in text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+    {
+        let line = line.trim();
+        let bytes: Option<Vec<u8>> = (line.len() == 64 && line.is_ascii())
+            .then(|| {
+                (0..32)
+                    .map(|i| u8::from_str_radix(&line[2 * i..2 * i + 2], 16).ok())
+                    .collect()
+            })
+            .flatten();
+        let Some(hash) = bytes.and_then(|b| <[u8; 32]>::try_from(b).ok()) else {
+            anyhow::bail!(
+                "{} line {}: not a sha256 in hex (flint certs --enroll writes this file)",
+                path.display(),
+                n + 1
+            );
+        };
+        hashes.insert(hash);
+    }
+    if hashes.is_empty() {
+        anyhow::bail!("the enrollment file {} lists no secret", path.display());
+    }
+    Ok(hashes)
+}
+
 /// The run's shared state: a new run in `state_dir`, or the one its journal holds, replayed.
 fn start_or_resume(
     experiment: Experiment,
@@ -347,6 +386,9 @@ fn start_or_resume(
         }
     };
     let mut identities = Identities::new(names).with_lease(lease);
+    if let Some(path) = &options.enrollment {
+        identities = identities.with_enrollment(enrollment_hashes(path)?);
+    }
     let (journal, start, kept_ledger) =
         resume(&experiment, state_dir, &mut rounds, &mut identities)?;
     std::fs::write(out.join("experiment.toml"), experiment.to_toml())?;

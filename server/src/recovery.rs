@@ -53,6 +53,17 @@ pub fn replay(
                 identities
                     .restore(b.client_id, hash, holder)
                     .with_context(at)?;
+                if !b.enrollment_hash.is_empty() {
+                    let secret: [u8; 32] =
+                        b.enrollment_hash.as_slice().try_into().with_context(|| {
+                            format!(
+                                "{}: an enrollment hash of {} bytes",
+                                at(),
+                                b.enrollment_hash.len()
+                            )
+                        })?;
+                    identities.enroll(b.client_id, Some(secret));
+                }
             }
             Event::Join(j) => {
                 let summary = j

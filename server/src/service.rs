@@ -370,6 +370,9 @@ fn bind_record(identities: &Identities, id: ClientId) -> Event {
         token_hash: hash.to_vec(),
         host: holder.host.clone(),
         certificate: holder.certificate.clone(),
+        enrollment_hash: identities
+            .enrollment_of(id)
+            .map_or_else(Vec::new, |h| h.to_vec()),
     })
 }
 
@@ -598,6 +601,9 @@ impl AggregatorService {
             identities
                 .check_claim(id, &req.token, &peer)
                 .map_err(status)?;
+            let enrolled = identities
+                .check_enrollment(id, &req.token, &req.enrollment, &peer)
+                .map_err(status)?;
             {
                 let mut rounds = s.rounds();
                 let fresh = !rounds.joined().contains_key(&id);
@@ -613,6 +619,7 @@ impl AggregatorService {
                     }));
                 }
             }
+            identities.enroll(id, enrolled);
             if identities
                 .bind(id, &req.token, Holder::new(&host, &peer))
                 .map_err(status)?
@@ -656,7 +663,14 @@ impl AggregatorService {
             let joined = |id: ClientId| rounds.joined().contains_key(&id);
             let holder = Holder::new(&host, &peer);
             let (id, name, bound) = identities
-                .claim_any(&req.token, &peer, holder, &joined, Instant::now())
+                .claim_any(
+                    &req.token,
+                    &req.enrollment,
+                    &peer,
+                    holder,
+                    &joined,
+                    Instant::now(),
+                )
                 .map_err(status)?;
             drop(rounds);
             if bound {
