@@ -18,8 +18,8 @@ RUSTFLAGS='-C target-feature=+crt-static' CARGO_PROFILE_RELEASE_DEBUG=0 \
 context=target/image
 rm -rf "$context" && mkdir -p "$context"
 cp "$CARGO_TARGET_DIR/$target/release/flint" deploy/Dockerfile "$context/"
-mkdir -p "$context/mnt/pki" "$context/mnt/results"
-chmod 1777 "$context/mnt/pki" "$context/mnt/results"
+mkdir -p "$context/mnt/pki/enroll" "$context/mnt/results" "$context/mnt/enroll"
+chmod 1777 "$context/mnt/pki" "$context/mnt/pki/enroll" "$context/mnt/results" "$context/mnt/enroll"
 # A dynamic binary names its libraries ("libc.so.6 => …"); a static one names none.
 if ldd "$context/flint" 2>/dev/null | grep -q "=>"; then
   echo "build-image: $context/flint is not statically linked" >&2

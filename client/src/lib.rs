@@ -93,8 +93,9 @@ pub struct ClientArgs {
     #[arg(long, env = "FLINT_ENROLL_SECRET", conflicts_with = "enroll_dir")]
     pub enroll_secret: Option<String>,
     /// A directory of enrollment secrets (`flint certs --enroll`'s `enroll/`), shared by the
-    /// clients of several processes or containers: each client takes one unused secret, by
-    /// renaming its file, and keeps it beside its token in `--out`.
+    /// clients of several processes or containers: each client takes one unused secret by
+    /// renaming its file with a mark of its token, so that started again with the same token
+    /// (its `--out`) it finds the same one.
     #[arg(long, env = "FLINT_ENROLL_DIR")]
     pub enroll_dir: Option<PathBuf>,
     /// End the whole process at the first of its clients that fails (`flint run` does: its
@@ -222,23 +223,38 @@ pub fn random_secret() -> String {
     format!("{:032x}", rand::random::<u128>())
 }
 
-/// An unused secret of an enrollment directory, taken: its file renamed `<file>.taken-<host>-<pid>`
-/// (a rename is atomic, so two processes never take the same one).
-fn take_secret(dir: &std::path::Path) -> anyhow::Result<String> {
+/// The secret of an enrollment directory that `token`'s client took before (a client started
+/// again), or an unused one, taken: its file `<k>.secret` renamed `<k>.secret.taken-<mark>`,
+/// the mark a hash of the token (a rename is atomic, so two clients never take the same one).
+fn take_secret(dir: &std::path::Path, token: &str) -> anyhow::Result<String> {
+    use sha2::{Digest, Sha256};
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .with_context(|| format!("cannot read the enrollment directory {}", dir.display()))?
         .flatten()
         .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "secret"))
         .collect();
     files.sort();
-    let mark = format!("taken-{}-{}", host_name(), std::process::id());
-    for file in files {
-        let taken = file.with_extension(format!("secret.{mark}"));
-        if std::fs::rename(&file, &taken).is_ok() {
-            let secret = std::fs::read_to_string(&taken)
-                .with_context(|| format!("cannot read {}", taken.display()))?;
-            return Ok(secret.trim().to_string());
+    let digest = Sha256::digest(token.as_bytes());
+    let mark: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    let read = |path: &std::path::Path| {
+        std::fs::read_to_string(path)
+            .map(|s| s.trim().to_string())
+            .with_context(|| format!("cannot read {}", path.display()))
+    };
+    let suffix = format!(".secret.taken-{mark}");
+    if let Some(mine) = files
+        .iter()
+        .find(|p| p.to_string_lossy().ends_with(&suffix))
+    {
+        return read(mine);
+    }
+    for file in files
+        .iter()
+        .filter(|p| p.extension().is_some_and(|x| x == "secret"))
+    {
+        let taken = file.with_extension(format!("secret.taken-{mark}"));
+        if std::fs::rename(file, &taken).is_ok() {
+            return read(&taken);
         }
     }
     bail!(
@@ -593,10 +609,9 @@ impl Shell {
                 Some(dir) => kept_token(&dir.join(format!("{stem}.token")))?,
                 None => new_token(),
             };
-            let kept = out.map(|dir| dir.join(format!("{stem}.enroll")));
             let creds = Credentials {
+                enrollment: self.enrollment(&token)?,
                 token,
-                enrollment: self.enrollment(kept.as_deref())?,
             };
             let (name, id) = if name == AUTO {
                 self.claim(&conn, &creds).await?
@@ -614,24 +629,14 @@ impl Shell {
         Ok(slots)
     }
 
-    /// A client's enrollment secret: the one it kept (`kept`, beside its token), the one given,
-    /// or one taken from the directory (its file renamed, so no other process takes it too).
-    fn enrollment(&self, kept: Option<&std::path::Path>) -> anyhow::Result<String> {
-        if let Some(secret) = kept.and_then(|k| std::fs::read_to_string(k).ok()) {
-            return Ok(secret.trim().to_string());
+    /// The enrollment secret of the client holding `token`: none, the one given, or the one
+    /// it takes (or took before) from the directory.
+    fn enrollment(&self, token: &str) -> anyhow::Result<String> {
+        match &self.enroll {
+            Enroll::None => Ok(String::new()),
+            Enroll::Secret(s) => Ok(s.clone()),
+            Enroll::Dir(dir) => take_secret(dir, token),
         }
-        let secret = match &self.enroll {
-            Enroll::None => return Ok(String::new()),
-            Enroll::Secret(s) => s.clone(),
-            Enroll::Dir(dir) => take_secret(dir)?,
-        };
-        if let Some(k) = kept {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::write(k, &secret)
-                .and_then(|()| std::fs::set_permissions(k, std::fs::Permissions::from_mode(0o600)))
-                .with_context(|| format!("cannot write {}", k.display()))?;
-        }
-        Ok(secret)
     }
 
     /// A connection for the client `name` (`auto` for one that asks for its slot).

@@ -91,6 +91,12 @@ fn write_enrollment(out: &std::path::Path, n: usize) -> anyhow::Result<()> {
     }
     let dir = out.join("enroll");
     std::fs::create_dir_all(&dir)?;
+    // A new PKI's secrets replace the last one's, taken or not.
+    for old in std::fs::read_dir(&dir)?.flatten() {
+        if old.file_name().to_string_lossy().contains(".secret") {
+            std::fs::remove_file(old.path())?;
+        }
+    }
     let mut hashes = String::new();
     for k in 1..=n {
         let secret = flint_client::random_secret();
