@@ -70,6 +70,12 @@ const RESERVED_ENV: &[&str] = &[
     "EXPERIMENT",
     "RESULTS",
     "IMAGE",
+    "ENROLLMENT",
+    "ENROLL_SECRET",
+    "ENROLL_DIR",
+    "UID",
+    "GID",
+    "GIT_REVISION",
 ];
 
 /// A validated experiment: every field is checked and has its final value.
@@ -386,6 +392,48 @@ skip_columns = [0, "id"]
         assert_eq!(e.fingerprint, written.fingerprint);
         let one_shot = "name = \"x\"\nstrategy = \"fedtmos\"\n[data]\nsource = \"mnist\"\n[partition]\nkind = \"explicit\"\n[[clients]]\nclass_counts = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]\n";
         assert_eq!(Experiment::from_toml(one_shot).unwrap().policy.rounds, 1);
+    }
+
+    /// Every `FLINT_…` variable the shells read or the deployment files set is reserved, so that
+    /// none is read as an experiment key (FLINT_ENROLLMENT once was: `unknown field enrollment`).
+    #[test]
+    fn every_flint_variable_of_the_shells_and_deployments_is_reserved() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let mut files: Vec<std::path::PathBuf> = Vec::new();
+        for dir in [
+            "client/src",
+            "server/src",
+            "deploy/src",
+            "shell/src",
+            "deploy",
+            "deploy/k8s/base",
+        ] {
+            for entry in std::fs::read_dir(root.join(dir)).unwrap().flatten() {
+                let p = entry.path();
+                let ext = p.extension().and_then(|e| e.to_str()).unwrap_or("");
+                if ["rs", "yml", "yaml", "sh"].contains(&ext) {
+                    files.push(p);
+                }
+            }
+        }
+        let mut unreserved = BTreeSet::new();
+        for file in &files {
+            let text = std::fs::read_to_string(file).unwrap();
+            for (at, _) in text.match_indices("FLINT_") {
+                let name: String = text[at + 6..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_')
+                    .collect();
+                if !name.is_empty() && !RESERVED_ENV.contains(&name.as_str()) {
+                    unreserved.insert(format!("FLINT_{name} ({})", file.display()));
+                }
+            }
+        }
+        assert!(files.len() > 20, "{files:?}");
+        assert!(
+            unreserved.is_empty(),
+            "read as experiment keys: {unreserved:?}"
+        );
     }
 
     #[test]
