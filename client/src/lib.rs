@@ -480,7 +480,9 @@ fn write_reports(out: &std::path::Path, reports: &[ClientReport]) -> anyhow::Res
         let dir = out.join("models");
         std::fs::create_dir_all(&dir)
             .with_context(|| format!("cannot create {}", dir.display()))?;
+        // The machines first: a reader of the client's file finds every machine it names.
         let (file, machines) = model.for_disk();
+        store_machines(&dir.join(MACHINES_DIR), &machines)?;
         write(
             dir.join(format!("{}.json", r.name)),
             &serde_json::to_vec_pretty(&file)?,
@@ -488,14 +490,14 @@ fn write_reports(out: &std::path::Path, reports: &[ClientReport]) -> anyhow::Res
         for (suffix, bytes) in file.model.checkpoints() {
             write(dir.join(format!("{}{suffix}", r.name)), bytes)?;
         }
-        store_machines(&dir.join(MACHINES_DIR), &machines)?;
     }
     Ok(())
 }
 
 /// Each machine once, by content: a file already there (another client's, or another
-/// process's) is the same machine and is kept. Written under a name of this process's, then
-/// renamed, so a reader never sees half a file.
+/// process's or container's) is the same machine and is kept. Written under a random name
+/// (containers sharing the directory all run as PID 1), then renamed, so a reader never sees
+/// half a file; a rename that loses to another writer of the same machine is no failure.
 fn store_machines(dir: &std::path::Path, machines: &[StoredMachine]) -> anyhow::Result<()> {
     if machines.is_empty() {
         return Ok(());
@@ -507,10 +509,15 @@ fn store_machines(dir: &std::path::Path, machines: &[StoredMachine]) -> anyhow::
             if path.exists() {
                 continue;
             }
-            let partial = dir.join(format!(".{}.{ext}.{}", m.id, std::process::id()));
-            std::fs::write(&partial, bytes)
-                .and_then(|()| std::fs::rename(&partial, &path))
-                .with_context(|| format!("cannot write {}", path.display()))?;
+            let partial = dir.join(format!(".{}.{ext}.{}", m.id, random_secret()));
+            let written =
+                std::fs::write(&partial, bytes).and_then(|()| std::fs::rename(&partial, &path));
+            if let Err(e) = written {
+                let _ = std::fs::remove_file(&partial);
+                if !path.exists() {
+                    return Err(e).with_context(|| format!("cannot write {}", path.display()));
+                }
+            }
         }
     }
     Ok(())

@@ -63,13 +63,17 @@ impl Gate {
 
     /// A slot for a connection from `from`, if neither limit is reached.
     fn admit(&self, from: IpAddr) -> Option<Slot> {
+        let from = host_of(from);
         let mut by_address = self.by_address.lock().expect("address counts lock");
-        let open = by_address.entry(from).or_insert(0);
-        if *open >= self.per_address {
+        if by_address
+            .get(&from)
+            .is_some_and(|&open| open >= self.per_address)
+        {
             return None;
         }
+        // Counted only once admitted: a refused address leaves no entry behind.
         let permit = self.slots.clone().try_acquire_owned().ok()?;
-        *open += 1;
+        *by_address.entry(from).or_insert(0) += 1;
         Some(Slot {
             _permit: permit,
             from,
@@ -144,6 +148,21 @@ pub fn incoming(
         }
     });
     ReceiverStream::new(rx)
+}
+
+/// The host an address counts for: an IPv4 address (also one mapped into IPv6), or an IPv6
+/// address's /64, which one host usually holds whole.
+fn host_of(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let prefix = u128::from(v6) & !((1u128 << 64) - 1);
+                IpAddr::V6(std::net::Ipv6Addr::from(prefix))
+            }
+        },
+    }
 }
 
 /// A connection's place in both limits, given back when it closes.
@@ -313,6 +332,17 @@ mod tests {
             "closed at the deadline, not after the trickle"
         );
         trickle.abort();
+    }
+
+    #[test]
+    fn an_ipv6_host_counts_by_its_64_and_a_mapped_ipv4_as_itself() {
+        let a: IpAddr = "2001:db8:1:2:aaaa::1".parse().unwrap();
+        let b: IpAddr = "2001:db8:1:2:bbbb::9".parse().unwrap();
+        let other: IpAddr = "2001:db8:1:3::1".parse().unwrap();
+        assert_eq!(host_of(a), host_of(b));
+        assert_ne!(host_of(a), host_of(other));
+        let mapped: IpAddr = "::ffff:10.0.0.7".parse().unwrap();
+        assert_eq!(host_of(mapped), "10.0.0.7".parse::<IpAddr>().unwrap());
     }
 
     /// Issue 30 §5: one address's connections past its share are closed; another address is

@@ -69,8 +69,10 @@ pub struct Identities {
     /// bound the first time only with an unused one, unless the caller's own certificate
     /// names it.
     enrollment: Option<BTreeSet<[u8; 32]>>,
-    /// Each used secret's slot.
+    /// Each used secret's slot (a secret is spent once used, even if its claim lapses).
     enrolled: BTreeMap<[u8; 32], ClientId>,
+    /// The secret that bound each slot as it is bound now, for the journal.
+    slot_secret: BTreeMap<ClientId, [u8; 32]>,
 }
 
 impl Identities {
@@ -82,6 +84,7 @@ impl Identities {
             lease: CLAIM_LEASE,
             enrollment: None,
             enrolled: BTreeMap::new(),
+            slot_secret: BTreeMap::new(),
         }
     }
 
@@ -137,14 +140,13 @@ impl Identities {
     pub fn enroll(&mut self, id: ClientId, secret: Option<[u8; 32]>) {
         if let Some(h) = secret {
             self.enrolled.insert(h, id);
+            self.slot_secret.insert(id, h);
         }
     }
 
-    /// The hash of the secret that enrolled `id`, for the journal.
+    /// The hash of the secret that enrolled `id` as it is bound now, for the journal.
     pub fn enrollment_of(&self, id: ClientId) -> Option<[u8; 32]> {
-        self.enrolled
-            .iter()
-            .find_map(|(h, &slot)| (slot == id).then_some(*h))
+        self.slot_secret.get(&id).copied()
     }
 
     /// A claimed slot is free again once `lease` passed without its Join.
@@ -241,25 +243,38 @@ impl Identities {
                 })?;
                 pos as ClientId + 1
             }
-            _ => (1..=self.names.len() as ClientId)
-                .find(|&id| !self.claims.contains_key(&id) || self.lapsed(id, joined, now))
-                .ok_or_else(|| {
-                    FlintError::Precondition(format!(
-                        "every one of the {} client slots is claimed",
-                        self.names.len()
-                    ))
-                })?,
+            _ => self.free_slot(joined, now).ok_or_else(|| {
+                FlintError::Precondition(format!(
+                    "every one of the {} client slots is claimed",
+                    self.names.len()
+                ))
+            })?,
         };
-        if self.lapsed(id, joined, now) {
+        // Checked as if a lapsed claim were gone, and put back if the call is refused: a refused
+        // Claim changes nothing.
+        let lapsed = self
+            .lapsed(id, joined, now)
+            .then(|| self.claims.remove(&id))
+            .flatten();
+        let checked = self
+            .check_claim(id, token, peer)
+            .and_then(|()| self.check_enrollment(id, token, secret, peer));
+        let enrolled = match checked {
+            Ok(enrolled) => enrolled,
+            Err(e) => {
+                if let Some(previous) = lapsed {
+                    self.claims.insert(id, previous);
+                }
+                return Err(e);
+            }
+        };
+        if lapsed.is_some() {
             tracing::warn!(
                 client = id,
                 lease_secs = self.lease.as_secs_f64(),
                 "a claim lapsed unjoined; the slot goes to the next claimer"
             );
-            self.claims.remove(&id);
         }
-        self.check_claim(id, token, peer)?;
-        let enrolled = self.check_enrollment(id, token, secret, peer)?;
         self.enroll(id, enrolled);
         self.claims.insert(id, (hash, holder));
         self.unjoined_since.insert(id, now);
@@ -290,6 +305,14 @@ impl Identities {
 
     pub fn claimed(&self) -> usize {
         self.claims.len()
+    }
+
+    /// The first unclaimed slot in id order, else the first whose claim lapsed.
+    fn free_slot(&self, joined: &dyn Fn(ClientId) -> bool, now: Instant) -> Option<ClientId> {
+        let ids = 1..=self.names.len() as ClientId;
+        ids.clone()
+            .find(|id| !self.claims.contains_key(id))
+            .or_else(|| ids.into_iter().find(|&id| self.lapsed(id, joined, now)))
     }
 
     fn lapsed(&self, id: ClientId, joined: &dyn Fn(ClientId) -> bool, now: Instant) -> bool {
@@ -505,6 +528,35 @@ mod tests {
         );
         let e = i.claim_any(B, "", &anon, Holder::default(), &|_| false, Instant::now());
         assert!(matches!(e, Err(FlintError::Unauthenticated(_))), "{e:?}");
+    }
+
+    /// A free slot goes before a lapsed one; a Claim refused for its secret leaves a lapsed
+    /// claim as it was; a slot taken again after a lapse journals its new claimer's secret.
+    #[test]
+    fn a_lapse_frees_a_slot_only_for_a_claim_that_is_taken() {
+        let (s1, s2) = ("5e".repeat(16), "6f".repeat(16));
+        let issued = BTreeSet::from([hash(&s1).unwrap(), hash(&s2).unwrap()]);
+        let lease = Duration::from_secs(60);
+        let mut i = ids().with_lease(lease).with_enrollment(issued);
+        let (t0, anon, none) = (Instant::now(), Peer::Anonymous, |_| false);
+        let claim = |i: &mut Identities, token: &str, secret: &str, at| {
+            i.claim_any(token, secret, &anon, Holder::default(), &none, at)
+        };
+        assert_eq!(claim(&mut i, A, &s1, t0).unwrap().0, 1);
+        // Slot 1 has lapsed, but slot 2 is free: it goes first.
+        assert_eq!(claim(&mut i, B, &s2, t0 + lease).unwrap().0, 2);
+        let c = "c".repeat(32);
+        // Both lapsed; a claim without a secret is refused and slot 1 stays A's.
+        assert!(claim(&mut i, &c, "", t0 + 2 * lease).is_err());
+        i.check_claim(1, A, &anon).unwrap();
+        // A's spent secret cannot bind slot 2; slot 1, with it, is taken again.
+        assert!(matches!(
+            i.check_enrollment(2, &c, &s1, &anon),
+            Err(FlintError::PermissionDenied(_))
+        ));
+        assert_eq!(claim(&mut i, &c, &s1, t0 + 2 * lease).unwrap().0, 1);
+        assert_eq!(i.enrollment_of(1), Some(hash(&s1).unwrap()));
+        assert_eq!(i.enrollment_of(2), Some(hash(&s2).unwrap()));
     }
 
     /// Issue 30 §2: a claim whose claimer never joins lapses after the lease, and the slot goes
