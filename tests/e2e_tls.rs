@@ -28,6 +28,19 @@ fn certs(out: &Path, clients: &str, pool: bool) {
     ok(&mut cmd);
 }
 
+/// A server's flags for mutual TLS with the PKI `flint certs` wrote in `pki`.
+fn mutual_tls_server(pki: &Path) -> Vec<String> {
+    let p = |f: &str| pki.join(f).display().to_string();
+    vec![
+        "--tls-cert".into(),
+        p("server.crt"),
+        "--tls-key".into(),
+        p("server.key"),
+        "--tls-client-ca".into(),
+        p("ca.crt"),
+    ]
+}
+
 /// A client process that is expected to be refused; its stderr.
 fn refused_client(exp: &Path, addr: &str, name: &str, tls: &[String], dir: &Path) -> String {
     let out: Output = flint()
@@ -66,17 +79,7 @@ fn mutual_tls_admits_each_certificate_as_its_own_client_only() {
     }
     let p = |f: &str| d.join("pki").join(f).display().to_string();
     let o = |f: &str| d.join("other").join(f).display().to_string();
-    let (server_args, ca) = (
-        [
-            "--tls-cert".to_string(),
-            p("server.crt"),
-            "--tls-key".into(),
-            p("server.key"),
-            "--tls-client-ca".into(),
-            p("ca.crt"),
-        ],
-        p("ca.crt"),
-    );
+    let (server_args, ca) = (mutual_tls_server(&d.join("pki")), p("ca.crt"));
     let server_args: Vec<&str> = server_args.iter().map(String::as_str).collect();
     let (mut server, addr) = start_server_with(&exp, d, &server_args);
     let url = format!("https://{addr}");
@@ -522,14 +525,7 @@ fn indexed_pods_present_their_own_certificates_and_the_probe_takes_no_slot() {
         .args(["certs", "--clients", "3", "--probe", "--out"])
         .arg(d.join("pki")));
     let p = |f: &str| d.join("pki").join(f).display().to_string();
-    let server_args = [
-        "--tls-cert".to_string(),
-        p("server.crt"),
-        "--tls-key".into(),
-        p("server.key"),
-        "--tls-client-ca".into(),
-        p("ca.crt"),
-    ];
+    let server_args = mutual_tls_server(&d.join("pki"));
     let server_args: Vec<&str> = server_args.iter().map(String::as_str).collect();
     let (mut server, addr) = start_server_with(&exp, d, &server_args);
     let url = format!("https://{addr}");

@@ -41,6 +41,15 @@ fn join(name: &str, summary: DataSummary, fingerprint: &str) -> JoinRequest {
     }
 }
 
+/// The attacker's Claim of any free slot, without an enrollment secret.
+fn claim(fingerprint: &str) -> flint_common::wire::proto::ClaimRequest {
+    flint_common::wire::proto::ClaimRequest {
+        experiment_fingerprint: fingerprint.into(),
+        token: MALLORY.into(),
+        enrollment: String::new(),
+    }
+}
+
 fn summary() -> DataSummary {
     DataSummary {
         train_class_counts: vec![200, 100],
@@ -708,11 +717,7 @@ fn a_slot_claimed_and_never_joined_is_released_after_its_lease() {
     let url = format!("http://{addr}");
     let rt = tokio::runtime::Runtime::new().unwrap();
     let mut g = rt.block_on(async { AggregatorClient::new(connect(&url).await) });
-    let claim = flint_common::wire::proto::ClaimRequest {
-        experiment_fingerprint: e.fingerprint.clone(),
-        token: MALLORY.into(),
-        enrollment: String::new(),
-    };
+    let claim = claim(&e.fingerprint);
     let held = rt.block_on(g.claim(claim.clone())).unwrap().into_inner();
     assert_eq!(held.client_name, "client-1");
     // Within the lease the slot is the stranger's: another claimer finds none.
@@ -774,11 +779,7 @@ fn strangers_without_an_enrollment_secret_take_no_slot() {
         guessed.enrollment = "0f".repeat(16);
         let st = g.join(guessed).await.unwrap_err();
         assert_eq!(st.code(), Code::PermissionDenied, "{st:?}");
-        let claim = flint_common::wire::proto::ClaimRequest {
-            experiment_fingerprint: e.fingerprint.clone(),
-            token: MALLORY.into(),
-            enrollment: String::new(),
-        };
+        let claim = claim(&e.fingerprint);
         let st = g.claim(claim).await.unwrap_err();
         assert_eq!(st.code(), Code::Unauthenticated, "{st:?}");
     });

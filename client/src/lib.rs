@@ -235,7 +235,7 @@ fn take_secret(dir: &std::path::Path, token: &str) -> anyhow::Result<String> {
         .collect();
     files.sort();
     let digest = Sha256::digest(token.as_bytes());
-    let mark: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    let mark = flint_common::hex::encode(&digest[..8]);
     let read = |path: &std::path::Path| {
         std::fs::read_to_string(path)
             .map(|s| s.trim().to_string())

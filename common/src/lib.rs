@@ -8,6 +8,7 @@ pub mod config;
 pub mod data;
 pub mod degenerate;
 pub mod error;
+pub mod hex;
 pub mod metrics;
 pub mod model;
 pub mod params;

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 /// Top-level modules of `flint-common`, by layer; a module may import from lower numbers.
 const LAYERS: &[(&str, u32)] = &[
     ("error", 0),
+    ("hex", 0),
     ("params", 0),
     ("rng", 0),
     ("metrics", 0),

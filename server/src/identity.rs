@@ -343,7 +343,7 @@ fn certified_for(peer: &Peer, name: &str) -> Result<()> {
 /// What an enrollment file lists for `secret`: its hash in hex (the hash the server keeps of
 /// a token or secret).
 pub fn secret_hash_hex(secret: &str) -> Result<String> {
-    Ok(hash(secret)?.iter().map(|b| format!("{b:02x}")).collect())
+    Ok(flint_common::hex::encode(&hash(secret)?))
 }
 
 fn hash(token: &str) -> Result<[u8; 32]> {
@@ -366,6 +366,23 @@ mod tests {
 
     fn ids() -> Identities {
         Identities::new(vec!["client-1".into(), "client-2".into()])
+    }
+
+    /// A claim at once, with no slot joined.
+    fn claim(
+        i: &mut Identities,
+        token: &str,
+        secret: &str,
+        peer: &Peer,
+    ) -> Result<(ClientId, String, bool)> {
+        i.claim_any(
+            token,
+            secret,
+            peer,
+            Holder::default(),
+            &|_| false,
+            Instant::now(),
+        )
     }
 
     #[test]
@@ -441,55 +458,14 @@ mod tests {
     #[test]
     fn unnamed_clients_get_slots_by_arrival_and_keep_them() {
         let mut i = ids();
-        assert_eq!(
-            i.claim_any(
-                B,
-                "",
-                &Peer::Anonymous,
-                Holder::default(),
-                &|_| false,
-                Instant::now()
-            )
-            .unwrap()
-            .0,
-            1
-        );
-        assert_eq!(
-            i.claim_any(
-                A,
-                "",
-                &Peer::Anonymous,
-                Holder::default(),
-                &|_| false,
-                Instant::now()
-            )
-            .unwrap()
-            .0,
-            2
-        );
+        assert_eq!(claim(&mut i, B, "", &Peer::Anonymous).unwrap().0, 1);
+        assert_eq!(claim(&mut i, A, "", &Peer::Anonymous).unwrap().0, 2);
         // A repeated claim gets its slot back; a third token finds none left.
         assert_eq!(
-            i.claim_any(
-                B,
-                "",
-                &Peer::Anonymous,
-                Holder::default(),
-                &|_| false,
-                Instant::now()
-            )
-            .unwrap(),
+            claim(&mut i, B, "", &Peer::Anonymous).unwrap(),
             (1, "client-1".into(), false)
         );
-        let e = i
-            .claim_any(
-                &"c".repeat(32),
-                "",
-                &Peer::Anonymous,
-                Holder::default(),
-                &|_| false,
-                Instant::now(),
-            )
-            .unwrap_err();
+        let e = claim(&mut i, &"c".repeat(32), "", &Peer::Anonymous).unwrap_err();
         assert!(matches!(e, FlintError::Precondition(m) if m.contains("every one of the 2")));
     }
 
@@ -526,7 +502,7 @@ mod tests {
             None,
             "its own certificate"
         );
-        let e = i.claim_any(B, "", &anon, Holder::default(), &|_| false, Instant::now());
+        let e = claim(&mut i, B, "", &anon);
         assert!(matches!(e, Err(FlintError::Unauthenticated(_))), "{e:?}");
     }
 
@@ -621,30 +597,13 @@ mod tests {
     fn an_unnamed_client_with_its_own_certificate_gets_its_own_slot() {
         let mut i = ids();
         let two = Peer::Certified("client-2".into());
-        assert_eq!(
-            i.claim_any(A, "", &two, Holder::default(), &|_| false, Instant::now())
-                .unwrap()
-                .0,
-            2
-        );
+        assert_eq!(claim(&mut i, A, "", &two).unwrap().0, 2);
         let stranger = Peer::Certified("mallory".into());
         assert!(matches!(
-            i.claim_any(
-                B,
-                "",
-                &stranger,
-                Holder::default(),
-                &|_| false,
-                Instant::now()
-            ),
+            claim(&mut i, B, "", &stranger),
             Err(FlintError::PermissionDenied(_))
         ));
         let pool = Peer::Certified(POOL_IDENTITY.into());
-        assert_eq!(
-            i.claim_any(B, "", &pool, Holder::default(), &|_| false, Instant::now())
-                .unwrap()
-                .0,
-            1
-        );
+        assert_eq!(claim(&mut i, B, "", &pool).unwrap().0, 1);
     }
 }

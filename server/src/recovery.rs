@@ -11,7 +11,7 @@ use flint_common::strategy::Predictor;
 use flint_common::wire::proto::LinkCount;
 
 use crate::identity::{Holder, Identities};
-use crate::journal::{Event, RoundMark};
+use crate::journal::{Bind, Event, RoundMark};
 use crate::rounds::{Aggregated, Rounds};
 
 /// What a replay found.
@@ -42,29 +42,7 @@ pub fn replay(
         let at = || format!("journal record {} of {records}", i + 1);
         match event {
             Event::Start(_) => bail!("{}: a second run record", at()),
-            Event::Bind(b) => {
-                let hash: [u8; 32] = b.token_hash.as_slice().try_into().with_context(|| {
-                    format!("{}: a token hash of {} bytes", at(), b.token_hash.len())
-                })?;
-                let holder = Holder {
-                    host: b.host,
-                    certificate: b.certificate,
-                };
-                identities
-                    .restore(b.client_id, hash, holder)
-                    .with_context(at)?;
-                if !b.enrollment_hash.is_empty() {
-                    let secret: [u8; 32] =
-                        b.enrollment_hash.as_slice().try_into().with_context(|| {
-                            format!(
-                                "{}: an enrollment hash of {} bytes",
-                                at(),
-                                b.enrollment_hash.len()
-                            )
-                        })?;
-                    identities.enroll(b.client_id, Some(secret));
-                }
-            }
+            Event::Bind(b) => restore_bind(identities, b).with_context(at)?,
             Event::Join(j) => {
                 let summary = j
                     .summary
@@ -128,6 +106,27 @@ pub fn replay(
         installed_at_end,
         link,
     })
+}
+
+/// A slot's binding as the journal kept it: its token's hash, its holder, and the hash of the
+/// enrollment secret that bound it, where the run asks for one.
+fn restore_bind(identities: &mut Identities, b: Bind) -> anyhow::Result<()> {
+    let hash = |bytes: &[u8], what: &str| -> anyhow::Result<[u8; 32]> {
+        bytes
+            .try_into()
+            .map_err(|_| anyhow::anyhow!("{what} hash of {} bytes", bytes.len()))
+    };
+    let token = hash(&b.token_hash, "a token")?;
+    let holder = Holder {
+        host: b.host,
+        certificate: b.certificate,
+    };
+    identities.restore(b.client_id, token, holder)?;
+    if !b.enrollment_hash.is_empty() {
+        let secret = hash(&b.enrollment_hash, "an enrollment")?;
+        identities.enroll(b.client_id, Some(secret));
+    }
+    Ok(())
 }
 
 /// The aggregation under way installed where the journal says it was: it must be of the round

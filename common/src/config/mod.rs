@@ -250,7 +250,7 @@ impl Experiment {
 fn fingerprint(file: &ExperimentFile) -> String {
     let json = serde_json::to_vec(file).expect("experiment serialises to json");
     let digest = Sha256::digest(&json);
-    digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
+    crate::hex::encode(&digest[..8])
 }
 
 fn strip_prefix(e: FlintError) -> String {

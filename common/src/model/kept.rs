@@ -459,7 +459,7 @@ impl ModelFile {
                     .chain_update(&rules)
                     .chain_update(&checkpoint)
                     .finalize();
-                let id = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+                let id = crate::hex::encode(&digest[..8]);
                 StoredMachine {
                     id,
                     rules,
