@@ -687,11 +687,25 @@ impl Shell {
         let svc = tower::ServiceBuilder::new()
             .layer(MessageMeterLayer::client(ledger.clone(), meter).with_link(self.link.clone()))
             .service(channel);
-        let mut grpc = AggregatorClient::new(svc).max_decoding_message_size(2 * MAX_CHUNK);
+        let mut grpc =
+            AggregatorClient::new(svc).max_decoding_message_size(self.max_download_bytes());
         if let Some(enc) = flint_shell::compression::encoding(self.experiment.compression) {
             grpc = grpc.send_compressed(enc).accept_compressed(enc);
         }
         Ok(Conn { grpc, ledger })
+    }
+
+    /// The largest download this run can send, from the experiment (an ensemble's grows with
+    /// its clients); where a CSV's features are not in it, a generous 1 GiB.
+    fn max_download_bytes(&self) -> usize {
+        let e = &self.experiment;
+        let largest = e.data.features().map_or(1 << 30, |f| {
+            e.strategy
+                .max_download_bytes(f, e.data.classes().len(), e.clients.len())
+        });
+        usize::try_from(largest)
+            .unwrap_or(usize::MAX)
+            .max(2 * MAX_CHUNK)
     }
 
     /// Asks the server which slot this token may hold (`--name auto`).

@@ -7,9 +7,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::data::{ClientSection, DataSection, PartitionSection};
-use crate::model::logreg::LogRegHyper;
+use crate::model::logreg::LogRegSection;
 use crate::model::pso::PsoHyper;
-use crate::model::tm::TmHyper;
+use crate::model::tm::TmSection;
 use crate::params::{at_least, at_least_or_unset};
 use crate::strategy::ahp::AhpSection;
 use crate::strategy::fcm::FcmSection;
@@ -51,7 +51,7 @@ pub struct ExperimentFile {
     #[serde(default)]
     pub partition: PartitionSection,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub logreg: Option<LogRegHyper>,
+    pub logreg: Option<LogRegSection>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ahp: Option<AhpSection>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -59,7 +59,7 @@ pub struct ExperimentFile {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pso: Option<PsoHyper>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tm: Option<TmHyper>,
+    pub tm: Option<TmSection>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tpfl: Option<TpflHyper>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

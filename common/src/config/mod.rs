@@ -197,6 +197,9 @@ impl Experiment {
         let policy = file.server.check(rounds, clients.len())?;
         rules::check_central(&strategy, clients.len())?;
         let data = rules::data_for_model(&file.data, &mut strategy)?;
+        if !data.is_images() {
+            strategy.size_for_table(&sections, data.classes().len())?;
+        }
         let partition = rules::partition_for_data(&file.partition, &declared, &clients, &data)?;
         let copy_data_epoch = file.fedtmos.is_some_and(|f| f.copy_data_epoch);
         rules::check_copy_data_epoch(copy_data_epoch, &strategy, &data, &partition)?;
@@ -396,6 +399,61 @@ skip_columns = [0, "id"]
 
     /// Every `FLINT_…` variable the shells read or the deployment files set is reserved, so that
     /// none is read as an experiment key (FLINT_ENROLLMENT once was: `unknown field enrollment`).
+    /// Issue 29 §1: on a table the keys a section leaves out are sized by its classes, the
+    /// resolved file writes the values chosen, a written key stays, and images keep the papers'.
+    #[test]
+    fn a_table_sizes_the_defaults_by_its_classes() {
+        let table = |strategy: &str, classes: usize, extra: &str| {
+            let names: Vec<String> = (0..classes).map(|c| format!("\"c{c}\"")).collect();
+            let text = format!(
+                "name = \"x\"\nstrategy = \"{strategy}\"\nclient_count = 2\n[data]\nsource = \"csv\"\npath = \"t.csv\"\nfeatures = 4\nclasses = [{}]\n{extra}",
+                names.join(", ")
+            );
+            Experiment::from_toml(&text).unwrap()
+        };
+        let StrategySpec::Tpfl(t) = table("tpfl", 10, "").strategy else {
+            panic!("tpfl")
+        };
+        assert_eq!(
+            (t.tm.clauses, t.tm.t, t.tm.s, t.tm.weighted),
+            (1000, 250, 5.0, true)
+        );
+        let e = table("fedtmos", 3, "[tm]\nclauses = 40\n");
+        let StrategySpec::FedTmos(f) = &e.strategy else {
+            panic!("fedtmos")
+        };
+        assert_eq!((f.tm.clauses, f.tm.t), (40, 50));
+        let resolved = e.to_toml();
+        assert!(
+            resolved.contains("clauses = 40\nt = 50\ns = 5.0"),
+            "{resolved}"
+        );
+        assert_eq!(
+            Experiment::from_toml(&resolved).unwrap().fingerprint,
+            e.fingerprint
+        );
+        let StrategySpec::FedAvg { logreg } = table("fedavg", 26, "").strategy else {
+            panic!("fedavg")
+        };
+        assert_eq!(logreg.local_epochs, 78);
+        let StrategySpec::FedAvg { logreg } = table("fedavg", 3, "").strategy else {
+            panic!("fedavg")
+        };
+        assert_eq!(logreg.local_epochs, 10);
+        let StrategySpec::BlindFcm(f) = table("blind-fcm", 26, "").strategy else {
+            panic!("blind-fcm")
+        };
+        assert_eq!(f.fcm.max_iterations, 10);
+        let StrategySpec::BlindFcm(f) = table("blind-fcm", 2, "").strategy else {
+            panic!("blind-fcm")
+        };
+        assert_eq!(f.fcm.max_iterations, 100);
+        let StrategySpec::Tpfl(t) = Experiment::from_toml(TPFL).unwrap().strategy else {
+            panic!("tpfl")
+        };
+        assert_eq!(t.tm, crate::model::tm::TmHyper::default());
+    }
+
     #[test]
     fn every_flint_variable_of_the_shells_and_deployments_is_reserved() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");

@@ -9,7 +9,51 @@ use crate::data::Dataset;
 use crate::metrics::ConfusionMatrix;
 use crate::params::{ParamResult, at_least, positive, require};
 
-/// `[logreg]`: logistic regression's training (AHP paper §3.4).
+/// `[logreg]` as written: a key left out takes its default for the data's classes
+/// ([`LogRegHyper::for_classes`]); a run's resolved file writes every key.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogRegSection {
+    /// Gradient descent step size.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = 0.1))]
+    pub learning_rate: Option<f64>,
+    /// Full-batch gradient steps over the whole training split per round (on a table of more
+    /// than three classes: 3 per class).
+    #[serde(
+        deserialize_with = "crate::params::at_least_or_unset::<1, _, _>",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(extend("default" = 10))]
+    pub local_epochs: Option<u32>,
+    /// L2 penalty on the weights.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = 0.0))]
+    pub l2: Option<f64>,
+}
+
+impl LogRegSection {
+    /// The written keys over `base`, which fills in the others.
+    pub fn over(&self, base: LogRegHyper) -> LogRegHyper {
+        LogRegHyper {
+            learning_rate: self.learning_rate.unwrap_or(base.learning_rate),
+            local_epochs: self.local_epochs.unwrap_or(base.local_epochs),
+            l2: self.l2.unwrap_or(base.l2),
+        }
+    }
+}
+
+impl From<LogRegHyper> for LogRegSection {
+    fn from(h: LogRegHyper) -> Self {
+        LogRegSection {
+            learning_rate: Some(h.learning_rate),
+            local_epochs: Some(h.local_epochs),
+            l2: Some(h.l2),
+        }
+    }
+}
+
+/// Logistic regression's training (AHP paper §3.4), every setting decided.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct LogRegHyper {
@@ -33,6 +77,17 @@ impl Default for LogRegHyper {
 }
 
 impl LogRegHyper {
+    /// The defaults for `classes` classes: the AHP paper's binary runs take 10 steps a round; a
+    /// softmax over many classes needs more steps at the same rate (3 per class; measured on
+    /// scikit-learn's digits and a 26-class table, docs/results/tables.md).
+    pub fn for_classes(classes: usize) -> LogRegHyper {
+        let steps = u32::try_from(3 * classes).unwrap_or(u32::MAX);
+        LogRegHyper {
+            local_epochs: steps.max(10),
+            ..LogRegHyper::default()
+        }
+    }
+
     /// The settings, refused where a value is out of its range.
     pub fn check(self) -> ParamResult<LogRegHyper> {
         positive("logreg.learning_rate", self.learning_rate)?;

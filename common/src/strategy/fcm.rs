@@ -21,7 +21,7 @@ use crate::data::Shard;
 use crate::metrics::ConfusionMatrix;
 use crate::model::fcm::{self, Activation, Fcm, FcmHyper, Fitness};
 use crate::model::pso::PsoHyper;
-use crate::params::{ParamResult, at_least, name_of};
+use crate::params::{ParamResult, name_of};
 use crate::rng::FlintRng;
 use crate::wire::proto::{DataSummary, Payload};
 use crate::wire::{self, Update};
@@ -38,9 +38,13 @@ pub struct FcmSection {
     pub slope: Option<f64>,
     /// The dynamics stop when ‖c(t) − c(t−1)‖ is below this.
     pub tolerance: f64,
-    /// Iteration cap of the dynamics.
-    #[serde(deserialize_with = "at_least::<1, _, _>")]
-    pub max_iterations: usize,
+    /// Iteration cap of the dynamics (with more than two classes: 200 / classes, at least 10).
+    #[serde(
+        deserialize_with = "crate::params::at_least_or_unset::<1, _, _>",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(extend("default" = 100))]
+    pub max_iterations: Option<usize>,
     /// PSO's objective: `jaccard` (1 − Jaccard of the positive class) or `sample-jaccard`
     /// (eq. 7 per sample, averaged: the error rate).
     pub fitness: Fitness,
@@ -55,7 +59,7 @@ impl Default for FcmSection {
             activation: Activation::Tanh,
             slope: None,
             tolerance: 1e-5,
-            max_iterations: 100,
+            max_iterations: None,
             fitness: Fitness::Jaccard,
             aggregation: Aggregation::Mean,
         }
@@ -70,11 +74,21 @@ impl FcmSection {
             fitness: self.fitness,
             slope: self.slope.unwrap_or(self.activation.paper_slope()),
             tolerance: self.tolerance,
-            max_iterations: self.max_iterations,
+            max_iterations: self.max_iterations.unwrap_or(settle_steps(2)),
         }
         .check()?;
         Ok((hyper, self.aggregation))
     }
+}
+
+/// The dynamics' iteration cap for a map of `classes` class concepts where `[fcm]` leaves it
+/// out: the paper's 100 for two classes, 200 / classes for more, at least 10. Each step costs
+/// about classes × (features + classes) products per row, and the class-to-class links keep a
+/// many-class map from settling, so a 26-class table at 100 steps took over 4 minutes a round
+/// on this machine (10 clients, 2 cores) and 27 s at 10, equally accurate
+/// (docs/results/tables.md).
+pub fn settle_steps(classes: usize) -> usize {
+    (200 / classes.max(1)).clamp(10, 100)
 }
 
 /// How the server weights the participants' maps.

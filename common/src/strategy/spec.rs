@@ -16,9 +16,9 @@ use super::{ClientStrategy, ModelKind, ServerStrategy, StrategyKind};
 use crate::data::Shard;
 use crate::data::images::{BitShard, Holdout, ShardSizes};
 use crate::model::fcm::FcmHyper;
-use crate::model::logreg::LogRegHyper;
+use crate::model::logreg::{LogRegHyper, LogRegSection};
 use crate::model::pso::PsoHyper;
-use crate::model::tm::TmHyper;
+use crate::model::tm::{ClauseBanks, TmHyper, TmSection};
 use crate::params::{ParamError, ParamResult};
 use crate::{ClientId, FlintError, Result};
 
@@ -26,11 +26,11 @@ use crate::{ClientId, FlintError, Result};
 /// its defaults).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Sections {
-    pub logreg: Option<LogRegHyper>,
+    pub logreg: Option<LogRegSection>,
     pub ahp: Option<AhpSection>,
     pub fcm: Option<FcmSection>,
     pub pso: Option<PsoHyper>,
-    pub tm: Option<TmHyper>,
+    pub tm: Option<TmSection>,
     pub tpfl: Option<TpflHyper>,
     pub fedtmos: Option<FedTmosSection>,
     pub robust: Option<RobustHyper>,
@@ -111,7 +111,11 @@ impl Checked {
     fn of(s: &Sections) -> ParamResult<Checked> {
         let (fcm, aggregation) = s.fcm.unwrap_or_default().check()?;
         Ok(Checked {
-            logreg: s.logreg.unwrap_or_default().check()?,
+            logreg: s
+                .logreg
+                .unwrap_or_default()
+                .over(LogRegHyper::default())
+                .check()?,
             ahp: s.ahp.clone().unwrap_or_default().check()?,
             fcm: FcmSpec {
                 fcm,
@@ -119,7 +123,7 @@ impl Checked {
                 aggregation,
             },
             tm: TmSpec {
-                tm: s.tm.unwrap_or_default().check()?,
+                tm: s.tm.unwrap_or_default().over(TmHyper::default()).check()?,
                 tpfl: s.tpfl.unwrap_or_default().check()?,
             },
             fedtmos: s.fedtmos.unwrap_or_default().check()?,
@@ -143,24 +147,24 @@ impl ModelSpec {
     fn resolved_sections(&self, written: &Sections) -> Sections {
         let mut out = Sections::default();
         match self {
-            ModelSpec::LogReg(logreg) => out.logreg = Some(*logreg),
+            ModelSpec::LogReg(logreg) => out.logreg = Some((*logreg).into()),
             ModelSpec::Fcm(f) => {
                 out.fcm = Some(FcmSection {
                     activation: f.fcm.activation,
                     slope: Some(f.fcm.slope),
                     tolerance: f.fcm.tolerance,
-                    max_iterations: f.fcm.max_iterations,
+                    max_iterations: Some(f.fcm.max_iterations),
                     fitness: f.fcm.fitness,
                     aggregation: f.aggregation,
                 });
                 out.pso = Some(f.pso);
             }
             ModelSpec::Tm(t) => {
-                out.tm = Some(t.tm);
+                out.tm = Some(t.tm.into());
                 out.tpfl = Some(t.tpfl);
             }
             ModelSpec::ConvTm(f) => {
-                out.tm = Some(f.tm);
+                out.tm = Some(f.tm.into());
                 out.fedtmos = Some(written.fedtmos.unwrap_or_default().canonical());
             }
         }
@@ -319,6 +323,20 @@ impl StrategySpec {
         2 * (model + 1024)
     }
 
+    /// The most encoded bytes one download may take in a run of this shape, where the client
+    /// sets its limit: the one-shot strategies send every client's machine (the ensemble, and
+    /// FedTMOS's baselines) beside its server models; the others one model.
+    pub fn max_download_bytes(&self, features: usize, classes: usize, clients: usize) -> u64 {
+        let models = match self {
+            StrategySpec::FedTmos(f) | StrategySpec::Ensemble(f) => {
+                clients + f.fedtmos.server.models + 1
+            }
+            _ => 2,
+        };
+        self.max_update_bytes(features, classes)
+            .saturating_mul(models as u64)
+    }
+
     /// Whether every client must declare its compute power (AHP's compute-ghz criterion).
     pub fn needs_compute_ghz(&self) -> bool {
         matches!(self, StrategySpec::FedAvgAhp { ahp, .. } if ahp.criteria.contains(&AhpCriterion::ComputeGhz))
@@ -422,6 +440,38 @@ impl StrategySpec {
                 other.kind().name()
             ))),
         }
+    }
+
+    /// On a table of `classes` classes, the keys a section leaves out take the table's
+    /// defaults: the Tsetlin Machine's size ([`TmHyper::for_table`], not the image machine's),
+    /// logistic regression's steps ([`LogRegHyper::for_classes`]), the FCM's iteration cap
+    /// ([`super::fcm::settle_steps`]).
+    pub fn size_for_table(&mut self, written: &Sections, classes: usize) -> ParamResult<()> {
+        let tm = written.tm.unwrap_or_default();
+        let sized = |banks| tm.over(TmHyper::for_table(classes, banks)).check();
+        let logreg = written.logreg.unwrap_or_default();
+        let steps = || logreg.over(LogRegHyper::for_classes(classes)).check();
+        match self {
+            StrategySpec::FedAvg { logreg }
+            | StrategySpec::FedAvgAhp { logreg, .. }
+            | StrategySpec::Local(ModelSpec::LogReg(logreg))
+            | StrategySpec::Central(ModelSpec::LogReg(logreg)) => *logreg = steps()?,
+            StrategySpec::BlindFcm(f)
+            | StrategySpec::BlendedFcm(f)
+            | StrategySpec::Local(ModelSpec::Fcm(f))
+            | StrategySpec::Central(ModelSpec::Fcm(f)) => {
+                let written = written.fcm.and_then(|s| s.max_iterations);
+                f.fcm.max_iterations = written.unwrap_or(super::fcm::settle_steps(classes));
+            }
+            StrategySpec::Tpfl(t)
+            | StrategySpec::Local(ModelSpec::Tm(t))
+            | StrategySpec::Central(ModelSpec::Tm(t)) => t.tm = sized(ClauseBanks::Shared)?,
+            StrategySpec::FedTmos(f) | StrategySpec::Ensemble(f) | StrategySpec::FedTm(f) => {
+                f.tm = sized(ClauseBanks::PerClass)?
+            }
+            _ => {}
+        }
+        Ok(())
     }
 
     /// A FedTMOS-family strategy on a table: its machines read rows of `bits` bits.

@@ -9,12 +9,14 @@ mod handoff;
 pub mod infer;
 pub mod multiclass;
 pub mod parts;
+pub mod section;
 #[cfg(test)]
 pub(crate) mod testing;
 
 pub use bank::{ClauseBank, ExcludedAt, FeedbackMasks};
 pub use coalesced::CoalescedTm;
 pub use multiclass::MultiClassTm;
+pub use section::{ClauseBanks, TmSection};
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -34,8 +36,8 @@ pub enum NegativeSampling {
     All,
 }
 
-/// `[tm]`: the Tsetlin Machine (`model = "tm"`, TPFL's coalesced machine, FedTMOS's
-/// convolutional one). The defaults are pyTsetlinMachine's (unweighted, boost on, 8 bits) with
+/// The Tsetlin Machine's settings, every one decided (`[tm]` as written is [`TmSection`]). The
+/// defaults are the image machine's: pyTsetlinMachine's (unweighted, boost on, 8 bits) with
 /// MNIST's size; [`TmHyper::check`] says what each allows.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
