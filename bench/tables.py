@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Every strategy at its defaults on six public tables, beside scikit-learn (issue 29 §1).
 
-    python3 bench/tables.py [--out runs/tables] [--flint target/release/flint] [--seeds 1]
+    python3 bench/tables.py [--out runs/tables] [--flint target/release/flint] [--seeds 1,2,3]
 
 Needs scikit-learn and pandas (e.g. `python3 -m venv /tmp/sk && /tmp/sk/bin/pip install
 scikit-learn pandas`, then run with /tmp/sk/bin/python) and FLINT_DATA_DIR holding the papers'
@@ -97,7 +97,7 @@ def flint_cells(runs: pathlib.Path, seeds):
         for strategy in STRATEGIES:
             accs, warned = [], set()
             for seed in seeds:
-                name = f"{table}-{strategy}" + ("" if seeds == [1] else f"-seed{seed}")
+                name = f"{table}-{strategy}-s{seed}"
                 path = runs / name / "results.json"
                 if not path.exists():
                     continue
@@ -131,7 +131,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--out", default="runs/tables")
     p.add_argument("--flint", default=str(ROOT / "target/release/flint"))
-    p.add_argument("--seeds", default="1")
+    p.add_argument("--seeds", default="1,2,3")
     p.add_argument("--skip-grid", action="store_true")
     a = p.parse_args()
     out = pathlib.Path(a.out).resolve()
@@ -141,9 +141,8 @@ def main():
     seeds = [int(s) for s in a.seeds.split(",")]
     if not a.skip_grid:
         cmd = [a.flint, "grid", str(ROOT / "experiments/tables"), "--resume", "--data-dir",
-               str(data), "--runs-dir", str(out / "runs"), "--summary", str(out / "grid.md")]
-        if seeds != [1]:
-            cmd += ["--seeds", a.seeds]
+               str(data), "--runs-dir", str(out / "runs"), "--summary", str(out / "grid.md"),
+               "--seeds", a.seeds]
         subprocess.run(cmd, check=True, stdout=sys.stderr)
     write_table(out, sklearn_baselines(data, seeds), flint_cells(out / "runs", seeds))
 

@@ -209,3 +209,52 @@ fn a_client_killed_and_started_again_rejoins_and_the_run_ends_the_same() {
     finish(&mut s, &mut c);
     assert_eq!(metrics_of(&out), expected);
 }
+
+/// Issue 30 §7: TPFL, Blended FL of FCMs and FedTM clients carry state from round to round
+/// (their own machine or map, delta bases, feedback masks, the random stream). Killed and
+/// started again with the same `--out`, such a client resumes from the checkpoint it wrote
+/// after its last training, and the run ends with exactly the metrics of an uninterrupted one.
+#[test]
+fn a_client_that_carries_state_killed_and_started_again_ends_the_same() {
+    let settings = [
+        ("tpfl", "[tm]\nclauses = 40\n[tpfl]\nlocal_epochs = 2\n"),
+        ("blended-fcm", "[pso]\nswarm = 4\niterations = 3\n"),
+        ("fedtm", "[fedtmos]\nlocal_epochs = 2\n"),
+    ];
+    for (strategy, extra) in settings {
+        let root = tempfile::tempdir().unwrap();
+        let text = format!(
+            "name = \"{strategy}\"\nstrategy = \"{strategy}\"\nseed = 5\nrounds = 5\nclient_count = 4\n\n\
+             [server]\nround_timeout_secs = 300\neval_timeout_secs = 30\n\n\
+             [data]\nsource = \"synthetic\"\nsamples = 900\nfeatures = 6\n\n{extra}"
+        );
+        let exp = write(root.path(), "stateful.toml", &text);
+        let run = |name: &str, kill: bool| {
+            let out = root.path().join(name);
+            std::fs::create_dir_all(&out).unwrap();
+            let addr = free_addr();
+            let mut s = server(
+                &exp,
+                &out,
+                &addr,
+                "server.log",
+                &["--hold-aggregation-ms", "100"],
+            );
+            let mut c = clients(&exp, &addr, &out);
+            if kill {
+                wait_for(LIMIT, || status(&out).filter(|s| s.closed_rounds >= 2));
+                kill9(&mut c[1]);
+                assert!(
+                    out.join("client-2.resume").exists(),
+                    "{strategy}: no checkpoint"
+                );
+                c[1] = start_clients(&exp, &format!("http://{addr}"), &["client-2"], &out);
+            }
+            finish(&mut s, &mut c);
+            metrics_of(&out)
+        };
+        let expected = run("plain", false);
+        assert_eq!(expected.len(), 6, "{strategy}: round 0 and five rounds");
+        assert_eq!(run("client-killed", true), expected, "{strategy}");
+    }
+}

@@ -45,6 +45,20 @@ pub enum Next {
 }
 
 impl Progress {
+    /// A client started again from its checkpoint: the rounds it had trained before the one
+    /// the checkpoint holds, and the last round it reported.
+    pub fn resumed(trained: Vec<Round>, reported: Round) -> Progress {
+        Progress {
+            after: trained.last().copied().unwrap_or(0),
+            reported,
+            trained,
+        }
+    }
+
+    pub fn reported_round(&self) -> Round {
+        self.reported
+    }
+
     /// The round a GetRound asks after.
     pub fn after_round(&self) -> Round {
         self.after

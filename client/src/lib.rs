@@ -2,6 +2,7 @@
 //! reports. One process can host several clients, each with its own connection.
 
 pub mod core;
+mod resume;
 pub mod proto {
     tonic::include_proto!("flint.v1");
 }
@@ -794,13 +795,12 @@ impl Client {
 
     async fn run(
         self,
-        mut half: Box<dyn BoundHalf>,
+        half: Box<dyn BoundHalf>,
         feature_names: Vec<String>,
         conditions: Vec<Condition>,
     ) -> anyhow::Result<ClientReport> {
         let run_id = self.join().await?;
-        let mut rng = derive_rng(self.experiment.seed, "train", self.id);
-        let mut progress = core::Progress::default();
+        let (mut half, mut progress, mut rng, mut pending) = self.resume(half, &run_id).await?;
         let mut train_seconds = BTreeMap::new();
         loop {
             // Each round's lines in a span of their own: recording the round into the client's
@@ -813,6 +813,19 @@ impl Client {
                 Err(e) => return Err(e),
             };
             let span = round_span(task.round);
+            // A round trained before a restart: the server still waits for its update, which
+            // goes up as it was; or it has moved on, and the saved state meets its download.
+            match pending.take() {
+                Some((round, update)) if step.next == core::Next::Train(round) => {
+                    self.push(&run_id, round, &update, self.retry_for)
+                        .instrument(span)
+                        .await?;
+                    progress.trained(round);
+                    continue;
+                }
+                Some((round, _)) => progress.trained(round),
+                None => {}
+            }
             half = self
                 .apply_and_evaluate(half, task, step, &run_id, &progress)
                 .instrument(span.clone())
@@ -829,6 +842,9 @@ impl Client {
                 .await?;
             (half, rng) = (h, r);
             train_seconds.insert(round, seconds);
+            half = self
+                .keep_checkpoint(half, &run_id, &progress, round, &rng, &update)
+                .await?;
             let pushed = self
                 .push(&run_id, round, &update, self.retry_for)
                 .instrument(span)
@@ -855,6 +871,73 @@ impl Client {
             ledger: self.ledger.snapshot(),
             link_interfaces: self.link_interfaces.clone(),
         })
+    }
+
+    /// Where this client starts: its checkpoint in `--out` of this run, if it has one (a
+    /// restart), else the first round with the run's stream. Also the round the checkpoint
+    /// trained, with its update.
+    async fn resume(
+        &self,
+        half: Box<dyn BoundHalf>,
+        run_id: &str,
+    ) -> anyhow::Result<(
+        Box<dyn BoundHalf>,
+        core::Progress,
+        FlintRng,
+        Option<(Round, Payload)>,
+    )> {
+        let fresh = derive_rng(self.experiment.seed, "train", self.id);
+        let Some(out) = &self.out else {
+            return Ok((half, core::Progress::default(), fresh, None));
+        };
+        let path = resume::path(out, &self.name);
+        let Some(c) = resume::read(&path, &self.experiment.fingerprint, run_id)? else {
+            return Ok((half, core::Progress::default(), fresh, None));
+        };
+        let (half, restored) = blocking(half, move |h| h.restore(&c.state)).await?;
+        restored.with_context(|| format!("restoring {}", path.display()))?;
+        let h = c.header;
+        tracing::info!(
+            client = self.id,
+            round = h.round,
+            "resumed from its checkpoint"
+        );
+        let progress = core::Progress::resumed(h.trained, h.reported);
+        Ok((half, progress, h.rng, Some((h.round, c.update))))
+    }
+
+    /// Writes this client's checkpoint after training `round`, before its update goes up
+    /// (see [`resume`]); a strategy that carries nothing writes none. A checkpoint that cannot
+    /// be written ends the client: a restart would not go on exactly.
+    async fn keep_checkpoint(
+        &self,
+        half: Box<dyn BoundHalf>,
+        run_id: &str,
+        progress: &core::Progress,
+        round: Round,
+        rng: &FlintRng,
+        update: &Payload,
+    ) -> anyhow::Result<Box<dyn BoundHalf>> {
+        let Some(out) = self.out.clone() else {
+            return Ok(half);
+        };
+        let header = resume::Header {
+            fingerprint: self.experiment.fingerprint.clone(),
+            run_id: run_id.to_string(),
+            round,
+            trained: progress.rounds_trained().to_vec(),
+            reported: progress.reported_round(),
+            rng: rng.clone(),
+            update: resume::encode(update),
+        };
+        let path = resume::path(&out, &self.name);
+        let (half, written) = blocking(half, move |h| match h.checkpoint() {
+            Some(state) => resume::write(&path, &header, &state),
+            None => Ok(()),
+        })
+        .await?;
+        written.context("writing the client's checkpoint")?;
+        Ok(half)
     }
 
     /// Joins the run under this client's slot (retried within the window) and returns the

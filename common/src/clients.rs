@@ -47,6 +47,10 @@ pub trait BoundHalf: Send {
     fn evaluate_global(&self) -> Vec<(Predictor, ConfusionMatrix)>;
     /// The model as it is now, with no names (see [`Prepared::feature_names`]).
     fn export(&self) -> Option<KeptModel>;
+    /// What the half carries to its next round beyond the download (see
+    /// [`ClientStrategy::checkpoint`]).
+    fn checkpoint(&self) -> Option<Vec<u8>>;
+    fn restore(&mut self, state: &[u8]) -> Result<()>;
 }
 
 struct OnShard<S> {
@@ -77,6 +81,14 @@ impl<S: Send> BoundHalf for OnShard<S> {
 
     fn export(&self) -> Option<KeptModel> {
         self.half.export()
+    }
+
+    fn checkpoint(&self) -> Option<Vec<u8>> {
+        self.half.checkpoint()
+    }
+
+    fn restore(&mut self, state: &[u8]) -> Result<()> {
+        self.half.restore(state)
     }
 }
 

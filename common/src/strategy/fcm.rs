@@ -314,6 +314,27 @@ impl ClientStrategy<Shard> for FcmClient {
     fn export(&self) -> Option<crate::model::kept::KeptModel> {
         self.model.as_ref().map(crate::model::kept::KeptModel::fcm)
     }
+
+    /// The local map (blended: what the next download is averaged with; PSO seeds a particle
+    /// with it).
+    fn checkpoint(&self) -> Option<Vec<u8>> {
+        Some(super::resume::json(&self.model))
+    }
+
+    fn restore(&mut self, state: &[u8]) -> Result<()> {
+        let model: Option<Fcm> = super::resume::from_json(state)?;
+        let fits = |m: &Fcm| {
+            let fresh = Fcm::zeros(self.features, self.classes);
+            m.features() == self.features
+                && m.classes() == self.classes
+                && m.parameters().len() == fresh.parameters().len()
+        };
+        if model.as_ref().is_some_and(|m| !fits(m)) {
+            return Err(super::resume::bad("the map is not this run's"));
+        }
+        self.model = model;
+        Ok(())
+    }
 }
 
 #[cfg(test)]

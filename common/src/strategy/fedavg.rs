@@ -184,6 +184,22 @@ impl ClientStrategy<Shard> for FedAvgClient {
     fn export(&self) -> Option<crate::model::kept::KeptModel> {
         Some(crate::model::kept::KeptModel::logreg(&self.model))
     }
+
+    /// The model: under `local` no download replaces it.
+    fn checkpoint(&self) -> Option<Vec<u8>> {
+        Some(super::resume::json(&self.model))
+    }
+
+    fn restore(&mut self, state: &[u8]) -> Result<()> {
+        let model: LogReg = super::resume::from_json(state)?;
+        let fits = model.weights.len() == self.model.weights.len()
+            && model.biases.len() == self.model.biases.len();
+        if !fits {
+            return Err(super::resume::bad("the model is not this run's"));
+        }
+        self.model = model;
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -162,6 +162,15 @@ impl ClientStrategy<BitShard> for FedTmClient {
         };
         crate::model::kept::KeptModel::composite(std::slice::from_ref(&self.machine.tm), one)
     }
+
+    /// The feedback masks: the next download replaces the machine itself.
+    fn checkpoint(&self) -> Option<Vec<u8>> {
+        Some(super::resume::json(self.machine.masks()))
+    }
+
+    fn restore(&mut self, state: &[u8]) -> Result<()> {
+        self.machine.set_masks(super::resume::from_json(state)?)
+    }
 }
 
 #[cfg(test)]

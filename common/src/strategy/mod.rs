@@ -11,6 +11,7 @@ pub mod fedavg;
 pub mod fedtm;
 pub mod fedtmos;
 pub mod local;
+pub mod resume;
 pub mod robust;
 pub mod spec;
 pub mod tpfl;
@@ -275,6 +276,18 @@ pub trait ClientStrategy<S>: Send {
     /// the model has no file format yet.
     fn export(&self) -> Option<crate::model::kept::KeptModel> {
         None
+    }
+    /// What this half carries to its next round beyond the download (its own model, delta
+    /// bases, feedback masks), for a client started again to go on exactly; `None` where it
+    /// carries nothing (FedTMOS's one round).
+    fn checkpoint(&self) -> Option<Vec<u8>> {
+        None
+    }
+    /// Puts back what [`ClientStrategy::checkpoint`] wrote.
+    fn restore(&mut self, _state: &[u8]) -> Result<()> {
+        Err(resume::bad(
+            "this strategy's clients carry nothing to restore",
+        ))
     }
     /// For each machine of a composite download (FedTMOS: the server models, and the clients'
     /// own with `fedtmos.baselines`), named, how its class sums behave on the shard's test rows

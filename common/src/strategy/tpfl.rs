@@ -14,6 +14,7 @@ use super::{
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::resume;
 use super::robust::RobustHyper;
 use crate::data::images::{BitShard, Holdout, ShardSizes};
 use crate::metrics::ConfusionMatrix;
@@ -527,6 +528,29 @@ impl ClientStrategy<BitShard> for TpflClient {
     }
     fn export(&self) -> Option<crate::model::kept::KeptModel> {
         Some(crate::model::kept::KeptModel::coalesced(&self.tm))
+    }
+
+    /// The machine, its feedback masks and the delta bases.
+    fn checkpoint(&self) -> Option<Vec<u8>> {
+        let (masks, received) = (resume::json(&self.masks), resume::json(&self.received));
+        Some(resume::frame(&[&self.tm.to_bytes(), &masks, &received]))
+    }
+
+    fn restore(&mut self, state: &[u8]) -> Result<()> {
+        let [tm, masks, received] = resume::unframe(state, 3)?[..] else {
+            unreachable!("unframe returns the parts asked for")
+        };
+        let tm = CoalescedTm::from_bytes(tm).map_err(|e| resume::bad(&e))?;
+        let same_shape = tm.hyper() == self.tm.hyper()
+            && tm.classes() == self.tm.classes()
+            && tm.bank().features() == self.tm.bank().features();
+        if !same_shape {
+            return Err(resume::bad("the machine is not this run's"));
+        }
+        self.masks = resume::from_json(masks)?;
+        self.received = resume::from_json(received)?;
+        self.tm = tm;
+        Ok(())
     }
 }
 

@@ -450,7 +450,7 @@ impl<'a> LiteralRows<'a> {
 
 /// Words with each bit set independently with probability 1/s, drawn from a seeded pool at a
 /// random offset: one random draw per Type I feedback instead of one per automaton.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct FeedbackMasks {
     pool: Vec<u64>,
     threshold: u32,
@@ -491,6 +491,12 @@ impl FeedbackMasks {
             *w = less;
         }
         self.used = 0;
+    }
+
+    /// Whether `other` draws masks of the same probability from a pool of the same size (a
+    /// checkpoint's masks, against a fresh machine's).
+    pub fn same_draws(&self, other: &FeedbackMasks) -> bool {
+        self.threshold == other.threshold && self.pool.len() == other.pool.len()
     }
 
     /// `len` consecutive mask words starting at a random place in the pool.

@@ -40,6 +40,21 @@ impl LocalMachine {
         })
     }
 
+    pub(crate) fn masks(&self) -> &FeedbackMasks {
+        &self.masks
+    }
+
+    /// Masks of this machine's s, as a checkpoint holds them.
+    pub(crate) fn set_masks(&mut self, masks: FeedbackMasks) -> Result<()> {
+        if !masks.same_draws(&self.masks) {
+            return Err(crate::strategy::resume::bad(
+                "the feedback masks are not this run's",
+            ));
+        }
+        self.masks = masks;
+        Ok(())
+    }
+
     /// One epoch on rows that are not the client's own (the published code's leak).
     pub(crate) fn prefit(&mut self, rows: &BitRows, rng: &mut FlintRng) {
         self.tm.fit_epoch(rows, &mut self.masks, rng);
