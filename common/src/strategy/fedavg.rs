@@ -155,6 +155,8 @@ impl ServerStrategy for FedAvgServer {
 pub struct FedAvgClient {
     model: LogReg,
     hyper: LogRegHyper,
+    /// No download replaces the model (`local`, `central`): a restart needs it back.
+    keeps_model: bool,
 }
 
 impl FedAvgClient {
@@ -162,6 +164,15 @@ impl FedAvgClient {
         FedAvgClient {
             model: LogReg::for_classes(features, classes),
             hyper,
+            keeps_model: false,
+        }
+    }
+
+    /// A client whose model no download replaces (the `local` and `central` baselines).
+    pub fn keeping_its_model(self) -> Self {
+        FedAvgClient {
+            keeps_model: true,
+            ..self
         }
     }
 }
@@ -185,9 +196,10 @@ impl ClientStrategy<Shard> for FedAvgClient {
         Some(crate::model::kept::KeptModel::logreg(&self.model))
     }
 
-    /// The model: under `local` no download replaces it.
+    /// The model, where no download replaces it; under FedAvg the client carries nothing (its
+    /// training draws no random numbers).
     fn checkpoint(&self) -> Option<Vec<u8>> {
-        Some(super::resume::json(&self.model))
+        self.keeps_model.then(|| super::resume::json(&self.model))
     }
 
     fn restore(&mut self, state: &[u8]) -> Result<()> {

@@ -388,7 +388,13 @@ impl StrategySpec {
             _ => Blend::Replace,
         };
         match self.model() {
-            ModelSpec::LogReg(h) => Ok(Box::new(FedAvgClient::new(features, classes, h))),
+            ModelSpec::LogReg(h) => {
+                let client = FedAvgClient::new(features, classes, h);
+                Ok(Box::new(match self.kind() {
+                    StrategyKind::Local | StrategyKind::Central => client.keeping_its_model(),
+                    _ => client,
+                }))
+            }
             ModelSpec::Fcm(f) => Ok(Box::new(FcmClient::new(
                 features, classes, f.fcm, f.pso, blend,
             ))),
