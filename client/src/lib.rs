@@ -807,9 +807,10 @@ impl Client {
             // span would append to its text at every round.
             let asking = round_span(progress.after_round());
             let next = self.next_task(&run_id, &progress).instrument(asking);
+            let uploading = pending.as_ref().map(|(round, _)| *round);
             let (task, step) = match next.await {
                 Ok(t) => t,
-                Err(e) if self.ended_without_me(&progress, None, &e) => break,
+                Err(e) if self.ended_without_me(&progress, uploading, &e) => break,
                 Err(e) => return Err(e),
             };
             let span = round_span(task.round);
@@ -817,11 +818,11 @@ impl Client {
             // goes up as it was; or it has moved on, and the saved state meets its download.
             match pending.take() {
                 Some((round, update)) if step.next == core::Next::Train(round) => {
-                    self.push(&run_id, round, &update, self.retry_for)
-                        .instrument(span)
-                        .await?;
-                    progress.trained(round);
-                    continue;
+                    let on = self.push_or_end(&run_id, &mut progress, round, &update);
+                    match on.instrument(span).await? {
+                        true => continue,
+                        false => break,
+                    }
                 }
                 Some((round, _)) => progress.trained(round),
                 None => {}
@@ -845,18 +846,10 @@ impl Client {
             half = self
                 .keep_checkpoint(half, &run_id, &progress, round, &rng, &update)
                 .await?;
-            let pushed = self
-                .push(&run_id, round, &update, self.retry_for)
-                .instrument(span)
-                .await;
-            if let Err(e) = pushed {
-                if !self.ended_without_me(&progress, Some(round), &e) {
-                    return Err(e);
-                }
-                progress.trained(round);
+            let on = self.push_or_end(&run_id, &mut progress, round, &update);
+            if !on.instrument(span).await? {
                 break;
             }
-            progress.trained(round);
         }
         let trained = progress.rounds_trained().to_vec();
         tracing::info!(client = self.id, rounds = trained.len(), "run finished");
@@ -871,6 +864,24 @@ impl Client {
             ledger: self.ledger.snapshot(),
             link_interfaces: self.link_interfaces.clone(),
         })
+    }
+
+    /// Pushes `round`'s update; `false` where the server finished the run without it (see
+    /// [`core::Progress::ended_without_me`]): the client then ends.
+    async fn push_or_end(
+        &self,
+        run_id: &str,
+        progress: &mut core::Progress,
+        round: Round,
+        update: &Payload,
+    ) -> anyhow::Result<bool> {
+        match self.push(run_id, round, update, self.retry_for).await {
+            Err(e) if !self.ended_without_me(progress, Some(round), &e) => Err(e),
+            pushed => {
+                progress.trained(round);
+                Ok(pushed.is_ok())
+            }
+        }
     }
 
     /// Where this client starts: its checkpoint in `--out` of this run, if it has one (a

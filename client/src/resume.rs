@@ -56,6 +56,11 @@ pub fn write(path: &Path, header: &Header, state: &[u8]) -> anyhow::Result<()> {
     f.write_all(state)?;
     f.sync_all()?;
     std::fs::rename(&tmp, path).with_context(|| format!("renaming to {}", path.display()))?;
+    // The rename itself synced: after a reboot the server may hold this round's update, and
+    // the last round's checkpoint must not come back.
+    if let Some(dir) = path.parent() {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
     Ok(())
 }
 

@@ -422,10 +422,10 @@ skip_columns = [0, "id"]
         let StrategySpec::FedTmos(f) = &e.strategy else {
             panic!("fedtmos")
         };
-        assert_eq!((f.tm.clauses, f.tm.t), (40, 50));
+        assert_eq!((f.tm.clauses, f.tm.t), (40, 20));
         let resolved = e.to_toml();
         assert!(
-            resolved.contains("clauses = 40\nt = 50\ns = 5.0"),
+            resolved.contains("clauses = 40\nt = 20\ns = 5.0"),
             "{resolved}"
         );
         assert_eq!(

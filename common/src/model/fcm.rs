@@ -104,7 +104,7 @@ impl FcmHyper {
 
 /// A map's learnable weights. Stored per target class k, contiguous:
 /// `[ϖ(feature f → k) for f] ++ [ϖ(class l → k) for l ≠ k]`.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Fcm {
     features: usize,
     classes: usize,

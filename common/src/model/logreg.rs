@@ -110,7 +110,7 @@ impl LogRegHyper {
 /// Logistic regression: one logit (class 1's) for two classes, as the AHP paper has it; for
 /// more, one logit per class under a softmax (multinomial logistic regression), trained the
 /// same way on the mean cross-entropy.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct LogReg {
     /// `outputs × features`, row-major: one row for two classes, one per class for more.
     pub weights: Vec<f64>,

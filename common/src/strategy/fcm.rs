@@ -316,23 +316,27 @@ impl ClientStrategy<Shard> for FcmClient {
     }
 
     /// The local map (blended: what the next download is averaged with; PSO seeds a particle
-    /// with it).
+    /// with it), its weights' bits; none before the first round.
     fn checkpoint(&self) -> Option<Vec<u8>> {
-        Some(super::resume::json(&self.model))
+        let map = self
+            .model
+            .as_ref()
+            .map(|m| super::resume::floats(m.parameters()));
+        Some(super::resume::frame(&[&map.unwrap_or_default()]))
     }
 
     fn restore(&mut self, state: &[u8]) -> Result<()> {
-        let model: Option<Fcm> = super::resume::from_json(state)?;
-        let fits = |m: &Fcm| {
-            let fresh = Fcm::zeros(self.features, self.classes);
-            m.features() == self.features
-                && m.classes() == self.classes
-                && m.parameters().len() == fresh.parameters().len()
+        let [map] = super::resume::unframe(state, 1)?[..] else {
+            unreachable!("unframe returns the parts asked for")
         };
-        if model.as_ref().is_some_and(|m| !fits(m)) {
-            return Err(super::resume::bad("the map is not this run's"));
-        }
-        self.model = model;
+        self.model = match map.is_empty() {
+            true => None,
+            false => {
+                let params = super::resume::floats_from(map)?;
+                let m = Fcm::from_parameters(self.features, self.classes, params);
+                Some(m.map_err(|_| super::resume::bad("the map is not this run's"))?)
+            }
+        };
         Ok(())
     }
 }

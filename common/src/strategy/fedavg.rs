@@ -196,20 +196,30 @@ impl ClientStrategy<Shard> for FedAvgClient {
         Some(crate::model::kept::KeptModel::logreg(&self.model))
     }
 
-    /// The model, where no download replaces it; under FedAvg the client carries nothing (its
-    /// training draws no random numbers).
+    /// The model, where no download replaces it, its weights' bits; under FedAvg the client
+    /// carries nothing (its training draws no random numbers).
     fn checkpoint(&self) -> Option<Vec<u8>> {
-        self.keeps_model.then(|| super::resume::json(&self.model))
+        let m = &self.model;
+        let (weights, biases) = (
+            super::resume::floats(&m.weights),
+            super::resume::floats(&m.biases),
+        );
+        self.keeps_model
+            .then(|| super::resume::frame(&[&weights, &biases]))
     }
 
     fn restore(&mut self, state: &[u8]) -> Result<()> {
-        let model: LogReg = super::resume::from_json(state)?;
-        let fits = model.weights.len() == self.model.weights.len()
-            && model.biases.len() == self.model.biases.len();
-        if !fits {
+        let [weights, biases] = super::resume::unframe(state, 2)?[..] else {
+            unreachable!("unframe returns the parts asked for")
+        };
+        let (weights, biases) = (
+            super::resume::floats_from(weights)?,
+            super::resume::floats_from(biases)?,
+        );
+        if weights.len() != self.model.weights.len() || biases.len() != self.model.biases.len() {
             return Err(super::resume::bad("the model is not this run's"));
         }
-        self.model = model;
+        self.model = LogReg { weights, biases };
         Ok(())
     }
 }

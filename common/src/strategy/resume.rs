@@ -1,8 +1,7 @@
 //! What a client half carries from one round to the next beyond the download — its own model,
 //! delta bases, feedback masks — as bytes a restarted client reads back, so that it goes on
-//! exactly where it stopped (issue 30 §7). Parts are framed by their lengths; small ones are
-//! JSON (floats as serde_json writes them, which read back bit for bit), machines their
-//! binary checkpoint.
+//! exactly where it stopped (issue 30 §7). Parts are framed by their lengths; floats are their
+//! bits (exact, NaN included), machines their binary checkpoint, the rest JSON of integers.
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -40,6 +39,24 @@ pub fn unframe(mut bytes: &[u8], n: usize) -> Result<Vec<&[u8]>> {
     Ok(parts)
 }
 
+/// Floats as their bits, little-endian: read back exactly.
+pub fn floats(values: &[f64]) -> Vec<u8> {
+    values
+        .iter()
+        .flat_map(|v| v.to_bits().to_le_bytes())
+        .collect()
+}
+
+pub fn floats_from(bytes: &[u8]) -> Result<Vec<f64>> {
+    if !bytes.len().is_multiple_of(8) {
+        return Err(bad("floats cut short"));
+    }
+    Ok(bytes
+        .chunks_exact(8)
+        .map(|c| f64::from_bits(u64::from_le_bytes(c.try_into().expect("8 bytes"))))
+        .collect())
+}
+
 pub fn json<T: Serialize>(value: &T) -> Vec<u8> {
     serde_json::to_vec(value).expect("client state serialises to json")
 }
@@ -63,5 +80,13 @@ mod tests {
         assert!(unframe(&bytes, 2).is_err());
         assert!(unframe(&bytes, 4).is_err());
         assert!(unframe(&bytes[..bytes.len() - 1], 3).is_err());
+        let odd = [0.1, -0.0, f64::NAN, f64::MIN_POSITIVE / 3.0];
+        let back = floats_from(&floats(&odd)).unwrap();
+        assert!(
+            odd.iter()
+                .zip(&back)
+                .all(|(a, b)| a.to_bits() == b.to_bits())
+        );
+        assert!(floats_from(&[0; 7]).is_err());
     }
 }

@@ -454,7 +454,10 @@ impl StrategySpec {
     /// ([`super::fcm::settle_steps`]).
     pub fn size_for_table(&mut self, written: &Sections, classes: usize) -> ParamResult<()> {
         let tm = written.tm.unwrap_or_default();
-        let sized = |banks| tm.over(TmHyper::for_table(classes, banks)).check();
+        let sized = |banks| {
+            tm.over(TmHyper::for_table(classes, banks, tm.clauses))
+                .check()
+        };
         let logreg = written.logreg.unwrap_or_default();
         let steps = || logreg.over(LogRegHyper::for_classes(classes)).check();
         match self {

@@ -547,7 +547,11 @@ impl ClientStrategy<BitShard> for TpflClient {
         if !same_shape {
             return Err(resume::bad("the machine is not this run's"));
         }
-        self.masks = resume::from_json(masks)?;
+        let masks: FeedbackMasks = resume::from_json(masks)?;
+        if !masks.same_draws(&self.masks) {
+            return Err(resume::bad("the feedback masks are not this run's"));
+        }
+        self.masks = masks;
         self.received = resume::from_json(received)?;
         self.tm = tm;
         Ok(())

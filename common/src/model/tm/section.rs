@@ -101,17 +101,22 @@ impl TmHyper {
     /// (docs/results/tables.md); the papers' image machine (T = 1000 over 100 clauses) leaves
     /// a table's class sums far below T, so every clause keeps learning the same few rows, and
     /// on a table FedTMOS's composite then holds machines with no clause.
-    pub fn for_table(classes: usize, banks: ClauseBanks) -> TmHyper {
+    ///
+    /// T follows the clauses the machine has, `clauses` where `[tm]` writes them.
+    pub fn for_table(classes: usize, banks: ClauseBanks, clauses: Option<usize>) -> TmHyper {
         let (clauses, t) = match banks {
             ClauseBanks::Shared => {
-                let clauses = (100 * classes).clamp(200, 2000);
+                let clauses = clauses.unwrap_or((100 * classes).clamp(200, 2000));
                 (clauses, clauses / 4)
             }
-            ClauseBanks::PerClass => (100, 50),
+            ClauseBanks::PerClass => {
+                let clauses = clauses.unwrap_or(100);
+                (clauses, clauses / 2)
+            }
         };
         TmHyper {
             clauses,
-            t: i32::try_from(t).unwrap_or(i32::MAX),
+            t: i32::try_from(t.max(1)).unwrap_or(i32::MAX),
             s: 5.0,
             weighted: true,
             ..TmHyper::default()
@@ -130,7 +135,7 @@ mod tests {
             weighted: Some(false),
             ..TmSection::default()
         };
-        let table = TmHyper::for_table(3, ClauseBanks::Shared);
+        let table = TmHyper::for_table(3, ClauseBanks::Shared, None);
         let h = written.over(table);
         assert_eq!((h.clauses, h.weighted), (40, false));
         assert_eq!((h.t, h.s), (table.t, table.s));
@@ -139,16 +144,20 @@ mod tests {
 
     #[test]
     fn a_tables_machine_grows_with_its_classes_within_bounds() {
-        let size = |c| {
-            let h = TmHyper::for_table(c, ClauseBanks::Shared);
+        let size = |c, written| {
+            let h = TmHyper::for_table(c, ClauseBanks::Shared, written);
             (h.clauses, h.t)
         };
-        assert_eq!(size(2), (200, 50));
-        assert_eq!(size(10), (1000, 250));
-        assert_eq!(size(26), (2000, 500));
-        let per_class = TmHyper::for_table(26, ClauseBanks::PerClass);
+        assert_eq!(size(2, None), (200, 50));
+        assert_eq!(size(10, None), (1000, 250));
+        assert_eq!(size(26, None), (2000, 500));
+        assert_eq!(size(2, Some(2000)), (2000, 500));
+        assert_eq!(size(2, Some(2)), (2, 1));
+        let per_class = TmHyper::for_table(26, ClauseBanks::PerClass, None);
         assert_eq!((per_class.clauses, per_class.t), (100, 50));
-        for h in [TmHyper::for_table(2, ClauseBanks::Shared), per_class] {
+        let written = TmHyper::for_table(3, ClauseBanks::PerClass, Some(40));
+        assert_eq!((written.clauses, written.t), (40, 20));
+        for h in [TmHyper::for_table(2, ClauseBanks::Shared, None), per_class] {
             assert!(h.weighted && h.s == 5.0);
             assert!(h.check().is_ok());
         }
