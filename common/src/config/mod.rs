@@ -423,6 +423,11 @@ skip_columns = [0, "id"]
             panic!("fedtmos")
         };
         assert_eq!((f.tm.clauses, f.tm.t), (40, 20));
+        assert_eq!(f.fedtmos.server.top_k, 1);
+        let StrategySpec::FedTm(f) = table("fedtm", 3, "[fedtmos]\ntop_k = 2\n").strategy else {
+            panic!("fedtm")
+        };
+        assert_eq!(f.fedtmos.server.top_k, 2);
         let resolved = e.to_toml();
         assert!(
             resolved.contains("clauses = 40\nt = 20\ns = 5.0"),
@@ -452,6 +457,11 @@ skip_columns = [0, "id"]
             panic!("tpfl")
         };
         assert_eq!(t.tm, crate::model::tm::TmHyper::default());
+        let images = TPFL.replace("strategy = \"tpfl\"", "strategy = \"fedtm\"");
+        let StrategySpec::FedTm(f) = Experiment::from_toml(&images).unwrap().strategy else {
+            panic!("fedtm")
+        };
+        assert_eq!(f.fedtmos.server.top_k, 2);
     }
 
     #[test]

@@ -165,7 +165,11 @@ impl ModelSpec {
             }
             ModelSpec::ConvTm(f) => {
                 out.tm = Some(f.tm.into());
-                out.fedtmos = Some(written.fedtmos.unwrap_or_default().canonical());
+                let section = written.fedtmos.unwrap_or_default().canonical();
+                out.fedtmos = Some(FedTmosSection {
+                    top_k: Some(f.fedtmos.server.top_k),
+                    ..section
+                });
             }
         }
         out
@@ -451,7 +455,7 @@ impl StrategySpec {
     /// On a table of `classes` classes, the keys a section leaves out take the table's
     /// defaults: the Tsetlin Machine's size ([`TmHyper::for_table`], not the image machine's),
     /// logistic regression's steps ([`LogRegHyper::for_classes`]), the FCM's iteration cap
-    /// ([`super::fcm::settle_steps`]).
+    /// ([`super::fcm::settle_steps`]), FedTMOS's and FedTM's TopK ([`TABLE_TOP_K`]).
     pub fn size_for_table(&mut self, written: &Sections, classes: usize) -> ParamResult<()> {
         let tm = written.tm.unwrap_or_default();
         let sized = |banks| {
@@ -475,9 +479,13 @@ impl StrategySpec {
             StrategySpec::Tpfl(t)
             | StrategySpec::Local(ModelSpec::Tm(t))
             | StrategySpec::Central(ModelSpec::Tm(t)) => t.tm = sized(ClauseBanks::Shared)?,
-            StrategySpec::FedTmos(f) | StrategySpec::Ensemble(f) | StrategySpec::FedTm(f) => {
-                f.tm = sized(ClauseBanks::PerClass)?
+            StrategySpec::FedTmos(f) | StrategySpec::FedTm(f) => {
+                f.tm = sized(ClauseBanks::PerClass)?;
+                let top_k = written.fedtmos.and_then(|s| s.top_k);
+                f.fedtmos.server.top_k = top_k.unwrap_or(TABLE_TOP_K);
             }
+            // The ensemble keeps every machine whole: no include bits are ORed.
+            StrategySpec::Ensemble(f) => f.tm = sized(ClauseBanks::PerClass)?,
             _ => {}
         }
         Ok(())
@@ -527,6 +535,11 @@ impl StrategySpec {
         }
     }
 }
+
+/// K of TopK on a table: one holder's include bits. ORing two holders' makes every averaged
+/// clause demand both holders' literals; on six tables one holder's moved FedTM by −1 to +34
+/// points and FedTMOS by 0 to +37 (docs/results/tables.md).
+const TABLE_TOP_K: usize = 1;
 
 /// Whether the strategy's server averages the clients' updates, where `[robust]` applies: not
 /// the ensemble (it keeps every machine) nor the baselines (nothing is combined).

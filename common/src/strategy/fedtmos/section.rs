@@ -103,6 +103,9 @@ impl Preset {
     }
 }
 
+/// K of the paper's TopK (§4.2.2): the include bits of the two largest holders of a class.
+pub const PAPER_TOP_K: usize = 2;
+
 /// `[fedtmos]`: FedTMOS's one round (its paper, Algorithms 1–3) and its baselines'. The keys a
 /// preset decides are left unset unless written: the preset then picks them, in a run's resolved
 /// file too, so `--set fedtmos.preset=…` on it switches them.
@@ -119,9 +122,13 @@ pub struct FedTmosSection {
     /// k of k-means, at most (30: the paper's Dir partitions; 10 for S(β)).
     #[serde(deserialize_with = "at_least::<1, _, _>")]
     pub k_max: usize,
-    /// K of TopK: contributors whose include bits are ORed.
-    #[serde(deserialize_with = "at_least::<1, _, _>")]
-    pub top_k: usize,
+    /// K of TopK: contributors whose include bits are ORed (on a table: 1).
+    #[serde(
+        deserialize_with = "crate::params::at_least_or_unset::<1, _, _>",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(extend("default" = 2))]
+    pub top_k: Option<usize>,
     /// Preset-decided: `samples` (the paper) or `mean-weight` (the code).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bits_by: Option<BitsBy>,
@@ -171,7 +178,7 @@ impl Default for FedTmosSection {
             models: 4,
             sigma: 0.5,
             k_max: 30,
-            top_k: 2,
+            top_k: None,
             bits_by: None,
             filter: None,
             fill_from: FillFrom::Holder,
@@ -251,7 +258,7 @@ impl FedTmosSection {
                 models: at_least_one("fedtmos.models", self.models)?,
                 sigma: positive("fedtmos.sigma", self.sigma)?,
                 k_max: at_least_one("fedtmos.k_max", self.k_max)?,
-                top_k: at_least_one("fedtmos.top_k", self.top_k)?,
+                top_k: at_least_one("fedtmos.top_k", self.top_k.unwrap_or(PAPER_TOP_K))?,
                 bits_by: self.bits_by.unwrap_or(decided.bits_by),
                 filter: self.filter.unwrap_or(decided.filter),
                 fill_from: self.fill_from,
