@@ -251,6 +251,14 @@ fn a_client_that_carries_state_killed_and_started_again_ends_the_same() {
                 c[1] = start_clients(&exp, &format!("http://{addr}"), &["client-2"], &out);
             }
             finish(&mut s, &mut c);
+            let left = std::fs::read_dir(&out).unwrap().flatten();
+            let left: Vec<_> = left
+                .filter(|e| e.file_name().to_string_lossy().contains(".resume"))
+                .collect();
+            assert!(
+                left.is_empty(),
+                "{strategy}: a finished run keeps no checkpoint: {left:?}"
+            );
             metrics_of(&out)
         };
         let expected = run("plain", false);

@@ -853,6 +853,10 @@ impl Client {
         }
         let trained = progress.rounds_trained().to_vec();
         tracing::info!(client = self.id, rounds = trained.len(), "run finished");
+        // A finished run needs no checkpoint (as the server's journal, it goes with the run).
+        if let Some(out) = &self.out {
+            resume::remove(&resume::path(out, &self.name));
+        }
         let (model, model_health) = self.kept_model(half.as_ref(), feature_names, conditions);
         Ok(ClientReport {
             model,

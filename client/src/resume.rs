@@ -92,6 +92,18 @@ pub fn read(path: &Path, fingerprint: &str, run_id: &str) -> anyhow::Result<Opti
     }))
 }
 
+/// Removes a checkpoint; one that cannot be removed is said in the log (a later run of
+/// another id leaves it alone).
+pub fn remove(path: &Path) {
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => {
+            tracing::warn!(path = %path.display(), error = %e, "cannot remove the checkpoint")
+        }
+    }
+}
+
 pub fn encode(update: &Payload) -> Vec<u8> {
     update.encode_to_vec()
 }
