@@ -802,6 +802,8 @@ impl Client {
         let run_id = self.join().await?;
         let (mut half, mut progress, mut rng, mut pending) = self.resume(half, &run_id).await?;
         let mut train_seconds = BTreeMap::new();
+        // The server said the run is over (not guessed from a server gone away).
+        let mut finished = false;
         loop {
             // Each round's lines in a span of their own: recording the round into the client's
             // span would append to its text at every round.
@@ -810,7 +812,12 @@ impl Client {
             let uploading = pending.as_ref().map(|(round, _)| *round);
             let (task, step) = match next.await {
                 Ok(t) => t,
-                Err(e) if self.ended_without_me(&progress, uploading, &e) => break,
+                Err(e) if self.ended_without_me(&progress, uploading, &e) => {
+                    if let Some((round, _)) = pending.take() {
+                        progress.trained(round);
+                    }
+                    break;
+                }
                 Err(e) => return Err(e),
             };
             let span = round_span(task.round);
@@ -835,6 +842,7 @@ impl Client {
                 progress.reported(step.ledger_round);
             }
             let core::Next::Train(round) = step.next else {
+                finished = true;
                 break;
             };
             let (h, r, update, seconds) = self
@@ -853,8 +861,9 @@ impl Client {
         }
         let trained = progress.rounds_trained().to_vec();
         tracing::info!(client = self.id, rounds = trained.len(), "run finished");
-        // A finished run needs no checkpoint (as the server's journal, it goes with the run).
-        if let Some(out) = &self.out {
+        // A finished run needs no checkpoint (as the server's journal, it goes with the run);
+        // a server only presumed gone may come back and still need the saved update.
+        if let Some(out) = self.out.as_ref().filter(|_| finished) {
             resume::remove(&resume::path(out, &self.name));
         }
         let (model, model_health) = self.kept_model(half.as_ref(), feature_names, conditions);

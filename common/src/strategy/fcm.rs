@@ -334,7 +334,7 @@ impl ClientStrategy<Shard> for FcmClient {
             false => {
                 let params = super::resume::floats_from(map)?;
                 let m = Fcm::from_parameters(self.features, self.classes, params);
-                Some(m.map_err(|_| super::resume::bad("the map is not this run's"))?)
+                Some(m.map_err(|e| super::resume::bad(&e.to_string()))?)
             }
         };
         Ok(())

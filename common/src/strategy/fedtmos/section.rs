@@ -122,7 +122,7 @@ pub struct FedTmosSection {
     /// k of k-means, at most (30: the paper's Dir partitions; 10 for S(β)).
     #[serde(deserialize_with = "at_least::<1, _, _>")]
     pub k_max: usize,
-    /// K of TopK: contributors whose include bits are ORed (on a table: 1).
+    /// K of TopK: contributors whose include bits are ORed (FedTMOS and FedTM on a table: 1).
     #[serde(
         deserialize_with = "crate::params::at_least_or_unset::<1, _, _>",
         skip_serializing_if = "Option::is_none"
