@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;
 
-use flint_common::degenerate::{Names, Warning, round_warnings};
+use flint_common::degenerate::{Names, Warning, few_training_rows, round_warnings};
 use flint_common::metrics::Metrics;
 use flint_common::strategy::tpfl::{TpflRound, WinnerRecord};
 use flint_common::strategy::{LocalMetrics, Predictor, RoundReport};
@@ -316,6 +316,12 @@ fn warnings(e: &flint_common::config::Experiment, rounds: &Rounds, last: Round) 
             .and_then(|g| g.get(&Predictor::Model));
         all.extend(round_warnings(round, evals, global, &names));
     }
+    let counts = rounds
+        .joined()
+        .iter()
+        .map(|(id, s)| (*id, s.train_class_counts.clone()))
+        .collect();
+    all.extend(few_training_rows(last, &counts));
     all
 }
 
