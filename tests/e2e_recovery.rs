@@ -82,16 +82,19 @@ fn finish(server: &mut Proc, clients: &mut [Proc]) {
 }
 
 fn uninterrupted(root: &Path) -> BTreeMap<u32, serde_json::Value> {
-    let out = root.join("plain");
-    std::fs::create_dir_all(&out).unwrap();
-    let exp = experiment(root);
-    let addr = free_addr();
-    let mut s = server(&exp, &out, &addr, "server.log", &[]);
-    let mut c = clients(&exp, &addr, &out);
-    finish(&mut s, &mut c);
-    let m = metrics_of(&out);
+    let m = run_once(&experiment(root), &root.join("plain"));
     assert_eq!(m.len(), 7, "round 0 and six rounds");
     m
+}
+
+/// `exp` run to its end in `out`, nothing killed; its metrics.
+fn run_once(exp: &Path, out: &Path) -> BTreeMap<u32, serde_json::Value> {
+    std::fs::create_dir_all(out).unwrap();
+    let addr = free_addr();
+    let mut s = server(exp, out, &addr, "server.log", &[]);
+    let mut c = clients(exp, &addr, out);
+    finish(&mut s, &mut c);
+    metrics_of(out)
 }
 
 fn kill9(p: &mut Proc) {
@@ -192,22 +195,33 @@ fn a_client_killed_and_started_again_rejoins_and_the_run_ends_the_same() {
     let expected = uninterrupted(root.path());
 
     let out = root.path().join("client-killed");
-    std::fs::create_dir_all(&out).unwrap();
-    let exp = experiment(root.path());
+    let killed = client_2_killed_and_started_again(&experiment(root.path()), &out, |_| {});
+    assert_eq!(killed, expected);
+}
+
+/// A run whose client 2 is killed with SIGKILL once two rounds have closed and started again
+/// with the same `--out`; `after_kill` looks at its directory between the two. Its metrics.
+fn client_2_killed_and_started_again(
+    exp: &Path,
+    out: &Path,
+    after_kill: impl Fn(&Path),
+) -> BTreeMap<u32, serde_json::Value> {
+    std::fs::create_dir_all(out).unwrap();
     let addr = free_addr();
     let mut s = server(
-        &exp,
-        &out,
+        exp,
+        out,
         &addr,
         "server.log",
         &["--hold-aggregation-ms", "100"],
     );
-    let mut c = clients(&exp, &addr, &out);
-    wait_for(LIMIT, || status(&out).filter(|s| s.closed_rounds >= 2));
+    let mut c = clients(exp, &addr, out);
+    wait_for(LIMIT, || status(out).filter(|s| s.closed_rounds >= 2));
     kill9(&mut c[1]);
-    c[1] = start_clients(&exp, &format!("http://{addr}"), &["client-2"], &out);
+    after_kill(out);
+    c[1] = start_clients(exp, &format!("http://{addr}"), &["client-2"], out);
     finish(&mut s, &mut c);
-    assert_eq!(metrics_of(&out), expected);
+    metrics_of(out)
 }
 
 /// Issue 30 §7: TPFL, Blended FL of FCMs and FedTM clients carry state from round to round
@@ -229,40 +243,26 @@ fn a_client_that_carries_state_killed_and_started_again_ends_the_same() {
              [data]\nsource = \"synthetic\"\nsamples = 900\nfeatures = 6\n\n{extra}"
         );
         let exp = write(root.path(), "stateful.toml", &text);
-        let run = |name: &str, kill: bool| {
-            let out = root.path().join(name);
-            std::fs::create_dir_all(&out).unwrap();
-            let addr = free_addr();
-            let mut s = server(
-                &exp,
-                &out,
-                &addr,
-                "server.log",
-                &["--hold-aggregation-ms", "100"],
-            );
-            let mut c = clients(&exp, &addr, &out);
-            if kill {
-                wait_for(LIMIT, || status(&out).filter(|s| s.closed_rounds >= 2));
-                kill9(&mut c[1]);
-                assert!(
-                    out.join("client-2.resume").exists(),
-                    "{strategy}: no checkpoint"
-                );
-                c[1] = start_clients(&exp, &format!("http://{addr}"), &["client-2"], &out);
-            }
-            finish(&mut s, &mut c);
-            let left = std::fs::read_dir(&out).unwrap().flatten();
-            let left: Vec<_> = left
-                .filter(|e| e.file_name().to_string_lossy().contains(".resume"))
-                .collect();
-            assert!(
-                left.is_empty(),
-                "{strategy}: a finished run keeps no checkpoint: {left:?}"
-            );
-            metrics_of(&out)
-        };
-        let expected = run("plain", false);
+        let expected = run_once(&exp, &root.path().join("plain"));
         assert_eq!(expected.len(), 6, "{strategy}: round 0 and five rounds");
-        assert_eq!(run("client-killed", true), expected, "{strategy}");
+        let out = root.path().join("client-killed");
+        let checkpoint = |out: &Path| {
+            let kept = out.join("client-2.resume").exists();
+            assert!(kept, "{strategy}: no checkpoint");
+        };
+        assert_eq!(
+            client_2_killed_and_started_again(&exp, &out, checkpoint),
+            expected,
+            "{strategy}"
+        );
+        let left: Vec<_> = std::fs::read_dir(&out)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().contains(".resume"))
+            .collect();
+        assert!(
+            left.is_empty(),
+            "{strategy}: a finished run keeps no checkpoint: {left:?}"
+        );
     }
 }

@@ -74,7 +74,7 @@ impl FcmSection {
             fitness: self.fitness,
             slope: self.slope.unwrap_or(self.activation.paper_slope()),
             tolerance: self.tolerance,
-            max_iterations: self.max_iterations.unwrap_or(settle_steps(2)),
+            max_iterations: self.max_iterations.unwrap_or(PAPER_MAX_ITERATIONS),
         }
         .check()?;
         Ok((hyper, self.aggregation))
@@ -88,8 +88,11 @@ impl FcmSection {
 /// on this machine (10 clients, 2 cores) and 27 s at 10, equally accurate
 /// (docs/results/tables.md).
 pub fn settle_steps(classes: usize) -> usize {
-    (200 / classes.max(1)).clamp(10, 100)
+    (200 / classes.max(1)).clamp(10, PAPER_MAX_ITERATIONS)
 }
+
+/// The Blind FL paper's iteration cap of the dynamics.
+pub const PAPER_MAX_ITERATIONS: usize = 100;
 
 /// How the server weights the participants' maps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
