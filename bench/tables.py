@@ -6,9 +6,9 @@
 Needs scikit-learn and pandas (e.g. `python3 -m venv /tmp/sk && /tmp/sk/bin/pip install
 scikit-learn pandas`, then run with /tmp/sk/bin/python) and FLINT_DATA_DIR holding the papers'
 tables and sklearn-digits/. It
-1. builds a data directory OUT/data: links to every folder of FLINT_DATA_DIR, and
-   scikit-learn's bundled iris and wine written as CSV into sklearn-bundled/ (never into the
-   repository);
+1. builds a data directory OUT/data: links to every folder of FLINT_DATA_DIR, scikit-learn's
+   bundled iris and wine written as CSV into sklearn-bundled/, and a generated 26-class table
+   into sklearn-generated/ (never into the repository);
 2. runs `flint grid experiments/tables --resume` over it (resumable: finished runs are kept);
 3. fits scikit-learn's majority class, logistic regression and random forest on the same tables
    (80/20 stratified splits, one per seed) and writes OUT/tables.md: one row per table, the
@@ -44,6 +44,19 @@ def build_data_dir(source: pathlib.Path, out: pathlib.Path):
         for x, y in zip(d.data, d.target):
             lines.append(",".join(f"{v:g}" for v in x) + "," + str(d.target_names[y]))
         (bundled / f"{name}.csv").write_text("\n".join(lines) + "\n")
+    write_classes26(out / "sklearn-generated")
+
+
+def write_classes26(folder: pathlib.Path):
+    """A 26-class table of 20,000 rows and 16 features (make_classification, seed 0): what the
+    FCM and logistic regression defaults were sized on (bench/classes26.toml)."""
+    from sklearn.datasets import make_classification
+    folder.mkdir(exist_ok=True)
+    x, y = make_classification(n_samples=20000, n_features=16, n_informative=12, n_redundant=2,
+                               n_classes=26, n_clusters_per_class=1, random_state=0)
+    lines = [",".join([f"f{i}" for i in range(16)] + ["label"])]
+    lines += [",".join([f"{v:.4f}" for v in row] + [chr(65 + c)]) for row, c in zip(x, y)]
+    (folder / "classes26.csv").write_text("\n".join(lines) + "\n")
 
 
 def load_table(name: str, data: pathlib.Path):
