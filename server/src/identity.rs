@@ -194,14 +194,20 @@ impl Identities {
     }
 
     /// A binding as the journal kept it (its token's hash), on a restart.
-    pub fn restore(&mut self, id: ClientId, hash: [u8; 32], holder: Holder) -> Result<()> {
+    pub fn restore(
+        &mut self,
+        id: ClientId,
+        hash: [u8; 32],
+        holder: Holder,
+        now: Instant,
+    ) -> Result<()> {
         if self.name(id).is_none() {
             return Err(FlintError::UnknownClient(format!("unknown client id {id}")));
         }
         self.claims.insert(id, (hash, holder));
         // Whether it had joined is the rounds' to say: its lease starts again now, and
         // lapses only if it has not (`claim_any` asks).
-        self.unjoined_since.insert(id, Instant::now());
+        self.unjoined_since.insert(id, now);
         Ok(())
     }
 

@@ -21,14 +21,14 @@
 //! them. The side file is not synced itself: after a power loss it may be behind the journal,
 //! never ahead, so it can only under-report.
 
-use std::fs::{File, OpenOptions};
-use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, bail};
 use flint_common::wire::proto::{DataSummary, EvalReport, Payload};
+
+use crate::disk::{Disk, DiskFile};
 
 /// Raised whenever the record format changes incompatibly.
 pub const FORMAT_VERSION: u32 = 1;
@@ -139,16 +139,17 @@ pub struct Record {
 /// An open journal: appends go to the file at once (so a killed process loses nothing the
 /// kernel has), [`Journal::sync`] makes them durable before a call is answered.
 pub struct Journal {
+    disk: Arc<dyn Disk>,
     path: PathBuf,
-    file: Mutex<File>,
+    file: Mutex<Box<dyn DiskFile>>,
     /// A second handle on the file, to sync without holding the append lock.
-    syncer: File,
+    syncer: Box<dyn DiskFile>,
     /// Records appended, and how many of them a finished sync covers.
     appended: AtomicU64,
     synced: AtomicU64,
     /// The file's length as appended so far, and where a finished sync's length is kept.
     length: AtomicU64,
-    synced_length: File,
+    synced_length: Box<dyn DiskFile>,
 }
 
 /// What a journal found on disk holds.
@@ -166,65 +167,54 @@ impl Journal {
     }
 
     /// Starts a new journal in `dir`, replacing none: the caller has checked there is none.
-    pub fn create(dir: &Path, start: Start) -> anyhow::Result<Journal> {
-        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    pub fn create(disk: Arc<dyn Disk>, dir: &Path, start: Start) -> anyhow::Result<Journal> {
+        disk.create_dir_all(dir)
+            .with_context(|| format!("cannot create {}", dir.display()))?;
         // A new run has answered nothing yet, whatever an earlier run's side file says; synced,
         // so that a power loss cannot bring the old length back under the new journal.
         let side = dir.join(SYNCED_NAME);
-        {
-            let mut f =
-                File::create(&side).with_context(|| format!("cannot write {}", side.display()))?;
-            f.write_all(&0u64.to_le_bytes())?;
-            f.sync_all()?;
-        }
+        disk.write_synced(&side, &0u64.to_le_bytes())
+            .with_context(|| format!("cannot write {}", side.display()))?;
         let path = dir.join(FILE_NAME);
         let tmp = dir.join(format!("{FILE_NAME}.tmp"));
-        {
-            let mut f =
-                File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
-            f.write_all(&frame(&Event::Start(start))?)?;
-            f.sync_all()?;
-        }
-        std::fs::rename(&tmp, &path)?;
-        sync_dir(dir)?;
-        Self::open_file(path)
-    }
-
-    fn open_file(path: PathBuf) -> anyhow::Result<Journal> {
-        let file = Self::open_locked(&path)?;
-        Self::locked(path, file)
+        disk.write_synced(&tmp, &frame(&Event::Start(start))?)
+            .with_context(|| format!("cannot create {}", tmp.display()))?;
+        disk.rename(&tmp, &path)?;
+        disk.sync_dir(dir)?;
+        let file = Self::open_locked(&*disk, &path)?;
+        Self::locked(disk, path, file)
     }
 
     /// The journal file, opened to read and append, and locked: one server per state
     /// directory, since a second one would interleave its records (and must not read, check
     /// or cut a file another server is appending to).
-    fn open_locked(path: &Path) -> anyhow::Result<File> {
-        let file = OpenOptions::new()
-            .read(true)
-            .append(true)
-            .open(path)
-            .with_context(|| format!("cannot open {}", path.display()))?;
-        if file.try_lock().is_err() {
+    fn open_locked(disk: &dyn Disk, path: &Path) -> anyhow::Result<Box<dyn DiskFile>> {
+        let Some(file) = disk
+            .open_locked(path)
+            .with_context(|| format!("cannot open {}", path.display()))?
+        else {
             bail!(
                 "{} is in use by another server (it holds the journal's lock)",
                 path.display()
             );
-        }
+        };
         Ok(file)
     }
 
     /// A journal on a file this server has locked.
-    fn locked(path: PathBuf, file: File) -> anyhow::Result<Journal> {
+    fn locked(
+        disk: Arc<dyn Disk>,
+        path: PathBuf,
+        file: Box<dyn DiskFile>,
+    ) -> anyhow::Result<Journal> {
         let syncer = file.try_clone()?;
-        let length = file.metadata()?.len();
+        let length = file.size()?;
         let side = path.with_file_name(SYNCED_NAME);
-        let synced_length = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&side)
+        let synced_length = disk
+            .open_in_place(&side)
             .with_context(|| format!("cannot open {}", side.display()))?;
         Ok(Journal {
+            disk,
             path,
             file: Mutex::new(file),
             syncer,
@@ -236,12 +226,12 @@ impl Journal {
     }
 
     /// The journal in `dir`, if there is one, with its records; a torn tail is cut off.
-    pub fn open(dir: &Path) -> anyhow::Result<Option<Found>> {
+    pub fn open(disk: Arc<dyn Disk>, dir: &Path) -> anyhow::Result<Option<Found>> {
         let path = dir.join(FILE_NAME);
-        if !path.exists() {
+        if !disk.exists(&path) {
             return Ok(None);
         }
-        let mut file = Self::open_locked(&path)?;
+        let mut file = Self::open_locked(&*disk, &path)?;
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes)
             .with_context(|| format!("cannot read {}", path.display()))?;
@@ -264,7 +254,7 @@ impl Journal {
                 start.version
             );
         }
-        let acknowledged = read_synced_length(dir)?;
+        let acknowledged = read_synced_length(&*disk, dir)?;
         if (good as u64) < acknowledged {
             bail!(
                 "{} lost records whose calls were answered: its whole records end at byte {good}, but {acknowledged} bytes were synced before calls were answered (journal.synced). No crash of the server cuts what it synced; the file was damaged or cut from outside. The run cannot be resumed exactly: move the state directory away to start a new run",
@@ -277,7 +267,7 @@ impl Journal {
             file.sync_all()?;
         }
         Ok(Some(Found {
-            journal: Self::locked(path, file)?,
+            journal: Self::locked(disk, path, file)?,
             start,
             events: events.into_iter().skip(1).collect(),
             torn_bytes,
@@ -294,8 +284,8 @@ impl Journal {
     /// torn one.
     pub fn append_framed(&self, bytes: &[u8]) -> std::io::Result<()> {
         let mut file = self.file.lock().expect("journal lock");
-        let before = file.metadata()?.len();
-        file.write_all(bytes).inspect_err(|_| {
+        let before = file.size()?;
+        file.append(bytes).inspect_err(|_| {
             let _ = file.set_len(before);
         })?;
         self.length
@@ -322,16 +312,18 @@ impl Journal {
         self.syncer.sync_data()?;
         // Before the sync is published, so before any call it covers is answered; not itself
         // synced (see the module doc).
-        use std::os::unix::fs::FileExt;
-        self.synced_length.write_all_at(&length.to_le_bytes(), 0)?;
+        self.synced_length.write_at(&length.to_le_bytes(), 0)?;
         self.synced.fetch_max(covered, Ordering::SeqCst);
         Ok(())
     }
 
     /// The run is over: its journal goes, so the same command starts a new run.
     pub fn remove(&self) -> std::io::Result<()> {
-        std::fs::remove_file(&self.path)?;
-        match std::fs::remove_file(self.path.with_file_name(SYNCED_NAME)) {
+        self.disk.remove_file(&self.path)?;
+        match self
+            .disk
+            .remove_file(&self.path.with_file_name(SYNCED_NAME))
+        {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
             _ => Ok(()),
         }
@@ -340,9 +332,9 @@ impl Journal {
 
 /// The journal's length at its last finished sync, as `journal.synced` says (0 without it:
 /// a journal written before the side file existed, or never synced).
-fn read_synced_length(dir: &Path) -> anyhow::Result<u64> {
+fn read_synced_length(disk: &dyn Disk, dir: &Path) -> anyhow::Result<u64> {
     let path = dir.join(SYNCED_NAME);
-    match std::fs::read(&path) {
+    match disk.read(&path) {
         Ok(b) => Ok(b
             .get(..8)
             .and_then(|b| b.try_into().ok())
@@ -404,14 +396,12 @@ fn parse(bytes: &[u8]) -> Result<(Vec<Event>, usize), String> {
     Ok((events, at))
 }
 
-/// Makes a rename in `dir` durable.
-pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
-    File::open(dir)?.sync_all()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::disk::HostDisk;
+    use std::fs::OpenOptions;
+    use std::io::Write;
 
     fn start() -> Start {
         Start {
@@ -425,7 +415,7 @@ mod tests {
     #[test]
     fn records_come_back_in_order_and_a_torn_tail_is_cut_off() {
         let dir = tempfile::tempdir().unwrap();
-        let j = Journal::create(dir.path(), start()).unwrap();
+        let j = Journal::create(HostDisk::shared(), dir.path(), start()).unwrap();
         let events = vec![
             Event::Join(Join {
                 client_id: 2,
@@ -452,7 +442,9 @@ mod tests {
             .unwrap();
         drop(f);
 
-        let found = Journal::open(dir.path()).unwrap().unwrap();
+        let found = Journal::open(HostDisk::shared(), dir.path())
+            .unwrap()
+            .unwrap();
         assert_eq!(found.start, start());
         assert_eq!(found.events, events);
         assert_eq!(found.torn_bytes, 7);
@@ -463,7 +455,9 @@ mod tests {
             .append(Event::Close(RoundMark::of(4)))
             .unwrap();
         drop(found);
-        let again = Journal::open(dir.path()).unwrap().unwrap();
+        let again = Journal::open(HostDisk::shared(), dir.path())
+            .unwrap()
+            .unwrap();
         assert_eq!(again.events.len(), 4);
         assert_eq!(again.torn_bytes, 0);
     }
@@ -474,7 +468,7 @@ mod tests {
     #[test]
     fn a_synced_record_cut_short_is_refused_an_unsynced_one_is_dropped() {
         let dir = tempfile::tempdir().unwrap();
-        let j = Journal::create(dir.path(), start()).unwrap();
+        let j = Journal::create(HostDisk::shared(), dir.path(), start()).unwrap();
         j.append(Event::Close(RoundMark::of(1))).unwrap();
         j.sync().unwrap();
         let path = dir.path().join(FILE_NAME);
@@ -485,7 +479,9 @@ mod tests {
         let f = OpenOptions::new().write(true).open(&path).unwrap();
         f.set_len(synced + 5).unwrap();
         drop(f);
-        let found = Journal::open(dir.path()).unwrap().unwrap();
+        let found = Journal::open(HostDisk::shared(), dir.path())
+            .unwrap()
+            .unwrap();
         assert_eq!(found.events, vec![Event::Close(RoundMark::of(1))]);
         assert_eq!(found.torn_bytes, 5);
         drop(found);
@@ -493,7 +489,7 @@ mod tests {
         let f = OpenOptions::new().write(true).open(&path).unwrap();
         f.set_len(synced - 3).unwrap();
         drop(f);
-        let err = Journal::open(dir.path())
+        let err = Journal::open(HostDisk::shared(), dir.path())
             .err()
             .expect("refused")
             .to_string();
@@ -512,7 +508,7 @@ mod tests {
     #[test]
     fn a_bad_last_record_is_cut_off_but_damage_before_the_end_is_refused() {
         let dir = tempfile::tempdir().unwrap();
-        let j = Journal::create(dir.path(), start()).unwrap();
+        let j = Journal::create(HostDisk::shared(), dir.path(), start()).unwrap();
         j.append(Event::Close(RoundMark::of(1))).unwrap();
         j.append(Event::Close(RoundMark::of(2))).unwrap();
         drop(j);
@@ -523,7 +519,9 @@ mod tests {
         let last = bytes.len() - 1;
         bytes[last] ^= 0xff;
         std::fs::write(&path, &bytes).unwrap();
-        let found = Journal::open(dir.path()).unwrap().unwrap();
+        let found = Journal::open(HostDisk::shared(), dir.path())
+            .unwrap()
+            .unwrap();
         assert_eq!(found.events, vec![Event::Close(RoundMark::of(1))]);
         assert!(found.torn_bytes > 0);
         drop(found);
@@ -532,24 +530,37 @@ mod tests {
         let second = bytes.len() - 2 * (8 + 2 + 2);
         bytes[second + 9] ^= 0xff;
         std::fs::write(&path, &bytes).unwrap();
-        let e = Journal::open(dir.path()).err().unwrap().to_string();
+        let e = Journal::open(HostDisk::shared(), dir.path())
+            .err()
+            .unwrap()
+            .to_string();
         assert!(e.contains("is damaged: record 2"), "{e}");
     }
 
     #[test]
     fn one_server_per_state_directory() {
         let dir = tempfile::tempdir().unwrap();
-        let _first = Journal::create(dir.path(), start()).unwrap();
-        let e = Journal::open(dir.path()).err().unwrap().to_string();
+        let _first = Journal::create(HostDisk::shared(), dir.path(), start()).unwrap();
+        let e = Journal::open(HostDisk::shared(), dir.path())
+            .err()
+            .unwrap()
+            .to_string();
         assert!(e.contains("in use by another server"), "{e}");
     }
 
     #[test]
     fn no_journal_is_none_and_a_foreign_file_is_refused() {
         let dir = tempfile::tempdir().unwrap();
-        assert!(Journal::open(dir.path()).unwrap().is_none());
+        assert!(
+            Journal::open(HostDisk::shared(), dir.path())
+                .unwrap()
+                .is_none()
+        );
         std::fs::write(dir.path().join(FILE_NAME), b"not a journal at all").unwrap();
-        let e = Journal::open(dir.path()).err().unwrap().to_string();
+        let e = Journal::open(HostDisk::shared(), dir.path())
+            .err()
+            .unwrap()
+            .to_string();
         assert!(e.contains("does not start with a run record"), "{e}");
     }
 }

@@ -2,6 +2,7 @@
 //! the round logic is [`rounds::Rounds`] and the algorithms are in `flint-common`.
 
 pub mod accept;
+pub mod disk;
 pub mod exporter;
 pub mod identity;
 pub mod journal;
@@ -9,6 +10,7 @@ pub mod recovery;
 pub mod results;
 pub mod rounds;
 pub mod service;
+pub mod state;
 pub mod telemetry;
 
 pub mod proto {
@@ -22,7 +24,7 @@ pub const FILE_DESCRIPTOR_SET: &[u8] =
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Context;
 use flint_common::config::{Experiment, parse_override};
@@ -30,12 +32,9 @@ use flint_common::strategy::ServerStrategy;
 use flint_shell::logging::LogFormat;
 use flint_shell::meter::{ConnMeter, MessageMeterLayer, SharedLedger, Side};
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 
-use identity::Identities;
 use proto::aggregator_server::AggregatorServer;
 use results::RunResults;
-use rounds::Rounds;
 use service::{AggregatorService, Shared};
 
 /// Command-line options of `flint-server` (and `flint server`).
@@ -326,40 +325,8 @@ fn connection_limits(
     Ok(limits)
 }
 
-/// The hashes of an enrollment file: one sha256 in hex per line.
-fn enrollment_hashes(path: &Path) -> anyhow::Result<std::collections::BTreeSet<[u8; 32]>> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read the enrollment file {}", path.display()))?;
-    let mut hashes = std::collections::BTreeSet::new();
-    for (n, line) in text
-        .lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
-    {
-        let line = line.trim();
-        let bytes: Option<Vec<u8>> = (line.len() == 64 && line.is_ascii())
-            .then(|| {
-                (0..32)
-                    .map(|i| u8::from_str_radix(&line[2 * i..2 * i + 2], 16).ok())
-                    .collect()
-            })
-            .flatten();
-        let Some(hash) = bytes.and_then(|b| <[u8; 32]>::try_from(b).ok()) else {
-            anyhow::bail!(
-                "{} line {}: not a sha256 in hex (flint certs --enroll writes this file)",
-                path.display(),
-                n + 1
-            );
-        };
-        hashes.insert(hash);
-    }
-    if hashes.is_empty() {
-        anyhow::bail!("the enrollment file {} lists no secret", path.display());
-    }
-    Ok(hashes)
-}
-
-/// The run's shared state: a new run in `state_dir`, or the one its journal holds, replayed.
+/// [`state::open`] on the host's disk, with what `serve` keeps beside the state: the resolved
+/// experiment and the kept updates' folder under `out`.
 fn start_or_resume(
     experiment: Experiment,
     strategy: Box<dyn ServerStrategy>,
@@ -367,97 +334,21 @@ fn start_or_resume(
     state_dir: &Path,
     options: &ServeOptions,
 ) -> anyhow::Result<Arc<Shared>> {
-    let Some(features) = experiment.data.features() else {
-        anyhow::bail!(
-            "the experiment does not say data.features: the server sizes the model by the experiment, never by the first client to join; add data.features = N (the CSV's feature columns), or start the run with `flint run`, which writes it into its resolved file"
-        );
+    let state = state::StateDir {
+        disk: disk::HostDisk::shared(),
+        dir: state_dir.to_path_buf(),
+        blocking: service::Blocking::Pool,
     };
-    let classes = experiment.data.classes().len();
-    let holder = experiment.global_test_holder();
-    let mut rounds = Rounds::new(experiment.policy.clone(), strategy, classes)
-        .with_global_test_holder(holder)
-        .with_features(Some(features));
-    let names = experiment.clients.iter().map(|c| c.name.clone()).collect();
-    let lease = match options.claim_lease_secs {
-        None => identity::CLAIM_LEASE,
-        Some(secs) if secs.is_finite() && secs > 0.0 => Duration::from_secs_f64(secs),
-        Some(secs) => {
-            anyhow::bail!("--claim-lease-secs must be a positive number of seconds, got {secs}")
-        }
-    };
-    let mut identities = Identities::new(names).with_lease(lease);
-    if let Some(path) = &options.enrollment {
-        identities = identities.with_enrollment(enrollment_hashes(path)?);
+    let keep_updates = experiment.file.server.keep_updates;
+    let mut shared = state::open(experiment, strategy, &state, options)?;
+    std::fs::write(out.join("experiment.toml"), shared.experiment.to_toml())?;
+    if keep_updates {
+        let dir = out.join("updates");
+        std::fs::create_dir_all(&dir)
+            .with_context(|| format!("cannot create {}", dir.display()))?;
+        shared.updates_dir = Some(dir);
     }
-    let (journal, start, kept_ledger) =
-        resume(&experiment, state_dir, &mut rounds, &mut identities)?;
-    std::fs::write(out.join("experiment.toml"), experiment.to_toml())?;
-    let updates_dir = match experiment.file.server.keep_updates {
-        true => {
-            let dir = out.join("updates");
-            std::fs::create_dir_all(&dir)
-                .with_context(|| format!("cannot create {}", dir.display()))?;
-            Some(dir)
-        }
-        false => None,
-    };
-    let upload_budget_kib = upload_budget_kib(&experiment, &rounds, options)?;
-    let ledger = Arc::new(SharedLedger::default());
-    ledger.with(|l| *l = kept_ledger);
-    let since_start = unix_ms().saturating_sub(start.started_unix_ms);
-    Ok(Arc::new(Shared {
-        identities: Mutex::new(identities),
-        mutual_tls: options.tls.tls_client_ca.is_some(),
-        updates_dir,
-        experiment,
-        run_id: start.run_id,
-        rounds: Mutex::new(rounds),
-        ledger,
-        version: tokio::sync::watch::channel(0).0,
-        phase: tokio::sync::watch::channel(0).0,
-        started: Instant::now()
-            .checked_sub(Duration::from_millis(since_start))
-            .unwrap_or_else(Instant::now),
-        journal,
-        journal_failed: Mutex::new(None),
-        sync_turn: tokio::sync::Mutex::new(()),
-        hold_aggregation: Duration::from_millis(options.hold_aggregation_ms.unwrap_or(0)),
-        upload_budget: Arc::new(Semaphore::new(upload_budget_kib as usize)),
-        upload_budget_kib,
-        refused: Mutex::default(),
-        long_polls: Mutex::default(),
-        telemetry: Default::default(),
-    }))
-}
-
-/// KiB of uploads buffered at once: `--upload-budget-kib`, refused if it cannot hold one of the
-/// run's largest updates; else room for two of them, at least 256 MiB. Where the experiment
-/// does not fix the feature count (a CSV without data.features), the largest update is not
-/// known before the first Join: the default budget then stands.
-fn upload_budget_kib(
-    experiment: &Experiment,
-    rounds: &Rounds,
-    options: &ServeOptions,
-) -> anyhow::Result<u32> {
-    let classes = experiment.data.classes().len();
-    let largest_kib = rounds.features().map(|f| {
-        experiment
-            .strategy
-            .max_update_bytes(f, classes)
-            .min(journal::MAX_RECORD as u64)
-            .div_ceil(1024)
-    });
-    let kib = match (options.upload_budget_kib, largest_kib) {
-        (Some(kib), Some(largest)) if u64::from(kib) < largest => anyhow::bail!(
-            "--upload-budget-kib {kib} cannot hold one of this run's largest updates ({largest} KiB)"
-        ),
-        (Some(0), None) => anyhow::bail!("--upload-budget-kib must be at least 1"),
-        (Some(kib), _) => kib,
-        (None, largest) => {
-            u32::try_from((2 * largest.unwrap_or(0)).max(256 * 1024)).unwrap_or(u32::MAX)
-        }
-    };
-    Ok(kib.min(Semaphore::MAX_PERMITS as u32))
+    Ok(Arc::new(shared))
 }
 
 type Connections = Arc<Mutex<Vec<ConnMeter>>>;
@@ -518,7 +409,7 @@ async fn health_and_reflection(
 }
 
 /// The aggregator service, compressing as the experiment says.
-fn aggregator(shared: &Arc<Shared>) -> AggregatorServer<AggregatorService> {
+pub fn aggregator(shared: &Arc<Shared>) -> AggregatorServer<AggregatorService> {
     let service = AggregatorServer::new(AggregatorService(shared.clone()));
     match flint_shell::compression::encoding(shared.experiment.compression) {
         Some(enc) => service.send_compressed(enc).accept_compressed(enc),
@@ -562,7 +453,7 @@ fn write_results(shared: &Shared, out: &Path) -> anyhow::Result<RunResults> {
 fn close_state(shared: &Shared, state_dir: &Path, completed: bool) -> anyhow::Result<()> {
     if completed && shared.rounds().is_finished() {
         shared.journal.remove()?;
-        let _ = std::fs::remove_file(state_dir.join(LEDGER_FILE));
+        let _ = std::fs::remove_file(state_dir.join(state::LEDGER_FILE));
         let _ = std::fs::remove_dir(state_dir);
     } else {
         tracing::warn!(state = %state_dir.display(), "the run did not finish; start the server again with the same experiment and state directory to resume it");
@@ -576,108 +467,16 @@ fn close_state(shared: &Shared, state_dir: &Path, completed: bool) -> anyhow::Re
 /// Where the metrics listener's address is written (`--metrics-listen` with port 0 picks one).
 pub const METRICS_ADDR_FILE: &str = "metrics.addr";
 
-/// The server's byte ledger as of the last closed round, beside the journal (the journal holds
-/// the state; bytes are only counted).
-const LEDGER_FILE: &str = "ledger.json";
-
-fn unix_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
-/// Opens the run's journal in `state_dir`, replaying it into `rounds` and `identities` if the
-/// run was under way, or starts a new run there.
-fn resume(
-    experiment: &Experiment,
-    state_dir: &Path,
-    rounds: &mut Rounds,
-    identities: &mut Identities,
-) -> anyhow::Result<(
-    journal::Journal,
-    journal::Start,
-    flint_common::wire::ledger::Ledger,
-)> {
-    let Some(found) = journal::Journal::open(state_dir)? else {
-        let start = journal::Start {
-            version: journal::FORMAT_VERSION,
-            run_id: format!("{}-{:016x}", experiment.name, rand::random::<u64>()),
-            fingerprint: experiment.fingerprint.clone(),
-            started_unix_ms: unix_ms(),
-        };
-        let journal = journal::Journal::create(state_dir, start.clone())?;
-        return Ok((journal, start, Default::default()));
-    };
-    let path = found.journal.path().display().to_string();
-    if found.start.fingerprint != experiment.fingerprint {
-        anyhow::bail!(
-            "{path} holds run {} of another experiment (fingerprint {}, this one is {}): resume it with its own experiment file, or move {} away to start a new run",
-            found.start.run_id,
-            found.start.fingerprint,
-            experiment.fingerprint,
-            state_dir.display()
-        );
-    }
-    if found.torn_bytes > 0 {
-        tracing::warn!(
-            path,
-            bytes = found.torn_bytes,
-            "the journal's last record, written after its last sync, was cut short by the crash; dropped (its call was never answered)"
-        );
-    }
-    let replayed = recovery::replay(found.events, rounds, identities, Instant::now())
-        .with_context(|| format!("cannot resume run {} from {path}", found.start.run_id))?;
-    if let Some(round) = replayed.installed_at_end {
-        found.journal.append(service::installed(rounds, round))?;
-    }
-    found.journal.sync()?;
-    let mut ledger: flint_common::wire::ledger::Ledger =
-        match std::fs::read(state_dir.join(LEDGER_FILE)) {
-            Ok(bytes) => serde_json::from_slice(&bytes).with_context(|| {
-                format!("cannot read {}", state_dir.join(LEDGER_FILE).display())
-            })?,
-            Err(_) => Default::default(),
-        };
-    // The clients' reported link counts are in the journal: the whole of them, whatever the
-    // kept ledger's age (a count only grows, so taking the larger is idempotent).
-    for (client, counts) in &replayed.link {
-        ledger.reported_link(*client, counts);
-    }
-    tracing::info!(
-        run = %found.start.run_id,
-        records = replayed.records,
-        closed_rounds = rounds.history().len(),
-        open_round = ?rounds.open_round().map(|(r, _, _)| r),
-        joined = rounds.joined().len(),
-        "resumed the run from its journal"
-    );
-    Ok((found.journal, found.start, ledger))
-}
-
 /// Closes rounds at their timeouts and keeps status.json (and, at each closed round, the byte
 /// ledger of the state directory) current until the run is done.
 async fn tick_until_done(shared: Arc<Shared>, out: PathBuf, state_dir: PathBuf) {
     let mut written = u64::MAX;
     let mut ledger_at = usize::MAX;
     loop {
-        let now = Instant::now();
-        let (closed, finished, closed_rounds) = {
-            let mut r = shared.rounds();
-            let closed = r.tick(now);
-            if let Some(job) = &closed {
-                shared.record(journal::Event::Close(journal::RoundMark {
-                    seconds: r.closing_seconds().unwrap_or(0.0),
-                    timed_out: true,
-                    ..journal::RoundMark::of(job.round())
-                }));
-            }
-            flint_shell::logging::set_round(r.counts().opened);
-            (closed, r.is_done(now), r.history().len())
-        };
-        if let Some(job) = closed {
-            shared.aggregate(job);
-            shared.bump_phase();
-        }
+        let Ticked {
+            finished,
+            closed_rounds,
+        } = tick(&shared);
         let version = *shared.version.borrow();
         let status_due = version != written;
         let ledger_due = closed_rounds != ledger_at;
@@ -691,7 +490,8 @@ async fn tick_until_done(shared: Arc<Shared>, out: PathBuf, state_dir: PathBuf) 
                 if ledger_due {
                     let bytes =
                         serde_json::to_vec(&shared.ledger.snapshot()).expect("ledger serialises");
-                    if let Err(e) = results::write_atomic(&state_dir.join(LEDGER_FILE), &bytes) {
+                    let path = state_dir.join(state::LEDGER_FILE);
+                    if let Err(e) = results::write_atomic(&path, &bytes) {
                         tracing::warn!(error = %e, "cannot keep the byte ledger in the state directory");
                     }
                 }
@@ -707,6 +507,40 @@ async fn tick_until_done(shared: Arc<Shared>, out: PathBuf, state_dir: PathBuf) 
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// What one tick of the clock found.
+pub struct Ticked {
+    /// The run is over: finished, and its final evaluations are in or timed out.
+    pub finished: bool,
+    pub closed_rounds: usize,
+}
+
+/// Closes the open round if its timeout has passed (journaled as such, then aggregated).
+pub fn tick(shared: &Arc<Shared>) -> Ticked {
+    let now = service::now();
+    let (closed, ticked) = {
+        let mut r = shared.rounds();
+        let closed = r.tick(now);
+        if let Some(job) = &closed {
+            shared.record(journal::Event::Close(journal::RoundMark {
+                seconds: r.closing_seconds().unwrap_or(0.0),
+                timed_out: true,
+                ..journal::RoundMark::of(job.round())
+            }));
+        }
+        flint_shell::logging::set_round(r.counts().opened);
+        let ticked = Ticked {
+            finished: r.is_done(now),
+            closed_rounds: r.history().len(),
+        };
+        (closed, ticked)
+    };
+    if let Some(job) = closed {
+        shared.aggregate(job);
+        shared.bump_phase();
+    }
+    ticked
 }
 
 fn write_status(shared: &Shared, out: &Path) {

@@ -42,7 +42,7 @@ pub fn replay(
         let at = || format!("journal record {} of {records}", i + 1);
         match event {
             Event::Start(_) => bail!("{}: a second run record", at()),
-            Event::Bind(b) => restore_bind(identities, b).with_context(at)?,
+            Event::Bind(b) => restore_bind(identities, b, now).with_context(at)?,
             Event::Join(j) => {
                 let summary = j
                     .summary
@@ -110,7 +110,7 @@ pub fn replay(
 
 /// A slot's binding as the journal kept it: its token's hash, its holder, and the hash of the
 /// enrollment secret that bound it, where the run asks for one.
-fn restore_bind(identities: &mut Identities, b: Bind) -> anyhow::Result<()> {
+fn restore_bind(identities: &mut Identities, b: Bind, now: Instant) -> anyhow::Result<()> {
     let hash = |bytes: &[u8], what: &str| -> anyhow::Result<[u8; 32]> {
         bytes
             .try_into()
@@ -121,7 +121,7 @@ fn restore_bind(identities: &mut Identities, b: Bind) -> anyhow::Result<()> {
         host: b.host,
         certificate: b.certificate,
     };
-    identities.restore(b.client_id, token, holder)?;
+    identities.restore(b.client_id, token, holder, now)?;
     if !b.enrollment_hash.is_empty() {
         let secret = hash(&b.enrollment_hash, "an enrollment")?;
         identities.enroll(b.client_id, Some(secret));

@@ -2,7 +2,6 @@
 //! `rounds.csv` at the end. Files are replaced atomically (write, then rename).
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::Path;
 
 use flint_common::degenerate::{Names, Warning, few_training_rows, round_warnings};
@@ -13,6 +12,7 @@ use flint_common::wire::ledger::{Flow, Ledger};
 use flint_common::{ClientId, Round};
 use serde::{Deserialize, Serialize};
 
+use crate::disk::{Disk, HostDisk};
 use crate::identity::Holder;
 use crate::rounds::Rounds;
 use crate::service::{Refused, Shared};
@@ -431,16 +431,13 @@ pub fn status(shared: &Shared) -> Status {
 }
 
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let disk = HostDisk;
     let tmp = path.with_extension("tmp");
-    {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-    }
-    std::fs::rename(tmp, path)?;
+    disk.write_synced(&tmp, bytes)?;
+    disk.rename(&tmp, path)?;
     // The rename itself is durable only once the directory is synced.
     match path.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => crate::journal::sync_dir(dir),
+        Some(dir) if !dir.as_os_str().is_empty() => disk.sync_dir(dir),
         _ => Ok(()),
     }
 }

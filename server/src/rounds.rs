@@ -409,6 +409,27 @@ impl Rounds {
         self.downloads.as_ref()?.for_client(client).cloned()
     }
 
+    /// Whether `client`'s update for `round` is taken: in the open round, or among a closed
+    /// round's participants (the simulation's check that nothing acknowledged is lost).
+    pub fn holds_update(&self, client: ClientId, round: Round) -> bool {
+        let closed = self
+            .history
+            .iter()
+            .any(|r| r.round == round && r.participants.contains(&client));
+        closed
+            || match &self.phase {
+                Phase::Open {
+                    round: r, updates, ..
+                } => *r == round && updates.contains_key(&client),
+                Phase::Aggregating {
+                    round: r,
+                    participants,
+                    ..
+                } => *r == round && participants.contains(&client),
+                _ => false,
+            }
+    }
+
     /// The next task of a client that has seen rounds up to `after_round`.
     pub fn task_for(&self, client: ClientId, after_round: Round) -> Task {
         match &self.phase {
@@ -444,6 +465,15 @@ impl Rounds {
         now: Instant,
     ) -> Result<Accepted> {
         self.check_joined(client)?;
+        // A retried upload whose first attempt was taken but whose answer was lost, maybe in a
+        // round closed since (by that very update): answered as the duplicate it is, so that its
+        // client knows it was taken.
+        if self.holds_update(client, round) {
+            return Ok(Accepted {
+                duplicate: true,
+                closed: None,
+            });
+        }
         let features = self.features.unwrap_or(0);
         let precondition = |m: String| Err(FlintError::Precondition(m));
         let strategy = self.strategy.as_deref();
@@ -488,12 +518,6 @@ impl Rounds {
                 "client {client} joined after round {open} opened; it takes part from round {}",
                 open + 1
             ));
-        }
-        if updates.contains_key(&client) {
-            return Ok(Accepted {
-                duplicate: true,
-                closed: None,
-            });
         }
         let strategy = strategy.ok_or_else(|| {
             FlintError::Precondition("the server is aggregating a round; try again".into())

@@ -69,6 +69,23 @@ pub struct Shared {
     pub long_polls: Mutex<std::collections::BTreeMap<ClientId, usize>>,
     /// What the metrics count as it happens (see `telemetry`).
     pub telemetry: Telemetry,
+    /// Where the journal's syncs and the aggregations run.
+    pub blocking: Blocking,
+}
+
+/// Where blocking work (the journal's sync, an aggregation) runs: tokio's blocking pool, or
+/// inline on the calling task for the deterministic simulation (`server/tests/sim.rs`), which
+/// runs every host on one thread and must see one schedule per seed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Blocking {
+    Pool,
+    Inline,
+}
+
+/// The clock the server decides by: tokio's, which is the system's except on a paused
+/// runtime (the simulation's), whose time is simulated.
+pub fn now() -> Instant {
+    tokio::time::Instant::now().into_std()
 }
 
 /// Long-polls one client may hold at once. An honest client waits in one, and a retry after
@@ -128,6 +145,17 @@ impl Shared {
         self.bump();
     }
 
+    /// Runs `work` where [`Blocking`] says; `None` if the blocking pool dropped it.
+    async fn run_blocking<R: Send + 'static>(
+        &self,
+        work: impl FnOnce() -> R + Send + 'static,
+    ) -> Option<R> {
+        match self.blocking {
+            Blocking::Pool => tokio::task::spawn_blocking(work).await.ok(),
+            Blocking::Inline => Some(work()),
+        }
+    }
+
     /// The run's classes, for the papers' byte convention.
     fn classes(&self) -> usize {
         self.experiment.data.classes().len()
@@ -176,17 +204,18 @@ impl Shared {
             let _turn = self.sync_turn.lock().await;
             if self.journal.synced() < target {
                 let shared = self.clone();
-                let synced = tokio::task::spawn_blocking(move || {
-                    let started = Instant::now();
-                    let r = shared.journal.sync();
-                    shared.telemetry.journal_synced(started.elapsed());
-                    if let Err(e) = &r {
-                        shared.journal_broke(e);
-                    }
-                    r
-                })
-                .await;
-                if !matches!(synced, Ok(Ok(()))) {
+                let synced = self
+                    .run_blocking(move || {
+                        let started = Instant::now();
+                        let r = shared.journal.sync();
+                        shared.telemetry.journal_synced(started.elapsed());
+                        if let Err(e) = &r {
+                            shared.journal_broke(e);
+                        }
+                        r
+                    })
+                    .await;
+                if !matches!(synced, Some(Ok(()))) {
                     return Err(unavailable());
                 }
             }
@@ -284,7 +313,7 @@ impl Shared {
         self.rounds().check_joined(client)
     }
 
-    /// Runs a closed round's aggregation on the blocking pool, then installs it and wakes
+    /// Runs a closed round's aggregation where [`Blocking`] says, then installs it and wakes
     /// everyone waiting; the lock is free meanwhile.
     pub fn aggregate(self: &Arc<Self>, job: AggregationJob) {
         let shared = self.clone();
@@ -297,10 +326,10 @@ impl Shared {
                 std::thread::sleep(hold);
                 done
             };
-            match tokio::task::spawn_blocking(run).await {
-                Ok(done) => {
+            match shared.run_blocking(run).await {
+                Some(done) => {
                     let mut rounds = shared.rounds();
-                    if rounds.install(done, Instant::now()) {
+                    if rounds.install(done, now()) {
                         shared.record(installed(&rounds, round));
                         if let Some((_, seconds)) = rounds.timings(round) {
                             shared.telemetry.aggregated(seconds);
@@ -308,9 +337,9 @@ impl Shared {
                     }
                 }
                 // `run` catches a strategy's panic, so only a cancelled pool ends here.
-                Err(e) => {
-                    tracing::error!(round, error = %e, "aggregation did not finish");
-                    shared.rounds().abandon_aggregation(Instant::now());
+                None => {
+                    tracing::error!(round, "aggregation did not finish");
+                    shared.rounds().abandon_aggregation(now());
                 }
             }
             tracing::debug!(
@@ -534,7 +563,7 @@ fn labelled<T>(msg: T, client: ClientId, round: Round) -> Response<T> {
 }
 
 fn unix_ms(at: Instant) -> u64 {
-    let now = Instant::now();
+    let now = now();
     let wall = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default();
@@ -608,9 +637,7 @@ impl AggregatorService {
                 let mut rounds = s.rounds();
                 let fresh = !rounds.joined().contains_key(&id);
                 let was_open = rounds.open_round().is_some();
-                rounds
-                    .join(id, summary.clone(), Instant::now())
-                    .map_err(status)?;
+                rounds.join(id, summary.clone(), now()).map_err(status)?;
                 opened = !was_open && rounds.open_round().is_some();
                 if fresh {
                     s.record(Event::Join(journal::Join {
@@ -663,14 +690,7 @@ impl AggregatorService {
             let joined = |id: ClientId| rounds.joined().contains_key(&id);
             let holder = Holder::new(&host, &peer);
             let (id, name, bound) = identities
-                .claim_any(
-                    &req.token,
-                    &req.enrollment,
-                    &peer,
-                    holder,
-                    &joined,
-                    Instant::now(),
-                )
+                .claim_any(&req.token, &req.enrollment, &peer, holder, &joined, now())
                 .map_err(status)?;
             drop(rounds);
             if bound {
@@ -826,7 +846,7 @@ impl AggregatorService {
         }));
         let outcome = {
             let mut rounds = s.rounds();
-            let outcome = rounds.accept_update(client, round, payload, Instant::now());
+            let outcome = rounds.accept_update(client, round, payload, now());
             if let Ok(Accepted {
                 duplicate: false,
                 closed,

@@ -1,0 +1,242 @@
+//! A simulated client: the real client half of the strategy (its shard, its training, its
+//! evaluation), calling the server over the simulated network and retrying each call until it
+//! is answered, as the real client does; it sends some calls twice (a duplicate is answered as
+//! one), and reports to the oracle every acknowledgement and every refusal of an honest call.
+
+use std::future::Future;
+use std::time::Duration;
+
+use flint_client::proto::aggregator_client::AggregatorClient;
+use flint_common::clients::Prepared;
+use flint_common::config::Experiment;
+use flint_common::rng::{FlintRng, derive_rng};
+use flint_common::wire::chunks::split;
+use flint_common::wire::proto::{
+    EvalReport, JoinRequest, Payload, RoundRequest, RoundTask, UpdateHeader,
+};
+use flint_common::wire::{CLIENT_HEADER, TOKEN_HEADER};
+use flint_common::{ClientId, Round};
+use prost::Message;
+use rand::RngExt;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Code, Request, Response, Status};
+
+use crate::net::{PORT, connector};
+use crate::oracle::{Acked, Shared};
+
+/// How long a call may go unanswered before it is tried again (simulated time).
+const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+/// A long-poll is given longer: a round may wait on a crashed server's restart.
+const POLL_TIMEOUT: Duration = Duration::from_secs(20);
+const BACKOFF: Duration = Duration::from_millis(200);
+
+pub struct SimClient {
+    pub prepared: Prepared,
+    pub experiment: Experiment,
+    pub oracle: Shared,
+    /// The schedule's seed: this client's duplicates are drawn from it.
+    pub seed: u64,
+    /// How often an answered call is sent again.
+    pub duplicates: f64,
+}
+
+struct Calls {
+    id: ClientId,
+    token: String,
+    grpc: AggregatorClient<Channel>,
+    oracle: Shared,
+    /// Whether to send a call twice.
+    faults: FlintRng,
+    duplicates: f64,
+}
+
+impl SimClient {
+    pub async fn run(self) -> turmoil::Result {
+        let SimClient {
+            mut prepared,
+            experiment,
+            oracle,
+            seed,
+            duplicates,
+        } = self;
+        let id = prepared.id;
+        let mut calls = Calls {
+            id,
+            token: format!("{:032x}", u128::from(id) * 0x9e37_79b9_7f4a_7c15),
+            grpc: connect().await,
+            oracle,
+            faults: derive_rng(seed, "sim-faults", id),
+            duplicates,
+        };
+        let join = JoinRequest {
+            client_name: prepared.name.clone(),
+            experiment_fingerprint: experiment.fingerprint.clone(),
+            summary: Some(prepared.summary.clone()),
+            token: calls.token.clone(),
+            enrollment: String::new(),
+        };
+        let reply = calls
+            .twice("join", |g| {
+                let (req, mut g) = (Request::new(join.clone()), g.clone());
+                async move { g.join(req).await }
+            })
+            .await?;
+        calls.acked(Acked::Join(id));
+        let run_id = reply.run_id;
+        let mut train_rng = derive_rng(experiment.seed, "train", id);
+        let mut after = 0;
+        loop {
+            let task = calls.next_task(&run_id, after).await?;
+            let round = if task.finished {
+                task.round
+            } else {
+                task.round - 1
+            };
+            if let Some(d) = &task.download {
+                prepared.half.apply(round, d)?;
+            }
+            if round > 0 {
+                let m = prepared.half.evaluate();
+                calls.report(&run_id, round, m).await?;
+            }
+            if task.finished {
+                let download = task.download.map(|d| d.encode_to_vec()).unwrap_or_default();
+                let mut o = calls.oracle.lock().expect("oracle");
+                o.outcome.finals.insert(id, download);
+                return Ok(());
+            }
+            let update = prepared.half.train(task.round, &mut train_rng)?;
+            calls.push(&run_id, task.round, &update).await?;
+            after = task.round;
+        }
+    }
+}
+
+async fn connect() -> AggregatorClient<Channel> {
+    loop {
+        let endpoint = Endpoint::new(format!("http://server:{PORT}")).expect("a valid URI");
+        match endpoint.connect_with_connector(connector()).await {
+            Ok(channel) => return AggregatorClient::new(channel),
+            Err(_) => tokio::time::sleep(BACKOFF).await,
+        }
+    }
+}
+
+/// A call as `id`, holding its token.
+fn signed<T>(id: ClientId, token: &str, msg: T) -> Request<T> {
+    let mut r = Request::new(msg);
+    r.metadata_mut().insert(CLIENT_HEADER, id.into());
+    r.metadata_mut()
+        .insert(TOKEN_HEADER, token.parse().expect("hex token"));
+    r
+}
+
+/// A refusal a client retries: the server is down or restarting, the connection broke.
+fn transient(s: &Status) -> bool {
+    matches!(
+        s.code(),
+        Code::Unavailable | Code::Cancelled | Code::Unknown | Code::DeadlineExceeded
+    )
+}
+
+impl Calls {
+    fn acked(&self, what: Acked) {
+        self.oracle.lock().expect("oracle").ack(what);
+    }
+
+    /// Tries `call` until it is answered; a refusal that is not transient is a violation.
+    async fn call<T, F, Fut>(&mut self, what: &str, wait: Duration, call: F) -> turmoil::Result<T>
+    where
+        F: Fn(&AggregatorClient<Channel>) -> Fut,
+        Fut: Future<Output = Result<Response<T>, Status>>,
+    {
+        loop {
+            match tokio::time::timeout(wait, call(&self.grpc)).await {
+                Ok(Ok(reply)) => return Ok(reply.into_inner()),
+                Ok(Err(s)) if !transient(&s) => {
+                    let why = format!("client {}: honest {what} refused: {s}", self.id);
+                    self.oracle.lock().expect("oracle").violation(why.clone());
+                    return Err(why.into());
+                }
+                _ => {}
+            }
+            tokio::time::sleep(BACKOFF).await;
+            self.grpc = connect().await;
+        }
+    }
+
+    /// [`call`](Self::call), sent a second time once answered when the schedule says so.
+    async fn twice<T, F, Fut>(&mut self, what: &str, call: F) -> turmoil::Result<T>
+    where
+        F: Fn(&AggregatorClient<Channel>) -> Fut,
+        Fut: Future<Output = Result<Response<T>, Status>>,
+    {
+        let reply = self.call(what, CALL_TIMEOUT, &call).await?;
+        if self.faults.random_bool(self.duplicates) {
+            self.call(what, CALL_TIMEOUT, &call).await?;
+        }
+        Ok(reply)
+    }
+
+    async fn next_task(&mut self, run_id: &str, after: Round) -> turmoil::Result<RoundTask> {
+        let ask = RoundRequest {
+            client_id: self.id,
+            run_id: run_id.to_string(),
+            after_round: after,
+        };
+        let (token, id) = (self.token.clone(), self.id);
+        self.call("get round", POLL_TIMEOUT, move |g| {
+            let r = signed(id, &token, ask.clone());
+            let mut g = g.clone();
+            async move { g.get_round(r).await }
+        })
+        .await
+    }
+
+    async fn report(
+        &mut self,
+        run_id: &str,
+        round: Round,
+        m: flint_common::metrics::ConfusionMatrix,
+    ) -> turmoil::Result {
+        let report = EvalReport {
+            client_id: self.id,
+            run_id: run_id.to_string(),
+            round,
+            classes: m.classes() as u32,
+            confusion: m.counts().to_vec(),
+            global_test: false,
+            predictor: String::new(),
+            link: Vec::new(),
+        };
+        let (token, id) = (self.token.clone(), self.id);
+        self.twice("report evaluation", move |g| {
+            let r = signed(id, &token, report.clone());
+            let mut g = g.clone();
+            async move { g.report_eval(r).await }
+        })
+        .await?;
+        self.acked(Acked::Eval(self.id, round));
+        Ok(())
+    }
+
+    async fn push(&mut self, run_id: &str, round: Round, update: &Payload) -> turmoil::Result {
+        let header = UpdateHeader {
+            client_id: self.id,
+            run_id: run_id.to_string(),
+            round,
+            payload_len: 0,
+            payload_crc32: 0,
+        };
+        let chunks = split(header, update, 1 << 16);
+        let (token, id) = (self.token.clone(), self.id);
+        self.twice("push update", move |g| {
+            let r = signed(id, &token, tokio_stream::iter(chunks.clone()));
+            let mut g = g.clone();
+            async move { g.push_update(r).await }
+        })
+        .await?;
+        self.acked(Acked::Update(self.id, round));
+        Ok(())
+    }
+}

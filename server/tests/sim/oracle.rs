@@ -1,0 +1,101 @@
+//! What the simulated clients were told, and the invariants checked against it: nothing
+//! acknowledged is lost (checked each time the server comes back from its journal), honest
+//! calls are never refused, the journal stays bounded, and the run ends as the fault-free one.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+
+use flint_common::{ClientId, Round};
+use flint_server::rounds::Rounds;
+
+/// One acknowledgement a client received.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Acked {
+    Join(ClientId),
+    Update(ClientId, Round),
+    Eval(ClientId, Round),
+}
+
+/// A closed round as compared: its participants and aggregation weights (as bits).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Closed {
+    pub round: Round,
+    pub participants: Vec<ClientId>,
+    pub weights: Vec<(ClientId, u64)>,
+}
+
+/// What a finished run decided, compared across schedules: its closed rounds, each
+/// evaluation's counts, each client's final download.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Outcome {
+    pub rounds: Vec<Closed>,
+    pub evals: BTreeMap<(Round, ClientId), Vec<u64>>,
+    pub finals: BTreeMap<ClientId, Vec<u8>>,
+}
+
+impl Outcome {
+    /// The server's side of the outcome, at the end of the run (the clients add their final
+    /// downloads).
+    pub fn record_server(&mut self, rounds: &Rounds) {
+        let history = rounds.history().iter().map(|r| Closed {
+            round: r.round,
+            participants: r.participants.clone(),
+            weights: r.weights.iter().map(|(c, w)| (*c, w.to_bits())).collect(),
+        });
+        let evals = rounds.evals().iter().flat_map(|(round, by)| {
+            by.iter()
+                .map(move |(c, m)| ((*round, *c), m.counts().to_vec()))
+        });
+        self.rounds = history.collect();
+        self.evals = evals.collect();
+    }
+}
+
+#[derive(Default)]
+pub struct Oracle {
+    acked: BTreeSet<Acked>,
+    pub violations: Vec<String>,
+    /// Servers started from the journal (the first start included).
+    pub starts: usize,
+    /// The largest journal a server came back from, in records.
+    pub most_records: usize,
+    pub outcome: Outcome,
+}
+
+pub type Shared = Arc<Mutex<Oracle>>;
+
+impl Oracle {
+    pub fn ack(&mut self, what: Acked) {
+        self.acked.insert(what);
+    }
+
+    pub fn violation(&mut self, what: String) {
+        self.violations.push(what);
+    }
+
+    /// A server just replayed its journal: everything a client was told is taken must be.
+    pub fn check_recovered(&mut self, rounds: &Rounds, records: usize) {
+        self.starts += 1;
+        self.most_records = self.most_records.max(records);
+        let lost: Vec<Acked> = self
+            .acked
+            .iter()
+            .copied()
+            .filter(|a| !holds(rounds, *a))
+            .collect();
+        for a in lost {
+            self.violation(format!(
+                "acknowledged {a:?} lost by the server's start {}",
+                self.starts
+            ));
+        }
+    }
+}
+
+fn holds(rounds: &Rounds, acked: Acked) -> bool {
+    match acked {
+        Acked::Join(c) => rounds.joined().contains_key(&c),
+        Acked::Update(c, r) => rounds.holds_update(c, r),
+        Acked::Eval(c, r) => rounds.evals().get(&r).is_some_and(|e| e.contains_key(&c)),
+    }
+}
