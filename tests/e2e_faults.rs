@@ -776,13 +776,21 @@ fn the_server_keeps_answering_while_a_round_aggregates() {
         .await;
         let health = answered("health")(health).unwrap().into_inner();
         assert_eq!(health.status, ServingStatus::Serving as i32);
-        let late =
-            answered("a late update")(tokio::time::timeout(guard, push(1, 1)).await).unwrap_err();
-        assert_eq!(late.code(), Code::FailedPrecondition, "{late:?}");
+        let early =
+            answered("an early update")(tokio::time::timeout(guard, push(1, 2)).await).unwrap_err();
+        assert_eq!(early.code(), Code::FailedPrecondition, "{early:?}");
         assert!(
-            late.message().contains("round 1 is being aggregated"),
-            "{late:?}"
+            early
+                .message()
+                .contains("round 1 is being aggregated; round 2 is not open yet"),
+            "{early:?}"
         );
+        // An update the round took, sent again (its answer lost): a duplicate, not a refusal,
+        // so its client knows it was taken (issue 30 §8's simulation found it refused).
+        let again = answered("a repeated update")(tokio::time::timeout(guard, push(1, 1)).await)
+            .unwrap()
+            .into_inner();
+        assert!(again.duplicate, "{again:?}");
         let mut stranger = grpc.clone();
         let unknown = stranger.get_round(RoundRequest {
             client_id: 9,

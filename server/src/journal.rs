@@ -235,7 +235,8 @@ impl Journal {
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes)
             .with_context(|| format!("cannot read {}", path.display()))?;
-        let (events, good) = parse(&bytes).map_err(|why| {
+        let acknowledged = read_synced_length(&*disk, dir)?;
+        let (events, good) = parse(&bytes, acknowledged).map_err(|why| {
             anyhow::anyhow!(
                 "{} is damaged: {why}; the run cannot be resumed from it (move the state directory away to start a new run)",
                 path.display()
@@ -254,7 +255,6 @@ impl Journal {
                 start.version
             );
         }
-        let acknowledged = read_synced_length(&*disk, dir)?;
         if (good as u64) < acknowledged {
             bail!(
                 "{} lost records whose calls were answered: its whole records end at byte {good}, but {acknowledged} bytes were synced before calls were answered (journal.synced). No crash of the server cuts what it synced; the file was damaged or cut from outside. The run cannot be resumed exactly: move the state directory away to start a new run",
@@ -364,10 +364,14 @@ pub fn frame(event: &Event) -> std::io::Result<Vec<u8>> {
     Ok(out)
 }
 
-/// The whole records of `bytes`, and how many bytes they span. Only the last record may be
-/// bad (cut short, or not all of it reached the disk before a power loss): a bad record with
-/// more after it is damage, not a crash, and is an error (the records after it were answered).
-fn parse(bytes: &[u8]) -> Result<(Vec<Event>, usize), String> {
+/// The whole records of `bytes`, and how many bytes they span. A bad record (cut short, or not
+/// all of it reached the disk before a power loss) that starts at or past `acknowledged`, the
+/// length synced before any call was answered, ends the journal: it and whatever follows were
+/// written after the last sync, and a crash may keep any part of those writes, a later one
+/// whole and an earlier one torn, since unsynced writes reach the disk in any order. A bad record
+/// before it, with more after it, is damage, not a crash, and is an error (its call and the
+/// ones after it were answered).
+fn parse(bytes: &[u8], acknowledged: u64) -> Result<(Vec<Event>, usize), String> {
     use prost::Message;
     let mut events = Vec::new();
     let mut at = 0;
@@ -378,10 +382,11 @@ fn parse(bytes: &[u8]) -> Result<(Vec<Event>, usize), String> {
             // Runs past the end of the file: the record being written when the process died.
             break;
         };
+        let unsynced = at as u64 >= acknowledged;
         let last = at + 8 + len == bytes.len();
         let event = match Record::decode(body) {
             Ok(Record { event: Some(e) }) if crc32fast::hash(body) == crc => e,
-            _ if last => break,
+            _ if last || unsynced => break,
             _ => {
                 return Err(format!(
                     "record {} (at byte {at}) is damaged and {} bytes follow it",
@@ -508,14 +513,19 @@ mod tests {
     #[test]
     fn a_bad_last_record_is_cut_off_but_damage_before_the_end_is_refused() {
         let dir = tempfile::tempdir().unwrap();
-        let j = Journal::create(HostDisk::shared(), dir.path(), start()).unwrap();
-        j.append(Event::Close(RoundMark::of(1))).unwrap();
-        j.append(Event::Close(RoundMark::of(2))).unwrap();
-        drop(j);
+        let journal = |synced: bool| {
+            let j = Journal::create(HostDisk::shared(), dir.path(), start()).unwrap();
+            j.append(Event::Close(RoundMark::of(1))).unwrap();
+            j.append(Event::Close(RoundMark::of(2))).unwrap();
+            if synced {
+                j.sync().unwrap();
+            }
+            drop(j);
+            std::fs::read(dir.path().join(FILE_NAME)).unwrap()
+        };
         let path = dir.path().join(FILE_NAME);
-        let good = std::fs::read(&path).unwrap();
         // The last record's body damaged (not all of it reached the disk): cut off.
-        let mut bytes = good.clone();
+        let mut bytes = journal(false);
         let last = bytes.len() - 1;
         bytes[last] ^= 0xff;
         std::fs::write(&path, &bytes).unwrap();
@@ -525,8 +535,9 @@ mod tests {
         assert_eq!(found.events, vec![Event::Close(RoundMark::of(1))]);
         assert!(found.torn_bytes > 0);
         drop(found);
-        // The first record after the start damaged, with an answered one after it: refused.
-        let mut bytes = good;
+        // The first record after the start damaged, synced, with an answered one after it:
+        // refused.
+        let mut bytes = journal(true);
         let second = bytes.len() - 2 * (8 + 2 + 2);
         bytes[second + 9] ^= 0xff;
         std::fs::write(&path, &bytes).unwrap();
@@ -535,6 +546,36 @@ mod tests {
             .unwrap()
             .to_string();
         assert!(e.contains("is damaged: record 2"), "{e}");
+    }
+
+    /// Found by the simulation (docs/PROTOCOL.md §Simulation): writes after the last sync reach
+    /// the disk in any order, so a crash may keep a later record whole and an earlier one torn.
+    /// Neither was answered: the journal ends at the torn one, as it does at a torn last record.
+    #[test]
+    fn records_after_the_last_sync_end_at_the_first_torn_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = Journal::create(HostDisk::shared(), dir.path(), start()).unwrap();
+        j.append(Event::Close(RoundMark::of(1))).unwrap();
+        j.sync().unwrap();
+        j.append(Event::Close(RoundMark::of(2))).unwrap();
+        j.append(Event::Close(RoundMark::of(3))).unwrap();
+        drop(j);
+        let path = dir.path().join(FILE_NAME);
+        let mut bytes = std::fs::read(&path).unwrap();
+        let whole = bytes.len() as u64;
+        // Record 2's body reached the disk only in part; record 3 whole.
+        let second = bytes.len() - 2 * (8 + 2 + 2);
+        bytes[second + 9] ^= 0xff;
+        std::fs::write(&path, &bytes).unwrap();
+        let found = Journal::open(HostDisk::shared(), dir.path())
+            .unwrap()
+            .unwrap();
+        assert_eq!(found.events, vec![Event::Close(RoundMark::of(1))]);
+        assert_eq!(found.torn_bytes, 2 * (8 + 2 + 2));
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().len(),
+            whole - found.torn_bytes
+        );
     }
 
     #[test]

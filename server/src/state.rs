@@ -195,7 +195,7 @@ fn resume(
         tracing::warn!(
             path,
             bytes = found.torn_bytes,
-            "the journal's last record, written after its last sync, was cut short by the crash; dropped (its call was never answered)"
+            "the journal's records written after its last sync were cut short by the crash; dropped from the first torn one on (their calls were never answered)"
         );
     }
     let replayed = recovery::replay(found.events, rounds, identities, now())

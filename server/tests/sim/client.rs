@@ -1,9 +1,13 @@
-//! A simulated client: the real client half of the strategy (its shard, its training, its
-//! evaluation), calling the server over the simulated network and retrying each call until it
-//! is answered, as the real client does; it sends some calls twice (a duplicate is answered as
-//! one), and reports to the oracle every acknowledgement and every refusal of an honest call.
+//! A simulated client, as `flint client --name auto` runs one: it claims a free slot with its
+//! token, then joins it with the real client half of the strategy for that slot (its shard, its
+//! training, its evaluation), calling the server over the simulated network and retrying each
+//! call until it is answered, as the real client does; it sends some calls twice (a duplicate
+//! is answered as one), and reports to the oracle every acknowledgement and every refusal of
+//! an honest call.
 
+use std::collections::BTreeMap;
 use std::future::Future;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use flint_client::proto::aggregator_client::AggregatorClient;
@@ -12,12 +16,13 @@ use flint_common::config::Experiment;
 use flint_common::rng::{FlintRng, derive_rng};
 use flint_common::wire::chunks::split;
 use flint_common::wire::proto::{
-    EvalReport, JoinRequest, Payload, RoundRequest, RoundTask, UpdateHeader,
+    ClaimRequest, EvalReport, JoinRequest, Payload, RoundRequest, RoundTask, UpdateHeader,
 };
 use flint_common::wire::{CLIENT_HEADER, TOKEN_HEADER};
 use flint_common::{ClientId, Round};
 use prost::Message;
 use rand::RngExt;
+use sha2::{Digest, Sha256};
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Request, Response, Status};
 
@@ -30,8 +35,13 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 const POLL_TIMEOUT: Duration = Duration::from_secs(20);
 const BACKOFF: Duration = Duration::from_millis(200);
 
+/// Each slot's client half, taken by the client that claims the slot.
+pub type Slots = Arc<Mutex<BTreeMap<ClientId, Prepared>>>;
+
 pub struct SimClient {
-    pub prepared: Prepared,
+    /// Which simulated host this is (its token is drawn from it, not from a slot).
+    pub host: u32,
+    pub slots: Slots,
     pub experiment: Experiment,
     pub oracle: Shared,
     /// The schedule's seed: this client's duplicates are drawn from it.
@@ -53,20 +63,26 @@ struct Calls {
 impl SimClient {
     pub async fn run(self) -> turmoil::Result {
         let SimClient {
-            mut prepared,
+            host,
+            slots,
             experiment,
             oracle,
             seed,
             duplicates,
         } = self;
-        let id = prepared.id;
         let mut calls = Calls {
-            id,
-            token: format!("{:032x}", u128::from(id) * 0x9e37_79b9_7f4a_7c15),
+            id: 0,
+            token: format!("{:032x}", u128::from(host) * 0x9e37_79b9_7f4a_7c15),
             grpc: connect().await,
             oracle,
-            faults: derive_rng(seed, "sim-faults", id),
+            faults: derive_rng(seed, "sim-faults", host),
             duplicates,
+        };
+        let id = calls.claim(&experiment).await?;
+        let Some(mut prepared) = slots.lock().expect("slots").remove(&id) else {
+            let why = format!("host {host} claimed slot {id}, which another client holds");
+            calls.oracle.lock().expect("oracle").violation(why.clone());
+            return Err(why.into());
         };
         let join = JoinRequest {
             client_name: prepared.name.clone(),
@@ -176,6 +192,25 @@ impl Calls {
             self.call(what, CALL_TIMEOUT, &call).await?;
         }
         Ok(reply)
+    }
+
+    /// Claims a free slot (`--name auto`) and returns its id.
+    async fn claim(&mut self, experiment: &Experiment) -> turmoil::Result<ClientId> {
+        let claim = ClaimRequest {
+            experiment_fingerprint: experiment.fingerprint.clone(),
+            token: self.token.clone(),
+            enrollment: String::new(),
+        };
+        let reply = self
+            .twice("claim", |g| {
+                let (req, mut g) = (Request::new(claim.clone()), g.clone());
+                async move { g.claim(req).await }
+            })
+            .await?;
+        self.id = reply.client_id;
+        let token: [u8; 32] = Sha256::digest(self.token.as_bytes()).into();
+        self.acked(Acked::Claim(self.id, token));
+        Ok(self.id)
     }
 
     async fn next_task(&mut self, run_id: &str, after: Round) -> turmoil::Result<RoundTask> {

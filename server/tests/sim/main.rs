@@ -96,16 +96,19 @@ fn simulate(seed: u64, faults: bool) -> Result<Ran, String> {
     });
     let ids: Vec<_> = (1..=e.clients.len() as u32).collect();
     let prepared = clients::prepare(&e, Path::new("."), &ids, None).map_err(|e| e.to_string())?;
-    for p in prepared {
-        let name = p.name.clone();
+    let slots: client::Slots = Arc::new(Mutex::new(
+        prepared.into_iter().map(|p| (p.id, p)).collect(),
+    ));
+    for host in ids {
         let client = SimClient {
-            prepared: p,
+            host,
+            slots: slots.clone(),
             experiment: e.clone(),
             oracle: oracle.clone(),
             seed,
             duplicates: if faults { 0.25 } else { 0.0 },
         };
-        sim.client(name, client.run());
+        sim.client(format!("client-{host}"), client.run());
     }
     let (steps, crashes) = drive(&mut sim, &oracle, faults, &mut schedule)?;
     let oracle = std::mem::take(&mut *oracle.lock().expect("oracle"));
@@ -223,10 +226,11 @@ async fn serve(e: Experiment, oracle: oracle::Shared) -> turmoil::Result {
     let strategy = e.strategy.server(e.data.classes().len(), e.seed, e.robust);
     let shared = Arc::new(state::open(e, strategy, &state, &ServeOptions::default())?);
     let records = Journal::open(Arc::new(SimDisk), Path::new(STATE))?.map_or(0, |f| f.events.len());
-    oracle
-        .lock()
-        .expect("oracle")
-        .check_recovered(&shared.rounds(), records);
+    {
+        let identities = shared.identities.lock().expect("identities");
+        let mut o = oracle.lock().expect("oracle");
+        o.check_recovered(&shared.rounds(), &identities, records);
+    }
     let ticker = (shared.clone(), oracle);
     tokio::spawn(async move {
         let (shared, oracle) = ticker;

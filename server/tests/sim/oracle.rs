@@ -6,11 +6,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
 use flint_common::{ClientId, Round};
+use flint_server::identity::Identities;
 use flint_server::rounds::Rounds;
 
 /// One acknowledgement a client received.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Acked {
+    /// A slot bound to the token with this hash.
+    Claim(ClientId, [u8; 32]),
     Join(ClientId),
     Update(ClientId, Round),
     Eval(ClientId, Round),
@@ -74,14 +77,14 @@ impl Oracle {
     }
 
     /// A server just replayed its journal: everything a client was told is taken must be.
-    pub fn check_recovered(&mut self, rounds: &Rounds, records: usize) {
+    pub fn check_recovered(&mut self, rounds: &Rounds, identities: &Identities, records: usize) {
         self.starts += 1;
         self.most_records = self.most_records.max(records);
         let lost: Vec<Acked> = self
             .acked
             .iter()
             .copied()
-            .filter(|a| !holds(rounds, *a))
+            .filter(|a| !holds(rounds, identities, *a))
             .collect();
         for a in lost {
             self.violation(format!(
@@ -92,8 +95,21 @@ impl Oracle {
     }
 }
 
-fn holds(rounds: &Rounds, acked: Acked) -> bool {
+/// Without the token's hash: a violation names the slot.
+impl std::fmt::Debug for Acked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Acked::Claim(c, _) => write!(f, "Claim({c})"),
+            Acked::Join(c) => write!(f, "Join({c})"),
+            Acked::Update(c, r) => write!(f, "Update({c}, {r})"),
+            Acked::Eval(c, r) => write!(f, "Eval({c}, {r})"),
+        }
+    }
+}
+
+fn holds(rounds: &Rounds, identities: &Identities, acked: Acked) -> bool {
     match acked {
+        Acked::Claim(c, token) => identities.binding(c).is_some_and(|(h, _)| *h == token),
         Acked::Join(c) => rounds.joined().contains_key(&c),
         Acked::Update(c, r) => rounds.holds_update(c, r),
         Acked::Eval(c, r) => rounds.evals().get(&r).is_some_and(|e| e.contains_key(&c)),
