@@ -249,19 +249,20 @@ impl Identities {
                 })?;
                 pos as ClientId + 1
             }
-            _ => self.free_slot(joined, now).ok_or_else(|| {
-                FlintError::Precondition(format!(
-                    "every one of the {} client slots is claimed",
-                    self.names.len()
-                ))
-            })?,
+            _ => match self.reclaimed(secret, joined) {
+                Some(id) => id,
+                None => self.free_slot(joined, now).ok_or_else(|| {
+                    FlintError::Precondition(format!(
+                        "every one of the {} client slots is claimed",
+                        self.names.len()
+                    ))
+                })?,
+            },
         };
-        // Checked as if a lapsed claim were gone, and put back if the call is refused: a refused
-        // Claim changes nothing.
-        let lapsed = self
-            .lapsed(id, joined, now)
-            .then(|| self.claims.remove(&id))
-            .flatten();
+        // Checked as if a lapsed claim (or one its own secret takes back) were gone, and put
+        // back if the call is refused: a refused Claim changes nothing.
+        let replaced = self.lapsed(id, joined, now) || self.reclaimed(secret, joined) == Some(id);
+        let lapsed = replaced.then(|| self.claims.remove(&id)).flatten();
         let checked = self
             .check_claim(id, token, peer)
             .and_then(|()| self.check_enrollment(id, token, secret, peer));
@@ -311,6 +312,15 @@ impl Identities {
 
     pub fn claimed(&self) -> usize {
         self.claims.len()
+    }
+
+    /// The slot `secret` enrolled, if its claimer has not joined it: a claimer that died before
+    /// its Join and came back with a new token (no `--out` kept the old one) takes its slot back
+    /// with its secret, instead of finding the secret spent on a slot it can no longer hold.
+    fn reclaimed(&self, secret: &str, joined: &dyn Fn(ClientId) -> bool) -> Option<ClientId> {
+        self.enrollment.as_ref()?;
+        let h = hash(secret).ok()?;
+        self.enrolled.get(&h).copied().filter(|&id| !joined(id))
     }
 
     /// The first unclaimed slot in id order, else the first whose claim lapsed.
@@ -539,6 +549,35 @@ mod tests {
         assert_eq!(claim(&mut i, &c, &s1, t0 + 2 * lease).unwrap().0, 1);
         assert_eq!(i.enrollment_of(1), Some(hash(&s1).unwrap()));
         assert_eq!(i.enrollment_of(2), Some(hash(&s2).unwrap()));
+    }
+
+    /// A claimer that died before its Join and came back with a new token takes its slot back
+    /// with its secret, at once; once the slot is joined, the secret takes nothing back.
+    #[test]
+    fn a_secret_takes_back_its_unjoined_slot_for_a_new_token() {
+        let (s1, s2) = ("5e".repeat(16), "6f".repeat(16));
+        let issued = BTreeSet::from([hash(&s1).unwrap(), hash(&s2).unwrap()]);
+        let mut i = ids().with_enrollment(issued);
+        let (t0, anon) = (Instant::now(), Peer::Anonymous);
+        let claim = |i: &mut Identities, token: &str, joined: &dyn Fn(ClientId) -> bool| {
+            i.claim_any(token, &s1, &anon, Holder::default(), joined, t0)
+        };
+        let (c, d) = ("c".repeat(32), "d".repeat(32));
+        assert_eq!(
+            claim(&mut i, A, &|_| false).unwrap(),
+            (1, "client-1".into(), true)
+        );
+        assert_eq!(
+            claim(&mut i, &c, &|_| false).unwrap(),
+            (1, "client-1".into(), true)
+        );
+        i.check_claim(1, &c, &anon).unwrap();
+        assert!(i.check_claim(1, A, &anon).is_err(), "the old token lost it");
+        assert_eq!(i.enrollment_of(1), Some(hash(&s1).unwrap()));
+        let e = claim(&mut i, &d, &|id| id == 1).unwrap_err();
+        assert!(matches!(e, FlintError::PermissionDenied(m) if m.contains("used already")));
+        i.check_claim(1, &c, &anon).unwrap();
+        assert_eq!(i.claimed(), 1, "a refused claim binds nothing");
     }
 
     /// Issue 30 §2: a claim whose claimer never joins lapses after the lease, and the slot goes
