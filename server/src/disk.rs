@@ -1,6 +1,6 @@
 //! The file operations the journal makes, behind a trait: the host's file system for a real
 //! server ([`HostDisk`]), a simulated one with crashes and torn writes for the deterministic
-//! simulation (`server/tests/sim.rs`, over turmoil's file system). Only what the journal and the
+//! simulation (`server/tests/sim`, over turmoil's file system). Only what the journal and the
 //! byte ledger beside it need is here; the server's other files (results, status) are not state.
 
 use std::fs::{File, OpenOptions};

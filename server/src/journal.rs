@@ -235,8 +235,9 @@ impl Journal {
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes)
             .with_context(|| format!("cannot read {}", path.display()))?;
-        let acknowledged = read_synced_length(&*disk, dir)?;
-        let (events, good) = parse(&bytes, acknowledged).map_err(|why| {
+        let synced = read_synced_length(&*disk, dir)?;
+        let acknowledged = synced.unwrap_or(0);
+        let (events, good) = parse(&bytes, synced.unwrap_or(u64::MAX)).map_err(|why| {
             anyhow::anyhow!(
                 "{} is damaged: {why}; the run cannot be resumed from it (move the state directory away to start a new run)",
                 path.display()
@@ -332,14 +333,17 @@ impl Journal {
 
 /// The journal's length at its last finished sync, as `journal.synced` says (0 without it:
 /// a journal written before the side file existed, or never synced).
-fn read_synced_length(disk: &dyn Disk, dir: &Path) -> anyhow::Result<u64> {
+/// `None` without the side file (a journal written before it existed): what was synced is then
+/// unknown, and only a last record may be cut.
+fn read_synced_length(disk: &dyn Disk, dir: &Path) -> anyhow::Result<Option<u64>> {
     let path = dir.join(SYNCED_NAME);
     match disk.read(&path) {
-        Ok(b) => Ok(b
-            .get(..8)
-            .and_then(|b| b.try_into().ok())
-            .map_or(0, u64::from_le_bytes)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
+        Ok(b) => Ok(Some(
+            b.get(..8)
+                .and_then(|b| b.try_into().ok())
+                .map_or(0, u64::from_le_bytes),
+        )),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
     }
 }

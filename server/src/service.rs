@@ -74,12 +74,14 @@ pub struct Shared {
 }
 
 /// Where blocking work (the journal's sync, an aggregation) runs: tokio's blocking pool, or
-/// inline on the calling task for the deterministic simulation (`server/tests/sim.rs`), which
+/// inline on the calling task for the deterministic simulation (`server/tests/sim`), which
 /// runs every host on one thread and must see one schedule per seed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Blocking {
     Pool,
-    Inline,
+    /// After this long on the (simulated) clock, the work's latency: other calls run meanwhile,
+    /// as they do beside a real sync, and a crash can fall between a record and its sync.
+    Inline(std::time::Duration),
 }
 
 /// The clock the server decides by: tokio's, which is the system's except on a paused
@@ -152,7 +154,10 @@ impl Shared {
     ) -> Option<R> {
         match self.blocking {
             Blocking::Pool => tokio::task::spawn_blocking(work).await.ok(),
-            Blocking::Inline => Some(work()),
+            Blocking::Inline(latency) => {
+                tokio::time::sleep(latency).await;
+                Some(work())
+            }
         }
     }
 

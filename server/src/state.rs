@@ -1,6 +1,6 @@
 //! The run's state as the server opens it: a new run in its state directory, or the one its
 //! journal holds, replayed into fresh [`Rounds`] and [`Identities`] (docs/PROTOCOL.md §Crash
-//! recovery). The real server and the deterministic simulation (`server/tests/sim.rs`) open it
+//! recovery). The real server and the deterministic simulation (`server/tests/sim`) open it
 //! alike; they differ in the [`Disk`] and where blocking work runs.
 
 use std::path::{Path, PathBuf};
@@ -195,7 +195,7 @@ fn resume(
         tracing::warn!(
             path,
             bytes = found.torn_bytes,
-            "the journal's records written after its last sync were cut short by the crash; dropped from the first torn one on (their calls were never answered)"
+            "the journal's records written after its last recorded sync were torn by the crash; dropped from the first torn one on (their calls were not answered)"
         );
     }
     let replayed = recovery::replay(found.events, rounds, identities, now())

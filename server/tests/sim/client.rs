@@ -92,12 +92,16 @@ impl SimClient {
             enrollment: String::new(),
         };
         let reply = calls
-            .twice("join", |g| {
-                let (req, mut g) = (Request::new(join.clone()), g.clone());
-                async move { g.join(req).await }
-            })
+            .twice(
+                "join",
+                |g| {
+                    let (req, mut g) = (Request::new(join.clone()), g.clone());
+                    async move { g.join(req).await }
+                },
+                |r| Acked::Join(r.client_id),
+                |a, b| a == b,
+            )
             .await?;
-        calls.acked(Acked::Join(id));
         let run_id = reply.run_id;
         let mut train_rng = derive_rng(experiment.seed, "train", id);
         let mut after = 0;
@@ -181,15 +185,32 @@ impl Calls {
         }
     }
 
-    /// [`call`](Self::call), sent a second time once answered when the schedule says so.
-    async fn twice<T, F, Fut>(&mut self, what: &str, call: F) -> turmoil::Result<T>
+    /// [`call`](Self::call), its answer told to the oracle as `acked` says, then sent a second
+    /// time when the schedule says so: the repeat must be answered as the duplicate it is
+    /// (`same` says whether it was).
+    async fn twice<T, F, Fut>(
+        &mut self,
+        what: &str,
+        call: F,
+        acked: impl Fn(&T) -> Acked,
+        same: impl Fn(&T, &T) -> bool,
+    ) -> turmoil::Result<T>
     where
         F: Fn(&AggregatorClient<Channel>) -> Fut,
         Fut: Future<Output = Result<Response<T>, Status>>,
     {
         let reply = self.call(what, CALL_TIMEOUT, &call).await?;
+        self.acked(acked(&reply));
         if self.faults.random_bool(self.duplicates) {
-            self.call(what, CALL_TIMEOUT, &call).await?;
+            let again = self.call(what, CALL_TIMEOUT, &call).await?;
+            if !same(&reply, &again) {
+                let why = format!(
+                    "client {}: a repeated {what} was not answered as one",
+                    self.id
+                );
+                self.oracle.lock().expect("oracle").violation(why.clone());
+                return Err(why.into());
+            }
         }
         Ok(reply)
     }
@@ -201,15 +222,19 @@ impl Calls {
             token: self.token.clone(),
             enrollment: String::new(),
         };
+        let token: [u8; 32] = Sha256::digest(self.token.as_bytes()).into();
         let reply = self
-            .twice("claim", |g| {
-                let (req, mut g) = (Request::new(claim.clone()), g.clone());
-                async move { g.claim(req).await }
-            })
+            .twice(
+                "claim",
+                |g| {
+                    let (req, mut g) = (Request::new(claim.clone()), g.clone());
+                    async move { g.claim(req).await }
+                },
+                |r| Acked::Claim(r.client_id, token),
+                |a, b| a == b,
+            )
             .await?;
         self.id = reply.client_id;
-        let token: [u8; 32] = Sha256::digest(self.token.as_bytes()).into();
-        self.acked(Acked::Claim(self.id, token));
         Ok(self.id)
     }
 
@@ -245,13 +270,17 @@ impl Calls {
             link: Vec::new(),
         };
         let (token, id) = (self.token.clone(), self.id);
-        self.twice("report evaluation", move |g| {
-            let r = signed(id, &token, report.clone());
-            let mut g = g.clone();
-            async move { g.report_eval(r).await }
-        })
+        self.twice(
+            "report evaluation",
+            move |g| {
+                let r = signed(id, &token, report.clone());
+                let mut g = g.clone();
+                async move { g.report_eval(r).await }
+            },
+            |_| Acked::Eval(id, round),
+            |_, again| again.duplicate,
+        )
         .await?;
-        self.acked(Acked::Eval(self.id, round));
         Ok(())
     }
 
@@ -265,13 +294,17 @@ impl Calls {
         };
         let chunks = split(header, update, 1 << 16);
         let (token, id) = (self.token.clone(), self.id);
-        self.twice("push update", move |g| {
-            let r = signed(id, &token, tokio_stream::iter(chunks.clone()));
-            let mut g = g.clone();
-            async move { g.push_update(r).await }
-        })
+        self.twice(
+            "push update",
+            move |g| {
+                let r = signed(id, &token, tokio_stream::iter(chunks.clone()));
+                let mut g = g.clone();
+                async move { g.push_update(r).await }
+            },
+            |_| Acked::Update(id, round),
+            |_, again| again.duplicate,
+        )
         .await?;
-        self.acked(Acked::Update(self.id, round));
         Ok(())
     }
 }

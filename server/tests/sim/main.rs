@@ -37,6 +37,8 @@ use oracle::{Oracle, Outcome};
 /// Seeds run by default: about 100 s on this project's two-core machine (debug build).
 const SEEDS: u64 = 10_000;
 const STATE: &str = "/flint/state";
+/// How long a sync (or an aggregation) takes on the simulated clock.
+const SYNC_LATENCY: Duration = Duration::from_millis(3);
 
 /// Three clients, three rounds, every client in every round: the result does not depend on
 /// the order updates arrive in, so every schedule must end alike. Timeouts beyond the
@@ -81,6 +83,42 @@ struct Ran {
 
 fn experiment() -> Experiment {
     Experiment::from_toml(EXPERIMENT).expect("the simulation's experiment is valid")
+}
+
+thread_local! {
+    /// Panics on this thread while a schedule runs: tokio catches a panicking task's unwind
+    /// (a handler's, the ticker's), and its caller would only see the call fail and retry.
+    static PANICS: std::cell::RefCell<Vec<String>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Records every panic of a simulation thread (the simulation runs on its test's thread).
+fn watch_panics() {
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let default = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            PANICS.with(|p| p.borrow_mut().push(info.to_string()));
+            default(info);
+        }));
+    });
+}
+
+/// [`simulate`], a panic anywhere in it (the driver, a host, a task) a violation.
+fn simulate_watched(seed: u64, faults: bool) -> Result<Ran, String> {
+    watch_panics();
+    PANICS.with(|p| p.borrow_mut().clear());
+    let ran = std::panic::catch_unwind(|| simulate(seed, faults))
+        .unwrap_or_else(|_| Err("the simulation panicked".into()));
+    let panics = PANICS.with(|p| std::mem::take(&mut *p.borrow_mut()));
+    match (ran, panics.is_empty()) {
+        (Ok(mut ran), false) => {
+            let why = panics.into_iter().map(|p| format!("panic: {p}"));
+            ran.oracle.violations.extend(why);
+            Ok(ran)
+        }
+        (Err(e), false) => Err(format!("{e}; panic: {}", panics.join("; panic: "))),
+        (ran, true) => ran,
+    }
 }
 
 /// One schedule: `seed` drives the faults, none without `faults`.
@@ -137,11 +175,24 @@ fn build<'a>(seed: u64, faults: bool, schedule: &mut FlintRng) -> turmoil::Sim<'
 /// Steps after the clients are done, at most, for the server to see the run finished.
 const FINISH_STEPS: usize = 2000;
 
-/// The clients are done: the server (brought back if it is down) ticks on until it sees the
-/// run finished and records its outcome, or the step budget runs out.
-fn finish(sim: &mut turmoil::Sim<'_>, oracle: &oracle::Shared, down: bool) -> Result<(), String> {
-    if down {
+/// The clients are done. Under faults the server crashes once more (if it is up) and comes
+/// back, so every schedule ends checked against its journal: the outcome is the one the
+/// restarted server rebuilt. It ticks on until it sees the run finished and records its
+/// outcome, or the step budget runs out.
+fn finish(
+    sim: &mut turmoil::Sim<'_>,
+    oracle: &oracle::Shared,
+    faults: bool,
+    down: bool,
+) -> Result<(), String> {
+    if faults {
+        if !down {
+            sim.crash("server");
+        }
         sim.bounce("server");
+        let mut o = oracle.lock().expect("oracle");
+        o.outcome.rounds.clear();
+        o.outcome.evals.clear();
     }
     let recorded = || !oracle.lock().expect("oracle").outcome.rounds.is_empty();
     for _ in 0..FINISH_STEPS {
@@ -175,7 +226,7 @@ fn drive(
     loop {
         match sim.step() {
             Ok(true) => {
-                finish(sim, oracle, back_at.is_some())?;
+                finish(sim, oracle, faults, back_at.is_some())?;
                 return Ok((steps, crashes));
             }
             Ok(false) => {}
@@ -221,7 +272,7 @@ async fn serve(e: Experiment, oracle: oracle::Shared) -> turmoil::Result {
     let state = StateDir {
         disk: Arc::new(SimDisk),
         dir: STATE.into(),
-        blocking: Blocking::Inline,
+        blocking: Blocking::Inline(SYNC_LATENCY),
     };
     let strategy = e.strategy.server(e.data.classes().len(), e.seed, e.robust);
     let shared = Arc::new(state::open(e, strategy, &state, &ServeOptions::default())?);
@@ -266,7 +317,7 @@ fn most_records(e: &Experiment) -> usize {
 fn reference() -> &'static Outcome {
     static REFERENCE: OnceLock<Outcome> = OnceLock::new();
     REFERENCE.get_or_init(|| {
-        let ran = simulate(0, false).expect("the fault-free run completes");
+        let ran = simulate_watched(0, false).expect("the fault-free run completes");
         assert!(
             ran.oracle.violations.is_empty(),
             "{:?}",
@@ -330,7 +381,7 @@ fn check_shard(shard: u64) {
     let (mut crashes, mut steps, mut failed) = (0, 0, Vec::new());
     let seeds = seeds(shard);
     for &seed in &seeds {
-        let found = match simulate(seed, true) {
+        let found = match simulate_watched(seed, true) {
             Ok(ran) => {
                 crashes += ran.crashes;
                 steps += ran.steps;
@@ -364,12 +415,16 @@ fn every_schedule_keeps_the_invariants_shard_2() {
     check_shard(2);
 }
 
-/// One seed, one schedule: the same seed twice takes the same steps to the same end.
+/// One seed, one schedule: the same seed twice takes the same steps, crashes and restarts to
+/// the same end, and tells the clients the same.
 #[test]
 fn a_seed_replays_its_schedule() {
-    let a = simulate(7, true).expect("seed 7 runs");
-    let b = simulate(7, true).expect("seed 7 runs again");
-    assert_eq!((a.steps, a.crashes), (b.steps, b.crashes));
-    assert_eq!(a.oracle.starts, b.oracle.starts);
-    assert_eq!(a.oracle.outcome, b.oracle.outcome);
+    for seed in [7, 8, 9, 10, 11] {
+        let a = simulate_watched(seed, true).expect("the seed runs");
+        let b = simulate_watched(seed, true).expect("the seed runs again");
+        assert_eq!((a.steps, a.crashes), (b.steps, b.crashes), "seed {seed}");
+        assert_eq!(a.oracle.starts, b.oracle.starts, "seed {seed}");
+        assert_eq!(a.oracle.acked(), b.oracle.acked(), "seed {seed}");
+        assert_eq!(a.oracle.outcome, b.oracle.outcome, "seed {seed}");
+    }
 }

@@ -72,6 +72,10 @@ impl Oracle {
         self.acked.insert(what);
     }
 
+    pub fn acked(&self) -> &BTreeSet<Acked> {
+        &self.acked
+    }
+
     pub fn violation(&mut self, what: String) {
         self.violations.push(what);
     }
