@@ -338,11 +338,12 @@ impl Journal {
 fn read_synced_length(disk: &dyn Disk, dir: &Path) -> anyhow::Result<Option<u64>> {
     let path = dir.join(SYNCED_NAME);
     match disk.read(&path) {
-        Ok(b) => Ok(Some(
-            b.get(..8)
-                .and_then(|b| b.try_into().ok())
-                .map_or(0, u64::from_le_bytes),
-        )),
+        // Shorter than its 8 bytes: created (by a server opening an older journal) but its
+        // first length lost with a power loss: as unknown as a missing one.
+        Ok(b) => Ok(b
+            .get(..8)
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_le_bytes)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
     }
@@ -591,6 +592,35 @@ mod tests {
             .unwrap()
             .to_string();
         assert!(e.contains("in use by another server"), "{e}");
+    }
+
+    /// Without a side file, or with one whose length never reached the disk, what was synced
+    /// is unknown: only a last record may be cut, and damage with records after it is refused.
+    #[test]
+    fn without_a_synced_length_only_the_last_record_may_be_cut() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = Journal::create(HostDisk::shared(), dir.path(), start()).unwrap();
+        for r in 1..=3 {
+            j.append(Event::Close(RoundMark::of(r))).unwrap();
+        }
+        drop(j);
+        let path = dir.path().join(FILE_NAME);
+        let mut bytes = std::fs::read(&path).unwrap();
+        let second = bytes.len() - 2 * (8 + 2 + 2);
+        bytes[second + 9] ^= 0xff;
+        std::fs::write(&path, &bytes).unwrap();
+        let side = dir.path().join(SYNCED_NAME);
+        for side_file in [None, Some(&b""[..])] {
+            match side_file {
+                None => std::fs::remove_file(&side).unwrap(),
+                Some(b) => std::fs::write(&side, b).unwrap(),
+            }
+            let e = Journal::open(HostDisk::shared(), dir.path())
+                .err()
+                .expect("refused")
+                .to_string();
+            assert!(e.contains("is damaged: record 3"), "{e}");
+        }
     }
 
     #[test]

@@ -338,6 +338,7 @@ fn start_or_resume(
         disk: disk::HostDisk::shared(),
         dir: state_dir.to_path_buf(),
         blocking: service::Blocking::Pool,
+        run_nonce: rand::random(),
     };
     let keep_updates = experiment.file.server.keep_updates;
     let mut shared = state::open(experiment, strategy, &state, options)?;

@@ -26,6 +26,9 @@ pub struct StateDir {
     pub disk: Arc<dyn Disk>,
     pub dir: PathBuf,
     pub blocking: Blocking,
+    /// What tells a new run's id from another's: random for a real server, the seed's in the
+    /// simulation (which must tell its clients the same on every replay).
+    pub run_nonce: u64,
 }
 
 /// The run's shared state: a new run in the state directory, or the one its journal holds,
@@ -174,7 +177,7 @@ fn resume(
     let Some(found) = Journal::open(state.disk.clone(), state_dir)? else {
         let start = journal::Start {
             version: journal::FORMAT_VERSION,
-            run_id: format!("{}-{:016x}", experiment.name, rand::random::<u64>()),
+            run_id: format!("{}-{:016x}", experiment.name, state.run_nonce),
             fingerprint: experiment.fingerprint.clone(),
             started_unix_ms: unix_ms(),
         };

@@ -34,7 +34,7 @@ use client::SimClient;
 use disk::SimDisk;
 use oracle::{Oracle, Outcome};
 
-/// Seeds run by default: about 100 s on this project's two-core machine (debug build).
+/// Seeds run by default: about 110 s on this project's two-core machine (debug build).
 const SEEDS: u64 = 10_000;
 const STATE: &str = "/flint/state";
 /// How long a sync (or an aggregation) takes on the simulated clock.
@@ -193,6 +193,7 @@ fn finish(
         let mut o = oracle.lock().expect("oracle");
         o.outcome.rounds.clear();
         o.outcome.evals.clear();
+        o.outcome.served.clear();
     }
     let recorded = || !oracle.lock().expect("oracle").outcome.rounds.is_empty();
     for _ in 0..FINISH_STEPS {
@@ -273,6 +274,7 @@ async fn serve(e: Experiment, oracle: oracle::Shared) -> turmoil::Result {
         disk: Arc::new(SimDisk),
         dir: STATE.into(),
         blocking: Blocking::Inline(SYNC_LATENCY),
+        run_nonce: 0x5eed,
     };
     let strategy = e.strategy.server(e.data.classes().len(), e.seed, e.robust);
     let shared = Arc::new(state::open(e, strategy, &state, &ServeOptions::default())?);
@@ -344,7 +346,12 @@ fn violations(ran: &Ran) -> Vec<String> {
         found.push("evaluations differ from the fault-free run".into());
     }
     if outcome.finals != expected.finals {
-        found.push("final models differ from the fault-free run".into());
+        found.push("the clients' final models differ from the fault-free run".into());
+    }
+    if outcome.served != expected.served {
+        found.push(
+            "the final models the restarted server holds differ from the fault-free run".into(),
+        );
     }
     let most = most_records(&experiment());
     if ran.oracle.most_records > most {

@@ -7,7 +7,8 @@ use std::sync::{Arc, Mutex};
 
 use flint_common::{ClientId, Round};
 use flint_server::identity::Identities;
-use flint_server::rounds::Rounds;
+use flint_server::rounds::{Rounds, Task};
+use prost::Message;
 
 /// One acknowledgement a client received.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -33,7 +34,10 @@ pub struct Closed {
 pub struct Outcome {
     pub rounds: Vec<Closed>,
     pub evals: BTreeMap<(Round, ClientId), Vec<u64>>,
+    /// The final download each client received.
     pub finals: BTreeMap<ClientId, Vec<u8>>,
+    /// The final download the server holds for each client at the end (after its last restart).
+    pub served: BTreeMap<ClientId, Vec<u8>>,
 }
 
 impl Outcome {
@@ -51,6 +55,17 @@ impl Outcome {
         });
         self.rounds = history.collect();
         self.evals = evals.collect();
+        self.served = rounds
+            .joined()
+            .keys()
+            .map(|&c| {
+                let download = match rounds.task_for(c, Round::MAX) {
+                    Task::Finished { download } => download.map(|d| d.encode_to_vec()),
+                    _ => None,
+                };
+                (c, download.unwrap_or_default())
+            })
+            .collect();
     }
 }
 
