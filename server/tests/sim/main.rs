@@ -278,6 +278,8 @@ async fn serve(e: Experiment, oracle: oracle::Shared) -> turmoil::Result {
     };
     let strategy = e.strategy.server(e.data.classes().len(), e.seed, e.robust);
     let shared = Arc::new(state::open(e, strategy, &state, &ServeOptions::default())?);
+    // The journal as replayed, read a second time to count it: `SimDisk` takes no lock (the host
+    // is the lock), where the host's disk would refuse a second opener.
     let records = Journal::open(Arc::new(SimDisk), Path::new(STATE))?.map_or(0, |f| f.events.len());
     {
         let identities = shared.identities.lock().expect("identities");
