@@ -38,6 +38,10 @@ use crate::params::{ParamResult, positive, require};
 use crate::rng::FlintRng;
 use crate::{FlintError, Result};
 
+mod block;
+
+use block::{Settler, Transposed};
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Activation {
@@ -45,17 +49,6 @@ pub enum Activation {
     Sigmoid,
     /// Bipolar, states in (−1, 1) (eq. 3).
     Tanh,
-}
-
-impl Activation {
-    #[inline]
-    fn apply(self, slope: f64, x: f64) -> f64 {
-        match self {
-            Activation::Sigmoid => 1.0 / (1.0 + (-slope * x).exp()),
-            // Same function as tanh, through exp: the dynamics spend their time here.
-            Activation::Tanh => 1.0 - 2.0 / ((2.0 * slope * x).exp() + 1.0),
-        }
-    }
 }
 
 /// What PSO minimises (see the module doc).
@@ -233,23 +226,21 @@ impl Fcm {
     }
 
     /// The class concepts' final states for one sample, and how the dynamics ended.
-    /// The class concepts' final states for one sample, and how the dynamics ended.
     pub fn settle(&self, hyper: &FcmHyper, x: &[f64]) -> (Vec<f64>, Settled) {
-        let (lanes, settled) = self.settle_one(hyper, x);
-        let state = (0..self.classes).map(|c| lanes.state[c * LANES]).collect();
-        (state, settled)
+        let settled = self.settle_one(hyper, x);
+        let state = (0..self.classes).map(|c| settled.state(c, 0)).collect();
+        (state, settled.settled[0])
     }
 
     pub fn predict(&self, hyper: &FcmHyper, x: &[f64]) -> u32 {
-        self.settle_one(hyper, x).0.predicted(0, self.classes)
+        self.settle_one(hyper, x).predicted(0)
     }
 
-    fn settle_one(&self, hyper: &FcmHyper, x: &[f64]) -> (Lanes, Settled) {
-        let mut lanes = Lanes::new(self.classes);
-        let mut settled = [Settled::default(); LANES];
-        let (f, k) = (self.features, self.classes);
-        settle_lanes(&self.params, f, k, hyper, &[x], &mut lanes, &mut settled);
-        (lanes, settled[0])
+    fn settle_one(&self, hyper: &FcmHyper, x: &[f64]) -> Settler {
+        let rows = Transposed::new(&x[..self.features], self.features);
+        let mut settler = Settler::new(self.classes, 1);
+        settler.settle(&self.params, hyper, &rows);
+        settler
     }
 
     pub fn evaluate(&self, hyper: &FcmHyper, data: &Dataset) -> ConfusionMatrix {
@@ -263,110 +254,11 @@ fn sources(target: usize, classes: usize) -> impl Iterator<Item = usize> {
     (0..classes).filter(move |&l| l != target)
 }
 
-/// Rows settled side by side. Their dynamics are independent, so interleaving them lets the
-/// processor overlap one row's activations with another's; one row alone waits on every `exp`.
-const LANES: usize = 4;
-
-/// Class states of `LANES` rows, class-major: `[k · LANES + lane]`.
-struct Lanes {
-    base: Vec<f64>,
-    state: Vec<f64>,
-    next: Vec<f64>,
-}
-
-impl Lanes {
-    fn new(classes: usize) -> Lanes {
-        Lanes {
-            base: vec![0.0; classes * LANES],
-            state: vec![0.0; classes * LANES],
-            next: vec![0.0; classes * LANES],
-        }
-    }
-}
-
-/// Eq. 1 with the feature concepts clamped to each row, for up to `LANES` rows at once; a row
-/// stops when it converges, as it would alone. Leaves the class states in `s.state` and says how
-/// each row's dynamics ended.
-fn settle_lanes(
-    params: &[f64],
-    features: usize,
-    classes: usize,
-    hyper: &FcmHyper,
-    rows: &[&[f64]],
-    s: &mut Lanes,
-    settled: &mut [Settled; LANES],
-) {
-    let stride = features + classes - 1;
-    let n = rows.len();
-    for (k, row) in params.chunks_exact(stride).enumerate() {
-        for (l, x) in rows.iter().enumerate() {
-            s.base[k * LANES + l] = row[..features].iter().zip(*x).map(|(w, v)| w * v).sum();
-            s.state[k * LANES + l] = 0.0;
-        }
-    }
-    let tol2 = hyper.tolerance * hyper.tolerance;
-    let unsettled = Settled {
-        iterations: hyper.max_iterations,
-        converged: false,
-    };
-    settled[..n].iter_mut().for_each(|x| *x = unsettled);
-    // A local flag per row keeps the loop in registers; `settled` is written once per row.
-    let mut live = [false; LANES];
-    live[..n].iter_mut().for_each(|l| *l = true);
-    for t in 1..=hyper.max_iterations {
-        let mut any = false;
-        for (l, alive) in live.iter_mut().enumerate().take(n) {
-            if !*alive {
-                continue;
-            }
-            let mut moved = 0.0;
-            for (k, row) in params.chunks_exact(stride).enumerate() {
-                let mut sum = s.base[k * LANES + l];
-                for (m, w) in sources(k, classes).zip(&row[features..]) {
-                    sum += w * s.state[m * LANES + l];
-                }
-                let v = hyper.activation.apply(hyper.slope, sum);
-                let old = s.state[k * LANES + l];
-                moved += (v - old) * (v - old);
-                s.next[k * LANES + l] = v;
-            }
-            for k in 0..classes {
-                s.state[k * LANES + l] = s.next[k * LANES + l];
-            }
-            if moved < tol2 {
-                *alive = false;
-                settled[l] = Settled {
-                    iterations: t,
-                    converged: true,
-                };
-            } else {
-                any = true;
-            }
-        }
-        if !any {
-            break;
-        }
-    }
-}
-
-impl Lanes {
-    /// Lane `l`'s predicted class: the largest class state, the lowest class on a tie.
-    fn predicted(&self, l: usize, classes: usize) -> u32 {
-        let mut best = 0;
-        for k in 1..classes {
-            if self.state[k * LANES + l] > self.state[best * LANES + l] {
-                best = k;
-            }
-        }
-        best as u32
-    }
-}
-
 /// Scores parameter vectors on one dataset without allocating: the PSO fitness loop.
 pub struct Evaluator<'a> {
     data: &'a Dataset,
-    classes: usize,
-    lanes: Lanes,
+    rows: Transposed,
+    settler: Settler,
     confusion: ConfusionMatrix,
 }
 
@@ -374,8 +266,8 @@ impl<'a> Evaluator<'a> {
     pub fn new(data: &'a Dataset, classes: usize) -> Evaluator<'a> {
         Evaluator {
             data,
-            classes,
-            lanes: Lanes::new(classes),
+            rows: Transposed::new(&data.x, data.features),
+            settler: Settler::new(classes, data.len()),
             confusion: ConfusionMatrix::new(classes),
         }
     }
@@ -383,27 +275,10 @@ impl<'a> Evaluator<'a> {
     /// The confusion matrix of the map with these learnable weights on the whole dataset.
     pub fn confusion(&mut self, params: &[f64], hyper: &FcmHyper) -> &ConfusionMatrix {
         self.confusion.clear();
-        let f = self.data.features;
-        let mut settled = [Settled::default(); LANES];
-        let mut rows: [&[f64]; LANES] = [&[]; LANES];
-        for (xs, ys) in self.data.x.chunks(f * LANES).zip(self.data.y.chunks(LANES)) {
-            for (slot, x) in rows.iter_mut().zip(xs.chunks_exact(f)) {
-                *slot = x;
-            }
-            let n = ys.len();
-            settle_lanes(
-                params,
-                f,
-                self.classes,
-                hyper,
-                &rows[..n],
-                &mut self.lanes,
-                &mut settled,
-            );
-            for (l, &y) in ys.iter().enumerate() {
-                let p = self.lanes.predicted(l, self.classes);
-                self.confusion.add(y as usize, p as usize);
-            }
+        self.settler.settle(params, hyper, &self.rows);
+        for (r, &y) in self.data.y.iter().enumerate() {
+            let p = self.settler.predicted(r);
+            self.confusion.add(y as usize, p as usize);
         }
         &self.confusion
     }
@@ -478,6 +353,70 @@ mod tests {
         (a - b).abs() < 1e-9
     }
 
+    /// Eq. 1 for one row as written, with the C library's `exp`: what the blocks must match.
+    fn settle_by_the_book(m: &Fcm, h: &FcmHyper, x: &[f64]) -> (Vec<f64>, Settled) {
+        let (f, k) = (m.features, m.classes);
+        let weights: Vec<&[f64]> = m.params.chunks_exact(f + k - 1).collect();
+        let base: Vec<f64> = weights
+            .iter()
+            .map(|w| w[..f].iter().zip(x).map(|(w, v)| w * v).sum())
+            .collect();
+        let f_of = |x: f64| match h.activation {
+            Activation::Sigmoid => 1.0 / (1.0 + (-h.slope * x).exp()),
+            Activation::Tanh => 1.0 - 2.0 / ((2.0 * h.slope * x).exp() + 1.0),
+        };
+        let mut state = vec![0.0; k];
+        for t in 1..=h.max_iterations {
+            let next: Vec<f64> = (0..k)
+                .map(|c| {
+                    let links = sources(c, k).zip(&weights[c][f..]);
+                    f_of(links.fold(base[c], |s, (m, w)| s + w * state[m]))
+                })
+                .collect();
+            let moved: f64 = next
+                .iter()
+                .zip(&state)
+                .map(|(a, b)| (a - b) * (a - b))
+                .sum();
+            state = next;
+            if moved < h.tolerance * h.tolerance {
+                let done = Settled {
+                    iterations: t,
+                    converged: true,
+                };
+                return (state, done);
+            }
+        }
+        let capped = Settled {
+            iterations: h.max_iterations,
+            converged: false,
+        };
+        (state, capped)
+    }
+
+    #[test]
+    fn blocks_settle_as_the_book_within_1e_12() {
+        // Random maps over 5 classes (many never settle): the same iterations and
+        // predictions, the states within 1e-12 (the only difference is `exp`'s last bits).
+        let mut rng = derive_rng(5, "book", 0);
+        use rand::RngExt;
+        for activation in [Activation::Tanh, Activation::Sigmoid] {
+            let h = hyper(activation, 2.0);
+            for _ in 0..50 {
+                let params = (0..Fcm::parameter_count(6, 5)).map(|_| rng.random_range(-1.0..=1.0));
+                let m = Fcm::from_parameters(6, 5, params.collect()).unwrap();
+                let x: Vec<f64> = (0..6).map(|_| rng.random::<f64>()).collect();
+                let (want, want_settled) = settle_by_the_book(&m, &h, &x);
+                let (got, settled) = m.settle(&h, &x);
+                assert_eq!(settled, want_settled);
+                assert!(
+                    got.iter().zip(&want).all(|(a, b)| (a - b).abs() < 1e-12),
+                    "{got:?} {want:?}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn tanh_map_settles_as_computed_by_hand() {
         // One feature, two classes. ϖ(f→c0) = 0.5, ϖ(f→c1) = −0.5, ϖ(c1→c0) = 0.5, ϖ(c0→c1) = 0.
@@ -536,14 +475,14 @@ mod tests {
 
     #[test]
     fn rows_settled_side_by_side_predict_as_rows_settled_alone() {
-        // Random maps (many of which never settle) over 3 classes and 23 rows: 5 full groups
-        // of lanes and a partial one.
+        // Random maps (many of which never settle) over 3 classes and 150 rows: two full
+        // blocks and a partial one, rows leaving their block at different steps.
         let mut rng = derive_rng(3, "maps", 0);
         use rand::RngExt;
         let data = Dataset {
             features: 4,
-            x: (0..23 * 4).map(|_| rng.random::<f64>()).collect(),
-            y: (0..23).map(|i| i % 3).collect(),
+            x: (0..150 * 4).map(|_| rng.random::<f64>()).collect(),
+            y: (0..150).map(|i| i % 3).collect(),
             classes: vec!["a".into(), "b".into(), "c".into()],
             categorical: Vec::new(),
             feature_names: Vec::new(),
@@ -555,7 +494,7 @@ mod tests {
                     .map(|_| rng.random_range(-1.0..=1.0))
                     .collect();
                 let m = Fcm::from_parameters(4, 3, params.clone()).unwrap();
-                let alone: Vec<u32> = (0..23).map(|i| m.predict(&h, data.row(i))).collect();
+                let alone: Vec<u32> = (0..150).map(|i| m.predict(&h, data.row(i))).collect();
                 let want = ConfusionMatrix::from_predictions(3, &data.y, &alone);
                 assert_eq!(Evaluator::new(&data, 3).confusion(&params, &h), &want);
             }
