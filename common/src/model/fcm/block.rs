@@ -45,8 +45,8 @@ impl Transposed {
 }
 
 /// Rows iterated together: a row leaves as it converges and the next row of the dataset takes
-/// its place, so every step works on a full pool until the dataset runs out.
-const POOL: usize = 128;
+/// its place, so every step works on a full pool until the dataset runs out. A multiple of 8.
+const POOL: usize = 512;
 
 /// Scratch and results of settling a dataset: after [`Settler::settle`], `state(k, r)` is row
 /// `r`'s final state of class `k` and `settled[r]` how its dynamics ended.
@@ -172,7 +172,9 @@ impl Settler {
                 base.fill(-0.0);
                 for (f, &w) in w[..features].iter().enumerate() {
                     let x = &xt[f * BLOCK..][..n];
-                    base.iter_mut().zip(x).for_each(|(b, x)| *b += w * x);
+                    for (b, x) in base.iter_mut().zip(x) {
+                        *b += w * x;
+                    }
                 }
             }
         }
@@ -190,22 +192,43 @@ impl Settler {
     /// One step of eq. 1 for every pooled row: `next` from `state`, and how far each row moved.
     #[inline(always)]
     fn step(&mut self, params: &[f64], features: usize, hyper: &FcmHyper) {
-        let (classes, live) = (self.classes, self.row.len());
+        // Whole vectors: the places past the last row hold finite leftovers, computed and
+        // ignored, so no step ends in a scalar remainder loop.
+        let (classes, live) = (self.classes, self.row.len().next_multiple_of(8));
         let stride = features + classes - 1;
-        self.moved[..live].fill(0.0);
+        let (act, slope) = (hyper.activation, hyper.slope);
         for (k, w) in params.chunks_exact(stride).enumerate() {
-            let next = &mut self.next[k * POOL..][..live];
-            next.copy_from_slice(&self.pool_base[k * POOL..][..live]);
-            for (m, &w) in (0..classes).filter(|&m| m != k).zip(&w[features..]) {
-                let source = &self.state[m * POOL..][..live];
-                next.iter_mut().zip(source).for_each(|(n, s)| *n += w * s);
+            let source = |j: usize| j + usize::from(j >= k);
+            let (next, state) = (&mut self.next[k * POOL..][..live], &self.state);
+            let base = &self.pool_base[k * POOL..][..live];
+            let old = &state[k * POOL..][..live];
+            let moved = &mut self.moved[..live];
+            // Σ in the book's order, base first; the last source's pass also activates.
+            let Some((&w_last, rest)) = w[features..].split_last() else {
+                for (n, b) in next.iter_mut().zip(base) {
+                    *n = activate(act, slope, *b);
+                }
+                accumulate_moved(moved, next, old, k == 0);
+                continue;
+            };
+            let last = &state[source(rest.len()) * POOL..][..live];
+            if rest.is_empty() {
+                for (n, (b, s)) in next.iter_mut().zip(base.iter().zip(last)) {
+                    *n = activate(act, slope, b + w_last * s);
+                }
+            } else {
+                next.copy_from_slice(base);
+                for (j, &w) in rest.iter().enumerate() {
+                    let s = &state[source(j) * POOL..][..live];
+                    for (n, s) in next.iter_mut().zip(s) {
+                        *n += w * s;
+                    }
+                }
+                for (n, s) in next.iter_mut().zip(last) {
+                    *n = activate(act, slope, *n + w_last * s);
+                }
             }
-            let old = &self.state[k * POOL..][..live];
-            let moved = self.moved[..live].iter_mut().zip(old);
-            for (n, (d, o)) in next.iter_mut().zip(moved) {
-                *n = activate(hyper.activation, hyper.slope, *n);
-                *d += (*n - o) * (*n - o);
-            }
+            accumulate_moved(moved, next, old, k == 0);
         }
     }
 
@@ -253,6 +276,21 @@ impl Settler {
             }
             self.row.swap_remove(i);
             self.deadline.swap_remove(i);
+        }
+    }
+}
+
+/// Adds each row's squared move of one class (the first class sets it).
+#[inline(always)]
+fn accumulate_moved(moved: &mut [f64], next: &[f64], old: &[f64], first: bool) {
+    let steps = moved.iter_mut().zip(next.iter().zip(old));
+    if first {
+        for (d, (n, o)) in steps {
+            *d = (n - o) * (n - o);
+        }
+    } else {
+        for (d, (n, o)) in steps {
+            *d += (n - o) * (n - o);
         }
     }
 }
