@@ -1,10 +1,10 @@
-//! Eq. 1 settled for a block of rows at once, class-major so that one class concept of every
-//! row is contiguous: each step is an `axpy` per source concept and a vectorized activation
-//! over the block, and rows leave the block as they converge, so the work follows the rows
-//! still moving. Each row's arithmetic is the order a row settled alone would use (the feature
-//! sum in feature order, then the class sources in class order), so a row's states do not
-//! depend on which rows share its block; only `exp` differs from the C library's (see
-//! [`exp`]).
+//! Eq. 1 settled for a pool of rows at once, class-major so that one class concept of every
+//! pooled row is contiguous: each step is an `axpy` per source concept and one vectorized pass
+//! that activates and measures the move; a row leaves as it converges and the next row takes
+//! its place, so the work follows the rows still moving. Each row's arithmetic keeps the order
+//! a row settled alone would use (the feature sum in feature order, then the class sources in
+//! class order), so a row's states do not depend on which rows share the pool; only `exp`
+//! differs from the C library's (see [`exp`]).
 
 use std::ops::Range;
 
