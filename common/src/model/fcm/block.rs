@@ -21,13 +21,12 @@ pub(super) struct Transposed {
 }
 
 impl Transposed {
-    /// `x` is row-major, `features` values per row.
-    pub(super) fn new(x: &[f64], features: usize) -> Transposed {
-        let rows = x.len() / features.max(1);
+    /// `x` is row-major and holds `rows` rows of `features` values.
+    pub(super) fn new(x: &[f64], features: usize, rows: usize) -> Transposed {
         let mut xt = vec![0.0; rows.div_ceil(BLOCK) * BLOCK * features];
-        for (r, row) in x.chunks_exact(features.max(1)).enumerate() {
+        for r in 0..rows {
             let block = &mut xt[(r / BLOCK) * BLOCK * features..];
-            for (f, &v) in row.iter().enumerate() {
+            for (f, &v) in x[r * features..][..features].iter().enumerate() {
                 block[f * BLOCK + r % BLOCK] = v;
             }
         }
@@ -36,11 +35,11 @@ impl Transposed {
 
     /// Each block's values and how many rows it holds.
     pub(super) fn blocks(&self) -> impl Iterator<Item = (&[f64], usize)> {
-        let size = (BLOCK * self.features).max(1);
-        self.xt
-            .chunks(size)
-            .enumerate()
-            .map(move |(b, xt)| (xt, (self.rows - b * BLOCK).min(BLOCK)))
+        let size = BLOCK * self.features;
+        (0..self.rows.div_ceil(BLOCK)).map(move |b| {
+            let xt = &self.xt[b * size..][..size];
+            (xt, (self.rows - b * BLOCK).min(BLOCK))
+        })
     }
 }
 
@@ -142,13 +141,20 @@ impl Settler {
         self.bases(params, x);
         self.row.clear();
         self.deadline.clear();
+        // More than 2^32 steps would never end anyway; the cap keeps `step + cap` in an i64.
+        let cap = hyper.max_iterations.min(u32::MAX as usize);
+        if cap == 0 {
+            self.out.fill(0.0);
+            self.settled.fill(Settled::default());
+            return;
+        }
         let tol2 = hyper.tolerance * hyper.tolerance;
         let mut waiting = 0..self.rows;
         while self.row.len() < POOL
             && let Some(r) = waiting.next()
         {
             self.row.push(r);
-            self.deadline.push(hyper.max_iterations as i64);
+            self.deadline.push(cap as i64);
             self.enter(self.row.len() - 1, r);
         }
         for step in 1.. {
@@ -157,7 +163,7 @@ impl Settler {
             }
             self.step(params, x.features, hyper);
             std::mem::swap(&mut self.state, &mut self.next);
-            self.retire(tol2, step, hyper.max_iterations, &mut waiting);
+            self.retire(tol2, step, cap, &mut waiting);
         }
     }
 
@@ -192,8 +198,8 @@ impl Settler {
     /// One step of eq. 1 for every pooled row: `next` from `state`, and how far each row moved.
     #[inline(always)]
     fn step(&mut self, params: &[f64], features: usize, hyper: &FcmHyper) {
-        // Whole vectors: the places past the last row hold finite leftovers, computed and
-        // ignored, so no step ends in a scalar remainder loop.
+        // Whole vectors: the places past the last row hold earlier rows' leftovers (or zeros),
+        // computed and ignored (each place is its own lane), so no step ends in a scalar loop.
         let (classes, live) = (self.classes, self.row.len().next_multiple_of(8));
         let stride = features + classes - 1;
         let (act, slope) = (hyper.activation, hyper.slope);
@@ -305,8 +311,8 @@ fn activate(activation: Activation, slope: f64, x: f64) -> f64 {
     }
 }
 
-/// `e^x` within 2 units in the last place of the C library's for x in [−708, 709] (and
-/// clamped there). Written out because the C library's `exp` is a call per value, which the
+/// `e^x` within 2 units in the last place of the C library's for x in [−708, 709], and
+/// clamped there (so a sigmoid state under 10⁻³⁰⁷ reads as e^−709's, and ±∞ as finite). Written out because the C library's `exp` is a call per value, which the
 /// compiler cannot spread over vector lanes; this has no branch and no call, so a loop over
 /// it vectorizes. Range reduction `x = n·ln 2 + r`, |r| ≤ ln 2 / 2, with ln 2 split in two
 /// (fdlibm's constants), then the Taylor series of e^r to r^13 (truncation below 5·10⁻¹⁸
@@ -363,36 +369,101 @@ mod tests {
         assert!(far[0] > 0.0 && far[0] < 1e-300 && far[3].is_finite());
     }
 
-    #[cfg(target_arch = "x86_64")]
-    #[test]
-    fn the_avx2_path_is_the_portable_one_to_the_bit() {
-        if !std::arch::is_x86_feature_detected!("avx2") {
-            return;
+    fn hyper(activation: Activation, max_iterations: usize) -> FcmHyper {
+        FcmHyper {
+            activation,
+            fitness: super::super::Fitness::Jaccard,
+            slope: 3.0,
+            tolerance: 1e-5,
+            max_iterations,
         }
+    }
+
+    fn random(features: usize, classes: usize, rows: usize, seed: u64) -> (Vec<f64>, Vec<f64>) {
         use crate::rng::derive_rng;
         use rand::RngExt;
-        let mut rng = derive_rng(7, "avx2", 0);
-        let (features, classes, rows) = (9, 4, 100);
-        let x: Vec<f64> = (0..rows * features).map(|_| rng.random()).collect();
-        let t = Transposed::new(&x, features);
+        let mut rng = derive_rng(seed, "pool", 0);
+        let x = (0..rows * features).map(|_| rng.random()).collect();
+        let params = (0..classes * (features + classes - 1))
+            .map(|_| rng.random_range(-1.0..=1.0))
+            .collect();
+        (x, params)
+    }
+
+    #[test]
+    fn rows_that_wait_for_a_place_settle_as_rows_settled_alone() {
+        // 1,300 rows through a pool of 512: most rows enter a place another row left, at a
+        // later step, and must end as they would alone, to the bit.
+        let (features, classes, rows) = (5, 3, 1_300);
+        let (x, params) = random(features, classes, rows, 11);
         for activation in [Activation::Tanh, Activation::Sigmoid] {
-            let hyper = FcmHyper {
-                activation,
-                fitness: super::super::Fitness::Jaccard,
-                slope: 3.0,
-                tolerance: 1e-5,
-                max_iterations: 60,
-            };
-            let params: Vec<f64> = (0..classes * (features + classes - 1))
-                .map(|_| rng.random_range(-1.0..=1.0))
-                .collect();
-            let (mut a, mut b) = (Settler::new(classes, rows), Settler::new(classes, rows));
-            a.settle_any(&params, &hyper, &t);
-            // SAFETY: checked above that the processor runs AVX2.
-            unsafe { b.settle_avx2(&params, &hyper, &t) };
-            let bits = |s: &Settler| s.out.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
-            assert_eq!(bits(&a), bits(&b));
-            assert_eq!(a.settled, b.settled);
+            let h = hyper(activation, 40);
+            let mut pooled = Settler::new(classes, rows);
+            pooled.settle(&params, &h, &Transposed::new(&x, features, rows));
+            let steps: std::collections::BTreeSet<usize> =
+                pooled.settled.iter().map(|s| s.iterations).collect();
+            assert!(steps.len() > 5, "rows leave at {steps:?}");
+            for r in 0..rows {
+                let mut alone = Settler::new(classes, 1);
+                let row = &x[r * features..][..features];
+                alone.settle(&params, &h, &Transposed::new(row, features, 1));
+                assert_eq!(alone.settled[0], pooled.settled[r], "row {r}");
+                for k in 0..classes {
+                    assert_eq!(alone.state(k, 0).to_bits(), pooled.state(k, r).to_bits());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_cap_of_zero_leaves_every_state_at_zero_and_no_features_still_settle() {
+        let (x, params) = random(4, 2, 3, 12);
+        let mut s = Settler::new(2, 3);
+        s.settle(
+            &params,
+            &hyper(Activation::Tanh, 0),
+            &Transposed::new(&x, 4, 3),
+        );
+        assert!(s.out.iter().all(|&v| v == 0.0));
+        assert!(s.settled.iter().all(|x| *x == Settled::default()));
+        // No feature concepts: the class links alone, from states of 0.
+        let mut s = Settler::new(2, 3);
+        s.settle(
+            &[0.5, -0.5],
+            &hyper(Activation::Tanh, 10),
+            &Transposed::new(&[], 0, 3),
+        );
+        assert!(s.settled.iter().all(|x| x.converged && x.iterations == 1));
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn the_avx_paths_are_the_portable_one_to_the_bit() {
+        let (features, classes, rows) = (9, 4, 700);
+        let (x, params) = random(features, classes, rows, 7);
+        let t = Transposed::new(&x, features, rows);
+        let bits = |s: &Settler| s.out.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        for activation in [Activation::Tanh, Activation::Sigmoid] {
+            let h = hyper(activation, 60);
+            let mut portable = Settler::new(classes, rows);
+            portable.settle_any(&params, &h, &t);
+            let mut paths = Vec::new();
+            if std::arch::is_x86_feature_detected!("avx2") {
+                let mut s = Settler::new(classes, rows);
+                // SAFETY: the processor has just said it runs AVX2.
+                unsafe { s.settle_avx2(&params, &h, &t) };
+                paths.push(("avx2", s));
+            }
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                let mut s = Settler::new(classes, rows);
+                // SAFETY: the processor has just said it runs AVX-512F.
+                unsafe { s.settle_avx512(&params, &h, &t) };
+                paths.push(("avx512f", s));
+            }
+            for (name, s) in paths {
+                assert_eq!(bits(&s), bits(&portable), "{name}");
+                assert_eq!(s.settled, portable.settled, "{name}");
+            }
         }
     }
 }

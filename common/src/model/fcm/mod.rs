@@ -237,7 +237,13 @@ impl Fcm {
     }
 
     fn settle_one(&self, hyper: &FcmHyper, x: &[f64]) -> Settler {
-        let rows = Transposed::new(&x[..self.features], self.features);
+        assert!(
+            x.len() >= self.features,
+            "a row of {} values for a map of {} features",
+            x.len(),
+            self.features
+        );
+        let rows = Transposed::new(x, self.features, 1);
         let mut settler = Settler::new(self.classes, 1);
         settler.settle(&self.params, hyper, &rows);
         settler
@@ -266,7 +272,7 @@ impl<'a> Evaluator<'a> {
     pub fn new(data: &'a Dataset, classes: usize) -> Evaluator<'a> {
         Evaluator {
             data,
-            rows: Transposed::new(&data.x, data.features),
+            rows: Transposed::new(&data.x, data.features, data.len()),
             settler: Settler::new(classes, data.len()),
             confusion: ConfusionMatrix::new(classes),
         }
