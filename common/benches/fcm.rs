@@ -11,9 +11,9 @@ use std::path::PathBuf;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use flint_common::data::{DataSection, Dataset, Scaling, Shard};
-use flint_common::model::fcm::{Evaluator, Fcm};
+use flint_common::model::fcm::{Evaluator, Fcm, FcmHyper};
 use flint_common::rng::derive_rng;
-use flint_common::strategy::fcm::FcmSection;
+use flint_common::strategy::fcm::{FcmSection, settle_steps};
 use rand::RngExt;
 
 fn data_dir() -> PathBuf {
@@ -37,14 +37,7 @@ fn fitness(c: &mut Criterion) {
     let rows: Vec<usize> = (0..data.len()).collect();
     // The central split: 456 training rows, 30 features, min-max scaled.
     let shard = Shard::new(&data, &rows, 0.2, Scaling::LocalMinMax, 1, 1);
-    let mut rng = derive_rng(1, "bench", 0);
-    let particles: Vec<Vec<f64>> = (0..10)
-        .map(|_| {
-            (0..Fcm::parameter_count(30, 2))
-                .map(|_| rng.random_range(-1.0..=1.0))
-                .collect()
-        })
-        .collect();
+    let particles = particles(30, 2, "bench");
     let mut group = c.benchmark_group("fcm_fitness_breast_cancer_456_rows");
     group.throughput(Throughput::Elements(particles.len() as u64));
     for activation in ["tanh", "sigmoid"] {
@@ -57,15 +50,27 @@ fn fitness(c: &mut Criterion) {
         .0;
         let mut eval = Evaluator::new(&shard.train, 2);
         group.bench_function(activation, |b| {
-            b.iter(|| {
-                particles
-                    .iter()
-                    .map(|p| eval.fitness(p, &hyper))
-                    .sum::<f64>()
-            })
+            b.iter(|| score(&mut eval, &particles, &hyper))
         });
     }
     group.finish();
+}
+
+/// Ten random particles (maps) of this shape, seeded by `label`.
+fn particles(features: usize, classes: usize, label: &str) -> Vec<Vec<f64>> {
+    let mut rng = derive_rng(1, label, 0);
+    (0..10)
+        .map(|_| {
+            (0..Fcm::parameter_count(features, classes))
+                .map(|_| rng.random_range(-1.0..=1.0))
+                .collect()
+        })
+        .collect()
+}
+
+/// One fitness evaluation per particle, as a PSO iteration scores its swarm.
+fn score(eval: &mut Evaluator<'_>, particles: &[Vec<f64>], hyper: &FcmHyper) -> f64 {
+    particles.iter().map(|p| eval.fitness(p, hyper)).sum()
 }
 
 /// 16 features in [0, 1], 26 classes, each class a blob around a centre of its own.
@@ -92,32 +97,17 @@ fn letter_shaped(rows: usize) -> Dataset {
 
 fn fitness_42_concepts(c: &mut Criterion) {
     let data = letter_shaped(16_000);
-    let mut rng = derive_rng(1, "bench-42", 0);
-    let particles: Vec<Vec<f64>> = (0..10)
-        .map(|_| {
-            (0..Fcm::parameter_count(16, 26))
-                .map(|_| rng.random_range(-1.0..=1.0))
-                .collect()
-        })
-        .collect();
-    // The defaults: tanh, λ = 2, at most max(10, 200 / 26) = 10 iterations.
-    let hyper = FcmSection::default().check().unwrap().0;
-    let hyper = flint_common::model::fcm::FcmHyper {
-        max_iterations: 10,
-        ..hyper
+    let particles = particles(16, 26, "bench-42");
+    // The defaults: tanh, λ = 2, and the cap `[fcm]` gives 26 classes when left out (10).
+    let hyper = FcmHyper {
+        max_iterations: settle_steps(26),
+        ..FcmSection::default().check().unwrap().0
     };
     let mut group = c.benchmark_group("fcm_fitness_42_concepts_16000_rows");
     group.sample_size(10);
     group.throughput(Throughput::Elements(particles.len() as u64));
     let mut eval = Evaluator::new(&data, 26);
-    group.bench_function("tanh", |b| {
-        b.iter(|| {
-            particles
-                .iter()
-                .map(|p| eval.fitness(p, &hyper))
-                .sum::<f64>()
-        })
-    });
+    group.bench_function("tanh", |b| b.iter(|| score(&mut eval, &particles, &hyper)));
     group.finish();
 }
 

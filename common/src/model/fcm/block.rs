@@ -121,15 +121,15 @@ impl Settler {
         self.settle_any(params, hyper, x)
     }
 
+    /// The same code compiled for AVX-512F and for AVX2, picked at run time (a default build
+    /// targets SSE2): the loops then take eight or four rows per instruction. No fused
+    /// multiply-add is enabled, so the results are the portable path's to the bit.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f")]
     fn settle_avx512(&mut self, params: &[f64], hyper: &FcmHyper, x: &Transposed) {
         self.settle_any(params, hyper, x)
     }
 
-    /// The same code compiled for AVX2, picked at run time (a default build targets SSE2):
-    /// the loops then take four rows per instruction. No fused multiply-add is enabled, so the
-    /// results are the portable path's to the bit.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
     fn settle_avx2(&mut self, params: &[f64], hyper: &FcmHyper, x: &Transposed) {
@@ -312,9 +312,9 @@ fn activate(activation: Activation, slope: f64, x: f64) -> f64 {
 }
 
 /// `e^x` within 2 units in the last place of the C library's for x in [−708, 709], and
-/// clamped there (so a sigmoid state under 10⁻³⁰⁷ reads as e^−709's, and ±∞ as finite). Written out because the C library's `exp` is a call per value, which the
-/// compiler cannot spread over vector lanes; this has no branch and no call, so a loop over
-/// it vectorizes. Range reduction `x = n·ln 2 + r`, |r| ≤ ln 2 / 2, with ln 2 split in two
+/// clamped there (so a sigmoid state under 10⁻³⁰⁷ reads as e^−709's, and ±∞ as finite).
+/// Written out because the C library's `exp` is a call per value, which the compiler cannot
+/// spread over vector lanes; this has no branch and no call, so a loop over it vectorizes. Range reduction `x = n·ln 2 + r`, |r| ≤ ln 2 / 2, with ln 2 split in two
 /// (fdlibm's constants), then the Taylor series of e^r to r^13 (truncation below 5·10⁻¹⁸
 /// relative) in Estrin's form (a short dependency chain), and 2^n built in the exponent bits.
 #[inline(always)]
