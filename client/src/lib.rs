@@ -2,6 +2,7 @@
 //! reports. One process can host several clients, each with its own connection.
 
 pub mod core;
+pub mod progress;
 mod resume;
 pub mod proto {
     tonic::include_proto!("flint.v1");
@@ -34,6 +35,7 @@ use flint_common::{ClientId, Round};
 use flint_shell::logging::LogFormat;
 use flint_shell::meter::{ConnMeter, CountingIo, LinkMeter, MessageMeterLayer, SharedLedger};
 use hyper_util::rt::TokioIo;
+use progress::ProgressBook;
 use prost::Message;
 use serde::{Deserialize, Serialize};
 use tonic::transport::{Channel, Endpoint};
@@ -380,11 +382,18 @@ pub async fn run(args: ClientArgs) -> anyhow::Result<Vec<ClientReport>> {
             data_dir.display()
         )
     })?;
+    let progress = match (&args.out, prepared.first()) {
+        (Some(out), Some(first)) => Some(ProgressBook::new(out, first.id)),
+        _ => None,
+    };
+    let writer = progress
+        .clone()
+        .map(|book| tokio::spawn(book.keep_written()));
     let mut tasks = tokio::task::JoinSet::new();
     for p in prepared {
         let (_, creds, conn) = slots.remove(&p.id).expect("prepared for a slot");
         let name = p.name.clone();
-        let client = shell.client(p.name, p.id, p.summary, creds, conn);
+        let client = shell.client(p.name, p.id, p.summary, creds, conn, progress.as_ref());
         let conditions = p
             .bits
             .iter()
@@ -397,7 +406,12 @@ pub async fn run(args: ClientArgs) -> anyhow::Result<Vec<ClientReport>> {
         let run = run.instrument(span);
         tasks.spawn(async move { run.await.with_context(|| format!("client {name:?}")) });
     }
-    let (reports, failed) = finish_all(tasks, args.fail_fast).await?;
+    let finished = finish_all(tasks, args.fail_fast).await;
+    if let (Some(writer), Some(book)) = (writer, &progress) {
+        writer.abort();
+        book.write().await;
+    }
+    let (reports, failed) = finished?;
     if let Some(out) = &args.out {
         write_reports(out, &reports)?;
     }
@@ -583,15 +597,7 @@ struct Client {
     trainers: Arc<tokio::sync::Semaphore>,
     retry_for: Duration,
     out: Option<std::path::PathBuf>,
-}
-
-/// What `<out>/<name>.progress` holds after each round a client reports on: its own bytes of
-/// every round so far. A round's are complete once the client has reported on it (its download
-/// and its report are booked under it), so `flint run` prints them live, exact.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Progress {
-    pub client_id: ClientId,
-    pub rounds: BTreeMap<Round, flint_common::wire::ledger::Flow>,
+    progress: Option<Arc<ProgressBook>>,
 }
 
 impl Shell {
@@ -745,6 +751,7 @@ impl Shell {
         summary: DataSummary,
         creds: Credentials,
         conn: Conn,
+        progress: Option<&Arc<ProgressBook>>,
     ) -> Client {
         Client {
             experiment: self.experiment.clone(),
@@ -764,6 +771,7 @@ impl Shell {
             trainers: self.trainers.clone(),
             retry_for: self.retry_for,
             out: self.out.clone(),
+            progress: progress.cloned(),
         }
     }
 }
@@ -1098,31 +1106,17 @@ impl Client {
         (Some(file.with_conditions(conditions)), Some(health))
     }
 
-    /// This client's bytes so far into `<out>/<name>.progress` (written whole, then renamed).
-    /// Progress is a convenience: a failed write is logged, not fatal.
-    async fn write_progress(&self) {
-        let Some(out) = &self.out else {
+    /// This client's bytes so far into its process's progress file (written by a task of its
+    /// own, so the round goes on at once).
+    fn book_progress(&self) {
+        let Some(book) = &self.progress else {
             return;
         };
-        let progress = Progress {
-            client_id: self.id,
-            rounds: self
-                .ledger
-                .snapshot()
-                .flows
-                .remove(&self.id)
-                .unwrap_or_default(),
-        };
-        let path = out.join(format!("{}.progress", self.name));
-        let tmp = out.join(format!(".{}.progress.tmp", self.name));
-        let written = async {
-            tokio::fs::write(&tmp, serde_json::to_vec(&progress)?).await?;
-            tokio::fs::rename(&tmp, &path).await?;
-            anyhow::Ok(())
-        };
-        if let Err(e) = written.await {
-            tracing::warn!(client = self.id, error = %e, "cannot write progress");
-        }
+        let rounds = self
+            .ledger
+            .with(|l| l.flows.get(&self.id).cloned())
+            .unwrap_or_default();
+        book.book(self.id, rounds);
     }
 
     /// Asks for the next task (a long-poll), books its bytes under the round its download
@@ -1198,13 +1192,13 @@ impl Client {
                     .await;
                 match reported {
                     Err(e) if self.ended_without_me(progress, None, &e) => {
-                        self.write_progress().await;
+                        self.book_progress();
                         return Ok(half);
                     }
                     other => other?,
                 }
             }
-            self.write_progress().await;
+            self.book_progress();
         }
         Ok(half)
     }

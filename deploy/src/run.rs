@@ -707,7 +707,7 @@ impl LiveLines {
 
     /// Round `r`'s bytes with the socket level as the clients counted it, exact per round once
     /// each has reported on it; the server's own count lags behind its attribution. A client
-    /// writes its progress file just after its report is answered, so the line waits a moment
+    /// books its progress just after its report is answered, so the line waits a moment
     /// for the files (`None`) before it falls back to the server's count.
     fn round_bytes(&self, s: &Status, r: u32) -> Option<(Flow, &'static str)> {
         let mut b = s.bytes.get(&r).copied().unwrap_or_default();
@@ -729,18 +729,18 @@ impl LiveLines {
 /// How long a closed round's live line waits for every client's progress file.
 const PROGRESS_FILE_GRACE: Duration = Duration::from_secs(5);
 
-/// Round `round`'s socket bytes summed over the clients' progress files (`<name>.progress`),
-/// up and down; `None` unless all `clients` have written theirs for that round.
+/// Round `round`'s socket bytes summed over the clients' progress files (one per client
+/// process, `process-<id>.progress`), up and down; `None` unless all `clients` have written
+/// theirs for that round.
 fn client_socket_bytes(dir: &Path, round: u32, clients: usize) -> Option<(u64, u64)> {
     let mut found = 0;
     let (mut up, mut down) = (0, 0);
-    for entry in std::fs::read_dir(dir).ok()?.flatten() {
-        let path = entry.path();
-        if path.extension().is_none_or(|x| x != "progress") {
-            continue;
-        }
-        let p: flint_client::Progress = serde_json::from_slice(&std::fs::read(&path).ok()?).ok()?;
-        if let Some(f) = p.rounds.get(&round) {
+    for file in flint_client::progress::read_all(dir) {
+        for f in file
+            .clients
+            .values()
+            .filter_map(|rounds| rounds.get(&round))
+        {
             found += 1;
             up += f.up.socket;
             down += f.down.socket;
@@ -763,7 +763,11 @@ fn merge_client_ledgers(
     // The progress files said what the clients' reports now say in full.
     if let Ok(entries) = std::fs::read_dir(dir.join("clients")) {
         for entry in entries.flatten() {
-            if entry.path().extension().is_some_and(|x| x == "progress") {
+            if entry
+                .path()
+                .extension()
+                .is_some_and(|x| x == flint_client::progress::EXTENSION)
+            {
                 let _ = std::fs::remove_file(entry.path());
             }
         }
