@@ -1112,11 +1112,11 @@ impl Client {
         let Some(book) = &self.progress else {
             return;
         };
-        let rounds = self
-            .ledger
-            .with(|l| l.flows.get(&self.id).cloned())
-            .unwrap_or_default();
-        book.book(self.id, rounds);
+        self.ledger.with(|l| {
+            if let Some(rounds) = l.flows.get(&self.id) {
+                book.book(self.id, rounds);
+            }
+        });
     }
 
     /// Asks for the next task (a long-poll), books its bytes under the round its download

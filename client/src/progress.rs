@@ -17,19 +17,23 @@ use flint_common::{ClientId, Round};
 use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 
-/// What a process's progress file holds: each of its clients' bytes of every round so far. A
-/// round's are complete once the client has reported on it (its download and its report are
-/// booked under it), so `flint run` prints them live, exact.
+/// What a process's progress file holds: each of its clients' socket bytes (up, down) of every
+/// round so far, the level only a client counts exactly. A round's are complete once the client
+/// has reported on it (its download and its report are booked under it), so `flint run` prints
+/// them live, exact.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Progress {
-    pub clients: BTreeMap<ClientId, BTreeMap<Round, Flow>>,
+    pub clients: BTreeMap<ClientId, BTreeMap<Round, SocketBytes>>,
 }
+
+/// A round's socket bytes, up and down.
+pub type SocketBytes = (u64, u64);
 
 /// The extension of progress files.
 pub const EXTENSION: &str = "progress";
 
 /// The least time between two writes of the file: figures booked meanwhile go together.
-pub const WRITE_GAP: Duration = Duration::from_millis(200);
+pub const WRITE_GAP: Duration = Duration::from_millis(250);
 
 /// The process's figures and whether the file is behind them.
 pub struct ProgressBook {
@@ -49,9 +53,13 @@ impl ProgressBook {
     }
 
     /// A client's bytes of every round so far; the file follows within [`WRITE_GAP`].
-    pub fn book(&self, client: ClientId, rounds: BTreeMap<Round, Flow>) {
+    pub fn book(&self, client: ClientId, rounds: &BTreeMap<Round, Flow>) {
+        let socket = rounds
+            .iter()
+            .map(|(r, f)| (*r, (f.up.socket, f.down.socket)))
+            .collect();
         let mut state = self.state.lock().expect("progress lock");
-        state.0.clients.insert(client, rounds);
+        state.0.clients.insert(client, socket);
         state.1 = true;
         self.changed.notify_one();
     }
@@ -117,17 +125,18 @@ mod tests {
         let writer = tokio::spawn(book.clone().keep_written());
         let mut flow = Flow::default();
         flow.up.socket = 10;
-        book.book(3, BTreeMap::from([(1, flow)]));
-        book.book(4, BTreeMap::from([(0, flow), (1, flow)]));
+        book.book(3, &BTreeMap::from([(1, flow)]));
+        book.book(4, &BTreeMap::from([(0, flow), (1, flow)]));
         tokio::time::sleep(WRITE_GAP * 2).await;
         writer.abort();
-        book.book(3, BTreeMap::from([(1, flow), (2, flow)]));
+        book.book(3, &BTreeMap::from([(1, flow), (2, flow)]));
         book.write().await;
         let files = read_all(dir.path());
         assert_eq!(files.len(), 1);
         let rounds = |id| files[0].clients[&id].keys().copied().collect::<Vec<_>>();
         assert_eq!(rounds(3), [1, 2]);
         assert_eq!(rounds(4), [0, 1]);
+        assert_eq!(files[0].clients[&4][&1], (10, 0));
         assert!(dir.path().join("process-3.progress").is_file());
     }
 }

@@ -736,14 +736,10 @@ fn client_socket_bytes(dir: &Path, round: u32, clients: usize) -> Option<(u64, u
     let mut found = 0;
     let (mut up, mut down) = (0, 0);
     for file in flint_client::progress::read_all(dir) {
-        for f in file
-            .clients
-            .values()
-            .filter_map(|rounds| rounds.get(&round))
-        {
+        for (u, d) in file.clients.values().filter_map(|r| r.get(&round)) {
             found += 1;
-            up += f.up.socket;
-            down += f.down.socket;
+            up += u;
+            down += d;
         }
     }
     (found == clients).then_some((up, down))

@@ -402,13 +402,9 @@ pub fn status(shared: &Shared) -> Status {
     };
     let closed = rounds.history().last().map_or(0, |r| r.round);
     let evals = rounds
-        .evals()
+        .eval_sums()
         .iter()
-        .map(|(r, m)| {
-            let all: Vec<Metrics> = m.values().map(|c| c.metrics()).collect();
-            let mean = Metrics::mean(&all).expect("non-empty");
-            (*r, (all.len(), mean.accuracy, mean.f1))
-        })
+        .map(|(r, sums)| (*r, sums.means()))
         .collect();
     Status {
         run_id: shared.run_id.clone(),
@@ -422,11 +418,9 @@ pub fn status(shared: &Shared) -> Status {
         closed_rounds: closed,
         finished: rounds.is_finished(),
         evals,
-        // Totals read in place: a copy of the whole ledger on every change cost thousands of
-        // clients dearly.
-        bytes: shared
-            .ledger
-            .with(|l| (0..=closed).map(|r| (r, l.round_total(r))).collect()),
+        // Totals read in place, in one pass: a copy of the whole ledger on every change cost
+        // thousands of clients dearly.
+        bytes: shared.ledger.with(|l| l.round_totals(closed)),
     }
 }
 

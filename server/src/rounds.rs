@@ -174,12 +174,31 @@ pub struct Rounds {
     downloads: Option<Downloads>,
     history: Vec<RoundRecord>,
     evals: BTreeMap<Round, BTreeMap<ClientId, ConfusionMatrix>>,
+    /// Per round, the sums the status shows, kept as reports come: summing every report of
+    /// every round at each status made it cost rounds × clients.
+    eval_sums: BTreeMap<Round, EvalSums>,
     /// Per round, the evaluations on the run's shared test set (one client holds it): the model
     /// and the baselines its download carries.
     global_evals: BTreeMap<Round, BTreeMap<Predictor, ConfusionMatrix>>,
     /// The client that holds the shared test set, if the strategy has one.
     global_holder: Option<ClientId>,
     counts: RoundCounts,
+}
+
+/// A round's evaluations on the clients' own test rows, summed in the order they came.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct EvalSums {
+    pub reports: usize,
+    pub accuracy: f64,
+    pub f1: f64,
+}
+
+impl EvalSums {
+    /// Reports, mean accuracy and mean F1.
+    pub fn means(&self) -> (usize, f64, f64) {
+        let n = self.reports.max(1) as f64;
+        (self.reports, self.accuracy / n, self.f1 / n)
+    }
 }
 
 /// Rounds opened and closed so far, counted where it happens (not from the history, which has
@@ -205,6 +224,7 @@ impl Rounds {
             downloads: None,
             history: Vec::new(),
             evals: BTreeMap::new(),
+            eval_sums: BTreeMap::new(),
             global_evals: BTreeMap::new(),
             global_holder: None,
             counts: RoundCounts::default(),
@@ -240,6 +260,11 @@ impl Rounds {
 
     pub fn evals(&self) -> &BTreeMap<Round, BTreeMap<ClientId, ConfusionMatrix>> {
         &self.evals
+    }
+
+    /// Per round, the evaluations' sums (for the status, which must not cost rounds × clients).
+    pub fn eval_sums(&self) -> &BTreeMap<Round, EvalSums> {
+        &self.eval_sums
     }
 
     pub fn global_evals(&self) -> &BTreeMap<Round, BTreeMap<Predictor, ConfusionMatrix>> {
@@ -726,6 +751,11 @@ impl Rounds {
         if evals.contains_key(&client) {
             return Ok(true);
         }
+        let metrics = m.metrics();
+        let sums = self.eval_sums.entry(round).or_default();
+        sums.reports += 1;
+        sums.accuracy += metrics.accuracy;
+        sums.f1 += metrics.f1;
         evals.insert(client, m);
         Ok(false)
     }
@@ -915,6 +945,29 @@ mod tests {
         );
         assert!(r.report_eval(1, 1, cm, false, Predictor::Model).unwrap());
         assert!(r.is_done(t0));
+    }
+
+    #[test]
+    fn the_status_sums_count_each_report_once() {
+        let t0 = Instant::now();
+        let mut r = rounds(policy(1, 2, 2));
+        for id in 1..=2 {
+            r.join(id, summary(1), t0).unwrap();
+        }
+        take(&mut r, 1, 1, model(2.0), t0).unwrap();
+        take(&mut r, 2, 1, model(2.0), t0).unwrap();
+        let right = ConfusionMatrix::from_predictions(2, &[0, 1], &[0, 1]);
+        let half = ConfusionMatrix::from_predictions(2, &[0, 1], &[0, 0]);
+        r.report_eval(1, 1, right.clone(), false, Predictor::Model)
+            .unwrap();
+        r.report_eval(1, 1, right, false, Predictor::Model).unwrap();
+        r.report_eval(2, 1, half.clone(), false, Predictor::Model)
+            .unwrap();
+        let all: Vec<_> = r.evals()[&1].values().map(|m| m.metrics()).collect();
+        let mean = flint_common::metrics::Metrics::mean(&all).unwrap();
+        let (n, accuracy, f1) = r.eval_sums()[&1].means();
+        assert_eq!((n, accuracy, f1), (2, mean.accuracy, mean.f1));
+        assert_eq!(accuracy, 0.75);
     }
 
     #[test]

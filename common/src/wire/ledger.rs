@@ -172,6 +172,19 @@ impl Ledger {
         f
     }
 
+    /// Rounds 0 to `last`'s bytes over the clients, as [`round_total`](Self::round_total) of
+    /// each, in one pass over the ledger.
+    pub fn round_totals(&self, last: Round) -> BTreeMap<Round, Flow> {
+        let mut totals = vec![Flow::default(); last as usize + 1];
+        for rounds in self.clients().map(|(_, r)| r) {
+            // A client's rounds are few and in order: a walk beats a range search.
+            for (round, flow) in rounds.iter().take_while(|(r, _)| **r <= last) {
+                totals[*round as usize] += *flow;
+            }
+        }
+        (0..=last).zip(totals).collect()
+    }
+
     /// Every client's bytes: the run's own traffic (client 0's left out).
     pub fn total(&self) -> Flow {
         let mut f = Flow::default();
@@ -241,6 +254,25 @@ mod tests {
         l.reported_link(2, &[count(1, 350, 420)]);
         assert_eq!((l.at(2, 0).up.link, l.at(2, 0).down.link), (900, 1500));
         assert_eq!((l.at(2, 1).up.link, l.at(2, 1).down.link), (350, 420));
+    }
+
+    #[test]
+    fn round_totals_in_one_pass_equal_each_rounds_total() {
+        let mut l = Ledger::default();
+        for (client, round, bytes) in [(0, 1, 7), (1, 0, 10), (1, 2, 20), (2, 1, 5), (2, 3, 9)] {
+            l.socket(client, round, Direction::Up, bytes);
+            l.payload(client, round, Direction::Down, bytes as usize, 1);
+        }
+        let totals = l.round_totals(2);
+        assert_eq!(totals.keys().copied().collect::<Vec<_>>(), [0, 1, 2]);
+        for (round, flow) in totals {
+            assert_eq!(flow, l.round_total(round));
+        }
+        assert_eq!(
+            l.round_totals(2)[&1].up.socket,
+            5,
+            "client 0's bytes are left out"
+        );
     }
 
     #[test]
