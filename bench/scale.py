@@ -13,6 +13,9 @@ default; `--fresh` starts the CSV over).
     bench/scale.py --clients 100,1000,5000 --per-process 100 --repeat 3 --out scale-sizes.csv
 
 A run that does not finish within --timeout seconds is killed and recorded as not completed.
+Besides the means, each row has the second and the last round's times (round 1 reports no
+evaluations, so the second is the first full round) and the server's peak memory per client.
+A CSV written before these columns existed is refused: start it over with --fresh.
 """
 
 import argparse
@@ -29,6 +32,7 @@ import time
 FIELDS = [
     "clients", "per_process", "repetition", "completed", "wall_seconds",
     "round_seconds_mean", "aggregation_ms_mean", "server_peak_rss_mb", "rounds",
+    "round_seconds_second", "round_seconds_last", "last_over_second", "server_kb_per_client",
 ]
 
 EXPERIMENT = """name = "scale"
@@ -98,6 +102,14 @@ def one_run(flint, clients, per_process, repetition, rounds, timeout):
                 f"{1000 * statistics.mean(x.get('aggregation_seconds') or 0 for x in closed):.2f}")
             rss = r.get("server_peak_rss_kb")
             row["server_peak_rss_mb"] = f"{rss / 1024:.1f}" if rss else ""
+            row["server_kb_per_client"] = f"{rss / clients:.1f}" if rss else ""
+            # Round 1 has no evaluations to report: the flatness is the last round's time
+            # against the second's.
+            if len(closed) >= 2:
+                second, last = closed[1]["seconds"], closed[-1]["seconds"]
+                row["round_seconds_second"] = f"{second:.3f}"
+                row["round_seconds_last"] = f"{last:.3f}"
+                row["last_over_second"] = f"{last / second:.2f}"
         return row
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -123,6 +135,10 @@ def main():
     os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
     seen = done_rows(a.out)
     new = not os.path.exists(a.out)
+    if not new:
+        with open(a.out) as f:
+            if next(csv.reader(f), []) != FIELDS:
+                sys.exit(f"scale: {a.out} has other columns (an older scale.py); use --fresh")
     with open(a.out, "a", newline="") as f:
         w = csv.DictWriter(f, fieldnames=FIELDS)
         if new:
