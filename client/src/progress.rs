@@ -40,6 +40,8 @@ pub struct ProgressBook {
     path: PathBuf,
     state: Mutex<(Progress, bool)>,
     changed: Notify,
+    /// One write at a time: the last one, at the process's end, may meet the writer task's.
+    writing: Mutex<()>,
 }
 
 impl ProgressBook {
@@ -49,6 +51,7 @@ impl ProgressBook {
             path: out.join(format!("process-{first}.{EXTENSION}")),
             state: Mutex::default(),
             changed: Notify::new(),
+            writing: Mutex::default(),
         })
     }
 
@@ -85,6 +88,7 @@ impl ProgressBook {
     }
 
     fn write_blocking(&self) -> anyhow::Result<()> {
+        let _one_at_a_time = self.writing.lock().expect("progress writing lock");
         let bytes = {
             let mut state = self.state.lock().expect("progress lock");
             if !state.1 {
