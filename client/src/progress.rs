@@ -98,9 +98,12 @@ impl ProgressBook {
             serde_json::to_vec(&state.0)?
         };
         let tmp = self.path.with_extension("tmp");
-        std::fs::write(&tmp, bytes)?;
-        std::fs::rename(&tmp, &self.path)?;
-        Ok(())
+        let written = std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, &self.path));
+        if written.is_err() {
+            // Not on disk: the next write tries again.
+            self.state.lock().expect("progress lock").1 = true;
+        }
+        Ok(written?)
     }
 }
 

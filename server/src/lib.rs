@@ -379,7 +379,7 @@ fn metered_incoming(
         let mut open = registry.lock().expect("connections lock");
         // Read and written under the list's lock.
         let kept = &kept_at_sweep;
-        if open.len() >= (2 * kept.load(Ordering::Relaxed)).max(SWEEP_FLOOR) {
+        if open.len() < SWEEP_FLOOR || open.len() >= 2 * kept.load(Ordering::Relaxed) {
             open.retain(|m: &ConnMeter| {
                 let closed = m.is_orphan();
                 if closed {
