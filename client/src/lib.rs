@@ -382,18 +382,19 @@ pub async fn run(args: ClientArgs) -> anyhow::Result<Vec<ClientReport>> {
             data_dir.display()
         )
     })?;
-    let progress = match (&args.out, prepared.first()) {
-        (Some(out), Some(first)) => Some(ProgressBook::new(out, first.id)),
-        _ => None,
-    };
-    let writer = progress
-        .clone()
-        .map(|book| tokio::spawn(book.keep_written()));
+    let progress = ProgressBook::start(args.out.as_deref(), prepared.first().map(|p| p.id));
     let mut tasks = tokio::task::JoinSet::new();
     for p in prepared {
         let (_, creds, conn) = slots.remove(&p.id).expect("prepared for a slot");
         let name = p.name.clone();
-        let client = shell.client(p.name, p.id, p.summary, creds, conn, progress.as_ref());
+        let client = shell.client(
+            p.name,
+            p.id,
+            p.summary,
+            creds,
+            conn,
+            progress.as_ref().map(|(b, _)| b),
+        );
         let conditions = p
             .bits
             .iter()
@@ -407,15 +408,21 @@ pub async fn run(args: ClientArgs) -> anyhow::Result<Vec<ClientReport>> {
         tasks.spawn(async move { run.await.with_context(|| format!("client {name:?}")) });
     }
     let finished = finish_all(tasks, args.fail_fast).await;
-    if let (Some(writer), Some(book)) = (writer, &progress) {
-        writer.abort();
-        book.write().await;
+    if let Some((book, writer)) = progress {
+        book.finish(writer).await;
     }
     let (reports, failed) = finished?;
     if let Some(out) = &args.out {
         write_reports(out, &reports)?;
     }
-    match (failed.len(), reports.is_empty()) {
+    process_outcome(&failed, reports.is_empty())?;
+    Ok(reports)
+}
+
+/// The process's end: a failure if any of its clients failed (a process of one client fails
+/// with its client's own error).
+fn process_outcome(failed: &[String], no_reports: bool) -> anyhow::Result<()> {
+    match (failed.len(), no_reports) {
         (0, _) => {}
         // A process of one client fails with its client's own error.
         (1, true) => bail!("{}", failed[0]),
@@ -425,7 +432,7 @@ pub async fn run(args: ClientArgs) -> anyhow::Result<Vec<ClientReport>> {
             failed.join("; ")
         ),
     }
-    Ok(reports)
+    Ok(())
 }
 
 /// Every client's end: its report, or why it failed. With `fail_fast` the first failure ends

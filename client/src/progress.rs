@@ -77,6 +77,23 @@ impl ProgressBook {
         }
     }
 
+    /// The book of the process whose first client is `first`, with its writer task, where the
+    /// process has an `out` directory and clients.
+    pub fn start(
+        out: Option<&Path>,
+        first: Option<ClientId>,
+    ) -> Option<(Arc<Self>, tokio::task::JoinHandle<()>)> {
+        let book = Self::new(out?, first?);
+        let writer = tokio::spawn(book.clone().keep_written());
+        Some((book, writer))
+    }
+
+    /// Stops the writer task and writes what it had not.
+    pub async fn finish(self: &Arc<Self>, writer: tokio::task::JoinHandle<()>) {
+        writer.abort();
+        self.write().await;
+    }
+
     /// Writes the file now if figures changed since the last write (whole, then renamed, off
     /// the async threads). Progress is a convenience: a failed write is logged, not fatal.
     pub async fn write(self: &Arc<Self>) {
