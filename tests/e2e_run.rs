@@ -877,6 +877,7 @@ fn fedtmos_federates_a_table_in_one_round() {
 }
 
 /// Issue 29 §2: FedTMOS with the image machine (MNIST's, the table default before issue 29 §1)
+/// and the code's truncation of the scaled weights (R = 1, the table default before issue 33 §2)
 /// on a small table builds machines with no clauses, whose composite answers one class; the run
 /// says so, in its output and in results.json, naming the clients. At the table's own defaults
 /// the same run builds real machines and warns of nothing.
@@ -895,7 +896,8 @@ fn a_model_that_learns_nothing_says_so() {
     assert!(!stdout.contains("warning"), "{stdout}");
     assert!(results(&runs.join("sized")).warnings.is_empty());
     let text = sized.replace("\"sized\"", "\"empty\"")
-        + "[tm]\nclauses = 100\nt = 1000\ns = 10.0\nweighted = false\n";
+        + "[tm]\nclauses = 100\nt = 1000\ns = 10.0\nweighted = false\n"
+        + "[fedtmos]\nweight_resolution = 1\n";
     let exp = write(dir.path(), "empty.toml", &text);
     let out = ok(flint().arg("run").arg(&exp).arg("--runs-dir").arg(&runs));
     let stdout = String::from_utf8_lossy(&out.stdout);

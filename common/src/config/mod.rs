@@ -424,15 +424,28 @@ skip_columns = [0, "id"]
         };
         assert_eq!((f.tm.clauses, f.tm.t), (40, 20));
         assert_eq!(f.fedtmos.server.top_k, 1);
-        let StrategySpec::FedTm(f) = table("fedtm", 3, "[fedtmos]\ntop_k = 2\n").strategy else {
+        assert_eq!(f.fedtmos.server.weight_resolution, 256);
+        let fedtm = table("fedtm", 3, "[fedtmos]\ntop_k = 2\n");
+        let StrategySpec::FedTm(f) = &fedtm.strategy else {
             panic!("fedtm")
         };
         assert_eq!(f.fedtmos.server.top_k, 2);
+        // FedTM scales nothing: its file has no R.
+        assert!(!fedtm.to_toml().contains("weight_resolution"));
         let resolved = e.to_toml();
         assert!(
             resolved.contains("clauses = 40\nt = 20\ns = 5.0"),
             "{resolved}"
         );
+        assert!(resolved.contains("weight_resolution = 256"), "{resolved}");
+        // The code's truncation chosen on a table is written, so it reads back as it ran.
+        let truncated = table("fedtmos", 3, "[fedtmos]\nweight_resolution = 1\n");
+        let back = Experiment::from_toml(&truncated.to_toml()).unwrap();
+        let StrategySpec::FedTmos(f) = &back.strategy else {
+            panic!("fedtmos")
+        };
+        assert_eq!(f.fedtmos.server.weight_resolution, 1);
+        assert_eq!(back.fingerprint, truncated.fingerprint);
         assert_eq!(
             Experiment::from_toml(&resolved).unwrap().fingerprint,
             e.fingerprint
@@ -462,6 +475,14 @@ skip_columns = [0, "id"]
             panic!("fedtm")
         };
         assert_eq!(f.fedtmos.server.top_k, 2);
+        // Images keep the code's truncation, and their resolved files are as they were.
+        let mnist = include_str!("../../../experiments/fedtmos/mnist-dir0.1.toml");
+        let e = Experiment::from_toml(mnist).unwrap();
+        let StrategySpec::FedTmos(f) = &e.strategy else {
+            panic!("fedtmos")
+        };
+        assert_eq!(f.fedtmos.server.weight_resolution, 1);
+        assert!(!e.to_toml().contains("weight_resolution"));
     }
 
     #[test]

@@ -8,7 +8,10 @@ use super::ahp::{AhpCriterion, AhpHyper, AhpSection};
 use super::fcm::{Aggregation, Blend, FcmClient, FcmSection, FcmServer};
 use super::fedavg::{FedAvgClient, FedAvgServer};
 use super::fedtm::{FedTmClient, FedTmServer};
-use super::fedtmos::{EnsembleServer, FedTmosClient, FedTmosHyper, FedTmosSection, FedTmosServer};
+use super::fedtmos::{
+    CODE_WEIGHT_RESOLUTION, EnsembleServer, FedTmosClient, FedTmosHyper, FedTmosSection,
+    FedTmosServer,
+};
 use super::local::LocalServer;
 use super::robust::RobustHyper;
 use super::tpfl::{TpflClient, TpflHyper, TpflServer};
@@ -259,6 +262,9 @@ impl StrategySpec {
         out.robust = written
             .robust
             .filter(|r| !r.is_plain() && averages(self.kind()));
+        if let Some(section) = out.fedtmos.as_mut() {
+            section.weight_resolution = self.weight_resolution_written();
+        }
         if let StrategySpec::FedAvgAhp { ahp, .. } = self {
             out.ahp = Some(AhpSection {
                 criteria: ahp.criteria.clone(),
@@ -266,6 +272,16 @@ impl StrategySpec {
             });
         }
         out
+    }
+
+    /// FedTMOS's R where it is not the images' default (a table's is always written, so that
+    /// the resolved file reads back as it ran); no other strategy scales weights.
+    fn weight_resolution_written(&self) -> Option<u32> {
+        let StrategySpec::FedTmos(f) = self else {
+            return None;
+        };
+        let r = f.fedtmos.server.weight_resolution;
+        (f.fedtmos.table_bits.is_some() || r != CODE_WEIGHT_RESOLUTION).then_some(r)
     }
 
     pub fn kind(&self) -> StrategyKind {
@@ -421,8 +437,11 @@ impl StrategySpec {
     ) -> Result<Box<dyn ClientStrategy<BitShard>>> {
         match self {
             StrategySpec::Ensemble(f) => {
+                // The clients' own machines come back unscaled.
+                let mut hyper = f.fedtmos;
+                hyper.server.weight_resolution = CODE_WEIGHT_RESOLUTION;
                 return Ok(Box::new(FedTmosClient::new(
-                    f.tm, f.fedtmos, classes, seed, client, clients, 0,
+                    f.tm, hyper, classes, seed, client, clients, 0,
                 )?));
             }
             StrategySpec::FedTm(f) => {
@@ -455,7 +474,8 @@ impl StrategySpec {
     /// On a table of `classes` classes, the keys a section leaves out take the table's
     /// defaults: the Tsetlin Machine's size ([`TmHyper::for_table`], not the image machine's),
     /// logistic regression's steps ([`LogRegHyper::for_classes`]), the FCM's iteration cap
-    /// ([`super::fcm::settle_steps`]), FedTMOS's and FedTM's TopK ([`TABLE_TOP_K`]).
+    /// ([`super::fcm::settle_steps`]), FedTMOS's and FedTM's TopK ([`TABLE_TOP_K`]), FedTMOS's R
+    /// ([`TABLE_WEIGHT_RESOLUTION`]).
     pub fn size_for_table(&mut self, written: &Sections, classes: usize) -> ParamResult<()> {
         let tm = written.tm.unwrap_or_default();
         let sized = |banks| {
@@ -487,6 +507,10 @@ impl StrategySpec {
             // The ensemble keeps every machine whole: no include bits are ORed.
             StrategySpec::Ensemble(f) => f.tm = sized(ClauseBanks::PerClass)?,
             _ => {}
+        }
+        if let StrategySpec::FedTmos(f) = self {
+            let resolution = written.fedtmos.and_then(|s| s.weight_resolution);
+            f.fedtmos.server.weight_resolution = resolution.unwrap_or(TABLE_WEIGHT_RESOLUTION);
         }
         Ok(())
     }
@@ -540,6 +564,9 @@ impl StrategySpec {
 /// clause demand both holders' literals; on six tables one holder's moved FedTM by −1 to +34
 /// points and FedTMOS by 0 to +37 (docs/results/tables.md).
 const TABLE_TOP_K: usize = 1;
+/// R on a table: a table's machine (T = 50) learns weights of a few units, which the code's
+/// truncation of θ · n_c / n floors to 0 (docs/results/tables.md, issue 33 §2).
+const TABLE_WEIGHT_RESOLUTION: u32 = 256;
 
 /// Whether the strategy's server averages the clients' updates, where `[robust]` applies: not
 /// the ensemble (it keeps every machine) nor the baselines (nothing is combined).

@@ -74,6 +74,12 @@ impl MultiClassTm {
                     hyper.clauses
                 ));
             }
+            // Class sums are i32: weights past them would wrap at inference.
+            if weights.iter().map(|&w| u64::from(w)).sum::<u64>() > i32::MAX as u64 {
+                return Err(format!(
+                    "class {class}'s weights add up past what a class sum can hold"
+                ));
+            }
             tm.weights[c].copy_from_slice(weights);
             tm.set_include_bits_at(c, bits, excluded)?;
         }

@@ -130,7 +130,12 @@ pub fn server_steps<U: Borrow<TmUpload>>(
     robust: &RobustHyper,
     rng: &mut FlintRng,
 ) -> Result<Steps> {
-    let (entries, x) = entries(uploads, params.sigma, params.filter);
+    let (entries, x) = entries(
+        uploads,
+        params.sigma,
+        params.filter,
+        params.weight_resolution,
+    );
     let clusters = cluster(&entries, params.k_max, rng)?;
     let plans = reassign(&clusters, params.models, params.fill_from);
     let vectors = entries.len();

@@ -60,7 +60,10 @@ impl ClientStrategy<BitShard> for FedTmosClient {
         self.composite = d
             .models
             .iter()
-            .map(|m| self.machine.rebuild.machine(m))
+            .map(|m| {
+                let resolution = self.hyper.server.weight_resolution;
+                self.machine.rebuild.server_model(m, resolution)
+            })
             .collect::<Result<_>>()?;
         self.ensemble = d
             .ensemble

@@ -51,6 +51,17 @@ impl Rebuild {
         .and_then(|tm| ConvTm::from_multiclass(self.spec, tm))
         .map_err(|e| FlintError::InvalidUpdate(format!("download: {e}")))
     }
+
+    /// A server model, whose weights are in units of 1/`resolution` (step 2): its margin, which
+    /// the code's reading clamps the sums to, is `resolution` · T.
+    pub(crate) fn server_model(&self, parts: &TmParts, resolution: u32) -> Result<ConvTm> {
+        let r = i32::try_from(resolution).unwrap_or(i32::MAX);
+        let tm = TmHyper {
+            t: self.tm.t.saturating_mul(r),
+            ..self.tm
+        };
+        Rebuild { tm, ..*self }.machine(parts)
+    }
 }
 
 /// The upload of FedTMOS, FedTM and the ensemble (§4.2.1): for every class the client holds,

@@ -37,11 +37,12 @@ pub struct Entry {
 }
 
 /// Steps 1–3: the scaled vectors that enter k-means, class-major, client-id order within a
-/// class; and x.
+/// class, in units of 1/`resolution`; and x. The filter reads whole units, as the code's.
 pub fn entries<U: Borrow<TmUpload>>(
     uploads: &BTreeMap<ClientId, U>,
     sigma: f64,
     filter: bool,
+    resolution: u32,
 ) -> (Vec<Entry>, f64) {
     let ginis: Vec<f64> = uploads
         .values()
@@ -61,8 +62,9 @@ pub fn entries<U: Borrow<TmUpload>>(
             let Some(c) = u.parts.classes.get(&class) else {
                 continue;
             };
-            let scaled = scale(&c.weights, c.samples, u.parts.samples(), x);
-            if filter && mean(&scaled).floor() <= 0.0 {
+            let r = f64::from(resolution);
+            let scaled = scale(&c.weights, c.samples, u.parts.samples(), x * r);
+            if filter && (mean(&scaled) / r).floor() <= 0.0 {
                 continue;
             }
             out.push(Entry {

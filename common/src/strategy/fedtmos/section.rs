@@ -57,6 +57,9 @@ pub struct FedTmosServerParams {
     pub bits_by: BitsBy,
     /// The code's filter: drop vectors whose mean scaled weight floors to 0.
     pub filter: bool,
+    /// R: scaled weights are kept in units of 1/R, ⌊R · x · θ · n_c / n⌋ (1: the code's
+    /// integer truncation; see [`FedTmosSection::weight_resolution`]).
+    pub weight_resolution: u32,
     /// Left out of this record while the default, as before the key existed.
     #[serde(skip_serializing_if = "FillFrom::is_holder")]
     pub fill_from: FillFrom,
@@ -106,6 +109,9 @@ impl Preset {
 /// K of the paper's TopK (§4.2.2): the include bits of the two largest holders of a class.
 pub const PAPER_TOP_K: usize = 2;
 
+/// R of the published code: its `u32(...)` truncates the scaled weights to whole units.
+pub const CODE_WEIGHT_RESOLUTION: u32 = 1;
+
 /// `[fedtmos]`: FedTMOS's one round (its paper, Algorithms 1–3) and its baselines'. The keys a
 /// preset decides are left unset unless written: the preset then picks them, in a run's resolved
 /// file too, so `--set fedtmos.preset=…` on it switches them.
@@ -129,6 +135,14 @@ pub struct FedTmosSection {
     )]
     #[schemars(extend("default" = 2))]
     pub top_k: Option<usize>,
+    /// R: the scaled weights (step 2) in units of 1/R, ⌊R · x · θ · n_c / n⌋, so that a class
+    /// of a small share keeps its small weights (images: 1, the code's truncation; a table: 256).
+    #[serde(
+        deserialize_with = "crate::params::at_least_or_unset::<1, _, _>",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(extend("default" = 1))]
+    pub weight_resolution: Option<u32>,
     /// Preset-decided: `samples` (the paper) or `mean-weight` (the code).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bits_by: Option<BitsBy>,
@@ -179,6 +193,7 @@ impl Default for FedTmosSection {
             sigma: 0.5,
             k_max: 30,
             top_k: None,
+            weight_resolution: None,
             bits_by: None,
             filter: None,
             fill_from: FillFrom::Holder,
@@ -261,6 +276,12 @@ impl FedTmosSection {
                 top_k: at_least_one("fedtmos.top_k", self.top_k.unwrap_or(PAPER_TOP_K))?,
                 bits_by: self.bits_by.unwrap_or(decided.bits_by),
                 filter: self.filter.unwrap_or(decided.filter),
+                weight_resolution: require(
+                    "fedtmos.weight_resolution",
+                    "at least 1",
+                    self.weight_resolution.unwrap_or(CODE_WEIGHT_RESOLUTION),
+                    self.weight_resolution != Some(0),
+                )?,
                 fill_from: self.fill_from,
             },
             local_epochs: require(

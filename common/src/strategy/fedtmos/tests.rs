@@ -52,15 +52,73 @@ fn vectors_are_class_major_and_the_code_filter_drops_minority_classes() {
         (1, upload(&[(0, vec![8, 8], 1, 99), (1, vec![8, 8], 1, 1)])),
         (2, upload(&[(0, vec![4, 4], 1, 10)])),
     ]);
-    let (all, x) = entries(&uploads, 0.5, false);
+    let (all, x) = entries(&uploads, 0.5, false, 1);
     // Client 1's Gini index is 0.99² + 0.01² = 0.9802, client 2's 1: x = 0.9901.
     assert!((x - 0.9901).abs() < 1e-12);
     let keys: Vec<(ClientId, u32)> = all.iter().map(|e| (e.client, e.class)).collect();
     assert_eq!(keys, vec![(1, 0), (2, 0), (1, 1)]);
     // Client 1's class 1: 0.9901 · 8 · 1/100 = 0.08 → 0: the filter drops it.
-    let (kept, _) = entries(&uploads, 0.5, true);
+    let (kept, _) = entries(&uploads, 0.5, true, 1);
     let keys: Vec<(ClientId, u32)> = kept.iter().map(|e| (e.client, e.class)).collect();
     assert_eq!(keys, vec![(1, 0), (2, 0)]);
+}
+
+/// Issue 33 §2: a table's machine learns weights of a few units, which ⌊θ · n_c / n⌋ floors to
+/// 0 when a class is a tenth of the rows (digits: machines with no clauses). In units of 1/R
+/// they keep their ratios; the code's filter still reads whole units.
+#[test]
+fn a_finer_resolution_keeps_the_small_weights_of_a_small_share() {
+    let ten_classes: Vec<(u32, Vec<u32>, u8, u64)> =
+        (0..10).map(|c| (c, vec![9, 3, 1], 1, 10)).collect();
+    let uploads = BTreeMap::from([(1, upload(&ten_classes))]);
+    let (truncated, x) = entries(&uploads, 0.5, false, CODE_WEIGHT_RESOLUTION);
+    assert_eq!(x, 1.0, "a Gini index of 0.1 is under σ");
+    assert!(truncated.iter().all(|e| e.scaled == vec![0, 0, 0]));
+    let (fine, _) = entries(&uploads, 0.5, false, 256);
+    // 256 · 9 / 10 = 230.4, 256 · 3 / 10 = 76.8, 256 / 10 = 25.6.
+    assert!(fine.iter().all(|e| e.scaled == vec![230, 76, 25]));
+    let (filtered, _) = entries(&uploads, 0.5, true, 256);
+    assert!(filtered.is_empty(), "a mean of 0.43 units floors to 0");
+}
+
+/// A server model's sums are R times its weights' units: the code's clamp to [−T, T] is then
+/// [−R·T, R·T], the same clamp in the units the weights were scaled to.
+#[test]
+fn a_server_model_of_resolution_r_clamps_at_r_times_t() {
+    let tm = TmHyper {
+        clauses: 2,
+        t: 50,
+        ..TmHyper::default()
+    };
+    let hyper = FedTmosSection {
+        patch: 1,
+        ..FedTmosSection::default()
+    }
+    .check()
+    .unwrap();
+    let rebuild = hyper.rebuild(tm, 2);
+    let literals = 2 * hyper.patch_spec().patch_features();
+    let parts = TmParts {
+        classes: (0..2)
+            .map(|c| {
+                let part = ClassParts {
+                    weights: vec![1, 1],
+                    include: IncludeBits(vec![0; (2 * literals).div_ceil(8)]),
+                    samples: 0,
+                };
+                (c, part)
+            })
+            .collect(),
+    };
+    let margin = |m: crate::model::tm::conv::ConvTm| m.hyper().t;
+    assert_eq!(margin(rebuild.machine(&parts).unwrap()), 50);
+    assert_eq!(margin(rebuild.server_model(&parts, 1).unwrap()), 50);
+    assert_eq!(margin(rebuild.server_model(&parts, 256).unwrap()), 12_800);
+    // Weights whose class sum would wrap are refused, not rebuilt.
+    let mut huge = parts.clone();
+    huge.classes.get_mut(&1).unwrap().weights = vec![1 << 30, 1 << 30];
+    let err = rebuild.server_model(&huge, 1).unwrap_err().to_string();
+    assert!(err.contains("class 1's weights add up past"), "{err}");
 }
 
 fn cluster_of(centroid: Vec<f64>, members: &[(ClientId, u32)]) -> Cluster {
@@ -284,6 +342,7 @@ fn a_whole_aggregation_covers_every_class_in_every_model_it_can() {
         top_k: 2,
         bits_by: BitsBy::Samples,
         filter: false,
+        weight_resolution: 1,
         fill_from: FillFrom::Holder,
     };
     let steps = server_steps(
