@@ -151,7 +151,7 @@ mod tests {
         assert!(clauses.doc.starts_with("Clauses per class"), "{clauses:?}");
         assert_eq!(
             find("fedtmos.preset").and_then(|k| k.default.clone()),
-            Some("\"paper\"".into())
+            Some("\"recommended\"".into())
         );
         assert_eq!(
             find("server.round_timeout_secs").and_then(|k| k.default.clone()),

@@ -474,6 +474,11 @@ skip_columns = [0, "id"]
         let StrategySpec::FedTm(f) = Experiment::from_toml(&images).unwrap().strategy else {
             panic!("fedtm")
         };
+        assert_eq!(f.fedtmos.server.top_k, 1, "the default preset's K");
+        let paper = images + "[fedtmos]\npreset = \"paper\"\n";
+        let StrategySpec::FedTm(f) = Experiment::from_toml(&paper).unwrap().strategy else {
+            panic!("fedtm")
+        };
         assert_eq!(f.fedtmos.server.top_k, 2);
         // Images keep the code's truncation, and their resolved files are as they were.
         let mnist = include_str!("../../../experiments/fedtmos/mnist-dir0.1.toml");
@@ -963,6 +968,7 @@ iid_clients = 1
         let resolved = Experiment::from_toml(written).unwrap().to_toml();
         assert!(resolved.contains("preset = \"paper\""), "{resolved}");
         assert!(!resolved.contains("filter ="), "{resolved}");
+        assert!(!resolved.contains("top_k ="), "{resolved}");
         let with = |text: &str, sets: &[(&str, &str)]| {
             let sets: Vec<(String, String)> = sets
                 .iter()
@@ -982,6 +988,11 @@ iid_clients = 1
         assert_eq!(code.composite, CompositeOptions::CODE);
         assert_eq!(code.excluded_at, ExcludedAt::Zero);
         assert_eq!(code.server.bits_by, BitsBy::MeanWeight);
+        // K too: the paper's two, the default preset's one.
+        assert_eq!(with(&resolved, &[]).server.top_k, 2);
+        let recommended = with(&resolved, &[("fedtmos.preset", "recommended")]);
+        assert_eq!(recommended.server.top_k, 1);
+        assert_eq!(recommended.composite, CompositeOptions::default());
         // Keys unrelated to the preset keep the run's values.
         assert_eq!((code.server.models, code.server.k_max), (4, 30));
         let mixed = with(
@@ -996,7 +1007,7 @@ iid_clients = 1
         assert_eq!(with(&resolved, &[]).composite, CompositeOptions::default());
         // And back: a paper-code run's resolved file replayed under the paper's preset.
         let code_run = Experiment::from_toml(
-            &written.replace("[fedtmos]\n", "[fedtmos]\npreset = \"paper-code\"\n"),
+            &written.replace("preset = \"paper\"", "preset = \"paper-code\""),
         )
         .unwrap()
         .to_toml();

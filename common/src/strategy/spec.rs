@@ -10,7 +10,7 @@ use super::fedavg::{FedAvgClient, FedAvgServer};
 use super::fedtm::{FedTmClient, FedTmServer};
 use super::fedtmos::{
     CODE_WEIGHT_RESOLUTION, EnsembleServer, FedTmosClient, FedTmosHyper, FedTmosSection,
-    FedTmosServer,
+    FedTmosServer, Preset,
 };
 use super::local::LocalServer;
 use super::robust::RobustHyper;
@@ -168,11 +168,7 @@ impl ModelSpec {
             }
             ModelSpec::ConvTm(f) => {
                 out.tm = Some(f.tm.into());
-                let section = written.fedtmos.unwrap_or_default().canonical();
-                out.fedtmos = Some(FedTmosSection {
-                    top_k: Some(f.fedtmos.server.top_k),
-                    ..section
-                });
+                out.fedtmos = Some(written.fedtmos.unwrap_or_default().canonical());
             }
         }
         out
@@ -263,6 +259,7 @@ impl StrategySpec {
             .robust
             .filter(|r| !r.is_plain() && averages(self.kind()));
         if let Some(section) = out.fedtmos.as_mut() {
+            section.top_k = self.top_k_written(section.preset);
             section.weight_resolution = self.weight_resolution_written();
         }
         if let StrategySpec::FedAvgAhp { ahp, .. } = self {
@@ -272,6 +269,21 @@ impl StrategySpec {
             });
         }
         out
+    }
+
+    /// FedTMOS's and FedTM's K where it is not what the file would give without it: the
+    /// table's K on a table, the preset's on images (so a preset set on a resolved file
+    /// decides it); the ensemble ORs no bits.
+    fn top_k_written(&self, preset: Preset) -> Option<usize> {
+        let (StrategySpec::FedTmos(f) | StrategySpec::FedTm(f)) = self else {
+            return None;
+        };
+        let k = f.fedtmos.server.top_k;
+        let unwritten = match f.fedtmos.table_bits {
+            Some(_) => TABLE_TOP_K,
+            None => preset.top_k(),
+        };
+        (k != unwritten).then_some(k)
     }
 
     /// FedTMOS's R where it is not the images' default (a table's is always written, so that

@@ -66,10 +66,17 @@ pub struct FedTmosServerParams {
 }
 
 /// Defaults of the `[fedtmos]` keys left unset.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum Preset {
-    /// The paper as written: top-K include bits by samples, no filter, eq. 3's per-sample
+    /// The paper's reading with the one change the measurements favour (docs/RESULTS.md,
+    /// "FedTMOS's presets"): the largest holder's include bits (K = 1) instead of the top two's
+    /// OR. Bits by samples, no filter, eq. 3, excluded automata at the last exclude state.
+    #[default]
+    Recommended,
+    /// The paper as written: top-2 include bits by samples, no filter, eq. 3's per-sample
     /// composite without clamp, rebuilt machines' excluded automata at the last exclude state.
     Paper,
     /// The published code (docs/papers/fedtmos.md §7, §11–§13): bits by mean scaled weight, its
@@ -81,6 +88,7 @@ pub enum Preset {
 /// The values of the keys a preset decides.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Decided {
+    top_k: usize,
     bits_by: BitsBy,
     filter: bool,
     composite: CompositeOptions,
@@ -88,15 +96,27 @@ struct Decided {
 }
 
 impl Preset {
+    /// K of TopK where `top_k` is unset on images.
+    pub fn top_k(self) -> usize {
+        self.decides().top_k
+    }
+
     fn decides(self) -> Decided {
         match self {
+            Preset::Recommended => Decided {
+                top_k: 1,
+                ..Preset::Paper.decides()
+            },
             Preset::Paper => Decided {
+                top_k: PAPER_TOP_K,
                 bits_by: BitsBy::Samples,
                 filter: false,
                 composite: CompositeOptions::default(),
                 excluded_at: ExcludedAt::LastExclude,
             },
+            // The code ORs in a second holder's bits only for a model's last client.
             Preset::PaperCode => Decided {
+                top_k: PAPER_TOP_K,
                 bits_by: BitsBy::MeanWeight,
                 filter: true,
                 composite: CompositeOptions::CODE,
@@ -118,7 +138,8 @@ pub const CODE_WEIGHT_RESOLUTION: u32 = 1;
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct FedTmosSection {
-    /// `paper` or `paper-code`: the values of the keys below it says it decides, where unset.
+    /// `recommended`, `paper` or `paper-code`: the values of the keys below it says it
+    /// decides, where unset.
     pub preset: Preset,
     /// φ: server models (the paper's MNIST).
     #[serde(deserialize_with = "at_least::<1, _, _>")]
@@ -128,12 +149,13 @@ pub struct FedTmosSection {
     /// k of k-means, at most (30: the paper's Dir partitions; 10 for S(β)).
     #[serde(deserialize_with = "at_least::<1, _, _>")]
     pub k_max: usize,
-    /// K of TopK: contributors whose include bits are ORed (FedTMOS and FedTM on a table: 1).
+    /// Preset-decided: K of TopK, contributors whose include bits are ORed (1; the paper's
+    /// presets 2; on a table 1 whatever the preset).
     #[serde(
         deserialize_with = "crate::params::at_least_or_unset::<1, _, _>",
         skip_serializing_if = "Option::is_none"
     )]
-    #[schemars(extend("default" = 2))]
+    #[schemars(extend("default" = 1))]
     pub top_k: Option<usize>,
     /// R: the scaled weights (step 2) in units of 1/R, ⌊R · x · θ · n_c / n⌋, so that a class
     /// of a small share keeps its small weights (images: 1, the code's truncation; a table: 256).
@@ -188,7 +210,7 @@ pub struct FedTmosSection {
 impl Default for FedTmosSection {
     fn default() -> Self {
         FedTmosSection {
-            preset: Preset::Paper,
+            preset: Preset::Recommended,
             models: 4,
             sigma: 0.5,
             k_max: 30,
@@ -273,7 +295,7 @@ impl FedTmosSection {
                 models: at_least_one("fedtmos.models", self.models)?,
                 sigma: positive("fedtmos.sigma", self.sigma)?,
                 k_max: at_least_one("fedtmos.k_max", self.k_max)?,
-                top_k: at_least_one("fedtmos.top_k", self.top_k.unwrap_or(PAPER_TOP_K))?,
+                top_k: at_least_one("fedtmos.top_k", self.top_k.unwrap_or(decided.top_k))?,
                 bits_by: self.bits_by.unwrap_or(decided.bits_by),
                 filter: self.filter.unwrap_or(decided.filter),
                 weight_resolution: require(

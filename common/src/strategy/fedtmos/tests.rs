@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::super::{Downloads, RoundReport, ServerStrategy};
 use crate::ClientId;
 use crate::metrics::gini_index;
-use crate::model::tm::composite::CompositeOptions;
+use crate::model::tm::composite::{CompositeOptions, Normalization};
 use crate::model::tm::parts::{ClassParts, IncludeBits, TmParts, TmUpload};
 use crate::model::tm::{ExcludedAt, TmHyper};
 use crate::rng::derive_rng;
@@ -390,7 +390,12 @@ fn the_paper_code_preset_sets_the_codes_defaults_and_keys_still_override() {
     assert!(code.server.filter);
     assert_eq!(code.composite, CompositeOptions::CODE);
     assert_eq!(code.excluded_at, ExcludedAt::Zero);
-    let paper = FedTmosSection::default().check().unwrap();
+    let paper = FedTmosSection {
+        preset: Preset::Paper,
+        ..Default::default()
+    }
+    .check()
+    .unwrap();
     assert_eq!(paper.server.bits_by, BitsBy::Samples);
     assert!(!paper.server.filter);
     assert_eq!(paper.composite, CompositeOptions::default());
@@ -404,7 +409,66 @@ fn the_paper_code_preset_sets_the_codes_defaults_and_keys_still_override() {
     .unwrap();
     assert!(!mixed.server.filter);
     let e = toml::from_str::<FedTmosSection>("preset = \"code\"").unwrap_err();
-    assert!(e.message().contains("`paper` or `paper-code`"), "{e}");
+    assert!(
+        e.message().contains("`recommended`, `paper`, `paper-code`"),
+        "{e}"
+    );
+}
+
+/// Issue 33 §3: what each preset decides, pinned; the default is `recommended`, the paper's
+/// reading with the largest holder's include bits (docs/RESULTS.md, "FedTMOS's presets").
+#[test]
+fn each_preset_decides_its_settings() {
+    let decided = |preset: Preset| {
+        let h = FedTmosSection {
+            preset,
+            ..Default::default()
+        }
+        .check()
+        .unwrap();
+        let s = h.server;
+        (
+            (s.top_k, s.bits_by, s.filter, s.weight_resolution),
+            (h.composite, h.excluded_at),
+            (s.models, s.sigma, s.k_max, s.fill_from),
+        )
+    };
+    let paper_server = (4, 0.5, 30, FillFrom::Holder);
+    assert_eq!(FedTmosSection::default().preset, Preset::Recommended);
+    assert_eq!(
+        decided(Preset::Recommended),
+        (
+            (1, BitsBy::Samples, false, 1),
+            (CompositeOptions::default(), ExcludedAt::LastExclude),
+            paper_server
+        )
+    );
+    assert_eq!(
+        decided(Preset::Paper),
+        (
+            (2, BitsBy::Samples, false, 1),
+            (CompositeOptions::default(), ExcludedAt::LastExclude),
+            paper_server
+        )
+    );
+    assert_eq!(
+        decided(Preset::PaperCode),
+        (
+            (2, BitsBy::MeanWeight, true, 1),
+            (CompositeOptions::CODE, ExcludedAt::Zero),
+            paper_server
+        )
+    );
+    assert_eq!(
+        CompositeOptions::default().normalization,
+        Normalization::PerSample
+    );
+    assert!(!CompositeOptions::default().clamp);
+    assert_eq!(
+        CompositeOptions::CODE.normalization,
+        Normalization::PerBatch
+    );
+    assert!(CompositeOptions::CODE.clamp);
 }
 
 fn shape() -> TmShape {
