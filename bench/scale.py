@@ -94,9 +94,11 @@ def one_run(flint, clients, per_process, repetition, rounds, timeout):
         if ok and os.path.exists(results):
             with open(results) as f:
                 r = json.load(f)
-            closed = [x for x in r["rounds"] if x["round"] > 0]
+            closed = [x for x in r["rounds"] if x["round"] > 0 and x.get("seconds") is not None]
             complete = all(len(x["participants"]) == clients for x in closed)
             row["completed"] = int(complete and len(closed) == rounds)
+            if not closed:
+                return row
             row["round_seconds_mean"] = f"{statistics.mean(x['seconds'] for x in closed):.3f}"
             row["aggregation_ms_mean"] = (
                 f"{1000 * statistics.mean(x.get('aggregation_seconds') or 0 for x in closed):.2f}")
@@ -109,7 +111,8 @@ def one_run(flint, clients, per_process, repetition, rounds, timeout):
                 second, last = closed[1]["seconds"], closed[-1]["seconds"]
                 row["round_seconds_second"] = f"{second:.3f}"
                 row["round_seconds_last"] = f"{last:.3f}"
-                row["last_over_second"] = f"{last / second:.2f}"
+                # A round under the clock's resolution has no ratio.
+                row["last_over_second"] = f"{last / second:.2f}" if second > 0 else ""
         return row
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -133,13 +136,14 @@ def main():
     if a.fresh and os.path.exists(a.out):
         os.remove(a.out)
     os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
-    seen = done_rows(a.out)
-    new = not os.path.exists(a.out)
+    # An empty file (a run stopped before its first row) is started over.
+    new = not os.path.exists(a.out) or os.path.getsize(a.out) == 0
     if not new:
         with open(a.out) as f:
             if next(csv.reader(f), []) != FIELDS:
                 sys.exit(f"scale: {a.out} has other columns (an older scale.py); use --fresh")
-    with open(a.out, "a", newline="") as f:
+    seen = set() if new else done_rows(a.out)
+    with open(a.out, "w" if new else "a", newline="") as f:
         w = csv.DictWriter(f, fieldnames=FIELDS)
         if new:
             w.writeheader()
