@@ -898,6 +898,28 @@ fn a_ten_class_table_runs_through_every_tabular_strategy() {
     }
 }
 
+/// Issue 33 §2: FedTMOS on digits at the table defaults (the committed file: ten IID clients)
+/// builds composites whose every machine holds clauses, where the code's truncation of the
+/// scaled weights (R = 1, the table default before) floored a tenth's share of a T = 50
+/// machine's weights to 0 and warned of machines with no clauses, at a lower accuracy.
+#[test]
+#[ignore = "needs FLINT_DATA_DIR with sklearn-digits; CI runs it"]
+fn fedtmos_on_a_ten_class_table_keeps_every_machine() {
+    use flint_common::degenerate::WarningKind;
+    let file = experiment("tables/digits/fedtmos.toml");
+    let dir = tempfile::tempdir().unwrap();
+    let run = |runs: &str, overrides: &[&str]| {
+        let r = run_file(&dir.path().join(runs), &file, &[], overrides);
+        let empty = r.warnings.iter().any(|w| w.kind == WarningKind::NoClauses);
+        (r.rounds.last().unwrap().mean.unwrap().accuracy, empty)
+    };
+    let (fine, fine_empty) = run("fine", &[]);
+    let (truncated, truncated_empty) = run("truncated", &["fedtmos.weight_resolution=1"]);
+    assert!(!fine_empty, "R = 256 left a machine with no clauses");
+    assert!(truncated_empty, "R = 1 should floor small weights to 0");
+    assert!(fine > truncated, "{fine} against {truncated}");
+}
+
 /// Issue 29 §3, for images: a federation the training images cannot feed is refused by
 /// `flint run` before any process starts (no run directory), in one line with the count.
 #[test]
