@@ -459,16 +459,16 @@ fn each_preset_decides_its_settings() {
             paper_server
         )
     );
+    let eq_3 = CompositeOptions::default();
     assert_eq!(
-        CompositeOptions::default().normalization,
-        Normalization::PerSample
+        (eq_3.normalization, eq_3.clamp),
+        (Normalization::PerSample, false)
     );
-    assert!(!CompositeOptions::default().clamp);
+    let code = CompositeOptions::CODE;
     assert_eq!(
-        CompositeOptions::CODE.normalization,
-        Normalization::PerBatch
+        (code.normalization, code.clamp),
+        (Normalization::PerBatch, true)
     );
-    assert!(CompositeOptions::CODE.clamp);
 }
 
 fn shape() -> TmShape {
