@@ -58,7 +58,9 @@ pub struct FedTmosServerParams {
     /// The code's filter: drop vectors whose mean scaled weight floors to 0.
     pub filter: bool,
     /// R: scaled weights are kept in units of 1/R, ⌊R · x · θ · n_c / n⌋ (1: the code's
-    /// integer truncation; see [`FedTmosSection::weight_resolution`]).
+    /// integer truncation; see [`FedTmosSection::weight_resolution`]). Left out of this record
+    /// at 1, as before the key existed.
+    #[serde(skip_serializing_if = "is_code_resolution")]
     pub weight_resolution: u32,
     /// Left out of this record while the default, as before the key existed.
     #[serde(skip_serializing_if = "FillFrom::is_holder")]
@@ -131,6 +133,10 @@ pub const PAPER_TOP_K: usize = 2;
 
 /// R of the published code: its `u32(...)` truncates the scaled weights to whole units.
 pub const CODE_WEIGHT_RESOLUTION: u32 = 1;
+
+fn is_code_resolution(r: &u32) -> bool {
+    *r == CODE_WEIGHT_RESOLUTION
+}
 
 /// `[fedtmos]`: FedTMOS's one round (its paper, Algorithms 1–3) and its baselines'. The keys a
 /// preset decides are left unset unless written: the preset then picks them, in a run's resolved
@@ -289,6 +295,7 @@ impl FedTmosSection {
     /// The checked settings: the preset's values where its keys are unset.
     pub fn check(&self) -> ParamResult<FedTmosHyper> {
         let at_least_one = |key, n: usize| require(key, "at least 1", n, n > 0);
+        let resolution = self.weight_resolution.unwrap_or(CODE_WEIGHT_RESOLUTION);
         let decided = self.preset.decides();
         Ok(FedTmosHyper {
             server: FedTmosServerParams {
@@ -301,8 +308,8 @@ impl FedTmosSection {
                 weight_resolution: require(
                     "fedtmos.weight_resolution",
                     "at least 1",
-                    self.weight_resolution.unwrap_or(CODE_WEIGHT_RESOLUTION),
-                    self.weight_resolution != Some(0),
+                    resolution,
+                    resolution > 0,
                 )?,
                 fill_from: self.fill_from,
             },

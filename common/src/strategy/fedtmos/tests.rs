@@ -85,25 +85,15 @@ fn a_finer_resolution_keeps_the_small_weights_of_a_small_share() {
 /// [−R·T, R·T], the same clamp in the units the weights were scaled to.
 #[test]
 fn a_server_model_of_resolution_r_clamps_at_r_times_t() {
-    let tm = TmHyper {
-        clauses: 2,
-        t: 50,
-        ..TmHyper::default()
-    };
-    let hyper = FedTmosSection {
-        patch: 1,
-        ..FedTmosSection::default()
-    }
-    .check()
-    .unwrap();
-    let rebuild = hyper.rebuild(tm, 2);
-    let literals = 2 * hyper.patch_spec().patch_features();
+    let (h, tm) = hyper(false);
+    let rebuild = h.rebuild(TmHyper { t: 50, ..tm }, 2);
+    let bytes = IncludeBits::bytes_for(tm.clauses, h.shape(&tm, 2).literals);
     let parts = TmParts {
         classes: (0..2)
             .map(|c| {
                 let part = ClassParts {
                     weights: vec![1, 1],
-                    include: IncludeBits(vec![0; (2 * literals).div_ceil(8)]),
+                    include: IncludeBits(vec![0; bytes]),
                     samples: 0,
                 };
                 (c, part)
