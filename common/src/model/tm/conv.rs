@@ -733,6 +733,112 @@ mod tests {
         assert_eq!(c.class_counts().iter().sum::<u64>(), 5000);
     }
 
+    /// Strokes of 28 × 28 images, a class's row and column, with 5 % of pixels flipped.
+    fn strokes(n: usize, rng: &mut FlintRng) -> BitRows {
+        let mut rows = BitRows::new(784, 10);
+        for _ in 0..n {
+            let class = rng.random_range(0..10u32);
+            let bits: Vec<bool> = (0..784u32)
+                .map(|p| {
+                    let (r, c) = (p / 28, p % 28);
+                    let stroke = (r % 10 == class && c > 4 && c < 24)
+                        || (c % 10 == class && r > 4 && r < 24);
+                    stroke ^ (rng.random::<f64>() < 0.05)
+                })
+                .collect();
+            rows.push(&bits, class);
+        }
+        rows
+    }
+
+    /// The sha256 of every automaton state and weight of a trained machine.
+    fn digest(tm: &ConvTm) -> String {
+        use sha2::{Digest, Sha256};
+        let mut h = Sha256::new();
+        match &tm.form {
+            Form::MultiClass(m) => {
+                for c in 0..m.classes() {
+                    m.bank(c)
+                        .cell_major_planes()
+                        .iter()
+                        .for_each(|w| h.update(w.to_le_bytes()));
+                    m.class_weights(c)
+                        .iter()
+                        .for_each(|w| h.update(w.to_le_bytes()));
+                }
+            }
+            Form::Coalesced(m) => {
+                m.bank()
+                    .cell_major_planes()
+                    .iter()
+                    .for_each(|w| h.update(w.to_le_bytes()));
+                for c in 0..m.classes() {
+                    m.class_weights(c)
+                        .iter()
+                        .for_each(|w| h.update(w.to_le_bytes()));
+                }
+            }
+        }
+        h.finalize()
+            .iter()
+            .take(8)
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+
+    /// Every training path of the convolutional machine, pinned to the states it reached when
+    /// recorded: a faster engine must give the same machine for the same seed, draw for draw
+    /// (FedTMOS's documented runs replay only so).
+    #[test]
+    fn training_reaches_the_recorded_states() {
+        let data = strokes(300, &mut derive_rng(8, "conv-pin", 0));
+        let spec = PatchSpec {
+            width: 28,
+            height: 28,
+            channels: 1,
+            patch: 10,
+        };
+        let h = |sampling| TmHyper {
+            clauses: 20,
+            t: 100,
+            s: 5.0,
+            weighted: true,
+            negative_sampling: sampling,
+            ..TmHyper::default()
+        };
+        let fit = |mut tm: ConvTm, threads: usize| {
+            let mut rng = derive_rng(9, "conv-pin", 0);
+            let mut masks = FeedbackMasks::new(5.0, &mut rng);
+            for _ in 0..2 {
+                match threads {
+                    0 => tm.fit_epoch(&data, &mut masks, &mut rng),
+                    n => tm.fit_epoch_threaded(&data, &mut masks, &mut rng, n),
+                }
+            }
+            digest(&tm)
+        };
+        let all = ConvTm::new(h(NegativeSampling::All), spec, 10).unwrap();
+        let uniform = ConvTm::new(h(NegativeSampling::Uniform), spec, 10).unwrap();
+        let mut r = derive_rng(10, "conv-pin", 0);
+        let coalesced =
+            ConvTm::new_coalesced(h(NegativeSampling::Uniform), spec, 10, &mut r).unwrap();
+        let got = [
+            fit(all.clone(), 0),
+            fit(all, 2),
+            fit(uniform, 0),
+            fit(coalesced, 0),
+        ];
+        assert_eq!(
+            got,
+            [
+                "174718775ddc435d",
+                "d11facbb631013f5",
+                "a44160fe0719f2c9",
+                "63d7b04cc1384f9c"
+            ]
+        );
+    }
+
     #[test]
     fn patches_must_fit_the_image() {
         let h = TmHyper::default().check().unwrap();
