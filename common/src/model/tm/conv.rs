@@ -8,8 +8,9 @@ use rand::RngExt;
 
 use super::bank::{ClauseBank, LiteralRows};
 use super::coalesced::{CoalescedTm, LearnBuffers};
-use super::infer::{Transposed, accuracy, predictions};
+use super::infer::{accuracy, predictions};
 use super::multiclass::{ClassMut, MultiClassTm};
+use super::patch_literals::PatchLiterals;
 use super::{FeedbackMasks, NegativeSampling, TmHyper};
 use crate::data::booleanize::BitRows;
 use crate::data::booleanize::words_for;
@@ -78,6 +79,57 @@ impl PatchSpec {
             }
         }
         out
+    }
+
+    /// The position features of every patch, literal-major (the same for every image).
+    fn position_literals(&self, position_words: &[u64]) -> PatchLiterals {
+        let pfw = words_for(self.patch_features());
+        let mut rows = BitRows::new(self.patch_features(), 2);
+        for row in position_words.chunks_exact(pfw) {
+            rows.push_words(row, 0);
+        }
+        let mut out = PatchLiterals::new(self.patch_features(), self.positions());
+        out.fill_from_rows(&rows);
+        out
+    }
+
+    /// Every patch of `image`, literal-major, into `out`, read straight from the image's rows
+    /// when they fit a word (one channel, at most 64 pixels wide). False, `out` untouched, for
+    /// other shapes: their literals come from the patch rows ([`PatchLiterals::fill_from_rows`]).
+    fn literals_from_image(
+        &self,
+        image: &[u64],
+        positions: &PatchLiterals,
+        out: &mut PatchLiterals,
+    ) -> bool {
+        if self.channels != 1 || self.width > 64 {
+            return false;
+        }
+        let (w, across) = (self.patch, self.across());
+        let keep = if across == 64 {
+            u64::MAX
+        } else {
+            (1u64 << across) - 1
+        };
+        let rows: Vec<u64> = (0..self.height)
+            .map(|y| bits_at(image, y * self.width, self.width))
+            .collect();
+        // Pixel (dx, dy) of the patch at (px, py) is image pixel (px + dx, py + dy): over the
+        // positions of one patch row, image row py + dy shifted by dx.
+        for dy in 0..w {
+            for dx in 0..w {
+                let row = out.feature_mut(dy * w + dx);
+                row.fill(0);
+                for (py, image_row) in rows[dy..].iter().take(self.height - w + 1).enumerate() {
+                    put_bits(row, py * across, (image_row >> dx) & keep, across);
+                }
+            }
+        }
+        for f in w * w..self.patch_features() {
+            out.feature_mut(f).copy_from_slice(positions.row(f, false));
+        }
+        out.negate();
+        true
     }
 
     /// The feature rows of every patch of `image`, replacing `out`'s rows.
@@ -156,6 +208,8 @@ enum Form {
 pub struct ConvTm {
     spec: PatchSpec,
     position_words: Vec<u64>,
+    /// The position features of every patch, literal-major.
+    positions: PatchLiterals,
     form: Form,
 }
 
@@ -163,6 +217,7 @@ pub struct ConvTm {
 #[derive(Debug)]
 pub struct ConvScratch {
     patches: BitRows,
+    literals: PatchLiterals,
     lit_rows: Vec<u64>,
     lits: Vec<u64>,
     fired: Vec<bool>,
@@ -177,6 +232,7 @@ impl ConvScratch {
     pub fn new(spec: &PatchSpec) -> ConvScratch {
         ConvScratch {
             patches: BitRows::new(spec.patch_features(), 2),
+            literals: PatchLiterals::new(spec.patch_features(), spec.positions()),
             lit_rows: Vec::new(),
             lits: Vec::new(),
             fired: Vec::new(),
@@ -192,9 +248,17 @@ impl ConvTm {
     /// The multi-class form: a clause bank per class.
     pub fn new(hyper: TmHyper, spec: PatchSpec, classes: usize) -> Result<ConvTm, String> {
         spec.check()?;
+        let tm = MultiClassTm::new(hyper, spec.patch_features(), classes);
+        ConvTm::shaped(spec, Form::MultiClass(tm))
+    }
+
+    fn shaped(spec: PatchSpec, form: Form) -> Result<ConvTm, String> {
+        spec.check()?;
+        let position_words = spec.position_words();
         Ok(ConvTm {
-            position_words: spec.position_words(),
-            form: Form::MultiClass(MultiClassTm::new(hyper, spec.patch_features(), classes)),
+            positions: spec.position_literals(&position_words),
+            position_words,
+            form,
             spec,
         })
     }
@@ -210,11 +274,7 @@ impl ConvTm {
                 spec.patch_features()
             ));
         }
-        Ok(ConvTm {
-            position_words: spec.position_words(),
-            form: Form::MultiClass(tm),
-            spec,
-        })
+        ConvTm::shaped(spec, Form::MultiClass(tm))
     }
 
     /// The coalesced form: one clause bank shared by the classes; `rng` draws the ±1 weights.
@@ -225,11 +285,8 @@ impl ConvTm {
         rng: &mut FlintRng,
     ) -> Result<ConvTm, String> {
         spec.check()?;
-        Ok(ConvTm {
-            position_words: spec.position_words(),
-            form: Form::Coalesced(CoalescedTm::new(hyper, spec.patch_features(), classes, rng)),
-            spec,
-        })
+        let tm = CoalescedTm::new(hyper, spec.patch_features(), classes, rng);
+        ConvTm::shaped(spec, Form::Coalesced(tm))
     }
 
     pub fn spec(&self) -> &PatchSpec {
@@ -276,7 +333,13 @@ impl ConvTm {
     ) {
         self.spec
             .patches(image, &self.position_words, &mut s.patches);
-        let patches = Transposed::new(&s.patches);
+        let mut literals = std::mem::take(&mut s.literals);
+        if !self
+            .spec
+            .literals_from_image(image, &self.positions, &mut literals)
+        {
+            literals.fill_from_rows(&s.patches);
+        }
         let any_bank = match &self.form {
             Form::MultiClass(tm) => tm.bank(0),
             Form::Coalesced(tm) => tm.bank(),
@@ -290,21 +353,21 @@ impl ConvTm {
             Form::MultiClass(tm) => {
                 tm.count(y);
                 let y = y as usize;
-                learn_class(tm, y, true, &patches, masks, rng, s);
+                learn_class(tm, y, true, &literals, masks, rng, s);
                 let classes = tm.classes();
                 if tm.hyper().negative_sampling == NegativeSampling::All {
                     for c in (0..classes).filter(|&c| c != y) {
-                        learn_class(tm, c, false, &patches, masks, rng, s);
+                        learn_class(tm, c, false, &literals, masks, rng, s);
                     }
                 } else {
                     // Focused sampling is the multi-class machine's; here the negative is uniform.
                     let r = rng.random_range(0..classes - 1);
                     let negative = if r >= y { r + 1 } else { r };
-                    learn_class(tm, negative, false, &patches, masks, rng, s);
+                    learn_class(tm, negative, false, &literals, masks, rng, s);
                 }
             }
             Form::Coalesced(tm) => {
-                patch_outputs(tm.bank(), &patches, rng, s);
+                patch_outputs(tm.bank(), &literals, rng, s);
                 let (fired, row_of) = (std::mem::take(&mut s.fired), std::mem::take(&mut s.row_of));
                 tm.learn(
                     y,
@@ -318,6 +381,7 @@ impl ConvTm {
                 (s.fired, s.row_of) = (fired, row_of);
             }
         }
+        s.literals = literals;
     }
 
     pub fn fit_epoch(&mut self, data: &BitRows, masks: &mut FeedbackMasks, rng: &mut FlintRng) {
@@ -345,7 +409,7 @@ impl ConvTm {
     ) {
         use rand::SeedableRng;
         use rand::seq::SliceRandom;
-        let (spec, position_words) = (self.spec, &self.position_words);
+        let (spec, position_words, positions) = (self.spec, &self.position_words, &self.positions);
         let Form::MultiClass(tm) = &mut self.form else {
             return self.fit_epoch(data, masks, rng);
         };
@@ -380,7 +444,7 @@ impl ConvTm {
         let mut patches = BitRows::new(spec.patch_features(), 2);
         let mut lits = Vec::new();
         for block in order.chunks(256) {
-            let prepared: Vec<(Transposed, Vec<u64>, u32)> = block
+            let prepared: Vec<(PatchLiterals, Vec<u64>, u32)> = block
                 .iter()
                 .map(|&i| {
                     spec.patches(data.row(i), position_words, &mut patches);
@@ -389,7 +453,11 @@ impl ConvTm {
                         work[0].1.bank.literals_of(patches.row(p), &mut lits);
                         rows.extend_from_slice(&lits);
                     }
-                    (Transposed::new(&patches), rows, data.labels[i])
+                    let mut literals = positions.clone();
+                    if !spec.literals_from_image(data.row(i), positions, &mut literals) {
+                        literals.fill_from_rows(&patches);
+                    }
+                    (literals, rows, data.labels[i])
                 })
                 .collect();
             let prepared = &prepared;
@@ -419,38 +487,45 @@ impl ConvTm {
     /// Class sums of every image (row-major, `classes` per image).
     pub fn class_sums_batch(&self, data: &BitRows) -> Vec<i32> {
         let mut patches = BitRows::new(self.spec.patch_features(), 2);
+        let mut literals = self.positions.clone();
+        let mut out = vec![0u64; literals.blocks()];
         let classes = self.classes();
         let mut sums = Vec::with_capacity(data.len() * classes);
-        match &self.form {
-            Form::MultiClass(tm) => {
-                let compiled = tm.compile();
-                for i in 0..data.len() {
-                    self.spec
-                        .patches(data.row(i), &self.position_words, &mut patches);
-                    let t = Transposed::new(&patches);
-                    sums.extend(compiled.iter().map(|c| c.sum_if_any(&t)));
-                }
-            }
-            Form::Coalesced(tm) => {
-                let compiled = tm.compile();
-                let mut row = vec![0i32; classes];
-                for i in 0..data.len() {
-                    self.spec
-                        .patches(data.row(i), &self.position_words, &mut patches);
-                    let t = Transposed::new(&patches);
-                    row.iter_mut().for_each(|v| *v = 0);
-                    for (k, &id) in compiled.ids().iter().enumerate() {
-                        if compiled.fires_anywhere(k, &t) {
+        let compiled = match &self.form {
+            Form::MultiClass(tm) => tm.compile(),
+            Form::Coalesced(tm) => vec![tm.compile()],
+        };
+        for i in 0..data.len() {
+            self.image_literals(data.row(i), &mut patches, &mut literals);
+            match &self.form {
+                Form::MultiClass(_) => sums.extend(
+                    compiled
+                        .iter()
+                        .map(|c| c.sum_on_patches(&literals, &mut out)),
+                ),
+                Form::Coalesced(tm) => {
+                    let start = sums.len();
+                    sums.resize(start + classes, 0);
+                    let row = &mut sums[start..];
+                    for (k, &id) in compiled[0].ids().iter().enumerate() {
+                        if compiled[0].fires_on_a_patch(k, &literals, &mut out) {
                             for (c, v) in row.iter_mut().enumerate() {
                                 *v += tm.class_weights(c)[id as usize];
                             }
                         }
                     }
-                    sums.extend_from_slice(&row);
                 }
             }
         }
         sums
+    }
+
+    /// Every patch of `image`, literal-major, into `out` (`rows`: scratch for the patch rows).
+    fn image_literals(&self, image: &[u64], rows: &mut BitRows, out: &mut PatchLiterals) {
+        if !self.spec.literals_from_image(image, &self.positions, out) {
+            self.spec.patches(image, &self.position_words, rows);
+            out.fill_from_rows(rows);
+        }
     }
 
     pub fn predict_batch(&self, data: &BitRows) -> Vec<u32> {
@@ -464,56 +539,39 @@ impl ConvTm {
 
 /// Which patches each clause of `bank` fires on (training: empty clauses fire everywhere):
 /// fills `s.fired`, and `s.row_of` with one firing patch per clause drawn uniformly by `rng`.
-fn patch_outputs(bank: &ClauseBank, patches: &Transposed, rng: &mut FlintRng, s: &mut ConvScratch) {
-    let fw = bank.feature_words();
-    let blocks = patches.block_count();
+fn patch_outputs(
+    bank: &ClauseBank,
+    patches: &PatchLiterals,
+    rng: &mut FlintRng,
+    s: &mut ConvScratch,
+) {
     s.fired.clear();
     s.row_of.clear();
+    s.out.resize(patches.blocks(), 0);
     for j in 0..bank.clauses() {
-        // One word holds a feature of 64 patches: a clause's firing patches are the AND of its
-        // included literals' words, usually zero after a few.
-        s.out.clear();
-        s.out.extend((0..blocks).map(|b| patches.valid(b)));
-        let mut alive = true;
-        'literals: for (l, &word) in bank.include(j).iter().enumerate() {
-            let mut bits = word;
-            while bits != 0 {
-                let f = (l % fw) * 64 + bits.trailing_zeros() as usize;
-                bits &= bits - 1;
-                let mut any = 0;
-                for (b, o) in s.out.iter_mut().enumerate() {
-                    let w = patches.word(b, f);
-                    *o &= if l >= fw { !w } else { w };
-                    any |= *o;
-                }
-                if any == 0 {
-                    alive = false;
-                    break 'literals;
-                }
-            }
-        }
+        let alive = patches.fires(bank.include(j), &mut s.out);
         s.fired.push(alive);
-        if !alive {
-            s.row_of.push(0);
-            continue;
-        }
-        let total: u32 = s.out.iter().map(|o| o.count_ones()).sum();
-        let mut pick = rng.random_range(0..total);
-        let mut row = 0;
-        for (b, &o) in s.out.iter().enumerate() {
-            let n = o.count_ones();
-            if pick < n {
-                let mut bits = o;
-                for _ in 0..pick {
-                    bits &= bits - 1;
-                }
-                row = b * 64 + bits.trailing_zeros() as usize;
-                break;
-            }
-            pick -= n;
-        }
-        s.row_of.push(row as u32);
+        s.row_of
+            .push(if alive { pick_patch(&s.out, rng) } else { 0 });
     }
+}
+
+/// One of the patches set in `fired` (a word per block of 64), uniformly.
+fn pick_patch(fired: &[u64], rng: &mut FlintRng) -> u32 {
+    let total: u32 = fired.iter().map(|o| o.count_ones()).sum();
+    let mut pick = rng.random_range(0..total);
+    for (b, &o) in fired.iter().enumerate() {
+        let n = o.count_ones();
+        if pick < n {
+            let mut bits = o;
+            for _ in 0..pick {
+                bits &= bits - 1;
+            }
+            return (b * 64) as u32 + bits.trailing_zeros();
+        }
+        pick -= n;
+    }
+    unreachable!("pick is below the total")
 }
 
 /// Feedback to one class of the multi-class form, each clause learning from its firing patch.
@@ -521,44 +579,26 @@ fn learn_class(
     tm: &mut MultiClassTm,
     class: usize,
     target: bool,
-    patches: &Transposed,
+    patches: &PatchLiterals,
     masks: &mut FeedbackMasks,
     rng: &mut FlintRng,
     s: &mut ConvScratch,
 ) {
-    patch_outputs(tm.bank(class), patches, rng, s);
-    let t = tm.hyper().t;
-    let v: i32 = s
-        .fired
-        .iter()
-        .enumerate()
-        .filter(|(_, f)| **f)
-        .map(|(j, _)| MultiClassTm::polarity(j) * tm.class_weights(class)[j] as i32)
-        .sum();
-    let (fired, row_of) = (std::mem::take(&mut s.fired), std::mem::take(&mut s.row_of));
-    let v = v.clamp(-t, t);
-    tm.apply_feedback(
-        class,
-        target,
-        v,
-        &fired,
-        &s.lit_rows,
-        Some(&row_of),
-        masks,
-        rng,
-        &mut s.selected,
+    let (hyper, mut class) = tm.class_mut(class);
+    let lit_rows = std::mem::take(&mut s.lit_rows);
+    learn_one(
+        &mut class, &hyper, target, patches, &lit_rows, masks, rng, s,
     );
-    (s.fired, s.row_of) = (fired, row_of);
+    s.lit_rows = lit_rows;
 }
 
-/// [`learn_class`] on one class borrowed alone (threaded one-vs-all), given the example's
-/// patches and their literal rows.
+/// Feedback to one class borrowed alone, given the example's patches and their literal rows.
 #[allow(clippy::too_many_arguments)]
 fn learn_one(
     class: &mut ClassMut<'_>,
     hyper: &TmHyper,
     target: bool,
-    patches: &Transposed,
+    patches: &PatchLiterals,
     lit_rows: &[u64],
     masks: &mut FeedbackMasks,
     rng: &mut FlintRng,

@@ -4,6 +4,7 @@
 //! output for 64 samples is then the AND of its included literals' words, which usually reaches
 //! zero after a few literals. Clause lists are compiled once from the include bits.
 
+use super::patch_literals::PatchLiterals;
 use crate::data::booleanize::BitRows;
 
 /// Predictions from row-major class sums: the class with the largest sum, ties to the lowest.
@@ -100,22 +101,22 @@ impl CompiledClauses {
         out
     }
 
-    /// The summed weights of the clauses that fire on at least one of the rows of `t`: the class
-    /// sum of a convolutional machine, whose rows are one image's patches.
-    pub fn sum_if_any(&self, t: &Transposed) -> i32 {
-        let mut sum = 0;
-        for (k, &w) in self.weights.iter().enumerate() {
-            if self.fires_anywhere(k, t) {
-                sum += w;
-            }
-        }
-        sum
+    /// The summed weights of the clauses that fire on at least one patch of `p`: the class sum
+    /// of a convolutional machine (`out`: scratch, a word per block of patches).
+    pub(crate) fn sum_on_patches(&self, p: &PatchLiterals, out: &mut [u64]) -> i32 {
+        let fired = |k: &usize| self.fires_on_a_patch(*k, p, out);
+        (0..self.weights.len())
+            .filter(fired)
+            .map(|k| self.weights[k])
+            .sum()
     }
 
-    /// Whether compiled clause k fires on at least one row of `t`.
-    pub(crate) fn fires_anywhere(&self, k: usize, t: &Transposed) -> bool {
-        t.blocks()
-            .any(|(_, valid, block)| self.output(k, block, valid) != 0)
+    /// Whether compiled clause k fires on at least one patch of `p`.
+    pub(crate) fn fires_on_a_patch(&self, k: usize, p: &PatchLiterals, out: &mut [u64]) -> bool {
+        let literals = self.literals[self.starts[k]..self.starts[k + 1]]
+            .iter()
+            .map(|l| p.literal(l.feature as usize, l.negated));
+        p.fires_on(literals, out)
     }
 
     /// Bank index of each compiled clause.
@@ -170,27 +171,6 @@ impl Transposed {
 
     pub fn len(&self) -> usize {
         self.len
-    }
-
-    /// Blocks of 64 rows.
-    pub(crate) fn block_count(&self) -> usize {
-        self.len.div_ceil(64)
-    }
-
-    /// Feature `f` of the 64 rows of block `b`.
-    #[inline(always)]
-    pub(crate) fn word(&self, b: usize, f: usize) -> u64 {
-        self.blocks[b * self.features + f]
-    }
-
-    /// The rows present in block `b`.
-    pub(crate) fn valid(&self, b: usize) -> u64 {
-        let count = (self.len - b * 64).min(64);
-        if count == 64 {
-            u64::MAX
-        } else {
-            (1u64 << count) - 1
-        }
     }
 
     pub fn is_empty(&self) -> bool {

@@ -9,6 +9,7 @@ mod handoff;
 pub mod infer;
 pub mod multiclass;
 pub mod parts;
+mod patch_literals;
 pub mod section;
 #[cfg(test)]
 pub(crate) mod testing;

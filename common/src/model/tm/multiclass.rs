@@ -307,6 +307,15 @@ impl MultiClassTm {
         (self.hyper, classes)
     }
 
+    /// One class's clause bank and weights (one-vs-all's convolutional feedback).
+    pub(crate) fn class_mut(&mut self, class: usize) -> (TmHyper, ClassMut<'_>) {
+        let class = ClassMut {
+            bank: &mut self.banks[class],
+            weights: &mut self.weights[class],
+        };
+        (self.hyper, class)
+    }
+
     /// One pass over `data` in an order shuffled by `rng`.
     pub fn fit_epoch(&mut self, data: &BitRows, masks: &mut FeedbackMasks, rng: &mut FlintRng) {
         use rand::seq::SliceRandom;
