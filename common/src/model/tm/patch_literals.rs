@@ -93,42 +93,98 @@ impl PatchLiterals {
     /// fires everywhere.
     #[inline]
     pub(crate) fn fires(&self, include: &[u64], out: &mut [u64]) -> bool {
-        out.copy_from_slice(&self.valid);
-        for (l, &word) in include.iter().enumerate() {
-            let mut bits = word;
-            while bits != 0 {
-                let lit = l * 64 + bits.trailing_zeros() as usize;
-                bits &= bits - 1;
-                if !self.and_literal(lit, out) {
-                    return false;
-                }
-            }
-        }
-        true
+        self.fires_on(Included::new(include), out)
     }
 
     /// [`Self::fires`] for a clause given as literal indices ([`Self::literal`]).
     #[inline]
     pub(crate) fn fires_on(&self, literals: impl Iterator<Item = usize>, out: &mut [u64]) -> bool {
-        out.copy_from_slice(&self.valid);
-        literals.into_iter().all(|lit| self.and_literal(lit, out))
+        // A row of up to 16 words is held in registers for the whole clause (a loop of known
+        // length); longer rows (over 1,024 patches) loop over memory.
+        macro_rules! by_blocks {
+            ($($n:literal)*) => {
+                match self.blocks {
+                    $($n => self.and_rows::<$n>(literals, out),)*
+                    _ => self.and_rows_any_length(literals, out),
+                }
+            };
+        }
+        by_blocks!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16)
     }
 
-    /// `out &= ` literal `lit`'s row; whether any patch is left.
     #[inline(always)]
-    fn and_literal(&self, lit: usize, out: &mut [u64]) -> bool {
-        let row = &self.words[lit * self.blocks..(lit + 1) * self.blocks];
-        let mut any = 0;
-        for (o, w) in out.iter_mut().zip(row) {
-            *o &= w;
-            any |= *o;
+    fn and_rows<const B: usize>(
+        &self,
+        literals: impl Iterator<Item = usize>,
+        out: &mut [u64],
+    ) -> bool {
+        let mut acc: [u64; B] = self.valid[..].try_into().expect("B blocks");
+        for lit in literals {
+            let row: &[u64; B] = self.words[lit * B..][..B].try_into().expect("B words");
+            let mut any = 0;
+            for (a, w) in acc.iter_mut().zip(row) {
+                *a &= w;
+                any |= *a;
+            }
+            if any == 0 {
+                return false;
+            }
         }
-        any != 0
+        out.copy_from_slice(&acc);
+        true
+    }
+
+    fn and_rows_any_length(&self, literals: impl Iterator<Item = usize>, out: &mut [u64]) -> bool {
+        out.copy_from_slice(&self.valid);
+        for lit in literals {
+            let row = &self.words[lit * self.blocks..(lit + 1) * self.blocks];
+            let mut any = 0;
+            for (o, w) in out.iter_mut().zip(row) {
+                *o &= w;
+                any |= *o;
+            }
+            if any == 0 {
+                return false;
+            }
+        }
+        true
     }
 
     /// The literal index of feature `f`, or of its negation.
     pub(crate) fn literal(&self, f: usize, negated: bool) -> usize {
         f + usize::from(negated) * self.fw * 64
+    }
+}
+
+/// The literal indices of a clause's include words: bit k of word l is literal `l·64 + k`.
+struct Included<'a> {
+    words: &'a [u64],
+    word: usize,
+    bits: u64,
+}
+
+impl<'a> Included<'a> {
+    fn new(words: &'a [u64]) -> Included<'a> {
+        Included {
+            words,
+            word: 0,
+            bits: words.first().copied().unwrap_or(0),
+        }
+    }
+}
+
+impl Iterator for Included<'_> {
+    type Item = usize;
+
+    #[inline(always)]
+    fn next(&mut self) -> Option<usize> {
+        while self.bits == 0 {
+            self.word += 1;
+            self.bits = *self.words.get(self.word)?;
+        }
+        let k = self.bits.trailing_zeros() as usize;
+        self.bits &= self.bits - 1;
+        Some(self.word * 64 + k)
     }
 }
 
@@ -151,7 +207,7 @@ mod tests {
     fn a_clause_fires_where_every_included_literal_holds() {
         use rand::{RngExt, SeedableRng};
         let mut rng = crate::rng::FlintRng::seed_from_u64(3);
-        for (features, patches) in [(5, 3), (70, 130), (136, 361), (64, 64)] {
+        for (features, patches) in [(5, 3), (70, 130), (136, 361), (64, 64), (3, 1100)] {
             let mut rows = BitRows::new(features, 2);
             for _ in 0..patches {
                 let bits: Vec<bool> = (0..features).map(|_| rng.random::<f64>() < 0.7).collect();
