@@ -667,6 +667,39 @@ mod tests {
         assert_eq!(out2.row(3), &[(1 << 2) | (1 << 4) | (1 << 8) | (1 << 9)]);
     }
 
+    /// The literals read straight from an image's rows are those of its patch rows, for every
+    /// patch size of a 28 × 28 image and for a 64-pixel-wide one.
+    #[test]
+    fn literals_from_the_image_are_those_of_its_patch_rows() {
+        let mut rng = derive_rng(11, "conv-literals", 0);
+        for (width, height, patch) in [
+            (28, 28, 1),
+            (28, 28, 5),
+            (28, 28, 10),
+            (28, 28, 28),
+            (64, 3, 2),
+        ] {
+            let spec = PatchSpec {
+                width,
+                height,
+                channels: 1,
+                patch,
+            };
+            let bits: Vec<bool> = (0..width * height).map(|_| rng.random::<bool>()).collect();
+            let mut image = BitRows::new(width * height, 2);
+            image.push(&bits, 0);
+            let words = spec.position_words();
+            let positions = spec.position_literals(&words);
+            let mut rows = BitRows::new(spec.patch_features(), 2);
+            spec.patches(image.row(0), &words, &mut rows);
+            let mut expected = PatchLiterals::new(spec.patch_features(), spec.positions());
+            expected.fill_from_rows(&rows);
+            let mut got = positions.clone();
+            assert!(spec.literals_from_image(image.row(0), &positions, &mut got));
+            assert_eq!(got, expected, "{width}×{height}, patch {patch}");
+        }
+    }
+
     /// A 2×2 square (class 1) or a 1×4 bar (class 0) anywhere in a 10×10 image.
     fn shapes(n: usize, rng: &mut FlintRng) -> BitRows {
         let mut rows = BitRows::new(100, 2);
