@@ -119,14 +119,20 @@ impl PatchLiterals {
         out: &mut [u64],
     ) -> bool {
         let mut acc: [u64; B] = self.valid[..].try_into().expect("B blocks");
-        for lit in literals {
-            let row: &[u64; B] = self.words[lit * B..][..B].try_into().expect("B words");
-            let mut any = 0;
-            for (a, w) in acc.iter_mut().zip(row) {
+        let (rows, _) = self.words.as_chunks::<B>();
+        let mut literals = literals.fuse();
+        // Two literals between tests for an empty set: the test is the loop's critical path.
+        while let Some(first) = literals.next() {
+            let second = literals.next();
+            for (a, w) in acc.iter_mut().zip(&rows[first]) {
                 *a &= w;
-                any |= *a;
             }
-            if any == 0 {
+            if let Some(second) = second {
+                for (a, w) in acc.iter_mut().zip(&rows[second]) {
+                    *a &= w;
+                }
+            }
+            if acc.iter().fold(0, |any, a| any | a) == 0 {
                 return false;
             }
         }
