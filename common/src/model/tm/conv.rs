@@ -132,6 +132,20 @@ impl PatchSpec {
         true
     }
 
+    /// Every patch of `image`, literal-major, into `out`: from the image's rows where they fit a
+    /// word, else from `rows`, its patch rows ([`Self::patches`]).
+    fn literals(
+        &self,
+        image: &[u64],
+        positions: &PatchLiterals,
+        rows: &BitRows,
+        out: &mut PatchLiterals,
+    ) {
+        if !self.literals_from_image(image, positions, out) {
+            out.fill_from_rows(rows);
+        }
+    }
+
     /// The feature rows of every patch of `image`, replacing `out`'s rows.
     fn patches(&self, image: &[u64], position_words: &[u64], out: &mut BitRows) {
         out.clear();
@@ -334,12 +348,8 @@ impl ConvTm {
         self.spec
             .patches(image, &self.position_words, &mut s.patches);
         let mut literals = std::mem::take(&mut s.literals);
-        if !self
-            .spec
-            .literals_from_image(image, &self.positions, &mut literals)
-        {
-            literals.fill_from_rows(&s.patches);
-        }
+        self.spec
+            .literals(image, &self.positions, &s.patches, &mut literals);
         let any_bank = match &self.form {
             Form::MultiClass(tm) => tm.bank(0),
             Form::Coalesced(tm) => tm.bank(),
@@ -454,9 +464,7 @@ impl ConvTm {
                         rows.extend_from_slice(&lits);
                     }
                     let mut literals = positions.clone();
-                    if !spec.literals_from_image(data.row(i), positions, &mut literals) {
-                        literals.fill_from_rows(&patches);
-                    }
+                    spec.literals(data.row(i), positions, &patches, &mut literals);
                     (literals, rows, data.labels[i])
                 })
                 .collect();
