@@ -1151,10 +1151,9 @@ impl Client {
         let step = progress
             .step(answer)
             .map_err(|why| anyhow::anyhow!("client {}: {why}", self.name))?;
-        let paper = task
-            .download
-            .as_ref()
-            .map_or(0, |d| paper_convention_bytes(d, self.classes()));
+        let paper = task.download.as_ref().map_or(0, |d| {
+            paper_convention_bytes(d, self.classes(), self.experiment.strategy.clauses())
+        });
         self.count(step.ledger_round, Direction::Up, ask.encoded_len(), 0);
         self.count(
             step.ledger_round,
@@ -1236,7 +1235,8 @@ impl Client {
                 s.count(round, Direction::Up, c.encoded_len(), 0);
             }
             s.ledger.with(|l| {
-                l.at(s.id, round).up.paper += paper_convention_bytes(update, s.classes())
+                l.at(s.id, round).up.paper +=
+                    paper_convention_bytes(update, s.classes(), s.experiment.strategy.clauses())
             });
         };
         let refusal = outcome.as_ref().err();

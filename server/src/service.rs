@@ -770,10 +770,9 @@ impl AggregatorService {
             ),
             Task::Wait => unreachable!("the loop only ends on a task"),
         };
-        let paper = reply
-            .download
-            .as_ref()
-            .map_or(0, |d| paper_convention_bytes(d, s.classes()));
+        let paper = reply.download.as_ref().map_or(0, |d| {
+            paper_convention_bytes(d, s.classes(), s.experiment.strategy.clauses())
+        });
         s.ledger.with(|l| {
             l.payload(
                 req.client_id,
@@ -822,7 +821,10 @@ impl AggregatorService {
             }
         };
         let (client, round) = (header.client_id, header.round);
-        upload.book(s, paper_convention_bytes(&payload, s.classes()));
+        upload.book(
+            s,
+            paper_convention_bytes(&payload, s.classes(), s.experiment.strategy.clauses()),
+        );
         let duplicate = self.take_update(client, round, &payload).await?;
         let round = s.label_round(round);
         tracing::debug!(client, round, duplicate, "update accepted");

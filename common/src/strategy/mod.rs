@@ -429,12 +429,13 @@ mod tests {
         assert_eq!(hyper.cluster_mean, ClusterMean::WithPrevious);
         let make = || -> Box<dyn ServerStrategy> { Box::new(TpflServer::new(3, 2, hyper)) };
         let winner = |class, weights: Vec<i32>, base| {
-            wire::encode_winner(&wire::WinnerUpload {
+            let upload = wire::WinnerUpload {
                 class,
                 confidence: 5.0,
                 weights,
                 delta_base_round: base,
-            })
+            };
+            wire::encode_winner(&upload, wire::WeightCoding::Arithmetic)
         };
         let round1 = [(1, winner(2, vec![4, 6], 0)), (2, winner(2, vec![2, 2], 0))];
         // Round 2: client 1 sends a delta against what it got in round 1.

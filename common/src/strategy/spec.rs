@@ -330,6 +330,16 @@ impl StrategySpec {
         }
     }
 
+    /// Clauses per class of the run's Tsetlin Machine (0 without one): the weights a coded
+    /// `ClassWeights` holds.
+    pub fn clauses(&self) -> usize {
+        match self.model() {
+            ModelSpec::Tm(t) => t.tm.clauses,
+            ModelSpec::ConvTm(t) => t.tm.clauses,
+            ModelSpec::LogReg(_) | ModelSpec::Fcm(_) => 0,
+        }
+    }
+
     /// The most encoded bytes one client's update may take in a run of this shape: checked at
     /// an upload's header, before a byte of it is buffered (sizes come from the run, never from
     /// the sender). Twice a bound on the largest update the model can produce, so no honest

@@ -22,7 +22,7 @@ use crate::model::tm::{CoalescedTm, FeedbackMasks, TmHyper};
 use crate::params::{ParamResult, at_least, require};
 use crate::rng::{FlintRng, derive_rng};
 use crate::wire::proto::{DataSummary, Payload};
-use crate::wire::{self, Update, Winner, WinnerUpload};
+use crate::wire::{self, Update, WeightCoding, Winner, WinnerUpload};
 use crate::{ClientId, FlintError, Result, Round};
 
 /// How a client measures its confidence in each class.
@@ -62,6 +62,9 @@ pub struct TpflHyper {
     pub rounding: Rounding,
     /// Upload the weights minus the vector last received for that class.
     pub delta: bool,
+    /// How weight vectors travel, both ways: `arithmetic` (an adaptive arithmetic code, within
+    /// a few percent of their entropy) or `varint` (zig-zag varints, a byte or two each).
+    pub coding: WeightCoding,
 }
 
 impl Default for TpflHyper {
@@ -75,6 +78,7 @@ impl Default for TpflHyper {
             cluster_mean: ClusterMean::Members,
             rounding: Rounding::Nearest,
             delta: false,
+            coding: WeightCoding::Arithmetic,
         }
     }
 }
@@ -354,7 +358,7 @@ impl ServerStrategy for TpflServer {
         for (&class, c) in &clusters {
             let v = to_weights(&c.mean, self.hyper.rounding);
             for &m in &c.members {
-                downloads.insert(m, wire::encode_class_weights(class, &v));
+                downloads.insert(m, wire::encode_class_weights(class, &v, self.hyper.coding));
                 weights.insert(m, 1.0 / c.members.len() as f64);
                 if self.hyper.delta {
                     self.sent.insert((m, class, round), v.clone());
@@ -511,12 +515,13 @@ impl ClientStrategy<BitShard> for TpflClient {
             ),
             _ => (own.to_vec(), 0),
         };
-        Ok(wire::encode_winner(&WinnerUpload {
+        let upload = WinnerUpload {
             class,
             confidence: confidence as f64,
             weights,
             delta_base_round,
-        }))
+        };
+        Ok(wire::encode_winner(&upload, self.hyper.coding))
     }
 
     fn evaluate(&self, shard: &BitShard) -> ConfusionMatrix {
@@ -686,12 +691,13 @@ mod tests {
     }
 
     fn winner(class: u32, weights: Vec<i32>, base: Round) -> Payload {
-        wire::encode_winner(&WinnerUpload {
+        let upload = WinnerUpload {
             class,
             confidence: 10.0,
             weights,
             delta_base_round: base,
-        })
+        };
+        wire::encode_winner(&upload, WeightCoding::Varint)
     }
 
     /// Decoded as the server decodes every upload.
@@ -702,14 +708,10 @@ mod tests {
             .collect()
     }
 
-    fn sent(d: &Downloads, id: ClientId) -> Option<(u32, Vec<i32>)> {
-        use crate::wire::proto::payload::Kind;
+    /// What `s` sent client `id`, read as the client reads it.
+    fn sent(s: &TpflServer, d: &Downloads, id: ClientId) -> Option<(u32, Vec<i32>)> {
         let p = d.for_client(id)?;
-        let clauses = match &p.kind {
-            Some(Kind::ClassWeights(cw)) => cw.weights.len(),
-            _ => 0,
-        };
-        Some(wire::decode_class_weights(p, 10, clauses).unwrap())
+        Some(wire::decode_class_weights(p, s.classes, s.clauses).unwrap())
     }
 
     /// Algorithm 2, last step: each client gets exactly its cluster's average, and only it.
@@ -728,11 +730,11 @@ mod tests {
         let agg = s.aggregate(1, &BTreeMap::new(), &updates).unwrap();
         // Cluster 2 = {1, 3, 5}: mean (2, 3, 2, 1); cluster 0 = {2}, a cluster of one.
         for id in [1, 3, 5] {
-            assert_eq!(sent(&agg.downloads, id), Some((2, vec![2, 3, 2, 1])));
+            assert_eq!(sent(&s, &agg.downloads, id), Some((2, vec![2, 3, 2, 1])));
         }
-        assert_eq!(sent(&agg.downloads, 2), Some((0, vec![9, 9, 9, 9])));
+        assert_eq!(sent(&s, &agg.downloads, 2), Some((0, vec![9, 9, 9, 9])));
         // A client that sent nothing (4) gets nothing; class 1 had no winner, so no cluster.
-        assert_eq!(sent(&agg.downloads, 4), None);
+        assert_eq!(sent(&s, &agg.downloads, 4), None);
         let report = agg.report.tpfl().unwrap();
         assert_eq!(
             report.clusters,
@@ -756,7 +758,7 @@ mod tests {
         let delta = winner(1, vec![3, -1], 1);
         let r2 = decoded(&s, vec![(1, delta)]);
         let agg = s.aggregate(2, &BTreeMap::new(), &r2).unwrap();
-        assert_eq!(sent(&agg.downloads, 1), Some((1, vec![7, 5])));
+        assert_eq!(sent(&s, &agg.downloads, 1), Some((1, vec![7, 5])));
         // No base: another client, another class, or a round that sent it nothing.
         for (client, p) in [
             (2, winner(1, vec![0, 0], 1)),
@@ -789,7 +791,7 @@ mod tests {
             (mismatched, "class 1 with the weights of class 2"),
             (nan, "confidence NaN is not finite"),
             (
-                wire::encode_class_weights(1, &[1, 1]),
+                wire::encode_class_weights(1, &[1, 1], WeightCoding::Varint),
                 "expected a confidence_winner",
             ),
         ];
@@ -850,16 +852,33 @@ mod tests {
         let before: Vec<Vec<i32>> = (0..3)
             .map(|k| c.machine().class_weights(k).to_vec())
             .collect();
-        c.apply(1, &wire::encode_class_weights(2, &[5; 20]))
-            .unwrap();
+        c.apply(
+            1,
+            &wire::encode_class_weights(2, &[5; 20], WeightCoding::Arithmetic),
+        )
+        .unwrap();
         assert_eq!(c.machine().class_weights(2), &[5; 20][..]);
         assert_eq!(c.machine().class_weights(0), &before[0][..]);
         assert_eq!(c.machine().class_weights(1), &before[1][..]);
         let e = c
-            .apply(2, &wire::encode_class_weights(2, &[5; 19]))
+            .apply(
+                2,
+                &wire::encode_class_weights(2, &[5; 19], WeightCoding::Varint),
+            )
             .unwrap_err()
             .to_string();
-        assert!(e.contains("19 weights for class 2, expected 20"), "{e}");
+        assert!(
+            e.contains("19 weights for class 2, expected one per clause (20)"),
+            "{e}"
+        );
+        let e = c
+            .apply(
+                2,
+                &wire::encode_class_weights(2, &[5; 19], WeightCoding::Arithmetic),
+            )
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("download: coded weights of class 2"), "{e}");
     }
 
     #[test]
@@ -883,7 +902,11 @@ mod tests {
         );
         // The server sends back the client's own vector (a cluster of one).
         let base = w1.weights;
-        c.apply(1, &wire::encode_class_weights(2, &base)).unwrap();
+        c.apply(
+            1,
+            &wire::encode_class_weights(2, &base, WeightCoding::Arithmetic),
+        )
+        .unwrap();
         let second = c.train(&shard, 2, &mut rng).unwrap();
         let w2 = wire::decode_winner(&second, 3, 20).unwrap();
         assert_eq!((w2.class, w2.delta_base_round), (2, 1));

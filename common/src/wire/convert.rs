@@ -10,6 +10,7 @@ use proto::{
     TmModel,
 };
 
+use super::weight_code::{self, WeightCoding};
 use super::{kind_name, proto};
 use crate::metrics::LocalMetrics;
 use crate::model::fcm::Fcm;
@@ -193,15 +194,46 @@ pub fn decode_map(p: &Payload, features: usize, classes: usize) -> Result<(Fcm, 
     Ok((map, local))
 }
 
-pub fn encode_winner(w: &WinnerUpload) -> Payload {
+/// One class's weights in the form `coding` names.
+fn class_weights(class: u32, weights: &[i32], coding: WeightCoding) -> ClassWeights {
+    let (weights, coded) = match coding {
+        WeightCoding::Varint => (weights.to_vec(), Vec::new()),
+        WeightCoding::Arithmetic => (Vec::new(), weight_code::encode(weights)),
+    };
+    ClassWeights {
+        class_index: class,
+        weights,
+        coded,
+    }
+}
+
+/// One weight per clause, from either form (a sender may use either; the count is the run's).
+fn weights_of(cw: &ClassWeights, clauses: usize) -> Result<Vec<i32>> {
+    let class = cw.class_index;
+    if cw.coded.is_empty() {
+        if cw.weights.len() != clauses {
+            return invalid(format!(
+                "{} weights for class {class}, expected one per clause ({clauses})",
+                cw.weights.len()
+            ));
+        }
+        return Ok(cw.weights.clone());
+    }
+    if !cw.weights.is_empty() {
+        return invalid(format!(
+            "class {class} carries its weights both as varints and coded"
+        ));
+    }
+    weight_code::decode(&cw.coded, clauses)
+        .or_else(|why| invalid(format!("coded weights of class {class}: {why}")))
+}
+
+pub fn encode_winner(w: &WinnerUpload, coding: WeightCoding) -> Payload {
     Payload {
         kind: Some(Kind::ConfidenceWinner(ConfidenceWinner {
             class_index: w.class,
             confidence: w.confidence,
-            weights: Some(ClassWeights {
-                class_index: w.class,
-                weights: w.weights.clone(),
-            }),
+            weights: Some(class_weights(w.class, &w.weights, coding)),
             delta_base_round: w.delta_base_round,
         })),
     }
@@ -229,30 +261,20 @@ pub fn decode_winner(p: &Payload, classes: usize, clauses: usize) -> Result<Winn
             w.class_index, cw.class_index
         ));
     }
-    if cw.weights.len() != clauses {
-        return invalid(format!(
-            "{} weights for class {}, expected one per clause ({clauses})",
-            cw.weights.len(),
-            w.class_index
-        ));
-    }
     if !w.confidence.is_finite() {
         return invalid(format!("confidence {} is not finite", w.confidence));
     }
     Ok(WinnerUpload {
         class: w.class_index,
         confidence: w.confidence,
-        weights: cw.weights.clone(),
+        weights: weights_of(cw, clauses)?,
         delta_base_round: w.delta_base_round,
     })
 }
 
-pub fn encode_class_weights(class: u32, weights: &[i32]) -> Payload {
+pub fn encode_class_weights(class: u32, weights: &[i32], coding: WeightCoding) -> Payload {
     Payload {
-        kind: Some(Kind::ClassWeights(ClassWeights {
-            class_index: class,
-            weights: weights.to_vec(),
-        })),
+        kind: Some(Kind::ClassWeights(class_weights(class, weights, coding))),
     }
 }
 
@@ -272,14 +294,7 @@ pub fn decode_class_weights(
             cw.class_index
         ));
     }
-    if cw.weights.len() != clauses {
-        return invalid(format!(
-            "{} weights for class {}, expected {clauses}",
-            cw.weights.len(),
-            cw.class_index
-        ));
-    }
-    Ok((cw.class_index, cw.weights.clone()))
+    Ok((cw.class_index, weights_of(cw, clauses)?))
 }
 
 /// The shape every exchanged Tsetlin Machine must have: the run's, never the sender's.
@@ -305,6 +320,7 @@ fn encode_tm_parts(parts: &TmParts, shape: TmShape) -> TmModel {
                     .iter()
                     .map(|&w| w.min(i32::MAX as u32) as i32)
                     .collect(),
+                coded: Vec::new(),
             })
             .collect(),
         include_bits: parts
@@ -524,9 +540,11 @@ mod tests {
             weights: vec![3, -1],
             delta_base_round: 4,
         };
-        assert_eq!(decode_winner(&encode_winner(&w), 3, 2).unwrap(), w);
-        let cw = encode_class_weights(1, &[5, 6]);
-        assert_eq!(decode_class_weights(&cw, 2, 2).unwrap(), (1, vec![5, 6]));
+        for coding in [WeightCoding::Arithmetic, WeightCoding::Varint] {
+            assert_eq!(decode_winner(&encode_winner(&w, coding), 3, 2).unwrap(), w);
+            let cw = encode_class_weights(1, &[5, 6], coding);
+            assert_eq!(decode_class_weights(&cw, 2, 2).unwrap(), (1, vec![5, 6]));
+        }
     }
 
     #[test]
@@ -605,16 +623,31 @@ mod tests {
 
     #[test]
     fn shapes_come_from_the_run_not_the_sender() {
-        let e = decode_class_weights(&encode_class_weights(2, &[1]), 2, 1)
+        let e = decode_class_weights(&encode_class_weights(2, &[1], WeightCoding::Varint), 2, 1)
             .unwrap_err()
             .to_string();
         assert!(e.contains("class 2 of 2 classes"), "{e}");
-        let e = decode_linear(&encode_class_weights(0, &[1]), 1, 2)
+        let e = decode_linear(&encode_class_weights(0, &[1], WeightCoding::Varint), 1, 2)
             .unwrap_err()
             .to_string();
         assert!(
             e.contains("expected a linear_model payload, got class_weights"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn coded_weights_are_read_by_the_runs_clause_count() {
+        let w: Vec<i32> = (0..300).map(|i| (i * 7 % 120) - 40).collect();
+        let p = encode_class_weights(1, &w, WeightCoding::Arithmetic);
+        assert_eq!(decode_class_weights(&p, 2, 300).unwrap(), (1, w.clone()));
+        let e = decode_class_weights(&p, 2, 299).unwrap_err().to_string();
+        assert!(e.contains("coded weights of class 1"), "{e}");
+        let mut both = p.clone();
+        if let Some(Kind::ClassWeights(cw)) = &mut both.kind {
+            cw.weights = w.clone();
+        }
+        let e = decode_class_weights(&both, 2, 300).unwrap_err().to_string();
+        assert!(e.contains("both as varints and coded"), "{e}");
     }
 }

@@ -4,6 +4,7 @@
 pub mod chunks;
 pub mod convert;
 pub mod ledger;
+pub mod weight_code;
 
 #[allow(clippy::all, missing_docs)]
 pub mod proto {
@@ -15,6 +16,8 @@ pub use convert::{
     decode_map, decode_tm_composite, decode_tm_upload, decode_winner, encode_class_weights,
     encode_linear, encode_map, encode_tm_composite, encode_tm_upload, encode_winner,
 };
+
+pub use weight_code::WeightCoding;
 
 use proto::Payload;
 use proto::payload::Kind;
@@ -69,7 +72,17 @@ pub enum Compression {
 /// `paper_download_bytes` (`strategy::tpfl::TpflRound`) holds the paper's. FedTMOS's code
 /// (`size`, docs/papers/fedtmos.md §19) counts every one of the run's `classes` of every machine, held
 /// or not: per class, clauses × (one u32 weight + ⌈literals / 32⌉ u32 words of include bits).
-pub fn paper_convention_bytes(p: &Payload, classes: usize) -> u64 {
+///
+/// `clauses` is the run's (weights per class): a coded `ClassWeights` does not say how many it
+/// holds.
+pub fn paper_convention_bytes(p: &Payload, classes: usize, clauses: usize) -> u64 {
+    let count = |c: &proto::ClassWeights| {
+        if c.coded.is_empty() {
+            c.weights.len() as u64
+        } else {
+            clauses as u64
+        }
+    };
     let tm = |m: &proto::TmModel| {
         let words = 1 + u64::from(m.literals).div_ceil(32);
         4 * classes as u64 * u64::from(m.clauses) * words
@@ -78,10 +91,8 @@ pub fn paper_convention_bytes(p: &Payload, classes: usize) -> u64 {
         Some(Kind::TmUpload(u)) => u.model.as_ref().map_or(0, tm),
         Some(Kind::TmComposite(c)) => c.models.iter().chain(&c.ensemble).map(tm).sum(),
         Some(Kind::LinearModel(m)) => 8 * (m.weights.len() as u64 + 1),
-        Some(Kind::ConfidenceWinner(w)) => {
-            4 * w.weights.as_ref().map_or(0, |c| c.weights.len()) as u64
-        }
-        Some(Kind::ClassWeights(w)) => 8 * w.weights.len() as u64,
+        Some(Kind::ConfidenceWinner(w)) => 4 * w.weights.as_ref().map_or(0, count),
+        Some(Kind::ClassWeights(w)) => 8 * count(w),
         Some(Kind::AdjacencyMatrix(a)) => 8 * a.weights.len() as u64,
         _ => 0,
     }
