@@ -554,7 +554,8 @@ struct Credentials {
     enrollment: String,
 }
 
-type Grpc = AggregatorClient<flint_shell::meter::MessageMeter<Channel>>;
+type Grpc =
+    AggregatorClient<flint_shell::meter::MessageMeter<flint_shell::end_stream::EndStream<Channel>>>;
 
 /// What every client of this process shares.
 struct Shell {
@@ -672,7 +673,9 @@ impl Shell {
             .apply(endpoint)?
             .connect_timeout(Duration::from_secs(5))
             .tcp_nodelay(true)
-            .http2_keep_alive_interval(Duration::from_secs(10))
+            // A ping after 30 s without a frame from the server (a dead server is noticed within
+            // 50 s); at 10 s, a client waiting out its peers' training pinged in most rounds.
+            .http2_keep_alive_interval(Duration::from_secs(30))
             .keep_alive_timeout(Duration::from_secs(20))
             .keep_alive_while_idle(true);
         // Every connection this client makes (reconnects too) is counted by one meter.
@@ -700,6 +703,7 @@ impl Shell {
         let ledger = Arc::new(SharedLedger::default());
         let svc = tower::ServiceBuilder::new()
             .layer(MessageMeterLayer::client(ledger.clone(), meter).with_link(self.link.clone()))
+            .layer(flint_shell::end_stream::EndStreamLayer)
             .service(channel);
         let mut grpc =
             AggregatorClient::new(svc).max_decoding_message_size(self.max_download_bytes());

@@ -269,7 +269,8 @@ pub async fn serve_with(
     let (health, reflection) = health_and_reflection(options.reflection).await?;
     let server = builder
         .tcp_nodelay(true)
-        .http2_keepalive_interval(Some(Duration::from_secs(10)))
+        // As the clients' (30 s): round deadlines, not pings, decide when a client is late.
+        .http2_keepalive_interval(Some(Duration::from_secs(30)))
         .http2_keepalive_timeout(Some(Duration::from_secs(20)))
         .layer(MessageMeterLayer::server(ledger.clone()))
         .add_service(health)
