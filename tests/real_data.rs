@@ -423,9 +423,9 @@ fn tpfl_on_an_mnist_subset_sends_each_client_its_clusters_average() {
             // One class's 100 int32 weights up, one 100-weight average down, by the paper.
             assert_eq!(server.up.paper, 4 * 100);
             assert_eq!(client.down.paper, 8 * 100, "round {round} client {id}");
-            // Packed sint32 beats the paper's 4 bytes a weight: the update itself (the round's
-            // upload stream also carries its header, and the round's row the evaluation report
-            // and the next long-poll).
+            // The arithmetic code beats the paper's 4 bytes a weight: the update itself (the
+            // round's upload stream also carries its header, and the round's row the evaluation
+            // report and the next long-poll).
             let update = std::fs::metadata(kept.join(format!("round-{round}-client-{id}.pb")))
                 .unwrap()
                 .len();
@@ -438,18 +438,23 @@ fn tpfl_on_an_mnist_subset_sends_each_client_its_clusters_average() {
     assert!(non_iid > 0.85, "non-IID clients' mean accuracy {non_iid}");
     assert!(last.mean.unwrap().accuracy > 0.7, "{:?}", last.mean);
 
-    // Delta uploads and zstd change the bytes, never the models: every client's accuracy in
-    // every round is the same.
+    // The wire's options change the bytes, never the models: with the paper's absolute
+    // weights as varints, compressed by zstd, every client's accuracy in every round is the
+    // same as with the defaults (deltas, arithmetic code).
     let d = tempfile::tempdir().unwrap();
-    let delta = run_tpfl(
+    let plain = run_tpfl(
         d.path(),
         TPFL_SMALL,
-        &["tpfl.delta=true", "wire.compression=zstd"],
+        &[
+            "tpfl.delta=false",
+            "tpfl.coding=varint",
+            "wire.compression=zstd",
+        ],
     );
     for round in 1..=3usize {
         for id in 1..=6u32 {
             assert_eq!(
-                delta.rounds[round].metrics[&id], r.rounds[round].metrics[&id],
+                plain.rounds[round].metrics[&id], r.rounds[round].metrics[&id],
                 "round {round} client {id}"
             );
         }
@@ -494,10 +499,11 @@ fn tpfl_on_an_mnist_subset_sends_each_client_its_clusters_average() {
             .sum::<u64>()
     };
     println!(
-        "upload payload, rounds 2-3: absolute {} B, delta {} B",
+        "upload payload, rounds 2-3: defaults {} B, absolute varints {} B",
         up(&r),
-        up(&delta)
+        up(&plain)
     );
+    assert!(up(&r) < up(&plain), "{} against {}", up(&r), up(&plain));
 
     // The local baseline trains the same machines and sends nothing back.
     let l = tempfile::tempdir().unwrap();

@@ -333,8 +333,12 @@ fn setting(e: &Experiment) -> String {
                 t.tm.clauses,
                 name_of(&t.tpfl.evaluation)
             );
-            if t.tpfl.delta {
-                s += ", delta";
+            // The defaults (delta uploads, the arithmetic code) go unsaid.
+            if !t.tpfl.delta {
+                s += ", absolute";
+            }
+            if t.tpfl.coding != flint_common::wire::WeightCoding::Arithmetic {
+                s += &format!(", {}", name_of(&t.tpfl.coding));
             }
             if e.compression != flint_common::wire::Compression::None {
                 s += &format!(", {}", name_of(&e.compression));
