@@ -359,6 +359,23 @@ mod tests {
     }
 
     #[test]
+    fn flipped_bits_in_a_valid_code_never_panic_the_decoder() {
+        let mut rng = crate::rng::FlintRng::seed_from_u64(5);
+        let weights: Vec<i32> = (0..300).map(|_| rng.random_range(-300..300)).collect();
+        let code = encode(&weights);
+        for _ in 0..2_000 {
+            let mut bad = code.clone();
+            for _ in 0..rng.random_range(1..4) {
+                let bit = rng.random_range(0..8 * bad.len());
+                bad[bit / 8] ^= 1 << (bit % 8);
+            }
+            if let Ok(w) = decode(&bad, 300) {
+                assert_eq!(encode(&w), bad);
+            }
+        }
+    }
+
+    #[test]
     fn random_bytes_never_panic_the_decoder() {
         let mut rng = crate::rng::FlintRng::seed_from_u64(3);
         for len in 0..200 {
