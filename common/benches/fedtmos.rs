@@ -25,6 +25,7 @@ const SHAPE: TmShape = TmShape {
     classes: 10,
     clauses: 100,
     literals: 272,
+    coding: flint_common::wire::WeightCoding::Arithmetic,
 };
 
 fn recorded() -> Vec<Update> {

@@ -10,6 +10,7 @@ use proto::{
     TmModel,
 };
 
+use super::include_code;
 use super::weight_code::{self, WeightCoding};
 use super::{kind_name, proto};
 use crate::metrics::LocalMetrics;
@@ -306,32 +307,54 @@ pub struct TmShape {
     pub clauses: usize,
     /// Literals per clause (2 × the machine's features).
     pub literals: usize,
+    /// How weights and include bits are written (a receiver reads either form).
+    pub coding: WeightCoding,
 }
 
 fn encode_tm_parts(parts: &TmParts, shape: TmShape) -> TmModel {
+    let classes = || parts.classes.iter();
+    let weights = |c: &ClassParts| -> Vec<i32> {
+        c.weights
+            .iter()
+            .map(|&w| w.min(i32::MAX as u32) as i32)
+            .collect()
+    };
+    let coded = shape.coding == WeightCoding::Arithmetic;
+    let bits = |c: &ClassParts| match coded {
+        true => include_code::encode(&c.include, shape.clauses, shape.literals),
+        false => c.include.0.clone(),
+    };
+    let (include_bits, coded_include_bits) = match coded {
+        true => (Vec::new(), classes().map(|(_, c)| bits(c)).collect()),
+        false => (classes().map(|(_, c)| bits(c)).collect(), Vec::new()),
+    };
     TmModel {
         clauses: shape.clauses as u32,
         literals: shape.literals as u32,
-        class_weights: parts
-            .classes
-            .iter()
-            .map(|(&class, c)| ClassWeights {
-                class_index: class,
-                weights: c
-                    .weights
-                    .iter()
-                    .map(|&w| w.min(i32::MAX as u32) as i32)
-                    .collect(),
-                coded: Vec::new(),
-            })
+        class_weights: classes()
+            .map(|(&class, c)| class_weights(class, &weights(c), shape.coding))
             .collect(),
-        include_bits: parts
-            .classes
-            .values()
-            .map(|c| c.include.0.clone())
-            .collect(),
-        class_counts: parts.classes.values().map(|c| c.samples).collect(),
+        include_bits,
+        class_counts: classes().map(|(_, c)| c.samples).collect(),
+        coded_include_bits,
     }
+}
+
+/// Class `i`'s include bits, from either form.
+fn include_of(m: &TmModel, i: usize, class: u32, shape: TmShape) -> Result<IncludeBits> {
+    if m.coded_include_bits.is_empty() {
+        let bits = &m.include_bits[i];
+        let bytes = IncludeBits::bytes_for(shape.clauses, shape.literals);
+        if bits.len() != bytes {
+            return invalid(format!(
+                "{} include bytes for class {class}, expected {bytes}",
+                bits.len()
+            ));
+        }
+        return Ok(IncludeBits(bits.clone()));
+    }
+    include_code::decode(&m.coded_include_bits[i], shape.clauses, shape.literals)
+        .or_else(|why| invalid(format!("coded include bits of class {class}: {why}")))
 }
 
 /// Classes of the run, each once, one non-negative weight per clause, include bits of the
@@ -344,21 +367,18 @@ fn decode_tm_parts(m: &TmModel, shape: TmShape) -> Result<TmParts> {
         ));
     }
     let n = m.class_weights.len();
-    if m.include_bits.len() != n || m.class_counts.len() != n {
+    let bit_sets = m.include_bits.len() + m.coded_include_bits.len();
+    let one_form = m.include_bits.is_empty() || m.coded_include_bits.is_empty();
+    if bit_sets != n || !one_form || m.class_counts.len() != n {
         return invalid(format!(
-            "tm_model has {n} classes of weights, {} of include bits and {} counts",
+            "tm_model has {n} classes of weights, {} of include bits, {} coded and {} counts",
             m.include_bits.len(),
+            m.coded_include_bits.len(),
             m.class_counts.len()
         ));
     }
-    let bytes = IncludeBits::bytes_for(shape.clauses, shape.literals);
     let mut classes = BTreeMap::new();
-    for ((cw, bits), &samples) in m
-        .class_weights
-        .iter()
-        .zip(&m.include_bits)
-        .zip(&m.class_counts)
-    {
+    for (i, (cw, &samples)) in m.class_weights.iter().zip(&m.class_counts).enumerate() {
         let class = cw.class_index;
         if class as usize >= shape.classes {
             return invalid(format!(
@@ -366,25 +386,13 @@ fn decode_tm_parts(m: &TmModel, shape: TmShape) -> Result<TmParts> {
                 shape.classes
             ));
         }
-        if cw.weights.len() != shape.clauses {
-            return invalid(format!(
-                "{} weights for class {class}, expected one per clause ({})",
-                cw.weights.len(),
-                shape.clauses
-            ));
-        }
-        if let Some(w) = cw.weights.iter().find(|w| **w < 0) {
+        let weights = weights_of(cw, shape.clauses)?;
+        if let Some(w) = weights.iter().find(|w| **w < 0) {
             return invalid(format!("class {class} has clause weight {w}, below 0"));
         }
-        if bits.len() != bytes {
-            return invalid(format!(
-                "{} include bytes for class {class}, expected {bytes}",
-                bits.len()
-            ));
-        }
         let parts = ClassParts {
-            weights: cw.weights.iter().map(|&w| w as u32).collect(),
-            include: IncludeBits(bits.clone()),
+            weights: weights.iter().map(|&w| w as u32).collect(),
+            include: include_of(m, i, class, shape)?,
             samples,
         };
         if classes.insert(class, parts).is_some() {
@@ -551,10 +559,16 @@ mod tests {
 
     #[test]
     fn tm_uploads_and_composites_round_trip_and_are_checked_against_the_run() {
+        tm_round_trips(WeightCoding::Arithmetic);
+        tm_round_trips(WeightCoding::Varint);
+    }
+
+    fn tm_round_trips(coding: WeightCoding) {
         let shape = TmShape {
             classes: 3,
             clauses: 2,
             literals: 6,
+            coding,
         };
         let class = |w: u32, bits: u8, samples| ClassParts {
             weights: vec![w, w + 1],

@@ -3,6 +3,7 @@
 
 pub mod chunks;
 pub mod convert;
+pub mod include_code;
 pub mod ledger;
 pub mod weight_code;
 

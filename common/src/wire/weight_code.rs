@@ -40,16 +40,21 @@ const CHUNK: u32 = 16;
 
 /// The weights as an arithmetic code.
 pub fn encode(weights: &[i32]) -> Vec<u8> {
+    encode_symbols(WeightModel::new(), weights.iter().flat_map(|&w| symbols(w)))
+}
+
+/// `symbols` coded under `model`, the last byte padded with zeros. The callers' symbols are
+/// inside their model's alphabet and a Vec takes every write: nothing here can fail.
+pub(super) fn encode_symbols<M>(model: M, symbols: impl Iterator<Item = u32>) -> Vec<u8>
+where
+    M: Model<Symbol = u32, B = u64>,
+{
     let mut bits = BitWriter::endian(Vec::new(), BigEndian);
-    let mut encoder = Encoder::new(WeightModel::new(), &mut bits);
-    for &w in weights {
-        for symbol in symbols(w) {
-            // Every symbol comes from `symbols`, inside the alphabet of the model's phase, and
-            // a Vec takes every write: nothing here can fail.
-            encoder
-                .encode(Some(&symbol))
-                .expect("weight symbols are in their alphabets");
-        }
+    let mut encoder = Encoder::new(model, &mut bits);
+    for symbol in symbols {
+        encoder
+            .encode(Some(&symbol))
+            .expect("symbols are in their model's alphabet");
     }
     encoder.flush().expect("a Vec takes every write");
     bits.byte_align().expect("a Vec takes every write");

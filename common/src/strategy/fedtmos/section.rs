@@ -10,7 +10,7 @@ use crate::model::tm::conv::{ConvTm, PatchSpec};
 use crate::model::tm::{ExcludedAt, FeedbackMasks, TmHyper};
 use crate::params::{ParamResult, at_least, positive, require};
 use crate::rng::FlintRng;
-use crate::wire::TmShape;
+use crate::wire::{TmShape, WeightCoding};
 
 /// How the include bits of a class's contributors are ranked for the top K.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -211,6 +211,9 @@ pub struct FedTmosSection {
     /// hands each client another client's data; it exists to measure what the leak adds to the
     /// paper's figures).
     pub copy_data_epoch: bool,
+    /// How machines travel, both ways: `arithmetic` (weights and include bits as adaptive
+    /// arithmetic codes) or `varint` (varint weights, plain bit-sets).
+    pub coding: WeightCoding,
 }
 
 impl Default for FedTmosSection {
@@ -234,6 +237,7 @@ impl Default for FedTmosSection {
             baselines: false,
             class_streams: false,
             copy_data_epoch: false,
+            coding: WeightCoding::Arithmetic,
         }
     }
 }
@@ -250,6 +254,7 @@ pub struct FedTmosHyper {
     pub baselines: bool,
     pub class_streams: bool,
     pub copy_data_epoch: bool,
+    pub coding: WeightCoding,
     /// On a table: the bits of a row (its thermometer code). The machine then reads the whole
     /// row as its one patch (a plain multi-class machine); `None` for 28 × 28 images.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -331,6 +336,7 @@ impl FedTmosSection {
             baselines: self.baselines,
             class_streams: self.class_streams,
             copy_data_epoch: self.copy_data_epoch,
+            coding: self.coding,
             table_bits: None,
         })
     }
@@ -388,6 +394,7 @@ impl FedTmosHyper {
             classes,
             clauses: tm.clauses,
             literals: 2 * self.patch_spec().patch_features(),
+            coding: self.coding,
         }
     }
 }

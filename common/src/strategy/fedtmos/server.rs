@@ -78,11 +78,13 @@ impl ServerStrategy for FedTmosServer {
             models: steps.models,
             ensemble: Vec::new(),
         };
-        let composite_bytes = wire::encode_tm_composite(&download, self.shape).encoded_len();
         if self.hyper.baselines {
             download.ensemble = client_machines(&uploads);
         }
+        // Encoded once (the machines' codes are not cheap): the composite's share is measured
+        // on the same message without the ensemble.
         let payload = wire::encode_tm_composite(&download, self.shape);
+        let composite_bytes = composite_only_len(&payload);
         let ensemble_bytes = payload.encoded_len() - composite_bytes;
         let n = updates.len() as f64;
         Ok(Aggregate {
@@ -99,4 +101,21 @@ impl ServerStrategy for FedTmosServer {
             local: BTreeMap::new(),
         })
     }
+}
+
+/// The encoded length of `payload`'s composite without its ensemble.
+fn composite_only_len(payload: &Payload) -> usize {
+    use crate::wire::proto::TmComposite;
+    use crate::wire::proto::payload::Kind;
+    let Some(Kind::TmComposite(c)) = &payload.kind else {
+        return payload.encoded_len();
+    };
+    let models = TmComposite {
+        models: c.models.clone(),
+        ..TmComposite::default()
+    };
+    Payload {
+        kind: Some(Kind::TmComposite(models)),
+    }
+    .encoded_len()
 }
