@@ -326,6 +326,7 @@ fn collect(p: &Path, out: &mut Vec<PathBuf>) -> anyhow::Result<()> {
 fn setting(e: &Experiment) -> String {
     use flint_common::model::fcm::Fitness;
     use flint_common::strategy::{ModelSpec, StrategySpec};
+    use flint_common::wire::WeightCoding;
     match e.strategy.model() {
         ModelSpec::Tm(t) => {
             let mut s = format!(
@@ -333,27 +334,34 @@ fn setting(e: &Experiment) -> String {
                 t.tm.clauses,
                 name_of(&t.tpfl.evaluation)
             );
-            // The defaults (delta uploads, the arithmetic code) go unsaid.
-            if !t.tpfl.delta {
-                s += ", absolute";
+            if t.tpfl.delta {
+                s += ", delta";
             }
-            if t.tpfl.coding != flint_common::wire::WeightCoding::Arithmetic {
-                s += &format!(", {}", name_of(&t.tpfl.coding));
+            if t.tpfl.coding != WeightCoding::Arithmetic {
+                s += ", varint";
             }
             if e.compression != flint_common::wire::Compression::None {
                 s += &format!(", {}", name_of(&e.compression));
             }
             s
         }
-        // A patch is an image's: a table's rows are read whole.
-        ModelSpec::ConvTm(f) if e.data.is_images() => format!(
-            "conv tm {} clauses, {}×{} patch, φ = {}",
-            f.tm.clauses, f.fedtmos.patch, f.fedtmos.patch, f.fedtmos.server.models
-        ),
-        ModelSpec::ConvTm(f) => format!(
-            "tm {} clauses on table rows, φ = {}",
-            f.tm.clauses, f.fedtmos.server.models
-        ),
+        ModelSpec::ConvTm(f) => {
+            let varint = match f.fedtmos.coding {
+                WeightCoding::Arithmetic => "",
+                WeightCoding::Varint => ", varint",
+            };
+            // A patch is an image's: a table's rows are read whole.
+            match e.data.is_images() {
+                true => format!(
+                    "conv tm {} clauses, {}×{} patch, φ = {}{varint}",
+                    f.tm.clauses, f.fedtmos.patch, f.fedtmos.patch, f.fedtmos.server.models
+                ),
+                false => format!(
+                    "tm {} clauses on table rows, φ = {}{varint}",
+                    f.tm.clauses, f.fedtmos.server.models
+                ),
+            }
+        }
         ModelSpec::LogReg(_) => e.strategy.model().kind().name(),
         ModelSpec::Fcm(f) => {
             let mut s = format!("{} λ={}", name_of(&f.fcm.activation), f.fcm.slope);

@@ -48,7 +48,12 @@ impl<B: Body> Body for EndsWithLastFrame<B> {
                         return Poll::Ready(Some(Ok(previous)));
                     }
                 }
-                Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
+                // The call fails with it: nothing held is handed on after an error.
+                Poll::Ready(Some(Err(e))) => {
+                    *this.held = None;
+                    *this.inner_done = true;
+                    return Poll::Ready(Some(Err(e)));
+                }
                 Poll::Ready(None) => *this.inner_done = true,
                 // The next frame is not there yet: hand on the one held rather than wait.
                 Poll::Pending => {

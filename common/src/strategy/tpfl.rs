@@ -60,8 +60,7 @@ pub struct TpflHyper {
     pub cluster_mean: ClusterMean,
     /// How the average becomes integer weights: `nearest` or `truncate` (the code).
     pub rounding: Rounding,
-    /// Upload the weights minus the vector last received for that class (on by default: the
-    /// same models in fewer bytes; the paper uploads the weights themselves).
+    /// Upload the weights minus the vector last received for that class.
     pub delta: bool,
     /// How weight vectors travel, both ways: `arithmetic` (an adaptive arithmetic code, within
     /// a few percent of their entropy) or `varint` (zig-zag varints, a byte or two each).
@@ -78,7 +77,7 @@ impl Default for TpflHyper {
             confidence: Confidence::Weighted,
             cluster_mean: ClusterMean::Members,
             rounding: Rounding::Nearest,
-            delta: true,
+            delta: false,
             coding: WeightCoding::Arithmetic,
         }
     }
@@ -263,9 +262,8 @@ pub struct TpflServer {
     hyper: TpflHyper,
     previous: BTreeMap<u32, Vec<f64>>,
     robust: RobustHyper,
-    /// With `delta`, the vectors sent, by (client, class, round): the bases of delta uploads.
-    /// A client that missed a download refers to an older one, so a vector goes only once its
-    /// client has sent a delta against a later one of that class (see [`Self::forget_bases`]).
+    /// With `delta`, every vector sent, by (client, class, round): the bases of delta uploads
+    /// (a client that missed a download refers to an older one, so all are kept).
     sent: BTreeMap<(ClientId, u32, Round), Vec<i32>>,
 }
 
@@ -287,20 +285,6 @@ impl TpflServer {
         self
     }
 
-    /// Drops the vectors `client` can no longer use as bases: those of `class` older than
-    /// `base`, the round its delta was added to (a client's last download of a class only
-    /// moves forward).
-    fn forget_bases(&mut self, client: ClientId, class: u32, base: Round) {
-        let older: Vec<_> = self
-            .sent
-            .range((client, class, 0)..(client, class, base))
-            .map(|(k, _)| *k)
-            .collect();
-        for k in older {
-            self.sent.remove(&k);
-        }
-    }
-
     /// The winner's weights as the client holds them (a delta is added to its base).
     fn absolute(&self, client: ClientId, w: WinnerUpload) -> Result<Winner> {
         if w.delta_base_round == 0 {
@@ -308,7 +292,6 @@ impl TpflServer {
                 class: w.class,
                 confidence: w.confidence,
                 weights: w.weights,
-                delta_base_round: 0,
             });
         }
         let base = self
@@ -328,7 +311,6 @@ impl TpflServer {
                 .zip(&w.weights)
                 .map(|(b, d)| b.wrapping_add(*d))
                 .collect(),
-            delta_base_round: w.delta_base_round,
         })
     }
 }
@@ -355,9 +337,6 @@ impl ServerStrategy for TpflServer {
             let Update::Winner(w) = u else {
                 return Err(unexpected("confidence_winner", u));
             };
-            if w.delta_base_round > 0 {
-                self.forget_bases(id, w.class, w.delta_base_round);
-            }
             uploads.insert(id, (w.class, w.weights.clone()));
             winners.insert(
                 id,
@@ -378,8 +357,9 @@ impl ServerStrategy for TpflServer {
         let mut members = BTreeMap::new();
         for (&class, c) in &clusters {
             let v = to_weights(&c.mean, self.hyper.rounding);
+            let download = wire::encode_class_weights(class, &v, self.hyper.coding);
             for &m in &c.members {
-                downloads.insert(m, wire::encode_class_weights(class, &v, self.hyper.coding));
+                downloads.insert(m, download.clone());
                 weights.insert(m, 1.0 / c.members.len() as f64);
                 if self.hyper.delta {
                     self.sent.insert((m, class, round), v.clone());
@@ -780,13 +760,6 @@ mod tests {
         let r2 = decoded(&s, vec![(1, delta)]);
         let agg = s.aggregate(2, &BTreeMap::new(), &r2).unwrap();
         assert_eq!(sent(&s, &agg.downloads, 1), Some((1, vec![7, 5])));
-        // Round 3's delta against round 2 retires round 1's base, and only it.
-        let r3 = decoded(&s, vec![(1, winner(1, vec![1, 1], 2))]);
-        s.aggregate(3, &BTreeMap::new(), &r3).unwrap();
-        let kept: Vec<_> = s.sent.keys().copied().collect();
-        assert_eq!(kept, vec![(1, 1, 2), (1, 1, 3)]);
-        let stale = s.decode(1, 784, &winner(1, vec![0, 0], 1)).unwrap_err();
-        assert!(stale.to_string().contains("was sent no weights"), "{stale}");
         // No base: another client, another class, or a round that sent it nothing.
         for (client, p) in [
             (2, winner(1, vec![0, 0], 1)),

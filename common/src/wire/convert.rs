@@ -49,8 +49,6 @@ pub struct Winner {
     pub class: u32,
     pub confidence: f64,
     pub weights: Vec<i32>,
-    /// The round whose download a delta was added to (0: sent whole).
-    pub delta_base_round: Round,
 }
 
 /// A confidence winner as it travels: its weights are the client's own, or with

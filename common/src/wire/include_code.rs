@@ -128,7 +128,7 @@ impl Model for IncludeModel {
             counts.iter_mut().for_each(|n| *n = n.div_ceil(2));
         }
         self.row[self.at] = bit as u8;
-        self.at = (self.at + 1) % self.literals;
+        self.at = (self.at + 1) % self.literals.max(1);
     }
 }
 
@@ -146,6 +146,13 @@ mod tests {
             }
         }
         IncludeBits(bits)
+    }
+
+    /// The wire's bytes, pinned: both ends must write the same code (the crate is pinned too).
+    #[test]
+    fn known_bits_have_their_known_code() {
+        let bits = IncludeBits(vec![0b1010_0110, 0b0000_0001, 0b1111_0000]);
+        assert_eq!(crate::hex::encode(&encode(&bits, 4, 6)), "65502c00");
     }
 
     #[test]
