@@ -326,7 +326,6 @@ fn collect(p: &Path, out: &mut Vec<PathBuf>) -> anyhow::Result<()> {
 fn setting(e: &Experiment) -> String {
     use flint_common::model::fcm::Fitness;
     use flint_common::strategy::{ModelSpec, StrategySpec};
-    use flint_common::wire::WeightCoding;
     match e.strategy.model() {
         ModelSpec::Tm(t) => {
             let mut s = format!(
@@ -337,19 +336,14 @@ fn setting(e: &Experiment) -> String {
             if t.tpfl.delta {
                 s += ", delta";
             }
-            if t.tpfl.coding != WeightCoding::Arithmetic {
-                s += ", varint";
-            }
+            s += coding_note(t.tpfl.coding);
             if e.compression != flint_common::wire::Compression::None {
                 s += &format!(", {}", name_of(&e.compression));
             }
             s
         }
         ModelSpec::ConvTm(f) => {
-            let varint = match f.fedtmos.coding {
-                WeightCoding::Arithmetic => "",
-                WeightCoding::Varint => ", varint",
-            };
+            let varint = coding_note(f.fedtmos.coding);
             // A patch is an image's: a table's rows are read whole.
             match e.data.is_images() {
                 true => format!(
@@ -376,6 +370,14 @@ fn setting(e: &Experiment) -> String {
             }
             s
         }
+    }
+}
+
+/// The wire's coding where it is not the default.
+fn coding_note(coding: flint_common::wire::WeightCoding) -> &'static str {
+    match coding {
+        flint_common::wire::WeightCoding::Arithmetic => "",
+        flint_common::wire::WeightCoding::Varint => ", varint",
     }
 }
 

@@ -317,14 +317,16 @@ fn encode_tm_parts(parts: &TmParts, shape: TmShape) -> TmModel {
             .map(|&w| w.min(i32::MAX as u32) as i32)
             .collect()
     };
-    let coded = shape.coding == WeightCoding::Arithmetic;
-    let bits = |c: &ClassParts| match coded {
-        true => include_code::encode(&c.include, shape.clauses, shape.literals),
-        false => c.include.0.clone(),
-    };
-    let (include_bits, coded_include_bits) = match coded {
-        true => (Vec::new(), classes().map(|(_, c)| bits(c)).collect()),
-        false => (classes().map(|(_, c)| bits(c)).collect(), Vec::new()),
+    let (include_bits, coded_include_bits) = match shape.coding {
+        WeightCoding::Varint => (
+            classes().map(|(_, c)| c.include.0.clone()).collect(),
+            vec![],
+        ),
+        WeightCoding::Arithmetic => {
+            let code =
+                |c: &ClassParts| include_code::encode(&c.include, shape.clauses, shape.literals);
+            (vec![], classes().map(|(_, c)| code(c)).collect())
+        }
     };
     TmModel {
         clauses: shape.clauses as u32,

@@ -32,8 +32,8 @@ pub enum WeightCoding {
 const CLASSES: usize = 64;
 /// A seen symbol's count grows by this against its initial count of 1, so the first
 /// occurrences teach the model fast. An initial count of 1/16 of a step lies between the 1/10
-/// and 1/50 simulated on TPFL's updates (8.30 and 8.34 bits per weight; 1/2: 8.39); the code
-/// as built spends 8.36 there, flush included.
+/// and 1/50 simulated on TPFL's updates (8.35 and 8.36 bits per weight; 1/2: 8.54;
+/// `scripts/wire-bytes.py simulate`); the code as built spends 8.36 there, flush included.
 const STEP: u32 = 16;
 /// Counts are halved past this total: the denominator stays within the coder's precision.
 const MAX_TOTAL: u32 = 1 << 16;
