@@ -10,18 +10,20 @@ of `flint replay RUN --sums` that Flint cannot give), each client's accuracy alo
 FEDTMOS_CHECKOUT is a work tree of shannonhsq/FedTMOS (HEAD a763671). Its C library does not
 build as published (docs/papers/fedtmos.md §20); a copy is built in a temporary directory with
 the two fixes: `mc_tm_votes` reads T from its first machine, and the file includes math.h
-(linked with -lm). EXPERIMENT is an MNIST file split as the code splits:
+(linked with -lm). EXPERIMENT is an MNIST or Fashion-MNIST file split as the code splits:
 - `partition.kind = "explicit"` (experiments/fedtmos-code/numpy/): client k takes the next
   class_counts of each class in file order, as the code slices;
 - `classes-per-client` with `class_sets` (experiments/fedtmos-code/mnist-s*.toml): the code's
   `cls` split, numpy seeded with the run's seed (the experiment's, or --seed).
 Training (docs/papers/fedtmos.md §1-§4): one epoch on the rows of the first client holding
 class 9 (the code's `copy_data` leak; `--no-leak` skips it), then 30 epochs on the client's own
-rows in class order, no shuffling; 100 clauses, T = 1000, s = 5, 10×10 patches, weighted
-clauses, pixels >= 75.
+rows in class order, no shuffling; T = 1000, s = 5, weighted clauses, and the code's machine for
+the dataset (`MACHINES`: MNIST 100 clauses, 10×10 patches, pixels >= 75; Fashion-MNIST 200
+clauses, 5×5 patches, OpenCV's adaptive Gaussian threshold, window 11, C = 2).
 Classes a client lacks score 0, as its upload zeroes them. The ensemble is given under the
 code's reading (one spread per machine over the batch) and eq. 3 (one per row), both on the
-code's clamped sums. Needs numpy, gcc with OpenMP and FLINT_DATA_DIR."""
+code's clamped sums. Needs numpy, gcc with OpenMP, FLINT_DATA_DIR and, for Fashion-MNIST,
+OpenCV (`pip install opencv-python-headless`)."""
 
 import argparse
 import gzip
@@ -35,6 +37,13 @@ import tomllib
 from pathlib import Path
 
 import numpy as np
+
+# The code's machine per dataset (docs/papers/fedtmos.md §1-§2): clauses, patch side, server
+# models φ (its `--c`), and the dataset name its server's σ table reads.
+MACHINES = {
+    "mnist": {"clauses": 100, "patch": 10, "models": 4, "name": "MNIST"},
+    "fashion-mnist": {"clauses": 200, "patch": 5, "models": 3, "name": "F-MNIST"},
+}
 
 
 def build(checkout):
@@ -55,6 +64,36 @@ def build(checkout):
     sys.path.insert(0, str(work))
     from pyTsetlinMachineParallel_vote.tm import MultiClassConvolutionalTsetlinMachine2D
     return MultiClassConvolutionalTsetlinMachine2D
+
+
+def machine(exp):
+    """The code's machine for the experiment's dataset, or exit naming what is supported."""
+    source = exp["data"]["source"]
+    if source not in MACHINES:
+        sys.exit(f"needs an MNIST or Fashion-MNIST experiment, not {source}")
+    return MACHINES[source]
+
+
+def booleanized(images, source):
+    """The code's booleanization: MNIST pixels >= 75; Fashion-MNIST OpenCV's adaptive Gaussian
+    threshold per image (window 11, C = 2), as `oneshot_data.py` does."""
+    if source == "mnist":
+        return (images >= 75).astype(np.uint32)
+    import cv2
+    return np.stack([cv2.adaptiveThreshold(im, 1, cv2.ADAPTIVE_THRESH_GAUSSIAN_C,
+                                           cv2.THRESH_BINARY, 11, 2) for im in images]
+                    ).astype(np.uint32)
+
+
+def load(source):
+    """Training images and labels, all test labels, and the global test half (images
+    4992-9999, booleanized, with their labels)."""
+    data = Path(os.environ.get("FLINT_DATA_DIR", "data")) / source
+    xtr = booleanized(idx(data / "train-images-idx3-ubyte.gz", True), source)
+    ytr = idx(data / "train-labels-idx1-ubyte.gz", False)
+    yte_all = idx(data / "t10k-labels-idx1-ubyte.gz", False)
+    xte = booleanized(idx(data / "t10k-images-idx3-ubyte.gz", True)[4992:], source)
+    return xtr, ytr, yte_all, xte, yte_all[4992:]
 
 
 def idx(path, images):
@@ -91,10 +130,10 @@ def literal_order(patch=10, side=28):
     return to_flint, features, (2 * features - 1) // 32 + 1
 
 
-def flint_upload(state, counts):
+def flint_upload(state, counts, patch):
     """The machine as a Flint FedTMOS upload (a `Payload` holding a `TmUpload`,
     proto/flint/v1/aggregator.proto), written by hand so the script needs no protobuf package."""
-    to_flint, features, chunks = literal_order()
+    to_flint, features, chunks = literal_order(patch)
     clauses = len(state[0][0])
     model = field(1, 0, varint(clauses)) + field(2, 0, varint(2 * features))
     bits_fields = b""
@@ -161,15 +200,9 @@ def main():
                              "bench/fedtmos-code-server.py")
     args = parser.parse_args()
     exp = tomllib.loads(Path(args.experiment).read_text())
-    if exp["data"]["source"] != "mnist":
-        sys.exit("needs an MNIST experiment")
+    spec = machine(exp)
     seed = exp.get("seed", 0) if args.seed is None else args.seed
-    data = Path(os.environ.get("FLINT_DATA_DIR", "data")) / "mnist"
-    xtr = (idx(data / "train-images-idx3-ubyte.gz", True) >= 75).astype(np.uint32)
-    ytr = idx(data / "train-labels-idx1-ubyte.gz", False)
-    yte_all = idx(data / "t10k-labels-idx1-ubyte.gz", False)
-    xte = (idx(data / "t10k-images-idx3-ubyte.gz", True) >= 75).astype(np.uint32)[4992:]
-    yte = yte_all[4992:]
+    xtr, ytr, yte_all, xte, yte = load(exp["data"]["source"])
     shards = code_split(exp, ytr, yte_all, seed)
     if args.client == "all":
         clients = list(range(len(shards)))
@@ -184,7 +217,7 @@ def main():
     leak_note = "no leak" if args.no_leak else f"leak from client {leak_client + 1}"
     sums, saved = [], {}
     for k in clients:
-        tm = ctm(100, 1000, 5.0, (10, 10), weighted_clauses=True)
+        tm = ctm(spec["clauses"], 1000, 5.0, (spec["patch"],) * 2, weighted_clauses=True)
         started = time.time()
         if not args.no_leak:
             leak = shards[leak_client]
@@ -203,7 +236,7 @@ def main():
             args.updates.mkdir(parents=True, exist_ok=True)
             counts = np.bincount(ytr[own], minlength=10)
             (args.updates / f"round-1-client-{k + 1}.pb").write_bytes(
-                flint_upload(tm.get_state(), counts))
+                flint_upload(tm.get_state(), counts, spec["patch"]))
         if args.states:
             state = tm.get_state()
             classes = len(state)  # without the leak, only up to the client's largest class

@@ -4,7 +4,8 @@ and prints its accuracy on the global test half: the code's own figure for those
 beside `flint replay` on the same ones. CLIENTS is either the machines saved by
 `bench/fedtmos-code-client.py ... all --states FILE.npz` (the code's clients; their
 `--updates` are the same machines for `flint replay`) or a Flint run directory that kept its
-updates (Flint's clients, MNIST's 10×10 patches).
+updates (Flint's clients). MNIST and Fashion-MNIST, each with the code's machine for it
+(`MACHINES` in bench/fedtmos-code-client.py).
 
     bench/fedtmos-code-server.py FEDTMOS_CHECKOUT EXPERIMENT CLIENTS [--seed N]
         [--n-init 1|10] [--draws N]
@@ -30,7 +31,6 @@ import copy
 import importlib.util
 import io
 import itertools
-import os
 import random
 import re
 import sys
@@ -75,9 +75,9 @@ def code_server(checkout, n_init):
     return namespace
 
 
-def uploaded(ctm, weights, ta, counts, probe):
+def uploaded(ctm, spec, weights, ta, counts, probe):
     """A machine as the code's client leaves it after `handle_uploading` and `handle_non_iid`."""
-    tm = ctm(100, 1000, 5.0, (10, 10), weighted_clauses=True)
+    tm = ctm(spec["clauses"], 1000, 5.0, (spec["patch"],) * 2, weighted_clauses=True)
     tm.fit(probe, np.array([9], np.uint32), epochs=0, incremental=True)  # allocates 10 classes
     planes = tm.number_of_state_bits
     state = []
@@ -92,8 +92,9 @@ def uploaded(ctm, weights, ta, counts, probe):
     return tm
 
 
-def run_server(server, machines, counts, xte, yte):
-    """Steps 2-6 and the vote (the code's `--ensemble 0` path); returns accuracy and models."""
+def run_server(server, spec, k, machines, counts, xte, yte):
+    """Steps 2-6 and the vote (the code's `--ensemble 0` path, `--k k`, `--c` the machine's φ);
+    returns accuracy and models."""
     global_model = [[m] for m in machines]
     unique_counts = [c.astype(np.float64) for c in counts]
     ratio_count = [np.where(c > 0, 1, 0) for c in counts]
@@ -109,9 +110,9 @@ def run_server(server, machines, counts, xte, yte):
     server["combine_classes_into_models_by_distance_fill"] = recorded
     with contextlib.redirect_stdout(io.StringIO()):
         scaled, weights = server["sum_models_scaled"](global_model, unique_counts, mean_gini,
-                                                      dataset="MNIST")
+                                                      dataset=spec["name"])
         models, _ = server["cluster_global_model_best"](weights, scaled, ratio_count,
-                                                        unique_counts, k=10, c=[4],
+                                                        unique_counts, k=k, c=[spec["models"]],
                                                         mean_gini=mean_gini, num_models=1)
         acc = server["testing_global_model"](models, [xte], yte, None, None, numclasses=10)
     server["combine_classes_into_models_by_distance_fill"] = combine
@@ -162,11 +163,11 @@ def varints(buf):
     return values
 
 
-def from_flint(run_dir, helper):
+def from_flint(run_dir, helper, patch):
     """Flint's kept uploads (`TmUpload`, proto/flint/v1/aggregator.proto) as the code's states:
     weights per class, and TA states whose top bit plane holds the include bits (the literals
     moved back from Flint's order to the code's)."""
-    to_flint, features, chunks = helper.literal_order()
+    to_flint, features, chunks = helper.literal_order(patch)
     saved = {}
     for path in sorted(Path(run_dir, "updates").glob("round-1-client-*.pb")):
         k = int(path.stem.rsplit("-", 1)[1])
@@ -175,7 +176,9 @@ def from_flint(run_dir, helper):
         parts = fields(model)
         clauses = next(v for n, v in parts if n == 1)
         if next(v for n, v in parts if n == 2) != 2 * features:
-            sys.exit(f"{path}: not MNIST's {2 * features} literals of 10×10 patches")
+            sys.exit(f"{path}: not the {2 * features} literals of {patch}×{patch} patches")
+        if any(n == 6 for n, _ in parts):
+            sys.exit(f"{path}: the machine travelled coded; run with --set fedtmos.coding=varint")
         held = [dict(fields(v)) for n, v in parts if n == 3]
         bits = [v for n, v in parts if n == 4]
         counts_held = varints(next(v for n, v in parts if n == 5))
@@ -225,10 +228,15 @@ def main():
     parser.add_argument("--draws", type=int, default=0)
     args = parser.parse_args()
     exp = tomllib.loads(Path(args.experiment).read_text())
-    if exp["data"]["source"] != "mnist" or exp["strategy"] != "fedtmos":
-        sys.exit("needs a FedTMOS experiment on MNIST")
-    if exp["fedtmos"].get("models", 4) != 4:
-        sys.exit("the code's MNIST runs use 4 server models (--c 4)")
+    if exp["strategy"] != "fedtmos":
+        sys.exit("needs a FedTMOS experiment")
+    helper = client_script()
+    spec = helper.machine(exp)
+    if exp["fedtmos"].get("models", 4) != spec["models"]:
+        sys.exit(f"the code's {spec['name']} runs use {spec['models']} server models "
+                 f"(--c {spec['models']})")
+    # The code's `--k`: Flint's experiment files carry it as k_max (10 for S(β), 30 for Dir).
+    k = exp["fedtmos"].get("k_max", 30)
     seed = exp.get("seed", 0) if args.seed is None else args.seed
     if args.clients.is_dir():
         # A Flint run knows its seed: the vector order must be drawn from that one.
@@ -236,13 +244,9 @@ def main():
         if args.seed is not None and args.seed != ran:
             sys.exit(f"--seed {args.seed} does not match the run's seed {ran}")
         seed = ran
-    helper = client_script()
-    data = Path(os.environ.get("FLINT_DATA_DIR", "data")) / "mnist"
-    ytr = helper.idx(data / "train-labels-idx1-ubyte.gz", False)
-    yte_all = helper.idx(data / "t10k-labels-idx1-ubyte.gz", False)
-    xte = (helper.idx(data / "t10k-images-idx3-ubyte.gz", True) >= 75).astype(np.uint32)[4992:]
-    yte = yte_all[4992:]
-    saved = from_flint(args.clients, helper) if args.clients.is_dir() else dict(np.load(args.clients))
+    _, ytr, yte_all, xte, yte = helper.load(exp["data"]["source"])
+    saved = (from_flint(args.clients, helper, spec["patch"]) if args.clients.is_dir()
+             else dict(np.load(args.clients)))
     ids = sorted(int(k.split("_")[1]) for k in saved if k.startswith("counts_"))
     counts = [saved[f"counts_{k}"] for k in ids]
     ctm = helper.build(args.checkout)
@@ -250,8 +254,8 @@ def main():
 
     def machines():
         # The server scales the machines in place, so each run starts from fresh uploads.
-        return [uploaded(ctm, saved[f"weights_{k}"], saved[f"ta_{k}"], saved[f"counts_{k}"],
-                         xte[:1]) for k in ids]
+        return [uploaded(ctm, spec, saved[f"weights_{j}"], saved[f"ta_{j}"],
+                         saved[f"counts_{j}"], xte[:1]) for j in ids]
 
     # The code's `cls` split is the last user of numpy's generator before the vector order.
     if exp["partition"]["kind"] == "classes-per-client":
@@ -270,13 +274,13 @@ def main():
         np.random.seed(seed)
         np.random.dirichlet(np.repeat(alpha, 10), size=10)
         order = f"numpy as the code's dir split leaves it (seed {seed})"
-    acc, mean_gini, mapping = run_server(server, machines(), counts, xte, yte)
+    acc, mean_gini, mapping = run_server(server, spec, k, machines(), counts, xte, yte)
     print(f"{len(ids)} clients, mean normalized Gini {mean_gini:.3f}, n_init {args.n_init}")
     print(f"the code's server, vector order from {order}: {acc:.2f} %")
     print(f"  server models: {describe(mapping)}")
     for d in range(args.draws):
         np.random.seed(1000 + d)
-        acc, _, mapping = run_server(server, machines(), counts, xte, yte)
+        acc, _, mapping = run_server(server, spec, k, machines(), counts, xte, yte)
         print(f"order drawn from numpy seeded {1000 + d}: {acc:.2f} %  {describe(mapping)}",
               flush=True)
 
