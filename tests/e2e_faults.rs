@@ -634,13 +634,8 @@ impl flint_common::strategy::ServerStrategy for HeldAggregation {
         self.inner.initial_download(features)
     }
 
-    fn decode(
-        &self,
-        client: u32,
-        features: usize,
-        update: &Payload,
-    ) -> flint_common::Result<flint_common::wire::Update> {
-        self.inner.decode(client, features, update)
+    fn decoder(&self) -> std::sync::Arc<dyn flint_common::strategy::UpdateDecoder> {
+        self.inner.decoder()
     }
 
     fn aggregate(

@@ -9,12 +9,14 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
 use std::time::Instant;
 
 use flint_common::config::RoundPolicy;
 use flint_common::metrics::ConfusionMatrix;
 use flint_common::strategy::{
     Aggregate, Downloads, LocalMetrics, Predictor, RoundReport, ServerStrategy, StrategyState,
+    UpdateDecoder,
 };
 use flint_common::wire::Update;
 use flint_common::wire::proto::{DataSummary, Payload};
@@ -153,6 +155,39 @@ pub struct Accepted {
     pub closed: Option<AggregationJob>,
 }
 
+impl Accepted {
+    const DUPLICATE: Accepted = Accepted {
+        duplicate: true,
+        closed: None,
+    };
+}
+
+/// Decoding one update, as the round state hands it out: run it off the lock (the codes cost
+/// milliseconds a machine), then give the result to [`Rounds::accept_decoded`].
+pub struct UpdateDecoding {
+    decoder: Arc<dyn UpdateDecoder>,
+    client: ClientId,
+    round: Round,
+    features: usize,
+}
+
+impl UpdateDecoding {
+    pub fn run(self, update: &Payload) -> Result<DecodedUpdate> {
+        Ok(DecodedUpdate {
+            update: self.decoder.decode(self.client, self.features, update)?,
+            client: self.client,
+            round: self.round,
+        })
+    }
+}
+
+/// An update read by [`UpdateDecoding::run`], for the round it was read for.
+pub struct DecodedUpdate {
+    client: ClientId,
+    round: Round,
+    update: Update,
+}
+
 /// Bounds on what a Join may declare, whatever the client says.
 pub const MAX_SAMPLES: u64 = 1 << 40;
 pub const MAX_GHZ: f64 = 1000.0;
@@ -163,6 +198,8 @@ pub struct Rounds {
     policy: RoundPolicy,
     /// `None` only while its round aggregates.
     strategy: Option<Box<dyn ServerStrategy>>,
+    /// The strategy's, kept while it aggregates: updates are read off the lock.
+    decoder: Arc<dyn UpdateDecoder>,
     classes: usize,
     phase: Phase,
     joined: BTreeMap<ClientId, DataSummary>,
@@ -215,6 +252,7 @@ impl Rounds {
     pub fn new(policy: RoundPolicy, strategy: Box<dyn ServerStrategy>, classes: usize) -> Rounds {
         Rounds {
             policy,
+            decoder: strategy.decoder(),
             strategy: Some(strategy),
             classes,
             phase: Phase::WaitingForClients,
@@ -481,7 +519,9 @@ impl Rounds {
     }
 
     /// Decodes and takes one client's update. When every selected client has answered, the
-    /// round closes and its aggregation is handed back.
+    /// round closes and its aggregation is handed back. The shell does the same in three steps,
+    /// decoding off the lock: [`Rounds::update_decoding`], [`UpdateDecoding::run`],
+    /// [`Rounds::accept_decoded`].
     pub fn accept_update(
         &mut self,
         client: ClientId,
@@ -489,26 +529,74 @@ impl Rounds {
         update: &Payload,
         now: Instant,
     ) -> Result<Accepted> {
-        self.check_joined(client)?;
-        // A retried upload whose first attempt was taken but whose answer was lost, maybe in a
-        // round closed since (by that very update): answered as the duplicate it is, so that its
-        // client knows it was taken.
-        if self.holds_update(client, round) {
-            return Ok(Accepted {
-                duplicate: true,
-                closed: None,
-            });
+        match self.update_decoding(client, round)? {
+            None => Ok(Accepted::DUPLICATE),
+            Some(decoding) => self.accept_decoded(decoding.run(update)?, now),
         }
-        let features = self.features.unwrap_or(0);
+    }
+
+    /// What decoding `client`'s update for `round` needs, if the round wants it; `None` for an
+    /// update already taken. Checked again when the decoded update is taken: the round may move
+    /// while it is read (the model's width may not: the first Join fixed it).
+    pub fn update_decoding(
+        &self,
+        client: ClientId,
+        round: Round,
+    ) -> Result<Option<UpdateDecoding>> {
+        if !self.wants_update(client, round)? {
+            return Ok(None);
+        }
+        Ok(Some(UpdateDecoding {
+            decoder: Arc::clone(&self.decoder),
+            client,
+            round,
+            features: self.features.unwrap_or(0),
+        }))
+    }
+
+    /// Takes an update decoded by [`UpdateDecoding::run`] (a repeat is answered as a duplicate).
+    pub fn accept_decoded(&mut self, decoded: DecodedUpdate, now: Instant) -> Result<Accepted> {
+        let DecodedUpdate {
+            client,
+            round,
+            update,
+        } = decoded;
+        if !self.wants_update(client, round)? {
+            return Ok(Accepted::DUPLICATE);
+        }
+        let Phase::Open {
+            selected, updates, ..
+        } = &mut self.phase
+        else {
+            unreachable!("wants_update holds only for an open round")
+        };
+        updates.insert(client, update);
+        let closed = if updates.len() == selected.len() {
+            self.close(ClosedBy::AllAnswered, now)
+        } else {
+            None
+        };
+        Ok(Accepted {
+            duplicate: false,
+            closed,
+        })
+    }
+
+    /// Whether the open round takes `client`'s update for `round`: `false` for one already
+    /// taken (maybe in a round closed since, by that very update: a retry whose answer was
+    /// lost), an error for one it cannot take.
+    fn wants_update(&self, client: ClientId, round: Round) -> Result<bool> {
+        self.check_joined(client)?;
+        if self.holds_update(client, round) {
+            return Ok(false);
+        }
         let precondition = |m: String| Err(FlintError::Precondition(m));
-        let strategy = self.strategy.as_deref();
-        let (open, selected, updates) = match &mut self.phase {
+        let (open, selected) = match &self.phase {
             Phase::Open {
                 round: open,
                 selected,
-                updates,
                 ..
-            } => (*open, &*selected, updates),
+            } => (*open, selected),
             Phase::WaitingForClients => {
                 return precondition(format!(
                     "update for round {round} but no round is open yet (waiting for clients)"
@@ -544,19 +632,7 @@ impl Rounds {
                 open + 1
             ));
         }
-        let strategy = strategy.ok_or_else(|| {
-            FlintError::Precondition("the server is aggregating a round; try again".into())
-        })?;
-        updates.insert(client, strategy.decode(client, features, update)?);
-        let closed = if updates.len() == selected.len() {
-            self.close(ClosedBy::AllAnswered, now)
-        } else {
-            None
-        };
-        Ok(Accepted {
-            duplicate: false,
-            closed,
-        })
+        Ok(true)
     }
 
     /// Closes a round whose timeout has passed once it has `min_updates`.
@@ -900,6 +976,39 @@ mod tests {
         assert_eq!(r.open_round(), Some((1, 1, 2)));
     }
 
+    /// The service reads an update between two holds of the lock: whatever happened to the
+    /// round meanwhile, the decoded update is checked again as it is taken.
+    #[test]
+    fn an_update_read_off_the_lock_is_checked_again_when_taken() {
+        let t0 = Instant::now();
+        let mut r = rounds(policy(2, 3, 2));
+        for id in 1..=3 {
+            r.join(id, summary(1), t0).unwrap();
+        }
+        let read = |r: &Rounds, client| {
+            let decoding = r.update_decoding(client, 1).unwrap().unwrap();
+            decoding.run(&model(1.0)).unwrap()
+        };
+        // Client 1's upload is read, and its retry is taken first: the first is a duplicate.
+        let first = read(&r, 1);
+        assert!(!take(&mut r, 1, 1, model(1.0), t0).unwrap());
+        assert!(
+            r.update_decoding(1, 1).unwrap().is_none(),
+            "nothing to read again"
+        );
+        let a = r.accept_decoded(first, t0).unwrap();
+        assert!(a.duplicate && a.closed.is_none());
+        assert_eq!(r.open_round(), Some((1, 1, 3)));
+        // Client 3's upload is read, then round 1 closes by its timeout: refused, no change.
+        let late = read(&r, 3);
+        take(&mut r, 2, 1, model(1.0), t0).unwrap();
+        assert!(tick(&mut r, t0 + Duration::from_secs(11)));
+        let e = r.accept_decoded(late, t0).err().unwrap();
+        assert!(matches!(e, FlintError::Precondition(m) if m.contains("round 1 is closed")));
+        assert_eq!(r.open_round(), Some((2, 0, 3)));
+        assert_eq!(r.history()[0].participants, vec![1, 2]);
+    }
+
     #[test]
     fn timeout_closes_a_round_once_it_has_min_updates() {
         let t0 = Instant::now();
@@ -1032,8 +1141,8 @@ mod tests {
         fn initial_download(&self, _features: usize) -> Option<Payload> {
             None
         }
-        fn decode(&self, client: ClientId, features: usize, update: &Payload) -> Result<Update> {
-            FedAvgServer::by_size(2).decode(client, features, update)
+        fn decoder(&self) -> Arc<dyn UpdateDecoder> {
+            FedAvgServer::by_size(2).decoder()
         }
         fn aggregate(
             &mut self,

@@ -32,7 +32,7 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::identity::{Holder, Identities, Peer};
 use crate::journal::{self, Event, Journal, RoundMark};
 use crate::proto::aggregator_server::Aggregator;
-use crate::rounds::{Accepted, AggregationJob, Rounds, Task};
+use crate::rounds::{Accepted, AggregationJob, DecodedUpdate, Rounds, Task};
 use crate::telemetry::Telemetry;
 
 pub struct Shared {
@@ -851,9 +851,17 @@ impl AggregatorService {
             round,
             payload: Some(payload.clone()),
         }));
+        let decoded = self.decode_update(client, round, payload).await;
         let outcome = {
             let mut rounds = s.rounds();
-            let outcome = rounds.accept_update(client, round, payload, now());
+            let outcome = match decoded {
+                Ok(Some(decoded)) => rounds.accept_decoded(decoded, now()),
+                Ok(None) => Ok(Accepted {
+                    duplicate: true,
+                    closed: None,
+                }),
+                Err(e) => Err(e),
+            };
             if let Ok(Accepted {
                 duplicate: false,
                 closed,
@@ -890,6 +898,26 @@ impl AggregatorService {
             }
         }
         Ok(accepted.duplicate)
+    }
+
+    /// Reads an update the open round wants off the lock and off the async threads (`None`:
+    /// already taken). The lock is held only to check the round and again to take the result.
+    async fn decode_update(
+        &self,
+        client: ClientId,
+        round: Round,
+        payload: &Payload,
+    ) -> flint_common::Result<Option<DecodedUpdate>> {
+        let Some(decoding) = self.0.rounds().update_decoding(client, round)? else {
+            return Ok(None);
+        };
+        let payload = payload.clone();
+        match self.0.run_blocking(move || decoding.run(&payload)).await {
+            Some(decoded) => decoded.map(Some),
+            None => Err(FlintError::Precondition(
+                "the server is shutting down; try again".into(),
+            )),
+        }
     }
 
     async fn report_eval_call(

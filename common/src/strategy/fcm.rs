@@ -9,6 +9,7 @@
 //! global and its previous local map (step 5).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -23,6 +24,7 @@ use crate::model::fcm::{self, Activation, Fcm, FcmHyper, Fitness};
 use crate::model::pso::PsoHyper;
 use crate::params::{ParamResult, name_of};
 use crate::rng::FlintRng;
+use crate::strategy::decoder::{MapDecoder, UpdateDecoder};
 use crate::wire::proto::{DataSummary, Payload};
 use crate::wire::{self, Update};
 use crate::{ClientId, FlintError, Result, Round};
@@ -162,9 +164,10 @@ impl FcmServer {
 }
 
 impl ServerStrategy for FcmServer {
-    fn decode(&self, _client: ClientId, features: usize, update: &Payload) -> Result<Update> {
-        let (map, local) = wire::decode_map(update, features, self.classes)?;
-        Ok(Update::Map { map, local })
+    fn decoder(&self) -> Arc<dyn UpdateDecoder> {
+        Arc::new(MapDecoder {
+            classes: self.classes,
+        })
     }
 
     fn aggregate(

@@ -2,6 +2,7 @@
 //! A_k = n_k / n or the AHP client weight, computed over the clients that answered the round.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use super::ahp::{self, AhpHyper, CriteriaValues};
 use super::robust::RobustHyper;
@@ -10,6 +11,7 @@ use crate::data::Shard;
 use crate::metrics::ConfusionMatrix;
 use crate::model::logreg::{LogReg, LogRegHyper};
 use crate::rng::FlintRng;
+use crate::strategy::decoder::{LinearDecoder, UpdateDecoder};
 use crate::wire::proto::{DataSummary, Payload};
 use crate::wire::{self, Update};
 use crate::{ClientId, FlintError, Result, Round};
@@ -90,8 +92,10 @@ impl ServerStrategy for FedAvgServer {
         )))
     }
 
-    fn decode(&self, _client: ClientId, features: usize, update: &Payload) -> Result<Update> {
-        wire::decode_linear(update, features, self.classes).map(Update::Linear)
+    fn decoder(&self) -> Arc<dyn UpdateDecoder> {
+        Arc::new(LinearDecoder {
+            classes: self.classes,
+        })
     }
 
     fn aggregate(

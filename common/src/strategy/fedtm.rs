@@ -17,6 +17,7 @@
 //! machines align and it learns.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -27,6 +28,7 @@ use crate::metrics::ConfusionMatrix;
 use crate::model::tm::TmHyper;
 use crate::model::tm::parts::TmParts;
 use crate::rng::FlintRng;
+use crate::strategy::decoder::{TmDecoder, UpdateDecoder};
 use crate::strategy::robust::RobustHyper;
 use crate::wire::proto::{DataSummary, Payload};
 use crate::wire::{self, CompositeDownload, TmShape, Update};
@@ -87,8 +89,8 @@ impl FedTmServer {
 }
 
 impl ServerStrategy for FedTmServer {
-    fn decode(&self, _client: ClientId, _features: usize, update: &Payload) -> Result<Update> {
-        wire::decode_tm_upload(update, self.shape).map(Update::Tm)
+    fn decoder(&self) -> Arc<dyn UpdateDecoder> {
+        Arc::new(TmDecoder { shape: self.shape })
     }
 
     fn aggregate(

@@ -3,8 +3,10 @@
 //! strategy, but sends nothing back, so every client keeps training its own model.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use super::{Aggregate, Downloads, RoundReport, ServerStrategy, StrategyState};
+use crate::strategy::decoder::UpdateDecoder;
 use crate::wire::Update;
 use crate::wire::proto::{DataSummary, Payload};
 use crate::{ClientId, Result, Round};
@@ -27,8 +29,8 @@ impl ServerStrategy for LocalServer {
         self.model.initial_download(features)
     }
 
-    fn decode(&self, client: ClientId, features: usize, update: &Payload) -> Result<Update> {
-        self.model.decode(client, features, update)
+    fn decoder(&self) -> Arc<dyn UpdateDecoder> {
+        self.model.decoder()
     }
 
     fn aggregate(

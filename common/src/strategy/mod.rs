@@ -2,10 +2,11 @@
 //! half that trains on a shard and applies downloads. Neither does I/O.
 //!
 //! A strategy is chosen and configured by its [`StrategySpec`]; received updates reach it only
-//! through its own `decode` (see `wire::convert`), and it reports each round as a typed
+//! through its own [`UpdateDecoder`] (see `wire::convert`), and it reports each round as a typed
 //! [`RoundReport`].
 
 pub mod ahp;
+pub mod decoder;
 pub mod fcm;
 pub mod fedavg;
 pub mod fedtm;
@@ -17,6 +18,7 @@ pub mod spec;
 pub mod tpfl;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -29,6 +31,7 @@ use crate::wire::proto::{DataSummary, Payload};
 use crate::{ClientId, FlintError, Result, Round};
 
 pub use crate::metrics::LocalMetrics;
+pub use decoder::UpdateDecoder;
 pub use spec::{FcmSpec, FedTmosSpec, ModelSpec, Sections, StrategySpec, TmSpec};
 
 /// The strategies by name, as `strategy = "…"` writes them.
@@ -165,9 +168,13 @@ pub trait ServerStrategy: Send {
     fn initial_download(&self, _features: usize) -> Option<Payload> {
         None
     }
-    /// Decodes one received update, checking it against the run: the only place a received
-    /// payload is read. A refused update changes no state.
-    fn decode(&self, client: ClientId, features: usize, update: &Payload) -> Result<Update>;
+    /// How this strategy's updates are read: shared with the shell, which decodes off the lock
+    /// of the round state (the decoder sees what the strategy sent, never what it is building).
+    fn decoder(&self) -> Arc<dyn UpdateDecoder>;
+    /// Decodes one received update with [`ServerStrategy::decoder`].
+    fn decode(&self, client: ClientId, features: usize, update: &Payload) -> Result<Update> {
+        self.decoder().decode(client, features, update)
+    }
     /// Combines a round's decoded updates; both maps iterate in client-id order.
     fn aggregate(
         &mut self,

@@ -7,6 +7,7 @@
 //! vector and the download is packed `sint32`.
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, PoisonError, RwLock};
 
 use super::{
     Aggregate, ClientStrategy, Downloads, RoundReport, ServerStrategy, StrategyState, unexpected,
@@ -14,6 +15,7 @@ use super::{
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::decoder::UpdateDecoder;
 use super::resume;
 use super::robust::RobustHyper;
 use crate::data::images::{BitShard, Holdout, ShardSizes};
@@ -254,6 +256,10 @@ pub struct SentVector {
     pub weights: Vec<i32>,
 }
 
+/// With `delta`, every vector sent, by (client, class, round): the bases of delta uploads
+/// (a client that missed a download refers to an older one, so all are kept).
+type Sent = BTreeMap<(ClientId, u32, Round), Vec<i32>>;
+
 /// Algorithm 2 on the server: cluster by winning class, average, send each member its
 /// cluster's average. It sends nothing before round 1 (clients start from their own machines).
 pub struct TpflServer {
@@ -262,9 +268,9 @@ pub struct TpflServer {
     hyper: TpflHyper,
     previous: BTreeMap<u32, Vec<f64>>,
     robust: RobustHyper,
-    /// With `delta`, every vector sent, by (client, class, round): the bases of delta uploads
-    /// (a client that missed a download refers to an older one, so all are kept).
-    sent: BTreeMap<(ClientId, u32, Round), Vec<i32>>,
+    /// Shared with the decoder, which reads it off the round state's lock; written only by
+    /// `aggregate` and `restore`, while no round is open.
+    sent: Arc<RwLock<Sent>>,
 }
 
 impl TpflServer {
@@ -275,7 +281,7 @@ impl TpflServer {
             hyper,
             previous: BTreeMap::new(),
             robust: RobustHyper::default(),
-            sent: BTreeMap::new(),
+            sent: Arc::default(),
         }
     }
 
@@ -285,6 +291,21 @@ impl TpflServer {
         self
     }
 
+    fn sent_mut(&self) -> std::sync::RwLockWriteGuard<'_, Sent> {
+        // Nothing panics while it is held: a poisoned lock still holds whole entries.
+        self.sent.write().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// TPFL's updates: a confidence winner of the run's shape, a delta rebuilt on what the server
+/// sent that client.
+pub struct WinnerDecoder {
+    classes: usize,
+    clauses: usize,
+    sent: Arc<RwLock<Sent>>,
+}
+
+impl WinnerDecoder {
     /// The winner's weights as the client holds them (a delta is added to its base).
     fn absolute(&self, client: ClientId, w: WinnerUpload) -> Result<Winner> {
         if w.delta_base_round == 0 {
@@ -294,8 +315,8 @@ impl TpflServer {
                 weights: w.weights,
             });
         }
-        let base = self
-            .sent
+        let sent = self.sent.read().unwrap_or_else(PoisonError::into_inner);
+        let base = sent
             .get(&(client, w.class, w.delta_base_round))
             .ok_or_else(|| {
                 FlintError::InvalidUpdate(format!(
@@ -315,14 +336,24 @@ impl TpflServer {
     }
 }
 
+impl UpdateDecoder for WinnerDecoder {
+    fn decode(&self, client: ClientId, _features: usize, update: &Payload) -> Result<Update> {
+        let upload = wire::decode_winner(update, self.classes, self.clauses)?;
+        self.absolute(client, upload).map(Update::Winner)
+    }
+}
+
 impl ServerStrategy for TpflServer {
     fn initial_download(&self, _features: usize) -> Option<Payload> {
         None
     }
 
-    fn decode(&self, client: ClientId, _features: usize, update: &Payload) -> Result<Update> {
-        let upload = wire::decode_winner(update, self.classes, self.clauses)?;
-        self.absolute(client, upload).map(Update::Winner)
+    fn decoder(&self) -> Arc<dyn UpdateDecoder> {
+        Arc::new(WinnerDecoder {
+            classes: self.classes,
+            clauses: self.clauses,
+            sent: Arc::clone(&self.sent),
+        })
     }
 
     fn aggregate(
@@ -355,6 +386,7 @@ impl ServerStrategy for TpflServer {
         let mut downloads = BTreeMap::new();
         let mut weights = BTreeMap::new();
         let mut members = BTreeMap::new();
+        let mut sent = self.sent_mut();
         for (&class, c) in &clusters {
             let v = to_weights(&c.mean, self.hyper.rounding);
             let download = wire::encode_class_weights(class, &v, self.hyper.coding);
@@ -362,11 +394,12 @@ impl ServerStrategy for TpflServer {
                 downloads.insert(m, download.clone());
                 weights.insert(m, 1.0 / c.members.len() as f64);
                 if self.hyper.delta {
-                    self.sent.insert((m, class, round), v.clone());
+                    sent.insert((m, class, round), v.clone());
                 }
             }
             members.insert(class, c.members.clone());
         }
+        drop(sent);
         Ok(Aggregate {
             downloads: Downloads::PerClient(downloads),
             weights,
@@ -384,6 +417,8 @@ impl ServerStrategy for TpflServer {
             previous: self.previous.iter().map(|(c, v)| (*c, v.clone())).collect(),
             sent: self
                 .sent
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
                 .iter()
                 .map(|(&(client, class, round), weights)| SentVector {
                     client,
@@ -427,7 +462,7 @@ impl ServerStrategy for TpflServer {
             ));
         }
         self.previous = state.previous.into_iter().collect();
-        self.sent = state
+        *self.sent_mut() = state
             .sent
             .into_iter()
             .map(|s| ((s.client, s.class, s.round), s.weights))
@@ -769,6 +804,30 @@ mod tests {
             let e = s.decode(client, 784, &p).unwrap_err().to_string();
             assert!(e.contains("was sent no weights of that class"), "{e}");
         }
+    }
+
+    /// The shell takes a strategy's decoder once, at the start: it must see the bases sent by
+    /// every later aggregation, and those a restarted server restores.
+    #[test]
+    fn a_decoder_taken_before_the_rounds_sees_every_base_sent_since() {
+        let h = TpflHyper {
+            delta: true,
+            ..hyper()
+        };
+        let mut s = TpflServer::new(3, 2, h);
+        let early = s.decoder();
+        let r1 = decoded(&s, vec![(1, winner(1, vec![4, 6], 0))]);
+        s.aggregate(1, &BTreeMap::new(), &r1).unwrap();
+        let delta = winner(1, vec![3, -1], 1);
+        let Update::Winner(w) = early.decode(1, 784, &delta).unwrap() else {
+            panic!("a winner");
+        };
+        assert_eq!(w.weights, vec![7, 5]);
+        let mut restarted = TpflServer::new(3, 2, h);
+        let fresh = restarted.decoder();
+        assert!(fresh.decode(1, 784, &delta).is_err(), "no base yet");
+        restarted.restore(s.snapshot()).unwrap();
+        assert_eq!(fresh.decode(1, 784, &delta).unwrap(), Update::Winner(w));
     }
 
     #[test]

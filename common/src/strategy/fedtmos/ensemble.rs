@@ -1,6 +1,7 @@
 //! The ensemble baseline's server half: every client's own machine back to every client.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -9,7 +10,8 @@ use super::machines::tm_uploads;
 use super::section::FedTmosHyper;
 use crate::model::tm::TmHyper;
 use crate::model::tm::parts::{TmParts, TmUpload};
-use crate::wire::proto::{DataSummary, Payload};
+use crate::strategy::decoder::{TmDecoder, UpdateDecoder};
+use crate::wire::proto::DataSummary;
 use crate::wire::{self, CompositeDownload, TmShape, Update};
 use crate::{ClientId, Result, Round};
 
@@ -48,8 +50,8 @@ impl EnsembleServer {
 }
 
 impl ServerStrategy for EnsembleServer {
-    fn decode(&self, _client: ClientId, _features: usize, update: &Payload) -> Result<Update> {
-        wire::decode_tm_upload(update, self.shape).map(Update::Tm)
+    fn decoder(&self) -> Arc<dyn UpdateDecoder> {
+        Arc::new(TmDecoder { shape: self.shape })
     }
 
     fn aggregate(

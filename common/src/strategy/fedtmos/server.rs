@@ -1,6 +1,7 @@
 //! FedTMOS's server half: steps 1–6 on the one round's uploads.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -11,6 +12,7 @@ use super::machines::tm_uploads;
 use super::section::FedTmosHyper;
 use crate::model::tm::TmHyper;
 use crate::rng::derive_rng;
+use crate::strategy::decoder::{TmDecoder, UpdateDecoder};
 use crate::strategy::robust::RobustHyper;
 use crate::wire::proto::{DataSummary, Payload};
 use crate::wire::{self, CompositeDownload, TmShape, Update};
@@ -61,8 +63,8 @@ impl FedTmosServer {
 }
 
 impl ServerStrategy for FedTmosServer {
-    fn decode(&self, _client: ClientId, _features: usize, update: &Payload) -> Result<Update> {
-        wire::decode_tm_upload(update, self.shape).map(Update::Tm)
+    fn decoder(&self) -> Arc<dyn UpdateDecoder> {
+        Arc::new(TmDecoder { shape: self.shape })
     }
 
     fn aggregate(
