@@ -449,6 +449,7 @@ fn tpfl_on_an_mnist_subset_sends_each_client_its_clusters_average() {
             "tpfl.delta=true",
             "tpfl.coding=varint",
             "wire.compression=zstd",
+            "server.keep_updates=true",
         ],
     );
     for round in 1..=3usize {
@@ -459,6 +460,20 @@ fn tpfl_on_an_mnist_subset_sends_each_client_its_clusters_average() {
             );
         }
     }
+    // Round 3's deltas aggregate again from their kept files: replay rebuilds the bases from
+    // rounds 1 and 2 first, and the clusters come out as the run's.
+    let replayed = ok(flint()
+        .arg("replay")
+        .arg(d.path().join("runs/tpfl-small"))
+        .args(["--round", "3", "--data-dir"])
+        .arg(data_dir()));
+    let replayed = String::from_utf8_lossy(&replayed.stdout);
+    let report: serde_json::Value = serde_json::from_str(replayed.lines().nth(1).unwrap()).unwrap();
+    assert_eq!(
+        report,
+        serde_json::to_value(plain.rounds[3].report.as_ref().unwrap()).unwrap(),
+        "{replayed}"
+    );
     // The grid's totals and the report count TPFL's download as its paper does: once per
     // cluster.
     let runs = dir.path().join("runs");

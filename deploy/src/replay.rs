@@ -23,7 +23,8 @@ use prost::Message;
 pub struct ReplayArgs {
     /// A run directory whose server kept its updates (`--set server.keep_updates=true`).
     pub run_dir: PathBuf,
-    /// The round to aggregate again.
+    /// The round to aggregate again (the rounds before it are aggregated again first, for what
+    /// the strategy keeps between rounds).
     #[arg(long, default_value_t = 1)]
     pub round: Round,
     /// Settings to change, as `flint run --set` (e.g. fedtmos.preset=paper-code).
@@ -57,6 +58,14 @@ pub fn replay(args: ReplayArgs) -> anyhow::Result<()> {
     let (features, classes) = (pool.train.features(), e.data.classes().len());
     let summaries = summaries(dir, features)?;
     let mut server = e.strategy.server(classes, e.seed, e.robust);
+    // What a strategy keeps between rounds (TPFL's aggregates, the bases of its deltas) comes
+    // from the rounds before: they are aggregated again first, in order.
+    for earlier in 1..args.round {
+        let updates = kept_updates(dir, earlier, server.as_ref(), &summaries, features)?;
+        server
+            .aggregate(earlier, &summaries, &updates)
+            .with_context(|| format!("round {earlier}, aggregated again before {}", args.round))?;
+    }
     let updates = kept_updates(dir, args.round, server.as_ref(), &summaries, features)?;
     let started = Instant::now();
     let agg = server.aggregate(args.round, &summaries, &updates)?;
