@@ -468,7 +468,8 @@ fn tpfl_on_an_mnist_subset_sends_each_client_its_clusters_average() {
         .args(["--round", "3", "--data-dir"])
         .arg(data_dir()));
     let replayed = String::from_utf8_lossy(&replayed.stdout);
-    let report: serde_json::Value = serde_json::from_str(replayed.lines().nth(1).unwrap()).unwrap();
+    let json = replayed.lines().find(|l| l.starts_with('{')).unwrap();
+    let report: serde_json::Value = serde_json::from_str(json).unwrap();
     assert_eq!(
         report,
         serde_json::to_value(plain.rounds[3].report.as_ref().unwrap()).unwrap(),

@@ -12,7 +12,7 @@ use anyhow::{Context, bail};
 use flint_common::config::{Experiment, parse_override};
 use flint_common::data::default_data_dir;
 use flint_common::data::images::BitShard;
-use flint_common::strategy::{ClientStrategy, Downloads, Predictor, ServerStrategy};
+use flint_common::strategy::{ClientStrategy, Downloads, Predictor, ServerStrategy, StrategyState};
 use flint_common::wire::Update;
 use flint_common::wire::proto::{DataSummary, Payload};
 use flint_common::{ClientId, Round};
@@ -23,8 +23,8 @@ use prost::Message;
 pub struct ReplayArgs {
     /// A run directory whose server kept its updates (`--set server.keep_updates=true`).
     pub run_dir: PathBuf,
-    /// The round to aggregate again (the rounds before it are aggregated again first, for what
-    /// the strategy keeps between rounds).
+    /// The round to aggregate again (for a strategy that keeps state between rounds, TPFL, the
+    /// rounds before it are aggregated again first, under the run's own settings).
     #[arg(long, default_value_t = 1)]
     pub round: Round,
     /// Settings to change, as `flint run --set` (e.g. fedtmos.preset=paper-code).
@@ -58,13 +58,11 @@ pub fn replay(args: ReplayArgs) -> anyhow::Result<()> {
     let (features, classes) = (pool.train.features(), e.data.classes().len());
     let summaries = summaries(dir, features)?;
     let mut server = e.strategy.server(classes, e.seed, e.robust);
-    // What a strategy keeps between rounds (TPFL's aggregates, the bases of its deltas) comes
-    // from the rounds before: they are aggregated again first, in order.
-    for earlier in 1..args.round {
-        let updates = kept_updates(dir, earlier, server.as_ref(), &summaries, features)?;
+    if args.round > 1 && !matches!(server.snapshot(), StrategyState::Stateless) {
+        let kept = state_before(dir, args.round, &summaries, features, classes)?;
         server
-            .aggregate(earlier, &summaries, &updates)
-            .with_context(|| format!("round {earlier}, aggregated again before {}", args.round))?;
+            .restore(kept)
+            .context("the run's state before this round does not fit the changed settings")?;
     }
     let updates = kept_updates(dir, args.round, server.as_ref(), &summaries, features)?;
     let started = Instant::now();
@@ -109,6 +107,31 @@ pub fn replay(args: ReplayArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// What a strategy keeps between rounds (TPFL's aggregates, the bases of its deltas) as the run
+/// had it before `round`: its rounds before aggregated again from their kept updates, under the
+/// run's own settings (those the clients were sent), a failed one skipped as the server did.
+fn state_before(
+    dir: &Path,
+    round: Round,
+    summaries: &BTreeMap<ClientId, DataSummary>,
+    features: usize,
+    classes: usize,
+) -> anyhow::Result<StrategyState> {
+    let run = Experiment::load(&dir.join("experiment.toml"), &[])?;
+    let mut server = run.strategy.server(classes, run.seed, run.robust);
+    for earlier in 1..round {
+        let updates = kept_updates(dir, earlier, server.as_ref(), summaries, features)?;
+        if let Err(e) = server.aggregate(earlier, summaries, &updates) {
+            println!("round {earlier} aggregated again failed as it may have in the run: {e}");
+        }
+    }
+    println!(
+        "rounds 1 to {} aggregated again for what the strategy keeps",
+        round - 1
+    );
+    Ok(server.snapshot())
 }
 
 /// Each client's data summary as the run's results hold it.

@@ -172,6 +172,11 @@ pub struct UpdateDecoding {
 }
 
 impl UpdateDecoding {
+    /// Whether it belongs on a blocking thread ([`UpdateDecoder::is_costly`]).
+    pub fn is_costly(&self) -> bool {
+        self.decoder.is_costly()
+    }
+
     pub fn run(self, update: &Payload) -> Result<DecodedUpdate> {
         Ok(DecodedUpdate {
             update: self.decoder.decode(self.client, self.features, update)?,

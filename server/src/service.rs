@@ -84,11 +84,6 @@ pub enum Blocking {
     Inline(std::time::Duration),
 }
 
-/// Updates under this size are decoded where they arrive: tens of microseconds at most (a TPFL
-/// winner of 300 coded weights: 22 µs; a regression), less than a hop to the blocking pool.
-/// The machines' include codes cost ~0.6 µs a byte (a FedTMOS class of ~2.4 kB: 1.4 ms).
-const INLINE_DECODE_BYTES: usize = 1024;
-
 /// The clock the server decides by: tokio's, which is the system's except on a paused
 /// runtime (the simulation's), whose time is simulated.
 pub fn now() -> Instant {
@@ -856,7 +851,7 @@ impl AggregatorService {
             round,
             payload: Some(payload.clone()),
         }));
-        let decoded = self.decode_update(client, round, payload).await;
+        let decoded = self.decode_update(client, round, payload).await?;
         let outcome = {
             let mut rounds = s.rounds();
             let outcome = match decoded {
@@ -905,26 +900,29 @@ impl AggregatorService {
         Ok(accepted.duplicate)
     }
 
-    /// Reads an update the open round wants off the lock (`None`: already taken), and a large
+    /// Reads an update the open round wants off the lock (`Ok(None)`: already taken), a costly
     /// one off the async threads. The lock is held only to check the round and again to take
-    /// the result.
+    /// the result. `Err`: the blocking pool dropped the work (the server is shutting down).
     async fn decode_update(
         &self,
         client: ClientId,
         round: Round,
         payload: &Payload,
-    ) -> flint_common::Result<Option<DecodedUpdate>> {
-        let Some(decoding) = self.0.rounds().update_decoding(client, round)? else {
-            return Ok(None);
+    ) -> Result<flint_common::Result<Option<DecodedUpdate>>, Status> {
+        let decoding = match self.0.rounds().update_decoding(client, round) {
+            Ok(Some(decoding)) => decoding,
+            other => return Ok(other.map(|_| None)),
         };
-        if payload.encoded_len() < INLINE_DECODE_BYTES {
-            return decoding.run(payload).map(Some);
+        if !decoding.is_costly() {
+            return Ok(decoding.run(payload).map(Some));
         }
         let payload = payload.clone();
         match self.0.run_blocking(move || decoding.run(&payload)).await {
-            Some(decoded) => decoded.map(Some),
-            None => Err(FlintError::Precondition(
-                "the server is shutting down; try again".into(),
+            Some(decoded) => Ok(decoded.map(Some)),
+            None => Err(with_label(
+                Status::unavailable("the server could not read the update now; try again"),
+                client,
+                self.0.label_round(round),
             )),
         }
     }
