@@ -119,7 +119,7 @@ def field(number, wire, body):
     return varint(number << 3 | wire) + body
 
 
-def literal_order(patch=10, side=28):
+def literal_order(patch, side=28):
     """Where each of the code's literals sits in Flint's order, with the feature and TA chunk
     counts. The code: y then x position thermometers, then pixels; Flint: pixels, then y, then
     x; negations after in both."""

@@ -156,7 +156,7 @@ pub struct Accepted {
 }
 
 impl Accepted {
-    const DUPLICATE: Accepted = Accepted {
+    pub const DUPLICATE: Accepted = Accepted {
         duplicate: true,
         closed: None,
     };

@@ -856,10 +856,7 @@ impl AggregatorService {
             let mut rounds = s.rounds();
             let outcome = match decoded {
                 Ok(Some(decoded)) => rounds.accept_decoded(decoded, now()),
-                Ok(None) => Ok(Accepted {
-                    duplicate: true,
-                    closed: None,
-                }),
+                Ok(None) => Ok(Accepted::DUPLICATE),
                 Err(e) => Err(e),
             };
             if let Ok(Accepted {

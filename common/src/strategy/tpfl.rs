@@ -781,13 +781,18 @@ mod tests {
         assert_eq!(agg.weights[&3], 1.0 / 3.0);
     }
 
-    #[test]
-    fn a_delta_upload_is_rebuilt_from_what_that_client_was_sent() {
+    /// A server of 3 classes and 2 clauses taking deltas.
+    fn delta_server() -> TpflServer {
         let h = TpflHyper {
             delta: true,
             ..hyper()
         };
-        let mut s = TpflServer::new(3, 2, h);
+        TpflServer::new(3, 2, h)
+    }
+
+    #[test]
+    fn a_delta_upload_is_rebuilt_from_what_that_client_was_sent() {
+        let mut s = delta_server();
         let r1 = decoded(&s, vec![(1, winner(1, vec![4, 6], 0))]);
         s.aggregate(1, &BTreeMap::new(), &r1).unwrap();
         // Client 1 now holds (4, 6) for class 1 and trained it to (7, 5): it sends (3, -1).
@@ -810,11 +815,7 @@ mod tests {
     /// every later aggregation, and those a restarted server restores.
     #[test]
     fn a_decoder_taken_before_the_rounds_sees_every_base_sent_since() {
-        let h = TpflHyper {
-            delta: true,
-            ..hyper()
-        };
-        let mut s = TpflServer::new(3, 2, h);
+        let mut s = delta_server();
         let early = s.decoder();
         let r1 = decoded(&s, vec![(1, winner(1, vec![4, 6], 0))]);
         s.aggregate(1, &BTreeMap::new(), &r1).unwrap();
@@ -823,7 +824,7 @@ mod tests {
             panic!("a winner");
         };
         assert_eq!(w.weights, vec![7, 5]);
-        let mut restarted = TpflServer::new(3, 2, h);
+        let mut restarted = delta_server();
         let fresh = restarted.decoder();
         assert!(fresh.decode(1, 784, &delta).is_err(), "no base yet");
         restarted.restore(s.snapshot()).unwrap();
