@@ -7,11 +7,12 @@ use std::time::Duration;
 use flint_client::proto::aggregator_client::AggregatorClient;
 use flint_common::config::Experiment;
 use flint_common::wire::TOKEN_HEADER;
-use flint_common::wire::chunks::{MAX_CHUNK, split};
+use flint_common::wire::chunks::{MAX_CARRIED_REPORTS, MAX_CHUNK, split};
 use flint_common::wire::proto::payload::Kind;
 use flint_common::wire::proto::update_chunk::Part;
 use flint_common::wire::proto::{
-    DataSummary, JoinRequest, LinearModel, Payload, RoundRequest, UpdateChunk, UpdateHeader,
+    DataSummary, EvalReport, JoinRequest, LinearModel, Payload, RoundRequest, UpdateChunk,
+    UpdateHeader,
 };
 use support::*;
 use tonic::Code;
@@ -102,6 +103,8 @@ fn malformed_updates_get_clear_errors_and_the_run_completes() {
             round,
             payload_len: 0,
             payload_crc32: 0,
+            wait_next: false,
+            reports: Vec::new(),
         };
         let push = |round: u32, run_id: String, p: Payload| {
             let mut g = grpc.clone();
@@ -160,6 +163,38 @@ fn malformed_updates_get_clear_errors_and_the_run_completes() {
                 Code::InvalidArgument,
                 "is above this run's limit for one update",
             ),
+            // More evaluation reports than a header may carry: refused before the sender is
+            // known, as the oversize header.
+            (
+                push_chunks(vec![UpdateChunk {
+                    part: Some(Part::Header(UpdateHeader {
+                        reports: vec![EvalReport::default(); MAX_CARRIED_REPORTS + 1],
+                        ..header(1, &run_id)
+                    })),
+                    offset: 0,
+                }])
+                .await,
+                Code::InvalidArgument,
+                "17 evaluation reports in one header; at most 16",
+            ),
+            // A report of another client riding on client 3's update: nothing is taken.
+            (
+                push_chunks(split(
+                    UpdateHeader {
+                        reports: vec![EvalReport {
+                            client_id: 1,
+                            round: 0,
+                            ..Default::default()
+                        }],
+                        ..header(1, &run_id)
+                    },
+                    &linear(vec![0.5; 6]),
+                    MAX_CHUNK,
+                ))
+                .await,
+                Code::InvalidArgument,
+                "an update of client 3 for round 1 carries a report of client 1 for round 0",
+            ),
             // Two equal-size chunks swapped in transit.
             (
                 push_chunks({
@@ -201,9 +236,10 @@ fn malformed_updates_get_clear_errors_and_the_run_completes() {
         "{refused:?}"
     );
     assert!(refused.socket >= refused.message, "{refused:?}");
-    // The oversize header was refused before its sender proved who it is: counted apart.
+    // The oversize header and the one with 17 reports were refused before their sender proved
+    // who it is: counted apart.
     let stranger = r.refused["PushUpdate/invalid-argument"];
-    assert_eq!(stranger.calls, 1, "{:?}", r.refused);
+    assert_eq!(stranger.calls, 2, "{:?}", r.refused);
     assert!(stranger.payload_bytes > 0);
 }
 
@@ -254,6 +290,8 @@ fn uploads_in_flight_share_one_bounded_budget() {
                 round: 1,
                 payload_len: len,
                 payload_crc32: 0,
+                wait_next: false,
+                reports: Vec::new(),
             })),
             offset: 0,
         };
@@ -729,6 +767,8 @@ fn the_server_keeps_answering_while_a_round_aggregates() {
                 round,
                 payload_len: 0,
                 payload_crc32: 0,
+                wait_next: false,
+                reports: Vec::new(),
             };
             let chunks = split(header, &linear(vec![0.5; 6]), MAX_CHUNK);
             async move {

@@ -226,6 +226,8 @@ fn a_client_id_cannot_be_used_without_its_token() {
             round: 1,
             payload_len: 0,
             payload_crc32: 0,
+            wait_next: false,
+            reports: Vec::new(),
         };
         let update = Payload {
             kind: Some(Kind::LinearModel(LinearModel {

@@ -396,7 +396,8 @@ fn a_client_holds_at_most_four_long_polls() {
         let st = fifth.expect("a fifth long-poll is refused").unwrap_err();
         assert_eq!(st.code(), Code::ResourceExhausted, "{st:?}");
         assert!(
-            st.message().contains("already waits in 4 GetRound calls"),
+            st.message()
+                .contains("already waits in 4 calls for its next task"),
             "{st:?}"
         );
         // Given up: their places are free again, and a new poll waits instead of being refused.

@@ -1,5 +1,5 @@
-//! The client's decisions, with no I/O (as the server's `Rounds`): what to do with each
-//! GetRound answer, which round a byte belongs to, when to evaluate, whether a failed call is
+//! The client's decisions, with no I/O (as the server's `Rounds`): what to do with each task
+//! (GetRound's, or the one an update's answer carries), which round a byte belongs to, when to evaluate, whether a failed call is
 //! tried again and after how long, and what a refused Join or update means. `lib.rs` keeps only
 //! the calls, the timers and the files.
 

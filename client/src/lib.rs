@@ -22,7 +22,7 @@ use flint_common::metrics::ConfusionMatrix;
 use flint_common::model::kept::{Condition, MACHINES_DIR, ModelFile, StoredMachine};
 use flint_common::rng::{FlintRng, derive_rng};
 use flint_common::strategy::Predictor;
-use flint_common::wire::chunks::{MAX_CHUNK, split};
+use flint_common::wire::chunks::{MAX_CARRIED_REPORTS, MAX_CHUNK, split};
 use flint_common::wire::ledger::{Direction, Ledger};
 use flint_common::wire::proto::{
     ClaimRequest, DataSummary, EvalReport, JoinRequest, Payload, RoundRequest, RoundTask,
@@ -823,59 +823,70 @@ impl Client {
         let mut train_seconds = BTreeMap::new();
         // The server said the run is over (not guessed from a server gone away).
         let mut finished = false;
+        // The next task, when the last push's answer carried it.
+        let mut carried: Option<Carried> = None;
         loop {
             // Each round's lines in a span of their own: recording the round into the client's
             // span would append to its text at every round.
             let asking = round_span(progress.after_round());
-            let next = self.next_task(&run_id, &progress).instrument(asking);
-            let uploading = pending.as_ref().map(|(round, _)| *round);
+            let next = self
+                .next_task(&run_id, &progress, carried.take())
+                .instrument(asking);
+            let uploading = pending.as_ref().map(|t| t.round);
             let (task, step) = match next.await {
                 Ok(t) => t,
                 Err(e) if self.ended_without_me(&progress, uploading, &e) => {
-                    if let Some((round, _)) = pending.take() {
-                        progress.trained(round);
+                    if let Some(t) = pending.take() {
+                        progress.trained(t.round);
                     }
                     break;
                 }
                 Err(e) => return Err(e),
             };
             let span = round_span(task.round);
-            // A round trained before a restart: the server still waits for its update, which
-            // goes up as it was; or it has moved on, and the saved state meets its download.
-            match pending.take() {
-                Some((round, update)) if step.next == core::Next::Train(round) => {
-                    let on = self.push_or_end(&run_id, &mut progress, round, &update);
-                    match on.instrument(span).await? {
-                        true => continue,
-                        false => break,
-                    }
+            let restarted = self.settle_pending(&run_id, &mut progress, pending.take(), step);
+            match restarted.instrument(span.clone()).await? {
+                Some(AfterPush::GoOn(next)) => {
+                    carried = next;
+                    continue;
                 }
-                Some((round, _)) => progress.trained(round),
+                Some(AfterPush::End) => break,
                 None => {}
             }
-            half = self
-                .apply_and_evaluate(half, task, step, &run_id, &progress)
+            let (h, reports) = self
+                .apply_and_evaluate(half, task, step)
                 .instrument(span.clone())
                 .await?;
+            half = h;
             if step.evaluate {
                 progress.reported(step.ledger_round);
             }
             let core::Next::Train(round) = step.next else {
+                let sent = self.send_reports(&run_id, reports, &progress);
+                sent.instrument(span).await?;
                 finished = true;
                 break;
             };
+            let reports = self.to_carry(&run_id, reports, &progress);
+            let reports = reports.instrument(span.clone()).await?;
             let (h, r, update, seconds) = self
                 .train(half, rng, round)
                 .instrument(span.clone())
                 .await?;
             (half, rng) = (h, r);
             train_seconds.insert(round, seconds);
+            let trained = Trained {
+                round,
+                update,
+                reports,
+            };
             half = self
-                .keep_checkpoint(half, &run_id, &progress, round, &rng, &update)
+                .keep_checkpoint(half, &run_id, &progress, &rng, &trained)
                 .await?;
-            let on = self.push_or_end(&run_id, &mut progress, round, &update);
-            if !on.instrument(span).await? {
-                break;
+            let on = self.push_or_end(&run_id, &mut progress, &trained);
+            match on.instrument(span).await? {
+                AfterPush::GoOn(next) => carried = next,
+                AfterPush::End => break,
             }
         }
         let trained = progress.rounds_trained().to_vec();
@@ -898,20 +909,59 @@ impl Client {
         })
     }
 
-    /// Pushes `round`'s update; `false` where the server finished the run without it (see
-    /// [`core::Progress::ended_without_me`]): the client then ends.
+    /// A round trained before a restart: the server still waits for its update, which goes up
+    /// as it was (`Some`: what followed the push); or it has moved on, and the saved state
+    /// meets its download (the update's reports go up on their own: they may never have
+    /// reached it).
+    async fn settle_pending(
+        &self,
+        run_id: &str,
+        progress: &mut core::Progress,
+        pending: Option<Trained>,
+        step: core::Step,
+    ) -> anyhow::Result<Option<AfterPush>> {
+        let Some(t) = pending else {
+            return Ok(None);
+        };
+        if step.next == core::Next::Train(t.round) {
+            return self.push_or_end(run_id, progress, &t).await.map(Some);
+        }
+        progress.trained(t.round);
+        self.send_reports(run_id, t.reports, progress).await?;
+        Ok(None)
+    }
+
+    /// The reports that ride on this round's update (one call a round); sent now instead
+    /// where there are more than a header carries.
+    async fn to_carry(
+        &self,
+        run_id: &str,
+        reports: Vec<EvalReport>,
+        progress: &core::Progress,
+    ) -> anyhow::Result<Vec<EvalReport>> {
+        if reports.len() <= MAX_CARRIED_REPORTS {
+            return Ok(reports);
+        }
+        self.send_reports(run_id, reports, progress).await?;
+        Ok(Vec::new())
+    }
+
+    /// Pushes `round`'s update; [`AfterPush::End`] where the server finished the run without
+    /// it (see [`core::Progress::ended_without_me`]).
     async fn push_or_end(
         &self,
         run_id: &str,
         progress: &mut core::Progress,
-        round: Round,
-        update: &Payload,
-    ) -> anyhow::Result<bool> {
-        match self.push(run_id, round, update, self.retry_for).await {
+        trained: &Trained,
+    ) -> anyhow::Result<AfterPush> {
+        let round = trained.round;
+        let pushed = self.push(run_id, trained, self.retry_for).await;
+        self.book_progress();
+        match pushed {
             Err(e) if !self.ended_without_me(progress, Some(round), &e) => Err(e),
             pushed => {
                 progress.trained(round);
-                Ok(pushed.is_ok())
+                Ok(pushed.map_or(AfterPush::End, AfterPush::GoOn))
             }
         }
     }
@@ -927,7 +977,7 @@ impl Client {
         Box<dyn BoundHalf>,
         core::Progress,
         FlintRng,
-        Option<(Round, Payload)>,
+        Option<Trained>,
     )> {
         let fresh = derive_rng(self.experiment.seed, "train", self.id);
         let Some(out) = &self.out else {
@@ -946,7 +996,12 @@ impl Client {
             "resumed from its checkpoint"
         );
         let progress = core::Progress::resumed(h.trained, h.reported);
-        Ok((half, progress, h.rng, Some((h.round, c.update))))
+        let trained = Trained {
+            round: h.round,
+            update: c.update,
+            reports: c.reports,
+        };
+        Ok((half, progress, h.rng, Some(trained)))
     }
 
     /// Writes this client's checkpoint after training `round`, before its update goes up
@@ -957,9 +1012,8 @@ impl Client {
         half: Box<dyn BoundHalf>,
         run_id: &str,
         progress: &core::Progress,
-        round: Round,
         rng: &FlintRng,
-        update: &Payload,
+        trained: &Trained,
     ) -> anyhow::Result<Box<dyn BoundHalf>> {
         let Some(out) = self.out.clone() else {
             return Ok(half);
@@ -967,11 +1021,12 @@ impl Client {
         let header = resume::Header {
             fingerprint: self.experiment.fingerprint.clone(),
             run_id: run_id.to_string(),
-            round,
+            round: trained.round,
             trained: progress.rounds_trained().to_vec(),
             reported: progress.reported_round(),
             rng: rng.clone(),
-            update: resume::encode(update),
+            update: resume::encode(&trained.update),
+            reports: trained.reports.iter().map(Message::encode_to_vec).collect(),
         };
         let path = resume::path(&out, &self.name);
         let (half, written) = blocking(half, move |h| match h.checkpoint() {
@@ -1130,24 +1185,31 @@ impl Client {
         });
     }
 
-    /// Asks for the next task (a long-poll), books its bytes under the round its download
-    /// belongs to, and says what to do with it.
+    /// The next task: `carried` by the last push's answer, or asked for (a long-poll); books
+    /// its bytes under the round its download belongs to, and says what to do with it.
     async fn next_task(
         &self,
         run_id: &str,
         progress: &core::Progress,
+        carried: Option<Carried>,
     ) -> anyhow::Result<(RoundTask, core::Step)> {
         let ask = RoundRequest {
             client_id: self.id,
             run_id: run_id.to_string(),
             after_round: progress.after_round(),
         };
-        let task: RoundTask = retry(self.retry_for, "get round", || {
-            let mut g = self.grpc.clone();
-            let req = self.request(ask.clone(), None);
-            async move { g.get_round(req).await }
-        })
-        .await?;
+        let (task, asked, around) = match carried {
+            Some(c) => (c.task, 0, c.around),
+            None => {
+                let task = retry(self.retry_for, "get round", || {
+                    let mut g = self.grpc.clone();
+                    let req = self.request(ask.clone(), None);
+                    async move { g.get_round(req).await }
+                })
+                .await?;
+                (task, ask.encoded_len(), 0)
+            }
+        };
         let answer = core::Answer {
             round: task.round,
             finished: task.finished,
@@ -1158,11 +1220,13 @@ impl Client {
         let paper = task.download.as_ref().map_or(0, |d| {
             paper_convention_bytes(d, self.classes(), self.experiment.strategy.clauses())
         });
-        self.count(step.ledger_round, Direction::Up, ask.encoded_len(), 0);
+        if asked > 0 {
+            self.count(step.ledger_round, Direction::Up, asked, 0);
+        }
         self.count(
             step.ledger_round,
             Direction::Down,
-            task.encoded_len(),
+            task.encoded_len() + around,
             paper,
         );
         Ok((task, step))
@@ -1170,16 +1234,14 @@ impl Client {
 
     /// Applies the task's download, the aggregate of `step.ledger_round`, and evaluates it
     /// where the step says, off the async threads (a composite of many machines takes
-    /// seconds); then reports the evaluations: the shared test set's first, if this client
-    /// holds it (baselines before the model: the server waits for the model's report).
+    /// seconds). Returns the evaluations' reports, to send: the shared test set's first, if
+    /// this client holds it (baselines before the model: the server waits for the model's).
     async fn apply_and_evaluate(
         &self,
         half: Box<dyn BoundHalf>,
         mut task: RoundTask,
         step: core::Step,
-        run_id: &str,
-        progress: &core::Progress,
-    ) -> anyhow::Result<Box<dyn BoundHalf>> {
+    ) -> anyhow::Result<(Box<dyn BoundHalf>, Vec<EvalReport>)> {
         let download = task.download.take();
         let round = step.ledger_round;
         let evaluate = step.evaluate;
@@ -1191,41 +1253,56 @@ impl Client {
             Ok(evaluate.then(|| (h.evaluate_global(), h.evaluate())))
         })
         .await?;
-        if let Some((global, local)) = evaluations? {
-            let reports = global
-                .into_iter()
-                .map(|(p, cm)| (cm, Some(p)))
-                .chain([(local, None)]);
-            for (cm, predictor) in reports {
-                let reported = self
-                    .report_eval(run_id, round, cm, predictor, self.retry_for)
-                    .await;
-                match reported {
-                    Err(e) if self.ended_without_me(progress, None, &e) => {
-                        self.book_progress();
-                        return Ok(half);
-                    }
-                    other => other?,
-                }
-            }
-            self.book_progress();
-        }
-        Ok(half)
+        let Some((global, local)) = evaluations? else {
+            return Ok((half, Vec::new()));
+        };
+        let reports = global
+            .into_iter()
+            .map(|(p, cm)| self.eval_report(round, cm, Some(p)))
+            .chain([self.eval_report(round, local, None)])
+            .collect();
+        Ok((half, reports))
     }
 
+    /// Sends evaluation reports with ReportEval, in order; the run's end without them is not
+    /// a failure (see [`core::Progress::ended_without_me`]).
+    async fn send_reports(
+        &self,
+        run_id: &str,
+        reports: Vec<EvalReport>,
+        progress: &core::Progress,
+    ) -> anyhow::Result<()> {
+        for report in reports {
+            let report = EvalReport {
+                run_id: run_id.to_string(),
+                ..report
+            };
+            match self.report_eval(report, self.retry_for).await {
+                Err(e) if self.ended_without_me(progress, None, &e) => break,
+                other => other?,
+            }
+        }
+        self.book_progress();
+        Ok(())
+    }
+
+    /// Pushes `round`'s update; the next task where the answer carried it (the server answers
+    /// once it knows it: one call less per round).
     async fn push(
         &self,
         run_id: &str,
-        round: Round,
-        update: &Payload,
+        trained: &Trained,
         retry_for: Duration,
-    ) -> anyhow::Result<()> {
+    ) -> anyhow::Result<Option<Carried>> {
+        let (round, update) = (trained.round, &trained.update);
         let header = UpdateHeader {
             client_id: self.id,
             run_id: run_id.to_string(),
             round,
             payload_len: 0,
             payload_crc32: 0,
+            wait_next: true,
+            reports: trained.reports.clone(),
         };
         let chunks = split(header, update, MAX_CHUNK);
         let outcome = retry(retry_for, "push update", || {
@@ -1247,10 +1324,15 @@ impl Client {
         match core::pushed(outcome.as_ref().map(|_| ()).map_err(Status::code)) {
             core::Pushed::Taken => {
                 counted(self);
-                if let Ok(ack) = &outcome {
-                    self.count(round, Direction::Down, ack.encoded_len(), 0);
-                }
-                Ok(())
+                let ack = outcome.ok().unwrap_or_default();
+                let len = ack.encoded_len();
+                let Some(task) = ack.next else {
+                    self.count(round, Direction::Down, len, 0);
+                    return Ok(None);
+                };
+                // One message, booked with the task it carries (`next_task`).
+                let around = len - task.encoded_len();
+                Ok(Some(Carried { task, around }))
             }
             core::Pushed::NotTaken => {
                 counted(self);
@@ -1260,7 +1342,7 @@ impl Client {
                     reason = refusal.map(Status::message),
                     "update not taken; continuing with the next round"
                 );
-                Ok(())
+                Ok(None)
             }
             core::Pushed::Refused => Err(match refusal {
                 Some(s) => anyhow::Error::new(s.clone())
@@ -1270,14 +1352,14 @@ impl Client {
         }
     }
 
-    async fn report_eval(
+    /// The report of one evaluation of the aggregate of `round` (said in the log), its run id
+    /// left to the call that carries it.
+    fn eval_report(
         &self,
-        run_id: &str,
         round: Round,
         cm: ConfusionMatrix,
         global_test: Option<Predictor>,
-        retry_for: Duration,
-    ) -> anyhow::Result<()> {
+    ) -> EvalReport {
         let m = cm.metrics();
         let predictor = global_test.map_or_else(String::new, Predictor::name);
         tracing::info!(
@@ -1289,16 +1371,20 @@ impl Client {
             predictor = predictor.as_str(),
             "evaluated"
         );
-        let report = EvalReport {
+        EvalReport {
             client_id: self.id,
-            run_id: run_id.to_string(),
+            run_id: String::new(),
             round,
             classes: cm.classes() as u32,
             confusion: cm.counts().to_vec(),
             global_test: global_test.is_some(),
             predictor,
             link: self.link_counts(),
-        };
+        }
+    }
+
+    async fn report_eval(&self, report: EvalReport, retry_for: Duration) -> anyhow::Result<()> {
+        let round = report.round;
         let ack = retry(retry_for, "report evaluation", || {
             let mut g = self.grpc.clone();
             let req = self.request(report.clone(), Some(round));
@@ -1323,6 +1409,27 @@ impl Client {
         self.ledger
             .with(|l| l.link_counts_since(self.id, &mut sent))
     }
+}
+
+/// What follows a push.
+enum AfterPush {
+    /// The run goes on; with the next task where the push's answer carried it.
+    GoOn(Option<Carried>),
+    /// The server finished the run without this client's update.
+    End,
+}
+
+/// A trained round on its way up: its update, and the evaluation reports that ride on it.
+struct Trained {
+    round: Round,
+    update: Payload,
+    reports: Vec<EvalReport>,
+}
+
+/// The next task as a push's answer carried it, and the answer's other bytes.
+struct Carried {
+    task: RoundTask,
+    around: usize,
 }
 
 /// How long one Join attempt may take before it is tried again (the server answers a Join at

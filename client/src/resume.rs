@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail};
 use flint_common::Round;
 use flint_common::rng::FlintRng;
-use flint_common::wire::proto::Payload;
+use flint_common::wire::proto::{EvalReport, Payload};
 use prost::Message;
 use serde::{Deserialize, Serialize};
 
@@ -33,12 +33,16 @@ pub struct Header {
     pub rng: FlintRng,
     /// The update of `round`, protobuf.
     pub update: Vec<u8>,
+    /// The evaluation reports that go up with it, protobuf each.
+    #[serde(default)]
+    pub reports: Vec<Vec<u8>>,
 }
 
 /// A checkpoint read back.
 pub struct Checkpoint {
     pub header: Header,
     pub update: Payload,
+    pub reports: Vec<EvalReport>,
     pub state: Vec<u8>,
 }
 
@@ -86,11 +90,18 @@ pub fn read(path: &Path, fingerprint: &str, run_id: &str) -> anyhow::Result<Opti
         return Ok(None);
     }
     let update = Payload::decode(&header.update[..]).map_err(|e| damaged(&e.to_string()))?;
+    let reports = header
+        .reports
+        .iter()
+        .map(|r| EvalReport::decode(&r[..]))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| damaged(&e.to_string()))?;
     if header.round == 0 || header.trained.iter().any(|&r| r >= header.round) {
         bail!(damaged("its rounds are out of order"));
     }
     Ok(Some(Checkpoint {
         update,
+        reports,
         state: bytes[at + 1..].to_vec(),
         header,
     }))
@@ -129,10 +140,19 @@ mod tests {
             reported: 2,
             rng: derive_rng(1, "train", 1),
             update: encode(&Payload::default()),
+            reports: vec![
+                EvalReport {
+                    round: 2,
+                    confusion: vec![3, 1, 0, 4],
+                    ..Default::default()
+                }
+                .encode_to_vec(),
+            ],
         };
         write(&p, &header, b"state\nwith a newline").unwrap();
         let back = read(&p, "f", "r").unwrap().unwrap();
         assert_eq!(back.header, header);
+        assert_eq!(back.reports[0].confusion, [3, 1, 0, 4]);
         assert_eq!(back.state, b"state\nwith a newline");
         assert!(read(&p, "f", "another run").unwrap().is_none());
         assert!(read(&dir.path().join("none"), "f", "r").unwrap().is_none());

@@ -155,7 +155,7 @@ impl RunState {
         )?;
         enc.gauge(
             "flint_long_polls_waiting",
-            "GetRound calls waiting for the next round",
+            "calls waiting for the next round (GetRound, PushUpdate with wait_next)",
             r.long_polls as i64,
         )?;
         enc.gauge(

@@ -108,7 +108,7 @@ impl LongPoll {
         if *n >= MAX_LONG_POLLS_PER_CLIENT {
             return Err(with_label(
                 Status::resource_exhausted(format!(
-                    "client {client} already waits in {MAX_LONG_POLLS_PER_CLIENT} GetRound calls"
+                    "client {client} already waits in {MAX_LONG_POLLS_PER_CLIENT} calls for its next task"
                 )),
                 client,
                 0,
@@ -727,9 +727,33 @@ impl AggregatorService {
         s.check_run(&req.run_id)
             .map_err(|e| with_label(status(e), req.client_id, 0))?;
         let waiting = LongPoll::enter(s, req.client_id)?;
+        let (reply, ledger_round) = self.wait_task(waiting, req.after_round).await?;
+        s.ledger.with(|l| {
+            l.payload(
+                req.client_id,
+                ledger_round,
+                Direction::Up,
+                req.encoded_len(),
+                0,
+            )
+        });
+        self.book_task(req.client_id, ledger_round, &reply, 0);
+        Ok(labelled(reply, req.client_id, ledger_round))
+    }
+
+    /// Waits (the long-poll `waiting`) for its client's next task after `after_round`, on disk
+    /// before it is answered; with the round its download belongs to (its aggregate's; round 0:
+    /// the initial model).
+    async fn wait_task(
+        &self,
+        waiting: LongPoll,
+        after_round: Round,
+    ) -> Result<(RoundTask, Round), Status> {
+        let s = &self.0;
+        let client = waiting.client;
         let mut changes = s.phase.subscribe();
         let task = loop {
-            let task = s.rounds().task_for(req.client_id, req.after_round);
+            let task = s.rounds().task_for(client, after_round);
             if task != Task::Wait {
                 break task;
             }
@@ -742,8 +766,7 @@ impl AggregatorService {
         // before anyone acts on it.
         s.durable().await?;
         let rounds = s.experiment.policy.rounds;
-        // A download belongs to the round whose aggregate it carries (round 0: the initial model).
-        let (reply, ledger_round) = match task {
+        Ok(match task {
             Task::Train {
                 round,
                 deadline,
@@ -769,27 +792,18 @@ impl AggregatorService {
                 rounds,
             ),
             Task::Wait => unreachable!("the loop only ends on a task"),
-        };
-        let paper = reply.download.as_ref().map_or(0, |d| {
+        })
+    }
+
+    /// Books a task going down, `around` bytes of the message that carries it beside it.
+    fn book_task(&self, client: ClientId, ledger_round: Round, task: &RoundTask, around: usize) {
+        let s = &self.0;
+        let paper = task.download.as_ref().map_or(0, |d| {
             paper_convention_bytes(d, s.classes(), s.experiment.strategy.clauses())
         });
-        s.ledger.with(|l| {
-            l.payload(
-                req.client_id,
-                ledger_round,
-                Direction::Up,
-                req.encoded_len(),
-                0,
-            );
-            l.payload(
-                req.client_id,
-                ledger_round,
-                Direction::Down,
-                reply.encoded_len(),
-                paper,
-            );
-        });
-        Ok(labelled(reply, req.client_id, ledger_round))
+        let len = task.encoded_len() + around;
+        s.ledger
+            .with(|l| l.payload(client, ledger_round, Direction::Down, len, paper));
     }
 
     async fn push_update_call(
@@ -825,14 +839,52 @@ impl AggregatorService {
             s,
             paper_convention_bytes(&payload, s.classes(), s.experiment.strategy.clauses()),
         );
-        let duplicate = self.take_update(client, round, &payload).await?;
-        let round = s.label_round(round);
-        tracing::debug!(client, round, duplicate, "update accepted");
+        let reported = self.take_carried_reports(&header)?;
+        let duplicate = match self.take_update(client, round, &payload).await {
+            Ok(duplicate) => duplicate,
+            Err(refused) => {
+                // A late update's reports still count: on disk before the refusal.
+                if reported {
+                    s.durable().await?;
+                    s.bump();
+                }
+                return Err(refused);
+            }
+        };
+        // Nothing of the upload is held while it waits for the next task.
+        drop((upload, payload));
+        let label = s.label_round(round);
+        tracing::debug!(client, round = label, duplicate, "update accepted");
         s.bump();
-        let ack = Ack { duplicate };
-        s.ledger
-            .with(|l| l.payload(client, round, Direction::Down, ack.encoded_len(), 0));
-        Ok(labelled(ack, client, round))
+        let next = match header.wait_next {
+            true => self.task_after(client, round).await?,
+            false => None,
+        };
+        let ack = Ack { duplicate, next };
+        match &ack.next {
+            Some(task) => {
+                self.book_task(client, label, task, ack.encoded_len() - task.encoded_len())
+            }
+            None => s
+                .ledger
+                .with(|l| l.payload(client, label, Direction::Down, ack.encoded_len(), 0)),
+        }
+        Ok(labelled(ack, client, label))
+    }
+
+    /// The task after `round` for an update sent with `wait_next`, if its download is that
+    /// round's aggregate or the run's end (another round's bytes would go under this one's
+    /// label). None either where the client holds its most long-polls: its update is taken.
+    async fn task_after(
+        &self,
+        client: ClientId,
+        round: Round,
+    ) -> Result<Option<RoundTask>, Status> {
+        let Ok(waiting) = LongPoll::enter(&self.0, client) else {
+            return Ok(None);
+        };
+        let (task, ledger_round) = self.wait_task(waiting, round).await?;
+        Ok((ledger_round == round).then_some(task))
     }
 
     /// Takes a received update into the round, journals it (and the round's close) before the
@@ -933,9 +985,25 @@ impl AggregatorService {
             .map_err(status)?;
         let req = request.into_inner();
         let label = s.label_round(req.round);
-        let refuse = |e| with_label(status(e), req.client_id, label);
         s.ledger
             .with(|l| l.payload(req.client_id, label, Direction::Up, req.encoded_len(), 0));
+        let duplicate = self.take_report(&req)?;
+        s.durable().await?;
+        s.bump();
+        let ack = Ack {
+            duplicate,
+            next: None,
+        };
+        s.ledger
+            .with(|l| l.payload(req.client_id, label, Direction::Down, ack.encoded_len(), 0));
+        Ok(labelled(ack, req.client_id, label))
+    }
+
+    /// Checks and records one evaluation report of its (authorized) client, journaled but not
+    /// yet durable; whether it was a duplicate.
+    fn take_report(&self, req: &EvalReport) -> Result<bool, Status> {
+        let s = &self.0;
+        let refuse = |e| with_label(status(e), req.client_id, s.label_round(req.round));
         s.check_run(&req.run_id).map_err(refuse)?;
         let m = ConfusionMatrix::from_counts(req.classes as usize, req.confusion.clone())
             .ok_or_else(|| {
@@ -947,27 +1015,46 @@ impl AggregatorService {
             })?;
         let predictor = Predictor::parse(&req.predictor).map_err(refuse)?;
         check_link_counts(&req.link, s.experiment.policy.rounds).map_err(refuse)?;
-        let duplicate = {
-            let mut rounds = s.rounds();
-            let duplicate = rounds
-                .report_eval(req.client_id, req.round, m, req.global_test, predictor)
-                .map_err(refuse)?;
-            if !duplicate {
-                s.record(Event::Eval(EvalReport {
-                    run_id: String::new(),
-                    ..req.clone()
-                }));
-                // Under the rounds lock (then the ledger's, as results are collected): the run
-                // cannot be seen done before the report's link counts are booked.
-                s.ledger.with(|l| l.reported_link(req.client_id, &req.link));
-            }
-            duplicate
-        };
-        s.durable().await?;
-        s.bump();
-        let ack = Ack { duplicate };
-        s.ledger
-            .with(|l| l.payload(req.client_id, label, Direction::Down, ack.encoded_len(), 0));
-        Ok(labelled(ack, req.client_id, label))
+        let mut rounds = s.rounds();
+        let duplicate = rounds
+            .report_eval(req.client_id, req.round, m, req.global_test, predictor)
+            .map_err(refuse)?;
+        if !duplicate {
+            s.record(Event::Eval(EvalReport {
+                run_id: String::new(),
+                ..req.clone()
+            }));
+            // Under the rounds lock (then the ledger's, as results are collected): the run
+            // cannot be seen done before the report's link counts are booked.
+            s.ledger.with(|l| l.reported_link(req.client_id, &req.link));
+        }
+        Ok(duplicate)
+    }
+
+    /// Takes the evaluation reports an update's header carries: each its client's, of the
+    /// round before the update's, as ReportEval would. Whether any was new (to be made durable).
+    fn take_carried_reports(&self, header: &UpdateHeader) -> Result<bool, Status> {
+        let stranger = header.reports.iter().find(|r| {
+            r.client_id != header.client_id || r.round.checked_add(1) != Some(header.round)
+        });
+        if let Some(r) = stranger {
+            return Err(with_label(
+                status(FlintError::InvalidRequest(format!(
+                    "an update of client {} for round {} carries a report of client {} for round {}",
+                    header.client_id, header.round, r.client_id, r.round
+                ))),
+                header.client_id,
+                self.0.label_round(header.round),
+            ));
+        }
+        let mut fresh = false;
+        for report in &header.reports {
+            let report = EvalReport {
+                run_id: header.run_id.clone(),
+                ..report.clone()
+            };
+            fresh |= !self.take_report(&report)?;
+        }
+        Ok(fresh)
     }
 }

@@ -16,8 +16,10 @@ def figures(r):
     rounds = []
     for rr in r["rounds"]:
         flows = {c: per[str(rr["round"])] for c, per in r["ledger"]["flows"].items() if str(rr["round"]) in per}
-        # This version's typed report, or an older file's untyped details.
-        tpfl = (rr.get("report") or {}).get("tpfl") or rr.get("details") or {}
+        # This version's typed report (a strategy without details names itself), or an older
+        # file's untyped details.
+        report = rr.get("report")
+        tpfl = (report.get("tpfl") if isinstance(report, dict) else None) or rr.get("details") or {}
         rounds.append({
             "round": rr["round"],
             "participants": rr["participants"],

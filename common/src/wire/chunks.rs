@@ -9,6 +9,11 @@ use crate::{FlintError, Result};
 
 pub const MAX_CHUNK: usize = 1 << 20;
 
+/// The most evaluation reports an update's header carries (a client with more sends the rest
+/// with ReportEval): the model on the client's own test split, and on the shared test set with
+/// its baselines.
+pub const MAX_CARRIED_REPORTS: usize = 16;
+
 /// The messages of one upload: the header first, then the data slices.
 pub fn split(mut header: UpdateHeader, payload: &Payload, chunk: usize) -> Vec<UpdateChunk> {
     let bytes = payload.encode_to_vec();
@@ -60,6 +65,12 @@ impl Reassembler {
                 }
                 if chunk.offset != 0 {
                     return bad("a header with an offset".into());
+                }
+                if h.reports.len() > MAX_CARRIED_REPORTS {
+                    return bad(format!(
+                        "{} evaluation reports in one header; at most {MAX_CARRIED_REPORTS}",
+                        h.reports.len()
+                    ));
                 }
                 self.header = Some(h);
                 Ok(self.header.as_ref())

@@ -291,6 +291,8 @@ impl Calls {
             round,
             payload_len: 0,
             payload_crc32: 0,
+            wait_next: false,
+            reports: Vec::new(),
         };
         let chunks = split(header, update, 1 << 16);
         let (token, id) = (self.token.clone(), self.id);
