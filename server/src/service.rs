@@ -839,25 +839,28 @@ impl AggregatorService {
             s,
             paper_convention_bytes(&payload, s.classes(), s.experiment.strategy.clauses()),
         );
+        let label = s.label_round(round);
         let reported = self.take_carried_reports(&header)?;
         let duplicate = match self.take_update(client, round, &payload).await {
             Ok(duplicate) => duplicate,
             Err(refused) => {
                 // A late update's reports still count: on disk before the refusal.
                 if reported {
-                    s.durable().await?;
+                    s.durable()
+                        .await
+                        .map_err(|st| with_label(st, client, label))?;
                     s.bump();
                 }
                 return Err(refused);
             }
         };
+        let wait_next = header.wait_next;
         // Nothing of the upload is held while it waits for the next task.
-        drop((upload, payload));
-        let label = s.label_round(round);
+        drop((upload, payload, header));
         tracing::debug!(client, round = label, duplicate, "update accepted");
         s.bump();
-        let next = match header.wait_next {
-            true => self.task_after(client, round).await?,
+        let next = match wait_next {
+            true => self.task_after(client, round).await,
             false => None,
         };
         let ack = Ack { duplicate, next };
@@ -873,18 +876,18 @@ impl AggregatorService {
     }
 
     /// The task after `round` for an update sent with `wait_next`, if its download is that
-    /// round's aggregate or the run's end (another round's bytes would go under this one's
-    /// label). None either where the client holds its most long-polls: its update is taken.
-    async fn task_after(
-        &self,
-        client: ClientId,
-        round: Round,
-    ) -> Result<Option<RoundTask>, Status> {
-        let Ok(waiting) = LongPoll::enter(&self.0, client) else {
-            return Ok(None);
-        };
-        let (task, ledger_round) = self.wait_task(waiting, round).await?;
-        Ok((ledger_round == round).then_some(task))
+    /// round's aggregate (another round's bytes would go under this one's label). None too
+    /// where the client holds its most long-polls or the wait fails (the server stops): the
+    /// update is taken, so its answer says so, and the client asks GetRound.
+    async fn task_after(&self, client: ClientId, round: Round) -> Option<RoundTask> {
+        let waiting = LongPoll::enter(&self.0, client).ok()?;
+        match self.wait_task(waiting, round).await {
+            Ok((task, ledger_round)) => (ledger_round == round).then_some(task),
+            Err(e) => {
+                tracing::debug!(client, round, reason = %e.message(), "no next task with the update's answer");
+                None
+            }
+        }
     }
 
     /// Takes a received update into the round, journals it (and the round's close) before the
@@ -1031,8 +1034,11 @@ impl AggregatorService {
         Ok(duplicate)
     }
 
-    /// Takes the evaluation reports an update's header carries: each its client's, of the
-    /// round before the update's, as ReportEval would. Whether any was new (to be made durable).
+    /// Takes the evaluation reports an update's header carries. Each must be its client's and
+    /// of the round before the update's, or the update is refused with nothing taken; each is
+    /// then taken as ReportEval would, and one the round refuses (a round whose aggregation
+    /// failed has no metrics) is left out and said in the log: it never holds the update back.
+    /// Whether any was new (to be made durable).
     fn take_carried_reports(&self, header: &UpdateHeader) -> Result<bool, Status> {
         let stranger = header.reports.iter().find(|r| {
             r.client_id != header.client_id || r.round.checked_add(1) != Some(header.round)
@@ -1053,7 +1059,18 @@ impl AggregatorService {
                 run_id: header.run_id.clone(),
                 ..report.clone()
             };
-            fresh |= !self.take_report(&report)?;
+            match self.take_report(&report) {
+                Ok(duplicate) => fresh |= !duplicate,
+                Err(st) => {
+                    self.0.telemetry.refused("ReportEval", st.code());
+                    tracing::warn!(
+                        client = header.client_id,
+                        round = report.round,
+                        reason = %st.message(),
+                        "an evaluation report carried by an update refused; the update goes on"
+                    );
+                }
+            }
         }
         Ok(fresh)
     }

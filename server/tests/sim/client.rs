@@ -94,6 +94,7 @@ impl SimClient {
         let reply = calls
             .twice(
                 "join",
+                CALL_TIMEOUT,
                 |g| {
                     let (req, mut g) = (Request::new(join.clone()), g.clone());
                     async move { g.join(req).await }
@@ -105,8 +106,13 @@ impl SimClient {
         let run_id = reply.run_id;
         let mut train_rng = derive_rng(experiment.seed, "train", id);
         let mut after = 0;
+        // The next task, when the last update's answer carried it.
+        let mut carried = None;
         loop {
-            let task = calls.next_task(&run_id, after).await?;
+            let task = match carried.take() {
+                Some(task) => task,
+                None => calls.next_task(&run_id, after).await?,
+            };
             let round = if task.finished {
                 task.round
             } else {
@@ -115,9 +121,15 @@ impl SimClient {
             if let Some(d) = &task.download {
                 prepared.half.apply(round, d)?;
             }
+            // The evaluation rides on the next update, as the real client's does; after the
+            // last round it goes alone.
+            let mut reports = Vec::new();
             if round > 0 {
-                let m = prepared.half.evaluate();
-                calls.report(&run_id, round, m).await?;
+                let report = calls.eval_report(round, prepared.half.evaluate());
+                match task.finished {
+                    true => calls.report(&run_id, report).await?,
+                    false => reports.push(report),
+                }
             }
             if task.finished {
                 let download = task.download.map(|d| d.encode_to_vec()).unwrap_or_default();
@@ -126,7 +138,7 @@ impl SimClient {
                 return Ok(());
             }
             let update = prepared.half.train(task.round, &mut train_rng)?;
-            calls.push(&run_id, task.round, &update).await?;
+            carried = calls.push(&run_id, task.round, &update, reports).await?;
             after = task.round;
         }
     }
@@ -191,6 +203,7 @@ impl Calls {
     async fn twice<T, F, Fut>(
         &mut self,
         what: &str,
+        wait: Duration,
         call: F,
         acked: impl Fn(&T) -> Acked,
         same: impl Fn(&T, &T) -> bool,
@@ -199,10 +212,10 @@ impl Calls {
         F: Fn(&AggregatorClient<Channel>) -> Fut,
         Fut: Future<Output = Result<Response<T>, Status>>,
     {
-        let reply = self.call(what, CALL_TIMEOUT, &call).await?;
+        let reply = self.call(what, wait, &call).await?;
         self.acked(acked(&reply));
         if self.faults.random_bool(self.duplicates) {
-            let again = self.call(what, CALL_TIMEOUT, &call).await?;
+            let again = self.call(what, wait, &call).await?;
             if !same(&reply, &again) {
                 let why = format!(
                     "client {}: a repeated {what} was not answered as one",
@@ -226,6 +239,7 @@ impl Calls {
         let reply = self
             .twice(
                 "claim",
+                CALL_TIMEOUT,
                 |g| {
                     let (req, mut g) = (Request::new(claim.clone()), g.clone());
                     async move { g.claim(req).await }
@@ -253,25 +267,29 @@ impl Calls {
         .await
     }
 
-    async fn report(
-        &mut self,
-        run_id: &str,
-        round: Round,
-        m: flint_common::metrics::ConfusionMatrix,
-    ) -> turmoil::Result {
-        let report = EvalReport {
+    /// An evaluation of the aggregate of `round`, its run id left to the call that carries it.
+    fn eval_report(&self, round: Round, m: flint_common::metrics::ConfusionMatrix) -> EvalReport {
+        EvalReport {
             client_id: self.id,
-            run_id: run_id.to_string(),
+            run_id: String::new(),
             round,
             classes: m.classes() as u32,
             confusion: m.counts().to_vec(),
             global_test: false,
             predictor: String::new(),
             link: Vec::new(),
+        }
+    }
+
+    async fn report(&mut self, run_id: &str, report: EvalReport) -> turmoil::Result {
+        let report = EvalReport {
+            run_id: run_id.to_string(),
+            ..report
         };
-        let (token, id) = (self.token.clone(), self.id);
+        let (token, id, round) = (self.token.clone(), self.id, report.round);
         self.twice(
             "report evaluation",
+            CALL_TIMEOUT,
             move |g| {
                 let r = signed(id, &token, report.clone());
                 let mut g = g.clone();
@@ -284,29 +302,43 @@ impl Calls {
         Ok(())
     }
 
-    async fn push(&mut self, run_id: &str, round: Round, update: &Payload) -> turmoil::Result {
+    /// Pushes `round`'s update with the reports that ride on it, waiting for the next task
+    /// (a long-poll: given the long-poll's time); that task where the answer carried it.
+    async fn push(
+        &mut self,
+        run_id: &str,
+        round: Round,
+        update: &Payload,
+        reports: Vec<EvalReport>,
+    ) -> turmoil::Result<Option<RoundTask>> {
+        let evaluated: Vec<Round> = reports.iter().map(|r| r.round).collect();
         let header = UpdateHeader {
             client_id: self.id,
             run_id: run_id.to_string(),
             round,
             payload_len: 0,
             payload_crc32: 0,
-            wait_next: false,
-            reports: Vec::new(),
+            wait_next: true,
+            reports,
         };
         let chunks = split(header, update, 1 << 16);
         let (token, id) = (self.token.clone(), self.id);
-        self.twice(
-            "push update",
-            move |g| {
-                let r = signed(id, &token, tokio_stream::iter(chunks.clone()));
-                let mut g = g.clone();
-                async move { g.push_update(r).await }
-            },
-            |_| Acked::Update(id, round),
-            |_, again| again.duplicate,
-        )
-        .await?;
-        Ok(())
+        let ack = self
+            .twice(
+                "push update",
+                POLL_TIMEOUT,
+                move |g| {
+                    let r = signed(id, &token, tokio_stream::iter(chunks.clone()));
+                    let mut g = g.clone();
+                    async move { g.push_update(r).await }
+                },
+                |_| Acked::Update(id, round),
+                |_, again| again.duplicate,
+            )
+            .await?;
+        for r in evaluated {
+            self.acked(Acked::Eval(id, r));
+        }
+        Ok(ack.next)
     }
 }
