@@ -438,15 +438,15 @@ fn tpfl_on_an_mnist_subset_sends_each_client_its_clusters_average() {
     assert!(non_iid > 0.85, "non-IID clients' mean accuracy {non_iid}");
     assert!(last.mean.unwrap().accuracy > 0.7, "{:?}", last.mean);
 
-    // The wire's options change the bytes, never the models: with deltas, as varints,
-    // compressed by zstd, every client's accuracy in every round is the same as with the
-    // defaults (the weights themselves, as an arithmetic code).
+    // The wire's options change the bytes, never the models: the weights themselves (the
+    // paper's), as varints, compressed by zstd, every client's accuracy in every round is the
+    // same as with the defaults (deltas, as an arithmetic code).
     let d = tempfile::tempdir().unwrap();
     let plain = run_tpfl(
         d.path(),
         TPFL_SMALL,
         &[
-            "tpfl.delta=true",
+            "tpfl.delta=false",
             "tpfl.coding=varint",
             "wire.compression=zstd",
             "server.keep_updates=true",
@@ -460,11 +460,11 @@ fn tpfl_on_an_mnist_subset_sends_each_client_its_clusters_average() {
             );
         }
     }
-    // Round 3's deltas aggregate again from their kept files: replay rebuilds the bases from
-    // rounds 1 and 2 first, and the clusters come out as the run's.
+    // Round 3's deltas (the defaults') aggregate again from their kept files: replay rebuilds
+    // the bases from rounds 1 and 2 first, and the clusters come out as the run's.
     let replayed = ok(flint()
         .arg("replay")
-        .arg(d.path().join("runs/tpfl-small"))
+        .arg(dir.path().join("runs/tpfl-small"))
         .args(["--round", "3", "--data-dir"])
         .arg(data_dir()));
     let replayed = String::from_utf8_lossy(&replayed.stdout);
@@ -472,7 +472,7 @@ fn tpfl_on_an_mnist_subset_sends_each_client_its_clusters_average() {
     let report: serde_json::Value = serde_json::from_str(json).unwrap();
     assert_eq!(
         report,
-        serde_json::to_value(plain.rounds[3].report.as_ref().unwrap()).unwrap(),
+        serde_json::to_value(r.rounds[3].report.as_ref().unwrap()).unwrap(),
         "{replayed}"
     );
     // The grid's totals and the report count TPFL's download as its paper does: once per
@@ -515,7 +515,7 @@ fn tpfl_on_an_mnist_subset_sends_each_client_its_clusters_average() {
             .sum::<u64>()
     };
     println!(
-        "upload payload, rounds 2-3: defaults {} B, delta varints {} B",
+        "upload payload, rounds 2-3: defaults {} B, absolute varints {} B",
         up(&r),
         up(&plain)
     );

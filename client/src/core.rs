@@ -184,6 +184,8 @@ pub enum Pushed {
     /// Too late or for a round no longer open: the run goes on without it (its bytes were
     /// sent all the same).
     NotTaken,
+    /// A delta whose base the server no longer holds: send the weights themselves.
+    NoBase,
     /// Refused: the run cannot go on for this client.
     Refused,
 }
@@ -192,6 +194,7 @@ pub fn pushed(outcome: Result<(), Code>) -> Pushed {
     match outcome {
         Ok(()) => Pushed::Taken,
         Err(Code::FailedPrecondition) => Pushed::NotTaken,
+        Err(Code::Aborted) => Pushed::NoBase,
         Err(_) => Pushed::Refused,
     }
 }
@@ -385,6 +388,7 @@ mod tests {
     fn an_update_not_taken_lets_the_run_go_on_and_a_refused_one_stops_it() {
         assert_eq!(pushed(Ok(())), Pushed::Taken);
         assert_eq!(pushed(Err(Code::FailedPrecondition)), Pushed::NotTaken);
+        assert_eq!(pushed(Err(Code::Aborted)), Pushed::NoBase);
         assert_eq!(pushed(Err(Code::InvalidArgument)), Pushed::Refused);
         assert_eq!(pushed(Err(Code::PermissionDenied)), Pushed::Refused);
     }

@@ -869,17 +869,12 @@ impl Client {
             };
             let reports = self.to_carry(&run_id, reports, &progress);
             let reports = reports.instrument(span.clone()).await?;
-            let (h, r, update, seconds) = self
-                .train(half, rng, round)
+            let (h, r, trained, seconds) = self
+                .train(half, rng, round, reports)
                 .instrument(span.clone())
                 .await?;
             (half, rng) = (h, r);
             train_seconds.insert(round, seconds);
-            let trained = Trained {
-                round,
-                update,
-                reports,
-            };
             half = self
                 .keep_checkpoint(half, &run_id, &progress, &rng, &trained)
                 .await?;
@@ -1000,6 +995,7 @@ impl Client {
             round: h.round,
             update: c.update,
             reports: c.reports,
+            whole: c.whole,
         };
         Ok((half, progress, h.rng, Some(trained)))
     }
@@ -1027,6 +1023,7 @@ impl Client {
             rng: rng.clone(),
             update: resume::encode(&trained.update),
             reports: trained.reports.iter().map(Message::encode_to_vec).collect(),
+            whole: trained.whole.as_ref().map_or_else(Vec::new, resume::encode),
         };
         let path = resume::path(&out, &self.name);
         let (half, written) = blocking(half, move |h| match h.checkpoint() {
@@ -1080,13 +1077,14 @@ impl Client {
     }
 
     /// One round's local training in a training slot, off the async threads: the half and the
-    /// generator back, the update, and the seconds it took.
+    /// generator back, the update (with the `reports` that ride on it), and the seconds it took.
     async fn train(
         &self,
         half: Box<dyn BoundHalf>,
         mut rng: FlintRng,
         round: Round,
-    ) -> anyhow::Result<(Box<dyn BoundHalf>, FlintRng, Payload, f64)> {
+        reports: Vec<EvalReport>,
+    ) -> anyhow::Result<(Box<dyn BoundHalf>, FlintRng, Trained, f64)> {
         let permit = self
             .trainers
             .clone()
@@ -1095,15 +1093,24 @@ impl Client {
             .context("training slots closed")?;
         let started = std::time::Instant::now();
         let (h, (r, update)) = blocking(half, move |h| {
-            let update = h.train(round, &mut rng);
+            let update = h.train(round, &mut rng).map(|u| {
+                let whole = h.without_base(&u);
+                (u, whole)
+            });
             (rng, update)
         })
         .await?;
-        let update = update?;
+        let (update, whole) = update?;
         let seconds = started.elapsed().as_secs_f64();
         drop(permit);
         tracing::info!(client = self.id, round, seconds, "trained");
-        Ok((h, r, update, seconds))
+        let trained = Trained {
+            round,
+            update,
+            reports,
+            whole,
+        };
+        Ok((h, r, trained, seconds))
     }
 
     /// Whether `e`, a call that failed after the retry window, means the server finished the
@@ -1287,14 +1294,46 @@ impl Client {
     }
 
     /// Pushes `round`'s update; the next task where the answer carried it (the server answers
-    /// once it knows it: one call less per round).
+    /// once it knows it: one call less per round). A delta whose base the server no longer
+    /// holds goes again as the weights themselves.
     async fn push(
         &self,
         run_id: &str,
         trained: &Trained,
         retry_for: Duration,
     ) -> anyhow::Result<Option<Carried>> {
-        let (round, update) = (trained.round, &trained.update);
+        let round = trained.round;
+        let why = match self
+            .push_as(run_id, trained, &trained.update, retry_for)
+            .await?
+        {
+            Pushed::Answered(next) => return Ok(next),
+            Pushed::NoBase(why) => why,
+        };
+        let Some(whole) = &trained.whole else {
+            bail!("update of round {round} refused: {why}");
+        };
+        tracing::warn!(
+            client = self.id,
+            round,
+            reason = %why,
+            "the server no longer holds the delta's base: the weights themselves go instead"
+        );
+        match self.push_as(run_id, trained, whole, retry_for).await? {
+            Pushed::Answered(next) => Ok(next),
+            Pushed::NoBase(why) => bail!("update of round {round} refused: {why}"),
+        }
+    }
+
+    /// Pushes `update` as `trained`'s (with its reports).
+    async fn push_as(
+        &self,
+        run_id: &str,
+        trained: &Trained,
+        update: &Payload,
+        retry_for: Duration,
+    ) -> anyhow::Result<Pushed> {
+        let round = trained.round;
         let header = UpdateHeader {
             client_id: self.id,
             run_id: run_id.to_string(),
@@ -1328,11 +1367,11 @@ impl Client {
                 let len = ack.encoded_len();
                 let Some(task) = ack.next else {
                     self.count(round, Direction::Down, len, 0);
-                    return Ok(None);
+                    return Ok(Pushed::Answered(None));
                 };
                 // One message, booked with the task it carries (`next_task`).
                 let around = len - task.encoded_len();
-                Ok(Some(Carried { task, around }))
+                Ok(Pushed::Answered(Some(Carried { task, around })))
             }
             core::Pushed::NotTaken => {
                 counted(self);
@@ -1342,7 +1381,12 @@ impl Client {
                     reason = refusal.map(Status::message),
                     "update not taken; continuing with the next round"
                 );
-                Ok(None)
+                Ok(Pushed::Answered(None))
+            }
+            core::Pushed::NoBase => {
+                counted(self);
+                let why = refusal.map_or_else(String::new, |s| s.message().to_string());
+                Ok(Pushed::NoBase(why))
             }
             core::Pushed::Refused => Err(match refusal {
                 Some(s) => anyhow::Error::new(s.clone())
@@ -1411,6 +1455,13 @@ impl Client {
     }
 }
 
+/// A push's answer: the update taken or not (with the next task where it came), or refused
+/// for want of its delta's base (why).
+enum Pushed {
+    Answered(Option<Carried>),
+    NoBase(String),
+}
+
 /// What follows a push.
 enum AfterPush {
     /// The run goes on; with the next task where the push's answer carried it.
@@ -1424,6 +1475,9 @@ struct Trained {
     round: Round,
     update: Payload,
     reports: Vec<EvalReport>,
+    /// Where the update is a delta, the weights themselves, sent if the server no longer
+    /// holds its base.
+    whole: Option<Payload>,
 }
 
 /// The next task as a push's answer carried it, and the answer's other bytes.

@@ -36,6 +36,10 @@ pub struct Header {
     /// The evaluation reports that go up with it, protobuf each.
     #[serde(default)]
     pub reports: Vec<Vec<u8>>,
+    /// The update as the weights themselves where it is a delta (sent if the server no longer
+    /// holds its base), protobuf; empty otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub whole: Vec<u8>,
 }
 
 /// A checkpoint read back.
@@ -43,6 +47,7 @@ pub struct Checkpoint {
     pub header: Header,
     pub update: Payload,
     pub reports: Vec<EvalReport>,
+    pub whole: Option<Payload>,
     pub state: Vec<u8>,
 }
 
@@ -96,12 +101,17 @@ pub fn read(path: &Path, fingerprint: &str, run_id: &str) -> anyhow::Result<Opti
         .map(|r| EvalReport::decode(&r[..]))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| damaged(&e.to_string()))?;
+    let whole = match header.whole.is_empty() {
+        true => None,
+        false => Some(Payload::decode(&header.whole[..]).map_err(|e| damaged(&e.to_string()))?),
+    };
     if header.round == 0 || header.trained.iter().any(|&r| r >= header.round) {
         bail!(damaged("its rounds are out of order"));
     }
     Ok(Some(Checkpoint {
         update,
         reports,
+        whole,
         state: bytes[at + 1..].to_vec(),
         header,
     }))
@@ -127,6 +137,8 @@ pub fn encode(update: &Payload) -> Vec<u8> {
 mod tests {
     use super::*;
     use flint_common::rng::derive_rng;
+    use flint_common::wire::proto::GiniIndex;
+    use flint_common::wire::proto::payload::Kind;
 
     #[test]
     fn a_checkpoint_reads_back_only_for_its_run_and_damage_is_refused() {
@@ -148,11 +160,15 @@ mod tests {
                 }
                 .encode_to_vec(),
             ],
+            whole: encode(&Payload {
+                kind: Some(Kind::GiniIndex(GiniIndex { value: 0.5 })),
+            }),
         };
         write(&p, &header, b"state\nwith a newline").unwrap();
         let back = read(&p, "f", "r").unwrap().unwrap();
         assert_eq!(back.header, header);
         assert_eq!(back.reports[0].confusion, [3, 1, 0, 4]);
+        assert_eq!(back.whole.as_ref().map(encode), Some(header.whole.clone()));
         assert_eq!(back.state, b"state\nwith a newline");
         assert!(read(&p, "f", "another run").unwrap().is_none());
         assert!(read(&dir.path().join("none"), "f", "r").unwrap().is_none());

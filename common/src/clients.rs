@@ -51,6 +51,8 @@ pub trait BoundHalf: Send {
     /// [`ClientStrategy::checkpoint`]).
     fn checkpoint(&self) -> Option<Vec<u8>>;
     fn restore(&mut self, state: &[u8]) -> Result<()>;
+    /// See [`ClientStrategy::without_base`].
+    fn without_base(&self, update: &Payload) -> Option<Payload>;
 }
 
 struct OnShard<S> {
@@ -89,6 +91,10 @@ impl<S: Send> BoundHalf for OnShard<S> {
 
     fn restore(&mut self, state: &[u8]) -> Result<()> {
         self.half.restore(state)
+    }
+
+    fn without_base(&self, update: &Payload) -> Option<Payload> {
+        self.half.without_base(update)
     }
 }
 

@@ -39,6 +39,10 @@ pub enum FlintError {
     /// A call the server has no room for now (its budget for uploads in flight); try again.
     #[error("{0}")]
     ResourceExhausted(String),
+    /// A delta update whose base the server no longer holds: the client sends the weights
+    /// themselves instead.
+    #[error("{0}")]
+    NoBase(String),
 }
 
 pub type Result<T, E = FlintError> = std::result::Result<T, E>;

@@ -333,8 +333,8 @@ fn setting(e: &Experiment) -> String {
                 t.tm.clauses,
                 name_of(&t.tpfl.evaluation)
             );
-            if t.tpfl.delta {
-                s += ", delta";
+            if !t.tpfl.delta {
+                s += ", absolute";
             }
             s += coding_note(t.tpfl.coding);
             if e.compression != flint_common::wire::Compression::None {

@@ -374,6 +374,7 @@ pub fn status(e: FlintError) -> Status {
         FlintError::Unauthenticated(_) => Status::unauthenticated(message),
         FlintError::PermissionDenied(_) => Status::permission_denied(message),
         FlintError::ResourceExhausted(_) => Status::resource_exhausted(message),
+        FlintError::NoBase(_) => Status::aborted(message),
         FlintError::Config(_)
         | FlintError::Io { .. }
         | FlintError::MissingData { .. }

@@ -290,6 +290,13 @@ pub trait ClientStrategy<S>: Send {
     fn checkpoint(&self) -> Option<Vec<u8>> {
         None
     }
+    /// The update the server refused for want of its base ([`FlintError::NoBase`]: a delta
+    /// taken from a vector it no longer holds), as the weights themselves; `None` where the
+    /// update is whole already.
+    fn without_base(&self, _update: &Payload) -> Option<Payload> {
+        None
+    }
+
     /// Puts back what [`ClientStrategy::checkpoint`] wrote.
     fn restore(&mut self, _state: &[u8]) -> Result<()> {
         Err(resume::bad(
@@ -457,12 +464,12 @@ mod tests {
         assert_eq!(state.previous.len(), 2, "classes 0 and 2 have aggregates");
         assert_eq!(
             state.sent.len(),
-            4,
-            "one vector per member per round, two rounds of two"
+            3,
+            "the last vector per client and class: client 1's of class 2 (round 2's), client 2's of classes 2 and 0"
         );
         // Without the restore, the delta has no base and is refused.
         let e = make().decode(1, 784, &round2[0].1).unwrap_err().to_string();
-        assert!(e.contains("was sent no weights of that class"), "{e}");
+        assert!(e.contains("is none: send the weights themselves"), "{e}");
         let local = || -> Box<dyn ServerStrategy> { Box::new(LocalServer::new(make())) };
         round_trips(local, 784, &round1, &round2);
         assert!(make().restore(StrategyState::Stateless).is_err());
