@@ -931,26 +931,32 @@ impl AggregatorService {
             outcome
         };
         let round = s.label_round(round);
-        if outcome.is_ok() {
+        // The aggregation starts before this call awaits anything: a caller gone while its
+        // update is made durable (its future dropped) must not leave the round closed and
+        // never aggregated. Nobody sees its result before it is on disk (`wait_task`).
+        let duplicate = outcome.map(|accepted| {
+            if let Some(job) = accepted.closed {
+                s.aggregate(job);
+            }
+            accepted.duplicate
+        });
+        if duplicate.is_ok() {
             s.durable().await?;
         }
-        let accepted = match outcome {
-            Ok(accepted) => accepted,
+        let duplicate = match duplicate {
+            Ok(duplicate) => duplicate,
             Err(e) => {
                 tracing::warn!(client, round, reason = %e, "update refused");
                 return Err(with_label(status(e), client, round));
             }
         };
-        if let Some(job) = accepted.closed {
-            s.aggregate(job);
-        }
-        if let (Some(dir), false) = (&s.updates_dir, accepted.duplicate) {
+        if let (Some(dir), false) = (&s.updates_dir, duplicate) {
             let path = dir.join(format!("round-{round}-client-{client}.pb"));
             if let Err(e) = tokio::fs::write(&path, payload.encode_to_vec()).await {
                 tracing::error!(client, round, path = %path.display(), error = %e, "cannot keep the update");
             }
         }
-        Ok(accepted.duplicate)
+        Ok(duplicate)
     }
 
     /// Reads an update the open round wants off the lock (`Ok(None)`: already taken), a costly
