@@ -738,7 +738,12 @@ impl AggregatorService {
                 0,
             )
         });
-        self.book_task(req.client_id, ledger_round, &reply, 0);
+        self.book_down(
+            req.client_id,
+            ledger_round,
+            reply.encoded_len(),
+            Some(&reply),
+        );
         Ok(labelled(reply, req.client_id, ledger_round))
     }
 
@@ -796,15 +801,15 @@ impl AggregatorService {
         })
     }
 
-    /// Books a task going down, `around` bytes of the message that carries it beside it.
-    fn book_task(&self, client: ClientId, ledger_round: Round, task: &RoundTask, around: usize) {
+    /// Books a reply of `len` bytes going down, with the papers' convention for the download
+    /// of the task it carries, if any.
+    fn book_down(&self, client: ClientId, round: Round, len: usize, task: Option<&RoundTask>) {
         let s = &self.0;
-        let paper = task.download.as_ref().map_or(0, |d| {
+        let paper = task.and_then(|t| t.download.as_ref()).map_or(0, |d| {
             paper_convention_bytes(d, s.classes(), s.experiment.strategy.clauses())
         });
-        let len = task.encoded_len() + around;
         s.ledger
-            .with(|l| l.payload(client, ledger_round, Direction::Down, len, paper));
+            .with(|l| l.payload(client, round, Direction::Down, len, paper));
     }
 
     async fn push_update_call(
@@ -865,14 +870,7 @@ impl AggregatorService {
             false => None,
         };
         let ack = Ack { duplicate, next };
-        match &ack.next {
-            Some(task) => {
-                self.book_task(client, label, task, ack.encoded_len() - task.encoded_len())
-            }
-            None => s
-                .ledger
-                .with(|l| l.payload(client, label, Direction::Down, ack.encoded_len(), 0)),
-        }
+        self.book_down(client, label, ack.encoded_len(), ack.next.as_ref());
         Ok(labelled(ack, client, label))
     }
 
@@ -1004,8 +1002,7 @@ impl AggregatorService {
             duplicate,
             next: None,
         };
-        s.ledger
-            .with(|l| l.payload(req.client_id, label, Direction::Down, ack.encoded_len(), 0));
+        self.book_down(req.client_id, label, ack.encoded_len(), None);
         Ok(labelled(ack, req.client_id, label))
     }
 
