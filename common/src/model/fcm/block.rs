@@ -323,14 +323,24 @@ fn activate(activation: Activation, slope: f64, x: f64) -> f64 {
 }
 
 /// `e^x` within 2 units in the last place of the C library's for x in [−708, 709], and
-/// clamped there (so a sigmoid state under 10⁻³⁰⁷ reads as e^−709's, and ±∞ as finite).
+/// clamped there (so a sigmoid state under 1/(1 + e^709) ≈ 1.2·10⁻³⁰⁸ reads as that, and
+/// ±∞ as finite).
 /// Written out because the C library's `exp` is a call per value, which the compiler cannot
-/// spread over vector lanes; this has no branch and no call, so a loop over it vectorizes.
+/// spread over vector lanes; on the AVX paths this has no branch and no call, so a loop over
+/// it vectorizes (on the SSE2 path each fused multiply-add is a call to the C library's `fma`,
+/// exact but slow: only processors without FMA, made before 2013, take it).
 /// Range reduction `x = n·ln 2 + r`, |r| ≤ ln 2 / 2, with ln 2 split in two (fdlibm's
 /// constants), then the Taylor series of e^r to r^13 (truncation below 5·10⁻¹⁸ relative) by
 /// Horner's rule in fused multiply-adds, and 2^n built in the exponent bits.
 #[inline(always)]
 pub(super) fn exp(x: f64) -> f64 {
+    exp_with(x, f64::mul_add)
+}
+
+/// [`exp`] with the fused multiply-add `fma(a, b, c) = a·b + c` given, so that a test can
+/// check the bits against a software one.
+#[inline(always)]
+fn exp_with(x: f64, fma: impl Fn(f64, f64, f64) -> f64) -> f64 {
     const SHIFT: f64 = 6_755_399_441_055_744.0; // 1.5 · 2^52: adding it rounds to an integer
     const LN2_HI: f64 = f64::from_bits(0x3fe6_2e42_fee0_0000);
     const LN2_LO: f64 = f64::from_bits(0x3dea_39ef_3579_3c76);
@@ -345,12 +355,12 @@ pub(super) fn exp(x: f64) -> f64 {
         c
     };
     let v = x.clamp(-708.0, 709.0);
-    let t = v.mul_add(std::f64::consts::LOG2_E, SHIFT);
+    let t = fma(v, std::f64::consts::LOG2_E, SHIFT);
     let n = t - SHIFT;
-    let r = (-n).mul_add(LN2_LO, (-n).mul_add(LN2_HI, v));
+    let r = fma(-n, LN2_LO, fma(-n, LN2_HI, v));
     // Horner: the lanes are independent, so the loop is bound by throughput, and this is
     // the fewest operations.
-    let p = C[..13].iter().rev().fold(C[13], |p, &c| p.mul_add(r, c));
+    let p = C[..13].iter().rev().fold(C[13], |p, &c| fma(p, r, c));
     let scale = t.to_bits().wrapping_sub(SHIFT.to_bits()).wrapping_add(1023) << 52;
     p * f64::from_bits(scale)
 }
@@ -376,6 +386,21 @@ mod tests {
         let far: Vec<f64> = [-1e9, 1e9, -745.0, 800.0].map(exp).to_vec();
         assert_eq!(far[1], far[3]);
         assert!(far[0] > 0.0 && far[0] < 1e-300 && far[3].is_finite());
+    }
+
+    #[test]
+    fn exp_has_the_bits_of_a_software_fused_multiply_add() {
+        // A processor without FMA runs the C library's software `fma`; this one's C library
+        // uses the instruction, so compare with a software one (the libm crate's, musl's):
+        // both are exactly rounded, so every path has the same bits.
+        for i in 0..=200_000 {
+            let x = -708.0 + i as f64 * 0.007_085;
+            assert_eq!(
+                exp(x).to_bits(),
+                exp_with(x, libm::fma).to_bits(),
+                "exp({x})"
+            );
+        }
     }
 
     fn hyper(activation: Activation, max_iterations: usize) -> FcmHyper {
