@@ -1,13 +1,14 @@
-//! Tsetlin Machine kernels: clause evaluation, one training epoch on a fixed subset, batched
-//! inference. Data are seeded synthetic 28×28 bit images (class-dependent strokes plus noise),
-//! so the benchmark needs no files; `examples/tm_mnist.rs` measures on real MNIST.
+//! Tsetlin Machine kernels: clause evaluation, one training epoch on a fixed subset
+//! (multi-class, coalesced, convolutional), batched inference. Data are seeded synthetic 28×28
+//! bit images (class-dependent strokes plus noise), so the benchmark needs no files;
+//! `examples/tm_mnist.rs` measures on real MNIST.
 //!
 //! cargo bench -p flint-common --bench tm
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use flint_common::data::booleanize::BitRows;
 use flint_common::model::tm::conv::{ConvTm, PatchSpec};
-use flint_common::model::tm::{FeedbackMasks, MultiClassTm, TmHyper};
+use flint_common::model::tm::{CoalescedTm, FeedbackMasks, MultiClassTm, TmHyper};
 use flint_common::rng::{FlintRng, derive_rng};
 use rand::RngExt;
 
@@ -64,6 +65,35 @@ fn benches(c: &mut Criterion) {
     g.bench_function("one epoch, 2000 examples, 100 clauses x 10 classes", |b| {
         b.iter_batched(
             || (small.clone(), derive_rng(2, "epoch", 0)),
+            |(mut tm, mut rng)| {
+                let mut masks = FeedbackMasks::new(10.0, &mut rng);
+                tm.fit_epoch(&train, &mut masks, &mut rng);
+                tm
+            },
+            criterion::BatchSize::LargeInput,
+        )
+    });
+    // TPFL's machine (issue 31 §2's laggard): 1000 clauses shared by the classes, focused
+    // negative sampling, as `bench/tm-bench.sh` runs it against green-tsetlin.
+    let coalesced = {
+        let hyper = TmHyper {
+            clauses: 1000,
+            t: 1000,
+            s: 10.0,
+            negative_sampling: flint_common::params::parse_name("tm.negative_sampling", "focused")
+                .unwrap(),
+            ..Default::default()
+        }
+        .check()
+        .unwrap();
+        let mut tm = CoalescedTm::new(hyper, 784, 10, &mut rng);
+        let mut masks = FeedbackMasks::new(10.0, &mut rng);
+        tm.fit_epoch(&train, &mut masks, &mut rng);
+        tm
+    };
+    g.bench_function("one epoch, 2000 examples, coalesced, 1000 clauses", |b| {
+        b.iter_batched(
+            || (coalesced.clone(), derive_rng(2, "epoch", 0)),
             |(mut tm, mut rng)| {
                 let mut masks = FeedbackMasks::new(10.0, &mut rng);
                 tm.fit_epoch(&train, &mut masks, &mut rng);
