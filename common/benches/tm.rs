@@ -5,7 +5,8 @@
 //!
 //! cargo bench -p flint-common --bench tm
 
-use criterion::{Criterion, criterion_group, criterion_main};
+use criterion::measurement::WallTime;
+use criterion::{BenchmarkGroup, Criterion, criterion_group, criterion_main};
 use flint_common::data::booleanize::BitRows;
 use flint_common::model::tm::conv::{ConvTm, PatchSpec};
 use flint_common::model::tm::{CoalescedTm, FeedbackMasks, MultiClassTm, TmHyper};
@@ -46,6 +47,26 @@ fn trained(clauses: usize, t: i32, data: &BitRows, rng: &mut FlintRng) -> MultiC
     tm
 }
 
+/// One training epoch of a copy of `start` per iteration, from the same stream and masks.
+fn epoch<M: Clone>(
+    g: &mut BenchmarkGroup<'_, WallTime>,
+    name: &str,
+    start: &M,
+    fit: impl Fn(&mut M, &mut FeedbackMasks, &mut FlintRng),
+) {
+    g.bench_function(name, |b| {
+        b.iter_batched(
+            || (start.clone(), derive_rng(2, "epoch", 0)),
+            |(mut tm, mut rng)| {
+                let mut masks = FeedbackMasks::new(10.0, &mut rng);
+                fit(&mut tm, &mut masks, &mut rng);
+                tm
+            },
+            criterion::BatchSize::LargeInput,
+        )
+    });
+}
+
 fn benches(c: &mut Criterion) {
     let mut rng = derive_rng(1, "bench", 0);
     let train = images(2000, &mut rng);
@@ -62,17 +83,12 @@ fn benches(c: &mut Criterion) {
     );
     let mut g = c.benchmark_group("training");
     g.sample_size(10);
-    g.bench_function("one epoch, 2000 examples, 100 clauses x 10 classes", |b| {
-        b.iter_batched(
-            || (small.clone(), derive_rng(2, "epoch", 0)),
-            |(mut tm, mut rng)| {
-                let mut masks = FeedbackMasks::new(10.0, &mut rng);
-                tm.fit_epoch(&train, &mut masks, &mut rng);
-                tm
-            },
-            criterion::BatchSize::LargeInput,
-        )
-    });
+    epoch(
+        &mut g,
+        "one epoch, 2000 examples, 100 clauses x 10 classes",
+        &small,
+        |tm, masks, rng| tm.fit_epoch(&train, masks, rng),
+    );
     // TPFL's machine (issue 31 §2's laggard): 1000 clauses shared by the classes, focused
     // negative sampling, as `bench/tm-bench.sh` runs it against green-tsetlin.
     let coalesced = {
@@ -91,17 +107,12 @@ fn benches(c: &mut Criterion) {
         tm.fit_epoch(&train, &mut masks, &mut rng);
         tm
     };
-    g.bench_function("one epoch, 2000 examples, coalesced, 1000 clauses", |b| {
-        b.iter_batched(
-            || (coalesced.clone(), derive_rng(2, "epoch", 0)),
-            |(mut tm, mut rng)| {
-                let mut masks = FeedbackMasks::new(10.0, &mut rng);
-                tm.fit_epoch(&train, &mut masks, &mut rng);
-                tm
-            },
-            criterion::BatchSize::LargeInput,
-        )
-    });
+    epoch(
+        &mut g,
+        "one epoch, 2000 examples, coalesced, 1000 clauses",
+        &coalesced,
+        |tm, masks, rng| tm.fit_epoch(&train, masks, rng),
+    );
     g.finish();
     // FedTMOS's MNIST machine (docs/papers/fedtmos.md §1, §3): one-vs-all trains every class on
     // every example, the one-negative path one other class; the same images, side by side.
