@@ -965,6 +965,111 @@ fn fedtm_keeps_its_machine() {
 
 /// Three well-separated blobs in two features, classes `a`, `b`, `c` in turn, with a header
 /// naming the features.
+/// `flint split` draws each client's rows as its process does: its training column is what the
+/// run's clients report, every row goes to one client, and its `--toml` entries, as an
+/// explicit split, give each client the same rows per class.
+#[test]
+fn flint_split_prints_the_rows_a_run_trains_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    write_blobs(&data.join("blobs.csv"), "x,y", 600);
+    let head = |name: &str, partition: &str| {
+        format!(
+            "name = \"{name}\"\nstrategy = \"fedavg\"\nseed = 3\nrounds = 1\n{partition}\n\
+             [data]\nsource = \"csv\"\npath = \"blobs.csv\"\nheader = true\n\
+             classes = [\"a\", \"b\", \"c\"]\nfeatures = 2\n\n[logreg]\nlocal_epochs = 2\n"
+        )
+    };
+    let mut text = head(
+        "skewed",
+        "\n[partition]\nkind = \"dirichlet-by-class\"\nalpha = 0.5\n",
+    );
+    for i in 1..=3 {
+        text += &format!("\n[[clients]]\nname = \"client-{i}\"\n");
+    }
+    let skewed = write(dir.path(), "skewed.toml", &text);
+    let split_of = |exp: &Path, extra: &[&str]| {
+        let out = ok(flint()
+            .arg("split")
+            .arg(exp)
+            .arg("--data-dir")
+            .arg(&data)
+            .args(extra));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let drawn = split_table(&split_of(&skewed, &[]));
+    assert_eq!(drawn.len(), 3);
+    let entries = split_of(&skewed, &["--toml"]);
+    let shares = class_counts(&entries);
+    let per_class: Vec<usize> = (0..3).map(|c| shares.iter().map(|s| s[c]).sum()).collect();
+    assert_eq!(per_class, [200, 200, 200], "every row to one client");
+    for (share, d) in shares.iter().zip(&drawn) {
+        let held: usize = share.iter().sum();
+        assert_eq!(held as u64, d.train.iter().sum::<u64>() + d.test);
+    }
+    let runs = dir.path().join("runs");
+    ok(&mut flint_run(&skewed, &data, &runs));
+    let reported: Vec<Vec<u64>> = results(&runs.join("skewed"))
+        .clients
+        .iter()
+        .map(|c| c.train_class_counts.clone())
+        .collect();
+    let train: Vec<Vec<u64>> = drawn.iter().map(|d| d.train.clone()).collect();
+    assert_eq!(
+        train, reported,
+        "the run's clients train on the rows split printed"
+    );
+
+    let explicit = head("explicit", "\n[partition]\nkind = \"explicit\"\n") + &entries;
+    let explicit = write(dir.path(), "explicit.toml", &explicit);
+    let again = split_table(&split_of(&explicit, &[]));
+    let counts = |t: &[SplitRow]| -> Vec<(Vec<u64>, u64)> {
+        t.iter().map(|d| (d.train.clone(), d.test)).collect()
+    };
+    assert_eq!(counts(&again), counts(&drawn), "the same rows per class");
+}
+
+/// `class_counts` of each `[[clients]]` entry `flint split --toml` printed.
+fn class_counts(entries: &str) -> Vec<Vec<usize>> {
+    let value: toml::Value = toml::from_str(entries).unwrap();
+    value["clients"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            c["class_counts"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|n| n.as_integer().unwrap() as usize)
+                .collect()
+        })
+        .collect()
+}
+
+/// A client's line of `flint split`: its training rows per class and its test rows.
+struct SplitRow {
+    train: Vec<u64>,
+    test: u64,
+}
+
+fn split_table(out: &str) -> Vec<SplitRow> {
+    out.lines()
+        .skip(2)
+        .map(|line| {
+            let fields: Vec<u64> = line
+                .split_whitespace()
+                .skip(1)
+                .map(|f| f.parse().unwrap())
+                .collect();
+            let (total, test, train) = (fields[0], fields[1], fields[2..].to_vec());
+            assert_eq!(train.iter().sum::<u64>(), total, "{line}");
+            SplitRow { train, test }
+        })
+        .collect()
+}
+
 fn write_blobs(path: &std::path::Path, features: &str, rows: u32) {
     let mut csv = format!("{features},label\n");
     for i in 0..rows {

@@ -250,6 +250,77 @@ pub fn check_image_shards(e: &Experiment, data_dir: &Path) -> Result<()> {
     }
 }
 
+/// What one client holds of each class, as its process draws its shard (`flint split`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientClasses {
+    pub name: String,
+    /// Its share of the rows the experiment partitions: what an explicit split's
+    /// `class_counts` would give it. A table client's training and test rows; an image
+    /// client's training rows (its test rows come from the dataset's test set).
+    pub rows: Vec<u64>,
+    pub train: Vec<u64>,
+    pub test: Vec<u64>,
+}
+
+/// Every client's rows per class, drawn from the same data, seed and splits as its process,
+/// without training.
+pub fn client_classes(e: &Experiment, data_dir: &Path) -> Result<Vec<ClientClasses>> {
+    match e.data.is_images() {
+        true => image_client_classes(e, data_dir),
+        false => table_client_classes(e, data_dir),
+    }
+}
+
+fn per_class(labels: impl IntoIterator<Item = u32>, classes: usize) -> Vec<u64> {
+    let mut counts = vec![0; classes];
+    for label in labels {
+        counts[label as usize] += 1;
+    }
+    counts
+}
+
+fn image_client_classes(e: &Experiment, data_dir: &Path) -> Result<Vec<ClientClasses>> {
+    let pool = e.data.load_images(data_dir)?;
+    let source = ShardSource::new(&pool, e.seed)?;
+    let split_rows = image_split(e, &pool)?;
+    let classes = e.data.classes().len();
+    let of_client = |(k, client): (usize, &ClientSpec)| {
+        let id = k as ClientId + 1;
+        let shard = image_shard(e, &pool, &source, split_rows.as_deref(), id, Prefit::Skip)
+            .map_err(|err| in_client(&client.name, err))?;
+        let train = per_class(shard.train.labels.iter().copied(), classes);
+        Ok(ClientClasses {
+            name: client.name.clone(),
+            rows: train.clone(),
+            train,
+            test: per_class(shard.test.labels.iter().copied(), classes),
+        })
+    };
+    e.clients.iter().enumerate().map(of_client).collect()
+}
+
+fn table_client_classes(e: &Experiment, data_dir: &Path) -> Result<Vec<ClientClasses>> {
+    let dataset = e.data.load(data_dir, e.seed)?;
+    let parts = TableParts::of(e, &dataset)?.parts;
+    let classes = dataset.classes.len();
+    let count = |rows: &[usize]| per_class(rows.iter().map(|&i| dataset.y[i]), classes);
+    let of_client = |(k, (rows, client)): (usize, (&Vec<usize>, &ClientSpec))| {
+        let (train, test) = client_split(e, &dataset, rows, k as ClientId + 1, &client.name)?;
+        Ok(ClientClasses {
+            name: client.name.clone(),
+            rows: count(rows),
+            train: count(&train),
+            test: count(&test),
+        })
+    };
+    parts
+        .iter()
+        .zip(&e.clients)
+        .enumerate()
+        .map(of_client)
+        .collect()
+}
+
 /// A client's image shard: drawn by its Dirichlet proportions, or its rows of the split by
 /// class (with the FedTMOS code's leaked epoch, where the strategy asks for it).
 fn image_shard(

@@ -12,6 +12,7 @@ mod plot;
 mod replay;
 mod report;
 mod run;
+mod split;
 mod stop;
 
 use std::path::PathBuf;
@@ -40,6 +41,9 @@ enum Command {
     /// Aggregate a round of a finished run again from its kept updates, under other settings,
     /// and measure the result on the shared test set (no training).
     Replay(replay::ReplayArgs),
+    /// Print each client's rows per class, drawn as its process draws them, without training
+    /// (a split checked before a long run, or written down with --toml as an explicit one).
+    Split(split::SplitArgs),
     /// Print the models a run kept: coefficients and maps with their features' names.
     Explain(explain::ExplainArgs),
     /// Print the tables of a finished run.
@@ -138,6 +142,7 @@ impl Command {
             Command::Keys { .. }
                 | Command::Report { .. }
                 | Command::Explain(_)
+                | Command::Split(_)
                 | Command::Pack(_)
                 | Command::Data {
                     command: DataCommand::Verify { .. }
@@ -168,6 +173,7 @@ fn main() -> ExitCode {
         Command::Grid(args) => stop::install().and_then(|()| grid::grid(args)),
         Command::Report { run_dir } => report::print(&run_dir),
         Command::Explain(args) => explain::explain(args),
+        Command::Split(args) => split::split(args),
         Command::Replay(args) => replay::replay(args),
         Command::Server(args) => {
             runtime().and_then(|rt| rt.block_on(flint_server::run(args)).map(|_| ()))
