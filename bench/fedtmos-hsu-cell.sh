@@ -6,17 +6,21 @@
 #   bench/fedtmos-hsu-cell.sh FEDTMOS_CHECKOUT ALPHA SEED [OUT]     # e.g. /tmp/fedtmos 0.05 20
 #
 # Each step is skipped when its output is already in OUT (default runs/hsu/dir<ALPHA>-s<SEED>),
-# so a broken-off cell goes on where it stopped. The code's clients take 1.5 to 2 hours here.
+# so a broken-off cell goes on at the step where it stopped (a step broken off starts again).
+# The code's clients take 1.5 to 2 hours here.
 set -euo pipefail
 
 if [ $# -lt 3 ]; then
     sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
 fi
-checkout=$1 alpha=$2 seed=$3
-out=${4:-runs/hsu/dir$alpha-s$seed}
-flint=${FLINT:-target/release/flint}
-cd "$(dirname "$0")/.."
+# Paths given relative to where the script is run, before it moves to the repository root.
+checkout=$(realpath "$1") alpha=$2 seed=$3
+root=$(realpath "$(dirname "$0")/..")
+out=$(realpath -m "${4:-$root/runs/hsu/dir$alpha-s$seed}")
+flint=$(realpath -m "${FLINT:-$root/target/release/flint}")
+[ -z "${FLINT_DATA_DIR:-}" ] || export FLINT_DATA_DIR=$(realpath "$FLINT_DATA_DIR")
+cd "$root"
 source_exp=experiments/fedtmos/fmnist-dir$alpha.toml
 exp=experiments/fedtmos-code/hsu/fmnist-dir$alpha-s$seed.toml
 name=fedtmos-code-hsu-fmnist-dir$alpha-s$seed
@@ -54,7 +58,8 @@ fi
 for preset in recommended paper-code; do
     [ -s "$out/replay-$preset.log" ] && continue
     step "replay, preset $preset"
-    "$flint" replay "$run" --set "fedtmos.preset=$preset" > "$out/replay-$preset.log"
+    "$flint" replay "$run" --set "fedtmos.preset=$preset" > "$out/replay-$preset.log.tmp"
+    mv "$out/replay-$preset.log.tmp" "$out/replay-$preset.log"
 done
 if [ ! -s "$out/server-flint.log" ]; then
     step "the code's server on Flint's clients"

@@ -963,11 +963,10 @@ fn fedtm_keeps_its_machine() {
     );
 }
 
-/// Three well-separated blobs in two features, classes `a`, `b`, `c` in turn, with a header
-/// naming the features.
 /// `flint split` draws each client's rows as its process does: its training column is what the
 /// run's clients report, every row goes to one client, and its `--toml` entries, as an
-/// explicit split, give each client the same rows per class.
+/// explicit split, give each client the same counts per class. A partition whose clients
+/// draw their rows each on its own has no explicit form, and `--toml` says so.
 #[test]
 fn flint_split_prints_the_rows_a_run_trains_on() {
     let dir = tempfile::tempdir().unwrap();
@@ -1028,6 +1027,27 @@ fn flint_split_prints_the_rows_a_run_trains_on() {
         t.iter().map(|d| (d.train.clone(), d.test)).collect()
     };
     assert_eq!(counts(&again), counts(&drawn), "the same rows per class");
+
+    let own_draws = head(
+        "own-draws",
+        "\n[partition]\nkind = \"dirichlet\"\nsamples = 100\n",
+    ) + "\n[[clients]]\n\n[[clients]]\n";
+    let own_draws = write(dir.path(), "own-draws.toml", &own_draws);
+    assert_eq!(split_table(&split_of(&own_draws, &[])).len(), 2);
+    let refused = flint()
+        .arg("split")
+        .arg(&own_draws)
+        .arg("--data-dir")
+        .arg(&data)
+        .arg("--toml")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && refused.stdout.is_empty(),
+        "{err}"
+    );
+    assert!(err.contains("has no explicit form"), "{err}");
 }
 
 /// `class_counts` of each `[[clients]]` entry `flint split --toml` printed.
@@ -1070,6 +1090,8 @@ fn split_table(out: &str) -> Vec<SplitRow> {
         .collect()
 }
 
+/// Three well-separated blobs in two features, classes `a`, `b`, `c` in turn, with a header
+/// naming the features.
 fn write_blobs(path: &std::path::Path, features: &str, rows: u32) {
     let mut csv = format!("{features},label\n");
     for i in 0..rows {

@@ -256,7 +256,7 @@ pub struct ClientClasses {
     pub name: String,
     /// Its share of the rows the experiment partitions: what an explicit split's
     /// `class_counts` would give it. A table client's training and test rows; an image
-    /// client's training rows (its test rows come from the dataset's test set).
+    /// client's training rows (its test rows are drawn apart from the partition).
     pub rows: Vec<u64>,
     pub train: Vec<u64>,
     pub test: Vec<u64>,

@@ -3,9 +3,10 @@
 
 use std::path::PathBuf;
 
+use anyhow::bail;
 use flint_common::clients::ClientClasses;
 use flint_common::config::{Experiment, parse_override};
-use flint_common::data::default_data_dir;
+use flint_common::data::{PartitionPlan, default_data_dir};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct SplitArgs {
@@ -28,6 +29,11 @@ pub fn split(args: SplitArgs) -> anyhow::Result<()> {
     let data_dir = args.data_dir.clone().unwrap_or_else(default_data_dir);
     let e = Experiment::load_with_data(&args.experiment, &args.overrides, &data_dir)?;
     e.data.check_files(&data_dir)?;
+    if args.toml && matches!(e.partition, PartitionPlan::Dirichlet { .. }) {
+        bail!(
+            "partition.kind = \"dirichlet\" draws each client's rows on its own (a row may go to several clients), so it has no explicit form: --toml needs a split of the rows"
+        );
+    }
     let clients = flint_common::clients::client_classes(&e, &data_dir)?;
     match args.toml {
         true => print!("{}", explicit_entries(&e, &clients)),
@@ -42,20 +48,14 @@ fn table(e: &Experiment, clients: &[ClientClasses]) -> String {
     let name_width = clients
         .iter()
         .map(|c| c.name.len())
-        .chain([6])
-        .max()
-        .unwrap_or(6);
+        .fold("client".len(), usize::max);
     let width = |k: usize| {
         let widest = clients.iter().map(|c| c.train[k]).max().unwrap_or(0);
         widest.to_string().len().max(classes[k].len())
     };
     let widths: Vec<usize> = (0..classes.len()).map(width).collect();
-    let test_from = match e.data.is_images() {
-        true => "the dataset's test set",
-        false => "the client's rows",
-    };
     let mut out = format!(
-        "{} (seed {}): {} clients; training rows per class (test rows from {test_from})\n",
+        "{} (seed {}): {} clients; training rows per class\n",
         e.name,
         e.seed,
         clients.len()
@@ -77,9 +77,11 @@ fn table(e: &Experiment, clients: &[ClientClasses]) -> String {
 }
 
 /// The split as explicit `[[clients]]` entries: each client's share of the rows per class.
+/// The same counts, not the same rows: an explicit split draws its rows again. Names need no
+/// escaping: they are checked to be ASCII letters, digits, '-', '_' and '.'.
 fn explicit_entries(e: &Experiment, clients: &[ClientClasses]) -> String {
     let mut out = format!(
-        "# {} (seed {}): each client's rows per class, as `flint split` drew them\n",
+        "# {} (seed {}): each client's rows per class, as `flint split` drew them; the same data keys\n# (data.test_fraction, data.global_test_fraction) give each client the same counts\n",
         e.name, e.seed
     );
     for c in clients {
