@@ -473,10 +473,7 @@ fn an_emulated_link_changes_the_time_not_the_figures() {
 /// class) and report 3 × 3 confusion matrices.
 #[test]
 fn logistic_regression_federates_three_classes() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    std::fs::create_dir_all(&data).unwrap();
-    write_blobs(&data.join("blobs.csv"), "x,y", 600);
+    let (dir, data) = with_blobs("x,y", 600);
     for strategy in ["fedavg", "fedavg-ahp", "local", "central"] {
         let name = format!("three-{strategy}");
         let clients = if strategy == "central" { 1 } else { 3 };
@@ -509,10 +506,7 @@ fn logistic_regression_federates_three_classes() {
 /// server started by hand without it refuses to start, saying what to add.
 #[test]
 fn a_csv_runs_feature_count_comes_from_the_experiment() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    std::fs::create_dir_all(&data).unwrap();
-    write_blobs(&data.join("blobs.csv"), "x,y", 300);
+    let (dir, data) = with_blobs("x,y", 300);
     let text = "name = \"shape\"\nstrategy = \"fedavg\"\nseed = 5\nrounds = 1\nclient_count = 2\n\
          [data]\nsource = \"csv\"\npath = \"blobs.csv\"\nheader = true\n";
     let exp = write(dir.path(), "shape.toml", text);
@@ -673,10 +667,7 @@ fn a_csv_with_quotes_missing_values_and_no_class_list_runs() {
 /// machine as rules over the CSV's named features and as a checkpoint.
 #[test]
 fn tsetlin_machines_train_on_a_table_and_keep_readable_rules() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    std::fs::create_dir_all(&data).unwrap();
-    write_blobs(&data.join("blobs.csv"), "width,height", 900);
+    let (dir, data) = with_blobs("width,height", 900);
     for strategy in ["tpfl", "local"] {
         let name = format!("table-tm-{strategy}");
         let text = format!(
@@ -801,10 +792,7 @@ fn a_global_test_split_is_held_out_and_measured_every_round() {
 /// alone, and its rules name the CSV's features.
 #[test]
 fn fedtmos_federates_a_table_in_one_round() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    std::fs::create_dir_all(&data).unwrap();
-    write_blobs(&data.join("blobs.csv"), "width,height", 900);
+    let (dir, data) = with_blobs("width,height", 900);
     let text = "name = \"table-fedtmos\"\nstrategy = \"fedtmos\"\nseed = 2\nrounds = 1\nclient_count = 3\n\
          [data]\nsource = \"csv\"\npath = \"blobs.csv\"\nheader = true\nfeatures = 2\nlevels = 6\nglobal_test_fraction = 0.2\n\n\
          [partition]\nkind = \"classes-per-client\"\nbeta = 2\n\n\
@@ -938,10 +926,7 @@ fn a_model_that_learns_nothing_says_so() {
 /// model: a composite of one machine in the table's own features, which `flint explain` reads.
 #[test]
 fn fedtm_keeps_its_machine() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    std::fs::create_dir_all(&data).unwrap();
-    write_blobs(&data.join("blobs.csv"), "width,height", 600);
+    let (dir, data) = with_blobs("width,height", 600);
     let text = "name = \"table-fedtm\"\nstrategy = \"fedtm\"\nseed = 2\nrounds = 2\nclient_count = 2\n\
          [data]\nsource = \"csv\"\npath = \"blobs.csv\"\nheader = true\nlevels = 6\nglobal_test_fraction = 0.2\n\n\
          [tm]\nclauses = 40\nt = 15\ns = 3.0\nweighted = true\nnegative_sampling = \"all\"\n\n\
@@ -969,10 +954,7 @@ fn fedtm_keeps_its_machine() {
 /// draw their rows each on its own has no explicit form, and `--toml` says so.
 #[test]
 fn flint_split_prints_the_rows_a_run_trains_on() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    std::fs::create_dir_all(&data).unwrap();
-    write_blobs(&data.join("blobs.csv"), "x,y", 600);
+    let (dir, data) = with_blobs("x,y", 600);
     let head = |name: &str, partition: &str| {
         format!(
             "name = \"{name}\"\nstrategy = \"fedavg\"\nseed = 3\nrounds = 1\n{partition}\n\
@@ -1090,6 +1072,16 @@ fn split_table(out: &str) -> Vec<SplitRow> {
         .collect()
 }
 
+/// A temporary directory whose `data/` holds `blobs.csv` ([`write_blobs`]): the directory (kept
+/// alive by the caller) and the data directory.
+fn with_blobs(features: &str, rows: u32) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    write_blobs(&data.join("blobs.csv"), features, rows);
+    (dir, data)
+}
+
 /// Three well-separated blobs in two features, classes `a`, `b`, `c` in turn, with a header
 /// naming the features.
 fn write_blobs(path: &std::path::Path, features: &str, rows: u32) {
@@ -1173,10 +1165,7 @@ fn a_run_directory_packs_into_a_tar_and_idle_ends_at_sigterm() {
 /// about one composite's room, not one per client, and `flint explain` puts them back.
 #[test]
 fn the_ensembles_machines_are_stored_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    std::fs::create_dir_all(&data).unwrap();
-    write_blobs(&data.join("blobs.csv"), "width,height", 900);
+    let (dir, data) = with_blobs("width,height", 900);
     let text = "name = \"table-ensemble\"\nstrategy = \"ensemble\"\nseed = 2\nrounds = 1\nclient_count = 6\n\
          [data]\nsource = \"csv\"\npath = \"blobs.csv\"\nheader = true\nfeatures = 2\nlevels = 6\n\n\
          [tm]\nclauses = 40\nt = 15\ns = 3.0\nweighted = true\n\n\
