@@ -394,12 +394,44 @@ impl ConvTm {
         s.literals = literals;
     }
 
+    /// One pass over `data` in an order shuffled by `rng`.
     pub fn fit_epoch(&mut self, data: &BitRows, masks: &mut FeedbackMasks, rng: &mut FlintRng) {
         use rand::seq::SliceRandom;
         let mut order: Vec<usize> = (0..data.len()).collect();
         order.shuffle(rng);
+        self.fit_in_order(data, &order, masks, rng);
+    }
+
+    /// One pass over `data` sorted by class (each class's rows in their order in `data`), the
+    /// published FedTMOS code's unshuffled epochs (`fedtmos.epoch_order`). With `threads` > 1
+    /// the sorted rows are cut into that many contiguous parts, as OpenMP's static schedule
+    /// gives them to its threads, and taken a row of each part in turn.
+    pub fn fit_epoch_by_class(
+        &mut self,
+        data: &BitRows,
+        masks: &mut FeedbackMasks,
+        rng: &mut FlintRng,
+        threads: usize,
+    ) {
+        let mut sorted: Vec<usize> = (0..data.len()).collect();
+        sorted.sort_by_key(|&i| data.labels[i]);
+        let parts: Vec<&[usize]> = sorted.chunks(data.len().div_ceil(threads).max(1)).collect();
+        let longest = parts.first().map_or(0, |p| p.len());
+        let order: Vec<usize> = (0..longest)
+            .flat_map(|k| parts.iter().filter_map(move |p| p.get(k).copied()))
+            .collect();
+        self.fit_in_order(data, &order, masks, rng);
+    }
+
+    fn fit_in_order(
+        &mut self,
+        data: &BitRows,
+        order: &[usize],
+        masks: &mut FeedbackMasks,
+        rng: &mut FlintRng,
+    ) {
         let mut scratch = ConvScratch::new(&self.spec);
-        for i in order {
+        for &i in order {
             self.update(data.row(i), data.labels[i], masks, rng, &mut scratch);
         }
     }
@@ -754,6 +786,45 @@ mod tests {
         }
         assert_eq!(tm.accuracy(&test), 1.0);
         assert!(tm.multiclass().is_some() && tm.coalesced().is_none());
+    }
+
+    /// `by-class` epochs visit every row of class 0, then of class 1, each class in data order,
+    /// the same order every epoch (the published FedTMOS code's unshuffled fit); on two threads
+    /// the sorted rows' two halves alternate (OpenMP's static schedule).
+    #[test]
+    fn by_class_epochs_visit_the_rows_class_after_class() {
+        let mut rng = derive_rng(8, "conv", 0);
+        let train = shapes(1001, &mut rng);
+        let labels = &train.labels;
+        let of = |class: u32| (0..labels.len()).filter(move |&i| labels[i] == class);
+        let sorted: Vec<usize> = of(0).chain(of(1)).collect();
+        let (first, second) = sorted.split_at(501);
+        let mut halves: Vec<usize> = first
+            .iter()
+            .zip(second)
+            .flat_map(|(a, b)| [*a, *b])
+            .collect();
+        halves.push(first[500]);
+        let fit = |threads: Option<usize>, order: &[usize]| {
+            let mut tm = ConvTm::new(hyper(10, 20), SPEC, 2).unwrap();
+            let mut r = derive_rng(9, "conv-by-class", 0);
+            let mut masks = FeedbackMasks::new(3.0, &mut r);
+            for _ in 0..3 {
+                match threads {
+                    Some(t) => tm.fit_epoch_by_class(&train, &mut masks, &mut r, t),
+                    None => tm.fit_in_order(&train, order, &mut masks, &mut r),
+                }
+            }
+            tm
+        };
+        for (threads, order) in [(1, &sorted), (2, &halves)] {
+            let (got, want) = (fit(Some(threads), &[]), fit(None, order));
+            let (a, b) = (got.multiclass().unwrap(), want.multiclass().unwrap());
+            for c in 0..2 {
+                assert_eq!(a.include_bits(c), b.include_bits(c), "{threads} threads");
+                assert_eq!(a.class_weights(c), b.class_weights(c), "{threads} threads");
+            }
+        }
     }
 
     /// One-vs-all with a random stream per class: the same machine for 1, 2 and 3 threads,

@@ -75,7 +75,7 @@ impl ClientStrategy<BitShard> for FedTmosClient {
 
     fn train(&mut self, shard: &BitShard, _round: Round, rng: &mut FlintRng) -> Result<Payload> {
         if let Some(leak) = &shard.prefit {
-            self.machine.prefit(leak, rng);
+            self.machine.prefit(&self.hyper, leak, rng);
         }
         self.machine.train_and_upload(&self.hyper, shard, rng)
     }

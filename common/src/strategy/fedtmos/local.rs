@@ -56,8 +56,8 @@ impl LocalMachine {
     }
 
     /// One epoch on rows that are not the client's own (the published code's leak).
-    pub(crate) fn prefit(&mut self, rows: &BitRows, rng: &mut FlintRng) {
-        self.tm.fit_epoch(rows, &mut self.masks, rng);
+    pub(crate) fn prefit(&mut self, hyper: &FedTmosHyper, rows: &BitRows, rng: &mut FlintRng) {
+        hyper.fit_epoch(&mut self.tm, rows, &mut self.masks, rng);
     }
 
     /// `local_epochs` epochs on the client's training rows, then the upload of the classes it

@@ -8,7 +8,7 @@ use crate::data::booleanize::BitRows;
 use crate::model::tm::composite::{CompositeOptions, Normalization};
 use crate::model::tm::conv::{ConvTm, PatchSpec};
 use crate::model::tm::{ExcludedAt, FeedbackMasks, TmHyper};
-use crate::params::{ParamResult, at_least, positive, require};
+use crate::params::{ParamError, ParamResult, at_least, positive, require};
 use crate::rng::FlintRng;
 use crate::wire::{TmShape, WeightCoding};
 
@@ -20,6 +20,31 @@ pub enum BitsBy {
     Samples,
     /// The code: the clients with the largest mean scaled weight of the class.
     MeanWeight,
+}
+
+/// The order of a client's rows within each local epoch.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum EpochOrder {
+    /// Drawn anew every epoch (the default).
+    #[default]
+    Shuffled,
+    /// Class after class, the same every epoch: the published code fits on its rows as its
+    /// split slices them, never shuffled (docs/papers/fedtmos.md §1). It exists to measure what
+    /// that order gives the machines.
+    ByClass,
+    /// The same rows sorted by class, cut in two halves taken alternately: the code's `fit` on
+    /// two OpenMP threads, whose static schedule gives each thread a half, both updating one
+    /// machine at once (docs/papers/fedtmos.md §3), as one stream can approach it.
+    ByClassTwoThreads,
+}
+
+impl EpochOrder {
+    fn is_shuffled(&self) -> bool {
+        *self == EpochOrder::Shuffled
+    }
 }
 
 /// Under whose weights the fill step (step 5) adds a class.
@@ -206,6 +231,12 @@ pub struct FedTmosSection {
     /// same model on any number of cores, but not the one-stream default's; faster where a
     /// client trains alone.
     pub class_streams: bool,
+    /// `shuffled` (every epoch drawn anew), `by-class` or `by-class-two-threads` (the published
+    /// code's unshuffled epochs, on one or two threads; one stream, so not with `class_streams`). Written only where
+    /// set, so a run's fingerprint from before the key is unchanged.
+    #[serde(skip_serializing_if = "EpochOrder::is_shuffled")]
+    #[schemars(extend("default" = "shuffled"))]
+    pub epoch_order: EpochOrder,
     /// The published code's data leak: every client first fits one epoch on the training rows
     /// of the first client holding the last class, then its own epochs (off in every preset: it
     /// hands each client another client's data; it exists to measure what the leak adds to the
@@ -236,6 +267,7 @@ impl Default for FedTmosSection {
             excluded_at: None,
             baselines: false,
             class_streams: false,
+            epoch_order: EpochOrder::Shuffled,
             copy_data_epoch: false,
             coding: WeightCoding::Arithmetic,
         }
@@ -253,6 +285,7 @@ pub struct FedTmosHyper {
     pub excluded_at: ExcludedAt,
     pub baselines: bool,
     pub class_streams: bool,
+    pub epoch_order: EpochOrder,
     pub copy_data_epoch: bool,
     pub coding: WeightCoding,
     /// On a table: the bits of a row (its thermometer code). The machine then reads the whole
@@ -297,6 +330,16 @@ impl FedTmosSection {
         out
     }
 
+    /// The unshuffled orders train on one stream, so they do not go with `class_streams`.
+    fn epoch_order(&self) -> ParamResult<EpochOrder> {
+        if self.class_streams && !self.epoch_order.is_shuffled() {
+            return Err(ParamError::Inconsistent(
+                "fedtmos.epoch_order other than \"shuffled\" trains on one stream: it does not go with fedtmos.class_streams = true".into(),
+            ));
+        }
+        Ok(self.epoch_order)
+    }
+
     /// The checked settings: the preset's values where its keys are unset.
     pub fn check(&self) -> ParamResult<FedTmosHyper> {
         let at_least_one = |key, n: usize| require(key, "at least 1", n, n > 0);
@@ -335,6 +378,7 @@ impl FedTmosSection {
             excluded_at: self.excluded_at.unwrap_or(decided.excluded_at),
             baselines: self.baselines,
             class_streams: self.class_streams,
+            epoch_order: self.epoch_order()?,
             copy_data_epoch: self.copy_data_epoch,
             coding: self.coding,
             table_bits: None,
@@ -355,8 +399,23 @@ impl FedTmosHyper {
         for _ in 0..self.local_epochs {
             match self.class_streams {
                 true => tm.fit_epoch_threaded(data, masks, rng, cores),
-                false => tm.fit_epoch(data, masks, rng),
+                false => self.fit_epoch(tm, data, masks, rng),
             }
+        }
+    }
+
+    /// One epoch on one stream, in this run's [`EpochOrder`].
+    pub(crate) fn fit_epoch(
+        &self,
+        tm: &mut ConvTm,
+        data: &BitRows,
+        masks: &mut FeedbackMasks,
+        rng: &mut FlintRng,
+    ) {
+        match self.epoch_order {
+            EpochOrder::Shuffled => tm.fit_epoch(data, masks, rng),
+            EpochOrder::ByClass => tm.fit_epoch_by_class(data, masks, rng, 1),
+            EpochOrder::ByClassTwoThreads => tm.fit_epoch_by_class(data, masks, rng, 2),
         }
     }
 

@@ -405,6 +405,41 @@ fn the_paper_code_preset_sets_the_codes_defaults_and_keys_still_override() {
     );
 }
 
+/// `epoch_order`: shuffled by default and in every preset, unwritten unless set (so older
+/// runs' fingerprints hold), and `by-class` refused beside `class_streams` (one stream only).
+#[test]
+fn epoch_order_is_shuffled_unless_asked_and_not_with_class_streams() {
+    for preset in [Preset::Recommended, Preset::Paper, Preset::PaperCode] {
+        let h = FedTmosSection {
+            preset,
+            ..Default::default()
+        };
+        assert_eq!(h.check().unwrap().epoch_order, EpochOrder::Shuffled);
+        assert!(!toml::to_string(&h).unwrap().contains("epoch_order"));
+    }
+    let by_class: FedTmosSection = toml::from_str("epoch_order = \"by-class\"").unwrap();
+    assert_eq!(by_class.check().unwrap().epoch_order, EpochOrder::ByClass);
+    assert!(
+        toml::to_string(&by_class)
+            .unwrap()
+            .contains("epoch_order = \"by-class\"")
+    );
+    let both = FedTmosSection {
+        class_streams: true,
+        ..by_class
+    };
+    let e = both.check().unwrap_err().to_string();
+    assert!(
+        e.contains("fedtmos.epoch_order") && e.contains("class_streams"),
+        "{e}"
+    );
+    let two: FedTmosSection = toml::from_str("epoch_order = \"by-class-two-threads\"").unwrap();
+    assert_eq!(
+        two.check().unwrap().epoch_order,
+        EpochOrder::ByClassTwoThreads
+    );
+}
+
 /// Issue 33 §3: what each preset decides, pinned; the default is `recommended`, the paper's
 /// reading with the largest holder's include bits (docs/RESULTS.md, "FedTMOS's presets").
 #[test]
