@@ -403,9 +403,10 @@ impl ConvTm {
     }
 
     /// One pass over `data` sorted by class (each class's rows in their order in `data`), the
-    /// published FedTMOS code's unshuffled epochs (`fedtmos.epoch_order`). With `threads` > 1
-    /// the sorted rows are cut into that many contiguous parts, as OpenMP's static schedule
-    /// gives them to its threads, and taken a row of each part in turn.
+    /// published FedTMOS code's unshuffled epochs (`fedtmos.epoch_order`). With 2 threads the
+    /// sorted rows are cut into halves (the first the longer), as OpenMP's static schedule gives
+    /// them to two threads, and taken a row of each in turn; more threads cut ⌈n / threads⌉
+    /// rows a part.
     pub fn fit_epoch_by_class(
         &mut self,
         data: &BitRows,
@@ -415,7 +416,8 @@ impl ConvTm {
     ) {
         let mut sorted: Vec<usize> = (0..data.len()).collect();
         sorted.sort_by_key(|&i| data.labels[i]);
-        let parts: Vec<&[usize]> = sorted.chunks(data.len().div_ceil(threads).max(1)).collect();
+        let part = data.len().div_ceil(threads.max(1)).max(1);
+        let parts: Vec<&[usize]> = sorted.chunks(part).collect();
         let longest = parts.first().map_or(0, |p| p.len());
         let order: Vec<usize> = (0..longest)
             .flat_map(|k| parts.iter().filter_map(move |p| p.get(k).copied()))

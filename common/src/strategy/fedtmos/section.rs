@@ -32,7 +32,7 @@ pub enum EpochOrder {
     #[default]
     Shuffled,
     /// Class after class, the same every epoch: the published code fits on its rows as its
-    /// split slices them, never shuffled (docs/papers/fedtmos.md §1). It exists to measure what
+    /// split slices them, never shuffled (docs/papers/fedtmos.md §3). It exists to measure what
     /// that order gives the machines.
     ByClass,
     /// The same rows sorted by class, cut in two halves taken alternately: the code's `fit` on
@@ -232,8 +232,9 @@ pub struct FedTmosSection {
     /// client trains alone.
     pub class_streams: bool,
     /// `shuffled` (every epoch drawn anew), `by-class` or `by-class-two-threads` (the published
-    /// code's unshuffled epochs, on one or two threads; one stream, so not with `class_streams`). Written only where
-    /// set, so a run's fingerprint from before the key is unchanged.
+    /// code's unshuffled epochs, on one or two threads; one stream, so not with
+    /// `class_streams`). Written only where set, so a run's fingerprint from before the key is
+    /// unchanged.
     #[serde(skip_serializing_if = "EpochOrder::is_shuffled")]
     #[schemars(extend("default" = "shuffled"))]
     pub epoch_order: EpochOrder,
@@ -285,6 +286,7 @@ pub struct FedTmosHyper {
     pub excluded_at: ExcludedAt,
     pub baselines: bool,
     pub class_streams: bool,
+    #[serde(skip_serializing_if = "EpochOrder::is_shuffled")]
     pub epoch_order: EpochOrder,
     pub copy_data_epoch: bool,
     pub coding: WeightCoding,
