@@ -333,7 +333,7 @@ impl FedTmosSection {
     }
 
     /// The unshuffled orders train on one stream, so they do not go with `class_streams`.
-    fn epoch_order(&self) -> ParamResult<EpochOrder> {
+    fn checked_epoch_order(&self) -> ParamResult<EpochOrder> {
         if self.class_streams && !self.epoch_order.is_shuffled() {
             return Err(ParamError::Inconsistent(
                 "fedtmos.epoch_order other than \"shuffled\" trains on one stream: it does not go with fedtmos.class_streams = true".into(),
@@ -380,7 +380,7 @@ impl FedTmosSection {
             excluded_at: self.excluded_at.unwrap_or(decided.excluded_at),
             baselines: self.baselines,
             class_streams: self.class_streams,
-            epoch_order: self.epoch_order()?,
+            epoch_order: self.checked_epoch_order()?,
             copy_data_epoch: self.copy_data_epoch,
             coding: self.coding,
             table_bits: None,

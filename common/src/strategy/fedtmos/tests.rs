@@ -440,6 +440,62 @@ fn epoch_order_is_shuffled_unless_asked_and_not_with_class_streams() {
     );
 }
 
+/// `train_locally` trains in the run's `epoch_order` (the leak's `prefit` goes through the same
+/// `FedTmosHyper::fit_epoch`): the same machine as the matching `ConvTm` epoch, `local_epochs`
+/// times.
+#[test]
+fn local_training_follows_the_epoch_order() {
+    use crate::data::booleanize::BitRows;
+    use crate::model::tm::FeedbackMasks;
+    use crate::model::tm::conv::ConvTm;
+    use rand::RngExt;
+    let mut r = derive_rng(3, "epoch-order", 0);
+    let mut data = BitRows::new(6, 2);
+    for _ in 0..200 {
+        let bits: Vec<bool> = (0..6).map(|_| r.random_bool(0.5)).collect();
+        let label = u32::from(bits[0] && bits[1]);
+        data.push(&bits, label);
+    }
+    let tm = crate::model::tm::testing::hyper(10, 8, 3.0);
+    for order in [
+        EpochOrder::Shuffled,
+        EpochOrder::ByClass,
+        EpochOrder::ByClassTwoThreads,
+    ] {
+        let mut hyper = FedTmosSection {
+            epoch_order: order,
+            local_epochs: 2,
+            ..Default::default()
+        }
+        .check()
+        .unwrap();
+        hyper.table_bits = Some(6);
+        let fresh = || {
+            let mut rng = derive_rng(4, "epoch-order-fit", 0);
+            let masks = FeedbackMasks::new(3.0, &mut rng);
+            let machine = ConvTm::new(tm, hyper.patch_spec(), 2).unwrap();
+            (machine, masks, rng)
+        };
+        let (mut got, mut masks, mut rng) = fresh();
+        hyper.train_locally(&mut got, &data, &mut masks, &mut rng);
+        let (mut want, mut masks, mut rng) = fresh();
+        for _ in 0..2 {
+            match order {
+                EpochOrder::Shuffled => want.fit_epoch(&data, &mut masks, &mut rng),
+                EpochOrder::ByClass => want.fit_epoch_by_class(&data, &mut masks, &mut rng, 1),
+                EpochOrder::ByClassTwoThreads => {
+                    want.fit_epoch_by_class(&data, &mut masks, &mut rng, 2)
+                }
+            }
+        }
+        let (a, b) = (got.multiclass().unwrap(), want.multiclass().unwrap());
+        for c in 0..2 {
+            assert_eq!(a.include_bits(c), b.include_bits(c), "{order:?}");
+            assert_eq!(a.class_weights(c), b.class_weights(c), "{order:?}");
+        }
+    }
+}
+
 /// Issue 33 §3: what each preset decides, pinned; the default is `recommended`, the paper's
 /// reading with the largest holder's include bits (docs/RESULTS.md, "FedTMOS's presets").
 #[test]
