@@ -1220,3 +1220,88 @@ fn the_ensembles_machines_are_stored_once() {
     let text = String::from_utf8_lossy(&explained.stdout);
     assert_eq!(text.matches("composite of 6 machines").count(), 6, "{text}");
 }
+
+/// `flint replay` on a table: each client, prepared again from the data as the run prepared it,
+/// measures the aggregate of the kept updates on its own test rows and gets the run's figure; a
+/// changed server setting changes the aggregate; data that no longer gives the run's rows is
+/// refused.
+#[test]
+fn a_table_run_replays_on_each_clients_test_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let runs = dir.path().join("runs");
+    let fedtmos = "name = \"kept\"\nstrategy = \"fedtmos\"\nseed = 1\nrounds = 1\nclient_count = 4\n\
+         [server]\nkeep_updates = true\n[data]\nsource = \"synthetic\"\nsamples = 800\nfeatures = 6\n\
+         global_test_fraction = 0.2\n";
+    let fedavg = synthetic_experiment("kept-ahp", 3, 3, "keep_updates = true");
+    for (name, text, round) in [("kept", fedtmos.to_string(), 1), ("kept-ahp", fedavg, 3)] {
+        let exp = write(dir.path(), &format!("{name}.toml"), &text);
+        ok(flint().arg("run").arg(exp).arg("--runs-dir").arg(&runs));
+        let r = results(&runs.join(name));
+        let out = replay_run(&runs.join(name), round, &[]);
+        let ran = &r.rounds[round as usize];
+        for c in &r.clients {
+            let want = format!("{:.4}", ran.metrics[&c.id].accuracy);
+            let line = format!("accuracy {want} ({want})");
+            assert!(
+                out.lines()
+                    .any(|l| l.trim_start().starts_with(&c.name) && l.ends_with(&line)),
+                "{name}, {}: {line}\n{out}",
+                c.name
+            );
+        }
+        let mean = format!("{:.4}", ran.mean.as_ref().unwrap().accuracy);
+        assert!(
+            out.contains(&format!("mean{}accuracy {mean} ({mean})", " ".repeat(23))),
+            "{out}"
+        );
+    }
+    // The shared test set's holder measures the model on it, as in the run.
+    let shared = results(&runs.join("kept")).rounds[1].global_test.unwrap();
+    let out = replay_run(&runs.join("kept"), 1, &[]);
+    let line = format!("the model{}accuracy {:.4}", " ".repeat(18), shared.accuracy);
+    assert!(out.contains(&line), "{line}\n{out}");
+    let one = replay_run(&runs.join("kept"), 1, &["fedtmos.models=1"]);
+    let report = one.lines().find(|l| l.starts_with('{')).unwrap();
+    let report: flint_common::strategy::RoundReport = serde_json::from_str(report).unwrap();
+    assert_eq!(report.fedtmos().unwrap().models.len(), 1, "{one}");
+
+    // A TPFL client's clause bank stays local: the download alone is not its model.
+    let tpfl = fedtmos
+        .replace("\"kept\"", "\"kept-tpfl\"")
+        .replace("fedtmos", "tpfl");
+    let tpfl = tpfl
+        .replace("rounds = 1", "rounds = 2")
+        .replace("global_test_fraction = 0.2\n", "");
+    ok(flint()
+        .arg("run")
+        .arg(write(dir.path(), "tpfl.toml", &tpfl))
+        .arg("--runs-dir")
+        .arg(&runs));
+    let out = replay_run(&runs.join("kept-tpfl"), 2, &[]);
+    assert!(out.contains("is not the download alone"), "{out}");
+    assert!(!out.contains("accuracy"), "{out}");
+
+    let out = flint()
+        .arg("replay")
+        .arg(runs.join("kept"))
+        .args(["--set", "data.samples=900"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("holds other rows than in the run"),
+        "{stderr}"
+    );
+}
+
+fn replay_run(run: &Path, round: u32, set: &[&str]) -> String {
+    let mut cmd = flint();
+    cmd.arg("replay")
+        .arg(run)
+        .args(["--round", &round.to_string()]);
+    for s in set {
+        cmd.args(["--set", s]);
+    }
+    String::from_utf8(ok(&mut cmd).stdout).unwrap()
+}

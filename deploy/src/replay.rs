@@ -2,17 +2,23 @@
 //! (`server.keep_updates`), under other settings and without training anything: the server half
 //! is a pure function of the updates. Where the strategy has a shared test set, the new download
 //! is measured on it as its holder would (FedTMOS: the composite, and with `fedtmos.baselines`
-//! the ensemble and each client alone).
+//! the ensemble and each client alone). On a table every client is prepared again as the run
+//! prepared it and measures the download on its own test rows, beside the run's figure.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, bail};
+use flint_common::clients::{Prepared, prepare};
 use flint_common::config::{Experiment, parse_override};
 use flint_common::data::default_data_dir;
 use flint_common::data::images::BitShard;
-use flint_common::strategy::{ClientStrategy, Downloads, Predictor, ServerStrategy, StrategyState};
+use flint_common::degenerate::{Names, round_warnings};
+use flint_common::metrics::{ConfusionMatrix, Metrics};
+use flint_common::strategy::{
+    Aggregate, ClientStrategy, Downloads, Predictor, ServerStrategy, StrategyState,
+};
 use flint_common::wire::Update;
 use flint_common::wire::proto::{DataSummary, Payload};
 use flint_common::{ClientId, Round};
@@ -35,47 +41,32 @@ pub struct ReplayArgs {
     pub data_dir: Option<PathBuf>,
     /// Also print the recall on each class of the shared test set, for the model and the
     /// ensemble under each reading (not for the clients alone), and for a class under 0.9
-    /// the class that took the most of its misses.
+    /// the class that took the most of its misses; on a table, also on the clients' test rows
+    /// pooled.
     #[arg(long)]
     pub per_class: bool,
     /// Also print, for every machine of the download and each class it holds, its mean class
     /// sum on that class's rows and on the others', and how often it is above 0 and T/2 on the
-    /// others (a machine that fires on everything votes for its class on every input).
+    /// others (a machine that fires on everything votes for its class on every input). Images
+    /// only.
     #[arg(long)]
     pub sums: bool,
 }
 
 pub fn replay(args: ReplayArgs) -> anyhow::Result<()> {
-    let dir = &args.run_dir;
-    let e = Experiment::load(&dir.join("experiment.toml"), &args.overrides)?;
-    if !e.data.is_images() {
-        bail!(
-            "flint replay measures image strategies on their shared test set; this run's data is a table"
-        );
-    }
+    let e = Experiment::load(&args.run_dir.join("experiment.toml"), &args.overrides)?;
     let data_dir = args.data_dir.clone().unwrap_or_else(default_data_dir);
-    let pool = e.data.load_images(&data_dir)?;
-    let (features, classes) = (pool.train.features(), e.data.classes().len());
-    let summaries = summaries(dir, features)?;
-    let mut server = e.strategy.server(classes, e.seed, e.robust);
-    if args.round > 1 && !matches!(server.snapshot(), StrategyState::Stateless) {
-        let kept = state_before(dir, args.round, &summaries, features, classes)?;
-        server
-            .restore(kept)
-            .context("the run's state before this round does not fit the changed settings")?;
+    match e.data.is_images() {
+        true => replay_images(&args, &e, &data_dir),
+        false => replay_table(&args, &e, &data_dir),
     }
-    let updates = kept_updates(dir, args.round, server.as_ref(), &summaries, features)?;
-    let started = Instant::now();
-    let agg = server.aggregate(args.round, &summaries, &updates)?;
-    let seconds = started.elapsed().as_secs_f64();
-    println!(
-        "round {} of {}: {} updates aggregated again in {:.2} ms",
-        args.round,
-        e.name,
-        updates.len(),
-        seconds * 1e3
-    );
-    println!("{}", serde_json::to_string(&agg.report)?);
+}
+
+fn replay_images(args: &ReplayArgs, e: &Experiment, data_dir: &Path) -> anyhow::Result<()> {
+    let pool = e.data.load_images(data_dir)?;
+    let (features, classes) = (pool.train.features(), e.data.classes().len());
+    let summaries = summaries(&args.run_dir, features)?;
+    let agg = aggregate_again(args, e, &summaries, features, classes)?;
     let (Some(rows), Downloads::Broadcast(download)) =
         (e.strategy.global_test_rows(), &agg.downloads)
     else {
@@ -94,7 +85,115 @@ pub fn replay(args: ReplayArgs) -> anyhow::Result<()> {
     if args.sums {
         print_sums(half.as_ref(), &shared);
     }
-    let mut all = half.evaluate_all(&shared);
+    print_shared(half.evaluate_all(&shared), args.per_class);
+    Ok(())
+}
+
+/// A table's clients prepared again from the data as the run prepared them (the same rows,
+/// splits and scaling, refused where the data no longer gives the run's class counts); each
+/// applies the new download and measures it on its own test rows, where the download is the
+/// whole model.
+fn replay_table(args: &ReplayArgs, e: &Experiment, data_dir: &Path) -> anyhow::Result<()> {
+    if args.sums {
+        println!("--sums reads a composite of image machines: nothing to show on a table");
+    }
+    let run = run_results(&args.run_dir)?;
+    let ids: Vec<ClientId> = run.clients.iter().map(|c| c.id).collect();
+    let mut clients = prepare(e, data_dir, &ids, None)?;
+    let summaries = table_summaries(&run, &clients)?;
+    let Some(features) = clients.first().map(|c| c.summary.features as usize) else {
+        bail!("the run has no client to prepare again");
+    };
+    let agg = aggregate_again(args, e, &summaries, features, e.data.classes().len())?;
+    if !e.strategy.model_is_the_download() {
+        println!(
+            "a {} client's model is not the download alone (it keeps what it trained): no client measures it here",
+            e.strategy.name()
+        );
+        return Ok(());
+    }
+    let ran = run.rounds.iter().find(|r| r.round == args.round);
+    let mut evals = BTreeMap::new();
+    println!("on each client's test rows (in parentheses, the run's):");
+    for c in &mut clients {
+        let Some(download) = agg.downloads.for_client(c.id) else {
+            continue;
+        };
+        c.half.apply(args.round, download)?;
+        let cm = c.half.evaluate();
+        let was = ran.and_then(|r| r.metrics.get(&c.id));
+        println!("  {:<26} accuracy {}", c.name, beside(&cm.metrics(), was));
+        evals.insert(c.id, cm);
+    }
+    let mean = Metrics::mean(
+        evals
+            .values()
+            .map(ConfusionMatrix::metrics)
+            .collect::<Vec<_>>()
+            .iter(),
+    );
+    if let Some(mean) = mean {
+        println!(
+            "  {:<26} accuracy {}",
+            "mean",
+            beside(&mean, ran.and_then(|r| r.mean.as_ref()))
+        );
+    }
+    if let Some(all) = args.per_class.then(|| pooled(&evals)).flatten() {
+        println!(
+            "  recall per class, the clients' test rows pooled: {}",
+            recall_per_class(&all)
+        );
+    }
+    let shared = clients
+        .first()
+        .map(|c| c.half.evaluate_global())
+        .unwrap_or_default();
+    let global = shared
+        .iter()
+        .find(|(p, _)| *p == Predictor::Model)
+        .map(|(_, cm)| cm.clone());
+    if let Some(cm) = &global {
+        println!("on the shared test set ({} rows):", cm.total());
+        print_shared(shared, args.per_class);
+    }
+    print_warnings(e, args.round, &evals, global.as_ref());
+    Ok(())
+}
+
+/// Aggregates `args.round` again from the kept updates, as the run's server did (after the
+/// rounds before it, for a strategy that keeps state), and prints the time and the report.
+fn aggregate_again(
+    args: &ReplayArgs,
+    e: &Experiment,
+    summaries: &BTreeMap<ClientId, DataSummary>,
+    features: usize,
+    classes: usize,
+) -> anyhow::Result<Aggregate> {
+    let dir = &args.run_dir;
+    let mut server = e.strategy.server(classes, e.seed, e.robust);
+    if args.round > 1 && !matches!(server.snapshot(), StrategyState::Stateless) {
+        let kept = state_before(dir, args.round, summaries, features, classes)?;
+        server
+            .restore(kept)
+            .context("the run's state before this round does not fit the changed settings")?;
+    }
+    let updates = kept_updates(dir, args.round, server.as_ref(), summaries, features)?;
+    let started = Instant::now();
+    let agg = server.aggregate(args.round, summaries, &updates)?;
+    println!(
+        "round {} of {}: {} updates aggregated again in {:.2} ms",
+        args.round,
+        e.name,
+        updates.len(),
+        started.elapsed().as_secs_f64() * 1e3
+    );
+    println!("{}", serde_json::to_string(&agg.report)?);
+    Ok(agg)
+}
+
+/// Each predictor's accuracy on the shared test set, the model first.
+fn print_shared(mut all: Vec<(Predictor, ConfusionMatrix)>, per_class: bool) {
     all.sort_by_key(|(p, _)| *p);
     for (p, cm) in all {
         let name = match p {
@@ -102,11 +201,79 @@ pub fn replay(args: ReplayArgs) -> anyhow::Result<()> {
             other => other.name(),
         };
         println!("  {name:<26} accuracy {:.4}", cm.metrics().accuracy);
-        if args.per_class && !matches!(p, Predictor::Client(_)) {
+        if per_class && !matches!(p, Predictor::Client(_)) {
             println!("    recall per class: {}", recall_per_class(&cm));
         }
     }
-    Ok(())
+}
+
+/// "0.9123 (0.9041)": the replay's accuracy and the run's, where the run measured it.
+fn beside(now: &Metrics, was: Option<&Metrics>) -> String {
+    match was {
+        Some(w) => format!("{:.4} ({:.4})", now.accuracy, w.accuracy),
+        None => format!("{:.4}", now.accuracy),
+    }
+}
+
+/// The warnings a run gives a degenerate model (one class for every row, under the majority
+/// class), for the replayed download.
+fn print_warnings(
+    e: &Experiment,
+    round: Round,
+    evals: &BTreeMap<ClientId, ConfusionMatrix>,
+    global: Option<&ConfusionMatrix>,
+) {
+    let client = |id: ClientId| {
+        e.client(id)
+            .map_or_else(|| format!("client {id}"), |c| c.name.clone())
+    };
+    let classes = e.data.classes();
+    let names = Names {
+        classes: &classes,
+        client: &client,
+    };
+    for w in round_warnings(round, evals, global, &names) {
+        println!("warning: {}", w.message);
+    }
+}
+
+/// The clients' confusion matrices added up.
+fn pooled(evals: &BTreeMap<ClientId, ConfusionMatrix>) -> Option<ConfusionMatrix> {
+    let classes = evals.values().next()?.classes();
+    let mut counts = vec![0; classes * classes];
+    for cm in evals.values() {
+        for (sum, n) in counts.iter_mut().zip(cm.counts()) {
+            *sum += n;
+        }
+    }
+    ConfusionMatrix::from_counts(classes, counts)
+}
+
+/// The clients' summaries as prepared again, refused where the data no longer gives the run's
+/// rows; each client's compute power as the run had it (a `flint client --compute-ghz`).
+fn table_summaries(
+    run: &RunResults,
+    clients: &[Prepared],
+) -> anyhow::Result<BTreeMap<ClientId, DataSummary>> {
+    let mut summaries = BTreeMap::new();
+    for (c, was) in clients.iter().zip(&run.clients) {
+        if c.summary.train_class_counts != was.train_class_counts
+            || c.summary.test_samples != was.test_samples
+        {
+            bail!(
+                "{} holds other rows than in the run (training rows per class {:?} here, {:?} in the run): the data or its path changed",
+                c.name,
+                c.summary.train_class_counts,
+                was.train_class_counts
+            );
+        }
+        let summary = DataSummary {
+            compute_ghz: was.compute_ghz,
+            ..c.summary.clone()
+        };
+        summaries.insert(c.id, summary);
+    }
+    Ok(summaries)
 }
 
 /// What a strategy keeps between rounds (TPFL's aggregates, the bases of its deltas) as the run
@@ -136,9 +303,7 @@ fn state_before(
 
 /// Each client's data summary as the run's results hold it.
 fn summaries(dir: &Path, features: usize) -> anyhow::Result<BTreeMap<ClientId, DataSummary>> {
-    let results = RunResults::read(&std::fs::read(dir.join("results.json"))?)
-        .with_context(|| format!("cannot read {}", dir.join("results.json").display()))?;
-    Ok(results
+    Ok(run_results(dir)?
         .clients
         .iter()
         .map(|c| {
@@ -151,6 +316,12 @@ fn summaries(dir: &Path, features: usize) -> anyhow::Result<BTreeMap<ClientId, D
             (c.id, summary)
         })
         .collect())
+}
+
+fn run_results(dir: &Path) -> anyhow::Result<RunResults> {
+    let path = dir.join("results.json");
+    let bytes = std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
+    RunResults::read(&bytes).with_context(|| format!("cannot read {}", path.display()))
 }
 
 /// The round's kept updates (`updates/round-R-client-C.pb`), decoded by the strategy's own
@@ -209,7 +380,7 @@ fn print_sums(half: &dyn ClientStrategy<BitShard>, shared: &BitShard) {
 /// "class: recall" for each class with test rows, and which class took the most of a weak
 /// class's misses, e.g.
 /// `0: 0.991  7: 0.054 (→9)`.
-fn recall_per_class(cm: &flint_common::metrics::ConfusionMatrix) -> String {
+fn recall_per_class(cm: &ConfusionMatrix) -> String {
     (0..cm.classes())
         .filter_map(|c| {
             let recall = cm.class_recall(c)?;
@@ -229,7 +400,6 @@ fn recall_per_class(cm: &flint_common::metrics::ConfusionMatrix) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use flint_common::metrics::ConfusionMatrix;
 
     #[test]
     fn a_weak_class_names_where_its_misses_went() {

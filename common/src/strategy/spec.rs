@@ -554,6 +554,20 @@ impl StrategySpec {
         }
     }
 
+    /// Whether a client's model after a round is the download alone, nothing of its own
+    /// training kept beside it, so a replayed download can be measured by a client prepared
+    /// afresh: not TPFL (its clause bank stays local), Blended FL (it blends the aggregate with
+    /// its own map) nor the baselines (no download).
+    pub fn model_is_the_download(&self) -> bool {
+        match self {
+            StrategySpec::BlendedFcm(_) | StrategySpec::Tpfl(_) => false,
+            StrategySpec::Local(_) | StrategySpec::Central(_) => false,
+            StrategySpec::FedAvg { .. } | StrategySpec::FedAvgAhp { .. } => true,
+            StrategySpec::BlindFcm(_) => true,
+            StrategySpec::FedTmos(_) | StrategySpec::Ensemble(_) | StrategySpec::FedTm(_) => true,
+        }
+    }
+
     /// The official test images every client's composite is also measured on, held by client
     /// 1: FedTMOS's global test set, the second half (indices 4992–9999; the paper used the
     /// first half as another method's public data).
