@@ -1233,7 +1233,20 @@ fn a_table_run_replays_on_each_clients_test_rows() {
          [server]\nkeep_updates = true\n[data]\nsource = \"synthetic\"\nsamples = 800\nfeatures = 6\n\
          global_test_fraction = 0.2\n";
     let fedavg = synthetic_experiment("kept-ahp", 3, 3, "keep_updates = true");
-    for (name, text, round) in [("kept", fedtmos.to_string(), 1), ("kept-ahp", fedavg, 3)] {
+    let other = |strategy: &str| {
+        fedtmos
+            .replace("\"kept\"", &format!("\"kept-{strategy}\""))
+            .replace("fedtmos", strategy)
+            .replace("rounds = 1", "rounds = 2")
+            .replace("global_test_fraction = 0.2\n", "")
+    };
+    let runs_of = [
+        ("kept", fedtmos.to_string(), 1),
+        ("kept-ahp", fedavg, 3),
+        ("kept-fedtm", other("fedtm"), 2),
+        ("kept-blind-fcm", other("blind-fcm"), 2),
+    ];
+    for (name, text, round) in runs_of {
         let exp = write(dir.path(), &format!("{name}.toml"), &text);
         ok(flint().arg("run").arg(exp).arg("--runs-dir").arg(&runs));
         let r = results(&runs.join(name));
@@ -1266,33 +1279,43 @@ fn a_table_run_replays_on_each_clients_test_rows() {
     assert_eq!(report.fedtmos().unwrap().models.len(), 1, "{one}");
 
     // A TPFL client's clause bank stays local: the download alone is not its model.
-    let tpfl = fedtmos
-        .replace("\"kept\"", "\"kept-tpfl\"")
-        .replace("fedtmos", "tpfl");
-    let tpfl = tpfl
-        .replace("rounds = 1", "rounds = 2")
-        .replace("global_test_fraction = 0.2\n", "");
     ok(flint()
         .arg("run")
-        .arg(write(dir.path(), "tpfl.toml", &tpfl))
+        .arg(write(dir.path(), "tpfl.toml", &other("tpfl")))
         .arg("--runs-dir")
         .arg(&runs));
     let out = replay_run(&runs.join("kept-tpfl"), 2, &[]);
     assert!(out.contains("is not the download alone"), "{out}");
     assert!(!out.contains("accuracy"), "{out}");
 
-    let out = flint()
-        .arg("replay")
-        .arg(runs.join("kept"))
-        .args(["--set", "data.samples=900"])
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
+    // A setting of the rows is refused before anything is read.
+    let out = replay_fails(&runs.join("kept"), &["--set", "data.scaling=none"]);
+    let want = "--set data.scaling: a replay measures the run's own clients";
+    assert!(out.contains(want), "{out}");
+    let out = replay_fails(&runs.join("kept"), &["--round", "2"]);
     assert!(
-        stderr.contains("holds other rows than in the run"),
-        "{stderr}"
+        out.contains("--round 2: the run closed rounds 1 to 1"),
+        "{out}"
     );
+
+    // A data file that no longer holds the run's rows is refused, never measured.
+    let (blobs, data) = with_blobs("x,y", 300);
+    let text = "name = \"kept-csv\"\nstrategy = \"fedavg\"\nseed = 5\nrounds = 1\nclient_count = 3\n\
+         [server]\nkeep_updates = true\n[data]\nsource = \"csv\"\npath = \"blobs.csv\"\nheader = true\n";
+    let csv_runs = blobs.path().join("runs");
+    let exp = write(blobs.path(), "csv.toml", text);
+    ok(&mut flint_run(&exp, &data, &csv_runs));
+    write_blobs(&data.join("blobs.csv"), "x,y", 299);
+    let data_dir = data.to_str().unwrap();
+    let out = replay_fails(&csv_runs.join("kept-csv"), &["--data-dir", data_dir]);
+    assert!(out.contains("holds other rows than in the run"), "{out}");
+}
+
+/// `flint replay RUN ARGS`, which must fail: its standard error.
+fn replay_fails(run: &Path, args: &[&str]) -> String {
+    let out = flint().arg("replay").arg(run).args(args).output().unwrap();
+    assert!(!out.status.success());
+    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 fn replay_run(run: &Path, round: u32, set: &[&str]) -> String {

@@ -22,7 +22,7 @@ use flint_common::strategy::{
 use flint_common::wire::Update;
 use flint_common::wire::proto::{DataSummary, Payload};
 use flint_common::{ClientId, Round};
-use flint_server::results::RunResults;
+use flint_server::results::{RoundResult, RunResults};
 use prost::Message;
 
 #[derive(clap::Args)]
@@ -54,18 +54,55 @@ pub struct ReplayArgs {
 }
 
 pub fn replay(args: ReplayArgs) -> anyhow::Result<()> {
+    refuse_row_settings(&args.overrides)?;
     let e = Experiment::load(&args.run_dir.join("experiment.toml"), &args.overrides)?;
+    let run = run_results(&args.run_dir)?;
+    let ran = closed_round(&run, args.round)?;
     let data_dir = args.data_dir.clone().unwrap_or_else(default_data_dir);
     match e.data.is_images() {
-        true => replay_images(&args, &e, &data_dir),
-        false => replay_table(&args, &e, &data_dir),
+        true => replay_images(&args, &e, &run, &data_dir),
+        false => replay_table(&args, &e, &run, ran, &data_dir),
     }
 }
 
-fn replay_images(args: &ReplayArgs, e: &Experiment, data_dir: &Path) -> anyhow::Result<()> {
+/// Settings that decide which rows each client holds: a replay aggregates the updates the run's
+/// clients trained on their rows, and measures them on the same clients.
+fn refuse_row_settings(overrides: &[(String, String)]) -> anyhow::Result<()> {
+    let decides_rows = |key: &str| {
+        matches!(key, "seed" | "client_count")
+            || ["data.", "partition.", "clients"]
+                .iter()
+                .any(|p| key.starts_with(p))
+    };
+    match overrides.iter().find(|(key, _)| decides_rows(key)) {
+        Some((key, _)) => bail!(
+            "--set {key}: a replay measures the run's own clients on the rows they held; a setting of the data, the partition, the seed or the clients needs a run of its own"
+        ),
+        None => Ok(()),
+    }
+}
+
+/// The run's record of `round`, which it must have closed.
+fn closed_round(run: &RunResults, round: Round) -> anyhow::Result<&RoundResult> {
+    let closed = run.rounds.iter().map(|r| r.round).filter(|&r| r > 0);
+    let Some(last) = closed.max() else {
+        bail!("the run closed no round: there is nothing to aggregate again");
+    };
+    match run.rounds.iter().find(|r| r.round == round && round > 0) {
+        Some(ran) => Ok(ran),
+        None => bail!("--round {round}: the run closed rounds 1 to {last}"),
+    }
+}
+
+fn replay_images(
+    args: &ReplayArgs,
+    e: &Experiment,
+    run: &RunResults,
+    data_dir: &Path,
+) -> anyhow::Result<()> {
     let pool = e.data.load_images(data_dir)?;
     let (features, classes) = (pool.train.features(), e.data.classes().len());
-    let summaries = summaries(&args.run_dir, features)?;
+    let summaries = summaries(run, features);
     let agg = aggregate_again(args, e, &summaries, features, classes)?;
     let (Some(rows), Downloads::Broadcast(download)) =
         (e.strategy.global_test_rows(), &agg.downloads)
@@ -85,22 +122,26 @@ fn replay_images(args: &ReplayArgs, e: &Experiment, data_dir: &Path) -> anyhow::
     if args.sums {
         print_sums(half.as_ref(), &shared);
     }
-    print_shared(half.evaluate_all(&shared), args.per_class);
+    print_shared(half.evaluate_all(&shared), args.per_class, None);
     Ok(())
 }
 
 /// A table's clients prepared again from the data as the run prepared them (the same rows,
-/// splits and scaling, refused where the data no longer gives the run's class counts); each
-/// applies the new download and measures it on its own test rows, where the download is the
-/// whole model.
-fn replay_table(args: &ReplayArgs, e: &Experiment, data_dir: &Path) -> anyhow::Result<()> {
+/// splits and scaling); each applies the new download and measures it on its own test rows,
+/// where the download is the whole model.
+fn replay_table(
+    args: &ReplayArgs,
+    e: &Experiment,
+    run: &RunResults,
+    ran: &RoundResult,
+    data_dir: &Path,
+) -> anyhow::Result<()> {
     if args.sums {
-        println!("--sums reads a composite of image machines: nothing to show on a table");
+        println!("--sums profiles image composites only: nothing to show on a table");
     }
-    let run = run_results(&args.run_dir)?;
     let ids: Vec<ClientId> = run.clients.iter().map(|c| c.id).collect();
     let mut clients = prepare(e, data_dir, &ids, None)?;
-    let summaries = table_summaries(&run, &clients)?;
+    let summaries = table_summaries(run, &clients)?;
     let Some(features) = clients.first().map(|c| c.summary.features as usize) else {
         bail!("the run has no client to prepare again");
     };
@@ -112,39 +153,8 @@ fn replay_table(args: &ReplayArgs, e: &Experiment, data_dir: &Path) -> anyhow::R
         );
         return Ok(());
     }
-    let ran = run.rounds.iter().find(|r| r.round == args.round);
-    let mut evals = BTreeMap::new();
-    println!("on each client's test rows (in parentheses, the run's):");
-    for c in &mut clients {
-        let Some(download) = agg.downloads.for_client(c.id) else {
-            continue;
-        };
-        c.half.apply(args.round, download)?;
-        let cm = c.half.evaluate();
-        let was = ran.and_then(|r| r.metrics.get(&c.id));
-        println!("  {:<26} accuracy {}", c.name, beside(&cm.metrics(), was));
-        evals.insert(c.id, cm);
-    }
-    let mean = Metrics::mean(
-        evals
-            .values()
-            .map(ConfusionMatrix::metrics)
-            .collect::<Vec<_>>()
-            .iter(),
-    );
-    if let Some(mean) = mean {
-        println!(
-            "  {:<26} accuracy {}",
-            "mean",
-            beside(&mean, ran.and_then(|r| r.mean.as_ref()))
-        );
-    }
-    if let Some(all) = args.per_class.then(|| pooled(&evals)).flatten() {
-        println!(
-            "  recall per class, the clients' test rows pooled: {}",
-            recall_per_class(&all)
-        );
-    }
+    let evals = measure_clients(&mut clients, args.round, &agg.downloads, ran)?;
+    print_means(&evals, ran, args.per_class);
     let shared = clients
         .first()
         .map(|c| c.half.evaluate_global())
@@ -155,10 +165,65 @@ fn replay_table(args: &ReplayArgs, e: &Experiment, data_dir: &Path) -> anyhow::R
         .map(|(_, cm)| cm.clone());
     if let Some(cm) = &global {
         println!("on the shared test set ({} rows):", cm.total());
-        print_shared(shared, args.per_class);
+        print_shared(shared, args.per_class, Some(ran));
     }
     print_warnings(e, args.round, &evals, global.as_ref());
     Ok(())
+}
+
+/// Each client applies its download and measures it on its own test rows, printed beside the
+/// run's figure.
+fn measure_clients(
+    clients: &mut [Prepared],
+    round: Round,
+    downloads: &Downloads,
+    ran: &RoundResult,
+) -> anyhow::Result<BTreeMap<ClientId, ConfusionMatrix>> {
+    println!("on each client's test rows (in parentheses, the run's):");
+    let mut evals = BTreeMap::new();
+    for c in clients {
+        let Some(download) = downloads.for_client(c.id) else {
+            continue;
+        };
+        c.half
+            .apply(round, download)
+            .with_context(|| format!("{} cannot apply the download", c.name))?;
+        let cm = c.half.evaluate();
+        let was = ran.metrics.get(&c.id);
+        println!("  {:<26} accuracy {}", c.name, beside(&cm.metrics(), was));
+        evals.insert(c.id, cm);
+    }
+    Ok(evals)
+}
+
+/// The mean over the clients the run measured (a client that did not report that round is
+/// left out of both), and with `per_class` the recall on their test rows pooled.
+fn print_means(evals: &BTreeMap<ClientId, ConfusionMatrix>, ran: &RoundResult, per_class: bool) {
+    let measured: Vec<Metrics> = evals
+        .iter()
+        .filter(|(id, _)| ran.metrics.contains_key(id))
+        .map(|(_, cm)| cm.metrics())
+        .collect();
+    if let Some(mean) = Metrics::mean(&measured) {
+        println!(
+            "  {:<26} accuracy {}",
+            "mean",
+            beside(&mean, ran.mean.as_ref())
+        );
+    }
+    if measured.len() < evals.len() {
+        println!(
+            "  (the mean is over the {} clients the run measured in this round, of {})",
+            measured.len(),
+            evals.len()
+        );
+    }
+    if let Some(all) = per_class.then(|| pooled(evals)).flatten() {
+        println!(
+            "  recall per class, the clients' test rows pooled: {}",
+            recall_per_class(&all)
+        );
+    }
 }
 
 /// Aggregates `args.round` again from the kept updates, as the run's server did (after the
@@ -192,15 +257,26 @@ fn aggregate_again(
     Ok(agg)
 }
 
-/// Each predictor's accuracy on the shared test set, the model first.
-fn print_shared(mut all: Vec<(Predictor, ConfusionMatrix)>, per_class: bool) {
+/// Each predictor's accuracy on the shared test set, the model first, beside the run's where
+/// given.
+fn print_shared(
+    mut all: Vec<(Predictor, ConfusionMatrix)>,
+    per_class: bool,
+    ran: Option<&RoundResult>,
+) {
     all.sort_by_key(|(p, _)| *p);
     for (p, cm) in all {
-        let name = match p {
-            Predictor::Model => "the model".to_string(),
-            other => other.name(),
+        let (name, was) = match p {
+            Predictor::Model => (
+                "the model".to_string(),
+                ran.and_then(|r| r.global_test.as_ref()),
+            ),
+            other => (
+                other.name(),
+                ran.and_then(|r| r.baselines.get(&other.name())),
+            ),
         };
-        println!("  {name:<26} accuracy {:.4}", cm.metrics().accuracy);
+        println!("  {name:<26} accuracy {}", beside(&cm.metrics(), was));
         if per_class && !matches!(p, Predictor::Client(_)) {
             println!("    recall per class: {}", recall_per_class(&cm));
         }
@@ -256,15 +332,20 @@ fn table_summaries(
     clients: &[Prepared],
 ) -> anyhow::Result<BTreeMap<ClientId, DataSummary>> {
     let mut summaries = BTreeMap::new();
-    for (c, was) in clients.iter().zip(&run.clients) {
+    for c in clients {
+        let Some(was) = run.clients.iter().find(|w| w.id == c.id) else {
+            bail!("{} is not among the run's clients", c.name);
+        };
         if c.summary.train_class_counts != was.train_class_counts
             || c.summary.test_samples != was.test_samples
         {
             bail!(
-                "{} holds other rows than in the run (training rows per class {:?} here, {:?} in the run): the data or its path changed",
+                "{} holds other rows than in the run (training rows per class {:?} and {} test rows here, {:?} and {} in the run): the data or its path changed",
                 c.name,
                 c.summary.train_class_counts,
-                was.train_class_counts
+                c.summary.test_samples,
+                was.train_class_counts,
+                was.test_samples
             );
         }
         let summary = DataSummary {
@@ -302,9 +383,8 @@ fn state_before(
 }
 
 /// Each client's data summary as the run's results hold it.
-fn summaries(dir: &Path, features: usize) -> anyhow::Result<BTreeMap<ClientId, DataSummary>> {
-    Ok(run_results(dir)?
-        .clients
+fn summaries(run: &RunResults, features: usize) -> BTreeMap<ClientId, DataSummary> {
+    run.clients
         .iter()
         .map(|c| {
             let summary = DataSummary {
@@ -315,7 +395,7 @@ fn summaries(dir: &Path, features: usize) -> anyhow::Result<BTreeMap<ClientId, D
             };
             (c.id, summary)
         })
-        .collect())
+        .collect()
 }
 
 fn run_results(dir: &Path) -> anyhow::Result<RunResults> {
