@@ -54,8 +54,12 @@ pub struct ReplayArgs {
 }
 
 pub fn replay(args: ReplayArgs) -> anyhow::Result<()> {
-    refuse_row_settings(&args.overrides)?;
-    let e = Experiment::load(&args.run_dir.join("experiment.toml"), &args.overrides)?;
+    let file = args.run_dir.join("experiment.toml");
+    refuse_row_settings(
+        &args.overrides,
+        Experiment::load(&file, &[])?.data.is_images(),
+    )?;
+    let e = Experiment::load(&file, &args.overrides)?;
     let run = run_results(&args.run_dir)?;
     let ran = closed_round(&run, args.round)?;
     let data_dir = args.data_dir.clone().unwrap_or_else(default_data_dir);
@@ -65,18 +69,22 @@ pub fn replay(args: ReplayArgs) -> anyhow::Result<()> {
     }
 }
 
-/// Settings that decide which rows each client holds: a replay aggregates the updates the run's
-/// clients trained on their rows, and measures them on the same clients.
-fn refuse_row_settings(overrides: &[(String, String)]) -> anyhow::Result<()> {
-    let decides_rows = |key: &str| {
-        matches!(key, "seed" | "client_count")
-            || ["data.", "partition.", "clients"]
-                .iter()
-                .any(|p| key.starts_with(p))
+/// Settings that decide the rows a replay measures on: the data's on images (the shared test
+/// set; the clients' summaries are the run's, and `seed` only draws the server's k-means
+/// again), and on a table also the seed, partition and clients, which draw each client's rows.
+fn refuse_row_settings(overrides: &[(String, String)], images: bool) -> anyhow::Result<()> {
+    let decides_rows = |key: &str| match images {
+        true => key.starts_with("data."),
+        false => {
+            matches!(key, "seed" | "client_count")
+                || ["data.", "partition.", "clients"]
+                    .iter()
+                    .any(|p| key.starts_with(p))
+        }
     };
     match overrides.iter().find(|(key, _)| decides_rows(key)) {
         Some((key, _)) => bail!(
-            "--set {key}: a replay measures the run's own clients on the rows they held; a setting of the data, the partition, the seed or the clients needs a run of its own"
+            "--set {key}: a replay measures the run's own clients on the rows they held; this setting changes those rows and needs a run of its own"
         ),
         None => Ok(()),
     }
