@@ -504,6 +504,16 @@ fn a_federation_larger_than_its_table_is_refused_before_any_process_starts() {
             "{clients}: no run directory, no server, no client"
         );
     }
+    // `flint split`, which checks a split before a run, counts them alike.
+    let out = flint()
+        .arg("split")
+        .arg(&exp)
+        .args(["--set", "strategy=fedavg", "--set", "client_count=600"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("of the 600 clients are short"), "{err}");
 }
 
 /// Issue 29 §3: SIGTERM while a thousand clients' processes are being started stops the spawn

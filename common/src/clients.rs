@@ -231,20 +231,31 @@ pub fn check_image_shards(e: &Experiment, data_dir: &Path) -> Result<()> {
     let pool = e.data.load_images(data_dir)?;
     let source = ShardSource::new(&pool, e.seed)?;
     let split_rows = image_split(e, &pool)?;
-    let mut first = None;
-    let mut short = 0;
-    for (k, client) in e.clients.iter().enumerate() {
+    let shards = e.clients.iter().enumerate().map(|(k, client)| {
         let id = k as ClientId + 1;
-        if let Err(err) = image_shard(e, &pool, &source, split_rows.as_deref(), id, Prefit::Skip) {
-            short += 1;
-            first.get_or_insert(in_client(&client.name, err));
+        image_shard(e, &pool, &source, split_rows.as_deref(), id, Prefit::Skip)
+            .map_err(|err| in_client(&client.name, err))
+    });
+    every_client(shards, e.clients.len()).map(|_| ())
+}
+
+/// Every client's result, or the first client's error, saying how many clients fall short
+/// where more than one does (a user fixes the split once, not client by client).
+fn every_client<T>(all: impl Iterator<Item = Result<T>>, clients: usize) -> Result<Vec<T>> {
+    let (mut done, mut first, mut short) = (Vec::new(), None, 0);
+    for result in all {
+        match result {
+            Ok(t) => done.push(t),
+            Err(err) => {
+                short += 1;
+                first.get_or_insert(err);
+            }
         }
     }
     match first {
-        None => Ok(()),
+        None => Ok(done),
         Some(FlintError::Partition(m)) if short > 1 => Err(FlintError::Partition(format!(
-            "{m}; {short} of the {} clients are short",
-            e.clients.len()
+            "{m}; {short} of the {clients} clients are short"
         ))),
         Some(err) => Err(err),
     }
@@ -296,7 +307,7 @@ fn image_client_classes(e: &Experiment, data_dir: &Path) -> Result<Vec<ClientCla
             test: per_class(shard.test.labels.iter().copied(), classes),
         })
     };
-    e.clients.iter().enumerate().map(of_client).collect()
+    every_client(e.clients.iter().enumerate().map(of_client), e.clients.len())
 }
 
 fn table_client_classes(e: &Experiment, data_dir: &Path) -> Result<Vec<ClientClasses>> {
@@ -313,12 +324,8 @@ fn table_client_classes(e: &Experiment, data_dir: &Path) -> Result<Vec<ClientCla
             test: count(&test),
         })
     };
-    parts
-        .iter()
-        .zip(&e.clients)
-        .enumerate()
-        .map(of_client)
-        .collect()
+    let all = parts.iter().zip(&e.clients).enumerate().map(of_client);
+    every_client(all, parts.len())
 }
 
 /// A client's image shard: drawn by its Dirichlet proportions, or its rows of the split by
@@ -469,23 +476,11 @@ fn client_split(
 /// from the same partition and splits its process will draw. Says how many fall short.
 pub fn check_table_shards(e: &Experiment, dataset: &Dataset) -> Result<()> {
     let parts = TableParts::of(e, dataset)?.parts;
-    let mut first = None;
-    let mut short = 0;
-    for (k, rows) in parts.iter().enumerate() {
+    let splits = parts.iter().enumerate().map(|(k, rows)| {
         let id = k as ClientId + 1;
-        if let Err(err) = client_split(e, dataset, rows, id, &e.clients[k].name) {
-            short += 1;
-            first.get_or_insert(err);
-        }
-    }
-    match first {
-        None => Ok(()),
-        Some(FlintError::Partition(m)) if short > 1 => Err(FlintError::Partition(format!(
-            "{m}; {short} of the {} clients are short",
-            parts.len()
-        ))),
-        Some(err) => Err(err),
-    }
+        client_split(e, dataset, rows, id, &e.clients[k].name)
+    });
+    every_client(splits, parts.len()).map(|_| ())
 }
 
 /// One table client's splits, before its model's input is chosen.
