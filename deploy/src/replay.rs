@@ -14,7 +14,7 @@ use flint_common::clients::{Prepared, prepare};
 use flint_common::config::{Experiment, parse_override};
 use flint_common::data::default_data_dir;
 use flint_common::data::images::BitShard;
-use flint_common::degenerate::{Names, round_warnings};
+use flint_common::degenerate::named_round_warnings;
 use flint_common::metrics::{ConfusionMatrix, Metrics};
 use flint_common::strategy::{
     Aggregate, ClientStrategy, Downloads, Predictor, ServerStrategy, StrategyState,
@@ -307,16 +307,7 @@ fn print_warnings(
     evals: &BTreeMap<ClientId, ConfusionMatrix>,
     global: Option<&ConfusionMatrix>,
 ) {
-    let client = |id: ClientId| {
-        e.client(id)
-            .map_or_else(|| format!("client {id}"), |c| c.name.clone())
-    };
-    let classes = e.data.classes();
-    let names = Names {
-        classes: &classes,
-        client: &client,
-    };
-    for w in round_warnings(round, evals, global, &names) {
+    for w in named_round_warnings(e, round, evals, global) {
         println!("warning: {}", w.message);
     }
 }

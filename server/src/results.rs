@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use flint_common::degenerate::{Names, Warning, few_training_rows, round_warnings};
+use flint_common::degenerate::{Warning, few_training_rows, named_round_warnings};
 use flint_common::metrics::Metrics;
 use flint_common::strategy::tpfl::{TpflRound, WinnerRecord};
 use flint_common::strategy::{LocalMetrics, Predictor, RoundReport};
@@ -296,15 +296,6 @@ pub fn collect(shared: &Shared) -> RunResults {
 
 /// Each round's warnings, logged as the results are written.
 fn warnings(e: &flint_common::config::Experiment, rounds: &Rounds, last: Round) -> Vec<Warning> {
-    let client = |id: ClientId| {
-        e.client(id)
-            .map_or_else(|| format!("client {id}"), |c| c.name.clone())
-    };
-    let classes = e.data.classes();
-    let names = Names {
-        classes: &classes,
-        client: &client,
-    };
     let mut all = Vec::new();
     for round in 1..=last {
         let Some(evals) = rounds.evals().get(&round) else {
@@ -314,7 +305,7 @@ fn warnings(e: &flint_common::config::Experiment, rounds: &Rounds, last: Round) 
             .global_evals()
             .get(&round)
             .and_then(|g| g.get(&Predictor::Model));
-        all.extend(round_warnings(round, evals, global, &names));
+        all.extend(named_round_warnings(e, round, evals, global));
     }
     let counts = rounds
         .joined()
