@@ -1273,6 +1273,17 @@ fn a_table_run_replays_on_each_clients_test_rows() {
     let out = replay_run(&runs.join("kept"), 1, &[]);
     let line = format!("the model{}accuracy {:.4}", " ".repeat(18), shared.accuracy);
     assert!(out.contains(&line), "{line}\n{out}");
+    let per_class = flint()
+        .arg("replay")
+        .arg(runs.join("kept"))
+        .arg("--per-class")
+        .output()
+        .unwrap();
+    let per_class = String::from_utf8_lossy(&per_class.stdout);
+    assert!(
+        per_class.contains("recall per class, the clients' test rows pooled: 0: "),
+        "{per_class}"
+    );
     let one = replay_run(&runs.join("kept"), 1, &["fedtmos.models=1"]);
     let report = one.lines().find(|l| l.starts_with('{')).unwrap();
     let report: flint_common::strategy::RoundReport = serde_json::from_str(report).unwrap();
