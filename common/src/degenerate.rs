@@ -128,25 +128,6 @@ pub struct Names<'a> {
     pub client: &'a dyn Fn(ClientId) -> String,
 }
 
-/// [`round_warnings`] with the experiment's class and client names.
-pub fn named_round_warnings(
-    e: &crate::config::Experiment,
-    round: Round,
-    evals: &BTreeMap<ClientId, ConfusionMatrix>,
-    global: Option<&ConfusionMatrix>,
-) -> Vec<Warning> {
-    let client = |id: ClientId| {
-        e.client(id)
-            .map_or_else(|| format!("client {id}"), |c| c.name.clone())
-    };
-    let classes = e.data.classes();
-    let names = Names {
-        classes: &classes,
-        client: &client,
-    };
-    round_warnings(round, evals, global, &names)
-}
-
 /// A round's warnings: the clients' models on their own test splits, then the model on the
 /// shared test set where the run has one.
 pub fn round_warnings(

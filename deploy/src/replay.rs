@@ -14,7 +14,6 @@ use flint_common::clients::{Prepared, prepare};
 use flint_common::config::{Experiment, parse_override};
 use flint_common::data::default_data_dir;
 use flint_common::data::images::BitShard;
-use flint_common::degenerate::named_round_warnings;
 use flint_common::metrics::{ConfusionMatrix, Metrics};
 use flint_common::strategy::{
     Aggregate, ClientStrategy, Downloads, Predictor, ServerStrategy, StrategyState,
@@ -307,7 +306,7 @@ fn print_warnings(
     evals: &BTreeMap<ClientId, ConfusionMatrix>,
     global: Option<&ConfusionMatrix>,
 ) {
-    for w in named_round_warnings(e, round, evals, global) {
+    for w in e.round_warnings(round, evals, global) {
         println!("warning: {}", w.message);
     }
 }

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use flint_common::degenerate::{Warning, few_training_rows, named_round_warnings};
+use flint_common::degenerate::{Warning, few_training_rows};
 use flint_common::metrics::Metrics;
 use flint_common::strategy::tpfl::{TpflRound, WinnerRecord};
 use flint_common::strategy::{LocalMetrics, Predictor, RoundReport};
@@ -305,7 +305,7 @@ fn warnings(e: &flint_common::config::Experiment, rounds: &Rounds, last: Round) 
             .global_evals()
             .get(&round)
             .and_then(|g| g.get(&Predictor::Model));
-        all.extend(named_round_warnings(e, round, evals, global));
+        all.extend(e.round_warnings(round, evals, global));
     }
     let counts = rounds
         .joined()

@@ -244,6 +244,26 @@ impl Experiment {
         self.clients.get((id as usize).checked_sub(1)?)
     }
 
+    /// A round's degenerate-model warnings ([`crate::degenerate::round_warnings`]), named with
+    /// this experiment's classes and clients.
+    pub fn round_warnings(
+        &self,
+        round: crate::Round,
+        evals: &BTreeMap<crate::ClientId, crate::metrics::ConfusionMatrix>,
+        global: Option<&crate::metrics::ConfusionMatrix>,
+    ) -> Vec<crate::degenerate::Warning> {
+        let client = |id: crate::ClientId| {
+            self.client(id)
+                .map_or_else(|| format!("client {id}"), |c| c.name.clone())
+        };
+        let classes = self.data.classes();
+        let names = crate::degenerate::Names {
+            classes: &classes,
+            client: &client,
+        };
+        crate::degenerate::round_warnings(round, evals, global, &names)
+    }
+
     /// The resolved experiment as TOML, so a run directory records exactly what ran.
     pub fn to_toml(&self) -> String {
         toml::to_string(&self.file).expect("experiment serialises to toml")
