@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The ensemble's model files (issue 29 section 4): runs experiments/ensemble/*.toml with flint,
+"""The ensemble's model files: runs experiments/ensemble/*.toml with flint,
 then prints per table the bytes of models/ (format version 2: each machine stored once), that
 size over one composite (the stored machines plus one client's file), the version 1 size
 rebuilt from the same files (every client's file with its machines inline, pretty-printed, and

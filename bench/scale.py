@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Scale runs (issue 17): many synthetic clients in few or many processes, repeated.
+"""Scale runs: many synthetic clients in few or many processes, repeated.
 
 Runs `flint run` on a FedAvg experiment over the built-in synthetic data for every
 (clients, clients per process, repetition) asked for, and appends one row per run to a CSV:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Every strategy at its defaults on six public tables, beside scikit-learn (issue 29 §1).
+"""Every strategy at its defaults on six public tables, beside scikit-learn.
 
     python3 bench/tables.py [--out runs/tables] [--flint target/release/flint] [--seeds 1,2,3]
 

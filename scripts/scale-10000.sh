@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 31 §4: ten thousand clients, five rounds, on this machine (FedAvg of logistic regression
+# Ten thousand clients, five rounds, on this machine (FedAvg of logistic regression
 # on synthetic data, 200 clients per process, so 50 client processes and the server on loopback).
 # Appends a row per run to runs/scale/10000.csv (resumable: rows already there are skipped) with
 # the round times (mean, second, last, last / second) and the server's peak memory per client.

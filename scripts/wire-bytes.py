@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What a run's wire carries, against its content (issue 31 §5; docs/results/engine.md
+"""What a run's wire carries, against its content (docs/results/engine.md
 §"Near the entropy" and docs/results/fedtmos.md §Bytes). Standard library only: the kept
 updates (`server.keep_updates = true`) are read with a minimal protobuf parser.
 
