@@ -89,7 +89,7 @@ fn benches(c: &mut Criterion) {
         &small,
         |tm, masks, rng| tm.fit_epoch(&train, masks, rng),
     );
-    // TPFL's machine (issue 31 §2's laggard): 1000 clauses shared by the classes, focused
+    // TPFL's machine (the furthest behind 4× its peer): 1000 clauses shared by the classes, focused
     // negative sampling, as `bench/tm-bench.sh` runs it against green-tsetlin.
     let coalesced = {
         let hyper = TmHyper {

@@ -1,4 +1,4 @@
-//! The wire's codes (issue 31 §5): a TPFL update's 300 clause weights (`weight_code`) and a
+//! The wire's codes: a TPFL update's 300 clause weights (`weight_code`) and a
 //! FedTMOS class's 200 × 142 include bits (`include_code`, Fashion-MNIST's machine), encoded and
 //! read back (decoding includes the canonical check, a second encoding). Seeded vectors shaped
 //! like the real ones: weights around ±60, a quarter of the literals included.

@@ -1,4 +1,4 @@
-//! A model that learned nothing says so (issue 29 §2). From the evaluations the clients report
+//! A model that learned nothing says so. From the evaluations the clients report
 //! each round: models that predict one class for every test row, and accuracy below what always
 //! answering the most common class would score — the two faces of an empty or untrained model,
 //! which otherwise reports majority-class accuracy as if it had learned it.

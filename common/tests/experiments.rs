@@ -1,6 +1,6 @@
 //! Every committed experiment file, checked: its checked form (strategy, policy, data, partition,
 //! compression, clients) must stay what `tests/experiments/checked.json` records (a digest of its
-//! `Debug` text), so a change of how the file is read (issue 28: typed configuration) is proven
+//! `Debug` text), so a change of how the file is read (such as typing the configuration) is proven
 //! to change no experiment; and its resolved file must read back as the same experiment.
 //!
 //! To re-record after an intended change: `FLINT_RECORD=1 cargo test -p flint-common --test

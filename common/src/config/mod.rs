@@ -327,7 +327,7 @@ name = "b"
         assert_eq!(e.fingerprint.len(), 16);
     }
 
-    /// Issue 30 §4: `[robust]` is checked with the strategy, written back only where it changes
+    /// `[robust]` is checked with the strategy, written back only where it changes
     /// something (the papers' mean leaves a file's fingerprint as it was), and refused where
     /// nothing is averaged.
     #[test]
@@ -362,7 +362,7 @@ name = "b"
         assert!(err.contains("needs robust.clip_norm"), "{err}");
     }
 
-    /// Issue 29 §5: `label_column` (and `skip_columns`) by index or by header name; a name
+    /// `label_column` (and `skip_columns`) by index or by header name; a name
     /// implies the header, and contradicts `header = false`.
     #[test]
     fn a_csv_label_named_in_the_header_implies_the_header() {
@@ -402,7 +402,7 @@ skip_columns = [0, "id"]
         );
     }
 
-    /// Issue 29 §1: `rounds` left out is 1 for the one-shot strategies and 10 for the others,
+    /// `rounds` left out is 1 for the one-shot strategies and 10 for the others,
     /// and the resolved file writes it (a file that writes the default has the same
     /// fingerprint).
     #[test]
@@ -419,8 +419,8 @@ skip_columns = [0, "id"]
 
     /// Every `FLINT_…` variable the shells read or the deployment files set is reserved, so that
     /// none is read as an experiment key (FLINT_ENROLLMENT once was: `unknown field enrollment`).
-    /// Issue 29 §1: on a table the keys a section leaves out are sized by its classes, the
-    /// resolved file writes the values chosen, a written key stays, and images keep the papers'.
+    /// On a table the keys a section leaves out are sized by its classes, the resolved file
+    /// writes the values chosen, a written key stays, and images keep the papers'.
     #[test]
     fn a_table_sizes_the_defaults_by_its_classes() {
         let table = |strategy: &str, classes: usize, extra: &str| {
@@ -670,7 +670,7 @@ skip_columns = [0, "id"]
         let mut names = BTreeSet::new();
         for f in &files {
             let e = Experiment::load(f, &[]).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
-            // Issue 18 §6: the resolved file, every key the run reads written in, reads back as the same
+            // The resolved file, every key the run reads written in, reads back as the same
             // experiment, with the same fingerprint.
             let again = Experiment::from_toml(&e.to_toml())
                 .unwrap_or_else(|err| panic!("{} resolved: {err}\n{}", f.display(), e.to_toml()));
@@ -685,7 +685,7 @@ skip_columns = [0, "id"]
         }
     }
 
-    /// Issue 29 §6: AHP with clients declared by count takes the paper's criteria without
+    /// AHP with clients declared by count takes the paper's criteria without
     /// compute speed (Gini over size, 9: priorities 0.9 and 0.1), written into the resolved
     /// file; criteria given by hand that need it still need it.
     #[test]
@@ -818,7 +818,7 @@ iid_clients = 1
                 .to_string();
             assert!(err.contains(want), "{to}: {err}");
         }
-        // Issue 18 §6: the resolved file shows every key of the sections the run reads, and
+        // The resolved file shows every key of the sections the run reads, and
         // a file that writes the defaults out is the same experiment as one that leaves them.
         let resolved = e.to_toml();
         for key in [
@@ -843,7 +843,7 @@ iid_clients = 1
             Experiment::from_toml(&other).unwrap().fingerprint,
             e.fingerprint
         );
-        // Issue 18 §8: a negative count says which rule it breaks, from a file or an override.
+        // A negative count says which rule it breaks, from a file or an override.
         for (text, overrides, want) in [
             (
                 TPFL.replace("rounds = ", "rounds = -"),
@@ -876,7 +876,7 @@ iid_clients = 1
                 .to_string();
             assert!(err.contains(want), "{err}");
         }
-        // Issue 18 §4: a table trains a tsetlin machine through its thermometer code: 8 cuts
+        // A table trains a tsetlin machine through its thermometer code: 8 cuts
         // for each of MAGIC's 10 features unless the experiment says otherwise.
         let magic =
             Experiment::from_toml(&TPFL.replace("source = \"mnist\"", "source = \"magic\""))

@@ -237,7 +237,7 @@ fn gaussian_kernel(n: usize) -> Vec<f32> {
         .collect()
 }
 
-/// Thermometer code for a table (issue 18 §4): feature f becomes one bit per cut c of its
+/// Thermometer code for a table: feature f becomes one bit per cut c of its
 /// list, set when the raw value is above c. The bits of a row are feature 0's cuts in order,
 /// then feature 1's, and so on; every bit reads as the condition `x[f] > c`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

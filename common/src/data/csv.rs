@@ -595,7 +595,7 @@ mod tests {
         );
     }
 
-    /// The holdout of issue 18: `"pos"` was read with its quotes.
+    /// Found on public tables tried as a newcomer would: `"pos"` was once read with its quotes.
     #[test]
     fn mistakes_in_reading_a_table_come_with_a_hint() {
         let s = CsvSpec::new("t.csv", vec!["a".into(), "b".into()]);
@@ -617,7 +617,7 @@ mod tests {
         assert!(!e.contains("delimiter"), "{e}");
     }
 
-    /// Issue 29 §5: where the experiment does not say `data.header`, the first line decides: a
+    /// Where the experiment does not say `data.header`, the first line decides: a
     /// word among its feature cells is a column's name; numbers (or missing tokens) are data.
     #[test]
     fn a_header_is_detected_where_the_experiment_does_not_say() {
@@ -768,7 +768,7 @@ mod tests {
         );
     }
 
-    /// Issue 29 §5: the label and skipped columns by their header names, wherever they sit.
+    /// The label and skipped columns by their header names, wherever they sit.
     #[test]
     fn columns_named_in_the_header_are_found_there() {
         let named = CsvSpec {

@@ -1,5 +1,5 @@
 //! The model a client holds at the end of a run, as a file a researcher reads: coefficients
-//! and maps with the names of their features, concepts and classes (issue 18 §1).
+//! and maps with the names of their features, concepts and classes.
 //!
 //! Format `flint-model`, version 2, JSON: `{format, version, client, classes, features,
 //! scaling, model: {kind, …}}`. A reader refuses another format or a newer version. Version 2
@@ -207,7 +207,7 @@ impl KeptModel {
         }
     }
 
-    /// Its machines without a clause, and whether every weight is finite (issue 29 §2).
+    /// Its machines without a clause, and whether every weight is finite.
     pub fn health(&self) -> crate::degenerate::ModelHealth {
         let (machines, empty_machines) = match self {
             KeptModel::Tm { clauses, .. } => (1, usize::from(clauses.is_empty())),
@@ -787,7 +787,7 @@ mod tests {
         );
     }
 
-    /// Issue 18: the complete rule set, evaluated as written on the raw feature values, gives
+    /// The complete rule set, evaluated as written on the raw feature values, gives
     /// the machine's own class sums and predictions on every test row, also after a round trip
     /// through the file.
     #[test]

@@ -379,7 +379,7 @@ mod tests {
         }
     }
 
-    /// Issue 18: FedAvg of logistic regression panicked on any data of more than two classes.
+    /// FedAvg of logistic regression once panicked on any data of more than two classes.
     #[test]
     fn three_classes_train_under_a_softmax_and_are_told_apart() {
         let d = three();

@@ -400,7 +400,7 @@ mod tests {
             &maps,
             &maps,
         );
-        // Issue 30 §4: under the median the global map is the middle one's weights (0.5, −0.25
+        // Under the median the global map is the middle one's weights (0.5, −0.25
         // and 0.25: 0.25), whatever the accuracies that weight the mean.
         let median = robust::RobustHyper {
             rule: robust::Rule::Median,

@@ -1,6 +1,6 @@
 //! What a client half carries from one round to the next beyond the download — its own model,
 //! delta bases, feedback masks — as bytes a restarted client reads back, so that it goes on
-//! exactly where it stopped (issue 30 §7). Parts are framed by their lengths; floats are their
+//! exactly where it stopped. Parts are framed by their lengths; floats are their
 //! bits (exact), machines their binary checkpoint, the rest JSON of integers.
 
 use serde::Serialize;

@@ -1,4 +1,4 @@
-//! `[robust]`: how a round's updates are combined where a strategy averages (issue 30 §4). The
+//! `[robust]`: how a round's updates are combined where a strategy averages. The
 //! mean, as the papers have it, is the default; against clients that lie, the coordinate-wise
 //! median or trimmed mean of Yin et al. (2018, "Byzantine-robust distributed learning: towards
 //! optimal statistical rates", §3, options I and II), each update's change clipped to a norm,
@@ -271,8 +271,8 @@ mod tests {
         .unwrap()
     }
 
-    /// Four honest clients near 1 and one that sends 1000 with 96 % of the weight (the AHP
-    /// capture issue 30 measured).
+    /// Four honest clients near 1 and one that sends 1000 with 96 % of the weight (an insider
+    /// capturing the AHP weight with a summary within the caps).
     fn captured() -> (Vec<Vec<f64>>, Vec<f64>) {
         let vectors = vec![
             vec![1.0, -1.0],

@@ -601,7 +601,7 @@ impl StrategySpec {
 /// points and FedTMOS by 0 to +37 (docs/results/tables.md).
 const TABLE_TOP_K: usize = 1;
 /// R on a table: a table's machine (T = 50) learns weights of a few units, which the code's
-/// truncation of θ · n_c / n floors to 0 (docs/results/tables.md, issue 33 §2).
+/// truncation of θ · n_c / n floors to 0 (docs/results/tables.md).
 const TABLE_WEIGHT_RESOLUTION: u32 = 256;
 
 /// Whether the strategy's server averages the clients' updates, where `[robust]` applies: not

@@ -674,7 +674,7 @@ mod tests {
         assert_eq!(previous.len(), 2);
     }
 
-    /// Issue 30 §4: a cluster's members combined by the median, the previous aggregate counted
+    /// A cluster's members combined by the median, the previous aggregate counted
     /// as one more row under the code's variant; one member far out moves nothing.
     #[test]
     fn a_cluster_under_the_median_ignores_its_outlier() {

@@ -201,7 +201,7 @@ mod tests {
         r.finish().unwrap_err().to_string()
     }
 
-    /// Issue 17 §3: two equal-size chunks swapped in transit were taken as another model.
+    /// Two equal-size chunks swapped in transit were once taken as another model.
     #[test]
     fn swapped_damaged_or_oversize_updates_are_refused() {
         let p = model(40);

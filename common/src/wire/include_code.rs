@@ -1,4 +1,4 @@
-//! A class's include bits as an adaptive arithmetic code (issue 31 §5, beside the weights'
+//! A class's include bits as an adaptive arithmetic code (beside the weights'
 //! `weight_code`). FedTMOS's machines include about a quarter of their literals, clause after
 //! clause, and a bit says much about its neighbours: each bit is coded with counts of its own
 //! context, (literal, the bit before it in the clause, the bit of its complement when that came

@@ -1,4 +1,4 @@
-//! Clause weights as an adaptive arithmetic code (issue 31 §5). A TPFL update carries one
+//! Clause weights as an adaptive arithmetic code. A TPFL update carries one
 //! class's weights, a few hundred integers spread over a few hundred values (order-0 entropy
 //! about 8 bits per weight, 7 with `tpfl.delta`), which zig-zag varints write in about 12.
 //!

@@ -63,7 +63,7 @@ fn vectors_are_class_major_and_the_code_filter_drops_minority_classes() {
     assert_eq!(keys, vec![(1, 0), (2, 0)]);
 }
 
-/// Issue 33 §2: a table's machine learns weights of a few units, which ⌊θ · n_c / n⌋ floors to
+/// A table's machine learns weights of a few units, which ⌊θ · n_c / n⌋ floors to
 /// 0 when a class is a tenth of the rows (digits: machines with no clauses). In units of 1/R
 /// they keep their ratios; the code's filter still reads whole units.
 #[test]
@@ -285,7 +285,7 @@ fn averaging_truncates_the_mean_and_ors_the_top_two_include_bits() {
     let class = &by_samples[0].classes[&0];
     // (9 + 2 + 4) / 3 = 5, (1 + 2 + 1) / 3 = 1.33 → 1.
     assert_eq!(class.weights, vec![5, 1]);
-    // Issue 30 §4: the trimmed mean of three drops one at each end: 4 and 1.
+    // The trimmed mean of three drops one at each end: 4 and 1.
     let trimmed = crate::strategy::robust::RobustHyper {
         rule: crate::strategy::robust::Rule::TrimmedMean,
         trim: 0.34,
@@ -496,7 +496,7 @@ fn local_training_follows_the_epoch_order() {
     }
 }
 
-/// Issue 33 §3: what each preset decides, pinned; the default is `recommended`, the paper's
+/// What each preset decides, pinned; the default is `recommended`, the paper's
 /// reading with the largest holder's include bits (docs/RESULTS.md, "FedTMOS's presets").
 #[test]
 fn each_preset_decides_its_settings() {
