@@ -1,4 +1,4 @@
-//! Pictures of a run (issue 18 §2), as SVG by plotters: accuracy per round, bytes per round at
+//! Pictures of a run, as SVG by plotters: accuracy per round, bytes per round at
 //! every measured level, TPFL's cluster sizes, each kept FCM as a heat map, and a grid's
 //! summary.
 
@@ -554,7 +554,7 @@ pub fn grid_chart(path: &Path, rows: &[(String, Vec<f64>)]) -> anyhow::Result<bo
 mod tests {
     use super::*;
 
-    /// Issue 29 §6: the heat map has a colour bar, and long names are cut, not overprinted.
+    /// The heat map has a colour bar, and long names are cut, not overprinted.
     #[test]
     fn a_heat_map_has_its_scale_and_cuts_long_names() {
         let long = "a class name far too long for one cell of the map".to_string();

@@ -54,7 +54,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
 }
 
 /// A finished run already in `dir` is moved aside, to `runs/<its run id>`, rather than
-/// overwritten: running an experiment again never loses the last one (issue 18).
+/// overwritten: running an experiment again never loses the last one.
 fn keep_previous(dir: &Path) -> anyhow::Result<()> {
     let Ok(bytes) = std::fs::read(dir.join("results.json")) else {
         return Ok(());
@@ -797,7 +797,7 @@ fn merge_client_ledgers(
 mod tests {
     use super::*;
 
-    /// Issue 29 §3: one client per process up to the limit, then grouped to fit; a number
+    /// One client per process up to the limit, then grouped to fit; a number
     /// asked for that would pass the limit is refused with the least that fits.
     #[test]
     fn clients_per_process_keeps_a_run_within_the_process_limit() {

@@ -300,8 +300,7 @@ mod tests {
         assert_eq!(&byte, b"y");
     }
 
-    /// Issue 30 §5: an opening trickled a byte at a time, each in time, still ends at the
-    /// deadline.
+    /// An opening trickled a byte at a time, each in time, still ends at the deadline.
     #[tokio::test]
     async fn an_opening_trickled_a_byte_at_a_time_is_closed_at_the_deadline() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -345,7 +344,7 @@ mod tests {
         assert_eq!(host_of(mapped), "10.0.0.7".parse::<IpAddr>().unwrap());
     }
 
-    /// Issue 30 §5: one address's connections past its share are closed; another address is
+    /// One address's connections past its share are closed; another address is
     /// still admitted, and a closed connection gives its address's place back.
     #[tokio::test]
     async fn one_address_cannot_take_every_slot() {

@@ -485,7 +485,7 @@ mod tests {
         assert!(matches!(e, FlintError::Precondition(m) if m.contains("every one of the 2")));
     }
 
-    /// Issue 30 §2: with enrollment, a slot is bound the first time only with an issued,
+    /// With enrollment, a slot is bound the first time only with an issued,
     /// unused secret; its holder's later calls, and a slot's own certificate, need none.
     #[test]
     fn enrollment_takes_one_issued_secret_per_slot() {
@@ -580,7 +580,7 @@ mod tests {
         assert_eq!(i.claimed(), 1, "a refused claim binds nothing");
     }
 
-    /// Issue 30 §2: a claim whose claimer never joins lapses after the lease, and the slot goes
+    /// A claim whose claimer never joins lapses after the lease, and the slot goes
     /// to the next claimer; a claim whose claimer joined never lapses, nor does a fresh one.
     #[test]
     fn a_claim_left_unjoined_lapses_after_its_lease() {

@@ -472,7 +472,7 @@ mod tests {
         assert_eq!(again.torn_bytes, 0);
     }
 
-    /// Issue 30 §6: a last record cut short after it was synced (so its call was answered) is
+    /// A last record cut short after it was synced (so its call was answered) is
     /// lost data, not a crash's torn tail: refused, and said so; one appended after the last
     /// sync is still cut off as before.
     #[test]

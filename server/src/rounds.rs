@@ -1111,7 +1111,7 @@ mod tests {
         assert!(r.join(1, summary(1), t0).is_ok());
     }
 
-    /// Issue 17 §1: the experiment fixes the shape; a Join cannot size an allocation, lock the
+    /// The experiment fixes the shape; a Join cannot size an allocation, lock the
     /// others out with another shape, or overflow the counts that weight aggregation.
     #[test]
     fn a_join_cannot_declare_a_shape_or_counts_out_of_bounds() {

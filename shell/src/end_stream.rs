@@ -1,4 +1,4 @@
-//! A request body that says it has ended with its last frame (issue 31 §5b). tonic's request
+//! A request body that says it has ended with its last frame. tonic's request
 //! bodies learn they are over only when polled once more after their last message, so HTTP/2
 //! sends that message in one DATA frame and then an empty DATA frame with END_STREAM: 9 bytes
 //! per call, and under TLS a record of its own (31 bytes). Holding one frame back while the
