@@ -143,7 +143,7 @@ fn a_ten_client_tpfl_mnist_run_is_exactly_as_recorded() {
         &["--clients-per-process", "5"],
         "tpfl-mnist.json",
     );
-    // Issue 18: each client keeps its personalized machine, as rules over named pixels and as
+    // Each client keeps its personalized machine, as rules over named pixels and as
     // a checkpoint, and the run its pictures.
     let kept = flint_common::model::kept::ModelFile::parse(
         &std::fs::read(run.join("models/client-1.json")).unwrap(),

@@ -1,4 +1,4 @@
-//! The docker-compose federation end to end (issue 16 §7, issue 34 §1): the image built from
+//! The docker-compose federation end to end: the image built from
 //! nothing, one server and four client containers over mutual TLS on a private network. The
 //! documented command runs the default experiment to its end twice with the same figures; with
 //! one client container killed mid-run, an experiment that goes on without it completes and
@@ -250,7 +250,7 @@ fn a_compose_federation_over_mutual_tls_survives_a_killed_client() {
     assert!(text.contains("payload / message / socket / link"), "{text}");
 }
 
-/// Issue 34 §1 and §3: the documented command runs the default experiment to its end and exits
+/// The documented command runs the default experiment to its end and exits
 /// with the server's status; the run completes, and a second run, whose server process crashes
 /// after round 3 and is restarted by Docker, waits through the restart and gives the same
 /// figures.
@@ -263,9 +263,9 @@ fn the_documented_compose_command_gives_the_same_figures_twice_even_through_a_cr
     let runs: Vec<_> = [("once", None), ("crash", Some(3))]
         .into_iter()
         .map(|(name, crash_after)| {
-            // The first run with the `monitoring` profile (issue 32): its Prometheus saw the
+            // The first run with the `monitoring` profile: its Prometheus saw the
             // figures results.json holds.
-            // The second as a user of no account (issue 34 §1): the PKI volume, the results and
+            // The second as a user of no account: the PKI volume, the results and
             // the journal it resumes from are all written without root.
             let fed = match crash_after {
                 None => Federation::new(name, None).monitored(),
@@ -338,7 +338,7 @@ fn prometheus_saw_the_run(fed: &Federation, printed: &str) {
     );
 }
 
-/// Issue 34 §2: results.json holds the link level of every client and round, as the clients
+/// The run's results.json holds the link level of every client and round, as the clients
 /// reported it with their evaluations (through a crash too: the journal keeps the reports); a
 /// reported count never exceeds what the client's own ledger ends with, and the last round's
 /// lacks only the last report's own bytes.
@@ -416,7 +416,7 @@ impl Drop for Site {
     }
 }
 
-/// Issue 34 §5: `flint kit` hands each site a folder; the server's site and two client sites
+/// `flint kit` hands each site a folder; the server's site and two client sites
 /// run as three compose projects on three networks, the clients reaching the server only
 /// through its published port, over mutual TLS with their own certificates.
 #[test]

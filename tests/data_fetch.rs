@@ -1,4 +1,4 @@
-//! `flint data fetch` against a mirror on loopback (issue 29 §7): this machine has no internet,
+//! `flint data fetch` against a mirror on loopback: this machine has no internet,
 //! so the test serves the real dataset files itself, over HTTP/1.1 with `Range`, and breaks
 //! the transfer or the bytes where a test asks.
 

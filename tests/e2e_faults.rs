@@ -150,7 +150,7 @@ fn malformed_updates_get_clear_errors_and_the_run_completes() {
                 Code::FailedPrecondition,
                 "this server runs",
             ),
-            // Issue 17 §3: sizes come from the run, never from the sender.
+            // Sizes come from the run, never from the sender.
             (
                 push_chunks(vec![UpdateChunk {
                     part: Some(Part::Header(UpdateHeader {
@@ -228,8 +228,8 @@ fn malformed_updates_get_clear_errors_and_the_run_completes() {
         assert_eq!(rr.closed_by.as_deref(), Some("timeout"));
         assert!(rr.metrics.contains_key(&1) && rr.metrics.contains_key(&2));
     }
-    // Client 3's refused uploads crossed the wire and are its own at every level (issue 17:
-    // they were booked under it at the payload level but under client 0 above it).
+    // Client 3's refused uploads crossed the wire and are its own at every level (they
+    // were once booked under it at the payload level but under client 0 above it).
     let refused = r.ledger.flows[&3][&1].up;
     assert!(
         refused.payload > 0 && refused.message >= refused.payload,
@@ -243,7 +243,7 @@ fn malformed_updates_get_clear_errors_and_the_run_completes() {
     assert!(stranger.payload_bytes > 0);
 }
 
-/// Issue 17 §3: a server-wide budget for uploads in flight. An upload whose header does not
+/// A server-wide budget for uploads in flight. An upload whose header does not
 /// fit beside those already held is refused with RESOURCE_EXHAUSTED before any of its data is
 /// buffered; once the held one ends, there is room again.
 #[test]
@@ -464,7 +464,7 @@ fn a_terminated_flint_run_takes_its_server_and_clients_with_it() {
     });
 }
 
-/// Issue 29 §3: a federation its table cannot feed is refused in one line before any process
+/// A federation its table cannot feed is refused in one line before any process
 /// starts: by the partition itself (fewer rows than clients) or by the clients' splits (a client
 /// left without a training or a test row), counted.
 #[test]
@@ -516,7 +516,7 @@ fn a_federation_larger_than_its_table_is_refused_before_any_process_starts() {
     assert!(err.contains("of the 600 clients are short"), "{err}");
 }
 
-/// Issue 29 §3: SIGTERM while a thousand clients' processes are being started stops the spawn
+/// SIGTERM while a thousand clients' processes are being started stops the spawn
 /// loop at once and takes every process started with it.
 #[test]
 fn a_signal_while_a_thousand_clients_start_leaves_no_process() {
@@ -831,7 +831,7 @@ fn the_server_keeps_answering_while_a_round_aggregates() {
             "{early:?}"
         );
         // An update the round took, sent again (its answer lost): a duplicate, not a refusal,
-        // so its client knows it was taken (issue 30 §8's simulation found it refused).
+        // so its client knows it was taken (the deterministic simulation found it refused).
         let again = answered("a repeated update")(tokio::time::timeout(guard, push(1, 1)).await)
             .unwrap()
             .into_inner();
@@ -877,7 +877,7 @@ fn the_server_keeps_answering_while_a_round_aggregates() {
     });
 }
 
-/// Issue 17: sockets that never speak once held the server's descriptors forever. Past
+/// Sockets that never speak once held the server's descriptors forever. Past
 /// `--max-connections` new connections are closed at once, and a silent one is closed after the
 /// opening deadline, so the honest clients get in and the run completes.
 #[test]
@@ -909,7 +909,7 @@ fn silent_connections_beyond_the_limit_do_not_lock_the_clients_out() {
     drop(idle);
 }
 
-/// Issue 17 "Done when": idle sockets beyond the server's file-descriptor limit. The server runs
+/// Idle sockets beyond the server's file-descriptor limit. The server runs
 /// with 48 descriptors; 80 silent connections exhaust them (accept fails with EMFILE, which the
 /// server logs and backs off from instead of spinning), the opening deadline closes them,
 /// and the honest clients get in and finish.
@@ -930,7 +930,7 @@ fn silent_connections_beyond_the_descriptor_limit_do_not_lock_the_clients_out() 
         .arg("--ready-file")
         .arg(&ready)
         // Every socket here comes from 127.0.0.1: a share per address as large as the pool,
-        // so that the descriptors run out before the share does (issue 30 §5's share closes
+        // so that the descriptors run out before the share does (the per-address share closes
         // them earlier otherwise: tests/hostile.rs).
         .args(["--max-connections-per-address", "1000"])
         .stdout(std::process::Stdio::null())
@@ -967,7 +967,7 @@ fn silent_connections_beyond_the_descriptor_limit_do_not_lock_the_clients_out() 
     drop(idle);
 }
 
-/// Issue 34 §2: health probes (a compose healthcheck's, one a second) are no client's traffic:
+/// Health probes (a compose healthcheck's, one a second) are no client's traffic:
 /// their bytes are booked apart (`unattributed`) and kept out of the run's totals and of every
 /// round's, which are the clients' alone.
 #[test]
@@ -1016,7 +1016,7 @@ fn health_probes_are_kept_out_of_the_run_totals() {
     );
 }
 
-/// Issue 34 §1: a client still training the last round when the server finishes without it
+/// A client still training the last round when the server finishes without it
 /// (its round closed by the timeout, the final evaluations waited for and given up) finds the
 /// server gone for good; it ends with its ledger and exit 0, saying so, instead of failing
 /// after its retry window with nothing written.

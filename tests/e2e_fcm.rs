@@ -137,7 +137,7 @@ fn local_baseline_sends_nothing_back_and_matches_round_one() {
     assert_eq!(stdout.matches("(kept)").count(), 2, "{stdout}");
     assert_eq!(results(&runs.join("fed")).run_id, f.run_id);
 
-    // Issue 18: --resume kept a run that had been interrupted. One that stopped short of its
+    // --resume once kept a run that had been interrupted. One that stopped short of its
     // rounds runs again, and says why.
     let path = runs.join("local/results.json");
     let mut cut: serde_json::Value =
@@ -191,7 +191,7 @@ fn local_baseline_sends_nothing_back_and_matches_round_one() {
     assert!(err.contains("are both named \"fed\""), "{err}");
 }
 
-/// Issue 28 §8: `flint grid` writes the Blind FL pivot beside its summary (what
+/// `flint grid` writes the Blind FL pivot beside its summary (what
 /// `scripts/fcm-pivot.py` printed): per activation, before federation, the local baseline and
 /// each federation × aggregation, by partition, from experiments named as `experiments/fcm/`.
 #[test]

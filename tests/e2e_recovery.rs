@@ -1,4 +1,4 @@
-//! Crash recovery with real processes (issue 17 §4, docs/PROTOCOL.md §Crash recovery): the
+//! Crash recovery with real processes (docs/PROTOCOL.md §Crash recovery): the
 //! server killed with SIGKILL at several points of a run and started again with the same
 //! arguments resumes the same run, its clients carry on without being restarted, and the run
 //! ends with exactly the metrics of an uninterrupted one. A client process killed and started
@@ -102,7 +102,7 @@ fn kill9(p: &mut Proc) {
     p.wait(LIMIT);
 }
 
-/// Issue 17 "Done when": SIGKILL between rounds, mid-round after some uploads, and during an
+/// SIGKILL between rounds, mid-round after some uploads, and during an
 /// aggregation; each restart resumes the same run id, and the final metrics are those of the
 /// uninterrupted run, bit for bit.
 #[test]
@@ -224,7 +224,7 @@ fn client_2_killed_and_started_again(
     metrics_of(out)
 }
 
-/// Issue 30 §7: TPFL, Blended FL of FCMs and FedTM clients carry state from round to round
+/// TPFL, Blended FL of FCMs and FedTM clients carry state from round to round
 /// (their own machine or map, delta bases, feedback masks, the random stream). Killed and
 /// started again with the same `--out`, such a client resumes from the checkpoint it wrote
 /// after its last training, and the run ends with exactly the metrics of an uninterrupted one.

@@ -204,7 +204,7 @@ fn mistakes_in_an_experiment_are_reported_not_run() {
     );
 }
 
-/// Issue 29 §6: `flint keys | head` and the like end quietly when the reader goes away: the
+/// `flint keys | head` and the like end quietly when the reader goes away: the
 /// default SIGPIPE action, never a panic on a broken pipe.
 #[test]
 fn a_closed_pipe_ends_a_printing_command_quietly() {
@@ -241,7 +241,7 @@ fn flint_run_without_arguments_runs_the_quickstart() {
     assert!(stdout.contains("payload / message / socket"), "{stdout}");
     let r = results(&dir.path().join("runs/quickstart"));
     assert_eq!(r.strategy, "fedavg-ahp");
-    // Issue 18 §8: the live line's socket bytes are the clients' own, exact for the round.
+    // The live line's socket bytes are the clients' own, exact for the round.
     for round in 1..=5u32 {
         let line = stdout
             .lines()
@@ -278,7 +278,7 @@ fn flint_run_without_arguments_runs_the_quickstart() {
         .arg("report")
         .arg(dir.path().join("runs/quickstart")));
     assert!(String::from_utf8_lossy(&report.stdout).contains("Per client after round 5"));
-    // Issue 18 §1: every client kept its model; after the last download they hold the same
+    // Every client kept its model; after the last download they hold the same
     // one, which `flint explain` prints once.
     let explained = ok(flint()
         .arg("explain")
@@ -290,7 +290,7 @@ fn flint_run_without_arguments_runs_the_quickstart() {
         "{text}"
     );
     assert_eq!(text.matches("  x").count(), 2, "{text}");
-    // Issue 18 §2: and drew its pictures.
+    // It drew its pictures too.
     for (plot, title) in [
         (
             "accuracy.svg",
@@ -302,7 +302,7 @@ fn flint_run_without_arguments_runs_the_quickstart() {
             std::fs::read_to_string(dir.path().join("runs/quickstart/plots").join(plot)).unwrap();
         assert!(svg.starts_with("<svg") && svg.contains(title), "{plot}");
     }
-    // Issue 18: running it again kept the first run, under its run id, instead of overwriting it.
+    // Running it again kept the first run, under its run id, instead of overwriting it.
     let again = ok(flint()
         .arg("run")
         .current_dir(dir.path())
@@ -335,7 +335,7 @@ fn a_thousand_clients_join_in_one_burst_and_finish() {
          [logreg]\nlocal_epochs = 2\n",
     );
     let runs = dir.path().join("runs");
-    // With metrics on (issue 32): the series count does not grow with the clients.
+    // With metrics on: the series count does not grow with the clients.
     let mut run = flint()
         .arg("run")
         .arg(&exp)
@@ -379,7 +379,7 @@ fn a_thousand_clients_join_in_one_burst_and_finish() {
     }
 }
 
-/// Issue 16 §5 without netem: `flint run --link mobile` puts every client behind its own
+/// Without netem: `flint run --link mobile` puts every client behind its own
 /// user-space line of 2 Mbit/s up, 10 Mbit/s down and 100 ms RTT; the run is slower and
 /// otherwise the same, to the last metric.
 #[test]
@@ -403,7 +403,7 @@ fn an_emulated_link_changes_the_time_not_the_figures() {
         dir.path().join("mobile/link"),
     );
     assert_eq!(metrics_of(&plain), metrics_of(&mobile));
-    // Issue 34 §2: the run records the line it ran over, and `flint report` says it.
+    // The run records the line it ran over, and `flint report` says it.
     let recorded = |dir: &std::path::Path| results(dir).provenance.unwrap().emulated_link;
     assert_eq!(recorded(&plain), None);
     let line = recorded(&mobile).expect("the profile is recorded");
@@ -468,7 +468,7 @@ fn an_emulated_link_changes_the_time_not_the_figures() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown link profile"));
 }
 
-/// Issue 18 §3: FedAvg, AHP-FedAvg, `local` and `central` panicked on any data of more than
+/// FedAvg, AHP-FedAvg, `local` and `central` once panicked on any data of more than
 /// two classes; they now train multinomial logistic regression (a softmax over one logit per
 /// class) and report 3 × 3 confusion matrices.
 #[test]
@@ -501,7 +501,7 @@ fn logistic_regression_federates_three_classes() {
     }
 }
 
-/// Issue 30 §3: a CSV run's feature count comes from the experiment, never from the first
+/// A CSV run's feature count comes from the experiment, never from the first
 /// client to join: `flint run` reads it from the file into the resolved experiment, and a
 /// server started by hand without it refuses to start, saying what to add.
 #[test]
@@ -520,7 +520,7 @@ fn a_csv_runs_feature_count_comes_from_the_experiment() {
         "{resolved}"
     );
 
-    // Issue 29 §5: without `header`, the first line decides, and the run says what it read.
+    // Without `header`, the first line decides, and the run says what it read.
     let open = write(
         dir.path(),
         "open.toml",
@@ -558,7 +558,7 @@ fn a_csv_runs_feature_count_comes_from_the_experiment() {
     );
 }
 
-/// Issue 18 §5: a CSV as a user brings it. Quoted fields, `;` between them, a header, missing
+/// A CSV as a user brings it. Quoted fields, `;` between them, a header, missing
 /// values, an absolute path, and no `classes` (read from the file, sorted, and written into
 /// the resolved experiment that the server and clients read).
 #[test]
@@ -646,7 +646,7 @@ fn a_csv_with_quotes_missing_values_and_no_class_list_runs() {
     let r = results(&runs.join("user-csv"));
     let mean = r.rounds.last().unwrap().mean.as_ref().unwrap();
     assert!(mean.accuracy > 0.9, "{mean:?}");
-    // Issue 18 §6: the results name the build and the data they came from.
+    // The results name the build and the data they came from.
     let p = r.provenance.expect("provenance");
     assert_eq!(p.schema, flint_server::results::SCHEMA);
     assert_eq!(p.flint_version, env!("CARGO_PKG_VERSION"));
@@ -662,7 +662,7 @@ fn a_csv_with_quotes_missing_values_and_no_class_list_runs() {
     );
 }
 
-/// Issue 18 §4: a Tsetlin Machine on a table. Each client's thermometer code comes from its own
+/// A Tsetlin Machine on a table. Each client's thermometer code comes from its own
 /// training split; TPFL federates three clients, `local` trains them alone; each keeps its
 /// machine as rules over the CSV's named features and as a checkpoint.
 #[test]
@@ -705,7 +705,7 @@ fn tsetlin_machines_train_on_a_table_and_keep_readable_rules() {
             strategy == "tpfl",
             "TPFL's clusters are drawn"
         );
-        // Issue 29 §6: the clusters go by their classes' names, in the plot and the report.
+        // The clusters go by their classes' names, in the plot and the report.
         assert_eq!(r.classes, ["a", "b", "c"]);
         if strategy == "tpfl" {
             let svg = std::fs::read_to_string(&clusters).unwrap();
@@ -731,7 +731,7 @@ fn tsetlin_machines_train_on_a_table_and_keep_readable_rules() {
     }
 }
 
-/// Issue 18 §7: a shared test set held out of a table before the partition, measured every
+/// A shared test set held out of a table before the partition, measured every
 /// round by the client that holds it, beside the clients' own test splits.
 #[test]
 fn a_global_test_split_is_held_out_and_measured_every_round() {
@@ -787,7 +787,7 @@ fn a_global_test_split_is_held_out_and_measured_every_round() {
     );
 }
 
-/// Issue 18 §4: FedTMOS on a table. Its machines read a row's thermometer code as one patch;
+/// FedTMOS on a table. Its machines read a row's thermometer code as one patch;
 /// the composite of three clients that each hold two of the three classes beats each client
 /// alone, and its rules name the CSV's features.
 #[test]
@@ -813,7 +813,7 @@ fn fedtmos_federates_a_table_in_one_round() {
         "composite {global:?} against the clients alone {alone:?}"
     );
     assert!(r.warnings.is_empty(), "{:?}", r.warnings);
-    // Issue 28 §8: a grid of it over two seeds writes FedTMOS's tables beside its summary
+    // A grid of it over two seeds writes FedTMOS's tables beside its summary
     // (what scripts/fedtmos-table.py printed): one row per run, then mean ± std per experiment.
     let grid = dir.path().join("grid");
     ok(flint()
@@ -835,7 +835,7 @@ fn fedtmos_federates_a_table_in_one_round() {
     let (m, sd) = ((a + b) / 2.0, (a - b).abs() / 2f64.sqrt());
     let summary = format!("| table-fedtmos | 1,2 | {m:.2} ± {sd:.2} |");
     assert!(tables.contains(&summary), "{summary}\n{tables}");
-    // Issue 29 §6: the grid's own summary has the shared test set's column, and describes a
+    // The grid's own summary has the shared test set's column, and describes a
     // table's machine without an image's patch.
     let grid_md = std::fs::read_to_string(grid.join("grid-summary.md")).unwrap();
     assert!(grid_md.contains("accuracy, shared test set"), "{grid_md}");
@@ -864,11 +864,11 @@ fn fedtmos_federates_a_table_in_one_round() {
     );
 }
 
-/// Issue 29 §2: FedTMOS with the image machine (MNIST's, the table default before issue 29 §1)
-/// and the code's truncation of the scaled weights (R = 1, the table default before issue 33 §2)
-/// on a small table builds machines with no clauses, whose composite answers one class; the run
-/// says so, in its output and in results.json, naming the clients. At the table's own defaults
-/// the same run builds real machines and warns of nothing.
+/// FedTMOS with the image machine (MNIST's, the table default before tables were sized from
+/// their data) and the code's truncation of the scaled weights (R = 1, the table default before
+/// R = 256) on a small table builds machines with no clauses, whose composite answers one
+/// class; the run says so, in its output and in results.json, naming the clients. At the
+/// table's own defaults the same run builds real machines and warns of nothing.
 #[test]
 fn a_model_that_learns_nothing_says_so() {
     let dir = tempfile::tempdir().unwrap();
@@ -922,7 +922,7 @@ fn a_model_that_learns_nothing_says_so() {
     assert_eq!(report.matches("warning: ").count(), 2, "{report}");
 }
 
-/// Issue 29 §6: FedTM keeps its machine at the end of the run, as every strategy keeps its
+/// FedTM keeps its machine at the end of the run, as every strategy keeps its
 /// model: a composite of one machine in the table's own features, which `flint explain` reads.
 #[test]
 fn fedtm_keeps_its_machine() {
@@ -1095,7 +1095,7 @@ fn write_blobs(path: &std::path::Path, features: &str, rows: u32) {
     std::fs::write(path, csv).unwrap();
 }
 
-/// Issue 34 §4: a run directory out of an image with no shell. `flint pack` writes it as a tar
+/// A run directory out of an image with no shell. `flint pack` writes it as a tar
 /// (what `tar` reads back is what was there, links kept as links), and `flint idle`, the pod
 /// it is exec'd into, ends at SIGTERM with 0.
 #[test]
@@ -1160,7 +1160,7 @@ fn a_run_directory_packs_into_a_tar_and_idle_ends_at_sigterm() {
     assert!(idle.wait(Duration::from_secs(5)).success());
 }
 
-/// Issue 29 §4: the ensemble's clients all predict with the same machines (every client's), so
+/// The ensemble's clients all predict with the same machines (every client's), so
 /// each machine is stored once, by content, below models/machines/; the run's models take
 /// about one composite's room, not one per client, and `flint explain` puts them back.
 #[test]

@@ -64,7 +64,7 @@ fn refused_client(exp: &Path, addr: &str, name: &str, tls: &[String], dir: &Path
     String::from_utf8_lossy(&out.stderr).to_string()
 }
 
-/// Issue 16 §3: with a client CA the server admits only certified clients, and a certificate
+/// With a client CA the server admits only certified clients, and a certificate
 /// acts only as the client it names; the honest clients' run completes meanwhile.
 #[test]
 fn mutual_tls_admits_each_certificate_as_its_own_client_only() {
@@ -159,7 +159,7 @@ fn with_token<T>(msg: T, token: &str) -> tonic::Request<T> {
     r
 }
 
-/// Issue 16 §3, without mutual TLS: a client id is worth nothing without the token its holder
+/// Without mutual TLS, a client id is worth nothing without the token its holder
 /// joined with. Every attempt to act as client-1 is refused, and the run ends as it would have.
 #[test]
 fn a_client_id_cannot_be_used_without_its_token() {
@@ -200,7 +200,7 @@ fn a_client_id_cannot_be_used_without_its_token() {
             .unwrap_err();
         assert_eq!(e.code(), Code::NotFound, "{e:?}");
         assert!(!e.message().contains("client-1"), "{e:?}");
-        // Issue 17 §1: a Join declaring 2³² − 1 features once made the server allocate 34 GB
+        // A Join declaring 2³² − 1 features once made the server allocate 34 GB
         // and abort; the experiment fixes the shape, so it is refused and binds nothing.
         let mut huge = join("client-3", &mine, &fingerprint);
         huge.summary.as_mut().unwrap().features = u32::MAX;
@@ -254,7 +254,7 @@ fn a_client_id_cannot_be_used_without_its_token() {
         };
         let e = g.report_eval(with_token(report, &mine)).await.unwrap_err();
         assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
-        // Issue 34 §2: link counts a client reports are bounded by the run, not the sender.
+        // Link counts a client reports are bounded by the run, not the sender.
         let report = EvalReport {
             client_id: 3,
             run_id,
@@ -286,7 +286,7 @@ fn a_client_id_cannot_be_used_without_its_token() {
     assert_eq!(hosts[2], "hand");
 }
 
-/// Issue 16 §2: clients started without a name get the slots by arrival, and the run is the
+/// Clients started without a name get the slots by arrival, and the run is the
 /// same as with names (the slot, not the process, decides the data).
 #[test]
 fn clients_started_without_names_claim_the_slots_and_run() {
@@ -338,7 +338,7 @@ fn clients_started_without_names_claim_the_slots_and_run() {
     }
 }
 
-/// Issue 16 §3–4, issue 30 §1: `flint run` runs a federation over mutual TLS by default, with
+/// `flint run` runs a federation over mutual TLS by default, with
 /// the certificates it generates (the pool certificate for a process of several clients); every level is counted,
 /// and the handshakes show at the socket level only.
 #[test]
@@ -397,7 +397,7 @@ fn flint_run_over_mutual_tls_counts_the_handshakes_at_the_socket_only() {
     }
 }
 
-/// Issue 17: calls that name made-up clients (health checks with any `flint-client-id`,
+/// Calls that name made-up clients (health checks with any `flint-client-id`,
 /// refused calls) once added a ledger row each, without bound. The server counts by its own
 /// labels only: they all land in client 0, and the results name no one else.
 #[test]
@@ -442,7 +442,7 @@ fn calls_under_made_up_client_ids_leave_no_trace_in_the_ledger() {
     }
 }
 
-/// Issue 30 §1: a server on an address other than loopback refuses plaintext and says what to
+/// A server on an address other than loopback refuses plaintext and says what to
 /// give instead; `--insecure` asks for it by name.
 #[test]
 fn plaintext_beyond_loopback_needs_insecure() {
@@ -515,7 +515,7 @@ fn plaintext_beyond_loopback_needs_insecure() {
     assert!(err.contains("cannot join"), "{err}");
 }
 
-/// Issue 34 §4, the Kubernetes manifests' identities: each pod of an Indexed Job names its slot
+/// The Kubernetes manifests' identities: each pod of an Indexed Job names its slot
 /// by index and presents that client's own certificate (`{name}` in FLINT_TLS_CERT), and the
 /// server's probes use a certificate that passes the handshake but can take no slot.
 #[test]

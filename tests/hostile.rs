@@ -1,7 +1,8 @@
-//! Issue 17's hostile client, replayed against a real server process: every attack listed under
-//! its "Why" gets its status, the server stays up with its memory bounded, and the honest
-//! clients' run ends with exactly the metrics of a run nobody attacked. (Oversize and concurrent
-//! uploads, swapped chunks and idle sockets have their own tests in e2e_faults.rs.)
+//! A hostile client, replayed against a real server process: every attack first tried by hand
+//! (crafted Joins, squatting, impersonation, a flood of strangers' calls) gets its status, the
+//! server stays up with its memory bounded, and the honest clients' run ends with exactly the
+//! metrics of a run nobody attacked. (Oversize and concurrent uploads, swapped chunks and idle
+//! sockets have their own tests in e2e_faults.rs.)
 
 mod support;
 
@@ -20,7 +21,7 @@ use support::*;
 use tonic::Code;
 use tonic::transport::Channel;
 
-/// Calls a stranger makes without having joined: issue 17 counted 100k of them.
+/// Calls a stranger makes without having joined: 100k, as the attack first tried by hand.
 const FLOOD: usize = 100_000;
 /// What the flood and the attacks may add to the server's peak resident memory over the
 /// attack-free run's (the flood once added 118 MB, never freed).
@@ -189,7 +190,7 @@ fn before(url: &str, e: &Experiment) {
             .await
             .unwrap_err();
         assert!(!st.message().contains(fp.as_str()), "{st:?}");
-        // Issue 30 §9: a caller's long fingerprint is not echoed back in full.
+        // A caller's long fingerprint is not echoed back in full.
         let st = g
             .join(join("client-1", summary(), &"f".repeat(100_000)))
             .await
@@ -352,7 +353,7 @@ fn a_hostile_client_changes_nothing_and_costs_bounded_memory() {
     );
 }
 
-/// Issue 30 §9: one client holds at most four long-polls at once; a fifth is refused with
+/// One client holds at most four long-polls at once; a fifth is refused with
 /// RESOURCE_EXHAUSTED, and a long-poll given up frees its place.
 #[test]
 fn a_client_holds_at_most_four_long_polls() {
@@ -431,7 +432,7 @@ fn a_client_holds_at_most_four_long_polls() {
     server.wait(Duration::from_secs(30));
 }
 
-/// Issue 30 §2: a stranger holding one slot of a multi-client process ends only that client:
+/// A stranger holding one slot of a multi-client process ends only that client:
 /// its sibling goes on to the end of the run, and the process names the refusal and exits
 /// non-zero when it is done (`--fail-fast`, as `flint run` starts its processes, ends it at once).
 #[test]
@@ -521,7 +522,7 @@ fn honest_accuracy(insider: bool, robust: &str) -> f64 {
     accuracy.iter().sum::<f64>() / 4.0
 }
 
-/// Issue 30's insider: client-5 declares a summary within the caps (2^38 rows per class,
+/// An insider: client-5 declares a summary within the caps (2^38 rows per class,
 /// 1,000 GHz) to take most of the AHP weight, and sends a finite poisoned model every round.
 async fn capture_and_poison(url: &str, e: &Experiment) {
     let mut g = AggregatorClient::new(connect(url).await);
@@ -590,7 +591,7 @@ async fn capture_and_poison(url: &str, e: &Experiment) {
     }
 }
 
-/// Issue 30 §4: an insider that takes most of the AHP weight with a summary within the caps
+/// An insider that takes most of the AHP weight with a summary within the caps
 /// and sends a finite poisoned model. Under the papers' weighted mean the honest clients'
 /// accuracy falls; under the coordinate-wise median, the trimmed mean (Yin et al. 2018), or
 /// each change clipped to the round's median with the weight capped, it stays within 2 points
@@ -677,7 +678,7 @@ fn beside_silent_sockets(
     (true, Some(results(d)), closed)
 }
 
-/// Issue 30 §5: one host's 2,000 silent sockets. With every connection of the server's pool
+/// One host's 2,000 silent sockets. With every connection of the server's pool
 /// open to one address, they fill it and the honest clients give up; with the default share
 /// per address (3 clients + 16), the server closes all but that share at once and the honest
 /// run ends exactly as one nobody attacked.
@@ -701,7 +702,7 @@ fn two_thousand_silent_sockets_from_one_host_leave_the_honest_run_alone() {
     );
 }
 
-/// Issue 30 §2: a stranger who claims a slot (`--name auto`'s call) and never joins holds it
+/// A stranger who claims a slot (`--name auto`'s call) and never joins holds it
 /// only for the server's lease; then an honest client started without a name takes it and
 /// the run completes, and the stranger's late Join is refused.
 #[test]
@@ -748,7 +749,7 @@ fn a_slot_claimed_and_never_joined_is_released_after_its_lease() {
     assert_eq!(r.rounds[1].participants, vec![1]);
 }
 
-/// Issue 30 §2: a server started with `--enrollment` binds a slot the first time only with one
+/// A server started with `--enrollment` binds a slot the first time only with one
 /// of the secrets `flint certs --enroll` issued, each once. A stranger holding the experiment
 /// file (on a plaintext server: tokens only) can neither join nor claim; two processes started
 /// without names take one secret each from the shared directory and run to the end.

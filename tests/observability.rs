@@ -1,4 +1,4 @@
-//! Issue 32: watching a federation while it runs. The server's /metrics (scraped directly and by
+//! Watching a federation while it runs. The server's /metrics (scraped directly and by
 //! a real Prometheus), the dashboard and the catalogue that must name only what it exports, and
 //! JSON log lines that carry their run and round.
 
@@ -343,7 +343,7 @@ impl Drop for Prometheus {
     }
 }
 
-/// Issue 32's "done when": a real Prometheus scrapes a real `flint run`; its byte counters per
+/// A real Prometheus scrapes a real `flint run`; its byte counters per
 /// level and direction equal the totals of results.json, its closed rounds the run's rounds,
 /// and a burst of refused calls shows in the refusal counter.
 #[test]

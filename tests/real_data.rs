@@ -268,7 +268,7 @@ fn breast_cancer_central_map_and_blended_federation_improve_on_local_maps() {
     assert_eq!(central.clients[0].test_samples, 113);
     let m = central.rounds[1].mean.unwrap();
     assert!(m.accuracy > 0.8, "central accuracy {}", m.accuracy);
-    // Issue 18 §1: the run keeps its map, concepts named after the dataset's features.
+    // The run keeps its map, concepts named after the dataset's features.
     let run = dir.path().join(&central.name);
     let kept = flint_common::model::kept::ModelFile::parse(
         &std::fs::read(run.join("models/all.json")).unwrap(),
@@ -682,7 +682,7 @@ fn fedtmos_builds_server_models_every_client_predicts_with() {
         );
     }
     assert!(report.ensemble_bytes > 0 && report.composite_bytes > 0);
-    // Issue 18 §1: every client keeps the composite it predicts with: φ machines, their
+    // Every client keeps the composite it predicts with: φ machines, their
     // clauses over named patch literals, and each machine's checkpoint.
     let run = dir.path().join("runs/fedtmos-small");
     let (literals, machines) = kept_composite(&run.join("models/client-3.json"));
@@ -775,7 +775,7 @@ fn fedtm_sends_one_global_machine_every_round() {
     assert!(shared(3) > shared(1), "{} then {}", shared(1), shared(3));
 }
 
-/// Issue 17 §1: the server sizes models from the experiment alone; for every real dataset that
+/// The server sizes models from the experiment alone; for every real dataset that
 /// count is what the clients load.
 #[test]
 #[ignore = "needs FLINT_DATA_DIR with every dataset; CI runs it"]
@@ -797,7 +797,7 @@ fn the_feature_count_the_server_takes_from_the_experiment_is_what_the_data_has()
     }
 }
 
-/// Issue 18 §1 and §4: a Tsetlin Machine on Breast Cancer, its rules in the dataset's own
+/// A Tsetlin Machine on Breast Cancer, its rules in the dataset's own
 /// feature names (`flint explain`).
 #[test]
 #[ignore = "needs FLINT_DATA_DIR with Breast Cancer Wisconsin; CI runs it"]
@@ -830,10 +830,10 @@ fn a_tsetlin_machine_on_breast_cancer_explains_itself_in_its_features_names() {
     }
 }
 
-/// Issue 18's holdout, on a dataset the repository has no loader for: scikit-learn's digits
-/// (1,797 rows, 64 features, 10 classes, a gzipped CSV without a header), its classes read
-/// from the file, through every strategy that takes a table. None may fail, and each must
-/// learn (chance is 0.1).
+/// A public table tried as a newcomer would, one the repository has no loader for:
+/// scikit-learn's digits (1,797 rows, 64 features, 10 classes, a gzipped CSV without a header),
+/// its classes read from the file, through every strategy that takes a table. None may fail,
+/// and each must learn (chance is 0.1).
 #[test]
 #[ignore = "needs FLINT_DATA_DIR with sklearn-digits; CI runs it"]
 fn a_ten_class_table_runs_through_every_tabular_strategy() {
@@ -920,7 +920,7 @@ fn a_ten_class_table_runs_through_every_tabular_strategy() {
     }
 }
 
-/// Issue 33 §2: FedTMOS on digits at the table defaults (the committed file: ten IID clients)
+/// FedTMOS on digits at the table defaults (the committed file: ten IID clients)
 /// builds composites whose every machine holds clauses, where the code's truncation of the
 /// scaled weights (R = 1, the table default before) floored a tenth's share of a T = 50
 /// machine's weights to 0 and warned of machines with no clauses, at a lower accuracy.
@@ -942,7 +942,7 @@ fn fedtmos_on_a_ten_class_table_keeps_every_machine() {
     assert!(fine > truncated, "{fine} against {truncated}");
 }
 
-/// Issue 29 §3, for images: a federation the training images cannot feed is refused by
+/// For images: a federation the training images cannot feed is refused by
 /// `flint run` before any process starts (no run directory), in one line with the count.
 #[test]
 #[ignore = "needs FLINT_DATA_DIR with MNIST; CI runs it"]
