@@ -10,7 +10,7 @@ use tonic::Code;
 
 /// Where a client is in the run.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Progress {
+pub struct Position {
     /// The last round it trained (0 before the first): what its next GetRound asks after.
     after: Round,
     /// The last round whose aggregate it evaluated and reported.
@@ -44,11 +44,11 @@ pub enum Next {
     Finish,
 }
 
-impl Progress {
+impl Position {
     /// A client started again from its checkpoint: the rounds it had trained before the one
     /// the checkpoint holds, and the last round it reported.
-    pub fn resumed(trained: Vec<Round>, reported: Round) -> Progress {
-        Progress {
+    pub fn resumed(trained: Vec<Round>, reported: Round) -> Position {
+        Position {
             after: trained.last().copied().unwrap_or(0),
             reported,
             trained,
@@ -207,11 +207,11 @@ mod tests {
         Answer { round, finished }
     }
 
-    /// Issue 34 §1: a client whose last update or final report found the server gone for good
+    /// A client whose last update or final report found the server gone for good
     /// ends with its ledger; gone earlier, or refused, it fails.
     #[test]
     fn a_server_gone_after_the_last_round_ended_the_run_without_this_client() {
-        let mut p = Progress::default();
+        let mut p = Position::default();
         assert!(
             !p.ended_without_me(Some(2), 3, Code::Unavailable),
             "round 2 of 3"
@@ -236,7 +236,7 @@ mod tests {
 
     #[test]
     fn the_first_task_trains_round_one_without_evaluating() {
-        let p = Progress::default();
+        let p = Position::default();
         assert_eq!(p.after_round(), 0);
         let step = p.step(answer(1, false)).unwrap();
         assert_eq!(
@@ -251,7 +251,7 @@ mod tests {
 
     #[test]
     fn a_later_task_carries_the_last_aggregate_evaluated_once() {
-        let mut p = Progress::default();
+        let mut p = Position::default();
         p.trained(1);
         let step = p.step(answer(2, false)).unwrap();
         assert_eq!(step.ledger_round, 1);
@@ -268,7 +268,7 @@ mod tests {
 
     #[test]
     fn the_end_of_the_run_evaluates_the_last_aggregate_and_finishes() {
-        let mut p = Progress::default();
+        let mut p = Position::default();
         p.trained(1);
         p.reported(0);
         let step = p.step(answer(1, true)).unwrap();
@@ -287,7 +287,7 @@ mod tests {
     #[test]
     fn a_client_that_missed_rounds_trains_the_one_it_is_given() {
         // Its update of round 1 was not taken in time; the server has moved on to round 3.
-        let mut p = Progress::default();
+        let mut p = Position::default();
         p.trained(1);
         let step = p.step(answer(3, false)).unwrap();
         assert_eq!((step.ledger_round, step.next), (2, Next::Train(3)));
@@ -295,7 +295,7 @@ mod tests {
 
     #[test]
     fn a_task_for_round_zero_or_one_already_trained_is_refused() {
-        let mut p = Progress::default();
+        let mut p = Position::default();
         assert!(p.step(answer(0, false)).unwrap_err().contains("round 0"));
         p.trained(2);
         let err = p.step(answer(2, false)).unwrap_err();

@@ -1,4 +1,4 @@
-//! A client's checkpoint (issue 30 §7): after it trains a round and before it pushes the update,
+//! A client's checkpoint: after it trains a round and before it pushes the update,
 //! `<out>/<name>.resume` holds the update, the random stream and whatever its strategy carries
 //! to the next round (its own model, delta bases, feedback masks). A client killed and started
 //! again with the same `--out` reads it back and goes on exactly: it pushes that update again

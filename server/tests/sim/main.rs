@@ -1,11 +1,12 @@
-//! Issue 30 §8, docs/PROTOCOL.md §Simulation: the server core (`Rounds`, `Identities`, the
+//! docs/PROTOCOL.md §Simulation: the server core (`Rounds`, `Identities`, the
 //! journal and the gRPC handlers that tie them) run deterministically under faults, in the
 //! manner of FoundationDB's simulation testing and TigerBeetle's VOPR, on tokio-rs/turmoil: one
 //! thread runs the real server and the simulated clients as hosts on a simulated network, with
 //! a simulated clock and file system. One seed decides one schedule: message latencies (so the
-//! order calls arrive in), links held and released, the clients' duplicate calls, and when the
+//! order calls arrive in), links held and released, the clients' duplicate calls, when the
 //! server crashes (losing the journal's unsynced writes, maybe tearing the last one) and comes
-//! back. After each start the server's replayed state must hold everything a client was told
+//! back, and when a client crashes and starts again from its checkpoint. The clients are the
+//! real client's state machine (`flint_client::machine`), driven over the simulated network. After each start the server's replayed state must hold everything a client was told
 //! was taken; an honest call is never refused; the journal stays within the records the
 //! experiment allows; the run ends with the fault-free run's rounds, evaluations and models.
 //!
@@ -21,7 +22,6 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use flint_common::clients;
 use flint_common::config::Experiment;
 use flint_common::rng::{FlintRng, derive_rng};
 use flint_server::ServeOptions;
@@ -34,7 +34,7 @@ use client::SimClient;
 use disk::SimDisk;
 use oracle::{Oracle, Outcome};
 
-/// Seeds run by default: about 110 s on this project's two-core machine (debug build).
+/// Seeds run by default: about 200 s on this project's two-core machine (debug build).
 const SEEDS: u64 = 10_000;
 const STATE: &str = "/flint/state";
 /// How long a sync (or an aggregation) takes on the simulated clock.
@@ -42,10 +42,12 @@ const SYNC_LATENCY: Duration = Duration::from_millis(3);
 
 /// Three clients, three rounds, every client in every round: the result does not depend on
 /// the order updates arrive in, so every schedule must end alike. Timeouts beyond the
-/// simulation's length: a round closes only when all have answered.
+/// simulation's length: a round closes only when all have answered. Half the seeds run
+/// AHP-weighted FedAvg, whose clients hold nothing between rounds but the download; half TPFL,
+/// whose clients carry their own machine and random stream from round to round, so a client that
+/// starts again without its checkpoint ends otherwise.
 const EXPERIMENT: &str = r#"
 name = "sim"
-strategy = "fedavg-ahp"
 seed = 11
 rounds = 3
 
@@ -57,9 +59,6 @@ eval_timeout_secs = 7200
 source = "synthetic"
 samples = 240
 features = 4
-
-[logreg]
-local_epochs = 2
 
 [[clients]]
 name = "client-1"
@@ -78,11 +77,35 @@ compute_ghz = 2.0
 struct Ran {
     oracle: Oracle,
     steps: u64,
-    crashes: usize,
+    crashes: Crashes,
 }
 
-fn experiment() -> Experiment {
-    Experiment::from_toml(EXPERIMENT).expect("the simulation's experiment is valid")
+/// The crashes of one schedule.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Crashes {
+    server: usize,
+    clients: usize,
+}
+
+/// The experiment's clients, each on a host of its own.
+const CLIENTS: u32 = 3;
+
+/// The strategy a seed runs, and its section.
+const STRATEGIES: [(&str, &str); 2] = [
+    ("tpfl", "[tm]\nclauses = 20\n"),
+    ("fedavg-ahp", "[logreg]\nlocal_epochs = 2\n"),
+];
+
+/// Which of [`STRATEGIES`] `seed` runs: both alike in each shard of seeds.
+fn kind(seed: u64) -> usize {
+    ((seed / 2) % 2) as usize
+}
+
+/// The experiment of `seed`'s schedule.
+fn experiment(seed: u64) -> Experiment {
+    let (strategy, section) = STRATEGIES[kind(seed)];
+    let text = format!("strategy = {strategy:?}\n{EXPERIMENT}\n{section}");
+    Experiment::from_toml(&text).expect("the simulation's experiment is valid")
 }
 
 thread_local! {
@@ -123,7 +146,7 @@ fn simulate_watched(seed: u64, faults: bool) -> Result<Ran, String> {
 
 /// One schedule: `seed` drives the faults, none without `faults`.
 fn simulate(seed: u64, faults: bool) -> Result<Ran, String> {
-    let e = experiment();
+    let e = experiment(seed);
     let oracle = Arc::new(Mutex::new(Oracle::default()));
     let mut schedule = derive_rng(seed, "sim-schedule", 0);
     let mut sim = build(seed, faults, &mut schedule);
@@ -132,22 +155,25 @@ fn simulate(seed: u64, faults: bool) -> Result<Ran, String> {
         let (e, oracle) = server.clone();
         serve(e, oracle)
     });
-    let ids: Vec<_> = (1..=e.clients.len() as u32).collect();
-    let prepared = clients::prepare(&e, Path::new("."), &ids, None).map_err(|e| e.to_string())?;
-    let slots: client::Slots = Arc::new(Mutex::new(
-        prepared.into_iter().map(|p| (p.id, p)).collect(),
-    ));
-    for host in ids {
+    let disks = client::Disks::default();
+    for host in 1..=CLIENTS {
         let client = SimClient {
             host,
-            slots: slots.clone(),
             experiment: e.clone(),
             oracle: oracle.clone(),
+            disks: disks.clone(),
             seed,
             duplicates: if faults { 0.25 } else { 0.0 },
         };
-        sim.client(format!("client-{host}"), client.run());
+        sim.host(format!("client-{host}"), move || client.clone().run());
     }
+    let done = oracle.clone();
+    sim.client("watch", async move {
+        while done.lock().expect("oracle").finished.len() < CLIENTS as usize {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        Ok(())
+    });
     let (steps, crashes) = drive(&mut sim, &oracle, faults, &mut schedule)?;
     let oracle = std::mem::take(&mut *oracle.lock().expect("oracle"));
     Ok(Ran {
@@ -210,19 +236,22 @@ fn finish(
 /// four crashes well under a minute; one still going by then hangs.
 const SIMULATED_SECONDS: u64 = 120;
 
-/// Most crashes one schedule holds, so that every run ends.
+/// Most server crashes one schedule holds, so that every run ends.
 const MAX_CRASHES: usize = 4;
+/// Most client crashes one schedule holds.
+const MAX_CLIENT_CRASHES: usize = 4;
 
-/// Steps the simulation to its end, crashing and restarting the server and holding links as
-/// the schedule says; returns the steps taken and the crashes.
+/// Steps the simulation to its end, crashing and restarting the server and the clients and
+/// holding links as the schedule says; returns the steps taken and the crashes.
 fn drive(
     sim: &mut turmoil::Sim<'_>,
     oracle: &oracle::Shared,
     faults: bool,
     schedule: &mut FlintRng,
-) -> Result<(u64, usize), String> {
-    let (mut steps, mut crashes) = (0u64, 0usize);
+) -> Result<(u64, Crashes), String> {
+    let (mut steps, mut crashes) = (0u64, Crashes::default());
     let mut back_at: Option<u64> = None;
+    let mut down: Vec<(u32, u64)> = Vec::new();
     let mut held: Vec<(String, u64)> = Vec::new();
     loop {
         match sim.step() {
@@ -245,24 +274,65 @@ fn drive(
             sim.bounce("server");
             back_at = None;
         }
-        if back_at.is_none() && crashes < MAX_CRASHES && schedule.random_bool(1.0 / 400.0) {
+        if back_at.is_none() && crashes.server < MAX_CRASHES && schedule.random_bool(1.0 / 400.0) {
             sim.crash("server");
-            crashes += 1;
+            crashes.server += 1;
             back_at = Some(steps + schedule.random_range(1..300));
         }
-        held.retain(|(client, until)| {
-            let keep = *until > steps;
-            if !keep {
-                sim.release(client.as_str(), "server");
-            }
-            keep
-        });
-        if schedule.random_bool(1.0 / 100.0) {
-            let client = format!("client-{}", schedule.random_range(1..=3));
-            if !held.iter().any(|(c, _)| *c == client) {
-                sim.hold(client.as_str(), "server");
-                held.push((client, steps + schedule.random_range(1..200)));
-            }
+        crash_clients(sim, oracle, schedule, steps, &mut down, &mut crashes);
+        hold_links(sim, schedule, steps, &mut held);
+    }
+}
+
+/// Brings back the clients whose time is up, and crashes one that has not finished where the
+/// schedule says: it starts again from its checkpoint.
+fn crash_clients(
+    sim: &mut turmoil::Sim<'_>,
+    oracle: &oracle::Shared,
+    schedule: &mut FlintRng,
+    steps: u64,
+    down: &mut Vec<(u32, u64)>,
+    crashes: &mut Crashes,
+) {
+    down.retain(|&(host, until)| {
+        let keep = until > steps;
+        if !keep {
+            sim.bounce(format!("client-{host}"));
+        }
+        keep
+    });
+    if crashes.clients >= MAX_CLIENT_CRASHES || !schedule.random_bool(1.0 / 300.0) {
+        return;
+    }
+    let host = schedule.random_range(1..=CLIENTS);
+    let finished = oracle.lock().expect("oracle").finished.contains(&host);
+    if finished || down.iter().any(|&(h, _)| h == host) {
+        return;
+    }
+    sim.crash(format!("client-{host}"));
+    crashes.clients += 1;
+    down.push((host, steps + schedule.random_range(1..300)));
+}
+
+/// Releases the links whose time is up, and holds one where the schedule says.
+fn hold_links(
+    sim: &mut turmoil::Sim<'_>,
+    schedule: &mut FlintRng,
+    steps: u64,
+    held: &mut Vec<(String, u64)>,
+) {
+    held.retain(|(client, until)| {
+        let keep = *until > steps;
+        if !keep {
+            sim.release(client.as_str(), "server");
+        }
+        keep
+    });
+    if schedule.random_bool(1.0 / 100.0) {
+        let client = format!("client-{}", schedule.random_range(1..=CLIENTS));
+        if !held.iter().any(|(c, _)| *c == client) {
+            sim.hold(client.as_str(), "server");
+            held.push((client, steps + schedule.random_range(1..200)));
         }
     }
 }
@@ -317,11 +387,12 @@ fn most_records(e: &Experiment) -> usize {
     2 * c + r * (2 * c + 2)
 }
 
-/// The fault-free run every schedule must end like.
-fn reference() -> &'static Outcome {
-    static REFERENCE: OnceLock<Outcome> = OnceLock::new();
-    REFERENCE.get_or_init(|| {
-        let ran = simulate_watched(0, false).expect("the fault-free run completes");
+/// The fault-free run every schedule of `seed`'s strategy must end like.
+fn reference(seed: u64) -> &'static Outcome {
+    static REFERENCE: [OnceLock<Outcome>; 2] = [OnceLock::new(), OnceLock::new()];
+    let kind = kind(seed);
+    REFERENCE[kind].get_or_init(|| {
+        let ran = simulate_watched(2 * kind as u64, false).expect("the fault-free run completes");
         assert!(
             ran.oracle.violations.is_empty(),
             "{:?}",
@@ -332,9 +403,9 @@ fn reference() -> &'static Outcome {
 }
 
 /// Every way `ran` breaks an invariant.
-fn violations(ran: &Ran) -> Vec<String> {
+fn violations(seed: u64, ran: &Ran) -> Vec<String> {
     let mut found = ran.oracle.violations.clone();
-    let expected = reference();
+    let expected = reference(seed);
     let outcome = &ran.oracle.outcome;
     if outcome.rounds.is_empty() {
         found.push("the server did not see the run finished".into());
@@ -355,7 +426,7 @@ fn violations(ran: &Ran) -> Vec<String> {
             "the final models the restarted server holds differ from the fault-free run".into(),
         );
     }
-    let most = most_records(&experiment());
+    let most = most_records(&experiment(seed));
     if ran.oracle.most_records > most {
         found.push(format!(
             "the journal held {} records, above the {most} this run may write",
@@ -387,14 +458,15 @@ const SHARDS: u64 = 2;
 /// Runs this shard's seeds under faults; fails naming each failing seed and its replay.
 fn check_shard(shard: u64) {
     let started = std::time::Instant::now();
-    let (mut crashes, mut steps, mut failed) = (0, 0, Vec::new());
+    let (mut crashes, mut steps, mut failed) = (Crashes::default(), 0, Vec::new());
     let seeds = seeds(shard);
     for &seed in &seeds {
         let found = match simulate_watched(seed, true) {
             Ok(ran) => {
-                crashes += ran.crashes;
+                crashes.server += ran.crashes.server;
+                crashes.clients += ran.crashes.clients;
                 steps += ran.steps;
-                violations(&ran)
+                violations(seed, &ran)
             }
             Err(e) => vec![e],
         };
@@ -406,8 +478,10 @@ fn check_shard(shard: u64) {
         }
     }
     eprintln!(
-        "simulation, shard {shard} of {SHARDS}: {} seeds, {crashes} server crashes, {steps} steps, {} failed, {:.1} s",
+        "simulation, shard {shard} of {SHARDS}: {} seeds, {} server and {} client crashes, {steps} steps, {} failed, {:.1} s",
         seeds.len(),
+        crashes.server,
+        crashes.clients,
         failed.len(),
         started.elapsed().as_secs_f64()
     );

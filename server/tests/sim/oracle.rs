@@ -78,6 +78,10 @@ pub struct Oracle {
     /// The largest journal a server came back from, in records.
     pub most_records: usize,
     pub outcome: Outcome,
+    /// The hosts whose client finished the run (a finished client is not crashed again).
+    pub finished: BTreeSet<u32>,
+    /// Which host holds each slot: a slot claimed by two hosts is a violation.
+    pub holders: BTreeMap<ClientId, u32>,
 }
 
 pub type Shared = Arc<Mutex<Oracle>>;

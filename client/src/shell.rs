@@ -1,0 +1,199 @@
+//! What a process's clients share: the server's address and TLS, each client's connection
+//! (every byte counted), its slot (claimed where `--name auto`) and its credentials.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use flint_common::ClientId;
+use flint_common::config::Experiment;
+use flint_common::wire::chunks::MAX_CHUNK;
+use flint_common::wire::ledger::Direction;
+use flint_common::wire::proto::ClaimRequest;
+use flint_shell::meter::{ConnMeter, CountingIo, LinkMeter, MessageMeterLayer, SharedLedger};
+use hyper_util::rt::TokioIo;
+use prost::Message;
+use tonic::Request;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::identity::{
+    AUTO, Credentials, Enroll, host_name, kept_token, new_token, take_secret, with_host,
+};
+use crate::proto::aggregator_client::AggregatorClient;
+use crate::retry::{JOIN_ATTEMPT, retry_bounded};
+use crate::tls::ClientTls;
+
+pub(crate) type Slots = BTreeMap<ClientId, (String, Credentials, Conn)>;
+
+pub(crate) type Grpc =
+    AggregatorClient<flint_shell::meter::MessageMeter<flint_shell::end_stream::EndStream<Channel>>>;
+
+/// What every client of this process shares.
+pub(crate) struct Shell {
+    pub server: String,
+    pub tls: ClientTls,
+    pub link: Option<Arc<LinkMeter>>,
+    pub experiment: Arc<Experiment>,
+    /// Limits how many clients train at once, so many clients share the cores without
+    /// thrashing them.
+    pub trainers: Arc<tokio::sync::Semaphore>,
+    pub retry_for: Duration,
+    /// `--out`, where each client's bytes so far go after every round it reports on.
+    pub out: Option<std::path::PathBuf>,
+    pub enroll: Enroll,
+}
+
+/// One client's connection (every reconnect counted by one meter) and its byte ledger.
+pub(crate) struct Conn {
+    pub grpc: Grpc,
+    pub ledger: Arc<SharedLedger>,
+}
+
+impl Shell {
+    /// Every client's connection and token, by id; an `auto` one asks for its slot, since which
+    /// data it loads depends on it. Tokens are kept in `out`, so that a client started again is
+    /// still itself (an `auto` one by host and position: containers may share `out`).
+    pub(crate) async fn slots(
+        &self,
+        names: &[String],
+        out: Option<&std::path::Path>,
+    ) -> anyhow::Result<Slots> {
+        let mut slots = BTreeMap::new();
+        let mut autos = 0;
+        for name in names {
+            let conn = self.connect(name)?;
+            let stem = if name == AUTO {
+                autos += 1;
+                format!("auto-{}-{autos}", host_name())
+            } else {
+                format!("client-{name}")
+            };
+            let token = match out {
+                Some(dir) => kept_token(&dir.join(format!("{stem}.token")))?,
+                None => new_token(),
+            };
+            let creds = Credentials {
+                enrollment: self.enrollment(&token)?,
+                token,
+            };
+            let (name, id) = if name == AUTO {
+                self.claim(&conn, &creds).await?
+            } else {
+                let id = self
+                    .experiment
+                    .client_id(name)
+                    .expect("checked by client_names");
+                (name.clone(), id)
+            };
+            if slots.insert(id, (name.clone(), creds, conn)).is_some() {
+                bail!("client {name:?} is named twice");
+            }
+        }
+        Ok(slots)
+    }
+
+    /// The enrollment secret of the client holding `token`: none, the one given, or the one
+    /// it takes (or took before) from the directory.
+    fn enrollment(&self, token: &str) -> anyhow::Result<String> {
+        match &self.enroll {
+            Enroll::None => Ok(String::new()),
+            Enroll::Secret(s) => Ok(s.clone()),
+            Enroll::Dir(dir) => take_secret(dir, token),
+        }
+    }
+
+    /// A connection for the client `name` (`auto` for one that asks for its slot).
+    fn connect(&self, name: &str) -> anyhow::Result<Conn> {
+        let server = &self.server;
+        let endpoint = Endpoint::from_shared(server.to_string()).with_context(|| {
+            format!("bad server address {server:?}; expected e.g. http://host:50051")
+        })?;
+        let endpoint = self
+            .tls
+            .for_client(name)?
+            .apply(endpoint)?
+            .connect_timeout(Duration::from_secs(5))
+            .tcp_nodelay(true)
+            // A ping after 30 s without a frame from the server (a dead server is noticed within
+            // 50 s); at 10 s, a client waiting out its peers' training pinged in most rounds.
+            .http2_keep_alive_interval(Duration::from_secs(30))
+            .keep_alive_timeout(Duration::from_secs(20))
+            .keep_alive_while_idle(true);
+        // Every connection this client makes (reconnects too) is counted by one meter.
+        let meter = ConnMeter::default();
+        let conn_meter = meter.clone();
+        let connector = tower::service_fn(move |uri: http::Uri| {
+            let meter = conn_meter.clone();
+            async move {
+                let host = uri
+                    .host()
+                    .unwrap_or("127.0.0.1")
+                    .trim_start_matches('[')
+                    .trim_end_matches(']')
+                    .to_string();
+                let port = uri.port_u16().unwrap_or(match uri.scheme_str() {
+                    Some("https") => 443,
+                    _ => 80,
+                });
+                let tcp = tokio::net::TcpStream::connect((host.as_str(), port)).await?;
+                tcp.set_nodelay(true)?;
+                Ok::<_, std::io::Error>(TokioIo::new(CountingIo::new(tcp, meter)))
+            }
+        });
+        let channel = endpoint.connect_with_connector_lazy(connector);
+        let ledger = Arc::new(SharedLedger::default());
+        let svc = tower::ServiceBuilder::new()
+            .layer(MessageMeterLayer::client(ledger.clone(), meter).with_link(self.link.clone()))
+            .layer(flint_shell::end_stream::EndStreamLayer)
+            .service(channel);
+        let mut grpc =
+            AggregatorClient::new(svc).max_decoding_message_size(self.max_download_bytes());
+        if let Some(enc) = flint_shell::compression::encoding(self.experiment.compression) {
+            grpc = grpc.send_compressed(enc).accept_compressed(enc);
+        }
+        Ok(Conn { grpc, ledger })
+    }
+
+    /// The largest download this run can send, from the experiment (an ensemble's grows with
+    /// its clients); where a CSV's features are not in it, a generous 1 GiB.
+    fn max_download_bytes(&self) -> usize {
+        let e = &self.experiment;
+        let largest = e.data.features().map_or(1 << 30, |f| {
+            e.strategy
+                .max_download_bytes(f, e.data.classes().len(), e.clients.len())
+        });
+        usize::try_from(largest)
+            .unwrap_or(usize::MAX)
+            .max(2 * MAX_CHUNK)
+    }
+
+    /// Asks the server which slot this token may hold (`--name auto`).
+    async fn claim(&self, conn: &Conn, creds: &Credentials) -> anyhow::Result<(String, ClientId)> {
+        let ask = ClaimRequest {
+            experiment_fingerprint: self.experiment.fingerprint.clone(),
+            token: creds.token.clone(),
+            enrollment: creds.enrollment.clone(),
+        };
+        let reply = retry_bounded(self.retry_for, Some(JOIN_ATTEMPT), "claim", || {
+            let mut g = conn.grpc.clone();
+            let req = with_host(Request::new(ask.clone()));
+            async move { g.claim(req).await }
+        })
+        .await
+        .map_err(|s| anyhow::anyhow!("cannot claim a client slot: {}", s.message()))?;
+        let name = &reply.client_name;
+        if self.experiment.client_id(name) != Some(reply.client_id) {
+            bail!(
+                "the server gave slot {} named {name:?}, which this experiment does not declare",
+                reply.client_id
+            );
+        }
+        conn.ledger.with(|l| {
+            l.payload(reply.client_id, 0, Direction::Up, ask.encoded_len(), 0);
+            l.payload(reply.client_id, 0, Direction::Down, reply.encoded_len(), 0);
+        });
+        tracing::info!(client = reply.client_id, name = %name, "client slot claimed");
+        Ok((reply.client_name, reply.client_id))
+    }
+}
