@@ -2,7 +2,8 @@
 //! above it, so there is no import cycle and settings flow one way (`config` may import the
 //! algorithms, never the reverse). Below the modules, no source file of any crate imports one
 //! that imports it back, however far round (a module's own file using its submodules is
-//! containment, not an import). Read from the paths of the sources, tests excluded.
+//! containment, not an import). Read from the paths of the whole sources, every
+//! `#[cfg(test)]` item left out.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -23,9 +24,72 @@ const LAYERS: &[(&str, u32)] = &[
     ("clients", 6),
 ];
 
+/// `source` without its `#[cfg(test)]` items (a test module, a test-only function or import):
+/// what is left is what the build compiles.
+fn without_tests(source: &str) -> String {
+    const MARK: &str = "#[cfg(test)]";
+    let mut out = String::new();
+    let mut rest = source;
+    while let Some(at) = rest.find(MARK) {
+        out.push_str(&rest[..at]);
+        rest = &rest[at + MARK.len()..];
+        rest = &rest[item_end(rest)..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Where the item at the start of `code` ends: after its first `;` outside braces, or after
+/// the braces it opens (strings, characters and comments skipped).
+fn item_end(code: &str) -> usize {
+    let bytes = code.as_bytes();
+    let (mut i, mut depth) = (0, 0usize);
+    while i < bytes.len() {
+        match bytes[i] {
+            b'/' if bytes.get(i + 1) == Some(&b'/') => {
+                i += code[i..].find('\n').unwrap_or(code.len() - i);
+            }
+            b'/' if bytes.get(i + 1) == Some(&b'*') => {
+                i += code[i..].find("*/").map_or(code.len() - i, |e| e + 1);
+            }
+            b'"' => i += string_end(&code[i..]),
+            b'\'' if bytes.get(i + 2) == Some(&b'\'') => i += 2,
+            b'\'' if bytes.get(i + 1) == Some(&b'\\') => {
+                i += code[i + 2..].find('\'').map_or(code.len() - i, |e| e + 2);
+            }
+            b';' if depth == 0 => return i + 1,
+            b'{' => depth += 1,
+            b'}' => {
+                depth = depth.saturating_sub(1);
+                if depth == 0 {
+                    return i + 1;
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    code.len()
+}
+
+/// The length of the string literal at the start of `code` less one (its closing quote's
+/// index).
+fn string_end(code: &str) -> usize {
+    let bytes = code.as_bytes();
+    let mut i = 1;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'\\' => i += 2,
+            b'"' => return i,
+            _ => i += 1,
+        }
+    }
+    code.len()
+}
+
 /// The top-level modules a source names through `crate::…`.
 fn imports(source: &str) -> BTreeSet<String> {
-    let code = source.split("#[cfg(test)]").next().unwrap_or("");
+    let code = without_tests(source);
     let mut found = BTreeSet::new();
     for (i, _) in code.match_indices("crate::") {
         let rest = &code[i + "crate::".len()..];
@@ -118,6 +182,17 @@ fn every_module_imports_only_from_the_layers_above_it() {
         .map(|(from, to)| format!("{from} imports {to}"))
         .collect();
     assert!(upward.is_empty(), "imports against the layers: {upward:?}");
+}
+
+/// Code below a test module is read; the test items themselves are not.
+#[test]
+fn the_scan_skips_test_items_and_reads_what_follows_them() {
+    let s = "use crate::data::Shard;\n#[cfg(test)]\nuse crate::rng::X;\n\
+             #[cfg(test)]\nmod tests {\n    use crate::config::X;\n    fn f() { let _ = \"}\"; let _ = '{'; }\n}\n\
+             // a comment with a } in it\nuse crate::model::Y;\n\
+             #[cfg(test)]\nfn helper() -> u8 { 0 }\nuse crate::wire::Z;";
+    let got: Vec<String> = imports(s).into_iter().collect();
+    assert_eq!(got, ["data", "model", "wire"]);
 }
 
 #[test]
@@ -225,7 +300,7 @@ fn file_edges(src: &Path) -> BTreeMap<PathBuf, BTreeSet<PathBuf>> {
     let mut edges = BTreeMap::new();
     for f in files {
         let text = std::fs::read_to_string(&f).unwrap();
-        let code = text.split("#[cfg(test)]").next().unwrap_or("");
+        let code = without_tests(&text);
         let module = module_of(f.strip_prefix(src).unwrap());
         // A module's own file (`mod.rs`, `lib.rs`) contains the files below its folder.
         let contains = |t: &Path| {
@@ -235,7 +310,7 @@ fn file_edges(src: &Path) -> BTreeMap<PathBuf, BTreeSet<PathBuf>> {
             );
             own && f.parent().is_some_and(|dir| t.starts_with(dir))
         };
-        let to: BTreeSet<PathBuf> = named_paths(code, &module)
+        let to: BTreeSet<PathBuf> = named_paths(&code, &module)
             .iter()
             .filter_map(|p| file_of(src, p))
             .filter(|t| *t != f && !contains(t))
