@@ -68,15 +68,6 @@ pub fn parse_name<T: DeserializeOwned>(key: &'static str, given: &str) -> ParamR
     })
 }
 
-/// `parse_name` of an optional key, with its default.
-pub fn parse_name_or<T: DeserializeOwned>(
-    key: &'static str,
-    given: Option<&str>,
-    default: T,
-) -> ParamResult<T> {
-    given.map_or(Ok(default), |g| parse_name(key, g))
-}
-
 /// The serde name of a unit variant (`Rounding::Truncate` → `"truncate"`).
 pub fn name_of<T: Serialize>(value: &T) -> String {
     match serde_json::to_value(value) {
@@ -209,7 +200,6 @@ mod tests {
             e.to_string(),
             "unknown tpfl.shape \"square\"; expected round or paper-code"
         );
-        assert_eq!(parse_name_or("k", None, Shape::Round), Ok(Shape::Round));
     }
 
     #[test]

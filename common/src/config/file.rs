@@ -82,6 +82,21 @@ pub struct ExperimentFile {
 }
 
 impl ExperimentFile {
+    /// The dotted keys this file writes that overriding `keys` leaves to their new value: a
+    /// FedTMOS preset's keys that hold the old preset's value go with it.
+    pub(super) fn left_to_overrides(&self, keys: &[&str]) -> Vec<String> {
+        let fedtmos: Vec<&str> = keys
+            .iter()
+            .filter_map(|k| k.strip_prefix("fedtmos."))
+            .collect();
+        self.fedtmos
+            .map(|f| f.left_to_a_new_preset(&fedtmos))
+            .unwrap_or_default()
+            .into_iter()
+            .map(|key| format!("fedtmos.{key}"))
+            .collect()
+    }
+
     pub(super) fn sections(&self) -> Sections {
         Sections {
             logreg: self.logreg,

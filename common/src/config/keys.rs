@@ -168,6 +168,78 @@ mod tests {
         }
     }
 
+    /// The value of `key` in `section`, as JSON.
+    fn field(section: impl serde::Serialize, key: &str) -> Value {
+        serde_json::to_value(section).unwrap()[key].clone()
+    }
+
+    /// Where a key's default is not the section's own `Default` (the key is an `Option`, its
+    /// default the checked form's), the schema states it by hand: each such default is the
+    /// one the code applies.
+    #[test]
+    fn the_schemas_written_defaults_are_the_ones_the_code_applies() {
+        use crate::model::logreg::{LogRegHyper, LogRegSection};
+        use crate::model::tm::{TmHyper, TmSection};
+        use crate::strategy::fcm::FcmSection;
+        use crate::strategy::fedtmos::FedTmosSection;
+        let schema = schema().as_value();
+        let stated = |def: &str, key: &str| {
+            let default = schema["$defs"][def]["properties"][key]["default"].clone();
+            assert!(!default.is_null(), "{def}.{key} states no default");
+            default
+        };
+        let same = |stated: Value, applied: Value, what: &str| {
+            let number = |v: &Value| v.as_f64();
+            match (number(&stated), number(&applied)) {
+                (Some(a), Some(b)) => assert_eq!(a, b, "{what}"),
+                _ => assert_eq!(stated, applied, "{what}"),
+            }
+        };
+        let tm = TmSection::from(TmHyper::default());
+        for key in [
+            "clauses",
+            "t",
+            "s",
+            "state_bits",
+            "weighted",
+            "boost_true_positive",
+        ] {
+            same(stated("TmSection", key), field(tm, key), key);
+        }
+        let sampling = field(tm, "negative_sampling");
+        same(
+            stated("TmSection", "negative_sampling"),
+            sampling,
+            "negative_sampling",
+        );
+        let logreg = LogRegSection::from(LogRegHyper::default());
+        for key in ["learning_rate", "local_epochs", "l2"] {
+            same(stated("LogRegSection", key), field(logreg, key), key);
+        }
+        let (fcm, _) = FcmSection::default().check().unwrap();
+        let iterations = Value::from(fcm.max_iterations);
+        same(
+            stated("FcmSection", "max_iterations"),
+            iterations,
+            "max_iterations",
+        );
+        let fedtmos = FedTmosSection::default().check().unwrap();
+        let top_k = Value::from(fedtmos.server.top_k);
+        same(stated("FedTmosSection", "top_k"), top_k, "top_k");
+        let resolution = Value::from(fedtmos.server.weight_resolution);
+        same(
+            stated("FedTmosSection", "weight_resolution"),
+            resolution,
+            "weight_resolution",
+        );
+        let order = serde_json::to_value(fedtmos.epoch_order).unwrap();
+        same(
+            stated("FedTmosSection", "epoch_order"),
+            order,
+            "epoch_order",
+        );
+    }
+
     /// `docs/experiment.schema.json` is what the code's types say; regenerate it with
     /// `flint keys --schema > docs/experiment.schema.json`.
     #[test]

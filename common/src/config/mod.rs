@@ -184,7 +184,9 @@ impl Experiment {
         {
             sections.ahp = Some(crate::strategy::ahp::AhpSection::without_compute_speed());
         }
-        let mut strategy = StrategySpec::check(file.strategy, file.model, &sections)?;
+        let model = StrategySpec::model_of(file.strategy, file.model)?;
+        let data = rules::data_for_model(&file.data, file.strategy, model)?;
+        let strategy = StrategySpec::check(file.strategy, model, &sections, &data.shape())?;
         let rounds = file
             .rounds
             .unwrap_or_else(|| rules::default_rounds(&strategy));
@@ -196,10 +198,6 @@ impl Experiment {
         )?;
         let policy = file.server.check(rounds, clients.len())?;
         rules::check_central(&strategy, clients.len())?;
-        let data = rules::data_for_model(&file.data, &mut strategy)?;
-        if !data.is_images() {
-            strategy.size_for_table(&sections, data.classes().len())?;
-        }
         let partition = rules::partition_for_data(&file.partition, &declared, &clients, &data)?;
         let copy_data_epoch = file.fedtmos.is_some_and(|f| f.copy_data_epoch);
         rules::check_copy_data_epoch(copy_data_epoch, &strategy, &data, &partition)?;
@@ -960,7 +958,10 @@ iid_clients = 1
             Binarize::AdaptiveGaussian { block: 5, c: 2.0 }
         );
         let cases = [
-            ("binarize = \"otsu\"", "unknown data.binarize \"otsu\""),
+            (
+                "binarize = \"otsu\"",
+                "data.binarize: unknown variant `otsu`, expected `threshold` or `adaptive-gaussian`",
+            ),
             (
                 "binarize = \"adaptive-gaussian\"\nthreshold = 10",
                 "data.threshold applies to binarize = \"threshold\"",

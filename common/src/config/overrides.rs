@@ -9,10 +9,15 @@ use super::file::ExperimentFile;
 /// `text` with every `(key, value)` of `overrides` set, in order (the last one wins).
 pub(super) fn read(text: &str, overrides: &[(String, String)]) -> Result<ExperimentFile> {
     if overrides.is_empty() {
-        return deserialize(text, true);
+        return deserialize(text, true).map_err(FlintError::from);
     }
     let mut doc: toml::Table = toml::from_str(text).map_err(|e| located(text, "", e, true))?;
-    leave_to_a_new_preset(text, &mut doc, overrides);
+    let keys: Vec<&str> = overrides.iter().map(|(k, _)| k.as_str()).collect();
+    if let Ok(file) = deserialize(text, false) {
+        for key in file.left_to_overrides(&keys) {
+            remove(&mut doc, &key);
+        }
+    }
     for (key, raw) in overrides {
         set(&mut doc, key, value_of(key, raw)?)?;
     }
@@ -20,41 +25,30 @@ pub(super) fn read(text: &str, overrides: &[(String, String)]) -> Result<Experim
         toml::to_string(&doc).map_err(|e| FlintError::Config(format!("overrides: {e}")))?;
     // Line numbers of the merged text are not the file's: where the file alone fails the same
     // way, its error says where.
-    deserialize(&merged, false).map_err(|merged| match deserialize(text, true) {
-        Err(own) if own.to_string().starts_with(&merged.to_string()) => own,
+    let read = deserialize(&merged, false).map_err(|merged| match deserialize(text, true) {
+        Err(own) if own.key == merged.key && own.message == merged.message => own,
         _ => merged,
-    })
+    });
+    read.map_err(FlintError::from)
 }
 
-/// With `fedtmos.preset` overridden, the file's preset-decided keys that hold its own preset's
-/// value are left to the new one (a resolved file written before they were left out holds them
-/// all); a key given another value, or overridden too, stays.
-fn leave_to_a_new_preset(text: &str, doc: &mut toml::Table, overrides: &[(String, String)]) {
-    let overridden: Vec<&str> = overrides
-        .iter()
-        .filter_map(|(k, _)| k.strip_prefix("fedtmos."))
-        .collect();
-    if !overridden.contains(&"preset") {
-        return;
-    }
-    let Ok(ExperimentFile {
-        fedtmos: Some(before),
-        ..
-    }) = deserialize(text, false)
-    else {
+/// Removes `key` (`section.key`, any depth) from `doc`, where it is.
+fn remove(doc: &mut toml::Table, key: &str) {
+    let mut parts: Vec<&str> = key.split('.').collect();
+    let Some(last) = parts.pop() else {
         return;
     };
-    let Some(toml::Value::Table(section)) = doc.get_mut("fedtmos") else {
-        return;
-    };
-    for key in before.preset_values_written() {
-        if !overridden.contains(&key) {
-            section.remove(key);
+    let mut table = doc;
+    for part in parts {
+        match table.get_mut(part) {
+            Some(toml::Value::Table(t)) => table = t,
+            _ => return,
         }
     }
+    table.remove(last);
 }
 
-fn deserialize(text: &str, lines: bool) -> Result<ExperimentFile> {
+fn deserialize(text: &str, lines: bool) -> std::result::Result<ExperimentFile, ReadError> {
     let de = toml::de::Deserializer::parse(text).map_err(|e| located(text, "", e, lines))?;
     serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
@@ -62,8 +56,27 @@ fn deserialize(text: &str, lines: bool) -> Result<ExperimentFile> {
     })
 }
 
-/// `key: message (line L, column C)`.
-fn located(text: &str, path: &str, e: toml::de::Error, lines: bool) -> FlintError {
+/// Why a file could not be read: the key, what is wrong, and where in the file (empty where
+/// the text is not the file's own).
+#[derive(Debug)]
+struct ReadError {
+    key: String,
+    message: String,
+    at: String,
+}
+
+impl From<ReadError> for FlintError {
+    fn from(e: ReadError) -> Self {
+        let key = match e.key.as_str() {
+            "" | "." => String::new(),
+            k => format!("{k}: "),
+        };
+        FlintError::Config(format!("{key}{}{}", e.message, e.at))
+    }
+}
+
+/// The error `e` at `path`, with its line and column in `text` where `lines`.
+fn located(text: &str, path: &str, e: toml::de::Error, lines: bool) -> ReadError {
     let at = match e.span() {
         Some(span) if lines => {
             let before = &text[..span.start.min(text.len())];
@@ -74,11 +87,11 @@ fn located(text: &str, path: &str, e: toml::de::Error, lines: bool) -> FlintErro
         }
         _ => String::new(),
     };
-    let key = match path {
-        "" | "." => String::new(),
-        p => format!("{p}: "),
-    };
-    FlintError::Config(format!("{key}{}{at}", e.message().trim_end()))
+    ReadError {
+        key: path.to_string(),
+        message: e.message().trim_end().to_string(),
+        at,
+    }
 }
 
 /// An override's value: the text itself for a key that holds text (`name`, `data.path`), else
@@ -189,7 +202,7 @@ mod tests {
     #[test]
     fn an_error_names_the_key_line_and_column() {
         let text = "name = \"x\"\nrounds = -3\n";
-        let err = deserialize(text, true).unwrap_err().to_string();
+        let err = FlintError::from(deserialize(text, true).unwrap_err()).to_string();
         assert!(
             err.contains("rounds: must be a whole number of at least 1, got -3"),
             "{err}"

@@ -6,7 +6,7 @@ use crate::data::{
     ClientSection, ClientSpec, DataSection, DataSpec, PartitionPlan, PartitionSection, Scaling,
     TableBits,
 };
-use crate::strategy::{ModelKind, ModelSpec, StrategyKind, StrategySpec};
+use crate::strategy::{ModelKind, StrategyKind, StrategySpec};
 use crate::{FlintError, Result};
 
 fn bad(message: String) -> FlintError {
@@ -70,9 +70,9 @@ pub(super) fn check_central(strategy: &StrategySpec, clients: usize) -> Result<(
 /// row's bits), images only under a Tsetlin Machine.
 pub(super) fn data_for_model(
     section: &DataSection,
-    strategy: &mut StrategySpec,
+    strategy: StrategyKind,
+    model: ModelKind,
 ) -> Result<DataSpec> {
-    let model = strategy.model().kind();
     let model_scaling = match model {
         ModelKind::Fcm => Scaling::LocalMinMax,
         _ => Scaling::LocalZScore,
@@ -97,11 +97,7 @@ pub(super) fn data_for_model(
 }
 
 /// A table becomes bits by the thermometer code, raw values in.
-fn table_as_bits(
-    section: &DataSection,
-    data: &mut DataSpec,
-    strategy: &mut StrategySpec,
-) -> Result<()> {
+fn table_as_bits(section: &DataSection, data: &mut DataSpec, strategy: StrategyKind) -> Result<()> {
     if section.scaling.is_some() {
         return Err(bad(
             "data.scaling does not apply to model tm: the thermometer code reads raw values".into(),
@@ -120,16 +116,13 @@ fn table_as_bits(
             t.cuts.len()
         )));
     }
-    if matches!(strategy.model(), ModelSpec::ConvTm(_)) {
-        // FedTMOS's machines read a whole row as one patch: the server sizes them by the row's
-        // bits, which the experiment must fix.
-        let bits = data.features().ok_or_else(|| {
-            bad(format!(
-                "strategy {} on a csv needs data.features (or data.cuts): the server sizes the machines by it",
-                strategy.name()
-            ))
-        })?;
-        strategy.read_table_rows(bits);
+    // FedTMOS's machines read a whole row as one patch: the server sizes them by the row's
+    // bits, which the experiment must fix.
+    if strategy.reads_rows_as_patches() && data.features().is_none() {
+        return Err(bad(format!(
+            "strategy {} on a csv needs data.features (or data.cuts): the server sizes the machines by it",
+            strategy.name()
+        )));
     }
     Ok(())
 }

@@ -104,6 +104,30 @@ impl Threshold {
     }
 }
 
+/// `data.binarize`: which way byte images become bits.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum BinarizeKind {
+    /// A pixel above `data.threshold` is 1 (TPFL's).
+    #[default]
+    Threshold,
+    /// OpenCV's adaptive Gaussian threshold (FedTMOS's on Fashion-MNIST).
+    AdaptiveGaussian,
+}
+
+/// `data.booleanize`: the code a table's values become bits by.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum TableCode {
+    /// The thermometer code, the only one.
+    #[default]
+    Thermometer,
+}
+
 /// How byte images become bits.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub enum Binarize {

@@ -11,7 +11,7 @@ use super::Dataset;
 use crate::{FlintError, Result};
 
 /// What a missing feature value (one of [`CsvSpec::missing`]) does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Missing {
     /// The file is refused, naming the first missing value (the default: nothing changes the

@@ -16,7 +16,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::Result;
-use crate::params::{ParamError, ParamResult, at_least_or_unset, parse_name_or};
+use crate::params::{ParamError, ParamResult, at_least_or_unset};
 
 pub use partition::{ClientSection, ClientSpec, PartitionPlan, PartitionSection, partition};
 pub use shard::{Scaling, Shard};
@@ -36,7 +36,7 @@ pub struct DataSection {
     /// `local-zscore` (each client standardises with its own training statistics; the default
     /// for logistic regression), `local-minmax` (to [0, 1] with its own training range; the
     /// default for FCMs) or `none`.
-    pub scaling: Option<String>,
+    pub scaling: Option<Scaling>,
     // synthetic
     /// synthetic: rows generated (default 2000).
     #[serde(default, deserialize_with = "at_least_or_unset::<2, _, _>")]
@@ -68,14 +68,14 @@ pub struct DataSection {
     /// The values that mean "missing" (default `["", "?", "NA", "NaN"]`).
     pub missing: Option<Vec<String>>,
     /// `refuse` (default), `drop` the rows, or `impute` each client's own training mean.
-    pub on_missing: Option<String>,
+    pub on_missing: Option<csv::Missing>,
     // mnist, fashion-mnist
     /// A pixel becomes 1 when it is above this value (default 75, as TPFL).
     pub threshold: Option<f64>,
     /// `threshold` (default) or `adaptive-gaussian`: OpenCV's adaptive Gaussian threshold, as
     /// FedTMOS booleanizes Fashion-MNIST (window `adaptive_block`, default 11, minus
     /// `adaptive_c`, default 2).
-    pub binarize: Option<String>,
+    pub binarize: Option<booleanize::BinarizeKind>,
     /// adaptive-gaussian: the window, odd, 3 to 27 (default 11).
     #[serde(default, deserialize_with = "at_least_or_unset::<3, _, _>")]
     pub adaptive_block: Option<usize>,
@@ -83,7 +83,7 @@ pub struct DataSection {
     pub adaptive_c: Option<f64>,
     // tables for a tsetlin machine
     /// `thermometer` (the default, and the only code, for a table under `model = "tm"`).
-    pub booleanize: Option<String>,
+    pub booleanize: Option<booleanize::TableCode>,
     /// Cuts per feature, at the quantiles of each client's own training split (default 8).
     #[serde(default, deserialize_with = "at_least_or_unset::<0, _, _>")]
     pub levels: Option<usize>,
@@ -223,6 +223,16 @@ pub struct DataSpec {
     pub global_test: Option<f64>,
 }
 
+/// What a strategy's defaults depend on in the data, as far as the experiment fixes it: its
+/// classes, whether it is a table (images have the papers' defaults), and where a table is read
+/// as bits, the bits of one row (where the experiment fixes its features).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DataShape {
+    pub classes: usize,
+    pub table: bool,
+    pub row_bits: Option<usize>,
+}
+
 /// A table's thermometer code (see [`booleanize::Thermometer`]).
 #[derive(Debug, Clone, PartialEq)]
 pub enum TableBits {
@@ -271,7 +281,7 @@ impl DataSection {
             test_fraction,
             test_fraction > 0.0 && test_fraction < 1.0,
         )?;
-        let scaling = parse_name_or("data.scaling", self.scaling.as_deref(), model_scaling)?;
+        let scaling = self.scaling.unwrap_or(model_scaling);
         let table_bits = self.table_bits()?;
         let global_test = match self.global_test_fraction {
             None => None,
@@ -372,8 +382,8 @@ impl DataSection {
     fn images(&self) -> ParamResult<Source> {
         let (s, bad) = (self, ParamError::Inconsistent);
         self.only(&["threshold", "binarize", "adaptive_block", "adaptive_c"])?;
-        let binarize = match s.binarize.as_deref().unwrap_or("threshold") {
-            "threshold" => {
+        let binarize = match s.binarize.unwrap_or_default() {
+            booleanize::BinarizeKind::Threshold => {
                 if s.adaptive_block.is_some() || s.adaptive_c.is_some() {
                     return Err(bad(
                         "data.adaptive_block and data.adaptive_c apply to binarize = \"adaptive-gaussian\"".into(),
@@ -387,7 +397,7 @@ impl DataSection {
                 }
                 booleanize::Binarize::Threshold(booleanize::Threshold::Above(threshold))
             }
-            "adaptive-gaussian" => {
+            booleanize::BinarizeKind::AdaptiveGaussian => {
                 if s.threshold.is_some() {
                     return Err(bad(
                         "data.threshold applies to binarize = \"threshold\", not adaptive-gaussian"
@@ -407,11 +417,6 @@ impl DataSection {
                     )));
                 }
                 booleanize::Binarize::AdaptiveGaussian { block, c }
-            }
-            other => {
-                return Err(bad(format!(
-                    "unknown data.binarize {other:?}; expected threshold or adaptive-gaussian"
-                )));
             }
         };
         let set = if s.source == SourceName::Mnist {
@@ -487,11 +492,7 @@ impl DataSection {
             features: s.features,
             delimiter,
             missing,
-            on_missing: parse_name_or(
-                "data.on_missing",
-                s.on_missing.as_deref(),
-                csv::Missing::Refuse,
-            )?,
+            on_missing: s.on_missing.unwrap_or_default(),
             ..csv::CsvSpec::new(path, classes)
         }))
     }
@@ -521,14 +522,6 @@ impl DataSection {
         let bad = ParamError::Inconsistent;
         if self.booleanize.is_none() && self.levels.is_none() && self.cuts.is_none() {
             return Ok(None);
-        }
-        match self.booleanize.as_deref().unwrap_or("thermometer") {
-            "thermometer" => {}
-            other => {
-                return Err(bad(format!(
-                    "unknown data.booleanize {other:?}; expected thermometer"
-                )));
-            }
         }
         match (&self.cuts, self.levels) {
             (Some(_), Some(_)) => Err(bad(
@@ -570,7 +563,8 @@ impl DataSection {
         match &data.source {
             Source::Images { binarize, .. } => match *binarize {
                 booleanize::Binarize::Threshold(booleanize::Threshold::Above(t)) => {
-                    d.binarize.get_or_insert_with(|| "threshold".into());
+                    d.binarize
+                        .get_or_insert(booleanize::BinarizeKind::Threshold);
                     d.threshold.get_or_insert(t);
                 }
                 booleanize::Binarize::AdaptiveGaussian { block, c } => {
@@ -586,11 +580,11 @@ impl DataSection {
         }
         // A Tsetlin Machine's data is bits, not scaled.
         if data.table_bits.is_none() && !data.is_images() {
-            d.scaling
-                .get_or_insert_with(|| crate::params::name_of(&data.scaling));
+            d.scaling.get_or_insert(data.scaling);
         }
         if let Some(TableBits::Quantiles { levels }) = &data.table_bits {
-            d.booleanize.get_or_insert_with(|| "thermometer".into());
+            d.booleanize
+                .get_or_insert(booleanize::TableCode::Thermometer);
             d.levels.get_or_insert(*levels);
         }
         d
@@ -719,6 +713,15 @@ impl DataSpec {
     /// True for image sources, which load as bits ([`DataSpec::load_images`]).
     pub fn is_images(&self) -> bool {
         matches!(self.source, Source::Images { .. })
+    }
+
+    /// What a strategy's settings depend on in this data.
+    pub fn shape(&self) -> DataShape {
+        DataShape {
+            classes: self.classes().len(),
+            table: !self.is_images(),
+            row_bits: self.table_bits.as_ref().and(self.features()),
+        }
     }
 
     /// Loads and booleanizes both splits of an image source.

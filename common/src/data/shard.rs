@@ -23,11 +23,15 @@ use crate::ClientId;
 use crate::rng::derive_rng;
 
 /// How a client scales its features (see the module doc).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum Scaling {
+    /// Each client standardises with its own training statistics.
     #[serde(rename = "local-zscore")]
     LocalZScore,
+    /// Each client scales to [0, 1] with its own training range.
     #[serde(rename = "local-minmax")]
     LocalMinMax,
     None,

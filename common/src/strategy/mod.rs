@@ -70,6 +70,15 @@ impl StrategyKind {
     pub fn name(self) -> String {
         name_of(&self)
     }
+
+    /// FedTMOS's family: convolutional multi-class machines, which read a table's row as one
+    /// patch (a bank of clauses per class).
+    pub fn reads_rows_as_patches(self) -> bool {
+        matches!(
+            self,
+            StrategyKind::FedTmos | StrategyKind::Ensemble | StrategyKind::FedTm
+        )
+    }
 }
 
 /// The models, as `model = "…"` writes them.

@@ -16,6 +16,7 @@ use super::local::LocalServer;
 use super::robust::RobustHyper;
 use super::tpfl::{TpflClient, TpflHyper, TpflServer};
 use super::{ClientStrategy, ModelKind, ServerStrategy, StrategyKind};
+use crate::data::DataShape;
 use crate::data::Shard;
 use crate::data::images::{BitShard, Holdout, ShardSizes};
 use crate::model::fcm::FcmHyper;
@@ -100,7 +101,10 @@ pub enum StrategySpec {
 }
 
 /// Every section, checked once, whether the strategy uses it or not: a typo in one this
-/// strategy ignores is still a typo the user wants to hear about.
+/// strategy ignores is still a typo the user wants to hear about. On a table, the keys a section
+/// leaves out take the table's defaults: the Tsetlin Machine's size ([`TmHyper::for_table`],
+/// not the image machine's), logistic regression's steps ([`LogRegHyper::for_classes`]), the
+/// FCM's iteration cap ([`super::fcm::settle_steps`]).
 struct Checked {
     logreg: LogRegHyper,
     ahp: AhpHyper,
@@ -111,14 +115,25 @@ struct Checked {
 }
 
 impl Checked {
-    fn of(s: &Sections) -> ParamResult<Checked> {
-        let (fcm, aggregation) = s.fcm.unwrap_or_default().check()?;
+    fn of(s: &Sections, banks: ClauseBanks, shape: &DataShape) -> ParamResult<Checked> {
+        let (mut fcm, aggregation) = s.fcm.unwrap_or_default().check()?;
+        let (tm, logreg) = (s.tm.unwrap_or_default(), s.logreg.unwrap_or_default());
+        let (tm, logreg) = match shape.table {
+            true => (
+                tm.over(TmHyper::for_table(shape.classes, banks, tm.clauses)),
+                logreg.over(LogRegHyper::for_classes(shape.classes)),
+            ),
+            false => (
+                tm.over(TmHyper::default()),
+                logreg.over(LogRegHyper::default()),
+            ),
+        };
+        let iterations = s.fcm.and_then(|f| f.max_iterations);
+        if shape.table {
+            fcm.max_iterations = iterations.unwrap_or(super::fcm::settle_steps(shape.classes));
+        }
         Ok(Checked {
-            logreg: s
-                .logreg
-                .unwrap_or_default()
-                .over(LogRegHyper::default())
-                .check()?,
+            logreg: logreg.check()?,
             ahp: s.ahp.clone().unwrap_or_default().check()?,
             fcm: FcmSpec {
                 fcm,
@@ -126,12 +141,34 @@ impl Checked {
                 aggregation,
             },
             tm: TmSpec {
-                tm: s.tm.unwrap_or_default().over(TmHyper::default()).check()?,
+                tm: tm.check()?,
                 tpfl: s.tpfl.unwrap_or_default().check()?,
             },
             fedtmos: s.fedtmos.unwrap_or_default().check()?,
             robust: s.robust.unwrap_or_default().check()?,
         })
+    }
+
+    /// FedTMOS's settings for `kind` on this data: on a table, its machines read a row of
+    /// `row_bits` as one patch, and the keys the file leaves out take the table's K (FedTMOS,
+    /// FedTM: [`TABLE_TOP_K`]) and R (FedTMOS: [`TABLE_WEIGHT_RESOLUTION`]).
+    fn conv(&self, kind: StrategyKind, s: &Sections, shape: &DataShape) -> FedTmosSpec {
+        let mut fedtmos = self.fedtmos;
+        let written = s.fedtmos.unwrap_or_default();
+        if shape.table {
+            fedtmos.table_bits = shape.row_bits;
+            if matches!(kind, StrategyKind::FedTmos | StrategyKind::FedTm) {
+                fedtmos.server.top_k = written.top_k.unwrap_or(TABLE_TOP_K);
+            }
+            if kind == StrategyKind::FedTmos {
+                let resolution = written.weight_resolution;
+                fedtmos.server.weight_resolution = resolution.unwrap_or(TABLE_WEIGHT_RESOLUTION);
+            }
+        }
+        FedTmosSpec {
+            tm: self.tm.tm,
+            fedtmos,
+        }
     }
 }
 
@@ -194,9 +231,8 @@ impl ModelSpec {
 }
 
 impl StrategySpec {
-    /// `strategy` and `model` as written, and the sections the strategy takes its settings from.
-    pub fn check(kind: StrategyKind, given: Option<ModelKind>, s: &Sections) -> ParamResult<Self> {
-        let c = Checked::of(s)?;
+    /// The model `kind` trains: the one it implies, or for a baseline the one `given`.
+    pub fn model_of(kind: StrategyKind, given: Option<ModelKind>) -> ParamResult<ModelKind> {
         let implied = match kind {
             StrategyKind::FedAvg | StrategyKind::FedAvgAhp => Some(ModelKind::LogReg),
             StrategyKind::BlindFcm | StrategyKind::BlendedFcm => Some(ModelKind::Fcm),
@@ -206,33 +242,41 @@ impl StrategySpec {
             | StrategyKind::FedTm => Some(ModelKind::Tm),
             StrategyKind::Local | StrategyKind::Central => None,
         };
-        let model = match (implied, given) {
-            (Some(i), Some(g)) if i != g => {
-                return Err(ParamError::Inconsistent(format!(
-                    "strategy {} trains {}, not model {}",
-                    kind.name(),
-                    i.name(),
-                    g.name()
-                )));
-            }
-            (Some(m), _) | (None, Some(m)) => m,
-            (None, None) => {
-                return Err(ParamError::Inconsistent(format!(
-                    "strategy {} needs a model: set model = \"logreg\", \"fcm\" or \"tm\"",
-                    kind.name()
-                )));
-            }
+        match (implied, given) {
+            (Some(i), Some(g)) if i != g => Err(ParamError::Inconsistent(format!(
+                "strategy {} trains {}, not model {}",
+                kind.name(),
+                i.name(),
+                g.name()
+            ))),
+            (Some(m), _) | (None, Some(m)) => Ok(m),
+            (None, None) => Err(ParamError::Inconsistent(format!(
+                "strategy {} needs a model: set model = \"logreg\", \"fcm\" or \"tm\"",
+                kind.name()
+            ))),
+        }
+    }
+
+    /// The strategy `kind`, training `model` (see [`StrategySpec::model_of`]) on data of
+    /// `shape`, with its settings from `s`: checked once, never changed after.
+    pub fn check(
+        kind: StrategyKind,
+        model: ModelKind,
+        s: &Sections,
+        shape: &DataShape,
+    ) -> ParamResult<Self> {
+        let banks = match kind.reads_rows_as_patches() {
+            true => ClauseBanks::PerClass,
+            false => ClauseBanks::Shared,
         };
-        let conv = FedTmosSpec {
-            tm: c.tm.tm,
-            fedtmos: c.fedtmos,
-        };
+        let c = Checked::of(s, banks, shape)?;
         if !c.robust.is_plain() && !averages(kind) {
             return Err(ParamError::Inconsistent(format!(
                 "[robust] changes how updates are averaged, and strategy {} averages none",
                 kind.name()
             )));
         }
+        let conv = c.conv(kind, s, shape);
         Ok(match kind {
             StrategyKind::FedAvg => StrategySpec::FedAvg { logreg: c.logreg },
             StrategyKind::FedAvgAhp => StrategySpec::FedAvgAhp {
@@ -490,58 +534,6 @@ impl StrategySpec {
                 "model {} trains on a table, not on images",
                 other.kind().name()
             ))),
-        }
-    }
-
-    /// On a table of `classes` classes, the keys a section leaves out take the table's
-    /// defaults: the Tsetlin Machine's size ([`TmHyper::for_table`], not the image machine's),
-    /// logistic regression's steps ([`LogRegHyper::for_classes`]), the FCM's iteration cap
-    /// ([`super::fcm::settle_steps`]), FedTMOS's and FedTM's TopK ([`TABLE_TOP_K`]), FedTMOS's R
-    /// ([`TABLE_WEIGHT_RESOLUTION`]).
-    pub fn size_for_table(&mut self, written: &Sections, classes: usize) -> ParamResult<()> {
-        let tm = written.tm.unwrap_or_default();
-        let sized = |banks| {
-            tm.over(TmHyper::for_table(classes, banks, tm.clauses))
-                .check()
-        };
-        let logreg = written.logreg.unwrap_or_default();
-        let steps = || logreg.over(LogRegHyper::for_classes(classes)).check();
-        match self {
-            StrategySpec::FedAvg { logreg }
-            | StrategySpec::FedAvgAhp { logreg, .. }
-            | StrategySpec::Local(ModelSpec::LogReg(logreg))
-            | StrategySpec::Central(ModelSpec::LogReg(logreg)) => *logreg = steps()?,
-            StrategySpec::BlindFcm(f)
-            | StrategySpec::BlendedFcm(f)
-            | StrategySpec::Local(ModelSpec::Fcm(f))
-            | StrategySpec::Central(ModelSpec::Fcm(f)) => {
-                let written = written.fcm.and_then(|s| s.max_iterations);
-                f.fcm.max_iterations = written.unwrap_or(super::fcm::settle_steps(classes));
-            }
-            StrategySpec::Tpfl(t)
-            | StrategySpec::Local(ModelSpec::Tm(t))
-            | StrategySpec::Central(ModelSpec::Tm(t)) => t.tm = sized(ClauseBanks::Shared)?,
-            StrategySpec::FedTmos(f) | StrategySpec::FedTm(f) => {
-                f.tm = sized(ClauseBanks::PerClass)?;
-                let top_k = written.fedtmos.and_then(|s| s.top_k);
-                f.fedtmos.server.top_k = top_k.unwrap_or(TABLE_TOP_K);
-            }
-            // The ensemble keeps every machine whole: no include bits are ORed.
-            StrategySpec::Ensemble(f) => f.tm = sized(ClauseBanks::PerClass)?,
-            _ => {}
-        }
-        if let StrategySpec::FedTmos(f) = self {
-            let resolution = written.fedtmos.and_then(|s| s.weight_resolution);
-            f.fedtmos.server.weight_resolution = resolution.unwrap_or(TABLE_WEIGHT_RESOLUTION);
-        }
-        Ok(())
-    }
-
-    /// A FedTMOS-family strategy on a table: its machines read rows of `bits` bits.
-    pub fn read_table_rows(&mut self, bits: usize) {
-        if let StrategySpec::FedTmos(f) | StrategySpec::Ensemble(f) | StrategySpec::FedTm(f) = self
-        {
-            f.fedtmos.table_bits = Some(bits);
         }
     }
 

@@ -110,7 +110,7 @@ impl TmHyper {
                 (clauses, clauses / 4)
             }
             ClauseBanks::PerClass => {
-                let clauses = clauses.unwrap_or(100);
+                let clauses = clauses.unwrap_or(TmHyper::default().clauses);
                 (clauses, clauses / 2)
             }
         };

@@ -316,6 +316,18 @@ impl FedTmosSection {
         .collect()
     }
 
+    /// With `preset` among the `overridden` keys, the preset-decided keys that hold this
+    /// section's own preset's value, left to the new one (a resolved file written before they
+    /// were left out holds them all); a key given another value, or overridden too, stays.
+    pub fn left_to_a_new_preset(&self, overridden: &[&str]) -> Vec<&'static str> {
+        if !overridden.contains(&"preset") {
+            return Vec::new();
+        }
+        let mut keys = self.preset_values_written();
+        keys.retain(|k| !overridden.contains(k));
+        keys
+    }
+
     /// The same settings with every preset-decided key that holds its preset's value left to
     /// the preset: one way to write them, so one fingerprint.
     pub fn canonical(self) -> FedTmosSection {
