@@ -1,0 +1,80 @@
+//! Algorithm 2's steps (TPFL §5): clusters by winning class, each cluster's average of its
+//! members' vectors, and that average rounded back to integer weights.
+
+use std::collections::BTreeMap;
+
+use super::section::{ClusterMean, Rounding};
+use crate::strategy::robust::RobustHyper;
+use crate::{ClientId, FlintError, Result};
+
+/// One cluster of a round: the clients whose winner was `class`, and their average.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Cluster {
+    pub members: Vec<ClientId>,
+    pub mean: Vec<f64>,
+}
+
+/// Algorithm 2: clusters keyed by winning class, members in client-id order. `previous` holds
+/// each class's aggregate of earlier rounds (used by `WithPrevious`, and updated here). Classes
+/// nobody won this round have no cluster; their previous aggregate is kept. A cluster's
+/// members count alike; `robust` may replace their mean.
+pub fn cluster(
+    uploads: &BTreeMap<ClientId, (u32, Vec<i32>)>,
+    previous: &mut BTreeMap<u32, Vec<f64>>,
+    how: ClusterMean,
+    robust: &RobustHyper,
+) -> Result<BTreeMap<u32, Cluster>> {
+    let mut sums: BTreeMap<u32, (Vec<ClientId>, Vec<f64>)> = BTreeMap::new();
+    for (&id, (class, weights)) in uploads {
+        let (members, sum) = sums
+            .entry(*class)
+            .or_insert_with(|| (Vec::new(), vec![0.0; weights.len()]));
+        if sum.len() != weights.len() {
+            return Err(FlintError::InvalidUpdate(format!(
+                "client {id} sent {} weights for class {class}, the cluster has {}",
+                weights.len(),
+                sum.len()
+            )));
+        }
+        members.push(id);
+        for (s, &w) in sum.iter_mut().zip(weights) {
+            *s += f64::from(w);
+        }
+    }
+    let mut out = BTreeMap::new();
+    for (class, (members, mut sum)) in sums {
+        let prev = previous
+            .get(&class)
+            .filter(|p| how == ClusterMean::WithPrevious && p.len() == sum.len());
+        let mean: Vec<f64> = if robust.is_plain() {
+            let mut rows = members.len() as f64;
+            if let Some(prev) = prev {
+                sum.iter_mut().zip(prev).for_each(|(s, p)| *s += p);
+                rows += 1.0;
+            }
+            sum.iter().map(|s| s / rows).collect()
+        } else {
+            let mut rows: Vec<Vec<f64>> = members
+                .iter()
+                .map(|id| uploads[id].1.iter().map(|&w| f64::from(w)).collect())
+                .collect();
+            rows.extend(prev.cloned());
+            let views: Vec<&[f64]> = rows.iter().map(Vec::as_slice).collect();
+            robust
+                .combine(&views, &vec![1.0 / rows.len() as f64; rows.len()])
+                .0
+        };
+        previous.insert(class, mean.clone());
+        out.insert(class, Cluster { members, mean });
+    }
+    Ok(out)
+}
+
+pub fn to_weights(mean: &[f64], rounding: Rounding) -> Vec<i32> {
+    mean.iter()
+        .map(|&m| match rounding {
+            Rounding::Nearest => m.round() as i32,
+            Rounding::Truncate => m.trunc() as i32,
+        })
+        .collect()
+}
