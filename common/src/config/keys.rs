@@ -238,6 +238,29 @@ mod tests {
             order,
             "epoch_order",
         );
+        let d = crate::data::DataDefaults::default();
+        for (key, applied) in [
+            ("test_fraction", Value::from(d.test_fraction)),
+            ("samples", Value::from(d.samples)),
+            ("separation", Value::from(d.separation)),
+            ("delimiter", Value::from(d.delimiter.to_string())),
+            ("threshold", Value::from(d.threshold)),
+            ("adaptive_block", Value::from(d.adaptive_block)),
+            ("adaptive_c", Value::from(d.adaptive_c)),
+            ("levels", Value::from(d.levels)),
+        ] {
+            same(stated("DataSection", key), applied, key);
+        }
+        let p = crate::data::partition::PartitionDefaults::default();
+        for (key, applied) in [
+            ("samples", Value::from(p.samples)),
+            ("iid_alpha", Value::from(p.iid_alpha)),
+            ("non_iid_alpha", Value::from(p.non_iid_alpha)),
+            ("alpha", Value::from(p.alpha)),
+            ("beta", Value::from(p.beta)),
+        ] {
+            same(stated("PartitionSection", key), applied, key);
+        }
     }
 
     /// `docs/experiment.schema.json` is what the code's types say; regenerate it with

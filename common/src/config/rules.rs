@@ -106,7 +106,7 @@ fn table_as_bits(section: &DataSection, data: &mut DataSpec, strategy: StrategyK
     data.scaling = Scaling::None;
     let columns = data.source_columns();
     let bits = data.table_bits.get_or_insert(TableBits::Quantiles {
-        levels: crate::data::DEFAULT_LEVELS,
+        levels: crate::data::DataDefaults::default().levels,
     });
     if let (TableBits::Fixed(t), Some(columns)) = (&*bits, columns)
         && t.cuts.len() != columns

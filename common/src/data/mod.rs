@@ -28,6 +28,7 @@ pub struct DataSection {
     /// `synthetic`, `magic`, `breast-cancer`, `adult`, `mnist`, `fashion-mnist` or `csv`.
     pub source: SourceName,
     /// Fraction of each client's shard held out as its test split (default 0.2).
+    #[schemars(extend("default" = 0.2))]
     pub test_fraction: Option<f64>,
     /// Fraction of a table held out, per class, before the partition, as one shared test set
     /// (held by the first client, which measures the model on it every round; strategies with
@@ -40,12 +41,14 @@ pub struct DataSection {
     // synthetic
     /// synthetic: rows generated (default 2000).
     #[serde(default, deserialize_with = "at_least_or_unset::<2, _, _>")]
+    #[schemars(extend("default" = 2000))]
     pub samples: Option<usize>,
     /// synthetic: features generated (default 8); csv: the feature columns, which fixes the
     /// model's size before any client joins.
     #[serde(default, deserialize_with = "at_least_or_unset::<1, _, _>")]
     pub features: Option<usize>,
     /// synthetic: distance between the two classes' means, in standard deviations (default 1.5).
+    #[schemars(extend("default" = 1.5))]
     pub separation: Option<f64>,
     // csv
     /// Absolute, or relative to the data directory.
@@ -64,6 +67,7 @@ pub struct DataSection {
     /// into `experiment.resolved.toml`.
     pub header: Option<bool>,
     /// One character (default `,`; `"\t"` for tabs).
+    #[schemars(extend("default" = ","))]
     pub delimiter: Option<String>,
     /// The values that mean "missing" (default `["", "?", "NA", "NaN"]`).
     pub missing: Option<Vec<String>>,
@@ -71,6 +75,7 @@ pub struct DataSection {
     pub on_missing: Option<csv::Missing>,
     // mnist, fashion-mnist
     /// A pixel becomes 1 when it is above this value (default 75, as TPFL).
+    #[schemars(extend("default" = 75.0))]
     pub threshold: Option<f64>,
     /// `threshold` (default) or `adaptive-gaussian`: OpenCV's adaptive Gaussian threshold, as
     /// FedTMOS booleanizes Fashion-MNIST (window `adaptive_block`, default 11, minus
@@ -78,14 +83,17 @@ pub struct DataSection {
     pub binarize: Option<booleanize::BinarizeKind>,
     /// adaptive-gaussian: the window, odd, 3 to 27 (default 11).
     #[serde(default, deserialize_with = "at_least_or_unset::<3, _, _>")]
+    #[schemars(extend("default" = 11))]
     pub adaptive_block: Option<usize>,
     /// adaptive-gaussian: subtracted from the window's weighted mean (default 2).
+    #[schemars(extend("default" = 2.0))]
     pub adaptive_c: Option<f64>,
     // tables for a tsetlin machine
     /// `thermometer` (the default, and the only code, for a table under `model = "tm"`).
     pub booleanize: Option<booleanize::TableCode>,
     /// Cuts per feature, at the quantiles of each client's own training split (default 8).
     #[serde(default, deserialize_with = "at_least_or_unset::<0, _, _>")]
+    #[schemars(extend("default" = 8))]
     pub levels: Option<usize>,
     /// Fixed cuts, one ascending list per feature, shared by every client (instead of
     /// `levels`): one literal space for the whole federation.
@@ -242,9 +250,6 @@ pub enum TableBits {
     Fixed(booleanize::Thermometer),
 }
 
-/// Cuts per feature unless `data.levels` says otherwise.
-pub const DEFAULT_LEVELS: usize = 8;
-
 impl TableBits {
     /// The client's code, fitted to its training split where the cuts are its own.
     pub fn thermometer(&self, train: &Dataset) -> Result<booleanize::Thermometer> {
@@ -270,11 +275,46 @@ impl TableBits {
     }
 }
 
+/// What `[data]` reads where a key is left out (`scaling`: the model's own, see
+/// [`DataSection::check`]; `classes` and `header`: the file's, see
+/// [`DataSection::infer_from_data`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DataDefaults {
+    pub test_fraction: f64,
+    pub samples: usize,
+    pub features: usize,
+    pub separation: f64,
+    pub delimiter: char,
+    pub threshold: f64,
+    pub adaptive_block: usize,
+    pub adaptive_c: f64,
+    pub levels: usize,
+}
+
+impl Default for DataDefaults {
+    /// TPFL's threshold, OpenCV's window as FedTMOS uses it, eight cuts of a thermometer code.
+    fn default() -> Self {
+        DataDefaults {
+            test_fraction: 0.2,
+            samples: 2000,
+            features: 8,
+            separation: 1.5,
+            delimiter: ',',
+            threshold: 75.0,
+            adaptive_block: 11,
+            adaptive_c: 2.0,
+            levels: 8,
+        }
+    }
+}
+
 impl DataSection {
     /// The checked spec; `scaling` defaults to `model_scaling` (each model's own default).
     pub fn check(&self, model_scaling: Scaling) -> ParamResult<DataSpec> {
         let bad = ParamError::Inconsistent;
-        let test_fraction = self.test_fraction.unwrap_or(0.2);
+        let test_fraction = self
+            .test_fraction
+            .unwrap_or(DataDefaults::default().test_fraction);
         let test_fraction = crate::params::require(
             "data.test_fraction",
             "between 0 and 1 (exclusive)",
@@ -358,9 +398,10 @@ impl DataSection {
     fn synthetic(&self) -> ParamResult<Source> {
         let (s, bad) = (self, ParamError::Inconsistent);
         self.only(&["samples", "features", "separation"])?;
-        let samples = s.samples.unwrap_or(2000);
-        let features = s.features.unwrap_or(8);
-        let separation = s.separation.unwrap_or(1.5);
+        let d = DataDefaults::default();
+        let samples = s.samples.unwrap_or(d.samples);
+        let features = s.features.unwrap_or(d.features);
+        let separation = s.separation.unwrap_or(d.separation);
         if samples < 2 || features == 0 {
             return Err(bad(format!(
                 "synthetic data needs at least 2 samples and 1 feature, got {samples} and {features}"
@@ -389,7 +430,7 @@ impl DataSection {
                         "data.adaptive_block and data.adaptive_c apply to binarize = \"adaptive-gaussian\"".into(),
                     ));
                 }
-                let threshold = s.threshold.unwrap_or(75.0);
+                let threshold = s.threshold.unwrap_or(DataDefaults::default().threshold);
                 if !(0.0..255.0).contains(&threshold) {
                     return Err(bad(format!(
                         "data.threshold must be a pixel value in [0, 255), got {threshold}"
@@ -404,13 +445,14 @@ impl DataSection {
                             .into(),
                     ));
                 }
-                let block = s.adaptive_block.unwrap_or(11);
+                let d = DataDefaults::default();
+                let block = s.adaptive_block.unwrap_or(d.adaptive_block);
                 if block < 3 || block.is_multiple_of(2) || block > 27 {
                     return Err(bad(format!(
                         "data.adaptive_block must be odd, 3 to 27, got {block}"
                     )));
                 }
-                let c = s.adaptive_c.unwrap_or(2.0);
+                let c = s.adaptive_c.unwrap_or(d.adaptive_c);
                 if !(c.is_finite() && c.abs() <= 255.0) {
                     return Err(bad(format!(
                         "data.adaptive_c must be a pixel difference in [-255, 255], got {c}"
@@ -457,7 +499,8 @@ impl DataSection {
         {
             return Err(bad(format!("data.classes lists {dup:?} twice")));
         }
-        let delimiter = match s.delimiter.as_deref().unwrap_or(",").as_bytes() {
+        let comma = DataDefaults::default().delimiter.to_string();
+        let delimiter = match s.delimiter.as_deref().unwrap_or(&comma).as_bytes() {
             [b] if b.is_ascii() && *b != b'"' && *b != b'\n' && *b != b'\r' => *b,
             _ => {
                 return Err(bad(format!(
@@ -543,7 +586,7 @@ impl DataSection {
                 })))
             }
             (None, levels) => {
-                let levels = levels.unwrap_or(DEFAULT_LEVELS);
+                let levels = levels.unwrap_or(DataDefaults::default().levels);
                 crate::params::require(
                     "data.levels",
                     "between 1 and 64",
