@@ -10,6 +10,7 @@ use crate::params::{ParamError, ParamResult};
 /// ub-common-name), and a client's certificate names it.
 pub const MAX_CLIENT_NAME: usize = 64;
 
+/// One `[[clients]]` entry as written.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ClientSection {

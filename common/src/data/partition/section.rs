@@ -108,8 +108,6 @@ pub struct PartitionSection {
     pub nominal_clients: Option<usize>,
 }
 
-/// One `[[clients]]` entry as written.
-
 impl PartitionSection {
     /// Checks each client's partition keys against `partition.kind`.
     pub fn plan(
