@@ -18,7 +18,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 
 use crate::accept::Gate;
-use crate::service::Shared;
+use crate::shared::Shared;
 
 /// Where metrics are served, and for how long after the run.
 #[derive(Debug, Clone, Default, clap::Args)]

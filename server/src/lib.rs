@@ -10,6 +10,7 @@ pub mod recovery;
 pub mod results;
 pub mod rounds;
 pub mod service;
+pub mod shared;
 pub mod state;
 pub mod telemetry;
 
@@ -36,7 +37,8 @@ use tokio::net::TcpListener;
 
 use proto::aggregator_server::AggregatorServer;
 use results::RunResults;
-use service::{AggregatorService, Shared};
+use service::AggregatorService;
+use shared::Shared;
 
 /// Command-line options of `flint-server` (and `flint server`).
 #[derive(Debug, Clone, clap::Args)]
@@ -339,7 +341,7 @@ fn start_or_resume(
     let state = state::StateDir {
         disk: disk::HostDisk::shared(),
         dir: state_dir.to_path_buf(),
-        blocking: service::Blocking::Pool,
+        blocking: shared::Blocking::Pool,
         run_nonce: rand::random(),
     };
     let keep_updates = experiment.file.server.keep_updates;
@@ -536,7 +538,7 @@ pub struct Ticked {
 
 /// Closes the open round if its timeout has passed (journaled as such, then aggregated).
 pub fn tick(shared: &Arc<Shared>) -> Ticked {
-    let now = service::now();
+    let now = shared::now();
     let (closed, ticked) = {
         let mut r = shared.rounds();
         let closed = r.tick(now);

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use crate::disk::{Disk, HostDisk};
 use crate::identity::Holder;
 use crate::rounds::Rounds;
-use crate::service::{Refused, Shared};
+use crate::shared::{Refused, Shared};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ClientRecord {

@@ -18,7 +18,7 @@ use crate::disk::Disk;
 use crate::identity::{self, Identities};
 use crate::journal::{self, Journal};
 use crate::rounds::Rounds;
-use crate::service::{self, Blocking, Shared, now};
+use crate::shared::{self, Blocking, Shared, now};
 use crate::{ServeOptions, recovery};
 
 /// Where a run's state lives and how its blocking work runs.
@@ -204,7 +204,7 @@ fn resume(
     let replayed = recovery::replay(found.events, rounds, identities, now())
         .with_context(|| format!("cannot resume run {} from {path}", found.start.run_id))?;
     if let Some(round) = replayed.installed_at_end {
-        found.journal.append(service::installed(rounds, round))?;
+        found.journal.append(shared::installed(rounds, round))?;
     }
     found.journal.sync()?;
     let mut ledger: Ledger = match state.disk.read(&state_dir.join(LEDGER_FILE)) {

@@ -26,7 +26,7 @@ use flint_common::config::Experiment;
 use flint_common::rng::{FlintRng, derive_rng};
 use flint_server::ServeOptions;
 use flint_server::journal::Journal;
-use flint_server::service::Blocking;
+use flint_server::shared::Blocking;
 use flint_server::state::{self, StateDir};
 use rand::RngExt;
 
