@@ -45,6 +45,15 @@ struct Feedback<'a> {
     rows: LiteralRows<'a>,
 }
 
+/// One class's feedback from an example: toward it (the target class) or against it, each clause
+/// and each firing clause's weight updated with probability `p` = (T ∓ clamp(v)) / 2T.
+#[derive(Debug, Clone, Copy)]
+struct FeedbackStep {
+    class: usize,
+    target: bool,
+    p: f64,
+}
+
 /// The indices of the firing clauses, ascending.
 fn firing_clauses(fired: &[bool], out: &mut Vec<u32>) {
     out.clear();
@@ -185,20 +194,18 @@ impl CoalescedTm {
         self.outputs(x, true, &mut fired);
         self.bank.literals_of(x, &mut s.lits);
         let lits = std::mem::take(&mut s.lits);
-        self.learn(y, &fired, &lits, None, masks, rng, &mut s.learn);
+        let rows = LiteralRows::one(&lits);
+        self.learn(y, &fired, rows, masks, rng, &mut s.learn);
         (s.fired, s.lits) = (fired, lits);
     }
 
-    /// The update given the clause outputs; clause j learns from the literal row
-    /// `rows[row_of[j]]` (the only row when `row_of` is `None`; the convolutional machine gives
-    /// each clause the patch it fired on).
-    #[allow(clippy::too_many_arguments)]
+    /// The update given the clause outputs; each clause learns from its row of `rows` (the
+    /// convolutional machine gives each clause the patch it fired on).
     pub(crate) fn learn(
         &mut self,
         y: u32,
         fired: &[bool],
-        rows: &[u64],
-        row_of: Option<&[u32]>,
+        rows: LiteralRows<'_>,
         masks: &mut FeedbackMasks,
         rng: &mut FlintRng,
         buffers: &mut LearnBuffers,
@@ -213,9 +220,14 @@ impl CoalescedTm {
         let at = Feedback {
             fired,
             firing,
-            rows: LiteralRows { rows, row_of },
+            rows,
         };
-        self.feedback(y, true, p, &at, masks, rng, &mut buffers.selected);
+        let step = FeedbackStep {
+            class: y,
+            target: true,
+            p,
+        };
+        self.feedback(step, &at, masks, rng, &mut buffers.selected);
         let negative = match self.hyper.negative_sampling {
             NegativeSampling::Uniform => {
                 let r = rng.random_range(0..self.classes - 1);
@@ -225,7 +237,12 @@ impl CoalescedTm {
                 for c in (0..self.classes).filter(|&c| c != y) {
                     let v = Self::sum(&self.weights[c], firing).clamp(-t, t);
                     let p = (t + v) as f64 / (2 * t) as f64;
-                    self.feedback(c, false, p, &at, masks, rng, &mut buffers.selected);
+                    let step = FeedbackStep {
+                        class: c,
+                        target: false,
+                        p,
+                    };
+                    self.feedback(step, &at, masks, rng, &mut buffers.selected);
                 }
                 None
             }
@@ -255,21 +272,24 @@ impl CoalescedTm {
         if let Some(c) = negative {
             let v = Self::sum(&self.weights[c], firing).clamp(-t, t);
             let p = (t + v) as f64 / (2 * t) as f64;
-            self.feedback(c, false, p, &at, masks, rng, &mut buffers.selected);
+            let step = FeedbackStep {
+                class: c,
+                target: false,
+                p,
+            };
+            self.feedback(step, &at, masks, rng, &mut buffers.selected);
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn feedback(
         &mut self,
-        class: usize,
-        target: bool,
-        p: f64,
+        step: FeedbackStep,
         at: &Feedback<'_>,
         masks: &mut FeedbackMasks,
         rng: &mut FlintRng,
         selected: &mut Vec<u32>,
     ) {
+        let FeedbackStep { class, target, p } = step;
         select_for_feedback(p, at.fired.len(), rng, selected);
         let threshold = (p.clamp(0.0, 1.0) * f64::from(u32::MAX)) as u32;
         let lw = 2 * self.bank.feature_words();

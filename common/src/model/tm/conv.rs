@@ -9,7 +9,7 @@ use rand::RngExt;
 use super::bank::{ClauseBank, LiteralRows};
 use super::coalesced::{CoalescedTm, LearnBuffers};
 use super::infer::{accuracy, predictions};
-use super::multiclass::{ClassMut, MultiClassTm};
+use super::multiclass::{ClassFeedback, ClassMut, MultiClassTm};
 use super::patch_literals::PatchLiterals;
 use super::{FeedbackMasks, NegativeSampling, TmHyper};
 use crate::data::booleanize::BitRows;
@@ -379,15 +379,11 @@ impl ConvTm {
             Form::Coalesced(tm) => {
                 patch_outputs(tm.bank(), &literals, rng, s);
                 let (fired, row_of) = (std::mem::take(&mut s.fired), std::mem::take(&mut s.row_of));
-                tm.learn(
-                    y,
-                    &fired,
-                    &s.lit_rows,
-                    Some(&row_of),
-                    masks,
-                    rng,
-                    &mut s.coalesced,
-                );
+                let rows = LiteralRows {
+                    rows: &s.lit_rows,
+                    row_of: Some(&row_of),
+                };
+                tm.learn(y, &fired, rows, masks, rng, &mut s.coalesced);
                 (s.fired, s.row_of) = (fired, row_of);
             }
         }
@@ -507,9 +503,10 @@ impl ConvTm {
                 |chunk: &mut [(usize, ClassMut<'_>, u64)],
                  streams: &mut [(FlintRng, FeedbackMasks, ConvScratch)]| {
                     for ((c, class, _), (rng, masks, s)) in chunk.iter_mut().zip(streams) {
-                        for (t, rows, y) in prepared {
+                        for (literals, rows, y) in prepared {
                             let target = *y as usize == *c;
-                            learn_one(class, &hyper, target, t, rows, masks, rng, s);
+                            let image = ImagePatches { literals, rows };
+                            learn_one(class, &hyper, target, image, masks, rng, s);
                         }
                     }
                 };
@@ -628,25 +625,33 @@ fn learn_class(
 ) {
     let (hyper, mut class) = tm.class_mut(class);
     let lit_rows = std::mem::take(&mut s.lit_rows);
-    learn_one(
-        &mut class, &hyper, target, patches, &lit_rows, masks, rng, s,
-    );
+    let image = ImagePatches {
+        literals: patches,
+        rows: &lit_rows,
+    };
+    learn_one(&mut class, &hyper, target, image, masks, rng, s);
     s.lit_rows = lit_rows;
 }
 
-/// Feedback to one class borrowed alone, given the example's patches and their literal rows.
-#[allow(clippy::too_many_arguments)]
+/// One image's patches, twice: literal-major, to find where each clause fires, and as literal
+/// rows (`2·fw` words a patch), for each clause to learn from the patch it fired on.
+#[derive(Clone, Copy)]
+struct ImagePatches<'a> {
+    literals: &'a PatchLiterals,
+    rows: &'a [u64],
+}
+
+/// Feedback to one class borrowed alone, given the image's patches.
 fn learn_one(
     class: &mut ClassMut<'_>,
     hyper: &TmHyper,
     target: bool,
-    patches: &PatchLiterals,
-    lit_rows: &[u64],
+    image: ImagePatches<'_>,
     masks: &mut FeedbackMasks,
     rng: &mut FlintRng,
     s: &mut ConvScratch,
 ) {
-    patch_outputs(class.bank, patches, rng, s);
+    patch_outputs(class.bank, image.literals, rng, s);
     let t = hyper.t;
     let v: i32 = s
         .fired
@@ -656,20 +661,16 @@ fn learn_one(
         .map(|(j, _)| MultiClassTm::polarity(j) * class.weights[j] as i32)
         .sum();
     let (fired, row_of) = (std::mem::take(&mut s.fired), std::mem::take(&mut s.row_of));
-    let rows = LiteralRows {
-        rows: lit_rows,
-        row_of: Some(&row_of),
-    };
-    class.apply_feedback(
-        hyper,
+    let at = ClassFeedback {
         target,
-        v.clamp(-t, t),
-        &fired,
-        rows,
-        masks,
-        rng,
-        &mut s.selected,
-    );
+        v: v.clamp(-t, t),
+        fired: &fired,
+        rows: LiteralRows {
+            rows: image.rows,
+            row_of: Some(&row_of),
+        },
+    };
+    class.apply_feedback(hyper, at, masks, rng, &mut s.selected);
     (s.fired, s.row_of) = (fired, row_of);
 }
 

@@ -255,44 +255,27 @@ impl MultiClassTm {
         let mut fired = std::mem::take(&mut scratch.fired);
         let v = self.class_sum_into(class, x, true, &mut fired).clamp(-t, t);
         self.banks[class].literals_of(x, &mut scratch.lits);
-        let mut selected = std::mem::take(&mut scratch.selected);
-        self.apply_feedback(
-            class,
+        let at = ClassFeedback {
             target,
             v,
-            &fired,
-            &scratch.lits,
-            None,
-            masks,
-            rng,
-            &mut selected,
-        );
-        scratch.selected = selected;
+            fired: &fired,
+            rows: LiteralRows::one(&scratch.lits),
+        };
+        self.apply_feedback(class, at, masks, rng, &mut scratch.selected);
         scratch.fired = fired;
     }
 
-    /// Feedback to one class given its clause outputs and clamped class sum `v`. Clause j learns
-    /// from the literal row `rows[row_of[j]]` (rows of `2·fw` words; one row when `row_of` is
-    /// `None`): the convolutional machine gives each clause the patch it fired on.
-    #[allow(clippy::too_many_arguments)]
+    /// Feedback to one class (see [`ClassMut::apply_feedback`]).
     pub(crate) fn apply_feedback(
         &mut self,
         class: usize,
-        target: bool,
-        v: i32,
-        fired: &[bool],
-        rows: &[u64],
-        row_of: Option<&[u32]>,
+        at: ClassFeedback<'_>,
         masks: &mut FeedbackMasks,
         rng: &mut FlintRng,
         selected: &mut Vec<u32>,
     ) {
-        let hyper = self.hyper;
-        let (bank, weights) = (&mut self.banks[class], &mut self.weights[class]);
-        let rows = LiteralRows { rows, row_of };
-        apply(
-            bank, weights, &hyper, target, v, fired, rows, masks, rng, selected,
-        );
+        let (hyper, mut class) = self.class_mut(class);
+        class.apply_feedback(&hyper, at, masks, rng, selected);
     }
 
     /// Each class's clause bank and weights, separately borrowable, so that one-vs-all training
@@ -546,20 +529,17 @@ impl<'a> ClassStreams<'a> {
         let t = hyper.t;
         let v = class_sum(c.bank, c.weights, x, true, &mut c.scratch.fired).clamp(-t, t);
         c.bank.literals_of(x, &mut c.scratch.lits);
-        let rows = LiteralRows::one(&c.scratch.lits);
-        let (fired, selected) = (&c.scratch.fired, &mut c.scratch.selected);
-        apply(
-            c.bank,
-            c.weights,
-            hyper,
+        let at = ClassFeedback {
             target,
             v,
-            fired,
-            rows,
-            &mut c.masks,
-            &mut c.rng,
-            selected,
-        );
+            fired: &c.scratch.fired,
+            rows: LiteralRows::one(&c.scratch.lits),
+        };
+        let mut class = ClassMut {
+            bank: &mut *c.bank,
+            weights: &mut *c.weights,
+        };
+        class.apply_feedback(hyper, at, &mut c.masks, &mut c.rng, &mut c.scratch.selected);
     }
 
     /// One-vs-all: each class learns from every example on its own stream, independently of the
@@ -663,75 +643,61 @@ pub(crate) struct ClassMut<'a> {
     pub weights: &'a mut Vec<u32>,
 }
 
+/// What one class's feedback reads (Granmo 2018, Algorithm 1): whether the class is the example's
+/// target, its clamped class sum `v`, its clause outputs, and the literals each clause learns from.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ClassFeedback<'a> {
+    pub target: bool,
+    pub v: i32,
+    pub fired: &'a [bool],
+    pub rows: LiteralRows<'a>,
+}
+
 impl ClassMut<'_> {
-    /// [`MultiClassTm::apply_feedback`] on this class alone.
-    #[allow(clippy::too_many_arguments)]
+    /// Feedback to this class alone, given its clause outputs and clamped class sum in `at`.
     pub fn apply_feedback(
         &mut self,
         hyper: &TmHyper,
-        target: bool,
-        v: i32,
-        fired: &[bool],
-        rows: LiteralRows<'_>,
+        at: ClassFeedback<'_>,
         masks: &mut FeedbackMasks,
         rng: &mut FlintRng,
         selected: &mut Vec<u32>,
     ) {
-        apply(
-            self.bank,
-            self.weights,
-            hyper,
+        // Fields into locals once, so the loop holds them in registers as the plain arguments were.
+        let ClassFeedback {
             target,
             v,
             fired,
             rows,
-            masks,
-            rng,
-            selected,
-        );
-    }
-}
-
-/// Feedback to one class given its clause outputs and clamped class sum `v`.
-#[allow(clippy::too_many_arguments)]
-fn apply(
-    bank: &mut ClauseBank,
-    weights: &mut [u32],
-    hyper: &TmHyper,
-    target: bool,
-    v: i32,
-    fired: &[bool],
-    rows: LiteralRows<'_>,
-    masks: &mut FeedbackMasks,
-    rng: &mut FlintRng,
-    selected: &mut Vec<u32>,
-) {
-    let t = hyper.t;
-    let p = if target {
-        (t - v) as f32 / (2 * t) as f32
-    } else {
-        (t + v) as f32 / (2 * t) as f32
-    };
-    let lw = 2 * bank.feature_words();
-    let (boost, weighted) = (hyper.boost_true_positive, hyper.weighted);
-    select_for_feedback(f64::from(p), fired.len(), rng, selected);
-    for (n, &j) in selected.iter().enumerate() {
-        if let Some(&next) = selected.get(n + 1) {
-            bank.prefetch_feedback(next as usize);
-        }
-        let (j, f) = (j as usize, fired[j as usize]);
-        let lits = rows.of(j, lw);
-        // Positive clauses of the target class and negative clauses of the other class learn to
-        // fire (Type I); the rest learn not to (Type II).
-        if (j % 2 == 0) == target {
-            bank.type_i(j, lits, f, boost, masks.draw(lw, rng));
-            if weighted && f {
-                weights[j] += 1;
+        } = at;
+        let (bank, weights) = (&mut *self.bank, self.weights.as_mut_slice());
+        let t = hyper.t;
+        let p = if target {
+            (t - v) as f32 / (2 * t) as f32
+        } else {
+            (t + v) as f32 / (2 * t) as f32
+        };
+        let lw = 2 * bank.feature_words();
+        let (boost, weighted) = (hyper.boost_true_positive, hyper.weighted);
+        select_for_feedback(f64::from(p), fired.len(), rng, selected);
+        for (n, &j) in selected.iter().enumerate() {
+            if let Some(&next) = selected.get(n + 1) {
+                bank.prefetch_feedback(next as usize);
             }
-        } else if f {
-            bank.type_ii(j, lits);
-            if weighted && weights[j] > 1 {
-                weights[j] -= 1;
+            let (j, f) = (j as usize, fired[j as usize]);
+            let lits = rows.of(j, lw);
+            // Positive clauses of the target class and negative clauses of the other class learn to
+            // fire (Type I); the rest learn not to (Type II).
+            if (j % 2 == 0) == target {
+                bank.type_i(j, lits, f, boost, masks.draw(lw, rng));
+                if weighted && f {
+                    weights[j] += 1;
+                }
+            } else if f {
+                bank.type_ii(j, lits);
+                if weighted && weights[j] > 1 {
+                    weights[j] -= 1;
+                }
             }
         }
     }
