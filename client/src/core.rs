@@ -5,7 +5,9 @@
 
 use std::time::Duration;
 
-use flint_common::Round;
+use flint_common::wire::chunks::{MAX_CHUNK, split};
+use flint_common::wire::proto::{EvalReport, Payload, UpdateChunk, UpdateHeader};
+use flint_common::{ClientId, Round};
 use tonic::Code;
 
 /// Where a client is in the run.
@@ -175,6 +177,27 @@ pub fn join_refused(name: &str, code: Code, status: &str, message: &str, tls: bo
         ),
         _ => format!("client {name} cannot join: {status}"),
     }
+}
+
+/// A push of `round`'s `update` as its chunks: the header (with the `reports` that ride on it,
+/// and asking for the next task in the answer), then the payload.
+pub fn upload(
+    client: ClientId,
+    run_id: &str,
+    round: Round,
+    update: &Payload,
+    reports: Vec<EvalReport>,
+) -> Vec<UpdateChunk> {
+    let header = UpdateHeader {
+        client_id: client,
+        run_id: run_id.to_string(),
+        round,
+        payload_len: 0,
+        payload_crc32: 0,
+        wait_next: true,
+        reports,
+    };
+    split(header, update, MAX_CHUNK)
 }
 
 /// What became of a pushed update.

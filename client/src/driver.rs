@@ -14,10 +14,9 @@ use flint_common::metrics::ConfusionMatrix;
 use flint_common::model::kept::{Condition, ModelFile};
 use flint_common::rng::{FlintRng, derive_rng};
 use flint_common::strategy::Predictor;
-use flint_common::wire::chunks::{MAX_CHUNK, split};
 use flint_common::wire::ledger::Direction;
 use flint_common::wire::proto::{
-    Ack, DataSummary, EvalReport, JoinRequest, Payload, RoundRequest, RoundTask, UpdateHeader,
+    Ack, DataSummary, EvalReport, JoinRequest, Payload, RoundRequest, RoundTask,
 };
 use flint_common::wire::{CLIENT_HEADER, ROUND_HEADER, TOKEN_HEADER, paper_convention_bytes};
 use flint_common::{ClientId, Round};
@@ -381,16 +380,7 @@ impl Client {
         reports: Vec<EvalReport>,
         now: Duration,
     ) -> (Event, Option<TaskBytes>) {
-        let header = UpdateHeader {
-            client_id: self.id,
-            run_id: run_id.to_string(),
-            round,
-            payload_len: 0,
-            payload_crc32: 0,
-            wait_next: true,
-            reports,
-        };
-        let chunks = split(header, update, MAX_CHUNK);
+        let chunks = crate::core::upload(self.id, run_id, round, update, reports);
         let mut g = self.grpc.clone();
         let req = self.request(tokio_stream::iter(chunks.clone()), Some(round));
         let outcome = g.push_update(req).await;

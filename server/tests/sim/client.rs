@@ -14,16 +14,13 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use flint_client::core::{Backoff, retryable};
+use flint_client::core::{Backoff, retryable, upload};
 use flint_client::machine::{Action, Event, Machine, PushAnswer, Saved};
 use flint_client::proto::aggregator_client::AggregatorClient;
 use flint_common::clients::{Prepared, prepare};
 use flint_common::config::Experiment;
 use flint_common::rng::{FlintRng, derive_rng};
-use flint_common::wire::chunks::split;
-use flint_common::wire::proto::{
-    ClaimRequest, EvalReport, JoinRequest, Payload, RoundRequest, UpdateHeader,
-};
+use flint_common::wire::proto::{ClaimRequest, EvalReport, JoinRequest, Payload, RoundRequest};
 use flint_common::wire::{CLIENT_HEADER, TOKEN_HEADER};
 use flint_common::{ClientId, Round};
 use prost::Message;
@@ -455,16 +452,7 @@ impl Calls {
         reports: Vec<EvalReport>,
     ) -> turmoil::Result<Event> {
         let evaluated: Vec<Round> = reports.iter().map(|r| r.round).collect();
-        let header = UpdateHeader {
-            client_id: self.id,
-            run_id: run_id.to_string(),
-            round,
-            payload_len: 0,
-            payload_crc32: 0,
-            wait_next: true,
-            reports,
-        };
-        let chunks = split(header, update, 1 << 16);
+        let chunks = upload(self.id, run_id, round, update, reports);
         let (token, id) = (self.token.clone(), self.id);
         let call = move |g: &AggregatorClient<Channel>| {
             let r = signed(id, &token, tokio_stream::iter(chunks.clone()));
