@@ -6,7 +6,7 @@ use std::path::Path;
 
 use flint_common::degenerate::{Warning, few_training_rows};
 use flint_common::metrics::Metrics;
-use flint_common::strategy::tpfl::{TpflRound, WinnerRecord};
+use flint_common::strategy::tpfl::LegacyDetails;
 use flint_common::strategy::{LocalMetrics, Predictor, RoundReport};
 use flint_common::wire::ledger::{Flow, Ledger};
 use flint_common::{ClientId, Round};
@@ -67,15 +67,6 @@ pub struct RoundResult {
     /// turns TPFL's into a report.
     #[serde(default, rename = "details", skip_serializing)]
     legacy_details: Option<LegacyDetails>,
-}
-
-/// The untyped round details of older results files, as far as they are still read.
-#[derive(Debug, Clone, Default, Deserialize)]
-struct LegacyDetails {
-    clusters: Option<BTreeMap<u32, Vec<ClientId>>>,
-    paper_download_bytes: Option<u64>,
-    #[serde(default)]
-    winners: BTreeMap<ClientId, WinnerRecord>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -208,17 +199,9 @@ impl RunResults {
     pub fn read(bytes: &[u8]) -> serde_json::Result<RunResults> {
         let mut r: RunResults = serde_json::from_slice(bytes)?;
         for rr in &mut r.rounds {
-            let Some(old) = rr.legacy_details.take() else {
-                continue;
-            };
-            if let (None, Some(clusters), Some(paper_download_bytes)) =
-                (&rr.report, old.clusters, old.paper_download_bytes)
-            {
-                rr.report = Some(RoundReport::Tpfl(TpflRound {
-                    clusters,
-                    paper_download_bytes,
-                    winners: old.winners,
-                }));
+            let old = rr.legacy_details.take().and_then(LegacyDetails::report);
+            if rr.report.is_none() {
+                rr.report = old.map(RoundReport::Tpfl);
             }
         }
         Ok(r)

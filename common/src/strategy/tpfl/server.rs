@@ -33,6 +33,27 @@ impl TpflRound {
     }
 }
 
+/// A round's untyped `details` as results files wrote them before the typed report, as far
+/// as they are still read: TPFL's alone.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct LegacyDetails {
+    clusters: Option<BTreeMap<u32, Vec<ClientId>>>,
+    paper_download_bytes: Option<u64>,
+    #[serde(default)]
+    winners: BTreeMap<ClientId, WinnerRecord>,
+}
+
+impl LegacyDetails {
+    /// TPFL's report, where these details hold one.
+    pub fn report(self) -> Option<TpflRound> {
+        Some(TpflRound {
+            clusters: self.clusters?,
+            paper_download_bytes: self.paper_download_bytes?,
+            winners: self.winners,
+        })
+    }
+}
+
 /// What a client said it was surest of.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct WinnerRecord {
