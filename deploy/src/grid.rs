@@ -9,7 +9,6 @@ use std::time::Instant;
 
 use anyhow::{Context, bail};
 use flint_common::config::Experiment;
-use flint_common::params::name_of;
 use flint_common::strategy::LocalMetrics;
 use flint_common::strategy::tpfl::TpflRound;
 use flint_common::wire::ledger::Traffic;
@@ -111,7 +110,7 @@ pub fn grid(args: GridArgs) -> anyhow::Result<()> {
         let mut row = Row {
             name: e.name.clone(),
             strategy: e.strategy.name(),
-            setting: setting(e),
+            setting: e.strategy.setting(e.data.is_images(), e.compression),
             partition: partition(e),
             rounds: e.policy.rounds,
             data: format!("{:?}", e.data.source),
@@ -320,65 +319,6 @@ fn collect(p: &Path, out: &mut Vec<PathBuf>) -> anyhow::Result<()> {
         }
     }
     Ok(())
-}
-
-/// The strategy's knobs that the table tells apart.
-fn setting(e: &Experiment) -> String {
-    use flint_common::model::fcm::Fitness;
-    use flint_common::strategy::{ModelSpec, StrategySpec};
-    match e.strategy.model() {
-        ModelSpec::Tm(t) => {
-            let mut s = format!(
-                "tm {} clauses, {} evaluation",
-                t.tm.clauses,
-                name_of(&t.tpfl.evaluation)
-            );
-            if !t.tpfl.delta {
-                s += ", absolute";
-            }
-            s += coding_note(t.tpfl.coding);
-            if e.compression != flint_common::wire::Compression::None {
-                s += &format!(", {}", name_of(&e.compression));
-            }
-            s
-        }
-        ModelSpec::ConvTm(f) => {
-            let varint = coding_note(f.fedtmos.coding);
-            // A patch is an image's: a table's rows are read whole.
-            match e.data.is_images() {
-                true => format!(
-                    "conv tm {} clauses, {}×{} patch, φ = {}{varint}",
-                    f.tm.clauses, f.fedtmos.patch, f.fedtmos.patch, f.fedtmos.server.models
-                ),
-                false => format!(
-                    "tm {} clauses on table rows, φ = {}{varint}",
-                    f.tm.clauses, f.fedtmos.server.models
-                ),
-            }
-        }
-        ModelSpec::LogReg(_) => e.strategy.model().kind().name(),
-        ModelSpec::Fcm(f) => {
-            let mut s = format!("{} λ={}", name_of(&f.fcm.activation), f.fcm.slope);
-            if matches!(
-                e.strategy,
-                StrategySpec::BlindFcm(_) | StrategySpec::BlendedFcm(_)
-            ) {
-                s = format!("{} {s}", f.aggregation.name());
-            }
-            if f.fcm.fitness == Fitness::SampleJaccard {
-                s += " sample-jaccard";
-            }
-            s
-        }
-    }
-}
-
-/// The wire's coding where it is not the default.
-fn coding_note(coding: flint_common::wire::WeightCoding) -> &'static str {
-    match coding {
-        flint_common::wire::WeightCoding::Arithmetic => "",
-        flint_common::wire::WeightCoding::Varint => ", varint",
-    }
 }
 
 fn partition(e: &Experiment) -> String {

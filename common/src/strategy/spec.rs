@@ -24,6 +24,7 @@ use crate::model::logreg::{LogRegHyper, LogRegSection};
 use crate::model::pso::PsoHyper;
 use crate::model::tm::{ClauseBanks, TmHyper, TmSection};
 use crate::params::{ParamError, ParamResult};
+use crate::wire::{Compression, WeightCoding};
 use crate::{ClientId, FlintError, Result};
 
 /// The algorithm sections of an experiment file, each as written (`None` where absent, read at
@@ -560,6 +561,58 @@ impl StrategySpec {
         }
     }
 
+    /// The knobs a grid's table tells runs of this strategy apart by, in one line: `images`,
+    /// whether it reads images, and the run's `compression`.
+    pub fn setting(&self, images: bool, compression: Compression) -> String {
+        use crate::model::fcm::Fitness;
+        use crate::params::name_of;
+        match self.model() {
+            ModelSpec::Tm(t) => {
+                let mut s = format!(
+                    "tm {} clauses, {} evaluation",
+                    t.tm.clauses,
+                    name_of(&t.tpfl.evaluation)
+                );
+                if !t.tpfl.delta {
+                    s += ", absolute";
+                }
+                s += coding_note(t.tpfl.coding);
+                if compression != Compression::None {
+                    s += &format!(", {}", name_of(&compression));
+                }
+                s
+            }
+            ModelSpec::ConvTm(f) => {
+                let varint = coding_note(f.fedtmos.coding);
+                // A patch is an image's: a table's rows are read whole.
+                match images {
+                    true => format!(
+                        "conv tm {} clauses, {}×{} patch, φ = {}{varint}",
+                        f.tm.clauses, f.fedtmos.patch, f.fedtmos.patch, f.fedtmos.server.models
+                    ),
+                    false => format!(
+                        "tm {} clauses on table rows, φ = {}{varint}",
+                        f.tm.clauses, f.fedtmos.server.models
+                    ),
+                }
+            }
+            ModelSpec::LogReg(_) => self.model().kind().name(),
+            ModelSpec::Fcm(f) => {
+                let mut s = format!("{} λ={}", name_of(&f.fcm.activation), f.fcm.slope);
+                if matches!(
+                    self,
+                    StrategySpec::BlindFcm(_) | StrategySpec::BlendedFcm(_)
+                ) {
+                    s = format!("{} {s}", f.aggregation.name());
+                }
+                if f.fcm.fitness == Fitness::SampleJaccard {
+                    s += " sample-jaccard";
+                }
+                s
+            }
+        }
+    }
+
     /// The official test images every client's composite is also measured on, held by client
     /// 1: FedTMOS's global test set, the second half (indices 4992–9999; the paper used the
     /// first half as another method's public data).
@@ -585,6 +638,14 @@ impl StrategySpec {
             )),
             _ => None,
         }
+    }
+}
+
+/// The wire's coding where it is not the default.
+fn coding_note(coding: WeightCoding) -> &'static str {
+    match coding {
+        WeightCoding::Arithmetic => "",
+        WeightCoding::Varint => ", varint",
     }
 }
 
