@@ -302,15 +302,14 @@ impl Client {
         download: Option<Payload>,
         evaluate: bool,
     ) -> anyhow::Result<Vec<EvalReport>> {
-        let evaluations = self
-            .blocking(run, move |h| -> anyhow::Result<_> {
-                if let Some(d) = &download {
-                    h.apply(round, d)
-                        .context("applying the server's download")?;
-                }
-                Ok(evaluate.then(|| (h.evaluate_global(), h.evaluate())))
-            })
-            .await??;
+        let evaluations = blocking(&mut run.half, move |h| -> anyhow::Result<_> {
+            if let Some(d) = &download {
+                h.apply(round, d)
+                    .context("applying the server's download")?;
+            }
+            Ok(evaluate.then(|| (h.evaluate_global(), h.evaluate())))
+        })
+        .await??;
         let Some((global, local)) = evaluations else {
             return Ok(Vec::new());
         };
@@ -353,15 +352,14 @@ impl Client {
             .await
             .context("training slots closed")?;
         let started = std::time::Instant::now();
-        let (rng, update) = self
-            .blocking(run, move |h| {
-                let update = h.train(round, &mut rng).map(|u| {
-                    let whole = h.without_base(&u);
-                    (u, whole)
-                });
-                (rng, update)
-            })
-            .await?;
+        let (rng, update) = blocking(&mut run.half, move |h| {
+            let update = h.train(round, &mut rng).map(|u| {
+                let whole = h.without_base(&u);
+                (u, whole)
+            });
+            (rng, update)
+        })
+        .await?;
         let (update, whole) = update?;
         let seconds = started.elapsed().as_secs_f64();
         drop(permit);
@@ -468,14 +466,9 @@ impl Client {
         let Some(c) = resume::read(&path, &self.experiment.fingerprint, run_id)? else {
             return Ok((half, fresh));
         };
-        let mut run = Run {
-            half: Some(half),
-            train_seconds: BTreeMap::new(),
-            round: 0,
-            origin: Instant::now(),
-        };
+        let mut half = Some(half);
         let state = c.state;
-        let restored = self.blocking(&mut run, move |h| h.restore(&state)).await?;
+        let restored = blocking(&mut half, move |h| h.restore(&state)).await?;
         restored.with_context(|| format!("restoring {}", path.display()))?;
         let h = c.header;
         tracing::info!(
@@ -494,7 +487,7 @@ impl Client {
                 whole: c.whole,
             },
         };
-        let half = run.half.take().context("the client's model was lost")?;
+        let half = half.context("the client's model was lost")?;
         Ok((half, Machine::resumed(rounds, saved, self.retry_for)))
     }
 
@@ -518,31 +511,12 @@ impl Client {
             whole: t.whole.as_ref().map_or_else(Vec::new, resume::encode),
         };
         let path = resume::path(&out, &self.name);
-        let written = self
-            .blocking(run, move |h| match h.checkpoint() {
-                Some(state) => resume::write(&path, &header, &state),
-                None => Ok(()),
-            })
-            .await?;
-        written.context("writing the client's checkpoint")
-    }
-
-    /// `work` on the client's half off the async threads, so keep-alives and the other clients
-    /// of the process keep moving.
-    async fn blocking<T: Send + 'static>(
-        &self,
-        run: &mut Run,
-        work: impl FnOnce(&mut dyn BoundHalf) -> T + Send + 'static,
-    ) -> anyhow::Result<T> {
-        let mut half = run.half.take().context("the client's model was lost")?;
-        let (half, out) = tokio::task::spawn_blocking(move || {
-            let out = work(half.as_mut());
-            (half, out)
+        let written = blocking(&mut run.half, move |h| match h.checkpoint() {
+            Some(state) => resume::write(&path, &header, &state),
+            None => Ok(()),
         })
-        .await
-        .context("the client's model panicked")?;
-        run.half = Some(half);
-        Ok(out)
+        .await?;
+        written.context("writing the client's checkpoint")
     }
 
     /// Joins the run under this client's slot (retried within the window) and returns the
@@ -555,7 +529,7 @@ impl Client {
             token: self.token.clone(),
             enrollment: self.enrollment.clone(),
         };
-        let reply = retry_bounded(self.retry_for, Some(JOIN_ATTEMPT), "join", || {
+        let reply = retry_bounded(self.retry_for, JOIN_ATTEMPT, "join", || {
             let mut g = self.grpc.clone();
             let req = with_host(Request::new(join.clone()));
             async move { g.join(req).await }
@@ -698,4 +672,21 @@ fn failed(s: &Status, why: String, now: Duration) -> Event {
         why,
         now,
     }
+}
+
+/// `work` on the client's half off the async threads, so keep-alives and the other clients of
+/// the process keep moving; the half goes back into `slot` after it.
+async fn blocking<T: Send + 'static>(
+    slot: &mut Option<Box<dyn BoundHalf>>,
+    work: impl FnOnce(&mut dyn BoundHalf) -> T + Send + 'static,
+) -> anyhow::Result<T> {
+    let mut half = slot.take().context("the client's model was lost")?;
+    let (half, out) = tokio::task::spawn_blocking(move || {
+        let out = work(half.as_mut());
+        (half, out)
+    })
+    .await
+    .context("the client's model panicked")?;
+    *slot = Some(half);
+    Ok(out)
 }

@@ -12,12 +12,12 @@ use crate::core::Backoff;
 pub(crate) const JOIN_ATTEMPT: Duration = Duration::from_secs(10);
 
 /// `call` until it is answered, while it fails with a code a repeat may cure and within
-/// `total`; each attempt given at most `attempt` where set (for calls that answer at once: in
-/// a burst of connections a call can wait on a connection the server never saw, forever;
-/// bounded, it is tried again on a new one).
+/// `total`; each attempt given at most `attempt` (these calls answer at once: in a burst of
+/// connections a call can wait on a connection the server never saw, forever; bounded, it is
+/// tried again on a new one).
 pub(crate) async fn retry_bounded<T, F, Fut>(
     total: Duration,
-    attempt: Option<Duration>,
+    attempt: Duration,
     what: &str,
     mut call: F,
 ) -> Result<T, Status>
@@ -28,17 +28,12 @@ where
     let mut backoff = Backoff::new(total);
     let mut failing_since: Option<tokio::time::Instant> = None;
     loop {
-        let outcome = match attempt {
-            None => call().await,
-            Some(limit) => tokio::time::timeout(limit, call())
-                .await
-                .unwrap_or_else(|_| {
-                    Err(Status::unavailable(format!(
-                        "no answer within {} s",
-                        limit.as_secs_f64()
-                    )))
-                }),
-        };
+        let outcome = tokio::time::timeout(attempt, call())
+            .await
+            .unwrap_or_else(|_| {
+                let limit = attempt.as_secs_f64();
+                Err(Status::unavailable(format!("no answer within {limit} s")))
+            });
         let s = match outcome {
             Ok(r) => return Ok(r.into_inner()),
             Err(s) => s,

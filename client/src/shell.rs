@@ -175,7 +175,7 @@ impl Shell {
             token: creds.token.clone(),
             enrollment: creds.enrollment.clone(),
         };
-        let reply = retry_bounded(self.retry_for, Some(JOIN_ATTEMPT), "claim", || {
+        let reply = retry_bounded(self.retry_for, JOIN_ATTEMPT, "claim", || {
             let mut g = conn.grpc.clone();
             let req = with_host(Request::new(ask.clone()));
             async move { g.claim(req).await }

@@ -175,7 +175,7 @@ impl Shared {
             .clone()
     }
 
-    pub(crate) fn journal_broke(&self, e: &std::io::Error) {
+    fn journal_broke(&self, e: &std::io::Error) {
         let path = self.journal.path().display();
         tracing::error!(path = %path, error = %e, "cannot write the journal; the run stops");
         let mut failed = self.journal_failed.lock().expect("journal flag lock");

@@ -64,6 +64,8 @@ pub struct SimClient {
     pub seed: u64,
     /// How often an answered call is sent again.
     pub duplicates: f64,
+    /// Whether a client started again reads its checkpoint, as the real one does.
+    pub resume: bool,
 }
 
 struct Calls {
@@ -122,7 +124,7 @@ impl SimClient {
     ) -> turmoil::Result<Machine> {
         let rounds = self.experiment.policy.rounds;
         let kept = self.disks.lock().expect("disks").get(&self.host).cloned();
-        let Some(kept) = kept.filter(|k| k.run_id == run_id) else {
+        let Some(kept) = kept.filter(|k| self.resume && k.run_id == run_id) else {
             let rng = derive_rng(self.experiment.seed, "train", id);
             return Ok(Machine::new(rounds, rng, RETRY_FOR));
         };

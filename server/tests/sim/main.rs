@@ -128,9 +128,15 @@ fn watch_panics() {
 
 /// [`simulate`], a panic anywhere in it (the driver, a host, a task) a violation.
 fn simulate_watched(seed: u64, faults: bool) -> Result<Ran, String> {
+    simulate_clients(seed, faults, true)
+}
+
+/// [`simulate_watched`]; `resume`: whether a client started again reads its checkpoint (the
+/// real client's behaviour; without it, to show the oracle notices).
+fn simulate_clients(seed: u64, faults: bool, resume: bool) -> Result<Ran, String> {
     watch_panics();
     PANICS.with(|p| p.borrow_mut().clear());
-    let ran = std::panic::catch_unwind(|| simulate(seed, faults))
+    let ran = std::panic::catch_unwind(|| simulate(seed, faults, resume))
         .unwrap_or_else(|_| Err("the simulation panicked".into()));
     let panics = PANICS.with(|p| std::mem::take(&mut *p.borrow_mut()));
     match (ran, panics.is_empty()) {
@@ -145,7 +151,7 @@ fn simulate_watched(seed: u64, faults: bool) -> Result<Ran, String> {
 }
 
 /// One schedule: `seed` drives the faults, none without `faults`.
-fn simulate(seed: u64, faults: bool) -> Result<Ran, String> {
+fn simulate(seed: u64, faults: bool, resume: bool) -> Result<Ran, String> {
     let e = experiment(seed);
     let oracle = Arc::new(Mutex::new(Oracle::default()));
     let mut schedule = derive_rng(seed, "sim-schedule", 0);
@@ -164,6 +170,7 @@ fn simulate(seed: u64, faults: bool) -> Result<Ran, String> {
             disks: disks.clone(),
             seed,
             duplicates: if faults { 0.25 } else { 0.0 },
+            resume,
         };
         sim.host(format!("client-{host}"), move || client.clone().run());
     }
@@ -496,6 +503,29 @@ fn every_schedule_keeps_the_invariants_shard_1() {
 #[test]
 fn every_schedule_keeps_the_invariants_shard_2() {
     check_shard(2);
+}
+
+/// The checkpoint is what a TPFL client started again goes on from: without it, its machine
+/// and stream start afresh, and the oracle must see the run end otherwise in some schedules
+/// (an AHP-FedAvg client carries nothing a checkpoint holds, so those seeds are left out).
+#[test]
+fn a_client_started_again_without_its_checkpoint_is_caught() {
+    let tpfl: Vec<u64> = (1..=100).filter(|&s| kind(s) == 0).collect();
+    let caught = tpfl
+        .iter()
+        .filter(|&&seed| {
+            let ran = simulate_clients(seed, true, false).expect("the seed runs");
+            ran.crashes.clients > 0 && !violations(seed, &ran).is_empty()
+        })
+        .count();
+    eprintln!(
+        "without checkpoints: {caught} of {} TPFL seeds caught",
+        tpfl.len()
+    );
+    assert!(
+        caught > 0,
+        "no schedule noticed clients that forget their checkpoint"
+    );
 }
 
 /// One seed, one schedule: the same seed twice takes the same steps, crashes and restarts to
