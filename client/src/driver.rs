@@ -29,7 +29,7 @@ use tracing::Instrument;
 use crate::core::{Pushed, retryable};
 use crate::identity::Credentials;
 use crate::identity::with_host;
-use crate::machine::{Action, Event, Machine, PushAnswer, Saved, Trained};
+use crate::machine::{Action, Event, Machine, PushAnswer, Saved};
 use crate::progress::ProgressBook;
 use crate::report::ClientReport;
 use crate::resume;
@@ -466,27 +466,12 @@ impl Client {
         let Some(c) = resume::read(&path, &self.experiment.fingerprint, run_id)? else {
             return Ok((half, fresh));
         };
+        let (saved, state) = c.saved();
         let mut half = Some(half);
-        let state = c.state;
         let restored = blocking(&mut half, move |h| h.restore(&state)).await?;
         restored.with_context(|| format!("restoring {}", path.display()))?;
-        let h = c.header;
-        tracing::info!(
-            client = self.id,
-            round = h.round,
-            "resumed from its checkpoint"
-        );
-        let saved = Saved {
-            before: h.trained,
-            reported: h.reported,
-            rng: h.rng,
-            trained: Trained {
-                round: h.round,
-                update: c.update,
-                reports: c.reports,
-                whole: c.whole,
-            },
-        };
+        let round = saved.trained.round;
+        tracing::info!(client = self.id, round, "resumed from its checkpoint");
         let half = half.context("the client's model was lost")?;
         Ok((half, Machine::resumed(rounds, saved, self.retry_for)))
     }
@@ -498,18 +483,7 @@ impl Client {
         let Some(out) = self.out.clone() else {
             return Ok(());
         };
-        let t = &saved.trained;
-        let header = resume::Header {
-            fingerprint: self.experiment.fingerprint.clone(),
-            run_id: run_id.to_string(),
-            round: t.round,
-            trained: saved.before.clone(),
-            reported: saved.reported,
-            rng: saved.rng.clone(),
-            update: resume::encode(&t.update),
-            reports: t.reports.iter().map(Message::encode_to_vec).collect(),
-            whole: t.whole.as_ref().map_or_else(Vec::new, resume::encode),
-        };
+        let header = resume::Header::of(&self.experiment.fingerprint, run_id, &saved);
         let path = resume::path(&out, &self.name);
         let written = blocking(&mut run.half, move |h| match h.checkpoint() {
             Some(state) => resume::write(&path, &header, &state),

@@ -18,6 +18,8 @@ use flint_common::wire::proto::{EvalReport, Payload};
 use prost::Message;
 use serde::{Deserialize, Serialize};
 
+use crate::machine::{Saved, Trained};
+
 /// What a checkpoint says beside the strategy's bytes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Header {
@@ -129,8 +131,46 @@ pub fn remove(path: &Path) {
     }
 }
 
-pub fn encode(update: &Payload) -> Vec<u8> {
+fn encode(update: &Payload) -> Vec<u8> {
     update.encode_to_vec()
+}
+
+impl Header {
+    /// The header of the machine's checkpoint `saved`, for `run_id` of the experiment with
+    /// `fingerprint`.
+    pub fn of(fingerprint: &str, run_id: &str, saved: &Saved) -> Header {
+        let t = &saved.trained;
+        Header {
+            fingerprint: fingerprint.to_string(),
+            run_id: run_id.to_string(),
+            round: t.round,
+            trained: saved.before.clone(),
+            reported: saved.reported,
+            rng: saved.rng.clone(),
+            update: encode(&t.update),
+            reports: t.reports.iter().map(Message::encode_to_vec).collect(),
+            whole: t.whole.as_ref().map_or_else(Vec::new, encode),
+        }
+    }
+}
+
+impl Checkpoint {
+    /// What the machine goes on from, and the strategy's bytes.
+    pub fn saved(self) -> (Saved, Vec<u8>) {
+        let h = self.header;
+        let saved = Saved {
+            before: h.trained,
+            reported: h.reported,
+            rng: h.rng,
+            trained: Trained {
+                round: h.round,
+                update: self.update,
+                reports: self.reports,
+                whole: self.whole,
+            },
+        };
+        (saved, self.state)
+    }
 }
 
 #[cfg(test)]
