@@ -18,6 +18,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use flint_common::metrics::{LocalMetrics, Metrics};
+use flint_common::strategy::tpfl::TpflRound;
 use flint_server::results::RunResults;
 use serde::Deserialize;
 use support::*;
@@ -66,7 +67,7 @@ fn figures(r: &RunResults) -> Figures {
             clusters: rr
                 .report
                 .as_ref()
-                .and_then(|t| t.tpfl())
+                .and_then(|t| t.details::<TpflRound>())
                 .map(|t| t.clusters.clone()),
         })
         .collect();

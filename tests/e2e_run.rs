@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
+use flint_common::strategy::fedtmos::FedTmosRound;
 use flint_common::wire::ledger::Traffic;
 use support::*;
 
@@ -1287,7 +1288,11 @@ fn a_table_run_replays_on_each_clients_test_rows() {
     let one = replay_run(&runs.join("kept"), 1, &["fedtmos.models=1"]);
     let report = one.lines().find(|l| l.starts_with('{')).unwrap();
     let report: flint_common::strategy::RoundReport = serde_json::from_str(report).unwrap();
-    assert_eq!(report.fedtmos().unwrap().models.len(), 1, "{one}");
+    assert_eq!(
+        report.details::<FedTmosRound>().unwrap().models.len(),
+        1,
+        "{one}"
+    );
 
     // A TPFL client's clause bank stays local: the download alone is not its model.
     ok(flint()

@@ -5,7 +5,9 @@ mod support;
 
 use std::path::{Path, PathBuf};
 
-use flint_common::strategy::RoundReport;
+use flint_common::strategy::fedtm::FedTmRound;
+use flint_common::strategy::fedtmos::FedTmosRound;
+use flint_common::strategy::tpfl::TpflRound;
 use support::*;
 
 fn data_dir() -> PathBuf {
@@ -364,7 +366,7 @@ fn paper_download(rr: &flint_server::results::RoundResult) -> u64 {
     rr.report
         .as_ref()
         .unwrap()
-        .tpfl()
+        .details::<TpflRound>()
         .unwrap()
         .paper_download_bytes
 }
@@ -395,7 +397,7 @@ fn tpfl_on_an_mnist_subset_sends_each_client_its_clusters_average() {
         let rr = &r.rounds[round as usize];
         assert_eq!(rr.metrics.len(), 6, "round {round}: every client evaluated");
         // Each participant sits in the cluster of the class it said it was surest of.
-        let report = rr.report.as_ref().unwrap().tpfl().unwrap();
+        let report = rr.report.as_ref().unwrap().details::<TpflRound>().unwrap();
         let clusters = &report.clusters;
         let mut members = Vec::new();
         for (class, ids) in clusters {
@@ -503,7 +505,14 @@ fn tpfl_on_an_mnist_subset_sends_each_client_its_clusters_average() {
     assert_eq!(col("up_total_paper"), (3 * 6 * 4 * 100).to_string());
     let clusters: f64 = r.rounds[1..]
         .iter()
-        .map(|rr| rr.report.as_ref().unwrap().tpfl().unwrap().cluster_count() as f64)
+        .map(|rr| {
+            rr.report
+                .as_ref()
+                .unwrap()
+                .details::<TpflRound>()
+                .unwrap()
+                .cluster_count() as f64
+        })
         .sum::<f64>()
         / 3.0;
     assert_eq!(col("clusters_per_round").parse::<f64>().unwrap(), clusters);
@@ -609,7 +618,12 @@ fn fedtmos_builds_server_models_every_client_predicts_with() {
     let run_code = rr.baselines["composite:per-batch+clamp"].accuracy;
     assert!((model(&code) - run_code).abs() < 5e-5, "{code}");
     assert_eq!(rr.metrics.len(), 4, "every client evaluated the composite");
-    let report = rr.report.as_ref().unwrap().fedtmos().unwrap();
+    let report = rr
+        .report
+        .as_ref()
+        .unwrap()
+        .details::<FedTmosRound>()
+        .unwrap();
     assert_eq!(report.models.len(), 2, "φ = 2 server models");
     // Every class some client holds is in some server model, and only those clients give it.
     let held: std::collections::BTreeSet<u32> = r
@@ -751,7 +765,7 @@ fn fedtm_sends_one_global_machine_every_round() {
             "round {}: every client evaluated",
             rr.round
         );
-        let Some(RoundReport::FedTm(report)) = &rr.report else {
+        let Some(report) = rr.report.as_ref().and_then(|r| r.details::<FedTmRound>()) else {
             panic!("round {}: {:?}", rr.round, rr.report);
         };
         // Every class is averaged over exactly the clients holding it.

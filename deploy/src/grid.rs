@@ -375,10 +375,10 @@ fn outcome(dir: &Path) -> anyhow::Result<Outcome> {
         }
     }
     let (up_total, mut down_total) = (up, down);
-    let tpfl: Vec<&TpflRound> = r
+    let tpfl: Vec<TpflRound> = r
         .rounds
         .iter()
-        .filter_map(|rr| rr.report.as_ref()?.tpfl())
+        .filter_map(|rr| rr.report.as_ref()?.details())
         .collect();
     let once: Vec<u64> = tpfl.iter().map(|t| t.paper_download_bytes).collect();
     if !once.is_empty() {

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use flint_common::model::kept::{KeptModel, ModelFile};
+use flint_common::strategy::tpfl::TpflRound;
 use flint_server::results::RunResults;
 use plotters::prelude::*;
 
@@ -281,7 +282,11 @@ fn clusters(path: &Path, r: &RunResults) -> anyhow::Result<bool> {
     let mut by_class: BTreeMap<u32, Vec<(f64, f64)>> = BTreeMap::new();
     let mut last = 0;
     for rr in &r.rounds {
-        let Some(t) = rr.report.as_ref().and_then(|rep| rep.tpfl()) else {
+        let Some(t) = rr
+            .report
+            .as_ref()
+            .and_then(|rep| rep.details::<TpflRound>())
+        else {
             continue;
         };
         last = rr.round;

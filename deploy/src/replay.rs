@@ -244,7 +244,7 @@ fn aggregate_again(
 ) -> anyhow::Result<Aggregate> {
     let dir = &args.run_dir;
     let mut server = e.strategy.server(classes, e.seed, e.robust);
-    if args.round > 1 && !matches!(server.snapshot(), StrategyState::Stateless) {
+    if args.round > 1 && !server.snapshot().is_stateless() {
         let kept = state_before(dir, args.round, summaries, features, classes)?;
         server
             .restore(kept)

@@ -6,6 +6,7 @@ use anyhow::Context;
 use flint_common::degenerate::ModelHealth;
 use flint_common::metrics::Metrics;
 use flint_common::strategy::Predictor;
+use flint_common::strategy::tpfl::TpflRound;
 use flint_common::wire::ledger::{Flow, Traffic};
 use flint_server::results::RunResults;
 
@@ -102,7 +103,7 @@ fn clusters(r: &RunResults) -> String {
         .rounds
         .iter()
         .filter_map(|rr| {
-            let t = rr.report.as_ref()?.tpfl()?;
+            let t = rr.report.as_ref()?.details::<TpflRound>()?;
             let sizes: Vec<String> = t
                 .clusters
                 .iter()
@@ -123,7 +124,14 @@ fn clusters(r: &RunResults) -> String {
     let once: u64 = r
         .rounds
         .iter()
-        .filter_map(|rr| Some(rr.report.as_ref()?.tpfl()?.paper_download_bytes))
+        .filter_map(|rr| {
+            Some(
+                rr.report
+                    .as_ref()?
+                    .details::<TpflRound>()?
+                    .paper_download_bytes,
+            )
+        })
         .sum();
     format!(
         "Clusters per round (class:members); the paper counts one download per cluster:\n\

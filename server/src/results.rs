@@ -201,7 +201,7 @@ impl RunResults {
         for rr in &mut r.rounds {
             let old = rr.legacy_details.take().and_then(LegacyDetails::report);
             if rr.report.is_none() {
-                rr.report = old.map(RoundReport::Tpfl);
+                rr.report = old.map(|t| RoundReport::of(&t));
             }
         }
         Ok(r)
@@ -513,6 +513,7 @@ up_socket_client,down_socket_client,up_link_client,down_link_client\n",
 #[cfg(test)]
 mod tests {
     use super::*;
+    use flint_common::strategy::tpfl::TpflRound;
 
     fn run(rounds: Vec<RoundResult>) -> RunResults {
         RunResults {
@@ -576,7 +577,12 @@ mod tests {
         old["rounds"][0]["details"] = details;
         old["rounds"][0].as_object_mut().unwrap().remove("report");
         let r = RunResults::read(&serde_json::to_vec(&old).unwrap()).unwrap();
-        let t = r.rounds[0].report.as_ref().unwrap().tpfl().unwrap();
+        let t = r.rounds[0]
+            .report
+            .as_ref()
+            .unwrap()
+            .details::<TpflRound>()
+            .unwrap();
         assert_eq!(t.clusters, BTreeMap::from([(3, vec![1, 2])]));
         assert_eq!(t.paper_download_bytes, 800);
         assert_eq!(t.winners[&2].class, 3);
@@ -586,7 +592,8 @@ mod tests {
         let r = RunResults::read(&serde_json::to_vec(&old).unwrap()).unwrap();
         assert_eq!(r.rounds[0].report, None);
         // This version's files never write `details`.
-        let new = serde_json::to_value(run(vec![round(Some(RoundReport::FedAvg))])).unwrap();
+        let new =
+            serde_json::to_value(run(vec![round(Some(RoundReport::plain("fedavg")))])).unwrap();
         assert!(new["rounds"][0].get("details").is_none());
     }
 }

@@ -1158,7 +1158,7 @@ mod tests {
             panic!("a bug in a strategy")
         }
         fn snapshot(&self) -> StrategyState {
-            StrategyState::Stateless
+            StrategyState::stateless()
         }
         fn restore(&mut self, _state: StrategyState) -> Result<()> {
             Ok(())

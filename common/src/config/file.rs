@@ -7,79 +7,77 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::data::{ClientSection, DataSection, PartitionSection};
-use crate::model::logreg::LogRegSection;
-use crate::model::pso::PsoHyper;
-use crate::model::tm::TmSection;
 use crate::params::{at_least, at_least_or_unset};
-use crate::strategy::ahp::AhpSection;
-use crate::strategy::fcm::FcmSection;
-use crate::strategy::fedtmos::FedTmosSection;
-use crate::strategy::robust::RobustHyper;
-use crate::strategy::tpfl::TpflHyper;
+use crate::strategy::sections::with_sections;
 use crate::strategy::{ModelKind, Sections, StrategyKind};
 use crate::wire::WireSection;
 use crate::{FlintError, Result};
 
-/// An experiment file. Every section but `data` has defaults; the algorithm sections are read
-/// only by the strategies that use them, and a run's resolved file writes only those. Clients
-/// are declared one by one (`[[clients]]`) or by number (`client_count`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ExperimentFile {
-    /// The run's name: its directory under `runs/` and its results' title.
-    pub name: String,
-    /// `fedavg`, `fedavg-ahp`, `blind-fcm`, `blended-fcm`, `tpfl`, `fedtmos`, `ensemble`,
-    /// `fedtm`, `local` or `central`.
-    pub strategy: StrategyKind,
-    /// `logreg`, `fcm` or `tm`; needed by `local` and `central`, implied by the other strategies.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub model: Option<ModelKind>,
-    /// Drives every random draw of the run: partitions, initial models, training.
-    #[serde(default, deserialize_with = "at_least::<0, _, _>")]
-    pub seed: u64,
-    /// Federated rounds (default 1 for the one-shot strategies, `fedtmos` and `ensemble`, and
-    /// 10 for the others).
-    #[serde(
-        default,
-        deserialize_with = "at_least_or_unset::<1, _, _>",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub rounds: Option<u32>,
-    #[serde(default)]
-    pub server: ServerSection,
-    pub data: DataSection,
-    #[serde(default)]
-    pub partition: PartitionSection,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub logreg: Option<LogRegSection>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ahp: Option<AhpSection>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fcm: Option<FcmSection>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pso: Option<PsoHyper>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tm: Option<TmSection>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tpfl: Option<TpflHyper>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fedtmos: Option<FedTmosSection>,
-    /// How the server averages, against clients that lie (coordinate-wise median or trimmed
-    /// mean, clipping, a weight cap); absent: the papers' mean.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub robust: Option<RobustHyper>,
-    #[serde(default)]
-    pub wire: WireSection,
-    /// Clients `client-1` … `client-N`, for runs too large to list (instead of `[[clients]]`).
-    #[serde(
-        default,
-        deserialize_with = "at_least_or_unset::<0, _, _>",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub client_count: Option<usize>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub clients: Vec<ClientSection>,
+macro_rules! experiment_file {
+    ($($(#[$doc:meta])* $section:ident: $ty:ty,)*) => {
+        /// An experiment file. Every section but `data` has defaults; the algorithm sections are
+        /// read only by the strategies that use them, and a run's resolved file writes only those.
+        /// Clients are declared one by one (`[[clients]]`) or by number (`client_count`).
+        #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+        #[serde(deny_unknown_fields)]
+        pub struct ExperimentFile {
+            /// The run's name: its directory under `runs/` and its results' title.
+            pub name: String,
+            /// The strategy by name: `fedavg`, `tpfl`, `fedtmos`, … (the schema lists them all).
+            pub strategy: StrategyKind,
+            /// `logreg`, `fcm` or `tm`; needed by `local` and `central`, implied by the other
+            /// strategies.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub model: Option<ModelKind>,
+            /// Drives every random draw of the run: partitions, initial models, training.
+            #[serde(default, deserialize_with = "at_least::<0, _, _>")]
+            pub seed: u64,
+            /// Federated rounds (default 1 for a one-shot strategy such as `fedtmos`, 10 for the
+            /// others).
+            #[serde(
+                default,
+                deserialize_with = "at_least_or_unset::<1, _, _>",
+                skip_serializing_if = "Option::is_none"
+            )]
+            pub rounds: Option<u32>,
+            #[serde(default)]
+            pub server: ServerSection,
+            pub data: DataSection,
+            #[serde(default)]
+            pub partition: PartitionSection,
+            $(
+                $(#[$doc])*
+                #[serde(default, skip_serializing_if = "Option::is_none")]
+                pub $section: Option<$ty>,
+            )*
+            #[serde(default)]
+            pub wire: WireSection,
+            /// Clients `client-1` … `client-N`, for runs too large to list (instead of
+            /// `[[clients]]`).
+            #[serde(
+                default,
+                deserialize_with = "at_least_or_unset::<0, _, _>",
+                skip_serializing_if = "Option::is_none"
+            )]
+            pub client_count: Option<usize>,
+            #[serde(default, skip_serializing_if = "Vec::is_empty")]
+            pub clients: Vec<ClientSection>,
+        }
+
+        impl ExperimentFile {
+            pub(super) fn sections(&self) -> Sections {
+                Sections {
+                    $($section: self.$section.clone(),)*
+                }
+            }
+
+            pub(super) fn set_sections(&mut self, s: Sections) {
+                $(self.$section = s.$section;)*
+            }
+        }
+    };
 }
+with_sections!(experiment_file);
 
 impl ExperimentFile {
     /// The dotted keys this file writes that overriding `keys` leaves to their new value: a
@@ -95,30 +93,6 @@ impl ExperimentFile {
             .into_iter()
             .map(|key| format!("fedtmos.{key}"))
             .collect()
-    }
-
-    pub(super) fn sections(&self) -> Sections {
-        Sections {
-            logreg: self.logreg,
-            ahp: self.ahp.clone(),
-            fcm: self.fcm,
-            pso: self.pso,
-            tm: self.tm,
-            tpfl: self.tpfl,
-            fedtmos: self.fedtmos,
-            robust: self.robust,
-        }
-    }
-
-    pub(super) fn set_sections(&mut self, s: Sections) {
-        self.logreg = s.logreg;
-        self.ahp = s.ahp;
-        self.fcm = s.fcm;
-        self.pso = s.pso;
-        self.tm = s.tm;
-        self.tpfl = s.tpfl;
-        self.fedtmos = s.fedtmos;
-        self.robust = s.robust;
     }
 }
 

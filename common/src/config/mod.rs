@@ -300,6 +300,8 @@ mod tests {
     use crate::data::Scaling;
     use crate::data::partition::ClassSplit;
     use crate::strategy::ModelKind;
+    use crate::strategy::fcm::BlindFcmSpec;
+    use crate::strategy::fedavg::FedAvgSpec;
 
     const BASE: &str = r#"
 name = "t"
@@ -468,19 +470,19 @@ skip_columns = [0, "id"]
             Experiment::from_toml(&resolved).unwrap().fingerprint,
             e.fingerprint
         );
-        let StrategySpec::FedAvg { logreg } = table("fedavg", 26, "").strategy else {
+        let StrategySpec::FedAvg(FedAvgSpec { logreg }) = table("fedavg", 26, "").strategy else {
             panic!("fedavg")
         };
         assert_eq!(logreg.local_epochs, 78);
-        let StrategySpec::FedAvg { logreg } = table("fedavg", 3, "").strategy else {
+        let StrategySpec::FedAvg(FedAvgSpec { logreg }) = table("fedavg", 3, "").strategy else {
             panic!("fedavg")
         };
         assert_eq!(logreg.local_epochs, 10);
-        let StrategySpec::BlindFcm(f) = table("blind-fcm", 26, "").strategy else {
+        let StrategySpec::BlindFcm(BlindFcmSpec(f)) = table("blind-fcm", 26, "").strategy else {
             panic!("blind-fcm")
         };
         assert_eq!(f.fcm.max_iterations, 10);
-        let StrategySpec::BlindFcm(f) = table("blind-fcm", 2, "").strategy else {
+        let StrategySpec::BlindFcm(BlindFcmSpec(f)) = table("blind-fcm", 2, "").strategy else {
             panic!("blind-fcm")
         };
         assert_eq!(f.fcm.max_iterations, 100);

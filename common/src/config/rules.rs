@@ -40,12 +40,9 @@ pub(super) fn check_rounds(strategy: &StrategySpec, rounds: u32) -> Result<()> {
     Ok(())
 }
 
-/// FedTMOS and its ensemble send one upload and one download.
+/// A one-shot strategy (FedTMOS, its ensemble) sends one upload and one download.
 fn one_shot(strategy: &StrategySpec) -> bool {
-    matches!(
-        strategy.kind(),
-        StrategyKind::FedTmos | StrategyKind::Ensemble
-    )
+    strategy.kind().facts().one_shot
 }
 
 /// `rounds` where the file leaves it out: 1 for a one-shot strategy, 10 for the others (the
@@ -175,17 +172,7 @@ pub(super) fn check_copy_data_epoch(
 
 /// A shared test set measures one global model.
 pub(super) fn check_global_test(strategy: &StrategySpec, data: &DataSpec) -> Result<()> {
-    let one_model = matches!(
-        strategy.kind(),
-        StrategyKind::FedAvg
-            | StrategyKind::FedAvgAhp
-            | StrategyKind::BlindFcm
-            | StrategyKind::Central
-            | StrategyKind::FedTmos
-            | StrategyKind::Ensemble
-            | StrategyKind::FedTm
-    );
-    if data.global_test.is_some() && !one_model {
+    if data.global_test.is_some() && !strategy.kind().facts().one_model {
         return Err(bad(format!(
             "data.global_test_fraction measures one global model; strategy {} leaves each client its own",
             strategy.name()

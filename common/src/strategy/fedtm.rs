@@ -21,12 +21,23 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::fedtmos::{BitsBy, FedTmosHyper, LocalMachine, ModelPlan, average, tm_uploads};
-use super::{Aggregate, ClientStrategy, Downloads, RoundReport, ServerStrategy};
+use std::ops::Deref;
+
+use super::contract::{Facts, Strategy, StrategyParams};
+use super::fedtmos::{
+    BitsBy, FedTmosHyper, FedTmosSpec, LocalMachine, ModelPlan, ONE_SHOT_TM, TableDefaults,
+    average, tm_uploads,
+};
+use super::model_spec::ModelSpec;
+use super::report::Tagged;
+use super::sections::{Checked, Sections};
+use super::{Aggregate, ClientStrategy, Downloads, ModelKind, RoundReport, ServerStrategy};
+use crate::data::DataShape;
 use crate::data::images::BitShard;
 use crate::metrics::ConfusionMatrix;
 use crate::model::tm::TmHyper;
 use crate::model::tm::parts::TmParts;
+use crate::params::ParamResult;
 use crate::rng::FlintRng;
 use crate::strategy::decoder::{TmDecoder, UpdateDecoder};
 use crate::strategy::robust::RobustHyper;
@@ -38,6 +49,10 @@ use crate::{ClientId, Result, Round};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FedTmRound {
     pub contributors: BTreeMap<u32, Vec<ClientId>>,
+}
+
+impl Tagged for FedTmRound {
+    const TAG: &'static str = "fedtm";
 }
 
 /// The global machine of one round's uploads.
@@ -109,7 +124,7 @@ impl ServerStrategy for FedTmServer {
         Ok(Aggregate {
             downloads: Downloads::Broadcast(wire::encode_tm_composite(&download, self.shape)),
             weights: updates.keys().map(|&id| (id, 1.0 / n)).collect(),
-            report: RoundReport::FedTm(FedTmRound {
+            report: RoundReport::of(&FedTmRound {
                 contributors: plan.contributors,
             }),
             local: BTreeMap::new(),
@@ -172,6 +187,65 @@ impl ClientStrategy<BitShard> for FedTmClient {
 
     fn restore(&mut self, state: &[u8]) -> Result<()> {
         self.machine.set_masks(super::resume::from_json(state)?)
+    }
+}
+
+/// FedTM as the framework runs it: FedTMOS's machines, averaged every round.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct FedTmSpec(pub FedTmosSpec);
+
+impl Deref for FedTmSpec {
+    type Target = FedTmosSpec;
+
+    fn deref(&self) -> &FedTmosSpec {
+        &self.0
+    }
+}
+
+impl Strategy for FedTmSpec {
+    const FACTS: Facts = Facts {
+        one_shot: false,
+        ..ONE_SHOT_TM
+    };
+
+    fn check(_: ModelKind, c: &Checked, s: &Sections, shape: &DataShape) -> ParamResult<Self> {
+        let defaults = TableDefaults {
+            top_k: true,
+            weight_resolution: false,
+        };
+        Ok(FedTmSpec(FedTmosSpec::for_data(c, s, shape, defaults)))
+    }
+}
+
+impl StrategyParams for FedTmSpec {
+    fn model(&self) -> ModelSpec {
+        ModelSpec::ConvTm(self.0)
+    }
+
+    fn server(&self, classes: usize, _: u64, robust: RobustHyper) -> Box<dyn ServerStrategy> {
+        Box::new(FedTmServer::new(self.fedtmos, &self.tm, classes).with_robust(robust))
+    }
+
+    fn bits_client(
+        &self,
+        _features: usize,
+        classes: usize,
+        seed: u64,
+        client: ClientId,
+        _clients: usize,
+    ) -> Result<Box<dyn ClientStrategy<BitShard>>> {
+        let client = FedTmClient::new(self.tm, self.fedtmos, classes, seed, client)?;
+        Ok(Box::new(client))
+    }
+
+    fn model_is_the_download(&self) -> bool {
+        true
+    }
+
+    fn resolve(&self, _: &Sections, out: &mut Sections) {
+        if let Some(section) = out.fedtmos.as_mut() {
+            section.top_k = self.top_k_written(section.preset);
+        }
     }
 }
 

@@ -5,7 +5,18 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::{Aggregate, Downloads, RoundReport, ServerStrategy, StrategyState};
+use serde::Serialize;
+
+use super::StrategyState;
+use super::contract::{Facts, Strategy, StrategyParams};
+use super::fedavg::FedAvgClient;
+use super::model_spec::ModelSpec;
+use super::robust::RobustHyper;
+use super::sections::{Checked, Sections};
+use super::{Aggregate, ClientStrategy, Downloads, ModelKind, RoundReport, ServerStrategy};
+use crate::data::{DataShape, Shard};
+use crate::model::tm::ClauseBanks;
+use crate::params::ParamResult;
 use crate::strategy::decoder::UpdateDecoder;
 use crate::wire::Update;
 use crate::wire::proto::{DataSummary, Payload};
@@ -43,7 +54,7 @@ impl ServerStrategy for LocalServer {
         Ok(Aggregate {
             downloads: Downloads::PerClient(BTreeMap::new()),
             weights: BTreeMap::new(),
-            report: RoundReport::Local,
+            report: RoundReport::plain("local"),
             local: recorded.local,
         })
     }
@@ -54,6 +65,109 @@ impl ServerStrategy for LocalServer {
 
     fn restore(&mut self, state: StrategyState) -> Result<()> {
         self.model.restore(state)
+    }
+}
+
+/// Baseline: every client trains alone; nothing is sent back.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LocalSpec(pub ModelSpec);
+
+/// Baseline: one client holding all the data.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CentralSpec(pub ModelSpec);
+
+const BASELINE: Facts = Facts {
+    model: None,
+    averages: false,
+    one_shot: false,
+    one_model: false,
+    banks: ClauseBanks::Shared,
+};
+
+/// The baselines' server: the model's own federated strategy checks and records, nothing goes
+/// back.
+fn server(model: &ModelSpec, classes: usize, seed: u64) -> Box<dyn ServerStrategy> {
+    Box::new(LocalServer::new(model.server(classes, seed)))
+}
+
+/// No download replaces a baseline's model, so a restarted client needs its own back.
+fn table_client(
+    model: &ModelSpec,
+    features: usize,
+    classes: usize,
+) -> Result<Box<dyn ClientStrategy<Shard>>> {
+    match model {
+        ModelSpec::LogReg(h) => {
+            let client = FedAvgClient::new(features, classes, *h).keeping_its_model();
+            Ok(Box::new(client))
+        }
+        other => other.table_client(features, classes),
+    }
+}
+
+impl Strategy for LocalSpec {
+    const FACTS: Facts = BASELINE;
+
+    fn check(model: ModelKind, c: &Checked, _: &Sections, _: &DataShape) -> ParamResult<Self> {
+        Ok(LocalSpec(ModelSpec::of(model, c)))
+    }
+}
+
+impl StrategyParams for LocalSpec {
+    fn model(&self) -> ModelSpec {
+        self.0.clone()
+    }
+
+    fn server(&self, classes: usize, seed: u64, _: RobustHyper) -> Box<dyn ServerStrategy> {
+        server(&self.0, classes, seed)
+    }
+
+    fn table_client(
+        &self,
+        features: usize,
+        classes: usize,
+    ) -> Result<Box<dyn ClientStrategy<Shard>>> {
+        table_client(&self.0, features, classes)
+    }
+
+    /// No download.
+    fn model_is_the_download(&self) -> bool {
+        false
+    }
+}
+
+impl Strategy for CentralSpec {
+    /// One model, measured like a federation's global one.
+    const FACTS: Facts = Facts {
+        one_model: true,
+        ..BASELINE
+    };
+
+    fn check(model: ModelKind, c: &Checked, _: &Sections, _: &DataShape) -> ParamResult<Self> {
+        Ok(CentralSpec(ModelSpec::of(model, c)))
+    }
+}
+
+impl StrategyParams for CentralSpec {
+    fn model(&self) -> ModelSpec {
+        self.0.clone()
+    }
+
+    fn server(&self, classes: usize, seed: u64, _: RobustHyper) -> Box<dyn ServerStrategy> {
+        server(&self.0, classes, seed)
+    }
+
+    fn table_client(
+        &self,
+        features: usize,
+        classes: usize,
+    ) -> Result<Box<dyn ClientStrategy<Shard>>> {
+        table_client(&self.0, features, classes)
+    }
+
+    /// No download.
+    fn model_is_the_download(&self) -> bool {
+        false
     }
 }
 

@@ -1,19 +1,25 @@
 //! Strategies: each has a server half, a pure function of the updates it is given, and a client
 //! half that trains on a shard and applies downloads. Neither does I/O.
 //!
-//! A strategy is chosen and configured by its [`StrategySpec`]; received updates reach it only
-//! through its own [`UpdateDecoder`] (see `wire::convert`), and it reports each round as a typed
-//! [`RoundReport`].
+//! A strategy is its own module and one line of `registry`: its spec type implements
+//! `contract::Strategy`, checked from the file's sections (`sections`) into a [`StrategySpec`];
+//! received updates reach it only through its own [`UpdateDecoder`] (see `wire::convert`), and
+//! it reports each round as a [`RoundReport`] of its own type.
 
 pub mod ahp;
+pub mod contract;
 pub mod decoder;
 pub mod fcm;
 pub mod fedavg;
 pub mod fedtm;
 pub mod fedtmos;
 pub mod local;
+pub mod model_spec;
+pub mod registry;
+pub mod report;
 pub mod resume;
 pub mod robust;
+pub mod sections;
 pub mod spec;
 pub mod tpfl;
 
@@ -32,54 +38,13 @@ use crate::{ClientId, FlintError, Result, Round};
 
 pub use crate::metrics::LocalMetrics;
 pub use decoder::UpdateDecoder;
-pub use spec::{FcmSpec, FedTmosSpec, ModelSpec, Sections, StrategySpec, TmSpec};
-
-/// The strategies by name, as `strategy = "…"` writes them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "kebab-case")]
-pub enum StrategyKind {
-    /// FedAvg, client weights n_k / n.
-    #[serde(rename = "fedavg")]
-    FedAvg,
-    /// FedAvg with client weights from the Analytic Hierarchy Process.
-    #[serde(rename = "fedavg-ahp")]
-    FedAvgAhp,
-    /// Blind FL of FCMs: the new local model is the global one.
-    BlindFcm,
-    /// Blended Blind FL of FCMs: the new local model is the mean of global and previous local.
-    BlendedFcm,
-    /// Baseline: every client trains alone; nothing is sent back.
-    Local,
-    /// Baseline: one client holding all the data.
-    Central,
-    /// TPFL: clients upload their confidence winner's weights; the server averages per class.
-    Tpfl,
-    /// FedTMOS: one round; clients upload per-class weights, include bits and their Gini index;
-    /// the server builds φ server models they predict with together.
-    #[serde(rename = "fedtmos")]
-    FedTmos,
-    /// FedTMOS's ensemble baseline: one round; every client predicts with all clients' machines.
-    Ensemble,
-    /// FedTM, FedTMOS's iterative baseline: per class the mean weights and the top-K clients'
-    /// include bits, every round.
-    #[serde(rename = "fedtm")]
-    FedTm,
-}
-
-impl StrategyKind {
-    pub fn name(self) -> String {
-        name_of(&self)
-    }
-
-    /// FedTMOS's family: convolutional multi-class machines, which read a table's row as one
-    /// patch (a bank of clauses per class).
-    pub fn reads_rows_as_patches(self) -> bool {
-        matches!(
-            self,
-            StrategyKind::FedTmos | StrategyKind::Ensemble | StrategyKind::FedTm
-        )
-    }
-}
+pub use fcm::FcmSpec;
+pub use fedtmos::FedTmosSpec;
+pub use model_spec::ModelSpec;
+pub use registry::{StrategyKind, StrategySpec};
+pub use report::{RoundReport, StrategyState};
+pub use sections::Sections;
+pub use tpfl::TmSpec;
 
 /// The models, as `model = "…"` writes them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -114,44 +79,6 @@ impl Downloads {
     }
 }
 
-/// What a strategy records about one round, beyond the weights: typed, so readers (`flint
-/// report`, `flint grid`, the tests) never look values up by name.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum RoundReport {
-    /// FedAvg and AHP-FedAvg: the aggregation weights say it all.
-    #[serde(rename = "fedavg")]
-    FedAvg,
-    /// Blind FL.
-    Fcm(fcm::FcmRound),
-    /// TPFL: the clusters, each client's winner, and the paper's download bytes.
-    Tpfl(tpfl::TpflRound),
-    /// FedTMOS: the scaling, the clustering and what each server model averages.
-    #[serde(rename = "fedtmos")]
-    FedTmos(fedtmos::FedTmosRound),
-    Ensemble(fedtmos::EnsembleRound),
-    #[serde(rename = "fedtm")]
-    FedTm(fedtm::FedTmRound),
-    /// `local` and `central`: nothing was sent back.
-    Local,
-}
-
-impl RoundReport {
-    pub fn tpfl(&self) -> Option<&tpfl::TpflRound> {
-        match self {
-            RoundReport::Tpfl(t) => Some(t),
-            _ => None,
-        }
-    }
-
-    pub fn fedtmos(&self) -> Option<&fedtmos::FedTmosRound> {
-        match self {
-            RoundReport::FedTmos(f) => Some(f),
-            _ => None,
-        }
-    }
-}
-
 /// A round's result: the downloads, each participant's aggregation weight, and the report.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Aggregate {
@@ -160,15 +87,6 @@ pub struct Aggregate {
     pub report: RoundReport,
     /// What each participant said about its own model in its update, where the update says it.
     pub local: BTreeMap<ClientId, LocalMetrics>,
-}
-
-/// What a server half keeps from one round to the next, so a restarted server can go on.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum StrategyState {
-    /// Nothing: every round is a function of its updates alone (FedAvg, Blind FL).
-    Stateless,
-    Tpfl(tpfl::TpflState),
 }
 
 pub trait ServerStrategy: Send {
@@ -193,17 +111,12 @@ pub trait ServerStrategy: Send {
     ) -> Result<Aggregate>;
     /// What the strategy keeps between rounds (by default nothing).
     fn snapshot(&self) -> StrategyState {
-        StrategyState::Stateless
+        StrategyState::stateless()
     }
     /// Takes back what [`ServerStrategy::snapshot`] gave, into a strategy built from the same
     /// spec (by default: nothing to take, and a state that is something is refused).
     fn restore(&mut self, state: StrategyState) -> Result<()> {
-        match state {
-            StrategyState::Stateless => Ok(()),
-            StrategyState::Tpfl(_) => Err(FlintError::Model(
-                "this strategy keeps no state between rounds, but was given tpfl's".into(),
-            )),
-        }
+        state.expect_stateless("this strategy")
     }
 }
 
@@ -387,7 +300,7 @@ mod tests {
         let lr = [(1, linear(1.0)), (2, linear(3.0))];
         let ahp = ahp::AhpSection::default().check().unwrap();
         let (a, _) = round_trips(|| Box::new(FedAvgServer::by_size(2)), 2, &lr, &lr);
-        assert_eq!(a.snapshot(), StrategyState::Stateless);
+        assert!(a.snapshot().is_stateless());
         round_trips(
             || Box::new(FedAvgServer::by_ahp(ahp.clone(), 2)),
             2,
@@ -434,7 +347,7 @@ mod tests {
         let global = wire::decode_map(&global, 1, 3).unwrap().0;
         assert!(global.parameters().iter().all(|&w| w == 0.25), "{global:?}");
         let mut s = FcmServer::new(3, Aggregation::Mean);
-        let tpfl_state = StrategyState::Tpfl(Default::default());
+        let tpfl_state = StrategyState::of(&tpfl::TpflState::default());
         assert!(s.restore(tpfl_state).is_err());
     }
 
@@ -467,9 +380,7 @@ mod tests {
             (2, winner(0, vec![7, 7], 0)),
         ];
         let (a, _) = round_trips(make, 784, &round1, &round2);
-        let StrategyState::Tpfl(state) = a.snapshot() else {
-            panic!("tpfl keeps state")
-        };
+        let state: tpfl::TpflState = a.snapshot().expect("tpfl").unwrap();
         assert_eq!(state.previous.len(), 2, "classes 0 and 2 have aggregates");
         assert_eq!(
             state.sent.len(),
@@ -481,6 +392,6 @@ mod tests {
         assert!(e.contains("is none: send the weights themselves"), "{e}");
         let local = || -> Box<dyn ServerStrategy> { Box::new(LocalServer::new(make())) };
         round_trips(local, 784, &round1, &round2);
-        assert!(make().restore(StrategyState::Stateless).is_err());
+        assert!(make().restore(StrategyState::stateless()).is_err());
     }
 }

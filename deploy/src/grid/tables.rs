@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use flint_common::strategy::RoundReport;
+use flint_common::strategy::fedtmos::FedTmosRound;
 use flint_server::results::RunResults;
 
 use super::{Outcome, Row, mean_sd};
@@ -63,9 +63,7 @@ impl FedTmosRun {
     fn read(o: &Outcome) -> Option<FedTmosRun> {
         let r = crate::report::load(&o.dir).ok()?;
         let rr = r.rounds.iter().find(|x| x.round == 1)?;
-        let Some(RoundReport::FedTmos(rep)) = &rr.report else {
-            return None;
-        };
+        let rep: FedTmosRound = rr.report.as_ref()?.details()?;
         let pct = |name: &str| {
             rr.baselines
                 .get(name)

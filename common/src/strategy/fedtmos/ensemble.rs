@@ -22,6 +22,10 @@ pub struct EnsembleRound {
     pub clients: Vec<ClientId>,
 }
 
+impl crate::strategy::report::Tagged for EnsembleRound {
+    const TAG: &'static str = "ensemble";
+}
+
 /// Every client's own machine as it uploaded it (unscaled), in client-id order, without its
 /// counts: the ensemble baseline (docs/papers/fedtmos.md §14).
 pub(super) fn client_machines(uploads: &BTreeMap<ClientId, &TmUpload>) -> Vec<(ClientId, TmParts)> {
@@ -70,7 +74,7 @@ impl ServerStrategy for EnsembleServer {
         Ok(Aggregate {
             downloads: Downloads::Broadcast(wire::encode_tm_composite(&download, self.shape)),
             weights: updates.keys().map(|&id| (id, 1.0 / n)).collect(),
-            report: RoundReport::Ensemble(EnsembleRound { clients }),
+            report: RoundReport::of(&EnsembleRound { clients }),
             local: BTreeMap::new(),
         })
     }

@@ -33,6 +33,7 @@ mod machines;
 mod scaling;
 mod section;
 mod server;
+mod strategy;
 #[cfg(test)]
 mod tests;
 
@@ -45,3 +46,4 @@ pub(crate) use machines::*;
 pub use scaling::*;
 pub use section::*;
 pub use server::*;
+pub use strategy::*;

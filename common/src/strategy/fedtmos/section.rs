@@ -471,3 +471,10 @@ impl FedTmosHyper {
         }
     }
 }
+
+/// FedTMOS's convolutional multi-class machine and its one round (also its two baselines').
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct FedTmosSpec {
+    pub tm: TmHyper,
+    pub fedtmos: FedTmosHyper,
+}

@@ -37,6 +37,10 @@ pub struct FedTmosRound {
     pub ensemble_bytes: u64,
 }
 
+impl crate::strategy::report::Tagged for FedTmosRound {
+    const TAG: &'static str = "fedtmos";
+}
+
 /// The server: steps 1–6 on the one round's uploads; it broadcasts the φ server models.
 pub struct FedTmosServer {
     hyper: FedTmosHyper,
@@ -92,7 +96,7 @@ impl ServerStrategy for FedTmosServer {
         Ok(Aggregate {
             downloads: Downloads::Broadcast(payload),
             weights: updates.keys().map(|&id| (id, 1.0 / n)).collect(),
-            report: RoundReport::FedTmos(FedTmosRound {
+            report: RoundReport::of(&FedTmosRound {
                 scale: steps.scale,
                 vectors: steps.vectors,
                 clusters: steps.clusters,

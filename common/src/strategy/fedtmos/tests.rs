@@ -630,7 +630,7 @@ fn the_ensemble_sends_every_clients_own_machine_unscaled_without_counts() {
     );
     assert_eq!(
         agg.report,
-        RoundReport::Ensemble(EnsembleRound {
+        RoundReport::of(&EnsembleRound {
             clients: vec![1, 2, 3]
         })
     );
@@ -647,7 +647,7 @@ fn with_baselines_the_fedtmos_download_also_carries_the_clients_machines() {
             panic!("one download for all");
         };
         let d = wire::decode_tm_composite(p, shape(), 2, 3).unwrap();
-        let report = agg.report.fedtmos().unwrap().clone();
+        let report = agg.report.details::<FedTmosRound>().unwrap().clone();
         assert_eq!(
             report.composite_bytes + report.ensemble_bytes,
             p.encoded_len() as u64

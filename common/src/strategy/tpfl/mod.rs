@@ -7,12 +7,14 @@
 //! vector and the download is packed `sint32`.
 //!
 //! One job a file: `section` (`[tpfl]` and its choices), `clustering` (Algorithm 2's steps),
-//! `server` and `client` (the two strategy halves), `tests`.
+//! `server` and `client` (the two strategy halves), `strategy` (as the framework runs it),
+//! `tests`.
 
 mod client;
 mod clustering;
 mod section;
 mod server;
+mod strategy;
 #[cfg(test)]
 mod tests;
 

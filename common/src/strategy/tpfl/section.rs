@@ -115,3 +115,10 @@ pub enum Rounding {
     /// Toward zero, as the published code's integer cast does.
     Truncate,
 }
+
+/// TPFL's coalesced machine and its rounds.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct TmSpec {
+    pub tm: crate::model::tm::TmHyper,
+    pub tpfl: TpflHyper,
+}

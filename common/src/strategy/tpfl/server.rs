@@ -27,6 +27,10 @@ pub struct TpflRound {
     pub winners: BTreeMap<ClientId, WinnerRecord>,
 }
 
+impl crate::strategy::report::Tagged for TpflRound {
+    const TAG: &'static str = "tpfl";
+}
+
 impl TpflRound {
     pub fn cluster_count(&self) -> usize {
         self.clusters.len()
@@ -67,6 +71,10 @@ pub struct WinnerRecord {
 pub struct TpflState {
     pub previous: Vec<(u32, Vec<f64>)>,
     pub sent: Vec<SentVector>,
+}
+
+impl crate::strategy::report::Tagged for TpflState {
+    const TAG: &'static str = "tpfl";
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -231,7 +239,7 @@ impl ServerStrategy for TpflServer {
         Ok(Aggregate {
             downloads: Downloads::PerClient(downloads),
             weights,
-            report: RoundReport::Tpfl(TpflRound {
+            report: RoundReport::of(&TpflRound {
                 clusters: members,
                 paper_download_bytes: (8 * self.clauses * clusters.len()) as u64,
                 winners,
@@ -241,7 +249,7 @@ impl ServerStrategy for TpflServer {
     }
 
     fn snapshot(&self) -> StrategyState {
-        StrategyState::Tpfl(TpflState {
+        StrategyState::of(&TpflState {
             previous: self.previous.iter().map(|(c, v)| (*c, v.clone())).collect(),
             sent: self
                 .sent
@@ -259,11 +267,7 @@ impl ServerStrategy for TpflServer {
     }
 
     fn restore(&mut self, state: StrategyState) -> Result<()> {
-        let StrategyState::Tpfl(state) = state else {
-            return Err(FlintError::Model(
-                "tpfl's server was given another strategy's state".into(),
-            ));
-        };
+        let state: TpflState = state.expect("tpfl's server")?;
         let bad = |m: String| Err(FlintError::Model(format!("tpfl state: {m}")));
         if let Some((c, v)) = state
             .previous

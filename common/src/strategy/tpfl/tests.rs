@@ -179,7 +179,7 @@ fn the_personalised_download_reaches_exactly_its_clusters_members() {
     assert_eq!(sent(&s, &agg.downloads, 2), Some((0, vec![9, 9, 9, 9])));
     // A client that sent nothing (4) gets nothing; class 1 had no winner, so no cluster.
     assert_eq!(sent(&s, &agg.downloads, 4), None);
-    let report = agg.report.tpfl().unwrap();
+    let report = agg.report.details::<TpflRound>().unwrap();
     assert_eq!(
         report.clusters,
         BTreeMap::from([(0, vec![2]), (2, vec![1, 3, 5])])
@@ -225,9 +225,7 @@ fn a_delta_upload_is_rebuilt_from_what_that_client_was_sent() {
     // Only the last vector sent is kept: round 1's went with round 2's.
     let e = s.decode(1, 784, &winner(1, vec![0, 0], 1)).unwrap_err();
     assert!(e.to_string().contains("is of round 2"), "{e}");
-    let StrategyState::Tpfl(state) = s.snapshot() else {
-        panic!("tpfl's state");
-    };
+    let state: TpflState = s.snapshot().expect("tpfl").unwrap();
     assert_eq!(state.sent.len(), 1);
 }
 
@@ -245,7 +243,7 @@ fn an_older_state_keeping_every_vector_restores_the_last_as_base() {
         previous: Vec::new(),
         sent: vec![vector(2, vec![7, 5]), vector(1, vec![4, 6])],
     };
-    s.restore(StrategyState::Tpfl(state)).unwrap();
+    s.restore(StrategyState::of(&state)).unwrap();
     let Update::Winner(w) = s.decode(1, 784, &winner(1, vec![1, 1], 2)).unwrap() else {
         panic!("a winner");
     };

@@ -1,0 +1,150 @@
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::model::logreg::LogReg;
+use crate::strategy::ahp::{self, AhpHyper, CriteriaValues};
+use crate::strategy::decoder::{LinearDecoder, UpdateDecoder};
+use crate::strategy::robust::RobustHyper;
+use crate::strategy::{Aggregate, Downloads, RoundReport, ServerStrategy, unexpected};
+use crate::wire::proto::{DataSummary, Payload};
+use crate::wire::{self, Update};
+use crate::{ClientId, FlintError, Result, Round};
+
+#[derive(Debug, Clone)]
+enum Weighting {
+    DatasetSize,
+    Ahp(AhpHyper),
+}
+
+pub struct FedAvgServer {
+    weighting: Weighting,
+    /// The run's classes: two give the paper's binary model, more a softmax one.
+    classes: usize,
+    robust: RobustHyper,
+}
+
+impl FedAvgServer {
+    pub fn by_size(classes: usize) -> Self {
+        FedAvgServer {
+            weighting: Weighting::DatasetSize,
+            classes,
+            robust: RobustHyper::default(),
+        }
+    }
+
+    pub fn by_ahp(hyper: AhpHyper, classes: usize) -> Self {
+        FedAvgServer {
+            weighting: Weighting::Ahp(hyper),
+            classes,
+            robust: RobustHyper::default(),
+        }
+    }
+
+    /// Averaging by `robust` instead of the papers' weighted mean.
+    pub fn with_robust(mut self, robust: RobustHyper) -> Self {
+        self.robust = robust;
+        self
+    }
+
+    /// Aggregation weights of the given clients, in id order, summing to 1.
+    pub fn weights(&self, clients: &BTreeMap<ClientId, &DataSummary>) -> Vec<f64> {
+        let samples = |s: &DataSummary| s.train_class_counts.iter().sum::<u64>() as f64;
+        match &self.weighting {
+            Weighting::DatasetSize => {
+                let total: f64 = clients.values().map(|s| samples(s)).sum();
+                clients
+                    .values()
+                    .map(|s| {
+                        if total > 0.0 {
+                            samples(s) / total
+                        } else {
+                            1.0 / clients.len() as f64
+                        }
+                    })
+                    .collect()
+            }
+            Weighting::Ahp(hyper) => {
+                let values: Vec<CriteriaValues> = clients
+                    .values()
+                    .map(|s| CriteriaValues {
+                        compute_ghz: s.compute_ghz,
+                        gini: ahp::gini_impurity(&s.train_class_counts),
+                        size: samples(s),
+                    })
+                    .collect();
+                ahp::client_weights(hyper, &values)
+            }
+        }
+    }
+}
+
+impl ServerStrategy for FedAvgServer {
+    fn initial_download(&self, features: usize) -> Option<Payload> {
+        Some(wire::encode_linear(&LogReg::for_classes(
+            features,
+            self.classes,
+        )))
+    }
+
+    fn decoder(&self) -> Arc<dyn UpdateDecoder> {
+        Arc::new(LinearDecoder {
+            classes: self.classes,
+        })
+    }
+
+    fn aggregate(
+        &mut self,
+        round: Round,
+        clients: &BTreeMap<ClientId, DataSummary>,
+        updates: &BTreeMap<ClientId, Update>,
+    ) -> Result<Aggregate> {
+        if updates.is_empty() {
+            return Err(FlintError::InvalidUpdate(format!(
+                "round {round} has no updates to aggregate"
+            )));
+        }
+        let participants: BTreeMap<ClientId, &DataSummary> = updates
+            .keys()
+            .map(|id| {
+                clients.get(id).map(|s| (*id, s)).ok_or_else(|| {
+                    FlintError::InvalidUpdate(format!(
+                        "update from client {id}, which never joined"
+                    ))
+                })
+            })
+            .collect::<Result<_>>()?;
+        let weights = self.weights(&participants);
+        let models: Vec<&LogReg> = updates
+            .values()
+            .map(|u| match u {
+                Update::Linear(m) => Ok(m),
+                other => Err(unexpected("linear_model", other)),
+            })
+            .collect::<Result<_>>()?;
+        let features = models[0].features();
+        let mut global = LogReg::for_classes(features, self.classes);
+        let mut flat = Vec::with_capacity(models.len());
+        for model in &models {
+            if model.weights.len() != global.weights.len() || model.outputs() != global.outputs() {
+                return Err(FlintError::InvalidUpdate(format!(
+                    "updates disagree on the model's shape: {} and {} weights",
+                    model.weights.len(),
+                    global.weights.len()
+                )));
+            }
+            flat.push([&model.weights[..], &model.biases[..]].concat());
+        }
+        let views: Vec<&[f64]> = flat.iter().map(Vec::as_slice).collect();
+        let (combined, weights) = self.robust.combine(&views, &weights);
+        let (w, b) = combined.split_at(global.weights.len());
+        global.weights.copy_from_slice(w);
+        global.biases.copy_from_slice(b);
+        let weights: BTreeMap<ClientId, f64> = updates.keys().copied().zip(weights).collect();
+        Ok(Aggregate {
+            downloads: Downloads::Broadcast(wire::encode_linear(&global)),
+            weights,
+            report: RoundReport::plain("fedavg"),
+            local: BTreeMap::new(),
+        })
+    }
+}
