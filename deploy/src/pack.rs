@@ -3,6 +3,8 @@
 //! results volume mounted is exec'd into with `flint pack`, which writes the tar to stdout.
 
 use std::io::{IsTerminal, Write};
+use std::os::fd::AsFd;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
@@ -25,18 +27,19 @@ pub fn pack(args: PackArgs) -> anyhow::Result<()> {
     }
     let top = top_name(dir)?;
     let files = match &args.out {
-        Some(path) => write_to(
-            std::fs::File::create(path)
-                .with_context(|| format!("cannot create {}", path.display()))?,
-            dir,
-            &top,
-        )?,
+        Some(path) => {
+            let file = std::fs::File::create(path)
+                .with_context(|| format!("cannot create {}", path.display()))?;
+            let sink = FileId::of(&file);
+            write_to(file, dir, &top, sink)?
+        }
         None => {
             let stdout = std::io::stdout();
             if stdout.is_terminal() {
                 bail!("stdout is a terminal: redirect it (flint pack DIR > run.tar) or give --out");
             }
-            write_to(stdout.lock(), dir, &top)?
+            let sink = FileId::of(&stdout);
+            write_to(stdout.lock(), dir, &top, sink)?
         }
     };
     eprintln!("packed {files} file(s) of {} as {top}/", dir.display());
@@ -52,12 +55,32 @@ fn top_name(dir: &Path) -> anyhow::Result<String> {
         .map_or_else(|| "root".to_string(), |n| n.to_string_lossy().into_owned()))
 }
 
-fn write_to<W: Write>(sink: W, dir: &Path, top: &str) -> anyhow::Result<usize> {
+/// A file by its device and inode: the archive being written, which a walk of the directory it
+/// is written into must pass over (else it packs itself, growing as it is read).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileId(u64, u64);
+
+impl FileId {
+    /// The file behind `fd`; `None` for what has no identity worth comparing (a pipe's is
+    /// never a file of the tree).
+    fn of(fd: &impl AsFd) -> Option<FileId> {
+        let owned = fd.as_fd().try_clone_to_owned().ok()?;
+        let meta = std::fs::File::from(owned).metadata().ok()?;
+        meta.is_file().then(|| FileId(meta.dev(), meta.ino()))
+    }
+}
+
+fn write_to<W: Write>(
+    sink: W,
+    dir: &Path,
+    top: &str,
+    skip: Option<FileId>,
+) -> anyhow::Result<usize> {
     let mut tar = tar::Builder::new(sink);
     // A link in the run directory is archived as a link, never followed out of it.
     tar.follow_symlinks(false);
     let mut files = 0;
-    add_tree(&mut tar, dir, Path::new(top), &mut files)?;
+    add_tree(&mut tar, dir, Path::new(top), skip, &mut files)?;
     let mut sink = tar.into_inner().context("cannot finish the tar")?;
     sink.flush().context("cannot write the tar")?;
     Ok(files)
@@ -67,6 +90,7 @@ fn add_tree<W: Write>(
     tar: &mut tar::Builder<W>,
     dir: &Path,
     name: &Path,
+    skip: Option<FileId>,
     files: &mut usize,
 ) -> anyhow::Result<()> {
     tar.append_dir(name, dir)
@@ -80,7 +104,12 @@ fn add_tree<W: Write>(
         let path = entry.path();
         let inner = name.join(entry.file_name());
         if entry.file_type()?.is_dir() {
-            add_tree(tar, &path, &inner, files)?;
+            add_tree(tar, &path, &inner, skip, files)?;
+            continue;
+        }
+        let meta = entry.metadata()?;
+        if skip == Some(FileId(meta.dev(), meta.ino())) {
+            eprintln!("left out {}: it is the archive being written", path.display());
             continue;
         }
         tar.append_path_with_name(&path, &inner)
