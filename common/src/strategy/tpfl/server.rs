@@ -133,6 +133,8 @@ impl TpflServer {
 pub struct WinnerDecoder {
     classes: usize,
     clauses: usize,
+    /// Rows a client's confidence sums over, at most.
+    rows: usize,
     sent: Arc<RwLock<Sent>>,
 }
 
@@ -175,8 +177,25 @@ impl WinnerDecoder {
 impl UpdateDecoder for WinnerDecoder {
     fn decode(&self, client: ClientId, _features: usize, update: &Payload) -> Result<Update> {
         let upload = wire::decode_winner(update, self.classes, self.clauses)?;
-        self.absolute(client, upload).map(Update::Winner)
+        let winner = self.absolute(client, upload)?;
+        check_confidence(&winner, self.rows, self.clauses)?;
+        Ok(Update::Winner(winner))
     }
+}
+
+/// A confidence the winner's weights can produce: a whole number (a sum of integer class sums)
+/// no larger than `rows` rows of its largest class sum, Σ |w| (weighted) or one vote per clause
+/// (votes). It is only reported, but a report should not carry −1e308.
+fn check_confidence(w: &Winner, rows: usize, clauses: usize) -> Result<()> {
+    let per_row = w.weights.iter().map(|v| f64::from(*v).abs()).sum::<f64>();
+    let bound = rows as f64 * per_row.max(clauses as f64);
+    if w.confidence.fract() == 0.0 && w.confidence.abs() <= bound {
+        return Ok(());
+    }
+    Err(FlintError::InvalidUpdate(format!(
+        "confidence {:e} is not a sum of class sums over at most {rows} rows of these weights (|confidence| ≤ {bound:e})",
+        w.confidence
+    )))
 }
 
 impl ServerStrategy for TpflServer {
@@ -188,6 +207,7 @@ impl ServerStrategy for TpflServer {
         Arc::new(WinnerDecoder {
             classes: self.classes,
             clauses: self.clauses,
+            rows: self.hyper.confidence_samples,
             sent: Arc::clone(&self.sent),
         })
     }

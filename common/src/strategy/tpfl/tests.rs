@@ -279,10 +279,17 @@ fn malformed_winners_are_refused_with_the_reason() {
     if let Some(Kind::ConfidenceWinner(w)) = &mut mismatched.kind {
         w.weights.as_mut().unwrap().class_index = 2;
     }
-    let mut nan = winner(1, vec![1, 1], 0);
-    if let Some(Kind::ConfidenceWinner(w)) = &mut nan.kind {
-        w.confidence = f64::NAN;
-    }
+    let with_confidence = |confidence: f64| {
+        let mut p = winner(1, vec![1, 1], 0);
+        if let Some(Kind::ConfidenceWinner(w)) = &mut p.kind {
+            w.confidence = confidence;
+        }
+        p
+    };
+    let nan = with_confidence(f64::NAN);
+    // Weights (1, 1) over at most 15,000 rows: a row's class sum is at most 2.
+    let rows = hyper().confidence_samples as f64;
+    assert!(s.decode(1, 784, &with_confidence(-2.0 * rows)).is_ok());
     let cases = [
         (winner(3, vec![1, 1], 0), "class 3 of 3 classes"),
         (
@@ -291,6 +298,9 @@ fn malformed_winners_are_refused_with_the_reason() {
         ),
         (mismatched, "class 1 with the weights of class 2"),
         (nan, "confidence NaN is not finite"),
+        (with_confidence(-1e308), "confidence -1e308 is not a sum of class sums"),
+        (with_confidence(2.0 * rows + 1.0), "over at most 15000 rows"),
+        (with_confidence(0.5), "is not a sum of class sums"),
         (
             wire::encode_class_weights(1, &[1, 1], WeightCoding::Varint),
             "expected a confidence_winner",
