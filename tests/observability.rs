@@ -125,10 +125,24 @@ struct WaitingServer {
 
 impl WaitingServer {
     fn start(dir: &Path) -> WaitingServer {
+        Self::start_with(dir, flint())
+    }
+
+    /// The server with at most `descriptors` open files, as a small container would have.
+    fn with_descriptors(dir: &Path, descriptors: u32) -> WaitingServer {
+        let mut limited = Command::new("sh");
+        limited
+            .arg("-c")
+            .arg(format!("ulimit -n {descriptors} && exec \"$0\" \"$@\""))
+            .arg(env!("CARGO_BIN_EXE_flint"));
+        Self::start_with(dir, limited)
+    }
+
+    fn start_with(dir: &Path, mut flint: Command) -> WaitingServer {
         let exp = write(dir, "w.toml", &synthetic_experiment("w", 2, 2, ""));
         let out = dir.join("out");
         let ready = dir.join("ready");
-        let child = flint()
+        let child = flint
             .args(["server", "--listen", "127.0.0.1:0"])
             .args(["--metrics-listen", "127.0.0.1:0", "--experiment"])
             .arg(&exp)
@@ -243,6 +257,35 @@ fn the_dashboard_and_the_catalogue_name_what_the_server_exports() {
         rows, families,
         "docs/METRICS.md's rows against the server's metrics"
     );
+}
+
+/// More idle sockets on /metrics than the server has descriptors leave its gRPC port served: the
+/// listener holds a few, each for seconds (it used to keep every one: 1,100 of them took every
+/// descriptor and Joins timed out), and a scrape is served again once they lapse.
+#[test]
+fn idle_sockets_on_the_metrics_port_leave_the_grpc_port_served() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let server = WaitingServer::with_descriptors(dir.path(), 256);
+    let addr = server.metrics["http://".len()..].trim_end_matches("/metrics");
+    let idle: Vec<std::net::TcpStream> = (0..400)
+        .map(|_| std::net::TcpStream::connect(addr).unwrap())
+        .collect();
+    // Some send half a request and stop, as a slow client would.
+    for mut socket in idle.iter().take(20) {
+        socket.write_all(b"GET /metrics HTTP/1.1\r\n").unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    strangers_join(&server.grpc, 3);
+    std::thread::sleep(
+        flint_server::scrape_listener::CONNECTION_DEADLINE / 2 + Duration::from_secs(1),
+    );
+    let text = get(&server.metrics);
+    assert!(
+        text.contains(r#"flint_calls_refused_total{method="Join",code="not-found"} 3"#),
+        "{text}"
+    );
+    drop(idle);
 }
 
 /// Metrics are off unless asked for: no listener, no address file.

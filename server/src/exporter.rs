@@ -442,14 +442,7 @@ impl MetricsOptions {
             axum::routing::get(move || answer(registry.clone())),
         );
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(async move {
-            let serving = axum::serve(listener, app).with_graceful_shutdown(async {
-                let _ = stopped.await;
-            });
-            if let Err(e) = serving.await {
-                tracing::warn!(error = %e, "the metrics listener stopped");
-            }
-        });
+        let task = tokio::spawn(crate::scrape_listener::serve(listener, app, stopped));
         tracing::info!(%addr, "serving metrics at /metrics");
         Ok(Some(MetricsServer {
             addr,

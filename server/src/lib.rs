@@ -9,6 +9,7 @@ pub mod journal;
 pub mod recovery;
 pub mod results;
 pub mod rounds;
+pub mod scrape_listener;
 pub mod service;
 pub mod shared;
 pub mod state;
