@@ -24,6 +24,12 @@ enum Fault {
     CutFirstAfter(usize),
     /// Every response's last byte flipped.
     Corrupt,
+    /// Announces 10 GiB and sends the file, then zeros without end.
+    Oversized,
+    /// Announces no length and sends the file, then zeros without end.
+    Endless,
+    /// Announces the file and sends it a byte every 50 ms.
+    Trickle,
 }
 
 /// A mirror of the data directory on a loopback port; `ranges` holds each request's `Range`
@@ -96,13 +102,29 @@ fn answer(
     } else {
         "200 OK".to_string()
     };
-    write!(
-        stream,
-        "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    )?;
+    let announced = match fault {
+        Fault::Oversized => 10 << 30,
+        _ => body.len(),
+    };
+    match fault {
+        Fault::Endless => write!(stream, "HTTP/1.1 {status}\r\nConnection: close\r\n\r\n")?,
+        _ => write!(
+            stream,
+            "HTTP/1.1 {status}\r\nContent-Length: {announced}\r\nConnection: close\r\n\r\n"
+        )?,
+    }
     match fault {
         Fault::CutFirstAfter(n) => stream.write_all(&body[..n.min(body.len())]),
+        Fault::Oversized | Fault::Endless => {
+            stream.write_all(body)?;
+            loop {
+                stream.write_all(&[0; 65_536])?;
+            }
+        }
+        Fault::Trickle => body.iter().try_for_each(|b| {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            stream.write_all(&[*b])
+        }),
         _ => stream.write_all(body),
     }
 }
@@ -191,4 +213,44 @@ fn a_copy_whose_checksum_differs_is_refused_and_nothing_is_left() {
         .map(|d| d.flatten().map(|e| e.file_name()).collect())
         .unwrap_or_default();
     assert!(left.is_empty(), "{left:?}");
+}
+
+/// A server that lies about sizes or trickles is given up within the fetch's bounds, and leaves
+/// no oversized part: a 10 GiB `Content-Length` is refused before a byte is kept (it used to
+/// write 400 MiB), and a byte every 50 ms is given up after the grace (it used to be waited for).
+#[test]
+#[ignore = "needs FLINT_DATA_DIR with the datasets to serve; CI runs it"]
+fn a_server_that_lies_about_sizes_or_trickles_is_given_up_within_bounds() {
+    for (fault, said) in [
+        (
+            Fault::Oversized,
+            "longer than the official copy's 1477391; nothing kept",
+        ),
+        (
+            Fault::Endless,
+            "runs past the official copy's 1477391 bytes; nothing kept",
+        ),
+        (Fault::Trickle, "kB/s a transfer must keep; given up"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let m = mirror(data_dir(), fault);
+        let started = std::time::Instant::now();
+        let out = fetch(dir.path(), &m.url, &["magic"]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{err}");
+        assert!(err.contains(said), "{err}");
+        assert_eq!(m.ranges.lock().unwrap().len(), 1, "not tried again: {err}");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "{err}"
+        );
+        // What a trickle sent is a prefix of the file, kept for a later run to resume; an
+        // oversized body leaves nothing.
+        let part = dir.path().join("magic-gamma-telescope/magic04.data.part");
+        let kept = std::fs::metadata(&part).map_or(0, |m| m.len());
+        match fault {
+            Fault::Trickle => assert!(kept < 1_477_391, "{kept}"),
+            _ => assert_eq!(kept, 0, "{}", part.display()),
+        }
+    }
 }

@@ -2,16 +2,28 @@
 //! from their public URLs (`fetch`). A download goes to `<file>.part`, resumes from where a
 //! transfer broke off, and takes the file's name only once its sha256 is the official copy's:
 //! a file under its own name is never partial or corrupt.
+//!
+//! The server is not trusted with sizes or pace: a body longer than the official copy (the
+//! registry knows every length) is refused before it is kept, a transfer slower on average than
+//! [`MIN_RATE`] after its first [`GRACE`] is given up (which bounds its whole time), and one
+//! silent for [`STALL`] is cut.
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use flint_common::data::registry::{FileCheck, KNOWN_FILES, KnownFile, sha256, verify};
 
 /// Attempts per URL; each after the first resumes from the bytes already written.
 const ATTEMPTS: usize = 3;
+/// The slowest average rate a transfer may keep, in bytes a second: a slow link passes it many
+/// times over, a trickle does not (MNIST's largest file at this rate: 10 minutes).
+const MIN_RATE: f64 = 16_000.0;
+/// How long a transfer runs before its rate is judged (a connection starts slowly).
+const GRACE: Duration = Duration::from_secs(5);
+/// How long a server may send nothing before the transfer is cut.
+const STALL: Duration = Duration::from_secs(15);
 
 /// The known files of the named datasets (all of them without names); an unknown name is
 /// refused with the known ones.
@@ -70,7 +82,7 @@ pub fn check(datasets: &[String], dir: &Path) -> anyhow::Result<()> {
 pub fn fetch(datasets: &[String], dir: &Path, base_url: Option<&str>) -> anyhow::Result<()> {
     let agent = ureq::AgentBuilder::new()
         .timeout_connect(Duration::from_secs(30))
-        .timeout_read(Duration::from_secs(60))
+        .timeout_read(STALL)
         .build();
     let mut failed = 0;
     for f in known_files(datasets)? {
@@ -145,10 +157,10 @@ fn fetch_file(
 /// dropped, and the file is fetched once more from its first byte.
 fn fetch_from(agent: &ureq::Agent, url: &str, part: &Path, f: &KnownFile) -> anyhow::Result<u64> {
     let resumed = part.exists();
-    let first = download(agent, url, part).and_then(|()| checked(part, f));
+    let first = download(agent, url, part, f).and_then(|()| checked(part, f));
     match first {
         Err(_) if resumed && !part.exists() => {
-            download(agent, url, part).and_then(|()| checked(part, f))
+            download(agent, url, part, f).and_then(|()| checked(part, f))
         }
         other => other,
     }
@@ -176,10 +188,10 @@ fn checked(part: &Path, f: &KnownFile) -> anyhow::Result<u64> {
 
 /// `url` into `part`, resuming from its length; a transfer that fails or is cut short is tried
 /// again from where it stopped.
-fn download(agent: &ureq::Agent, url: &str, part: &Path) -> anyhow::Result<()> {
+fn download(agent: &ureq::Agent, url: &str, part: &Path, f: &KnownFile) -> anyhow::Result<()> {
     let mut last = String::new();
     for _ in 0..ATTEMPTS {
-        match transfer(agent, url, part) {
+        match transfer(agent, url, part, f.bytes) {
             Ok(Transfer::Complete) => return Ok(()),
             Ok(Transfer::CutShort(why)) => last = why,
             Err(e) => return Err(e),
@@ -195,8 +207,14 @@ enum Transfer {
 }
 
 /// One request: the bytes after those `part` holds (a `Range` request), appended; or the
-/// whole file, where the server ignores the range.
-fn transfer(agent: &ureq::Agent, url: &str, part: &Path) -> anyhow::Result<Transfer> {
+/// whole file, where the server ignores the range. `official`: the file's length, which no
+/// body may take the part beyond.
+fn transfer(
+    agent: &ureq::Agent,
+    url: &str,
+    part: &Path,
+    official: u64,
+) -> anyhow::Result<Transfer> {
     let have = part.metadata().map_or(0, |m| m.len());
     let mut request = agent.get(url);
     if have > 0 {
@@ -221,12 +239,25 @@ fn transfer(agent: &ureq::Agent, url: &str, part: &Path) -> anyhow::Result<Trans
         .open(part)
         .with_context(|| format!("cannot write {}", part.display()))?;
     let start = if append { have } else { 0 };
+    if let Some(l) = length.filter(|l| start.saturating_add(*l) > official) {
+        let _ = std::fs::remove_file(part);
+        bail!(
+            "the server announces {l} bytes after byte {start}, longer than the official copy's {official}; nothing kept"
+        );
+    }
     let bar = progress(part, length.map(|l| l + start), start);
-    let copied = std::io::copy(&mut bar.wrap_read(response.into_reader()), &mut file);
+    // One byte more than may come, to tell a body that goes on from one that ends in time.
+    let body = Paced::new(response.into_reader()).take(official - start + 1);
+    let copied = std::io::copy(&mut bar.wrap_read(body), &mut file);
     bar.finish_and_clear();
     file.flush()?;
     file.sync_all()?;
+    if file.metadata()?.len() > official {
+        let _ = std::fs::remove_file(part);
+        bail!("the body runs past the official copy's {official} bytes; nothing kept");
+    }
     match (copied, length) {
+        (Err(e), _) if e.get_ref().is_some_and(|i| i.is::<TooSlow>()) => bail!("{e}"),
         (Err(e), _) => Ok(Transfer::CutShort(e.to_string())),
         (Ok(n), Some(l)) if n < l => Ok(Transfer::CutShort(format!(
             "{n} of {l} bytes before the connection closed"
@@ -234,6 +265,54 @@ fn transfer(agent: &ureq::Agent, url: &str, part: &Path) -> anyhow::Result<Trans
         (Ok(_), _) => Ok(Transfer::Complete),
     }
 }
+
+/// A body that must keep an average of [`MIN_RATE`] once [`GRACE`] has passed: a trickle is
+/// given up ([`TooSlow`], not tried again) rather than waited for.
+struct Paced<R> {
+    inner: R,
+    started: Instant,
+    read: u64,
+}
+
+impl<R: Read> Paced<R> {
+    fn new(inner: R) -> Self {
+        Paced {
+            inner,
+            started: Instant::now(),
+            read: 0,
+        }
+    }
+}
+
+impl<R: Read> Read for Paced<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.read += n as u64;
+        let elapsed = self.started.elapsed();
+        let rate = self.read as f64 / elapsed.as_secs_f64();
+        if elapsed > GRACE && rate < MIN_RATE {
+            return Err(std::io::Error::other(TooSlow(format!(
+                "{} bytes in {:.0} s, under the {} kB/s a transfer must keep; given up",
+                self.read,
+                elapsed.as_secs_f64(),
+                MIN_RATE / 1000.0
+            ))));
+        }
+        Ok(n)
+    }
+}
+
+/// A transfer under [`MIN_RATE`]: trying the same server again would be as slow.
+#[derive(Debug)]
+struct TooSlow(String);
+
+impl std::fmt::Display for TooSlow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for TooSlow {}
 
 /// A byte bar on stderr, drawn only where stderr is a terminal.
 fn progress(part: &Path, total: Option<u64>, at: u64) -> indicatif::ProgressBar {
