@@ -337,6 +337,37 @@ fn json_log_lines_carry_their_run_and_round() {
     assert_eq!(rounds, (0..=3).collect(), "every round appears in the logs");
 }
 
+/// With JSON logs, the line a client ends with is JSON too, what the server said escaped inside
+/// it (it used to be a text line carrying the server's message raw).
+#[test]
+fn a_json_log_ends_with_a_json_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = WaitingServer::start(dir.path());
+    let exp = dir.path().join("w.toml");
+    let out = flint()
+        .args(["client", "--log-format", "json", "--server", &server.grpc])
+        .arg("--experiment")
+        .arg(&exp)
+        .args(["--name", "forged\u{1b}[31m\u{7}\n{\"level\":\"INFO\"}"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains(['\u{1b}', '\u{7}']), "{stderr}");
+    let last = stderr.lines().last().unwrap_or_default();
+    let v: serde_json::Value =
+        serde_json::from_str(last).unwrap_or_else(|e| panic!("not JSON ({e}): {stderr}"));
+    assert_eq!(v["message"], "flint stopped", "{last}");
+    assert!(
+        v["error"].as_str().unwrap().contains("is not declared"),
+        "{last}"
+    );
+    for line in stderr.lines() {
+        serde_json::from_str::<serde_json::Value>(line)
+            .unwrap_or_else(|e| panic!("not one JSON object ({e}): {line}"));
+    }
+}
+
 struct Prometheus {
     child: Child,
     api: String,

@@ -211,7 +211,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("flint: {e:#}");
+            flint_shell::logging::fatal(&format!("{e:#}"));
             ExitCode::FAILURE
         }
     }

@@ -34,8 +34,12 @@ impl std::str::FromStr for LogFormat {
     }
 }
 
+/// The format [`init`] installed, if it was called: how the process's last word is written.
+static FORMAT: OnceLock<LogFormat> = OnceLock::new();
+
 /// Installs the global subscriber; a second call is a no-op.
 pub fn init(format: LogFormat) {
+    let _ = FORMAT.set(format);
     let filter = EnvFilter::try_from_env("FLINT_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
     // Colours only on a terminal: log files and container logs stay plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
@@ -55,6 +59,28 @@ pub fn init(format: LogFormat) {
             ))
             .try_init(),
     };
+}
+
+/// Writes the error a process ends with: a JSON line where the log is JSON (so a shipper parses
+/// every line, the last too), else a text line; either way the message's control characters
+/// (a server's text may carry ESC, NUL or a forged newline) are escaped.
+pub fn fatal(message: &str) {
+    let clean = escape_controls(message);
+    match FORMAT.get() {
+        Some(LogFormat::Json) => tracing::error!(error = %clean, "flint stopped"),
+        _ => eprintln!("flint: {clean}"),
+    }
+}
+
+/// `message` with every control character written as its escape (`\u{1b}`, `\n`).
+pub fn escape_controls(message: &str) -> String {
+    message
+        .chars()
+        .map(|c| match c.is_control() {
+            true => c.escape_default().to_string(),
+            false => c.to_string(),
+        })
+        .collect()
 }
 
 /// The run a process serves, where it serves one (the server): the `run` of every JSON line
@@ -118,5 +144,18 @@ fn from_process(key: &str) -> Value {
             u64::MAX => Value::Null,
             r => Value::from(r),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn control_characters_are_written_as_their_escapes() {
+        let forged = "refused \u{1b}[31mred\u{0}\nflint: ok";
+        assert_eq!(
+            super::escape_controls(forged),
+            "refused \\u{1b}[31mred\\u{0}\\nflint: ok"
+        );
+        assert_eq!(super::escape_controls("client-1 ü"), "client-1 ü");
     }
 }
