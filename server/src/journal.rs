@@ -49,6 +49,11 @@ pub struct Start {
     /// When the run started (Unix milliseconds), so wall time spans restarts.
     #[prost(uint64, tag = "4")]
     pub started_unix_ms: u64,
+    /// Written beside a `journal.synced` from its first byte: without that file (a journal
+    /// copied alone) a cut tail cannot be told from a crash's, so it is refused. False in
+    /// journals older than the side file.
+    #[prost(bool, tag = "5")]
+    pub synced_side_file: bool,
 }
 
 /// A client slot bound to a token (its SHA-256), at Join or Claim.
@@ -168,6 +173,10 @@ impl Journal {
 
     /// Starts a new journal in `dir`, replacing none: the caller has checked there is none.
     pub fn create(disk: Arc<dyn Disk>, dir: &Path, start: Start) -> anyhow::Result<Journal> {
+        let start = Start {
+            synced_side_file: true,
+            ..start
+        };
         disk.create_dir_all(dir)
             .with_context(|| format!("cannot create {}", dir.display()))?;
         // A new run has answered nothing yet, whatever an earlier run's side file says; synced,
@@ -249,6 +258,12 @@ impl Journal {
                 path.display()
             );
         };
+        if start.synced_side_file && !disk.exists(&dir.join(SYNCED_NAME)) {
+            bail!(
+                "{} was written beside {SYNCED_NAME}, which is missing: without it a journal cut from outside cannot be told from a crash's torn tail. Copy the journal with its {SYNCED_NAME}, or move the state directory away to start a new run",
+                path.display()
+            );
+        }
         if start.version != FORMAT_VERSION {
             bail!(
                 "{} is journal format {}, this server writes {FORMAT_VERSION}: finish the run with the server that began it, or move the state directory away",
@@ -419,7 +434,25 @@ mod tests {
             run_id: "r-1".into(),
             fingerprint: "f".into(),
             started_unix_ms: 5,
+            synced_side_file: true,
         }
+    }
+
+    /// A journal copied without its side file is refused, not resumed from a tail that may
+    /// have been cut (it used to resume silently).
+    #[test]
+    fn a_journal_without_its_side_file_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = Journal::create(HostDisk::shared(), dir.path(), start()).unwrap();
+        j.append(Event::Close(RoundMark::of(1))).unwrap();
+        j.sync().unwrap();
+        drop(j);
+        std::fs::remove_file(dir.path().join(SYNCED_NAME)).unwrap();
+        let e = Journal::open(HostDisk::shared(), dir.path())
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("journal.synced, which is missing"), "{e}");
     }
 
     #[test]

@@ -180,6 +180,7 @@ fn resume(
             run_id: format!("{}-{:016x}", experiment.name, state.run_nonce),
             fingerprint: experiment.fingerprint.clone(),
             started_unix_ms: unix_ms(),
+            synced_side_file: true,
         };
         let journal = Journal::create(state.disk.clone(), state_dir, start.clone())?;
         return Ok((journal, start, Default::default()));
