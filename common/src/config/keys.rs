@@ -142,6 +142,27 @@ fn toml_text(value: &Value) -> String {
 mod tests {
     use super::*;
 
+    /// `data.global_test_fraction`'s line names exactly the strategies with one global model
+    /// (the ones the check lets hold a shared test set).
+    #[test]
+    fn the_shared_test_sets_line_names_the_strategies_that_take_one() {
+        use crate::strategy::StrategyKind;
+        let keys = keys();
+        let doc = &keys
+            .iter()
+            .find(|k| k.name == "data.global_test_fraction")
+            .expect("the key")
+            .doc;
+        let named: Vec<&str> = doc
+            .split(|c: char| !(c.is_alphanumeric() || c == '-'))
+            .collect();
+        for kind in StrategyKind::ALL {
+            let name = kind.name();
+            let one_model = kind.facts().one_model;
+            assert_eq!(named.contains(&name.as_str()), one_model, "{name}: {doc}");
+        }
+    }
+
     #[test]
     fn every_section_key_is_listed_with_its_default() {
         let keys = keys();

@@ -32,7 +32,8 @@ pub struct DataSection {
     pub test_fraction: Option<f64>,
     /// Fraction of a table held out, per class, before the partition, as one shared test set
     /// (held by the first client, which measures the model on it every round; strategies with
-    /// one global model: fedavg, fedavg-ahp, blind-fcm, central). Default: none.
+    /// one global model: fedavg, fedavg-ahp, blind-fcm, central, fedtmos, ensemble, fedtm).
+    /// Default: none.
     pub global_test_fraction: Option<f64>,
     /// `local-zscore` (each client standardises with its own training statistics; the default
     /// for logistic regression), `local-minmax` (to [0, 1] with its own training range; the

@@ -298,7 +298,10 @@ fn malformed_winners_are_refused_with_the_reason() {
         ),
         (mismatched, "class 1 with the weights of class 2"),
         (nan, "confidence NaN is not finite"),
-        (with_confidence(-1e308), "confidence -1e308 is not a sum of class sums"),
+        (
+            with_confidence(-1e308),
+            "confidence -1e308 is not a sum of class sums",
+        ),
         (with_confidence(2.0 * rows + 1.0), "over at most 15000 rows"),
         (with_confidence(0.5), "is not a sum of class sums"),
         (
