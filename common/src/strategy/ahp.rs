@@ -42,7 +42,8 @@ pub struct AhpSection {
     /// Criteria in the order of the matrix rows: `compute-ghz`, `gini`, `size` (`gini` and
     /// `size` where the clients are declared by `client_count`, which gives no compute speed).
     pub criteria: Vec<AhpCriterion>,
-    /// Pairwise preference matrix (Saaty scale); the paper's Figure 1 by default.
+    /// Pairwise preference matrix (Saaty scale); by default the paper's Figure 1, between the
+    /// criteria chosen (Gini over size, 9, for `["gini", "size"]`).
     pub preference: Vec<Vec<f64>>,
 }
 
@@ -64,16 +65,32 @@ impl AhpSection {
     /// speed: the paper's criteria without `compute-ghz`, and its Figure 1 preferences between
     /// the other two (Gini over size, 9), priorities 0.9 and 0.1.
     pub fn without_compute_speed() -> AhpSection {
-        let paper = paper_matrix();
-        let keep = [1, 2];
+        let criteria = vec![AhpCriterion::Gini, AhpCriterion::Size];
         AhpSection {
-            criteria: vec![AhpCriterion::Gini, AhpCriterion::Size],
-            preference: keep
-                .iter()
-                .map(|&i| keep.iter().map(|&j| paper[i][j]).collect())
-                .collect(),
+            preference: paper_preferences(&criteria),
+            criteria,
         }
     }
+
+    /// The matrix the check uses: the one written, or where the file leaves the paper's
+    /// Figure 1 as it is but names fewer criteria, its rows and columns for those.
+    fn matrix(&self) -> Vec<Vec<f64>> {
+        let all = AhpSection::default().criteria;
+        match self.preference == paper_matrix() && self.criteria != all {
+            true => paper_preferences(&self.criteria),
+            false => self.preference.clone(),
+        }
+    }
+}
+
+/// The paper's Figure 1 between `criteria`, in their order.
+fn paper_preferences(criteria: &[AhpCriterion]) -> Vec<Vec<f64>> {
+    let paper = paper_matrix();
+    let at = |c: &AhpCriterion| *c as usize;
+    criteria
+        .iter()
+        .map(|i| criteria.iter().map(|j| paper[at(i)][at(j)]).collect())
+        .collect()
 }
 
 /// Checked AHP settings with their priority vector.
@@ -95,7 +112,7 @@ impl AhpSection {
                 )));
             }
         }
-        let matrix = self.preference.clone();
+        let matrix = self.matrix();
         let priorities = priorities(&matrix).map_err(ParamError::Inconsistent)?;
         if matrix.len() != criteria.len() {
             return Err(ParamError::Inconsistent(format!(
@@ -307,6 +324,33 @@ mod tests {
         assert!((w.iter().sum::<f64>() - 1.0).abs() < 1e-12);
     }
 
+    /// Criteria named by hand, the preferences left at the default: the paper's Figure 1
+    /// between them, in the order named (it used to refuse a 3×3 matrix for two criteria).
+    #[test]
+    fn criteria_named_by_hand_take_the_papers_preferences_between_them() {
+        use AhpCriterion::*;
+        let with = |criteria: Vec<AhpCriterion>| {
+            let section = AhpSection {
+                criteria,
+                ..Default::default()
+            };
+            section.check().unwrap()
+        };
+        let gs = with(vec![Gini, Size]);
+        assert_eq!(gs.matrix, AhpSection::without_compute_speed().preference);
+        assert!((gs.priorities.weights[0] - 0.9).abs() < 1e-12, "{gs:?}");
+        let sg = with(vec![Size, Gini]);
+        assert_eq!(sg.matrix, vec![vec![1.0, 1.0 / 9.0], vec![9.0, 1.0]]);
+        let cs = with(vec![ComputeGhz, Size]);
+        assert_eq!(cs.matrix, vec![vec![1.0, 7.0], vec![1.0 / 7.0, 1.0]]);
+        // A matrix written by hand is taken as written, and checked against the criteria.
+        let written = AhpSection {
+            criteria: vec![Gini, Size],
+            preference: vec![vec![1.0]],
+        };
+        assert!(written.check().is_err());
+    }
+
     #[test]
     fn gini_of_table3_counts() {
         assert_eq!(gini_impurity(&[2000, 2000]), 0.5);
@@ -322,9 +366,14 @@ mod tests {
         assert!(e.contains("row 1 has 2 entries"), "{e}");
         let e = priorities(&[vec![1.0, -2.0], vec![-0.5, 1.0]]).unwrap_err();
         assert!(e.contains("positive"), "{e}");
+        // A 3×3 matrix of one's own for two criteria (the paper's is narrowed to them).
         let section = AhpSection {
             criteria: vec![AhpCriterion::Gini, AhpCriterion::Size],
-            ..Default::default()
+            preference: vec![
+                vec![1.0, 2.0, 4.0],
+                vec![0.5, 1.0, 2.0],
+                vec![0.25, 0.5, 1.0],
+            ],
         };
         let e = section.check().unwrap_err().to_string();
         assert!(e.contains("3×3 but there are 2 criteria"), "{e}");
