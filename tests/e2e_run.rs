@@ -944,7 +944,7 @@ fn fedtm_keeps_its_machine() {
     let explained = ok(flint().arg("explain").arg(&run).args(["--top", "2"]));
     let text = String::from_utf8_lossy(&explained.stdout);
     assert!(
-        text.contains("composite of 1 machines") && text.contains(" < width <= "),
+        text.contains("composite of 1 machine ") && text.contains(" < width <= "),
         "{text}"
     );
 }
@@ -1151,7 +1151,10 @@ fn a_run_directory_packs_into_a_tar_and_idle_ends_at_sigterm() {
     let inside = run.join("run.tar");
     let out = ok(flint().arg("pack").arg(&run).arg("--out").arg(&inside));
     let said = String::from_utf8_lossy(&out.stderr);
-    assert!(said.contains("packed 3 file(s)") && said.contains("left out"), "{said}");
+    assert!(
+        said.contains("packed 3 file(s)") && said.contains("left out"),
+        "{said}"
+    );
     // The same entries (the folder's own time in its header aside): the same length.
     let len = |p: &Path| std::fs::metadata(p).unwrap().len();
     assert_eq!(len(&inside), len(&tar_file));

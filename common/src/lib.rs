@@ -14,6 +14,7 @@ pub mod model;
 pub mod params;
 pub mod rng;
 pub mod strategy;
+pub mod text;
 pub mod wire;
 
 pub use error::{FlintError, Result};

@@ -14,6 +14,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("hex", 0),
     ("params", 0),
     ("rng", 0),
+    ("text", 0),
     ("metrics", 0),
     ("data", 1),
     ("degenerate", 1),

@@ -11,6 +11,7 @@ use anyhow::{Context, bail};
 use flint_common::config::Experiment;
 use flint_common::strategy::LocalMetrics;
 use flint_common::strategy::tpfl::TpflRound;
+use flint_common::text::count;
 use flint_common::wire::ledger::Traffic;
 use flint_server::results::RunResults;
 
@@ -627,8 +628,8 @@ fn finished_run(dir: &Path, expected: &Experiment) -> Result<(), String> {
     let closed = r.rounds.last().map_or(0, |rr| rr.round);
     if closed < r.rounds_planned {
         return Err(format!(
-            "it stopped after {closed} of {} rounds",
-            r.rounds_planned
+            "it stopped after {closed} of {}",
+            count(r.rounds_planned, "round")
         ));
     }
     if r.completed == Some(false) {

@@ -109,7 +109,10 @@ fn add_tree<W: Write>(
         }
         let meta = entry.metadata()?;
         if skip == Some(FileId(meta.dev(), meta.ino())) {
-            eprintln!("left out {}: it is the archive being written", path.display());
+            eprintln!(
+                "left out {}: it is the archive being written",
+                path.display()
+            );
             continue;
         }
         tar.append_path_with_name(&path, &inner)

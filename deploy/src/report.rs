@@ -7,6 +7,7 @@ use flint_common::degenerate::ModelHealth;
 use flint_common::metrics::Metrics;
 use flint_common::strategy::Predictor;
 use flint_common::strategy::tpfl::TpflRound;
+use flint_common::text::count;
 use flint_common::wire::ledger::{Flow, Traffic};
 use flint_server::results::RunResults;
 
@@ -188,14 +189,14 @@ fn warnings(r: &RunResults) -> String {
 fn per_round(r: &RunResults) -> String {
     let mut s = String::new();
     s += &format!(
-        "run {} ({}, seed {}, fingerprint {}): {} of {} rounds, {} clients, {:.1} s\n\n",
+        "run {} ({}, seed {}, fingerprint {}): {} of {}, {}, {:.1} s\n\n",
         r.name,
         r.strategy,
         r.seed,
         r.fingerprint,
         r.rounds.len().saturating_sub(1),
-        r.rounds_planned,
-        r.clients.len(),
+        count(r.rounds_planned, "round"),
+        count(r.clients.len() as u64, "client"),
         r.wall_seconds
     );
     s += "Per round: mean over clients of the metrics after the round; bytes summed over clients\n";

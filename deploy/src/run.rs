@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use flint_common::config::{Experiment, parse_override};
+use flint_common::text::count;
 use flint_common::wire::ledger::Flow;
 use flint_server::results::{EmulatedLink, Status};
 use flint_shell::tls::Pki;
@@ -260,11 +261,11 @@ impl RunDir {
 
 fn announce(experiment: &Experiment, dir: &Path, say: &impl Fn(String)) {
     say(format!(
-        "flint run {}: {} on {} clients, {} rounds, seed {} -> {}",
+        "flint run {}: {} on {}, {}, seed {} -> {}",
         experiment.name,
         experiment.strategy.name(),
-        experiment.clients.len(),
-        experiment.policy.rounds,
+        count(experiment.clients.len() as u64, "client"),
+        count(experiment.policy.rounds, "round"),
         experiment.seed,
         dir.display()
     ));

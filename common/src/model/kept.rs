@@ -673,8 +673,8 @@ impl ModelFile {
     ) -> String {
         let mut out = String::new();
         out += &format!(
-            "composite of {} machines ({normalization} normalization{}); a clause fires when it holds on some patch (a table's row is one patch)\n",
-            machines.len(),
+            "composite of {} ({normalization} normalization{}); a clause fires when it holds on some patch (a table's row is one patch)\n",
+            crate::text::count(machines.len() as u64, "machine"),
             if clamp {
                 ", sums clamped to [-T, T]"
             } else {
