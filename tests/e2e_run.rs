@@ -278,7 +278,14 @@ fn flint_run_without_arguments_runs_the_quickstart() {
     let report = ok(flint()
         .arg("report")
         .arg(dir.path().join("runs/quickstart")));
-    assert!(String::from_utf8_lossy(&report.stdout).contains("Per client after round 5"));
+    let said = String::from_utf8_lossy(&report.stdout);
+    assert!(said.contains("Per client after round 5"), "{said}");
+    // The quickstart's clients declare their speeds and differ in size: both columns.
+    let header = said.lines().find(|l| l.starts_with("client ")).unwrap();
+    assert!(
+        header.contains("ghz") && header.contains("weight"),
+        "{header}"
+    );
     // Every client kept its model; after the last download they hold the same
     // one, which `flint explain` prints once.
     let explained = ok(flint()
@@ -814,6 +821,17 @@ fn fedtmos_federates_a_table_in_one_round() {
         "composite {global:?} against the clients alone {alone:?}"
     );
     assert!(r.warnings.is_empty(), "{:?}", r.warnings);
+    // Its report shows no compute speeds nor weights: all alike (weights 1/n).
+    let report = ok(flint().arg("report").arg(&run));
+    let report = String::from_utf8_lossy(&report.stdout);
+    let header = report
+        .lines()
+        .find(|l| l.starts_with("client "))
+        .unwrap_or_else(|| panic!("{report}"));
+    assert!(
+        !header.contains("ghz") && !header.contains("weight"),
+        "{header}"
+    );
     // A grid of it over two seeds writes FedTMOS's tables beside its summary
     // (what scripts/fedtmos-table.py printed): one row per run, then mean ± std per experiment.
     let grid = dir.path().join("grid");

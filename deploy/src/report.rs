@@ -330,41 +330,66 @@ fn before_federation(r: &RunResults) -> String {
     s
 }
 
-/// Per client after the last evaluated round, with its aggregation weight.
+/// Per client after the last evaluated round; its compute speed and its aggregation weight only
+/// where they tell the clients apart (a FedTMOS run's equal 1/n weights and default speeds say
+/// nothing).
 fn per_client(r: &RunResults) -> String {
     let mut s = String::new();
-    if let Some(last) = r.rounds.iter().rev().find(|rr| !rr.metrics.is_empty()) {
-        let classes = r.clients.first().map_or(2, |c| c.train_class_counts.len());
-        let of = if classes == 2 {
-            "of class 1"
+    let Some(last) = r.rounds.iter().rev().find(|rr| !rr.metrics.is_empty()) else {
+        return s;
+    };
+    let classes = r.clients.first().map_or(2, |c| c.train_class_counts.len());
+    let of = if classes == 2 {
+        "of class 1"
+    } else {
+        "macro over the classes a client's test rows hold or its model predicts"
+    };
+    s += &format!(
+        "Per client after round {} (precision/recall/F1 {of}):\n",
+        last.round
+    );
+    let weight = |id: u32| {
+        r.rounds
+            .iter()
+            .rev()
+            .find_map(|rr| rr.weights.get(&id).copied())
+    };
+    let weights: Vec<Option<f64>> = r.clients.iter().map(|c| weight(c.id)).collect();
+    let show_weight = weights.iter().any(|w| *w != weights[0]);
+    let show_ghz = r.clients.iter().any(|c| c.compute_ghz != r.clients[0].compute_ghz);
+    let cell = |show: bool, text: String| {
+        if show {
+            format!(" {text:>8}")
         } else {
-            "macro over the classes a client's test rows hold or its model predicts"
-        };
-        s += &format!(
-            "Per client after round {} (precision/recall/F1 {of}):\n",
-            last.round
-        );
-        s += &format!(
-            "{:<12} {:>6} {:>8} {:>9} {:>8} {:>8} {:>8}\n",
-            "client", "ghz", "accuracy", "precision", "recall", "f1", "weight"
-        );
-        for c in &r.clients {
-            let w = r
-                .rounds
-                .iter()
-                .rev()
-                .find_map(|rr| rr.weights.get(&c.id))
-                .map_or("-".into(), |w| format!("{w:.4}"));
-            s += &format!(
-                "{:<12} {:>6.2} {} {:>8}\n",
-                c.name,
-                c.compute_ghz,
-                fmt(last.metrics.get(&c.id)),
-                w
-            );
+            String::new()
         }
-        s += &format!("{:<12} {:>6} {}\n", "mean", "", fmt(last.mean.as_ref()));
+    };
+    s += &format!(
+        "{:<12}{} {:>8} {:>9} {:>8} {:>8}{}\n",
+        "client",
+        cell(show_ghz, "ghz".into()),
+        "accuracy",
+        "precision",
+        "recall",
+        "f1",
+        cell(show_weight, "weight".into())
+    );
+    for (c, w) in r.clients.iter().zip(&weights) {
+        let w = w.map_or("-".into(), |w| format!("{w:.4}"));
+        s += &format!(
+            "{:<12}{} {}{}\n",
+            c.name,
+            cell(show_ghz, format!("{:.2}", c.compute_ghz)),
+            fmt(last.metrics.get(&c.id)),
+            cell(show_weight, w)
+        );
     }
+    s += &format!(
+        "{:<12}{} {}\n",
+        "mean",
+        cell(show_ghz, String::new()),
+        fmt(last.mean.as_ref())
+    );
     s
 }
 

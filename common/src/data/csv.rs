@@ -223,17 +223,54 @@ fn records<'a>(
     spec: &CsvSpec,
 ) -> impl Iterator<Item = (u64, std::result::Result<::csv::StringRecord, String>)> + 'a {
     let header = spec.header;
+    let mut lines = LineCounter::new(text);
     spec.reader(text)
         .into_records()
         .enumerate()
         .skip(usize::from(header))
-        .map(|(i, r)| match r {
-            Ok(r) => (r.position().map_or(i as u64 + 1, |p| p.line()), Ok(r)),
+        .map(move |(i, r)| match r {
+            Ok(r) => (lines.at(r.position(), i), Ok(r)),
             Err(e) => {
-                let line = e.position().map_or(i as u64 + 1, |p| p.line());
+                let line = lines.at(e.position(), i);
                 (line, Err(format!("line {line}: {}", csv_error(&e))))
             }
         })
+}
+
+/// 1-based line numbers from a record's byte offset, counted as the records come. The reader's
+/// own count is one short after `\r\n`: a record's offset is where the reader resumed, which
+/// may be the `\n` of the line before and of empty lines it skipped; the record's line is that of
+/// its first byte past them.
+struct LineCounter<'a> {
+    text: &'a [u8],
+    counted: usize,
+    newlines: u64,
+}
+
+impl<'a> LineCounter<'a> {
+    fn new(text: &'a [u8]) -> Self {
+        LineCounter {
+            text,
+            counted: 0,
+            newlines: 0,
+        }
+    }
+
+    /// The line of the record at `position` (the `i`-th, 0-based, where it has none).
+    fn at(&mut self, position: Option<&::csv::Position>, i: usize) -> u64 {
+        let Some(p) = position else {
+            return i as u64 + 1;
+        };
+        let mut start = (p.byte() as usize).min(self.text.len());
+        while matches!(self.text.get(start), Some(b'\r' | b'\n')) {
+            start += 1;
+        }
+        let end = start.max(self.counted);
+        let newlines = self.text[self.counted..end].iter().filter(|&&b| b == b'\n');
+        self.newlines += newlines.count() as u64;
+        self.counted = end;
+        self.newlines + 1
+    }
 }
 
 /// The columns that are features: neither the label nor skipped (a column skipped twice, or
@@ -588,6 +625,11 @@ mod tests {
         assert!(e.contains("\"q\" is not one of data.classes"), "{e}");
         let e = parse("1,2,g\n1,h\n", &spec()).unwrap_err();
         assert!(e.contains("line 2: 2 columns, expected 3"), "{e}");
+        // Windows line endings, and an empty line, count as lines too.
+        let e = parse("1,2,g\r\n1,2,h\r\n\r\n1,h\r\n", &spec()).unwrap_err();
+        assert!(e.contains("line 4: 2 columns, expected 3"), "{e}");
+        let e = parse("1,2,g\r\n1,x,h\r\n", &spec()).unwrap_err();
+        assert_eq!(e, "line 2, column 1: \"x\" is not a number");
         assert_eq!(parse("\n", &spec()).unwrap_err(), "no rows");
         assert_eq!(
             parse_bytes(b"1,2,g\n1,\xff,h\n", &spec()).unwrap_err(),
