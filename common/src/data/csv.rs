@@ -347,6 +347,16 @@ fn header_hint(line: u64, spec: &CsvSpec, field: &str) -> &'static str {
     }
 }
 
+/// A word in a feature column: the column is the label or not a feature at all.
+fn text_column_hint(field: &str) -> &'static str {
+    match field.chars().any(char::is_alphabetic) {
+        true => {
+            "; if this column is the label, set data.label_column; if it is no feature (an id, a name), list it in data.skip_columns"
+        }
+        false => "",
+    }
+}
+
 /// Where a file read with the wrong delimiter shows it: its first line has another candidate
 /// delimiter. Empty when none is seen.
 fn delimiter_hint(text: &[u8], spec: &CsvSpec) -> String {
@@ -535,7 +545,10 @@ impl Rows<'_> {
                 continue;
             }
             let v: f64 = f.parse().map_err(|_| {
-                let hint = header_hint(line, spec, f);
+                let hint = match header_hint(line, spec, f) {
+                    "" => text_column_hint(f),
+                    hint => hint,
+                };
                 format!(
                     "line {line}, {}: {f:?} is not a number{hint}",
                     self.column_name(i)
@@ -620,7 +633,9 @@ mod tests {
     #[test]
     fn errors_name_the_line_and_what_was_expected() {
         let e = parse("1,2,g\n1,x,h\n", &spec()).unwrap_err();
-        assert_eq!(e, "line 2, column 1: \"x\" is not a number");
+        assert!(e.starts_with("line 2, column 1: \"x\" is not a number; if this column is the label, set data.label_column; if it is no feature (an id, a name), list it in data.skip_columns"), "{e}");
+        let e = parse("1,2,g\n1,2.3.4,h\n", &spec()).unwrap_err();
+        assert_eq!(e, "line 2, column 1: \"2.3.4\" is not a number");
         let e = parse("1,2,g\n1,2,q\n", &spec()).unwrap_err();
         assert!(e.contains("\"q\" is not one of data.classes"), "{e}");
         let e = parse("1,2,g\n1,h\n", &spec()).unwrap_err();
@@ -629,7 +644,10 @@ mod tests {
         let e = parse("1,2,g\r\n1,2,h\r\n\r\n1,h\r\n", &spec()).unwrap_err();
         assert!(e.contains("line 4: 2 columns, expected 3"), "{e}");
         let e = parse("1,2,g\r\n1,x,h\r\n", &spec()).unwrap_err();
-        assert_eq!(e, "line 2, column 1: \"x\" is not a number");
+        assert!(
+            e.starts_with("line 2, column 1: \"x\" is not a number"),
+            "{e}"
+        );
         assert_eq!(parse("\n", &spec()).unwrap_err(), "no rows");
         assert_eq!(
             parse_bytes(b"1,2,g\n1,\xff,h\n", &spec()).unwrap_err(),
