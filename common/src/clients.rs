@@ -442,13 +442,25 @@ impl TableParts {
             None => (None, Vec::new()),
         };
         let parts = match &rest {
-            Some(rest) => partition(&dataset.select(rest), &e.partition, e.seed)?
+            Some(rest) => partition(&dataset.select(rest), &e.partition, e.seed)
+                .map_err(|err| after_held_out(err, rest.len(), dataset.len()))?
                 .into_iter()
                 .map(|part| part.into_iter().map(|i| rest[i]).collect())
                 .collect(),
             None => partition(dataset, &e.partition, e.seed)?,
         };
         Ok(TableParts { rest, held, parts })
+    }
+}
+
+/// A partition's error on the rows left once the shared test set was held out: its counts are
+/// of those `rest` rows, not of the table's `all`, and it says so.
+fn after_held_out(err: FlintError, rest: usize, all: usize) -> FlintError {
+    match err {
+        FlintError::Partition(m) => FlintError::Partition(format!(
+            "{m} (the partition splits the {rest} of the table's {all} rows left after data.global_test_fraction held out the shared test set)"
+        )),
+        other => other,
     }
 }
 
@@ -567,5 +579,25 @@ fn in_client(name: &str, e: FlintError) -> FlintError {
             FlintError::Partition(format!("drawing the data of client {name:?}: {m}"))
         }
         other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A partition refused after the shared test set was held out counts the rows it had, and
+    /// says where the others went.
+    #[test]
+    fn a_partition_refused_after_the_shared_test_set_says_it_was_held_out() {
+        let text = "name = \"g\"\nstrategy = \"fedavg\"\nclient_count = 30\n\
+                    [data]\nsource = \"synthetic\"\nsamples = 40\nglobal_test_fraction = 0.5\n";
+        let e = Experiment::from_toml(text).unwrap();
+        let dataset = e.data.load(Path::new("."), e.seed).unwrap();
+        let err = check_table_shards(&e, &dataset).unwrap_err().to_string();
+        assert!(
+            err.contains("the 19 of the table's 40 rows left after data.global_test_fraction"),
+            "{err}"
+        );
     }
 }
