@@ -806,3 +806,54 @@ fn strangers_without_an_enrollment_secret_take_no_slot() {
         .count();
     assert_eq!(left, 0, "each process took one secret");
 }
+
+/// A process hosting two clients from an enrollment folder with one secret left: the client
+/// without a secret ends alone, the other joins and finishes, and the process reports the one
+/// that failed (it used to end whole before any Join). The secret it is given later serves a
+/// client of another process.
+#[test]
+fn a_short_enrollment_folder_ends_only_the_client_without_a_secret() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let exp = write(
+        d,
+        "short.toml",
+        &synthetic_experiment("short", 2, 2, ROUNDS),
+    );
+    let pki = d.join("pki");
+    ok(flint().args(["certs", "--enroll", "2", "--out"]).arg(&pki));
+    let hashes = pki.join("enrollment.sha256");
+    let (mut server, addr) =
+        start_server_with(&exp, d, &["--enrollment", hashes.to_str().unwrap()]);
+    let url = format!("http://{addr}");
+    let enroll = pki.join("enroll");
+    let mut secrets: Vec<_> = std::fs::read_dir(&enroll)
+        .unwrap()
+        .flatten()
+        .map(|f| f.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "secret"))
+        .collect();
+    secrets.sort();
+    let aside = d.join("aside.secret");
+    std::fs::rename(&secrets[1], &aside).unwrap();
+    let enroll_args = ["--enroll-dir", enroll.to_str().unwrap()];
+    let out = d.join("two");
+    std::fs::create_dir_all(&out).unwrap();
+    let mut two = start_clients_with(&exp, &url, &["auto", "auto"], &out, &enroll_args);
+    // The second secret comes back; a client of another process takes it.
+    std::thread::sleep(Duration::from_secs(1));
+    std::fs::rename(&aside, &secrets[1]).unwrap();
+    let other = d.join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    let mut one = start_clients_with(&exp, &url, &["auto"], &other, &enroll_args);
+    assert!(one.wait(Duration::from_secs(60)).success());
+    assert!(!two.wait(Duration::from_secs(60)).success());
+    assert!(server.wait(Duration::from_secs(60)).success());
+    assert_eq!(results(d).rounds[1].participants, vec![1, 2]);
+    let said = std::fs::read_to_string(out.join("auto.log")).unwrap();
+    assert!(
+        said.contains("1 of this process's clients failed (the others finished)")
+            && said.contains("no unused enrollment secret left"),
+        "{said}"
+    );
+}

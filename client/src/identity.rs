@@ -76,6 +76,23 @@ pub(crate) fn take_secret(dir: &std::path::Path, token: &str) -> anyhow::Result<
     )
 }
 
+/// Gives back the secret [`take_secret`] marked for `token` (its client was refused before it
+/// joined), so that another client of the folder can take it; a secret never taken is left.
+pub(crate) fn give_back_secret(dir: &std::path::Path, token: &str) {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(token.as_bytes());
+    let suffix = format!(".secret.taken-{}", flint_common::hex::encode(&digest[..8]));
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for path in entries.flatten().map(|e| e.path()) {
+        let name = path.to_string_lossy().into_owned();
+        if let Some(stem) = name.strip_suffix(&suffix) {
+            let _ = std::fs::rename(&path, format!("{stem}.secret"));
+        }
+    }
+}
+
 /// The token kept in `path`, or a new one written there (mode 0600).
 pub(crate) fn kept_token(path: &std::path::Path) -> anyhow::Result<String> {
     use std::io::Write;

@@ -97,7 +97,9 @@ pub async fn run(args: ClientArgs) -> anyhow::Result<Vec<ClientReport>> {
             (None, None) => Enroll::None,
         },
     };
-    let mut slots = shell.slots(&names, args.out.as_deref()).await?;
+    let (mut slots, refused) = shell
+        .slots(&names, args.out.as_deref(), args.fail_fast)
+        .await?;
     let ids: Vec<ClientId> = slots.keys().copied().collect();
     // Loading and booleanizing can take seconds: off the async threads.
     let setup = (experiment.clone(), data_dir.clone(), ids);
@@ -145,10 +147,11 @@ pub async fn run(args: ClientArgs) -> anyhow::Result<Vec<ClientReport>> {
     if let Some((book, writer)) = progress {
         book.finish(writer).await;
     }
-    let (reports, failed) = finished?;
+    let (reports, mut failed) = finished?;
     if let Some(out) = &args.out {
         write_reports(out, &reports)?;
     }
+    failed.splice(0..0, refused);
     process_outcome(&failed, reports.is_empty())?;
     Ok(reports)
 }

@@ -18,7 +18,8 @@ use tonic::Request;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::identity::{
-    AUTO, Credentials, Enroll, host_name, kept_token, new_token, take_secret, with_host,
+    AUTO, Credentials, Enroll, give_back_secret, host_name, kept_token, new_token, take_secret,
+    with_host,
 };
 use crate::proto::aggregator_client::AggregatorClient;
 use crate::retry::{JOIN_ATTEMPT, retry_bounded};
@@ -53,44 +54,74 @@ pub(crate) struct Conn {
 impl Shell {
     /// Every client's connection and token, by id; an `auto` one asks for its slot, since which
     /// data it loads depends on it. Tokens are kept in `out`, so that a client started again is
-    /// still itself (an `auto` one by host and position: containers may share `out`).
+    /// still itself (an `auto` one by host and position: containers may share `out`). A client
+    /// refused here (no secret left, a claim refused) ends alone, what it took given back, and
+    /// is listed with why; with `fail_fast` it ends the process.
     pub(crate) async fn slots(
         &self,
         names: &[String],
         out: Option<&std::path::Path>,
-    ) -> anyhow::Result<Slots> {
-        let mut slots = BTreeMap::new();
+        fail_fast: bool,
+    ) -> anyhow::Result<(Slots, Vec<String>)> {
+        let (mut slots, mut failed) = (BTreeMap::new(), Vec::new());
         let mut autos = 0;
         for name in names {
-            let conn = self.connect(name)?;
             let stem = if name == AUTO {
                 autos += 1;
                 format!("auto-{}-{autos}", host_name())
             } else {
                 format!("client-{name}")
             };
-            let token = match out {
-                Some(dir) => kept_token(&dir.join(format!("{stem}.token")))?,
-                None => new_token(),
+            let (id, slot) = match self.slot(name, &stem, out).await {
+                Ok(slot) => slot,
+                Err(e) if fail_fast => return Err(e),
+                Err(e) => {
+                    let e = format!("client {name:?}: {e:#}");
+                    tracing::error!(error = %e, "client refused before joining; the others go on");
+                    failed.push(e);
+                    continue;
+                }
             };
-            let creds = Credentials {
-                enrollment: self.enrollment(&token)?,
-                token,
-            };
-            let (name, id) = if name == AUTO {
-                self.claim(&conn, &creds).await?
-            } else {
-                let id = self
-                    .experiment
-                    .client_id(name)
-                    .expect("checked by client_names");
-                (name.clone(), id)
-            };
-            if slots.insert(id, (name.clone(), creds, conn)).is_some() {
+            if slots.insert(id, slot).is_some() {
                 bail!("client {name:?} is named twice");
             }
         }
-        Ok(slots)
+        Ok((slots, failed))
+    }
+
+    /// One client's slot: its token, its enrollment secret, and for an `auto` one the slot the
+    /// server gives it; a secret it took is given back if the claim fails.
+    async fn slot(
+        &self,
+        name: &str,
+        stem: &str,
+        out: Option<&std::path::Path>,
+    ) -> anyhow::Result<(ClientId, (String, Credentials, Conn))> {
+        let conn = self.connect(name)?;
+        let token = match out {
+            Some(dir) => kept_token(&dir.join(format!("{stem}.token")))?,
+            None => new_token(),
+        };
+        let creds = Credentials {
+            enrollment: self.enrollment(&token)?,
+            token,
+        };
+        if name != AUTO {
+            let id = self
+                .experiment
+                .client_id(name)
+                .expect("checked by client_names");
+            return Ok((id, (name.to_string(), creds, conn)));
+        }
+        match self.claim(&conn, &creds).await {
+            Ok((name, id)) => Ok((id, (name, creds, conn))),
+            Err(e) => {
+                if let Enroll::Dir(dir) = &self.enroll {
+                    give_back_secret(dir, &creds.token);
+                }
+                Err(e)
+            }
+        }
     }
 
     /// The enrollment secret of the client holding `token`: none, the one given, or the one
