@@ -300,7 +300,7 @@ mod tests {
     use crate::data::Scaling;
     use crate::data::partition::ClassSplit;
     use crate::strategy::ModelKind;
-    use crate::strategy::fcm::BlindFcmSpec;
+    use crate::strategy::fcm::BlindSpec;
     use crate::strategy::fedavg::FedAvgSpec;
 
     const BASE: &str = r#"
@@ -449,7 +449,7 @@ skip_columns = [0, "id"]
         let StrategySpec::FedTm(f) = &fedtm.strategy else {
             panic!("fedtm")
         };
-        assert_eq!(f.fedtmos.server.top_k, 2);
+        assert_eq!(f.0.fedtmos.server.top_k, 2);
         // FedTM scales nothing: its file has no R.
         assert!(!fedtm.to_toml().contains("weight_resolution"));
         let resolved = e.to_toml();
@@ -478,11 +478,11 @@ skip_columns = [0, "id"]
             panic!("fedavg")
         };
         assert_eq!(logreg.local_epochs, 10);
-        let StrategySpec::BlindFcm(BlindFcmSpec(f)) = table("blind-fcm", 26, "").strategy else {
+        let StrategySpec::BlindFcm(BlindSpec(f)) = table("blind-fcm", 26, "").strategy else {
             panic!("blind-fcm")
         };
         assert_eq!(f.fcm.max_iterations, 10);
-        let StrategySpec::BlindFcm(BlindFcmSpec(f)) = table("blind-fcm", 2, "").strategy else {
+        let StrategySpec::BlindFcm(BlindSpec(f)) = table("blind-fcm", 2, "").strategy else {
             panic!("blind-fcm")
         };
         assert_eq!(f.fcm.max_iterations, 100);
@@ -494,12 +494,12 @@ skip_columns = [0, "id"]
         let StrategySpec::FedTm(f) = Experiment::from_toml(&images).unwrap().strategy else {
             panic!("fedtm")
         };
-        assert_eq!(f.fedtmos.server.top_k, 1, "the default preset's K");
+        assert_eq!(f.0.fedtmos.server.top_k, 1, "the default preset's K");
         let paper = images + "[fedtmos]\npreset = \"paper\"\n";
         let StrategySpec::FedTm(f) = Experiment::from_toml(&paper).unwrap().strategy else {
             panic!("fedtm")
         };
-        assert_eq!(f.fedtmos.server.top_k, 2);
+        assert_eq!(f.0.fedtmos.server.top_k, 2);
         // Images keep the code's truncation, and their resolved files are as they were.
         let mnist = include_str!("../../../experiments/fedtmos/mnist-dir0.1.toml");
         let e = Experiment::from_toml(mnist).unwrap();

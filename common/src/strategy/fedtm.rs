@@ -21,8 +21,6 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use std::ops::Deref;
-
 use super::contract::{Facts, Strategy, StrategyParams};
 use super::fedtmos::{
     BitsBy, FedTmosHyper, FedTmosSpec, LocalMachine, ModelPlan, ONE_SHOT_TM, TableDefaults,
@@ -194,14 +192,6 @@ impl ClientStrategy<BitShard> for FedTmClient {
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct FedTmSpec(pub FedTmosSpec);
 
-impl Deref for FedTmSpec {
-    type Target = FedTmosSpec;
-
-    fn deref(&self) -> &FedTmosSpec {
-        &self.0
-    }
-}
-
 impl Strategy for FedTmSpec {
     const FACTS: Facts = Facts {
         one_shot: false,
@@ -223,7 +213,7 @@ impl StrategyParams for FedTmSpec {
     }
 
     fn server(&self, classes: usize, _: u64, robust: RobustHyper) -> Box<dyn ServerStrategy> {
-        Box::new(FedTmServer::new(self.fedtmos, &self.tm, classes).with_robust(robust))
+        Box::new(FedTmServer::new(self.0.fedtmos, &self.0.tm, classes).with_robust(robust))
     }
 
     fn bits_client(
@@ -234,7 +224,7 @@ impl StrategyParams for FedTmSpec {
         client: ClientId,
         _clients: usize,
     ) -> Result<Box<dyn ClientStrategy<BitShard>>> {
-        let client = FedTmClient::new(self.tm, self.fedtmos, classes, seed, client)?;
+        let client = FedTmClient::new(self.0.tm, self.0.fedtmos, classes, seed, client)?;
         Ok(Box::new(client))
     }
 
@@ -244,7 +234,7 @@ impl StrategyParams for FedTmSpec {
 
     fn resolve(&self, _: &Sections, out: &mut Sections) {
         if let Some(section) = out.fedtmos.as_mut() {
-            section.top_k = self.top_k_written(section.preset);
+            section.top_k = self.0.top_k_written(section.preset);
         }
     }
 }

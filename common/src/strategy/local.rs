@@ -68,101 +68,54 @@ impl ServerStrategy for LocalServer {
     }
 }
 
+/// The baselines' spec: the model they train; `CENTRAL` tells `central` (one client holding all
+/// the data, one model measured like a federation's global one) from `local` (every client
+/// trains alone).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BaselineSpec<const CENTRAL: bool>(pub ModelSpec);
+
 /// Baseline: every client trains alone; nothing is sent back.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct LocalSpec(pub ModelSpec);
-
+pub type LocalSpec = BaselineSpec<false>;
 /// Baseline: one client holding all the data.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct CentralSpec(pub ModelSpec);
+pub type CentralSpec = BaselineSpec<true>;
 
-const BASELINE: Facts = Facts {
-    model: None,
-    averages: false,
-    one_shot: false,
-    one_model: false,
-    banks: ClauseBanks::Shared,
-};
-
-/// The baselines' server: the model's own federated strategy checks and records, nothing goes
-/// back.
-fn server(model: &ModelSpec, classes: usize, seed: u64) -> Box<dyn ServerStrategy> {
-    Box::new(LocalServer::new(model.server(classes, seed)))
-}
-
-/// No download replaces a baseline's model, so a restarted client needs its own back.
-fn table_client(
-    model: &ModelSpec,
-    features: usize,
-    classes: usize,
-) -> Result<Box<dyn ClientStrategy<Shard>>> {
-    match model {
-        ModelSpec::LogReg(h) => {
-            let client = FedAvgClient::new(features, classes, *h).keeping_its_model();
-            Ok(Box::new(client))
-        }
-        other => other.table_client(features, classes),
-    }
-}
-
-impl Strategy for LocalSpec {
-    const FACTS: Facts = BASELINE;
-
-    fn check(model: ModelKind, c: &Checked, _: &Sections, _: &DataShape) -> ParamResult<Self> {
-        Ok(LocalSpec(ModelSpec::of(model, c)))
-    }
-}
-
-impl StrategyParams for LocalSpec {
-    fn model(&self) -> ModelSpec {
-        self.0.clone()
-    }
-
-    fn server(&self, classes: usize, seed: u64, _: RobustHyper) -> Box<dyn ServerStrategy> {
-        server(&self.0, classes, seed)
-    }
-
-    fn table_client(
-        &self,
-        features: usize,
-        classes: usize,
-    ) -> Result<Box<dyn ClientStrategy<Shard>>> {
-        table_client(&self.0, features, classes)
-    }
-
-    /// No download.
-    fn model_is_the_download(&self) -> bool {
-        false
-    }
-}
-
-impl Strategy for CentralSpec {
-    /// One model, measured like a federation's global one.
+impl<const CENTRAL: bool> Strategy for BaselineSpec<CENTRAL> {
     const FACTS: Facts = Facts {
-        one_model: true,
-        ..BASELINE
+        model: None,
+        averages: false,
+        one_shot: false,
+        one_model: CENTRAL,
+        banks: ClauseBanks::Shared,
     };
 
     fn check(model: ModelKind, c: &Checked, _: &Sections, _: &DataShape) -> ParamResult<Self> {
-        Ok(CentralSpec(ModelSpec::of(model, c)))
+        Ok(BaselineSpec(ModelSpec::of(model, c)))
     }
 }
 
-impl StrategyParams for CentralSpec {
+impl<const CENTRAL: bool> StrategyParams for BaselineSpec<CENTRAL> {
     fn model(&self) -> ModelSpec {
         self.0.clone()
     }
 
+    /// The model's own federated strategy checks and records; nothing goes back.
     fn server(&self, classes: usize, seed: u64, _: RobustHyper) -> Box<dyn ServerStrategy> {
-        server(&self.0, classes, seed)
+        Box::new(LocalServer::new(self.0.server(classes, seed)))
     }
 
+    /// No download replaces a baseline's model, so a restarted client needs its own back.
     fn table_client(
         &self,
         features: usize,
         classes: usize,
     ) -> Result<Box<dyn ClientStrategy<Shard>>> {
-        table_client(&self.0, features, classes)
+        match &self.0 {
+            ModelSpec::LogReg(h) => {
+                let client = FedAvgClient::new(features, classes, *h).keeping_its_model();
+                Ok(Box::new(client))
+            }
+            other => other.table_client(features, classes),
+        }
     }
 
     /// No download.

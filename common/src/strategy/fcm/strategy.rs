@@ -14,68 +14,35 @@ use crate::strategy::sections::{Checked, Sections};
 use crate::strategy::{ClientStrategy, ModelKind, ServerStrategy};
 use crate::wire::Compression;
 
+/// Blind FL's spec; `BLENDED`: a client's new map is the mean of the global and its previous
+/// local map (Blended Blind FL), else the global map itself.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct BlindSpec<const BLENDED: bool>(pub FcmSpec);
+
 /// Blind FL: the new local map is the global one.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct BlindFcmSpec(pub FcmSpec);
-
+pub type BlindFcmSpec = BlindSpec<false>;
 /// Blended Blind FL: the new local map is the mean of the global and the previous local map.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct BlendedFcmSpec(pub FcmSpec);
+pub type BlendedFcmSpec = BlindSpec<true>;
 
-fn server(f: &FcmSpec, classes: usize, robust: RobustHyper) -> Box<dyn ServerStrategy> {
-    Box::new(FcmServer::new(classes, f.aggregation).with_robust(robust))
-}
-
-/// The map's setting, led by the server's weighting.
-fn setting(f: &FcmSpec, images: bool, compression: Compression) -> String {
-    let map = ModelSpec::Fcm(*f).setting(images, compression);
-    format!("{} {map}", f.aggregation.name())
-}
-
-impl Strategy for BlindFcmSpec {
-    const FACTS: Facts = Facts::federated(ModelKind::Fcm);
-
-    fn check(_: ModelKind, c: &Checked, _: &Sections, _: &DataShape) -> ParamResult<Self> {
-        Ok(BlindFcmSpec(c.fcm))
-    }
-}
-
-impl StrategyParams for BlindFcmSpec {
-    fn model(&self) -> ModelSpec {
-        ModelSpec::Fcm(self.0)
-    }
-
-    fn server(&self, classes: usize, _: u64, robust: RobustHyper) -> Box<dyn ServerStrategy> {
-        server(&self.0, classes, robust)
-    }
-
-    fn model_is_the_download(&self) -> bool {
-        true
-    }
-
-    fn setting(&self, images: bool, compression: Compression) -> String {
-        setting(&self.0, images, compression)
-    }
-}
-
-impl Strategy for BlendedFcmSpec {
+impl<const BLENDED: bool> Strategy for BlindSpec<BLENDED> {
+    /// Blended, each client keeps a map of its own.
     const FACTS: Facts = Facts {
-        one_model: false,
+        one_model: !BLENDED,
         ..Facts::federated(ModelKind::Fcm)
     };
 
     fn check(_: ModelKind, c: &Checked, _: &Sections, _: &DataShape) -> ParamResult<Self> {
-        Ok(BlendedFcmSpec(c.fcm))
+        Ok(BlindSpec(c.fcm))
     }
 }
 
-impl StrategyParams for BlendedFcmSpec {
+impl<const BLENDED: bool> StrategyParams for BlindSpec<BLENDED> {
     fn model(&self) -> ModelSpec {
         ModelSpec::Fcm(self.0)
     }
 
     fn server(&self, classes: usize, _: u64, robust: RobustHyper) -> Box<dyn ServerStrategy> {
-        server(&self.0, classes, robust)
+        Box::new(FcmServer::new(classes, self.0.aggregation).with_robust(robust))
     }
 
     fn table_client(
@@ -84,16 +51,23 @@ impl StrategyParams for BlendedFcmSpec {
         classes: usize,
     ) -> Result<Box<dyn ClientStrategy<Shard>>> {
         let f = self.0;
-        let client = FcmClient::new(features, classes, f.fcm, f.pso, Blend::Average);
-        Ok(Box::new(client))
+        let blend = match BLENDED {
+            true => Blend::Average,
+            false => Blend::Replace,
+        };
+        Ok(Box::new(FcmClient::new(
+            features, classes, f.fcm, f.pso, blend,
+        )))
     }
 
-    /// Each client blends the aggregate with its own map.
+    /// Blended, each client blends the aggregate with its own map.
     fn model_is_the_download(&self) -> bool {
-        false
+        !BLENDED
     }
 
+    /// The map's setting, led by the server's weighting.
     fn setting(&self, images: bool, compression: Compression) -> String {
-        setting(&self.0, images, compression)
+        let map = ModelSpec::Fcm(self.0).setting(images, compression);
+        format!("{} {map}", self.0.aggregation.name())
     }
 }

@@ -1,8 +1,6 @@
 //! `fedtmos` and `ensemble` as the framework runs them (FedTM, the iterative baseline, in its own
 //! module): one round of convolutional multi-class machines.
 
-use std::ops::Deref;
-
 use serde::Serialize;
 
 use super::{
@@ -133,14 +131,6 @@ impl StrategyParams for FedTmosSpec {
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct EnsembleSpec(pub FedTmosSpec);
 
-impl Deref for EnsembleSpec {
-    type Target = FedTmosSpec;
-
-    fn deref(&self) -> &FedTmosSpec {
-        &self.0
-    }
-}
-
 impl Strategy for EnsembleSpec {
     /// It keeps every machine: nothing is averaged.
     const FACTS: Facts = Facts {
@@ -163,7 +153,7 @@ impl StrategyParams for EnsembleSpec {
     }
 
     fn server(&self, classes: usize, _: u64, _: RobustHyper) -> Box<dyn ServerStrategy> {
-        Box::new(EnsembleServer::new(self.fedtmos, &self.tm, classes))
+        Box::new(EnsembleServer::new(self.0.fedtmos, &self.0.tm, classes))
     }
 
     fn bits_client(
@@ -175,9 +165,9 @@ impl StrategyParams for EnsembleSpec {
         clients: usize,
     ) -> Result<Box<dyn ClientStrategy<BitShard>>> {
         // The clients' own machines come back unscaled.
-        let mut hyper = self.fedtmos;
+        let mut hyper = self.0.fedtmos;
         hyper.server.weight_resolution = CODE_WEIGHT_RESOLUTION;
-        let client = FedTmosClient::new(self.tm, hyper, classes, seed, client, clients, 0)?;
+        let client = FedTmosClient::new(self.0.tm, hyper, classes, seed, client, clients, 0)?;
         Ok(Box::new(client))
     }
 
@@ -186,10 +176,10 @@ impl StrategyParams for EnsembleSpec {
     }
 
     fn models_per_download(&self, clients: usize) -> usize {
-        self.models_in_a_composite(clients)
+        self.0.models_in_a_composite(clients)
     }
 
     fn copy_data_epoch(&self) -> bool {
-        self.fedtmos.copy_data_epoch
+        self.0.fedtmos.copy_data_epoch
     }
 }
