@@ -242,6 +242,20 @@ impl StrategyParams for FedTmSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The round's record reads back from a report as results.json holds it (class keys are
+    /// JSON strings there).
+    #[test]
+    fn the_round_record_reads_back_from_its_report() {
+        let round = FedTmRound {
+            contributors: BTreeMap::from([(3, vec![1, 2]), (10, vec![4])]),
+        };
+        let report = crate::strategy::RoundReport::of(&round);
+        let text = serde_json::to_string(&report).unwrap();
+        assert_eq!(text, r#"{"fedtm":{"contributors":{"10":[4],"3":[1,2]}}}"#);
+        let back: crate::strategy::RoundReport = serde_json::from_str(&text).unwrap();
+        assert_eq!(back.details::<FedTmRound>(), Some(round));
+    }
     use crate::metrics::gini_index;
     use crate::model::tm::parts::{ClassParts, IncludeBits, TmUpload};
 
