@@ -356,7 +356,10 @@ fn per_client(r: &RunResults) -> String {
     };
     let weights: Vec<Option<f64>> = r.clients.iter().map(|c| weight(c.id)).collect();
     let show_weight = weights.iter().any(|w| *w != weights[0]);
-    let show_ghz = r.clients.iter().any(|c| c.compute_ghz != r.clients[0].compute_ghz);
+    let show_ghz = r
+        .clients
+        .iter()
+        .any(|c| c.compute_ghz != r.clients[0].compute_ghz);
     let cell = |show: bool, text: String| {
         if show {
             format!(" {text:>8}")
