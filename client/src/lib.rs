@@ -20,12 +20,13 @@ pub mod proto {
     tonic::include_proto!("flint.v1");
 }
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
 use flint_common::ClientId;
-use flint_common::clients::prepare;
+use flint_common::clients::{Prepared, prepare};
 use flint_common::config::Experiment;
 use flint_common::data::default_data_dir;
 use flint_common::model::kept::Condition;
@@ -64,84 +65,19 @@ pub async fn run(args: ClientArgs) -> anyhow::Result<Vec<ClientReport>> {
     }
     let data_dir = args.data_dir.clone().unwrap_or_else(default_data_dir);
     experiment.data.check_files(&data_dir)?;
-    let threads = match args.train_threads {
-        Some(0) => bail!("--train-threads must be at least 1"),
-        Some(n) => n,
-        None => std::thread::available_parallelism().map_or(1, |n| n.get()),
-    };
     let names = client_names(&args, &experiment)?;
-    let link = match (args.link_bytes, names.len()) {
-        (false, _) => None,
-        (true, 1) => Some(Arc::new(LinkMeter::open().context(
-            "--link-bytes: cannot read this network namespace's interface counters",
-        )?)),
-        (true, n) => bail!(
-            "--link-bytes counts a whole network namespace, so it needs a process of one client, not {n}"
-        ),
-    };
-    let shell = Shell {
-        server: args.server.clone(),
-        tls: args.tls.clone(),
-        link,
-        experiment: experiment.clone(),
-        trainers: Arc::new(tokio::sync::Semaphore::new(threads)),
-        retry_for: Duration::from_secs_f64(args.retry_secs.max(0.0)),
-        out: args.out.clone(),
-        enroll: match (&args.enroll_secret, &args.enroll_dir) {
-            (Some(_), _) if names.len() > 1 => bail!(
-                "--enroll-secret enrolls one client; this process hosts {} (give --enroll-dir)",
-                names.len()
-            ),
-            (Some(s), _) => Enroll::Secret(s.trim().to_string()),
-            (None, Some(dir)) => Enroll::Dir(dir.clone()),
-            (None, None) => Enroll::None,
-        },
-    };
+    let shell = shell_for(&args, &experiment, names.len())?;
     let (mut slots, refused) = shell
         .slots(&names, args.out.as_deref(), args.fail_fast)
         .await?;
     let ids: Vec<ClientId> = slots.keys().copied().collect();
-    // Loading and booleanizing can take seconds: off the async threads.
-    let setup = (experiment.clone(), data_dir.clone(), ids);
-    let compute_ghz = args.compute_ghz;
-    let prepared = tokio::task::spawn_blocking(move || {
-        let (e, dir, ids) = setup;
-        prepare(&e, &dir, &ids, compute_ghz)
-    })
-    .await
-    .context("loading the data panicked")?
-    .with_context(|| {
-        format!(
-            "loading the data of {:?} (data directory {})",
-            experiment.name,
-            data_dir.display()
-        )
-    })?;
+    let prepared = load(&experiment, data_dir, ids, args.compute_ghz).await?;
     let progress = ProgressBook::start(args.out.as_deref(), prepared.first().map(|p| p.id));
+    let book = progress.as_ref().map(|(b, _)| b);
     let mut tasks = tokio::task::JoinSet::new();
     for p in prepared {
         let (_, creds, conn) = slots.remove(&p.id).expect("prepared for a slot");
-        let name = p.name.clone();
-        let client = driver::Client::new(
-            &shell,
-            p.name,
-            p.id,
-            p.summary,
-            creds,
-            conn,
-            progress.as_ref().map(|(b, _)| b),
-        );
-        let conditions = p
-            .bits
-            .iter()
-            .map(|&(feature, above)| Condition { feature, above })
-            .collect();
-        let run = client.run(p.half, p.feature_names, conditions);
-        // Its JSON log lines carry its run and round (recorded as they are known); an error
-        // span, so that no level filter drops it.
-        let span = tracing::error_span!("client", client_name = %name, run = Empty, round = Empty);
-        let run = run.instrument(span);
-        tasks.spawn(async move { run.await.with_context(|| format!("client {name:?}")) });
+        spawn_client(&mut tasks, &shell, p, creds, conn, book);
     }
     let finished = finish_all(tasks, args.fail_fast).await;
     if let Some((book, writer)) = progress {
@@ -154,6 +90,92 @@ pub async fn run(args: ClientArgs) -> anyhow::Result<Vec<ClientReport>> {
     failed.splice(0..0, refused);
     process_outcome(&failed, reports.is_empty())?;
     Ok(reports)
+}
+
+/// What this process's `clients` share: the server, TLS, training threads, link counters,
+/// retry budget and enrollment, each checked against the arguments.
+fn shell_for(
+    args: &ClientArgs,
+    experiment: &Arc<Experiment>,
+    clients: usize,
+) -> anyhow::Result<Shell> {
+    let threads = match args.train_threads {
+        Some(0) => bail!("--train-threads must be at least 1"),
+        Some(n) => n,
+        None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+    };
+    let link = match (args.link_bytes, clients) {
+        (false, _) => None,
+        (true, 1) => Some(Arc::new(LinkMeter::open().context(
+            "--link-bytes: cannot read this network namespace's interface counters",
+        )?)),
+        (true, n) => bail!(
+            "--link-bytes counts a whole network namespace, so it needs a process of one client, not {n}"
+        ),
+    };
+    let enroll = match (&args.enroll_secret, &args.enroll_dir) {
+        (Some(_), _) if clients > 1 => bail!(
+            "--enroll-secret enrolls one client; this process hosts {clients} (give --enroll-dir)"
+        ),
+        (Some(s), _) => Enroll::Secret(s.trim().to_string()),
+        (None, Some(dir)) => Enroll::Dir(dir.clone()),
+        (None, None) => Enroll::None,
+    };
+    Ok(Shell {
+        server: args.server.clone(),
+        tls: args.tls.clone(),
+        link,
+        experiment: experiment.clone(),
+        trainers: Arc::new(tokio::sync::Semaphore::new(threads)),
+        retry_for: Duration::from_secs_f64(args.retry_secs.max(0.0)),
+        out: args.out.clone(),
+        enroll,
+    })
+}
+
+/// Each client's shard, summary and half: loading and booleanizing can take seconds, so off
+/// the async threads.
+async fn load(
+    experiment: &Arc<Experiment>,
+    data_dir: PathBuf,
+    ids: Vec<ClientId>,
+    compute_ghz: Option<f64>,
+) -> anyhow::Result<Vec<Prepared>> {
+    let (e, dir) = (experiment.clone(), data_dir.clone());
+    tokio::task::spawn_blocking(move || prepare(&e, &dir, &ids, compute_ghz))
+        .await
+        .context("loading the data panicked")?
+        .with_context(|| {
+            format!(
+                "loading the data of {:?} (data directory {})",
+                experiment.name,
+                data_dir.display()
+            )
+        })
+}
+
+/// Starts one prepared client in `tasks`, its log lines in a span naming it.
+fn spawn_client(
+    tasks: &mut tokio::task::JoinSet<anyhow::Result<ClientReport>>,
+    shell: &Shell,
+    p: Prepared,
+    creds: identity::Credentials,
+    conn: shell::Conn,
+    book: Option<&Arc<ProgressBook>>,
+) {
+    let name = p.name.clone();
+    let client = driver::Client::new(shell, p.name, p.id, p.summary, creds, conn, book);
+    let conditions = p
+        .bits
+        .iter()
+        .map(|&(feature, above)| Condition { feature, above })
+        .collect();
+    let run = client.run(p.half, p.feature_names, conditions);
+    // Its JSON log lines carry its run and round (recorded as they are known); an error span,
+    // so that no level filter drops it.
+    let span = tracing::error_span!("client", client_name = %name, run = Empty, round = Empty);
+    let run = run.instrument(span);
+    tasks.spawn(async move { run.await.with_context(|| format!("client {name:?}")) });
 }
 
 /// The process's end: a failure if any of its clients failed (a process of one client fails
