@@ -7,6 +7,7 @@
 mod support;
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use flint_client::proto::aggregator_client::AggregatorClient;
@@ -749,6 +750,36 @@ fn a_slot_claimed_and_never_joined_is_released_after_its_lease() {
     assert_eq!(r.rounds[1].participants, vec![1]);
 }
 
+/// A two-client run in `d` whose server asks for the enrollment secrets `flint certs --enroll 2`
+/// issued into `enroll`.
+struct Enrolled {
+    exp: PathBuf,
+    enroll: PathBuf,
+    server: Proc,
+    url: String,
+}
+
+impl Enrolled {
+    fn start(d: &Path, name: &str) -> Enrolled {
+        let exp = write(
+            d,
+            &format!("{name}.toml"),
+            &synthetic_experiment(name, 2, 2, ROUNDS),
+        );
+        let pki = d.join("pki");
+        ok(flint().args(["certs", "--enroll", "2", "--out"]).arg(&pki));
+        let hashes = pki.join("enrollment.sha256");
+        let (server, addr) =
+            start_server_with(&exp, d, &["--enrollment", hashes.to_str().unwrap()]);
+        Enrolled {
+            exp,
+            enroll: pki.join("enroll"),
+            server,
+            url: format!("http://{addr}"),
+        }
+    }
+}
+
 /// A server started with `--enrollment` binds a slot the first time only with one
 /// of the secrets `flint certs --enroll` issued, each once. A stranger holding the experiment
 /// file (on a plaintext server: tokens only) can neither join nor claim; two processes started
@@ -757,18 +788,13 @@ fn a_slot_claimed_and_never_joined_is_released_after_its_lease() {
 fn strangers_without_an_enrollment_secret_take_no_slot() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let exp = write(
-        d,
-        "enroll.toml",
-        &synthetic_experiment("enroll", 2, 2, ROUNDS),
-    );
+    let Enrolled {
+        exp,
+        enroll,
+        mut server,
+        url,
+    } = Enrolled::start(d, "enroll");
     let e = Experiment::load(&exp, &[]).unwrap();
-    let pki = d.join("pki");
-    ok(flint().args(["certs", "--enroll", "2", "--out"]).arg(&pki));
-    let hashes = pki.join("enrollment.sha256");
-    let (mut server, addr) =
-        start_server_with(&exp, d, &["--enrollment", hashes.to_str().unwrap()]);
-    let url = format!("http://{addr}");
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let mut g = AggregatorClient::new(connect(&url).await);
@@ -785,7 +811,6 @@ fn strangers_without_an_enrollment_secret_take_no_slot() {
         let st = g.claim(claim).await.unwrap_err();
         assert_eq!(st.code(), Code::Unauthenticated, "{st:?}");
     });
-    let enroll = pki.join("enroll");
     let enroll_args = ["--enroll-dir", enroll.to_str().unwrap()];
     let processes: Vec<Proc> = (1..=2)
         .map(|p| {
@@ -815,18 +840,12 @@ fn strangers_without_an_enrollment_secret_take_no_slot() {
 fn a_short_enrollment_folder_ends_only_the_client_without_a_secret() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let exp = write(
-        d,
-        "short.toml",
-        &synthetic_experiment("short", 2, 2, ROUNDS),
-    );
-    let pki = d.join("pki");
-    ok(flint().args(["certs", "--enroll", "2", "--out"]).arg(&pki));
-    let hashes = pki.join("enrollment.sha256");
-    let (mut server, addr) =
-        start_server_with(&exp, d, &["--enrollment", hashes.to_str().unwrap()]);
-    let url = format!("http://{addr}");
-    let enroll = pki.join("enroll");
+    let Enrolled {
+        exp,
+        enroll,
+        mut server,
+        url,
+    } = Enrolled::start(d, "short");
     let mut secrets: Vec<_> = std::fs::read_dir(&enroll)
         .unwrap()
         .flatten()

@@ -40,21 +40,18 @@ pub fn random_secret() -> String {
 /// again), or an unused one, taken: its file `<k>.secret` renamed `<k>.secret.taken-<mark>`,
 /// the mark a hash of the token (a rename is atomic, so two clients never take the same one).
 pub(crate) fn take_secret(dir: &std::path::Path, token: &str) -> anyhow::Result<String> {
-    use sha2::{Digest, Sha256};
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .with_context(|| format!("cannot read the enrollment directory {}", dir.display()))?
         .flatten()
         .map(|e| e.path())
         .collect();
     files.sort();
-    let digest = Sha256::digest(token.as_bytes());
-    let mark = flint_common::hex::encode(&digest[..8]);
     let read = |path: &std::path::Path| {
         std::fs::read_to_string(path)
             .map(|s| s.trim().to_string())
             .with_context(|| format!("cannot read {}", path.display()))
     };
-    let suffix = format!(".secret.taken-{mark}");
+    let suffix = taken_suffix(token);
     if let Some(mine) = files
         .iter()
         .find(|p| p.to_string_lossy().ends_with(&suffix))
@@ -65,7 +62,7 @@ pub(crate) fn take_secret(dir: &std::path::Path, token: &str) -> anyhow::Result<
         .iter()
         .filter(|p| p.extension().is_some_and(|x| x == "secret"))
     {
-        let taken = file.with_extension(format!("secret.taken-{mark}"));
+        let taken = PathBuf::from(format!("{}{suffix}", file.with_extension("").display()));
         if std::fs::rename(file, &taken).is_ok() {
             return read(&taken);
         }
@@ -79,9 +76,7 @@ pub(crate) fn take_secret(dir: &std::path::Path, token: &str) -> anyhow::Result<
 /// Gives back the secret [`take_secret`] marked for `token` (its client was refused before it
 /// joined), so that another client of the folder can take it; a secret never taken is left.
 pub(crate) fn give_back_secret(dir: &std::path::Path, token: &str) {
-    use sha2::{Digest, Sha256};
-    let digest = Sha256::digest(token.as_bytes());
-    let suffix = format!(".secret.taken-{}", flint_common::hex::encode(&digest[..8]));
+    let suffix = taken_suffix(token);
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
@@ -91,6 +86,14 @@ pub(crate) fn give_back_secret(dir: &std::path::Path, token: &str) {
             let _ = std::fs::rename(&path, format!("{stem}.secret"));
         }
     }
+}
+
+/// How a secret taken by the client holding `token` is renamed: `.secret.taken-` and the first
+/// 8 bytes of the token's SHA-256, so that a client started again finds its own.
+fn taken_suffix(token: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(token.as_bytes());
+    format!(".secret.taken-{}", flint_common::hex::encode(&digest[..8]))
 }
 
 /// The token kept in `path`, or a new one written there (mode 0600).
@@ -130,4 +133,24 @@ pub(crate) enum Enroll {
     None,
     Secret(String),
     Dir(PathBuf),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A secret taken is the client's own when it starts again, and once given back is another
+    /// client's to take.
+    #[test]
+    fn a_secret_taken_and_given_back_is_free_again() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("1.secret"), "s1\n").unwrap();
+        let (a, b) = ("a".repeat(32), "b".repeat(32));
+        assert_eq!(take_secret(dir.path(), &a).unwrap(), "s1");
+        assert_eq!(take_secret(dir.path(), &a).unwrap(), "s1", "its own again");
+        assert!(take_secret(dir.path(), &b).is_err(), "none left");
+        give_back_secret(dir.path(), &a);
+        assert!(dir.path().join("1.secret").exists());
+        assert_eq!(take_secret(dir.path(), &b).unwrap(), "s1");
+    }
 }

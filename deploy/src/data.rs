@@ -290,7 +290,8 @@ impl<R: Read> Read for Paced<R> {
         self.read += n as u64;
         let elapsed = self.started.elapsed();
         let rate = self.read as f64 / elapsed.as_secs_f64();
-        if elapsed > GRACE && rate < MIN_RATE {
+        // Judged while bytes come: a body that has ended is whole, however slowly it came.
+        if n > 0 && elapsed > GRACE && rate < MIN_RATE {
             return Err(std::io::Error::other(TooSlow(format!(
                 "{} bytes in {:.0} s, under the {} kB/s a transfer must keep; given up",
                 self.read,

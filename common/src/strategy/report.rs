@@ -50,15 +50,6 @@ impl RoundReport {
     pub fn details<T: Tagged>(&self) -> Option<T> {
         untag(&self.0)?.ok()
     }
-
-    /// The tag: the strategy family that wrote it.
-    pub fn tag(&self) -> Option<&str> {
-        match &self.0 {
-            Value::String(s) => Some(s),
-            Value::Object(o) => o.keys().next().map(String::as_str),
-            _ => None,
-        }
-    }
 }
 
 /// What a server half keeps from one round to the next, so a restarted server can go on.
@@ -142,7 +133,6 @@ mod tests {
         assert_eq!(json, r#"{"tpfl":{"members":[1,3]}}"#);
         let back: RoundReport = serde_json::from_str(&json).unwrap();
         assert_eq!(back.details::<Clusters>().unwrap().members, [1, 3]);
-        assert_eq!(back.tag(), Some("tpfl"));
         let plain = RoundReport::plain("fedavg");
         assert_eq!(serde_json::to_string(&plain).unwrap(), r#""fedavg""#);
         assert_eq!(plain.details::<Clusters>(), None);

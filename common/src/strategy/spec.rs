@@ -176,9 +176,3 @@ impl StrategyKind {
         self.facts().banks == crate::model::tm::ClauseBanks::PerClass
     }
 }
-
-/// Whether the strategy's server averages the clients' updates, where `[robust]` applies: not
-/// the ensemble (it keeps every machine) nor the baselines (nothing is combined).
-pub fn averages(kind: StrategyKind) -> bool {
-    kind.facts().averages
-}
