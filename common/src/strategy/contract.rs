@@ -103,8 +103,8 @@ pub trait StrategyParams: Debug + Send + Sync {
         self.model().setting(images, compression)
     }
 
-    /// The most models one download holds (a personalised or global model and its previous:
-    /// 2); the one-shot composites send more.
+    /// How many of the model's largest updates one download may take (2: one model, with room
+    /// to spare); the one-shot composites send every client's machine besides.
     fn models_per_download(&self, _clients: usize) -> usize {
         2
     }

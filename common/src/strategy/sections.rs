@@ -44,7 +44,7 @@ macro_rules! sections_struct {
 }
 with_sections!(sections_struct);
 
-/// Every model section, checked once, whether the strategy uses it or not: a typo in one this
+/// Every section, checked once, whether the strategy uses it or not: a typo in one this
 /// strategy ignores is still a typo the user wants to hear about. On a table, the keys a section
 /// leaves out take the table's defaults: the Tsetlin Machine's size ([`TmHyper::for_table`],
 /// not the image machine's), logistic regression's steps ([`LogRegHyper::for_classes`]), the
