@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use crate::config::Experiment;
-use crate::data::images::{BitShard, ShardSource};
+use crate::data::images::{BitShard, ImagePool, ImageRows, ImageShard, ShardSource};
 use crate::data::{ClientSpec, Dataset, PartitionPlan, Shard, Source, partition};
 use crate::metrics::ConfusionMatrix;
 use crate::model::kept::KeptModel;
@@ -17,13 +17,13 @@ use crate::{ClientId, FlintError, Result, Round};
 
 /// The FedTMOS code's `copy_data`: the training rows of the first client (by id) that holds
 /// the last class, as that client trains on them.
-fn copy_data(
-    source: &ShardSource,
+fn copy_data<R: ImageRows>(
+    source: &ShardSource<R>,
     rows: &[Vec<usize>],
     labels: &[u32],
     classes: usize,
     test: usize,
-) -> Result<crate::data::booleanize::BitRows> {
+) -> Result<R> {
     let last = classes as u32 - 1;
     let holder = rows
         .iter()
@@ -157,19 +157,36 @@ impl Summaries<'_> {
     }
 }
 
-/// Image clients: the pool loaded once, each client's rows drawn from it (a split of the whole
-/// training set by class is computed once for every client of the process).
+/// Image clients: the pool loaded once (as bits for a Tsetlin Machine, as bytes for a neural
+/// network), each client's rows drawn from it (a split of the whole training set by class is
+/// computed once for every client of the process).
 fn prepare_images(
     e: &Experiment,
     data_dir: &Path,
     ids: &[ClientId],
     summaries: &Summaries,
 ) -> Result<Vec<Prepared>> {
-    let classes = e.data.classes().len();
+    let (classes, clients) = (e.data.classes().len(), e.clients.len());
+    if e.strategy.model().reads_pixels() {
+        let pool = e.data.load_pixels(data_dir)?;
+        let half = |features, id| e.strategy.pixels_client(features, classes, e.seed, id);
+        return prepare_on_pool(e, &pool, ids, summaries, half);
+    }
     let pool = e.data.load_images(data_dir)?;
+    let half = |features, id| e.strategy.bits_client(features, classes, e.seed, id, clients);
+    prepare_on_pool(e, &pool, ids, summaries, half)
+}
+
+fn prepare_on_pool<R: ImageRows + 'static>(
+    e: &Experiment,
+    pool: &ImagePool<R>,
+    ids: &[ClientId],
+    summaries: &Summaries,
+    make_half: impl Fn(usize, ClientId) -> Result<Box<dyn ClientStrategy<ImageShard<R>>>>,
+) -> Result<Vec<Prepared>> {
     let features = pool.train.features();
-    let source = ShardSource::new(&pool, e.seed)?;
-    let split_rows = image_split(e, &pool)?;
+    let source = ShardSource::new(pool, e.seed)?;
+    let split_rows = image_split(e, pool)?;
     let feature_names: Vec<String> = match &e.data.source {
         Source::Images { set, .. } => (0..features).map(|k| set.pixel_name(k)).collect(),
         _ => Vec::new(),
@@ -177,19 +194,18 @@ fn prepare_images(
     ids.iter()
         .map(|&id| {
             let name = declared(e, id)?.name.clone();
-            let shard = image_shard(e, &pool, &source, split_rows.as_deref(), id, Prefit::Copy)
+            let shard = image_shard(e, pool, &source, split_rows.as_deref(), id, Prefit::Copy)
                 .map_err(|err| in_client(&name, err))?;
-            let half = e
-                .strategy
-                .bits_client(features, classes, e.seed, id, e.clients.len())?;
-            let summary = summaries.of(id, shard.train_class_counts(), shard.test.len(), features);
+            let half = make_half(features, id)?;
+            let test = shard.test.labels().len();
+            let summary = summaries.of(id, shard.train_class_counts(), test, features);
             Ok(Prepared {
                 id,
                 summary,
                 half: Box::new(OnShard {
                     shard,
                     half,
-                    global: shared_test_images(e, &pool, id),
+                    global: shared_test_images(e, pool, id),
                 }),
                 name,
                 feature_names: feature_names.clone(),
@@ -201,14 +217,14 @@ fn prepare_images(
 
 /// The split of the whole training set by class, computed once for every client, where the
 /// partition is one.
-fn image_split(
+fn image_split<R: ImageRows>(
     e: &Experiment,
-    pool: &crate::data::images::ImagePool,
+    pool: &ImagePool<R>,
 ) -> Result<Option<Vec<Vec<usize>>>> {
     let classes = e.data.classes().len();
     match &e.partition {
         PartitionPlan::ByClass { clients, split } => Ok(Some(split.split_all_served(
-            &pool.train.labels,
+            pool.train.labels(),
             classes,
             *clients,
             e.seed,
@@ -330,14 +346,14 @@ fn table_client_classes(e: &Experiment, data_dir: &Path) -> Result<Vec<ClientCla
 
 /// A client's image shard: drawn by its Dirichlet proportions, or its rows of the split by
 /// class (with the FedTMOS code's leaked epoch, where the strategy asks for it).
-fn image_shard(
+fn image_shard<R: ImageRows>(
     e: &Experiment,
-    pool: &crate::data::images::ImagePool,
-    source: &ShardSource,
+    pool: &ImagePool<R>,
+    source: &ShardSource<R>,
     split_rows: Option<&[Vec<usize>]>,
     id: ClientId,
     prefit: Prefit,
-) -> Result<BitShard> {
+) -> Result<ImageShard<R>> {
     let classes = e.data.classes().len();
     let not_images = || {
         FlintError::Config(format!(
@@ -361,7 +377,7 @@ fn image_shard(
             }
             let mut shard = source.from_rows(rows, sizes.test, id)?;
             if e.strategy.copy_data_epoch() && prefit == Prefit::Copy {
-                let leaked = copy_data(source, all, &pool.train.labels, classes, sizes.test)?;
+                let leaked = copy_data(source, all, pool.train.labels(), classes, sizes.test)?;
                 shard.prefit = Some(leaked);
             }
             Ok(shard)
@@ -373,11 +389,11 @@ fn image_shard(
 }
 
 /// The shared test set of images, held by the first client so that the server never holds data.
-fn shared_test_images(
+fn shared_test_images<R: ImageRows>(
     e: &Experiment,
-    pool: &crate::data::images::ImagePool,
+    pool: &ImagePool<R>,
     id: ClientId,
-) -> Option<BitShard> {
+) -> Option<ImageShard<R>> {
     let rows = e.strategy.global_test_rows().filter(|_| id == 1)?;
     Some(pool.shared_test(rows))
 }

@@ -64,7 +64,7 @@ pub(super) fn check_central(strategy: &StrategySpec, clients: usize) -> Result<(
 /// The data as the strategy's model reads it: scaled by the model's default where the file does
 /// not say (FCM concepts live in [0, 1]: min-max; logistic regression: z-scores), a table
 /// under a Tsetlin Machine as bits by the thermometer code (FedTMOS's machines then sized by a
-/// row's bits), images only under a Tsetlin Machine.
+/// row's bits), images only under a Tsetlin Machine or a convolutional network.
 pub(super) fn data_for_model(
     section: &DataSection,
     strategy: StrategyKind,
@@ -77,6 +77,7 @@ pub(super) fn data_for_model(
     let mut data = section.check(model_scaling)?;
     match (model == ModelKind::Tm, data.is_images()) {
         (true, false) => table_as_bits(section, &mut data, strategy)?,
+        (false, true) if model == ModelKind::Cnn => {}
         (false, false) if data.table_bits.is_some() => {
             return Err(bad(
                 "data.booleanize, data.levels and data.cuts apply to model tm".into(),
@@ -84,7 +85,7 @@ pub(super) fn data_for_model(
         }
         (false, true) => {
             return Err(bad(format!(
-                "data source {:?} is images: it needs model = \"tm\" (strategy tpfl)",
+                "data source {:?} is images: it needs model = \"tm\" (strategy tpfl) or \"cnn\" (strategy fedavg-cnn)",
                 section.source
             )));
         }

@@ -1,5 +1,7 @@
-//! Image datasets for Tsetlin Machines (MNIST, Fashion-MNIST): booleanized once per process
-//! into a [`ImagePool`], from which each client's [`BitShard`] takes its rows.
+//! Image datasets (MNIST, Fashion-MNIST), loaded once per process into an [`ImagePool`], from
+//! which each client's [`ImageShard`] takes its rows: booleanized for Tsetlin Machines
+//! ([`BitShard`]), as bytes for the neural baselines ([`PixelShard`]). Both draw the same rows
+//! for the same seed.
 //!
 //! TPFL §6.3 gives every client a training, a test and a confidence set drawn with the client's
 //! own Dirichlet class proportions. Two ways to draw the last two ([`Holdout`]):
@@ -17,6 +19,7 @@ use rand::seq::SliceRandom;
 
 use super::booleanize::{Binarize, BitRows};
 use super::mnist::{self, Split};
+use super::pixels::PixelRows;
 use super::partition::{ClassPools, dirichlet_proportions};
 use crate::rng::derive_rng;
 use crate::{ClientId, FlintError, Result};
@@ -60,26 +63,66 @@ impl ImageSet {
     }
 }
 
-/// Both official splits, booleanized.
-#[derive(Debug, Clone)]
-pub struct ImagePool {
-    pub train: BitRows,
-    pub test: BitRows,
+/// Labelled rows a shard takes a selection of: booleanized images or their bytes.
+pub trait ImageRows: Sized + Send + Sync {
+    fn select(&self, rows: &[usize]) -> Self;
+    /// Inputs per row: bits, or pixels.
+    fn features(&self) -> usize;
+    fn labels(&self) -> &[u32];
+    fn classes(&self) -> usize;
 }
 
-impl ImagePool {
+impl ImageRows for BitRows {
+    fn select(&self, rows: &[usize]) -> Self {
+        BitRows::select(self, rows)
+    }
+
+    fn features(&self) -> usize {
+        BitRows::features(self)
+    }
+
+    fn labels(&self) -> &[u32] {
+        &self.labels
+    }
+
+    fn classes(&self) -> usize {
+        self.classes
+    }
+}
+
+/// Both official splits.
+#[derive(Debug, Clone)]
+pub struct ImagePool<R = BitRows> {
+    pub train: R,
+    pub test: R,
+}
+
+impl<R: ImageRows> ImagePool<R> {
     /// The run's shared test set: the official test images at `rows` (those that exist), as
     /// the test split of a shard with no training rows.
-    pub fn shared_test(&self, rows: std::ops::Range<usize>) -> BitShard {
-        let rows: Vec<usize> = rows.filter(|&i| i < self.test.len()).collect();
-        BitShard {
+    pub fn shared_test(&self, rows: std::ops::Range<usize>) -> ImageShard<R> {
+        let rows: Vec<usize> = rows.filter(|&i| i < self.test.labels().len()).collect();
+        ImageShard {
             train: self.train.select(&[]),
             test: self.test.select(&rows),
             confidence: None,
             prefit: None,
         }
     }
+}
 
+impl ImagePool<PixelRows> {
+    /// Both splits as bytes.
+    pub fn load_pixels(data_dir: &Path, set: ImageSet) -> Result<Self> {
+        let dir = data_dir.join(set.dir());
+        Ok(ImagePool {
+            train: mnist::load_pixels(&dir, Split::Train)?,
+            test: mnist::load_pixels(&dir, Split::Test)?,
+        })
+    }
+}
+
+impl ImagePool {
     pub fn load(
         data_dir: &Path,
         set: ImageSet,
@@ -113,33 +156,38 @@ pub struct ShardSizes {
     pub confidence: Option<usize>,
 }
 
-/// A Tsetlin Machine client's data: training, test and (if asked for) confidence rows, packed.
+/// An image client's data: training, test and (if asked for) confidence rows.
 #[derive(Debug, Clone)]
-pub struct BitShard {
-    pub train: BitRows,
-    pub test: BitRows,
-    pub confidence: Option<BitRows>,
+pub struct ImageShard<R = BitRows> {
+    pub train: R,
+    pub test: R,
+    pub confidence: Option<R>,
     /// Another client's training rows, fitted for one epoch before the client's own (the
     /// FedTMOS code's data leak, `fedtmos.copy_data_epoch`); `None` everywhere else.
-    pub prefit: Option<BitRows>,
+    pub prefit: Option<R>,
 }
 
+/// A Tsetlin Machine client's data, packed bits.
+pub type BitShard = ImageShard<BitRows>;
+/// A neural network client's data, bytes.
+pub type PixelShard = ImageShard<PixelRows>;
+
 /// What every client of a process draws its shard from, grouped by class once.
-pub struct ShardSource<'a> {
-    pool: &'a ImagePool,
+pub struct ShardSource<'a, R = BitRows> {
+    pool: &'a ImagePool<R>,
     seed: u64,
     train: ClassPools,
     test_half: ClassPools,
     confidence_half: ClassPools,
 }
 
-impl<'a> ShardSource<'a> {
-    pub fn new(pool: &'a ImagePool, seed: u64) -> Result<ShardSource<'a>> {
+impl<'a, R: ImageRows> ShardSource<'a, R> {
+    pub fn new(pool: &'a ImagePool<R>, seed: u64) -> Result<ShardSource<'a, R>> {
         let (test_half, confidence_half) = held_out_halves(&pool.test, seed)?;
         Ok(ShardSource {
             pool,
             seed,
-            train: ClassPools::new(&pool.train.labels, pool.train.classes)?,
+            train: ClassPools::new(pool.train.labels(), pool.train.classes())?,
             test_half,
             confidence_half,
         })
@@ -153,7 +201,7 @@ impl<'a> ShardSource<'a> {
         sizes: ShardSizes,
         holdout: Holdout,
         client: ClientId,
-    ) -> Result<BitShard> {
+    ) -> Result<ImageShard<R>> {
         let pool = self.pool;
         let k = client as usize;
         // The same stream as `partition::dirichlet`, so a table and an image run of one seed
@@ -195,7 +243,7 @@ impl<'a> ShardSource<'a> {
         };
         let mut train_rows = train_rows;
         train_rows.shuffle(&mut rng);
-        Ok(BitShard {
+        Ok(ImageShard {
             train: pool.train.select(&train_rows),
             test: held_out.select(&test_rows),
             confidence: conf_rows.map(|rows| held_out.select(&rows)),
@@ -204,21 +252,21 @@ impl<'a> ShardSource<'a> {
     }
 }
 
-impl ShardSource<'_> {
+impl<R: ImageRows> ShardSource<'_, R> {
     /// Client `client`'s shard from its training rows (a split of the whole training set):
     /// its test rows drawn from the test half with the same class proportions.
-    pub fn from_rows(&self, rows: &[usize], test: usize, client: ClientId) -> Result<BitShard> {
+    pub fn from_rows(&self, rows: &[usize], test: usize, client: ClientId) -> Result<ImageShard<R>> {
         let pool = self.pool;
         let mut counts = vec![0usize; self.train.classes()];
         for &i in rows {
-            counts[pool.train.labels[i] as usize] += 1;
+            counts[pool.train.labels()[i] as usize] += 1;
         }
         let p: Vec<f64> = counts.iter().map(|&n| n as f64).collect();
         let mut rng = derive_rng(self.seed, "shard-from-rows", client);
         let test_rows = self.test_half.draw(&p, test, &mut rng, client as usize)?;
         let mut train_rows = rows.to_vec();
         train_rows.shuffle(&mut rng);
-        Ok(BitShard {
+        Ok(ImageShard {
             train: pool.train.select(&train_rows),
             test: pool.test.select(&test_rows),
             confidence: None,
@@ -227,10 +275,10 @@ impl ShardSource<'_> {
     }
 }
 
-impl BitShard {
+impl<R: ImageRows> ImageShard<R> {
     pub fn train_class_counts(&self) -> Vec<u64> {
-        let mut n = vec![0u64; self.train.classes];
-        for &c in &self.train.labels {
+        let mut n = vec![0u64; self.train.classes()];
+        for &c in self.train.labels() {
             n[c as usize] += 1;
         }
         n
@@ -238,18 +286,19 @@ impl BitShard {
 }
 
 /// The official test rows split per class into two seeded halves: test and confidence pools.
-fn held_out_halves(test: &BitRows, seed: u64) -> Result<(ClassPools, ClassPools)> {
+fn held_out_halves(test: &impl ImageRows, seed: u64) -> Result<(ClassPools, ClassPools)> {
+    let (labels, classes) = (test.labels(), test.classes());
     let mut rng = derive_rng(seed, "holdout-halves", 0);
-    let mut order: Vec<usize> = (0..test.len()).collect();
+    let mut order: Vec<usize> = (0..labels.len()).collect();
     order.shuffle(&mut rng);
-    let mut in_first = vec![false; test.len()];
-    let mut seen = vec![0usize; test.classes];
+    let mut in_first = vec![false; labels.len()];
+    let mut seen = vec![0usize; classes];
     for i in order {
-        let c = test.labels[i] as usize;
+        let c = labels[i] as usize;
         in_first[i] = seen[c].is_multiple_of(2);
         seen[c] += 1;
     }
-    let all = ClassPools::new(&test.labels, test.classes)?;
+    let all = ClassPools::new(labels, classes)?;
     Ok((all.filter(|i| in_first[i]), all.filter(|i| !in_first[i])))
 }
 

@@ -4,6 +4,7 @@ use std::path::Path;
 
 use super::booleanize::{Binarize, BitRows, binarize_images};
 use super::idx;
+use super::pixels::PixelRows;
 use crate::{FlintError, Result};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,6 +26,23 @@ impl Split {
 /// Loads `dir/{train,t10k}-{images-idx3,labels-idx1}-ubyte.gz` and booleanizes every image
 /// (a fixed [`super::booleanize::Threshold`] or the adaptive Gaussian one).
 pub fn load(dir: &Path, split: Split, how: impl Into<Binarize>) -> Result<BitRows> {
+    let (images, y, height, width) = read(dir, split)?;
+    Ok(binarize_images(&images, width, height, &y, 10, how.into()))
+}
+
+/// Loads a split's images as their bytes (the neural baselines').
+pub fn load_pixels(dir: &Path, split: Split) -> Result<PixelRows> {
+    let (pixels, labels, height, width) = read(dir, split)?;
+    Ok(PixelRows {
+        per: height * width,
+        pixels,
+        labels,
+        classes: 10,
+    })
+}
+
+/// A split's image bytes, labels, height and width, every label a digit class.
+fn read(dir: &Path, split: Split) -> Result<(Vec<u8>, Vec<u32>, usize, usize)> {
     let [images_file, labels_file] = split.files();
     let images_path = dir.join(images_file);
     let labels_path = dir.join(labels_file);
@@ -49,13 +67,5 @@ pub fn load(dir: &Path, split: Split, how: impl Into<Binarize>) -> Result<BitRow
         ));
     }
     let y: Vec<u32> = labels.data.iter().map(|&l| u32::from(l)).collect();
-    let (height, width) = (images.dims[1], images.dims[2]);
-    Ok(binarize_images(
-        &images.data,
-        width,
-        height,
-        &y,
-        10,
-        how.into(),
-    ))
+    Ok((images.data, y, images.dims[1], images.dims[2]))
 }

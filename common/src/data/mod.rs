@@ -7,6 +7,7 @@ pub mod idx;
 pub mod images;
 pub mod mnist;
 pub mod partition;
+pub mod pixels;
 pub mod registry;
 pub mod shard;
 pub mod synthetic;
@@ -774,6 +775,16 @@ impl DataSpec {
             Source::Images { set, binarize } => images::ImagePool::load(data_dir, *set, *binarize),
             _ => Err(crate::FlintError::Config(
                 "this data source is a table, not images".into(),
+            )),
+        }
+    }
+
+    /// Loads both splits of an image source as bytes (the neural baselines').
+    pub fn load_pixels(&self, data_dir: &Path) -> Result<images::ImagePool<pixels::PixelRows>> {
+        match &self.source {
+            Source::Images { set, .. } => images::ImagePool::load_pixels(data_dir, *set),
+            _ => Err(crate::FlintError::Config(
+                "a neural network reads images; this data source is a table".into(),
             )),
         }
     }

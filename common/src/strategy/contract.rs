@@ -11,7 +11,7 @@ use super::sections::{Checked, Sections};
 use super::{ClientStrategy, ModelKind, ServerStrategy};
 use crate::ClientId;
 use crate::Result;
-use crate::data::images::BitShard;
+use crate::data::images::{BitShard, PixelShard};
 use crate::data::{DataShape, Shard};
 use crate::model::tm::ClauseBanks;
 use crate::params::ParamResult;
@@ -87,6 +87,18 @@ pub trait StrategyParams: Debug + Send + Sync {
     ) -> Result<Box<dyn ClientStrategy<BitShard>>> {
         self.model()
             .bits_client(features, classes, seed, client, clients)
+    }
+
+    /// The client half of a model that trains on images as bytes (a neural network); its
+    /// first network derives from the run's seed.
+    fn pixels_client(
+        &self,
+        features: usize,
+        classes: usize,
+        seed: u64,
+        client: ClientId,
+    ) -> Result<Box<dyn ClientStrategy<PixelShard>>> {
+        self.model().pixels_client(features, classes, seed, client)
     }
 
     /// Whether a client's model after a round is the download alone, nothing of its own

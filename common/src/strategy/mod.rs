@@ -11,7 +11,9 @@ pub mod contract;
 pub mod decoder;
 pub mod fcm;
 pub mod fedavg;
+pub mod fedavg_cnn;
 pub mod fedtm;
+pub mod fedprox;
 pub mod fedtmos;
 pub mod local;
 pub mod model_spec;
@@ -55,6 +57,8 @@ pub enum ModelKind {
     Fcm,
     /// TPFL's coalesced Tsetlin Machine, on booleanized images.
     Tm,
+    /// A convolutional network on images (the neural baselines).
+    Cnn,
 }
 
 impl ModelKind {
@@ -186,7 +190,7 @@ impl Predictor {
 }
 
 /// A client half, on the shard type its model reads (`Shard` for tables, `BitShard` for
-/// booleanized images).
+/// booleanized images, `PixelShard` for images as bytes).
 pub trait ClientStrategy<S>: Send {
     /// Replaces (or blends) the local model with the server's download, the aggregate of
     /// `round`.

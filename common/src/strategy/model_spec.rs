@@ -7,13 +7,15 @@ use serde::Serialize;
 
 use super::fcm::{Blend, FcmClient, FcmSection, FcmServer, FcmSpec};
 use super::fedavg::{FedAvgClient, FedAvgServer};
+use super::fedavg_cnn::{CnnClient, NetworkMean, architecture};
 use super::fedtmos::{FedTmosClient, FedTmosServer, FedTmosSpec};
 use super::sections::{Checked, Sections};
 use super::tpfl::{TmSpec, TpflClient, TpflServer};
 use super::{ClientStrategy, ModelKind, ServerStrategy};
 use crate::data::Shard;
-use crate::data::images::{BitShard, Holdout, ShardSizes};
+use crate::data::images::{BitShard, Holdout, PixelShard, ShardSizes};
 use crate::model::fcm::Fitness;
+use crate::model::cnn::CnnHyper;
 use crate::model::logreg::LogRegHyper;
 use crate::params::name_of;
 use crate::wire::{Compression, WeightCoding};
@@ -30,6 +32,7 @@ pub enum ModelSpec {
     /// FedTMOS's convolutional machine (`local` and `central` do not offer it yet: their
     /// `tm` is TPFL's machine).
     ConvTm(FedTmosSpec),
+    Cnn(CnnHyper),
 }
 
 impl ModelSpec {
@@ -39,6 +42,7 @@ impl ModelSpec {
             ModelKind::LogReg => ModelSpec::LogReg(c.logreg),
             ModelKind::Fcm => ModelSpec::Fcm(c.fcm),
             ModelKind::Tm => ModelSpec::Tm(c.tm),
+            ModelKind::Cnn => ModelSpec::Cnn(c.cnn),
         }
     }
 
@@ -47,7 +51,13 @@ impl ModelSpec {
             ModelSpec::LogReg(_) => ModelKind::LogReg,
             ModelSpec::Fcm(_) => ModelKind::Fcm,
             ModelSpec::Tm(_) | ModelSpec::ConvTm(_) => ModelKind::Tm,
+            ModelSpec::Cnn(_) => ModelKind::Cnn,
         }
+    }
+
+    /// Whether the model reads images as bytes (a neural network), not as bits.
+    pub fn reads_pixels(&self) -> bool {
+        matches!(self, ModelSpec::Cnn(_))
     }
 
     /// The sections this model reads, every key as it reads it; the others `None`. FedTMOS's
@@ -77,6 +87,7 @@ impl ModelSpec {
                 (section.top_k, section.weight_resolution) = (None, None);
                 out.fedtmos = Some(section);
             }
+            ModelSpec::Cnn(c) => out.cnn = Some(*c),
         }
         out
     }
@@ -88,6 +99,13 @@ impl ModelSpec {
             ModelSpec::Fcm(f) => Box::new(FcmServer::new(classes, f.aggregation)),
             ModelSpec::Tm(t) => Box::new(TpflServer::new(classes, t.tm.clauses, t.tpfl)),
             ModelSpec::ConvTm(f) => Box::new(FedTmosServer::new(f.fedtmos, &f.tm, classes, seed)),
+            ModelSpec::Cnn(c) => Box::new(NetworkMean {
+                arch: c.architecture,
+                classes,
+                seed,
+                robust: Default::default(),
+                tag: "fedavg-cnn",
+            }),
         }
     }
 
@@ -109,6 +127,9 @@ impl ModelSpec {
             ))),
             ModelSpec::Tm(_) | ModelSpec::ConvTm(_) => Err(FlintError::Config(
                 "model tm trains a tsetlin machine on images, not on a table".into(),
+            )),
+            ModelSpec::Cnn(_) => Err(FlintError::Config(
+                "model cnn trains a convolutional network on images, not on a table".into(),
             )),
         }
     }
@@ -143,13 +164,30 @@ impl ModelSpec {
         }
     }
 
+    /// The client half of a model that trains on images as bytes.
+    pub fn pixels_client(
+        &self,
+        features: usize,
+        classes: usize,
+        seed: u64,
+        _client: ClientId,
+    ) -> Result<Box<dyn ClientStrategy<PixelShard>>> {
+        match self {
+            ModelSpec::Cnn(c) => Ok(Box::new(CnnClient::new(*c, features, classes, seed)?)),
+            other => Err(FlintError::Config(format!(
+                "model {} does not read images as pixels",
+                other.kind().name()
+            ))),
+        }
+    }
+
     /// Clauses per class of a Tsetlin Machine (0 for other models): the weights a coded
     /// `ClassWeights` holds.
     pub fn clauses(&self) -> usize {
         match self {
             ModelSpec::Tm(t) => t.tm.clauses,
             ModelSpec::ConvTm(t) => t.tm.clauses,
-            ModelSpec::LogReg(_) | ModelSpec::Fcm(_) => 0,
+            ModelSpec::LogReg(_) | ModelSpec::Fcm(_) | ModelSpec::Cnn(_) => 0,
         }
     }
 
@@ -170,6 +208,9 @@ impl ModelSpec {
             // One concept per feature and per class, row-major, and the local metrics.
             ModelSpec::Fcm(_) => 4 * (f + c) * (f + c) + 64,
             ModelSpec::Tm(_) | ModelSpec::ConvTm(_) => tm(self.clauses()),
+            // float32 parameters, a tag and a length; an image that fits no network: nothing.
+            ModelSpec::Cnn(c) => architecture(c.architecture, features, classes)
+                .map_or(0, |a| 4 * a.params as u64 + 16),
         }
     }
 
@@ -207,6 +248,17 @@ impl ModelSpec {
                 }
             }
             ModelSpec::LogReg(_) => self.kind().name(),
+            ModelSpec::Cnn(c) => format!(
+                "cnn {}, {} epochs, batch {}, lr {}{}",
+                name_of(&c.architecture),
+                c.local_epochs,
+                c.batch_size,
+                c.learning_rate,
+                match c.momentum {
+                    0.0 => String::new(),
+                    m => format!(", momentum {m}"),
+                }
+            ),
             ModelSpec::Fcm(f) => {
                 let mut s = format!("{} λ={}", name_of(&f.fcm.activation), f.fcm.slope);
                 if f.fcm.fitness == Fitness::SampleJaccard {
@@ -236,6 +288,14 @@ impl ModelSpec {
                 ShardSizes {
                     train,
                     test: f.fedtmos.test_samples,
+                    confidence: None,
+                },
+                Holdout::Disjoint,
+            )),
+            ModelSpec::Cnn(c) => Some((
+                ShardSizes {
+                    train,
+                    test: c.test_samples as usize,
                     confidence: None,
                 },
                 Holdout::Disjoint,

@@ -12,6 +12,8 @@ use super::ModelKind;
 use super::contract::{Facts, Strategy, StrategyParams};
 use super::fcm::{BlendedFcmSpec, BlindFcmSpec};
 use super::fedavg::{FedAvgAhpSpec, FedAvgSpec};
+use super::fedavg_cnn::FedAvgCnnSpec;
+use super::fedprox::FedProxSpec;
 use super::fedtm::FedTmSpec;
 use super::fedtmos::{EnsembleSpec, FedTmosSpec};
 use super::local::{CentralSpec, LocalSpec};
@@ -99,4 +101,9 @@ strategies! {
     /// FedTM, FedTMOS's iterative baseline: per class the mean weights and the top-K clients'
     /// include bits, every round.
     FedTm = "fedtm" => FedTmSpec,
+    /// FedAvg of a convolutional network (TPFL Table 5's FedAvg), weights n_k / n.
+    FedAvgCnn = "fedavg-cnn" => FedAvgCnnSpec,
+    /// FedProx: FedAvg of a network whose local training keeps it near the global one
+    /// (μ‖w − w_global‖²/2).
+    FedProx = "fedprox" => FedProxSpec,
 }

@@ -24,6 +24,9 @@ macro_rules! with_sections {
             tm: crate::model::tm::TmSection,
             tpfl: crate::strategy::tpfl::TpflHyper,
             fedtmos: crate::strategy::fedtmos::FedTmosSection,
+            /// The convolutional network of the neural baselines and its local training.
+            cnn: crate::model::cnn::CnnHyper,
+            fedprox: crate::strategy::fedprox::FedProxHyper,
             /// How the server averages, against clients that lie (coordinate-wise median or
             /// trimmed mean, clipping, a weight cap); absent: the papers' mean.
             robust: crate::strategy::robust::RobustHyper,
@@ -55,6 +58,8 @@ pub struct Checked {
     pub fcm: FcmSpec,
     pub tm: TmSpec,
     pub fedtmos: FedTmosHyper,
+    pub cnn: crate::model::cnn::CnnHyper,
+    pub fedprox: crate::strategy::fedprox::FedProxHyper,
     pub robust: RobustHyper,
 }
 
@@ -89,6 +94,8 @@ impl Checked {
                 tpfl: s.tpfl.unwrap_or_default().check()?,
             },
             fedtmos: s.fedtmos.unwrap_or_default().check()?,
+            cnn: s.cnn.unwrap_or_default().check()?,
+            fedprox: s.fedprox.unwrap_or_default().check()?,
             robust: s.robust.unwrap_or_default().check()?,
         })
     }

@@ -7,7 +7,7 @@ use super::model_spec::ModelSpec;
 use super::robust::RobustHyper;
 use super::sections::{Checked, Sections};
 use super::{ClientStrategy, ModelKind, ServerStrategy, StrategyKind, StrategySpec};
-use crate::data::images::{BitShard, Holdout, ShardSizes};
+use crate::data::images::{BitShard, Holdout, PixelShard, ShardSizes};
 use crate::data::{DataShape, Shard};
 use crate::params::{ParamError, ParamResult};
 use crate::wire::Compression;
@@ -25,7 +25,7 @@ impl StrategySpec {
             ))),
             (Some(m), _) | (None, Some(m)) => Ok(m),
             (None, None) => Err(ParamError::Inconsistent(format!(
-                "strategy {} needs a model: set model = \"logreg\", \"fcm\" or \"tm\"",
+                "strategy {} needs a model: set model = \"logreg\", \"fcm\", \"tm\" or \"cnn\"",
                 kind.name()
             ))),
         }
@@ -130,6 +130,17 @@ impl StrategySpec {
     ) -> Result<Box<dyn ClientStrategy<BitShard>>> {
         self.params()
             .bits_client(features, classes, seed, client, clients)
+    }
+
+    /// The client half of a model that trains on images as bytes (a neural network).
+    pub fn pixels_client(
+        &self,
+        features: usize,
+        classes: usize,
+        seed: u64,
+        client: ClientId,
+    ) -> Result<Box<dyn ClientStrategy<PixelShard>>> {
+        self.params().pixels_client(features, classes, seed, client)
     }
 
     /// `fedtmos.copy_data_epoch`: FedTMOS's and the ensemble's clients first fit one epoch on

@@ -30,6 +30,8 @@ pub enum Update {
     Winner(Winner),
     /// FedTMOS: the classes a client holds and its Gini index.
     Tm(TmUpload),
+    /// The neural baselines: a network's parameters.
+    Network(Vec<f32>),
 }
 
 impl Update {
@@ -39,6 +41,7 @@ impl Update {
             Update::Map { .. } => "adjacency_matrix",
             Update::Winner(_) => "confidence_winner",
             Update::Tm(_) => "tm_upload",
+            Update::Network(_) => "network_params",
         }
     }
 }

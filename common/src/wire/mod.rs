@@ -5,6 +5,7 @@ pub mod chunks;
 pub mod convert;
 pub mod include_code;
 pub mod ledger;
+pub mod network;
 pub mod weight_code;
 
 #[allow(clippy::all, missing_docs)]
@@ -43,6 +44,7 @@ pub fn kind_name(p: &Payload) -> &'static str {
         Some(Kind::AdjacencyMatrix(_)) => "adjacency_matrix",
         Some(Kind::TmUpload(_)) => "tm_upload",
         Some(Kind::TmComposite(_)) => "tm_composite",
+        Some(Kind::NetworkParams(_)) => "network_params",
     }
 }
 
@@ -95,6 +97,8 @@ pub fn paper_convention_bytes(p: &Payload, classes: usize, clauses: usize) -> u6
         Some(Kind::ConfidenceWinner(w)) => 4 * w.weights.as_ref().map_or(0, count),
         Some(Kind::ClassWeights(w)) => 8 * count(w),
         Some(Kind::AdjacencyMatrix(a)) => 8 * a.weights.len() as u64,
+        // The baselines' PyTorch float32.
+        Some(Kind::NetworkParams(n)) => 4 * n.params.len() as u64,
         _ => 0,
     }
 }

@@ -1,0 +1,182 @@
+//! A network's layers and the shapes they give: where each layer's parameters sit in the one
+//! flat vector that is trained, averaged and sent.
+
+use serde::{Deserialize, Serialize};
+
+use crate::{FlintError, Result};
+
+/// The networks Flint trains, by name (`cnn.architecture`).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum ArchName {
+    /// FLIS's LeNet (conv 20 and 50 5×5, max-pool, fc 500, fc classes): 431,080 parameters on
+    /// MNIST, TPFL Table 5's 1.64 MB per model as float32.
+    #[default]
+    Lenet,
+}
+
+/// One layer. Convolutions have stride 1 and no padding; a dense layer after a spatial one
+/// reads it flattened channel by channel (as PyTorch's `flatten(1)`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layer {
+    Conv { out: usize, kernel: usize },
+    MaxPool { size: usize },
+    Relu,
+    Dense { out: usize },
+}
+
+/// An activation's shape for one sample.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    Spatial { c: usize, h: usize, w: usize },
+    Flat(usize),
+}
+
+impl Shape {
+    pub fn len(self) -> usize {
+        match self {
+            Shape::Spatial { c, h, w } => c * h * w,
+            Shape::Flat(n) => n,
+        }
+    }
+
+    pub fn is_empty(self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A layer with its input and output shapes and, for conv and dense, where its weights
+/// (then biases) start in the parameter vector.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Placed {
+    pub layer: Layer,
+    pub input: Shape,
+    pub output: Shape,
+    pub offset: usize,
+    /// Weights then biases: 0 for pooling and ReLU.
+    pub params: usize,
+}
+
+impl Placed {
+    /// (weights, biases) counts.
+    pub fn split(&self) -> (usize, usize) {
+        match self.layer {
+            Layer::Conv { out, .. } | Layer::Dense { out } => (self.params - out, out),
+            _ => (0, 0),
+        }
+    }
+
+    /// What one weight's fan-in is: the bound of PyTorch's default initialization.
+    pub fn fan_in(&self) -> usize {
+        let (weights, biases) = self.split();
+        weights.checked_div(biases).unwrap_or(0)
+    }
+}
+
+/// A network for inputs of one shape and a number of classes, every shape checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Architecture {
+    pub name: ArchName,
+    pub input: Shape,
+    pub layers: Vec<Placed>,
+    pub params: usize,
+}
+
+impl Architecture {
+    /// `name` for `channels`×`side`×`side` images and `classes` classes.
+    pub fn new(name: ArchName, channels: usize, side: usize, classes: usize) -> Result<Self> {
+        let layers = match name {
+            ArchName::Lenet => vec![
+                Layer::Conv { out: 20, kernel: 5 },
+                Layer::MaxPool { size: 2 },
+                Layer::Relu,
+                Layer::Conv { out: 50, kernel: 5 },
+                Layer::MaxPool { size: 2 },
+                Layer::Relu,
+                Layer::Dense { out: 500 },
+                Layer::Relu,
+                Layer::Dense { out: classes },
+            ],
+        };
+        let input = Shape::Spatial {
+            c: channels,
+            h: side,
+            w: side,
+        };
+        Self::place(name, input, &layers)
+    }
+
+    pub(crate) fn place(name: ArchName, input: Shape, layers: &[Layer]) -> Result<Self> {
+        let (mut shape, mut offset, mut placed) = (input, 0, Vec::with_capacity(layers.len()));
+        for &layer in layers {
+            let (output, params) = step(shape, layer).ok_or_else(|| {
+                FlintError::Config(format!(
+                    "a {layer:?} layer cannot take a {shape:?} input (the images are too small for {name:?})"
+                ))
+            })?;
+            placed.push(Placed {
+                layer,
+                input: shape,
+                output,
+                offset,
+                params,
+            });
+            (shape, offset) = (output, offset + params);
+        }
+        Ok(Architecture {
+            name,
+            input,
+            layers: placed,
+            params: offset,
+        })
+    }
+
+    /// Logits per sample.
+    pub fn classes(&self) -> usize {
+        self.layers.last().map_or(0, |l| l.output.len())
+    }
+}
+
+/// A layer's output shape and parameter count, `None` where the input does not fit.
+fn step(input: Shape, layer: Layer) -> Option<(Shape, usize)> {
+    match (layer, input) {
+        (Layer::Conv { out, kernel }, Shape::Spatial { c, h, w }) => {
+            let (h, w) = (h.checked_sub(kernel)? + 1, w.checked_sub(kernel)? + 1);
+            Some((Shape::Spatial { c: out, h, w }, out * c * kernel * kernel + out))
+        }
+        (Layer::MaxPool { size }, Shape::Spatial { c, h, w }) if h >= size && w >= size => {
+            Some((Shape::Spatial { c, h: h / size, w: w / size }, 0))
+        }
+        (Layer::Relu, shape) => Some((shape, 0)),
+        (Layer::Dense { out }, shape) if out > 0 => {
+            Some((Shape::Flat(out), out * shape.len() + out))
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// TPFL Table 5 gives FedAvg's and FedProx's model as 1.64 MB: FLIS's LeNet on MNIST is
+    /// 431,080 float32 parameters = 1.644 MiB.
+    #[test]
+    fn lenet_on_mnist_is_table_5s_model() {
+        let a = Architecture::new(ArchName::Lenet, 1, 28, 10).unwrap();
+        assert_eq!(a.params, 431_080);
+        let counts: Vec<usize> = a.layers.iter().map(|l| l.params).filter(|&p| p > 0).collect();
+        assert_eq!(counts, [520, 25_050, 400_500, 5_010]);
+        assert_eq!(a.layers[6].input, Shape::Spatial { c: 50, h: 4, w: 4 });
+        assert_eq!(a.classes(), 10);
+        assert!((a.params as f64 * 4.0 / (1u64 << 20) as f64 - 1.644).abs() < 1e-3);
+    }
+
+    #[test]
+    fn images_too_small_for_the_network_are_refused() {
+        let e = Architecture::new(ArchName::Lenet, 1, 8, 10).unwrap_err().to_string();
+        assert!(e.contains("cannot take"), "{e}");
+    }
+}

@@ -1,0 +1,65 @@
+//! Convolutional networks for the neural baselines the papers compare against (TPFL Table 5,
+//! FedTMOS Table 1), trained on one thread, bit for bit the same from one seed.
+//!
+//! Why our own layers: measured on FLIS's LeNet, candle's CPU back end trains at 0.154×
+//! PyTorch's samples per second on one thread and burn's ndarray back end at 0.018×
+//! (docs/results/cnn-engine.md), and neither seeds per model. The layers here are a few loops
+//! around one matrix product (im2col), which is `matrixmultiply`'s, ndarray's GEMM.
+
+pub mod arch;
+mod gemm;
+mod layers;
+pub mod net;
+mod train;
+
+pub use arch::{ArchName, Architecture};
+pub use train::{CnnHyper, Samples, TrainStats, Trainer};
+
+use rand::RngExt;
+
+use crate::rng::FlintRng;
+
+/// A network: its architecture and its parameters, one flat vector (each layer's weights, in
+/// PyTorch's order, then its biases), which is what is averaged and sent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Cnn {
+    pub arch: Architecture,
+    pub params: Vec<f32>,
+}
+
+impl Cnn {
+    /// PyTorch's default initialization: weights and biases uniform in ±1/√fan_in.
+    pub fn init(arch: Architecture, rng: &mut FlintRng) -> Cnn {
+        let mut params = Vec::with_capacity(arch.params);
+        for l in &arch.layers {
+            let bound = 1.0 / (l.fan_in().max(1) as f32).sqrt();
+            params.extend((0..l.params).map(|_| rng.random_range(-bound..bound)));
+        }
+        Cnn { arch, params }
+    }
+
+    /// Each sample's predicted class, in batches of 256.
+    pub fn predict(&self, samples: &Samples) -> Vec<u32> {
+        let mut tape = net::Tape::default();
+        let mut x = Vec::new();
+        let classes = self.arch.classes();
+        let mut out = Vec::with_capacity(samples.len());
+        let all: Vec<usize> = (0..samples.len()).collect();
+        for batch in all.chunks(256) {
+            samples.gather(batch, &mut x);
+            net::forward(&self.arch, &self.params, &x, batch.len(), &mut tape);
+            out.extend(tape.logits().chunks_exact(classes).map(argmax));
+        }
+        out
+    }
+}
+
+fn argmax(row: &[f32]) -> u32 {
+    let mut best = 0;
+    for (k, v) in row.iter().enumerate() {
+        if *v > row[best] {
+            best = k;
+        }
+    }
+    best as u32
+}

@@ -1,0 +1,106 @@
+use super::initial_network;
+use crate::data::images::PixelShard;
+use crate::metrics::ConfusionMatrix;
+use crate::model::cnn::{Cnn, CnnHyper, Trainer};
+use crate::rng::FlintRng;
+use crate::strategy::ClientStrategy;
+use crate::strategy::resume;
+use crate::wire::network::{decode_params, encode_params};
+use crate::wire::proto::Payload;
+use crate::{FlintError, Result, Round};
+
+/// A client of a network federation: its network, replaced by each download, trained by SGD;
+/// under FedProx held near the download by the proximal term (μ).
+pub struct CnnClient {
+    cnn: Cnn,
+    hyper: CnnHyper,
+    trainer: Trainer,
+    /// FedProx's μ; `None` for FedAvg.
+    mu: Option<f32>,
+    /// The last download: FedProx's w_global.
+    global: Vec<f32>,
+    /// No download replaces the model (`local`, `central`): a restart needs it back.
+    keeps_model: bool,
+}
+
+impl CnnClient {
+    /// Starts from the run's initial network, the one the server sends first.
+    pub fn new(hyper: CnnHyper, features: usize, classes: usize, seed: u64) -> Result<Self> {
+        let cnn = initial_network(hyper.architecture, features, classes, seed)?;
+        Ok(CnnClient {
+            global: cnn.params.clone(),
+            cnn,
+            hyper,
+            trainer: Trainer::default(),
+            mu: None,
+            keeps_model: false,
+        })
+    }
+
+    /// FedProx (Li et al. 2020, Eq. 2): local training minimises F_k(w) + μ/2 ‖w − w_global‖².
+    pub fn with_proximal(self, mu: f64) -> Self {
+        CnnClient {
+            mu: Some(mu as f32),
+            ..self
+        }
+    }
+
+    /// A client whose model no download replaces (the `local` and `central` baselines).
+    pub fn keeping_its_model(self) -> Self {
+        CnnClient {
+            keeps_model: true,
+            ..self
+        }
+    }
+
+    pub fn network(&self) -> &Cnn {
+        &self.cnn
+    }
+}
+
+impl ClientStrategy<PixelShard> for CnnClient {
+    fn apply(&mut self, _round: Round, download: &Payload) -> Result<()> {
+        let params = decode_params(download, self.cnn.arch.params)?;
+        self.global.clone_from(&params);
+        self.cnn.params = params;
+        Ok(())
+    }
+
+    fn train(&mut self, shard: &PixelShard, round: Round, rng: &mut FlintRng) -> Result<Payload> {
+        let anchor = self.mu.map(|mu| (self.global.as_slice(), mu));
+        let samples = shard.train.samples();
+        let stats = self.trainer.train(&mut self.cnn, &samples, &self.hyper, anchor, rng);
+        if !stats.last_epoch_loss.is_finite() && stats.batches > 0 {
+            return Err(FlintError::Model(format!(
+                "round {round}: the network's training loss is {} (it diverged); lower cnn.learning_rate",
+                stats.last_epoch_loss
+            )));
+        }
+        Ok(encode_params(&self.cnn.params))
+    }
+
+    fn evaluate(&self, shard: &PixelShard) -> ConfusionMatrix {
+        let predicted = self.cnn.predict(&shard.test.samples());
+        ConfusionMatrix::from_predictions(self.cnn.arch.classes(), &shard.test.labels, &predicted)
+    }
+
+    /// The network, where no download replaces it; under FedAvg and FedProx the client
+    /// carries nothing (its batch order comes from the run's generator).
+    fn checkpoint(&self) -> Option<Vec<u8>> {
+        let bits: Vec<f64> = self.cnn.params.iter().map(|&w| f64::from(w)).collect();
+        self.keeps_model
+            .then(|| resume::frame(&[&resume::floats(&bits)]))
+    }
+
+    fn restore(&mut self, state: &[u8]) -> Result<()> {
+        let [params] = resume::unframe(state, 1)?[..] else {
+            unreachable!("unframe returns the parts asked for")
+        };
+        let params = resume::floats_from(params)?;
+        if params.len() != self.cnn.params.len() {
+            return Err(resume::bad("the network is not this run's"));
+        }
+        self.cnn.params = params.into_iter().map(|w| w as f32).collect();
+        Ok(())
+    }
+}

@@ -1,0 +1,127 @@
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::model::cnn::{ArchName, Architecture, Cnn};
+use crate::rng::derive_rng;
+use crate::strategy::decoder::UpdateDecoder;
+use crate::strategy::robust::RobustHyper;
+use crate::strategy::{Aggregate, Downloads, RoundReport, ServerStrategy, unexpected};
+use crate::wire::network::{decode_params, encode_params};
+use crate::wire::proto::{DataSummary, Payload};
+use crate::wire::Update;
+use crate::{ClientId, FlintError, Result, Round};
+
+/// The run's network for `features` pixels (a square image of one channel) and `classes`.
+pub fn architecture(name: ArchName, features: usize, classes: usize) -> Result<Architecture> {
+    let side = (features as f64).sqrt().round() as usize;
+    if side * side != features {
+        return Err(FlintError::Config(format!(
+            "a convolutional network reads square images; {features} pixels are not one"
+        )));
+    }
+    Architecture::new(name, 1, side, classes)
+}
+
+/// Every client's and the server's first network: one draw from the run's seed.
+pub fn initial_network(name: ArchName, features: usize, classes: usize, seed: u64) -> Result<Cnn> {
+    let arch = architecture(name, features, classes)?;
+    Ok(Cnn::init(arch, &mut derive_rng(seed, "cnn-init", 0)))
+}
+
+/// Reads a network's parameters, as many as the run's architecture has.
+pub struct NetworkDecoder {
+    pub arch: ArchName,
+    pub classes: usize,
+}
+
+impl UpdateDecoder for NetworkDecoder {
+    fn decode(&self, _client: ClientId, features: usize, update: &Payload) -> Result<Update> {
+        let expected = architecture(self.arch, features, self.classes)?.params;
+        decode_params(update, expected).map(Update::Network)
+    }
+}
+
+/// The weighted mean of the clients' networks, weights n_k / n over the clients that answered
+/// (or as `[robust]` says).
+pub struct NetworkMean {
+    pub arch: ArchName,
+    pub classes: usize,
+    pub seed: u64,
+    pub robust: RobustHyper,
+    /// The name its rounds are reported under.
+    pub tag: &'static str,
+}
+
+impl NetworkMean {
+    /// Each update's parameters, in client-id order, with its weight n_k / n.
+    fn weighted<'a>(
+        clients: &BTreeMap<ClientId, DataSummary>,
+        updates: &'a BTreeMap<ClientId, Update>,
+    ) -> Result<(Vec<&'a [f32]>, Vec<f64>)> {
+        let mut vectors = Vec::with_capacity(updates.len());
+        let mut samples = Vec::with_capacity(updates.len());
+        for (id, update) in updates {
+            let Update::Network(params) = update else {
+                return Err(unexpected("network_params", update));
+            };
+            let summary = clients.get(id).ok_or_else(|| {
+                FlintError::InvalidUpdate(format!("update from client {id}, which never joined"))
+            })?;
+            vectors.push(params.as_slice());
+            samples.push(summary.train_class_counts.iter().sum::<u64>() as f64);
+        }
+        Ok((vectors, n_k_over_n(&samples)))
+    }
+}
+
+/// n_k / n; equal weights where no client holds a sample.
+pub fn n_k_over_n(samples: &[f64]) -> Vec<f64> {
+    let total: f64 = samples.iter().sum();
+    match total > 0.0 {
+        true => samples.iter().map(|n| n / total).collect(),
+        false => vec![1.0 / samples.len().max(1) as f64; samples.len()],
+    }
+}
+
+/// Combines float32 networks as `robust` says, in f64 (the robust rules work in f64).
+pub fn combine_networks(robust: &RobustHyper, vectors: &[&[f32]], weights: &[f64]) -> (Vec<f32>, Vec<f64>) {
+    let wide: Vec<Vec<f64>> = vectors.iter().map(|v| v.iter().map(|&x| f64::from(x)).collect()).collect();
+    let views: Vec<&[f64]> = wide.iter().map(Vec::as_slice).collect();
+    let (combined, weights) = robust.combine(&views, weights);
+    (combined.into_iter().map(|x| x as f32).collect(), weights)
+}
+
+impl ServerStrategy for NetworkMean {
+    fn initial_download(&self, features: usize) -> Option<Payload> {
+        let cnn = initial_network(self.arch, features, self.classes, self.seed).ok()?;
+        Some(encode_params(&cnn.params))
+    }
+
+    fn decoder(&self) -> Arc<dyn UpdateDecoder> {
+        Arc::new(NetworkDecoder {
+            arch: self.arch,
+            classes: self.classes,
+        })
+    }
+
+    fn aggregate(
+        &mut self,
+        round: Round,
+        clients: &BTreeMap<ClientId, DataSummary>,
+        updates: &BTreeMap<ClientId, Update>,
+    ) -> Result<Aggregate> {
+        if updates.is_empty() {
+            return Err(FlintError::InvalidUpdate(format!(
+                "round {round} has no updates to aggregate"
+            )));
+        }
+        let (vectors, weights) = Self::weighted(clients, updates)?;
+        let (global, weights) = combine_networks(&self.robust, &vectors, &weights);
+        Ok(Aggregate {
+            downloads: Downloads::Broadcast(encode_params(&global)),
+            weights: updates.keys().copied().zip(weights).collect(),
+            report: RoundReport::plain(self.tag),
+            local: BTreeMap::new(),
+        })
+    }
+}

@@ -1,0 +1,160 @@
+use std::collections::BTreeMap;
+
+use super::*;
+use crate::data::images::PixelShard;
+use crate::data::pixels::PixelRows;
+use crate::model::cnn::{ArchName, CnnHyper};
+use crate::rng::derive_rng;
+use crate::strategy::robust::{RobustHyper, Rule};
+use crate::strategy::{ClientStrategy, Downloads, ServerStrategy};
+use crate::wire::network::{decode_params, encode_params};
+use crate::wire::proto::DataSummary;
+
+fn summary(samples: u64) -> DataSummary {
+    DataSummary {
+        train_class_counts: vec![samples],
+        test_samples: 0,
+        features: 784,
+        compute_ghz: 1.0,
+    }
+}
+
+fn server(robust: RobustHyper) -> NetworkMean {
+    NetworkMean {
+        arch: ArchName::Lenet,
+        classes: 10,
+        seed: 1,
+        robust,
+        tag: "fedavg-cnn",
+    }
+}
+
+fn network(value: f32) -> Vec<f32> {
+    vec![value; 431_080]
+}
+
+fn global(agg: &crate::strategy::Aggregate) -> Vec<f32> {
+    let Downloads::Broadcast(p) = &agg.downloads else {
+        panic!("fedavg broadcasts")
+    };
+    decode_params(p, 431_080).unwrap()
+}
+
+/// McMahan et al. 2017, Algorithm 1: w = Σ n_k/n w_k; n = (1, 3) gives (¼, ¾).
+#[test]
+fn fedavg_weights_networks_by_training_samples() {
+    let clients = BTreeMap::from([(1, summary(100)), (2, summary(300))]);
+    let mut s = server(RobustHyper::default());
+    let decode = |v: f32| s.decode(1, 784, &encode_params(&network(v))).unwrap();
+    let updates = BTreeMap::from([(1, decode(4.0)), (2, decode(8.0))]);
+    let agg = s.aggregate(1, &clients, &updates).unwrap();
+    assert_eq!(agg.weights, BTreeMap::from([(1, 0.25), (2, 0.75)]));
+    assert!(global(&agg).iter().all(|&w| w == 7.0));
+}
+
+/// `[robust]` applies to the networks too: under the coordinate-wise median, one client's
+/// wild (but finite and bounded) network does not move the global one.
+#[test]
+fn robust_rules_apply_to_networks() {
+    let clients = BTreeMap::from([(1, summary(1)), (2, summary(1)), (3, summary(1000))]);
+    let median = RobustHyper {
+        rule: Rule::Median,
+        ..Default::default()
+    };
+    let mut s = server(median);
+    let decode = |v: f32| s.decode(1, 784, &encode_params(&network(v))).unwrap();
+    let updates = BTreeMap::from([(1, decode(0.5)), (2, decode(0.25)), (3, decode(9000.0))]);
+    let agg = s.aggregate(1, &clients, &updates).unwrap();
+    assert!(global(&agg).iter().all(|&w| w == 0.5));
+}
+
+#[test]
+fn wrong_sizes_nan_and_exploded_networks_are_refused() {
+    let s = server(RobustHyper::default());
+    let e = s.decode(1, 784, &encode_params(&[0.0; 10])).unwrap_err().to_string();
+    assert!(e.contains("expected 431080"), "{e}");
+    let mut nan = network(0.0);
+    nan[7] = f32::NAN;
+    let e = s.decode(1, 784, &encode_params(&nan)).unwrap_err().to_string();
+    assert!(e.contains("parameter 7 is NaN"), "{e}");
+    let e = s.decode(1, 784, &encode_params(&network(1e9))).unwrap_err().to_string();
+    assert!(e.contains("exploded"), "{e}");
+    let e = s.decode(1, 783, &encode_params(&network(0.0))).unwrap_err().to_string();
+    assert!(e.contains("not one"), "{e}");
+}
+
+/// Synthetic 28×28 images: class c lights a 6×6 square at a place of its own.
+pub fn squares(per_class: usize, classes: usize, seed: u64) -> PixelRows {
+    use rand::RngExt;
+    let mut rng = derive_rng(seed, "squares", 0);
+    let (mut pixels, mut labels) = (Vec::new(), Vec::new());
+    for i in 0..per_class * classes {
+        let c = i % classes;
+        let (top, left) = (2 + (c / 3) * 8, 2 + (c % 3) * 8);
+        for y in 0..28 {
+            for x in 0..28 {
+                let inside = (top..top + 6).contains(&y) && (left..left + 6).contains(&x);
+                let noise: u8 = rng.random_range(0..40);
+                pixels.push(if inside { 200 + noise } else { noise });
+            }
+        }
+        labels.push(c as u32);
+    }
+    PixelRows {
+        per: 784,
+        pixels,
+        labels,
+        classes,
+    }
+}
+
+fn shard(seed: u64) -> PixelShard {
+    PixelShard {
+        train: squares(20, 4, seed),
+        test: squares(10, 4, seed + 100),
+        confidence: None,
+        prefit: None,
+    }
+}
+
+/// Two clients learn the squares in a few rounds, and the same seed gives the same bits.
+#[test]
+fn a_small_federation_learns_and_is_bit_for_bit_reproducible() {
+    let hyper = CnnHyper {
+        local_epochs: 2,
+        batch_size: 8,
+        learning_rate: 0.05,
+        ..CnnHyper::default()
+    };
+    let run = || {
+        let mut s = server(RobustHyper::default());
+        s.classes = 4;
+        let mut clients: Vec<CnnClient> = (0..2)
+            .map(|_| CnnClient::new(hyper, 784, 4, 1).unwrap())
+            .collect();
+        let shards = [shard(1), shard(2)];
+        let mut download = s.initial_download(784).unwrap();
+        let summaries = BTreeMap::from([(1, summary(80)), (2, summary(80))]);
+        for round in 1..=3 {
+            let mut updates = BTreeMap::new();
+            for (k, c) in clients.iter_mut().enumerate() {
+                c.apply(round - 1, &download).unwrap();
+                let mut rng = derive_rng(1, "train", k as u32 + 1);
+                let up = c.train(&shards[k], round, &mut rng).unwrap();
+                updates.insert(k as u32 + 1, s.decode(1, 784, &up).unwrap());
+            }
+            let agg = s.aggregate(round, &summaries, &updates).unwrap();
+            let Downloads::Broadcast(p) = agg.downloads else {
+                panic!("a broadcast")
+            };
+            download = p;
+        }
+        clients[0].apply(3, &download).unwrap();
+        let accuracy = clients[0].evaluate(&shards[0]).metrics().accuracy;
+        (download, accuracy)
+    };
+    let (a, accuracy) = run();
+    let (b, _) = run();
+    assert_eq!(a, b, "the same seed gives the same network, bit for bit");
+    assert!(accuracy > 0.9, "accuracy {accuracy}");
+}
