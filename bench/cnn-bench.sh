@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Candidate CNN engines for Flint's neural baselines beside PyTorch (CPU), one after the other in
-# the same run: FLIS's LeNet on MNIST (431,080 parameters, 1.64 MiB as float32), SGD lr 0.01 without
+# Flint's CNN engine (and the crates it was chosen over) beside PyTorch (CPU), one after the other
+# in the same run: FLIS's LeNet on MNIST (431,080 parameters, 1.64 MiB as float32), SGD lr 0.01 without
 # momentum, batch 32, cross-entropy, one thread each. Not part of CI: it installs torch from PyPI
 # into a virtual environment and builds bench/cnn (a standalone cargo project) outside the repo.
 #
@@ -36,24 +36,34 @@ if ! "$VENV/bin/python" -c 'import torch' 2>/dev/null; then
   "$VENV/bin/pip" install -q torch --index-url https://download.pytorch.org/whl/cpu ||
     "$VENV/bin/pip" install -q torch
 fi
-# Each binary with its engine's feature alone (one build with both features would unify their
-# dependencies' features and rebuild burn). BURN_FLEX=1 adds burn's new flex CPU backend (burn 0.22
-# deprecates burn-ndarray for it): a further ~20 minutes of compiling on 2 cores.
-burn_features=burn
-[ "${BURN_FLEX:-0}" = 1 ] && burn_features=burn-flex
-# Separate target folders for the same reason.
-(cd bench/cnn &&
-  CARGO_TARGET_DIR=$CARGO_TARGET_DIR $NICE cargo build -q --release --no-default-features --features "$burn_features" --bin burn_cnn &&
-  CARGO_TARGET_DIR=$CARGO_TARGET_DIR-candle $NICE cargo build -q --release --no-default-features --features candle --bin candle_cnn)
-bin=$CARGO_TARGET_DIR/release
-
-# name | command
-engines=("burn-ndarray|env BURN_BACKEND=ndarray $bin/burn_cnn")
-[ "${BURN_FLEX:-0}" = 1 ] && engines+=("burn-flex|env BURN_BACKEND=flex $bin/burn_cnn")
-engines+=(
-  "candle|$CARGO_TARGET_DIR-candle/release/candle_cnn"
-  "torch|$VENV/bin/python -W ignore bench/cnn/torch_cnn.py"
-)
+# ENGINES picks the engines (default: Flint's own and PyTorch; add candle, burn-ndarray or
+# burn-flex for the crates measured before Flint's engine was written).
+ENGINES=${ENGINES:-flint torch}
+want() { [[ " $ENGINES " == *" $1 "* ]]; }
+# Each crate binary with its engine's feature alone (one build with both features would unify
+# their dependencies' features and rebuild burn), in separate target folders for the same
+# reason. burn-flex: burn's new CPU backend (burn 0.22 deprecates burn-ndarray for it), a
+# further ~20 minutes of compiling on 2 cores.
+crate_build() { (cd bench/cnn && CARGO_TARGET_DIR=$1 $NICE cargo build -q --release --no-default-features --features "$2" --bin "$3"); }
+engines=()
+if want flint; then
+  # Flint's engine (common/src/model/cnn), built in the repository's own target folder.
+  CARGO_TARGET_DIR=target $NICE cargo build -q --release -p flint-common --example cnn_mnist
+  engines+=("flint|target/release/examples/cnn_mnist")
+fi
+if want burn-ndarray; then
+  crate_build "$CARGO_TARGET_DIR" burn burn_cnn
+  engines+=("burn-ndarray|env BURN_BACKEND=ndarray $CARGO_TARGET_DIR/release/burn_cnn")
+fi
+if want burn-flex; then
+  crate_build "$CARGO_TARGET_DIR" burn-flex burn_cnn
+  engines+=("burn-flex|env BURN_BACKEND=flex $CARGO_TARGET_DIR/release/burn_cnn")
+fi
+if want candle; then
+  crate_build "$CARGO_TARGET_DIR-candle" candle candle_cnn
+  engines+=("candle|$CARGO_TARGET_DIR-candle/release/candle_cnn")
+fi
+engines+=("torch|$VENV/bin/python -W ignore bench/cnn/torch_cnn.py")
 echo "load before the timed runs: $(uptime)"
 for e in "${engines[@]}"; do
   IFS='|' read -r name cmd <<<"$e"

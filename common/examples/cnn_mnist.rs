@@ -19,7 +19,10 @@ fn env(name: &str, default: u64) -> u64 {
 fn load(dir: &Path, prefix: &str) -> (Vec<u8>, Vec<u32>) {
     let images = idx::load(&dir.join(format!("{prefix}-images-idx3-ubyte.gz"))).unwrap();
     let labels = idx::load(&dir.join(format!("{prefix}-labels-idx1-ubyte.gz"))).unwrap();
-    (images.data, labels.data.iter().map(|&l| u32::from(l)).collect())
+    (
+        images.data,
+        labels.data.iter().map(|&l| u32::from(l)).collect(),
+    )
 }
 
 /// bench/cnn/common.rs's SplitMix64 and its per-epoch Fisher–Yates order.
@@ -45,11 +48,23 @@ fn main() {
     let dir = Path::new(&data).join("mnist");
     let (train_x, train_y) = load(&dir, "train");
     let (test_x, test_y) = load(&dir, "t10k");
-    let train = Samples { pixels: &train_x, labels: &train_y, per: 784 };
-    let test = Samples { pixels: &test_x, labels: &test_y, per: 784 };
+    let train = Samples {
+        pixels: &train_x,
+        labels: &train_y,
+        per: 784,
+    };
+    let test = Samples {
+        pixels: &test_x,
+        labels: &test_y,
+        per: 784,
+    };
     let arch = Architecture::new(ArchName::Lenet, 1, 28, 10).unwrap();
     let mut cnn = Cnn::init(arch, &mut derive_rng(seed, "cnn-init", 0));
-    let hyper = CnnHyper { batch_size: 32, learning_rate: 0.01, ..CnnHyper::default() };
+    let hyper = CnnHyper {
+        batch_size: 32,
+        learning_rate: 0.01,
+        ..CnnHyper::default()
+    };
     println!(
         "flint cnn (matrixmultiply) LeNet params {} batch 32 lr 0.01 seed {seed}",
         cnn.params.len()
@@ -69,7 +84,12 @@ fn main() {
             batches += 1;
         }
         let secs = start.elapsed().as_secs_f64();
-        let hits = cnn.predict(&test).iter().zip(&test_y).filter(|(p, y)| p == y).count();
+        let hits = cnn
+            .predict(&test)
+            .iter()
+            .zip(&test_y)
+            .filter(|(p, y)| p == y)
+            .count();
         println!(
             "epoch {epoch} train {secs:.2} s  {:.1} samples/s  test accuracy {:.2} %  mean loss {:.6}  last loss {last:.9} bits {:#010x}",
             seen as f64 / secs,

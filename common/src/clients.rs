@@ -173,7 +173,10 @@ fn prepare_images(
         return prepare_on_pool(e, &pool, ids, summaries, half);
     }
     let pool = e.data.load_images(data_dir)?;
-    let half = |features, id| e.strategy.bits_client(features, classes, e.seed, id, clients);
+    let half = |features, id| {
+        e.strategy
+            .bits_client(features, classes, e.seed, id, clients)
+    };
     prepare_on_pool(e, &pool, ids, summaries, half)
 }
 

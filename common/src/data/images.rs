@@ -19,8 +19,8 @@ use rand::seq::SliceRandom;
 
 use super::booleanize::{Binarize, BitRows};
 use super::mnist::{self, Split};
-use super::pixels::PixelRows;
 use super::partition::{ClassPools, dirichlet_proportions};
+use super::pixels::PixelRows;
 use crate::rng::derive_rng;
 use crate::{ClientId, FlintError, Result};
 
@@ -255,7 +255,12 @@ impl<'a, R: ImageRows> ShardSource<'a, R> {
 impl<R: ImageRows> ShardSource<'_, R> {
     /// Client `client`'s shard from its training rows (a split of the whole training set):
     /// its test rows drawn from the test half with the same class proportions.
-    pub fn from_rows(&self, rows: &[usize], test: usize, client: ClientId) -> Result<ImageShard<R>> {
+    pub fn from_rows(
+        &self,
+        rows: &[usize],
+        test: usize,
+        client: ClientId,
+    ) -> Result<ImageShard<R>> {
         let pool = self.pool;
         let mut counts = vec![0usize; self.train.classes()];
         for &i in rows {

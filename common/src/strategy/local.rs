@@ -10,10 +10,12 @@ use serde::Serialize;
 use super::StrategyState;
 use super::contract::{Facts, Strategy, StrategyParams};
 use super::fedavg::FedAvgClient;
+use super::fedavg_cnn::CnnClient;
 use super::model_spec::ModelSpec;
 use super::robust::RobustHyper;
 use super::sections::{Checked, Sections};
 use super::{Aggregate, ClientStrategy, Downloads, ModelKind, RoundReport, ServerStrategy};
+use crate::data::images::PixelShard;
 use crate::data::{DataShape, Shard};
 use crate::model::tm::ClauseBanks;
 use crate::params::ParamResult;
@@ -115,6 +117,23 @@ impl<const CENTRAL: bool> StrategyParams for BaselineSpec<CENTRAL> {
                 Ok(Box::new(client))
             }
             other => other.table_client(features, classes),
+        }
+    }
+
+    /// A network no download replaces, kept by the client for a restart.
+    fn pixels_client(
+        &self,
+        features: usize,
+        classes: usize,
+        seed: u64,
+        client: ClientId,
+    ) -> Result<Box<dyn ClientStrategy<PixelShard>>> {
+        match &self.0 {
+            ModelSpec::Cnn(h) => {
+                let client = CnnClient::new(*h, features, classes, seed)?.keeping_its_model();
+                Ok(Box::new(client))
+            }
+            other => other.pixels_client(features, classes, seed, client),
         }
     }
 

@@ -62,11 +62,16 @@ mod tests {
         assert_eq!(decode_params(&p, 3).unwrap(), [0.5, -1.25, 3.0]);
         let e = decode_params(&p, 4).unwrap_err().to_string();
         assert!(e.contains("has 3 parameters, expected 4"), "{e}");
-        let e = decode_params(&encode_params(&[0.0, f32::NAN]), 2).unwrap_err().to_string();
+        let e = decode_params(&encode_params(&[0.0, f32::NAN]), 2)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("parameter 1 is NaN, not finite"), "{e}");
-        let e = decode_params(&encode_params(&[2.0e5]), 1).unwrap_err().to_string();
+        let e = decode_params(&encode_params(&[2.0e5]), 1)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("the update exploded"), "{e}");
-        let linear = crate::wire::encode_linear(&crate::model::logreg::LogReg::binary(vec![1.0], 0.0));
+        let linear =
+            crate::wire::encode_linear(&crate::model::logreg::LogReg::binary(vec![1.0], 0.0));
         let e = decode_params(&linear, 1).unwrap_err().to_string();
         assert!(e.contains("got linear_model"), "{e}");
     }

@@ -144,11 +144,19 @@ fn step(input: Shape, layer: Layer) -> Option<(Shape, usize)> {
     match (layer, input) {
         (Layer::Conv { out, kernel }, Shape::Spatial { c, h, w }) => {
             let (h, w) = (h.checked_sub(kernel)? + 1, w.checked_sub(kernel)? + 1);
-            Some((Shape::Spatial { c: out, h, w }, out * c * kernel * kernel + out))
+            Some((
+                Shape::Spatial { c: out, h, w },
+                out * c * kernel * kernel + out,
+            ))
         }
-        (Layer::MaxPool { size }, Shape::Spatial { c, h, w }) if h >= size && w >= size => {
-            Some((Shape::Spatial { c, h: h / size, w: w / size }, 0))
-        }
+        (Layer::MaxPool { size }, Shape::Spatial { c, h, w }) if h >= size && w >= size => Some((
+            Shape::Spatial {
+                c,
+                h: h / size,
+                w: w / size,
+            },
+            0,
+        )),
         (Layer::Relu, shape) => Some((shape, 0)),
         (Layer::Dense { out }, shape) if out > 0 => {
             Some((Shape::Flat(out), out * shape.len() + out))
@@ -167,7 +175,12 @@ mod tests {
     fn lenet_on_mnist_is_table_5s_model() {
         let a = Architecture::new(ArchName::Lenet, 1, 28, 10).unwrap();
         assert_eq!(a.params, 431_080);
-        let counts: Vec<usize> = a.layers.iter().map(|l| l.params).filter(|&p| p > 0).collect();
+        let counts: Vec<usize> = a
+            .layers
+            .iter()
+            .map(|l| l.params)
+            .filter(|&p| p > 0)
+            .collect();
         assert_eq!(counts, [520, 25_050, 400_500, 5_010]);
         assert_eq!(a.layers[6].input, Shape::Spatial { c: 50, h: 4, w: 4 });
         assert_eq!(a.classes(), 10);
@@ -176,7 +189,9 @@ mod tests {
 
     #[test]
     fn images_too_small_for_the_network_are_refused() {
-        let e = Architecture::new(ArchName::Lenet, 1, 8, 10).unwrap_err().to_string();
+        let e = Architecture::new(ArchName::Lenet, 1, 8, 10)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("cannot take"), "{e}");
     }
 }

@@ -86,7 +86,13 @@ pub struct ConvBackward<'a> {
 }
 
 impl ConvBackward<'_> {
-    pub fn run(&self, dy: &[f32], grads: &mut [f32], scratch: &mut Vec<f32>, dx: Option<&mut Vec<f32>>) {
+    pub fn run(
+        &self,
+        dy: &[f32],
+        grads: &mut [f32],
+        scratch: &mut Vec<f32>,
+        dx: Option<&mut Vec<f32>>,
+    ) {
         let rows = self.c * self.k * self.k;
         let out = self.w.len() / rows;
         let cols = dy.len() / out;
@@ -116,7 +122,15 @@ impl ConvBackward<'_> {
 }
 
 /// Max over `size`×`size` windows of each plane; `at` keeps each maximum's place in its plane.
-pub fn pool_forward(x: &[f32], planes: usize, h: usize, w: usize, size: usize, y: &mut Vec<f32>, at: &mut Vec<u32>) {
+pub fn pool_forward(
+    x: &[f32],
+    planes: usize,
+    h: usize,
+    w: usize,
+    size: usize,
+    y: &mut Vec<f32>,
+    at: &mut Vec<u32>,
+) {
     let (oh, ow) = (h / size, w / size);
     y.clear();
     at.clear();
@@ -147,7 +161,10 @@ pub fn pool_backward(dy: &[f32], at: &[u32], plane_in: usize, dx: &mut Vec<f32>,
     dx.resize(planes * plane_in, 0.0);
     for p in 0..planes {
         let (dst, src) = (&mut dx[p * plane_in..][..plane_in], p * plane_out);
-        for (d, &i) in dy[src..src + plane_out].iter().zip(&at[src..src + plane_out]) {
+        for (d, &i) in dy[src..src + plane_out]
+            .iter()
+            .zip(&at[src..src + plane_out])
+        {
             dst[i as usize] += d;
         }
     }
@@ -194,14 +211,26 @@ pub fn dense_forward(params: (&[f32], &[f32]), x: &[f32], n: usize, y: &mut Vec<
     let input = w.len() / out;
     y.clear();
     y.resize(n * out, 0.0);
-    gemm(View::rows(x, n, input), View::rows(w, out, input).t(), 0.0, y);
+    gemm(
+        View::rows(x, n, input),
+        View::rows(w, out, input).t(),
+        0.0,
+        y,
+    );
     for row in y.chunks_exact_mut(out) {
         row.iter_mut().zip(b).for_each(|(v, bias)| *v += bias);
     }
 }
 
 /// Gradients of a dense layer into `grads` (weights then biases) and, if asked, `dx`.
-pub fn dense_backward(w: &[f32], x: &[f32], dy: &[f32], n: usize, grads: &mut [f32], dx: Option<&mut Vec<f32>>) {
+pub fn dense_backward(
+    w: &[f32],
+    x: &[f32],
+    dy: &[f32],
+    n: usize,
+    grads: &mut [f32],
+    dx: Option<&mut Vec<f32>>,
+) {
     let out = dy.len() / n;
     let input = w.len() / out;
     let (dw, db) = grads.split_at_mut(w.len());

@@ -174,7 +174,9 @@ mod tests {
     fn values(n: usize, mut z: u64) -> Vec<f32> {
         (0..n)
             .map(|_| {
-                z = z.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+                z = z
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
                 ((z >> 40) as f32 / (1u64 << 24) as f32) - 0.5
             })
             .collect()
@@ -193,7 +195,13 @@ mod tests {
         loss_and_grad(&arch, &params, &x, &labels, &mut tape);
         let grad = tape.grad().to_vec();
         let mut checked = 0;
-        let base = f64::from(loss_and_grad(&arch, &params, &x, &labels, &mut Tape::default()));
+        let base = f64::from(loss_and_grad(
+            &arch,
+            &params,
+            &x,
+            &labels,
+            &mut Tape::default(),
+        ));
         let mut kinks = 0;
         for i in 0..arch.params {
             let at = |delta: f32| {
@@ -222,6 +230,10 @@ mod tests {
             checked += usize::from(analytic != 0.0);
         }
         assert!(kinks < arch.params / 20, "{kinks} parameters sit on a kink");
-        assert!(checked > arch.params / 2, "most gradients are not zero: {checked} of {}", arch.params);
+        assert!(
+            checked > arch.params / 2,
+            "most gradients are not zero: {checked} of {}",
+            arch.params
+        );
     }
 }

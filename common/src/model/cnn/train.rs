@@ -50,8 +50,18 @@ impl CnnHyper {
             self.momentum,
             (0.0..1.0).contains(&self.momentum),
         )?;
-        require("cnn.local_epochs", "at least 1", self.local_epochs, self.local_epochs > 0)?;
-        require("cnn.batch_size", "at least 1", self.batch_size, self.batch_size > 0)?;
+        require(
+            "cnn.local_epochs",
+            "at least 1",
+            self.local_epochs,
+            self.local_epochs > 0,
+        )?;
+        require(
+            "cnn.batch_size",
+            "at least 1",
+            self.batch_size,
+            self.batch_size > 0,
+        )?;
         Ok(self)
     }
 }

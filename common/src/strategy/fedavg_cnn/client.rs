@@ -69,7 +69,9 @@ impl ClientStrategy<PixelShard> for CnnClient {
     fn train(&mut self, shard: &PixelShard, round: Round, rng: &mut FlintRng) -> Result<Payload> {
         let anchor = self.mu.map(|mu| (self.global.as_slice(), mu));
         let samples = shard.train.samples();
-        let stats = self.trainer.train(&mut self.cnn, &samples, &self.hyper, anchor, rng);
+        let stats = self
+            .trainer
+            .train(&mut self.cnn, &samples, &self.hyper, anchor, rng);
         if !stats.last_epoch_loss.is_finite() && stats.batches > 0 {
             return Err(FlintError::Model(format!(
                 "round {round}: the network's training loss is {} (it diverged); lower cnn.learning_rate",

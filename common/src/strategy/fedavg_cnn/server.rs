@@ -6,9 +6,9 @@ use crate::rng::derive_rng;
 use crate::strategy::decoder::UpdateDecoder;
 use crate::strategy::robust::RobustHyper;
 use crate::strategy::{Aggregate, Downloads, RoundReport, ServerStrategy, unexpected};
+use crate::wire::Update;
 use crate::wire::network::{decode_params, encode_params};
 use crate::wire::proto::{DataSummary, Payload};
-use crate::wire::Update;
 use crate::{ClientId, FlintError, Result, Round};
 
 /// The run's network for `features` pixels (a square image of one channel) and `classes`.
@@ -84,8 +84,15 @@ pub fn n_k_over_n(samples: &[f64]) -> Vec<f64> {
 }
 
 /// Combines float32 networks as `robust` says, in f64 (the robust rules work in f64).
-pub fn combine_networks(robust: &RobustHyper, vectors: &[&[f32]], weights: &[f64]) -> (Vec<f32>, Vec<f64>) {
-    let wide: Vec<Vec<f64>> = vectors.iter().map(|v| v.iter().map(|&x| f64::from(x)).collect()).collect();
+pub fn combine_networks(
+    robust: &RobustHyper,
+    vectors: &[&[f32]],
+    weights: &[f64],
+) -> (Vec<f32>, Vec<f64>) {
+    let wide: Vec<Vec<f64>> = vectors
+        .iter()
+        .map(|v| v.iter().map(|&x| f64::from(x)).collect())
+        .collect();
     let views: Vec<&[f64]> = wide.iter().map(Vec::as_slice).collect();
     let (combined, weights) = robust.combine(&views, weights);
     (combined.into_iter().map(|x| x as f32).collect(), weights)

@@ -71,15 +71,27 @@ fn robust_rules_apply_to_networks() {
 #[test]
 fn wrong_sizes_nan_and_exploded_networks_are_refused() {
     let s = server(RobustHyper::default());
-    let e = s.decode(1, 784, &encode_params(&[0.0; 10])).unwrap_err().to_string();
+    let e = s
+        .decode(1, 784, &encode_params(&[0.0; 10]))
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("expected 431080"), "{e}");
     let mut nan = network(0.0);
     nan[7] = f32::NAN;
-    let e = s.decode(1, 784, &encode_params(&nan)).unwrap_err().to_string();
+    let e = s
+        .decode(1, 784, &encode_params(&nan))
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("parameter 7 is NaN"), "{e}");
-    let e = s.decode(1, 784, &encode_params(&network(1e9))).unwrap_err().to_string();
+    let e = s
+        .decode(1, 784, &encode_params(&network(1e9)))
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("exploded"), "{e}");
-    let e = s.decode(1, 783, &encode_params(&network(0.0))).unwrap_err().to_string();
+    let e = s
+        .decode(1, 783, &encode_params(&network(0.0)))
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("not one"), "{e}");
 }
 

@@ -33,7 +33,12 @@ impl Default for FedProxHyper {
 
 impl FedProxHyper {
     pub fn check(self) -> ParamResult<FedProxHyper> {
-        require("fedprox.mu", "finite and at least 0", self.mu, self.mu.is_finite() && self.mu >= 0.0)?;
+        require(
+            "fedprox.mu",
+            "finite and at least 0",
+            self.mu,
+            self.mu.is_finite() && self.mu >= 0.0,
+        )?;
         Ok(self)
     }
 }
@@ -91,6 +96,10 @@ impl StrategyParams for FedProxSpec {
     }
 
     fn setting(&self, images: bool, compression: crate::wire::Compression) -> String {
-        format!("{}, μ = {}", self.model().setting(images, compression), self.fedprox.mu)
+        format!(
+            "{}, μ = {}",
+            self.model().setting(images, compression),
+            self.fedprox.mu
+        )
     }
 }

@@ -1,0 +1,152 @@
+//! The neural baselines over real gRPC (TPFL Table 5's FedAvg and FedProx rows): a small
+//! federation of LeNets on an MNIST subset, each client its own process, reproducible bit for
+//! bit from its seed, and a server killed mid-run resumes it to the same end.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use support::*;
+
+const LIMIT: Duration = Duration::from_secs(300);
+/// FLIS's LeNet on MNIST: 431,080 float32 parameters (TPFL Table 5: 1.64 MB per model).
+const PARAMS: u64 = 431_080;
+
+fn experiment(dir: &Path, strategy: &str) -> std::path::PathBuf {
+    let text = format!(
+        "name = \"{strategy}-small\"\nstrategy = \"{strategy}\"\nseed = 3\nrounds = 3\nclient_count = 3\n\
+         [server]\nround_timeout_secs = 300\neval_timeout_secs = 120\n\
+         [data]\nsource = \"mnist\"\n\
+         [partition]\nkind = \"dirichlet\"\nsamples = 400\niid_clients = 3\n\
+         [cnn]\nlocal_epochs = 2\nbatch_size = 16\nlearning_rate = 0.05\ntest_samples = 300\n"
+    );
+    write(dir, &format!("{strategy}.toml"), &text)
+}
+
+/// Per round, every client's metrics and weights: what must not move.
+fn metrics_of(run: &Path) -> BTreeMap<u32, serde_json::Value> {
+    results(run)
+        .rounds
+        .iter()
+        .map(|r| {
+            let v = serde_json::json!({ "metrics": r.metrics, "weights": r.weights });
+            (r.round, v)
+        })
+        .collect()
+}
+
+fn clients(exp: &Path, addr: &str, out: &Path) -> Vec<Proc> {
+    (1..=3)
+        .map(|i| {
+            start_clients(
+                exp,
+                &format!("http://{addr}"),
+                &[&format!("client-{i}")],
+                out,
+            )
+        })
+        .collect()
+}
+
+fn finish(server: &mut Proc, clients: &mut [Proc]) {
+    for c in clients.iter_mut() {
+        assert!(c.wait(LIMIT).success(), "a client failed");
+    }
+    assert!(server.wait(LIMIT).success(), "the server failed");
+}
+
+fn free_addr() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().to_string()
+}
+
+/// `exp` run to its end in `out`; when `kill_after` is a round, the server is killed with
+/// SIGKILL once that round has closed and started again with the same arguments.
+fn run(exp: &Path, out: &Path, kill_after: Option<u32>) {
+    std::fs::create_dir_all(out).unwrap();
+    let addr = free_addr();
+    let mut s = start_server_at(exp, out, &addr, "server-1.log", &[]).0;
+    let mut c = clients(exp, &addr, out);
+    if let Some(round) = kill_after {
+        wait_for(LIMIT, || status(out).filter(|s| s.closed_rounds >= round));
+        s.signal("KILL");
+        s.wait(LIMIT);
+        s = start_server_at(exp, out, &addr, "server-2.log", &[]).0;
+    }
+    finish(&mut s, &mut c);
+}
+
+#[test]
+#[ignore = "needs FLINT_DATA_DIR with MNIST; CI runs it"]
+fn a_cnn_federation_learns_counts_its_bytes_and_resumes_as_if_never_killed() {
+    let root = tempfile::tempdir().unwrap();
+    let exp = experiment(root.path(), "fedavg-cnn");
+    let plain = root.path().join("plain");
+    run(&exp, &plain, None);
+    let r = results(&plain);
+    assert_eq!(r.rounds.len(), 4, "round 0 and three rounds");
+    let last = &r.rounds[3];
+    assert_eq!(last.metrics.len(), 3, "every client evaluated");
+    let mean = last.mean.unwrap().accuracy;
+    assert!(mean > 0.8, "mean accuracy after 3 rounds {mean}");
+    assert!(mean > r.rounds[1].mean.unwrap().accuracy, "it learned on");
+    for round in 1..=3u32 {
+        for id in 1..=3u32 {
+            // The papers' count: 4 bytes a parameter, up and down; the payload holds them as
+            // packed float32, with the update's framing and the evaluations it carries.
+            let server = &r.ledger.flows[&id][&round];
+            assert_eq!(server.up.paper, 4 * PARAMS, "round {round} client {id}");
+            let up = server.up.payload;
+            assert!((4 * PARAMS..4 * PARAMS + 1024).contains(&up), "{up}");
+            assert_eq!(server.down.paper, 4 * PARAMS, "round {round} client {id}");
+        }
+    }
+
+    let again = root.path().join("again");
+    run(&exp, &again, None);
+    assert_eq!(
+        metrics_of(&again),
+        metrics_of(&plain),
+        "one seed, the same run"
+    );
+
+    let killed = root.path().join("killed");
+    run(&exp, &killed, Some(1));
+    assert_eq!(
+        metrics_of(&killed),
+        metrics_of(&plain),
+        "resumed as if never killed"
+    );
+}
+
+#[test]
+#[ignore = "needs FLINT_DATA_DIR with MNIST; CI runs it"]
+fn fedprox_differs_from_fedavg_only_by_its_proximal_term() {
+    let root = tempfile::tempdir().unwrap();
+    let runs = root.path().join("runs");
+    let data = std::env::var("FLINT_DATA_DIR").unwrap_or_else(|_| "../shared/data".into());
+    let run = |strategy: &str, set: &[&str]| {
+        let exp = experiment(root.path(), strategy);
+        let mut cmd = flint_run(&exp, Path::new(&data), &runs);
+        for s in set {
+            cmd.args(["--set", s]);
+        }
+        ok(&mut cmd);
+        results(&runs.join(format!("{strategy}-small")))
+    };
+    let fedavg = run("fedavg-cnn", &[]);
+    // μ = 0: FedProx is FedAvg, bit for bit.
+    let mu_zero = run("fedprox", &["fedprox.mu=0"]);
+    for round in 1..=3 {
+        assert_eq!(
+            mu_zero.rounds[round].metrics, fedavg.rounds[round].metrics,
+            "round {round}"
+        );
+    }
+    // TPFL §6.6's μ = 0.1 pulls each client towards the global model: other networks.
+    let prox = run("fedprox", &[]);
+    assert_ne!(prox.rounds[3].metrics, fedavg.rounds[3].metrics);
+    assert!(prox.rounds[3].mean.unwrap().accuracy > 0.6);
+}
