@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Writes experiments/table5/: TPFL's Table 5 (§6.8) on one wire — FedAvg and FedProx of FLIS's
-LeNet beside TPFL — on TPFL §6.3's experiment 5 (100 clients, none IID: Dirichlet α = 0.05),
+"""Writes experiments/table5/: TPFL's Table 5 (§6.8) on one wire — FedAvg, FedProx and IFCA of
+FLIS's LeNet beside TPFL — on TPFL §6.3's experiment 5 (100 clients, none IID: Dirichlet α = 0.05),
 MNIST and Fashion-MNIST, seed 1, 10 rounds.
 
 Scaled down from TPFL Table 2 so that a run takes minutes on 2 cores, the same for every
@@ -55,13 +55,15 @@ def experiment(short, source, clauses, strategy):
         lines += ["[cnn]", f"local_epochs = {EPOCHS}", f"test_samples = {TEST}"]
         if strategy == "fedprox":
             lines += ["", "[fedprox]", "mu = 0.1"]
+        if strategy == "ifca":
+            lines += ["", "[ifca]", "clusters = 4"]
     return "\n".join(lines) + "\n"
 
 
 def main():
     OUT.mkdir(parents=True, exist_ok=True)
     for short, (source, clauses) in SETS.items():
-        for strategy in ("tpfl", "fedavg-cnn", "fedprox"):
+        for strategy in ("tpfl", "fedavg-cnn", "fedprox", "ifca"):
             path = OUT / f"{short}-{strategy}.toml"
             path.write_text(experiment(short, source, clauses, strategy))
             print(path.relative_to(OUT.parent.parent))

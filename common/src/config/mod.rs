@@ -581,8 +581,8 @@ skip_columns = [0, "id"]
             ("rounds = 2", "rounds = 0", "rounds must be at least 1"),
             (
                 "strategy = \"fedavg\"",
-                "strategy = \"fedprox\"",
-                "strategy: unknown variant `fedprox`, expected one of `fedavg`",
+                "strategy = \"fedsgd\"",
+                "strategy: unknown variant `fedsgd`, expected one of `fedavg`",
             ),
             ("name = \"b\"", "name = \"client-1\"", "appears twice"),
             (

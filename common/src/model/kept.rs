@@ -70,6 +70,66 @@ pub enum KeptModel {
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         stored: Vec<String>,
     },
+    /// A neural network (the baselines'): it has no rules, so the file says what it is, layer
+    /// by layer; its parameters (float32, little-endian, PyTorch's order) are written beside
+    /// the JSON as `<client>.params`.
+    Network {
+        architecture: String,
+        layers: Vec<KeptLayer>,
+        #[serde(skip)]
+        params: Vec<u8>,
+    },
+}
+
+/// One layer of a kept network, as `flint explain` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KeptLayer {
+    /// `conv 1→20 5×5`, `max-pool 2×2`, `relu`, `dense 800→500`.
+    pub layer: String,
+    /// Its output for one sample: `20×24×24`, `500`.
+    pub output: String,
+    pub parameters: usize,
+}
+
+fn kept_layer(l: &super::cnn::arch::Placed) -> KeptLayer {
+    use super::cnn::arch::{Layer, Shape};
+    let shape = |s: Shape| match s {
+        Shape::Spatial { c, h, w } => format!("{c}×{h}×{w}"),
+        Shape::Flat(n) => n.to_string(),
+    };
+    let channels = |s: Shape| match s {
+        Shape::Spatial { c, .. } => c,
+        Shape::Flat(n) => n,
+    };
+    let layer = match l.layer {
+        Layer::Conv { out, kernel } => {
+            format!("conv {}→{out} {kernel}×{kernel}", channels(l.input))
+        }
+        Layer::MaxPool { size } => format!("max-pool {size}×{size}"),
+        Layer::Relu => "relu".into(),
+        Layer::Dense { out } => format!("dense {}→{out}", l.input.len()),
+    };
+    KeptLayer {
+        layer,
+        output: shape(l.output),
+        parameters: l.params,
+    }
+}
+
+/// A network has no rules to show: what it is, layer by layer.
+fn explain_network(architecture: &str, layers: &[KeptLayer]) -> String {
+    let total: usize = layers.iter().map(|l| l.parameters).sum();
+    let mib = total as f64 * 4.0 / f64::from(1u32 << 20);
+    let mut out = format!(
+        "convolutional network {architecture}, {total} parameters ({mib:.3} MiB as float32); a network has no rules to show, only its layers:\n"
+    );
+    for l in layers {
+        out += &format!(
+            "  {:<18} → {:<10} {:>9} parameters\n",
+            l.layer, l.output, l.parameters
+        );
+    }
+    out
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -204,6 +264,9 @@ impl KeptModel {
                 .all(|v| v.is_finite()),
             KeptModel::Fcm { matrix } => matrix.iter().flatten().all(|v| v.is_finite()),
             KeptModel::Tm { .. } | KeptModel::Composite { .. } => true,
+            KeptModel::Network { params, .. } => params
+                .chunks_exact(4)
+                .all(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]).is_finite()),
         }
     }
 
@@ -215,7 +278,7 @@ impl KeptModel {
                 machines.len(),
                 machines.iter().filter(|m| m.is_empty()).count(),
             ),
-            KeptModel::Logreg { .. } | KeptModel::Fcm { .. } => (0, 0),
+            KeptModel::Logreg { .. } | KeptModel::Fcm { .. } | KeptModel::Network { .. } => (0, 0),
         };
         crate::degenerate::ModelHealth {
             machines,
@@ -229,7 +292,17 @@ impl KeptModel {
     pub fn checkpoints(&self) -> Vec<(String, &[u8])> {
         match self {
             KeptModel::Tm { checkpoint, .. } => vec![(".tm".into(), checkpoint.as_slice())],
+            KeptModel::Network { params, .. } => vec![(".params".into(), params.as_slice())],
             _ => Vec::new(),
+        }
+    }
+
+    /// A network's layers and parameters.
+    pub fn network(cnn: &super::cnn::Cnn) -> KeptModel {
+        KeptModel::Network {
+            architecture: crate::params::name_of(&cnn.arch.name),
+            layers: cnn.arch.layers.iter().map(kept_layer).collect(),
+            params: cnn.params.iter().flat_map(|w| w.to_le_bytes()).collect(),
         }
     }
 
@@ -558,6 +631,9 @@ impl ModelFile {
             KeptModel::Composite {
                 literals, machines, ..
             } => machines.iter().all(|m| clauses_fit(m, k, literals.len())),
+            KeptModel::Network { layers, .. } => {
+                layers.last().is_some_and(|l| l.output == k.to_string())
+            }
         };
         if !fits {
             return Err(format!(
@@ -575,6 +651,11 @@ impl ModelFile {
             KeptModel::Logreg { weights, biases } => self.explain_logreg(weights, biases, top),
             KeptModel::Fcm { matrix } => self.explain_fcm(matrix, top),
             KeptModel::Tm { clauses, .. } => self.explain_tm(clauses, top),
+            KeptModel::Network {
+                architecture,
+                layers,
+                ..
+            } => explain_network(architecture, layers),
             KeptModel::Composite {
                 literals,
                 normalization,

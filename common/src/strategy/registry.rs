@@ -16,6 +16,7 @@ use super::fedavg_cnn::FedAvgCnnSpec;
 use super::fedprox::FedProxSpec;
 use super::fedtm::FedTmSpec;
 use super::fedtmos::{EnsembleSpec, FedTmosSpec};
+use super::ifca::IfcaSpec;
 use super::local::{CentralSpec, LocalSpec};
 use super::sections::{Checked, Sections};
 use super::tpfl::TmSpec;
@@ -106,4 +107,7 @@ strategies! {
     /// FedProx: FedAvg of a network whose local training keeps it near the global one
     /// (μ‖w − w_global‖²/2).
     FedProx = "fedprox" => FedProxSpec,
+    /// IFCA: k networks; each client trains the one of lowest loss on its data, and the server
+    /// averages each cluster's.
+    Ifca = "ifca" => IfcaSpec,
 }

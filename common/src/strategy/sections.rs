@@ -27,6 +27,7 @@ macro_rules! with_sections {
             /// The convolutional network of the neural baselines and its local training.
             cnn: crate::model::cnn::CnnHyper,
             fedprox: crate::strategy::fedprox::FedProxHyper,
+            ifca: crate::strategy::ifca::IfcaHyper,
             /// How the server averages, against clients that lie (coordinate-wise median or
             /// trimmed mean, clipping, a weight cap); absent: the papers' mean.
             robust: crate::strategy::robust::RobustHyper,
@@ -60,6 +61,7 @@ pub struct Checked {
     pub fedtmos: FedTmosHyper,
     pub cnn: crate::model::cnn::CnnHyper,
     pub fedprox: crate::strategy::fedprox::FedProxHyper,
+    pub ifca: crate::strategy::ifca::IfcaHyper,
     pub robust: RobustHyper,
 }
 
@@ -96,6 +98,7 @@ impl Checked {
             fedtmos: s.fedtmos.unwrap_or_default().check()?,
             cnn: s.cnn.unwrap_or_default().check()?,
             fedprox: s.fedprox.unwrap_or_default().check()?,
+            ifca: s.ifca.unwrap_or_default().check()?,
             robust: s.robust.unwrap_or_default().check()?,
         })
     }

@@ -32,6 +32,8 @@ pub enum Update {
     Tm(TmUpload),
     /// The neural baselines: a network's parameters.
     Network(Vec<f32>),
+    /// IFCA: the network a client trained from cluster `cluster`'s model.
+    ClusterNetwork { cluster: u32, params: Vec<f32> },
 }
 
 impl Update {
@@ -41,7 +43,7 @@ impl Update {
             Update::Map { .. } => "adjacency_matrix",
             Update::Winner(_) => "confidence_winner",
             Update::Tm(_) => "tm_upload",
-            Update::Network(_) => "network_params",
+            Update::Network(_) | Update::ClusterNetwork { .. } => "network_params",
         }
     }
 }

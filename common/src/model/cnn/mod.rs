@@ -54,6 +54,27 @@ impl Cnn {
     }
 }
 
+impl Cnn {
+    /// The mean cross-entropy over the samples (IFCA's cluster choice), in batches of 256;
+    /// infinite where there are none.
+    pub fn mean_loss(&self, samples: &Samples) -> f64 {
+        let (mut tape, mut x, mut d) = (net::Tape::default(), Vec::new(), Vec::new());
+        let all: Vec<usize> = (0..samples.len()).collect();
+        let mut sum = 0.0;
+        for batch in all.chunks(256) {
+            samples.gather(batch, &mut x);
+            let labels: Vec<u32> = batch.iter().map(|&r| samples.labels[r]).collect();
+            net::forward(&self.arch, &self.params, &x, batch.len(), &mut tape);
+            let loss = layers::softmax_cross_entropy(tape.logits(), &labels, &mut d);
+            sum += f64::from(loss) * batch.len() as f64;
+        }
+        match samples.is_empty() {
+            true => f64::INFINITY,
+            false => sum / samples.len() as f64,
+        }
+    }
+}
+
 fn argmax(row: &[f32]) -> u32 {
     let mut best = 0;
     for (k, v) in row.iter().enumerate() {

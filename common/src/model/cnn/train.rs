@@ -101,7 +101,7 @@ pub struct TrainStats {
     pub batches: usize,
 }
 
-/// Training state kept across rounds: the pass's buffers and the momentum's velocity.
+/// A round's training state: the pass's buffers and the momentum's velocity, allocated once a round.
 #[derive(Default)]
 pub struct Trainer {
     tape: Tape,
@@ -138,6 +138,9 @@ impl Trainer {
             stats.last_epoch_loss = (sum / f64::from(batches.max(1) as u32)) as f32;
             stats.batches += batches;
         }
+        // A process may hold a hundred clients between rounds: the pass's buffers (~20 MB for
+        // LeNet at batch 32) are not kept past the round.
+        *self = Trainer::default();
         stats
     }
 

@@ -1,7 +1,8 @@
 use super::initial_network;
 use crate::data::images::PixelShard;
+use crate::data::pixels::PixelRows;
 use crate::metrics::ConfusionMatrix;
-use crate::model::cnn::{Cnn, CnnHyper, Trainer};
+use crate::model::cnn::{Cnn, CnnHyper, Samples, Trainer};
 use crate::rng::FlintRng;
 use crate::strategy::ClientStrategy;
 use crate::strategy::resume;
@@ -58,6 +59,36 @@ impl CnnClient {
     }
 }
 
+/// The rows as a network reads them.
+pub fn samples(rows: &PixelRows) -> Samples<'_> {
+    Samples {
+        pixels: &rows.pixels,
+        labels: &rows.labels,
+        per: rows.per,
+    }
+}
+
+/// A round of local training on the shard's training split, refused where the loss is not
+/// finite at its end (a network that diverged).
+pub fn train_checked(
+    trainer: &mut Trainer,
+    cnn: &mut Cnn,
+    shard: &PixelShard,
+    hyper: &CnnHyper,
+    anchor: Option<(&[f32], f32)>,
+    rng: &mut FlintRng,
+    round: Round,
+) -> Result<()> {
+    let stats = trainer.train(cnn, &samples(&shard.train), hyper, anchor, rng);
+    if stats.batches > 0 && !stats.last_epoch_loss.is_finite() {
+        return Err(FlintError::Model(format!(
+            "round {round}: the network's training loss is {} (it diverged); lower cnn.learning_rate",
+            stats.last_epoch_loss
+        )));
+    }
+    Ok(())
+}
+
 impl ClientStrategy<PixelShard> for CnnClient {
     fn apply(&mut self, _round: Round, download: &Payload) -> Result<()> {
         let params = decode_params(download, self.cnn.arch.params)?;
@@ -68,22 +99,18 @@ impl ClientStrategy<PixelShard> for CnnClient {
 
     fn train(&mut self, shard: &PixelShard, round: Round, rng: &mut FlintRng) -> Result<Payload> {
         let anchor = self.mu.map(|mu| (self.global.as_slice(), mu));
-        let samples = shard.train.samples();
-        let stats = self
-            .trainer
-            .train(&mut self.cnn, &samples, &self.hyper, anchor, rng);
-        if !stats.last_epoch_loss.is_finite() && stats.batches > 0 {
-            return Err(FlintError::Model(format!(
-                "round {round}: the network's training loss is {} (it diverged); lower cnn.learning_rate",
-                stats.last_epoch_loss
-            )));
-        }
+        let (trainer, cnn) = (&mut self.trainer, &mut self.cnn);
+        train_checked(trainer, cnn, shard, &self.hyper, anchor, rng, round)?;
         Ok(encode_params(&self.cnn.params))
     }
 
     fn evaluate(&self, shard: &PixelShard) -> ConfusionMatrix {
-        let predicted = self.cnn.predict(&shard.test.samples());
+        let predicted = self.cnn.predict(&samples(&shard.test));
         ConfusionMatrix::from_predictions(self.cnn.arch.classes(), &shard.test.labels, &predicted)
+    }
+
+    fn export(&self) -> Option<crate::model::kept::KeptModel> {
+        Some(crate::model::kept::KeptModel::network(&self.cnn))
     }
 
     /// The network, where no download replaces it; under FedAvg and FedProx the client

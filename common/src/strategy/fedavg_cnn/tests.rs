@@ -2,7 +2,7 @@ use std::collections::BTreeMap;
 
 use super::*;
 use crate::data::images::PixelShard;
-use crate::data::pixels::PixelRows;
+use crate::data::pixels::squares;
 use crate::model::cnn::{ArchName, CnnHyper};
 use crate::rng::derive_rng;
 use crate::strategy::robust::{RobustHyper, Rule};
@@ -95,31 +95,6 @@ fn wrong_sizes_nan_and_exploded_networks_are_refused() {
     assert!(e.contains("not one"), "{e}");
 }
 
-/// Synthetic 28×28 images: class c lights a 6×6 square at a place of its own.
-pub fn squares(per_class: usize, classes: usize, seed: u64) -> PixelRows {
-    use rand::RngExt;
-    let mut rng = derive_rng(seed, "squares", 0);
-    let (mut pixels, mut labels) = (Vec::new(), Vec::new());
-    for i in 0..per_class * classes {
-        let c = i % classes;
-        let (top, left) = (2 + (c / 3) * 8, 2 + (c % 3) * 8);
-        for y in 0..28 {
-            for x in 0..28 {
-                let inside = (top..top + 6).contains(&y) && (left..left + 6).contains(&x);
-                let noise: u8 = rng.random_range(0..40);
-                pixels.push(if inside { 200 + noise } else { noise });
-            }
-        }
-        labels.push(c as u32);
-    }
-    PixelRows {
-        per: 784,
-        pixels,
-        labels,
-        classes,
-    }
-}
-
 fn shard(seed: u64) -> PixelShard {
     PixelShard {
         train: squares(20, 4, seed),
@@ -169,4 +144,34 @@ fn a_small_federation_learns_and_is_bit_for_bit_reproducible() {
     let (b, _) = run();
     assert_eq!(a, b, "the same seed gives the same network, bit for bit");
     assert!(accuracy > 0.9, "accuracy {accuracy}");
+}
+
+/// A network has no rules: `flint explain` shows its layers and parameter counts, and the file
+/// reads back (its parameters travel beside it as `.params`).
+#[test]
+fn a_kept_network_explains_its_layers() {
+    use crate::model::kept::{KeptModel, ModelFile};
+    let client = CnnClient::new(CnnHyper::default(), 784, 10, 1).unwrap();
+    let kept = client.export().unwrap();
+    assert_eq!(kept.checkpoints()[0].0, ".params");
+    assert_eq!(kept.checkpoints()[0].1.len(), 4 * 431_080);
+    assert!(kept.is_finite());
+    let classes = (0..10).map(|c| c.to_string()).collect();
+    let file = ModelFile::new(
+        "client-1",
+        classes,
+        vec!["p".into(); 784],
+        "none".into(),
+        kept,
+    );
+    let text = file.explain(10);
+    assert!(
+        text.contains("431080 parameters (1.644 MiB as float32)"),
+        "{text}"
+    );
+    assert!(text.contains("conv 1→20 5×5"), "{text}");
+    assert!(text.contains("dense 800→500"), "{text}");
+    let bytes = serde_json::to_vec(&file).unwrap();
+    let back = ModelFile::parse(&bytes).unwrap();
+    assert!(matches!(back.model, KeptModel::Network { ref layers, .. } if layers.len() == 9));
 }

@@ -1,0 +1,202 @@
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::cnn::{ArchName, Cnn};
+use crate::rng::derive_rng;
+use crate::strategy::decoder::UpdateDecoder;
+use crate::strategy::fedavg_cnn::{architecture, combine_networks, n_k_over_n};
+use crate::strategy::report::Tagged;
+use crate::strategy::robust::RobustHyper;
+use crate::strategy::{
+    Aggregate, Downloads, RoundReport, ServerStrategy, StrategyState, unexpected,
+};
+use crate::wire::Update;
+use crate::wire::network::{decode_cluster_params, encode_params};
+use crate::wire::proto::{DataSummary, Payload};
+use crate::{ClientId, FlintError, Result, Round};
+
+/// Which clients chose which cluster in a round.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IfcaRound {
+    pub clusters: BTreeMap<u32, Vec<ClientId>>,
+}
+
+impl Tagged for IfcaRound {
+    const TAG: &'static str = "ifca";
+}
+
+/// The k networks, kept between rounds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IfcaState {
+    pub models: Vec<Vec<f32>>,
+}
+
+impl Tagged for IfcaState {
+    const TAG: &'static str = "ifca";
+}
+
+/// k networks, each the first time drawn from the run's seed and its index.
+pub fn initial_models(
+    arch: ArchName,
+    k: usize,
+    features: usize,
+    classes: usize,
+    seed: u64,
+) -> Result<Vec<Vec<f32>>> {
+    let arch = architecture(arch, features, classes)?;
+    let draw =
+        |j: usize| Cnn::init(arch.clone(), &mut derive_rng(seed, "ifca-init", j as u32)).params;
+    Ok((0..k).map(draw).collect())
+}
+
+/// Reads an IFCA upload: a cluster of the run's and the run's network.
+pub struct ClusterDecoder {
+    pub arch: ArchName,
+    pub classes: usize,
+    pub clusters: usize,
+}
+
+impl UpdateDecoder for ClusterDecoder {
+    fn decode(&self, _client: ClientId, features: usize, update: &Payload) -> Result<Update> {
+        let expected = architecture(self.arch, features, self.classes)?.params;
+        let (cluster, params) = decode_cluster_params(update, expected, self.clusters)?;
+        Ok(Update::ClusterNetwork { cluster, params })
+    }
+}
+
+pub struct IfcaServer {
+    arch: ArchName,
+    k: usize,
+    classes: usize,
+    seed: u64,
+    robust: RobustHyper,
+    /// The k networks of the last round; empty until the first download is made.
+    models: Vec<Vec<f32>>,
+}
+
+impl IfcaServer {
+    pub fn new(arch: ArchName, k: usize, classes: usize, seed: u64, robust: RobustHyper) -> Self {
+        IfcaServer {
+            arch,
+            k,
+            classes,
+            seed,
+            robust,
+            models: Vec::new(),
+        }
+    }
+
+    /// The round's models: the kept ones, or the initial ones for a run's first round.
+    fn current(&self, features: usize) -> Result<Vec<Vec<f32>>> {
+        match self.models.is_empty() {
+            true => initial_models(self.arch, self.k, features, self.classes, self.seed),
+            false => Ok(self.models.clone()),
+        }
+    }
+}
+
+/// One upload of a cluster: who sent it, its network and its training rows.
+struct Member<'a> {
+    client: ClientId,
+    params: &'a [f32],
+    samples: f64,
+}
+
+/// The round's uploads grouped by the cluster each chose, in client-id order.
+fn by_cluster<'a>(
+    clients: &BTreeMap<ClientId, DataSummary>,
+    updates: &'a BTreeMap<ClientId, Update>,
+) -> Result<BTreeMap<u32, Vec<Member<'a>>>> {
+    let mut members: BTreeMap<u32, Vec<Member>> = BTreeMap::new();
+    for (&client, update) in updates {
+        let Update::ClusterNetwork { cluster, params } = update else {
+            return Err(unexpected("network_params with a cluster", update));
+        };
+        let summary = clients.get(&client).ok_or_else(|| {
+            FlintError::InvalidUpdate(format!("update from client {client}, which never joined"))
+        })?;
+        let samples = summary.train_class_counts.iter().sum::<u64>() as f64;
+        members.entry(*cluster).or_default().push(Member {
+            client,
+            params,
+            samples,
+        });
+    }
+    Ok(members)
+}
+
+/// The k networks one after the other, as one download.
+pub fn encode_models(models: &[Vec<f32>]) -> Payload {
+    encode_params(&models.concat())
+}
+
+impl ServerStrategy for IfcaServer {
+    fn initial_download(&self, features: usize) -> Option<Payload> {
+        Some(encode_models(&self.current(features).ok()?))
+    }
+
+    fn decoder(&self) -> Arc<dyn UpdateDecoder> {
+        Arc::new(ClusterDecoder {
+            arch: self.arch,
+            classes: self.classes,
+            clusters: self.k,
+        })
+    }
+
+    fn aggregate(
+        &mut self,
+        round: Round,
+        clients: &BTreeMap<ClientId, DataSummary>,
+        updates: &BTreeMap<ClientId, Update>,
+    ) -> Result<Aggregate> {
+        if updates.is_empty() {
+            return Err(FlintError::InvalidUpdate(format!(
+                "round {round} has no updates to aggregate"
+            )));
+        }
+        let members = by_cluster(clients, updates)?;
+        let features = clients.values().next().map_or(0, |s| s.features as usize);
+        let mut models = self.current(features)?;
+        let mut weights = BTreeMap::new();
+        for (&cluster, list) in &members {
+            let vectors: Vec<&[f32]> = list.iter().map(|m| m.params).collect();
+            let samples: Vec<f64> = list.iter().map(|m| m.samples).collect();
+            let (mean, w) = combine_networks(&self.robust, &vectors, &n_k_over_n(&samples));
+            models[cluster as usize] = mean;
+            weights.extend(list.iter().map(|m| m.client).zip(w));
+        }
+        let clusters = members
+            .iter()
+            .map(|(&c, list)| (c, list.iter().map(|m| m.client).collect()))
+            .collect();
+        let download = encode_models(&models);
+        self.models = models;
+        Ok(Aggregate {
+            downloads: Downloads::Broadcast(download),
+            weights,
+            report: RoundReport::of(&IfcaRound { clusters }),
+            local: BTreeMap::new(),
+        })
+    }
+
+    fn snapshot(&self) -> StrategyState {
+        StrategyState::of(&IfcaState {
+            models: self.models.clone(),
+        })
+    }
+
+    fn restore(&mut self, state: StrategyState) -> Result<()> {
+        let state: IfcaState = state.expect("ifca")?;
+        if !state.models.is_empty() && state.models.len() != self.k {
+            return Err(FlintError::Model(format!(
+                "ifca's kept state holds {} models, the run has k = {}",
+                state.models.len(),
+                self.k
+            )));
+        }
+        self.models = state.models;
+        Ok(())
+    }
+}
