@@ -150,3 +150,32 @@ fn fedprox_differs_from_fedavg_only_by_its_proximal_term() {
     assert_ne!(prox.rounds[3].metrics, fedavg.rounds[3].metrics);
     assert!(prox.rounds[3].mean.unwrap().accuracy > 0.6);
 }
+
+/// IFCA over the wire: every client downloads all k networks each round, uploads one with
+/// its cluster, and the round's report places every participant in one cluster.
+#[test]
+#[ignore = "needs FLINT_DATA_DIR with MNIST; CI runs it"]
+fn ifca_sends_its_k_networks_and_places_every_client_in_a_cluster() {
+    use flint_common::strategy::ifca::IfcaRound;
+    let root = tempfile::tempdir().unwrap();
+    let runs = root.path().join("runs");
+    let data = std::env::var("FLINT_DATA_DIR").unwrap_or_else(|_| "../shared/data".into());
+    let exp = experiment(root.path(), "ifca");
+    let mut cmd = flint_run(&exp, Path::new(&data), &runs);
+    ok(cmd.args(["--set", "ifca.clusters=2"]));
+    let r = results(&runs.join("ifca-small"));
+    for round in 1..=3u32 {
+        let rr = &r.rounds[round as usize];
+        let report: IfcaRound = rr.report.as_ref().unwrap().details().unwrap();
+        let mut placed: Vec<u32> = report.clusters.values().flatten().copied().collect();
+        placed.sort();
+        assert_eq!(placed, rr.participants, "round {round}");
+        assert!(report.clusters.keys().all(|&c| c < 2));
+        for id in 1..=3u32 {
+            let flow = &r.ledger.flows[&id][&round];
+            assert_eq!(flow.up.paper, 4 * PARAMS, "round {round} client {id}");
+            assert_eq!(flow.down.paper, 2 * 4 * PARAMS, "round {round} client {id}");
+        }
+    }
+    assert!(r.rounds[3].mean.unwrap().accuracy > 0.6);
+}

@@ -125,6 +125,16 @@ pub trait ServerStrategy: Send {
     }
 }
 
+/// A round no update reached has nothing to aggregate: refused, not averaged into nothing.
+fn require_updates<U>(round: Round, updates: &BTreeMap<ClientId, U>) -> Result<()> {
+    match updates.is_empty() {
+        true => Err(FlintError::InvalidUpdate(format!(
+            "round {round} has no updates to aggregate"
+        ))),
+        false => Ok(()),
+    }
+}
+
 /// An update of another kind than the strategy decodes: only possible if a caller bypassed
 /// `decode`, so it is refused rather than trusted.
 fn unexpected(want: &str, got: &Update) -> FlintError {

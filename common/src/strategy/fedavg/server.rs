@@ -98,11 +98,7 @@ impl ServerStrategy for FedAvgServer {
         clients: &BTreeMap<ClientId, DataSummary>,
         updates: &BTreeMap<ClientId, Update>,
     ) -> Result<Aggregate> {
-        if updates.is_empty() {
-            return Err(FlintError::InvalidUpdate(format!(
-                "round {round} has no updates to aggregate"
-            )));
-        }
+        crate::strategy::require_updates(round, updates)?;
         let participants: BTreeMap<ClientId, &DataSummary> = updates
             .keys()
             .map(|id| {

@@ -117,11 +117,7 @@ impl ServerStrategy for NetworkMean {
         clients: &BTreeMap<ClientId, DataSummary>,
         updates: &BTreeMap<ClientId, Update>,
     ) -> Result<Aggregate> {
-        if updates.is_empty() {
-            return Err(FlintError::InvalidUpdate(format!(
-                "round {round} has no updates to aggregate"
-            )));
-        }
+        crate::strategy::require_updates(round, updates)?;
         let (vectors, weights) = Self::weighted(clients, updates)?;
         let (global, weights) = combine_networks(&self.robust, &vectors, &weights);
         Ok(Aggregate {

@@ -151,11 +151,7 @@ impl ServerStrategy for IfcaServer {
         clients: &BTreeMap<ClientId, DataSummary>,
         updates: &BTreeMap<ClientId, Update>,
     ) -> Result<Aggregate> {
-        if updates.is_empty() {
-            return Err(FlintError::InvalidUpdate(format!(
-                "round {round} has no updates to aggregate"
-            )));
-        }
+        crate::strategy::require_updates(round, updates)?;
         let members = by_cluster(clients, updates)?;
         let features = clients.values().next().map_or(0, |s| s.features as usize);
         let mut models = self.current(features)?;
