@@ -90,6 +90,33 @@ impl ImageRows for BitRows {
     }
 }
 
+impl ImageRows for PixelRows {
+    fn select(&self, rows: &[usize]) -> Self {
+        let mut pixels = Vec::with_capacity(rows.len() * self.per);
+        for &r in rows {
+            pixels.extend_from_slice(&self.pixels[r * self.per..][..self.per]);
+        }
+        PixelRows {
+            per: self.per,
+            pixels,
+            labels: rows.iter().map(|&r| self.labels[r]).collect(),
+            classes: self.classes,
+        }
+    }
+
+    fn features(&self) -> usize {
+        self.per
+    }
+
+    fn labels(&self) -> &[u32] {
+        &self.labels
+    }
+
+    fn classes(&self) -> usize {
+        self.classes
+    }
+}
+
 /// Both official splits.
 #[derive(Debug, Clone)]
 pub struct ImagePool<R = BitRows> {

@@ -1,7 +1,5 @@
 //! Images as their bytes, for the neural baselines (which read pixel / 255, not bits).
 
-use super::images::ImageRows;
-
 /// `per` bytes per image, one image after the other, and each image's label.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PixelRows {
@@ -18,33 +16,6 @@ impl PixelRows {
 
     pub fn is_empty(&self) -> bool {
         self.labels.is_empty()
-    }
-}
-
-impl ImageRows for PixelRows {
-    fn select(&self, rows: &[usize]) -> Self {
-        let mut pixels = Vec::with_capacity(rows.len() * self.per);
-        for &r in rows {
-            pixels.extend_from_slice(&self.pixels[r * self.per..][..self.per]);
-        }
-        PixelRows {
-            per: self.per,
-            pixels,
-            labels: rows.iter().map(|&r| self.labels[r]).collect(),
-            classes: self.classes,
-        }
-    }
-
-    fn features(&self) -> usize {
-        self.per
-    }
-
-    fn labels(&self) -> &[u32] {
-        &self.labels
-    }
-
-    fn classes(&self) -> usize {
-        self.classes
     }
 }
 

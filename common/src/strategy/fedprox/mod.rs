@@ -2,104 +2,11 @@
 //! objective adds μ/2 ‖w − w_global‖², which keeps heterogeneous clients near the global model.
 //! TPFL §6.6 runs it with μ = 0.1, Table 5's FedProx row.
 
-use serde::{Deserialize, Serialize};
+//!
+//! One job a file: `section` (`[fedprox]`), `strategy` (`fedprox` as the framework runs it).
 
-use super::fedavg_cnn::{CnnClient, NetworkMean, needs_images};
-use crate::ClientId;
-use crate::Result;
-use crate::data::DataShape;
-use crate::data::images::PixelShard;
-use crate::model::cnn::CnnHyper;
-use crate::params::{ParamResult, require};
-use crate::strategy::contract::{Facts, Strategy, StrategyParams};
-use crate::strategy::model_spec::ModelSpec;
-use crate::strategy::robust::RobustHyper;
-use crate::strategy::sections::{Checked, Sections};
-use crate::strategy::{ClientStrategy, ModelKind, ServerStrategy};
+mod section;
+mod strategy;
 
-/// `[fedprox]`.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(default, deny_unknown_fields)]
-pub struct FedProxHyper {
-    /// The proximal term's weight μ (TPFL §6.6: 0.1).
-    pub mu: f64,
-}
-
-impl Default for FedProxHyper {
-    fn default() -> Self {
-        FedProxHyper { mu: 0.1 }
-    }
-}
-
-impl FedProxHyper {
-    pub fn check(self) -> ParamResult<FedProxHyper> {
-        require(
-            "fedprox.mu",
-            "finite and at least 0",
-            self.mu,
-            self.mu.is_finite() && self.mu >= 0.0,
-        )?;
-        Ok(self)
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct FedProxSpec {
-    pub cnn: CnnHyper,
-    pub fedprox: FedProxHyper,
-}
-
-impl Strategy for FedProxSpec {
-    const FACTS: Facts = Facts::federated(ModelKind::Cnn);
-
-    fn check(_: ModelKind, c: &Checked, _: &Sections, shape: &DataShape) -> ParamResult<Self> {
-        needs_images(shape, "fedprox")?;
-        Ok(FedProxSpec {
-            cnn: c.cnn,
-            fedprox: c.fedprox,
-        })
-    }
-}
-
-impl StrategyParams for FedProxSpec {
-    fn model(&self) -> ModelSpec {
-        ModelSpec::Cnn(self.cnn)
-    }
-
-    fn server(&self, classes: usize, seed: u64, robust: RobustHyper) -> Box<dyn ServerStrategy> {
-        Box::new(NetworkMean {
-            arch: self.cnn.architecture,
-            classes,
-            seed,
-            robust,
-            tag: "fedprox",
-        })
-    }
-
-    fn pixels_client(
-        &self,
-        features: usize,
-        classes: usize,
-        seed: u64,
-        _client: ClientId,
-    ) -> Result<Box<dyn ClientStrategy<PixelShard>>> {
-        let client = CnnClient::new(self.cnn, features, classes, seed)?;
-        Ok(Box::new(client.with_proximal(self.fedprox.mu)))
-    }
-
-    fn model_is_the_download(&self) -> bool {
-        true
-    }
-
-    fn resolve(&self, _: &Sections, out: &mut Sections) {
-        out.fedprox = Some(self.fedprox);
-    }
-
-    fn setting(&self, images: bool, compression: crate::wire::Compression) -> String {
-        format!(
-            "{}, μ = {}",
-            self.model().setting(images, compression),
-            self.fedprox.mu
-        )
-    }
-}
+pub use section::*;
+pub use strategy::*;

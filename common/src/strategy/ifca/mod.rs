@@ -5,14 +5,17 @@
 //! n_k / n within the cluster) and keeps a cluster's network where no client chose it.
 //! TPFL Table 5's IFCA row.
 //!
-//! One job a file: `section` (`[ifca]` and the spec), `server`, `client`, `tests`.
+//! One job a file: `section` (`[ifca]`), `server`, `client`, `strategy` (`ifca` as the
+//! framework runs it), `tests`.
 
 mod client;
 mod section;
 mod server;
+mod strategy;
 #[cfg(test)]
 mod tests;
 
 pub use client::*;
 pub use section::*;
 pub use server::*;
+pub use strategy::*;

@@ -1,0 +1,76 @@
+use serde::Serialize;
+
+use super::FedProxHyper;
+use crate::ClientId;
+use crate::Result;
+use crate::data::DataShape;
+use crate::data::images::PixelShard;
+use crate::model::cnn::CnnHyper;
+use crate::params::ParamResult;
+use crate::strategy::contract::{Facts, Strategy, StrategyParams};
+use crate::strategy::fedavg_cnn::{CnnClient, NetworkMean, needs_images};
+use crate::strategy::model_spec::ModelSpec;
+use crate::strategy::robust::RobustHyper;
+use crate::strategy::sections::{Checked, Sections};
+use crate::strategy::{ClientStrategy, ModelKind, ServerStrategy};
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct FedProxSpec {
+    pub cnn: CnnHyper,
+    pub fedprox: FedProxHyper,
+}
+
+impl Strategy for FedProxSpec {
+    const FACTS: Facts = Facts::federated(ModelKind::Cnn);
+
+    fn check(_: ModelKind, c: &Checked, _: &Sections, shape: &DataShape) -> ParamResult<Self> {
+        needs_images(shape, "fedprox")?;
+        Ok(FedProxSpec {
+            cnn: c.cnn,
+            fedprox: c.fedprox,
+        })
+    }
+}
+
+impl StrategyParams for FedProxSpec {
+    fn model(&self) -> ModelSpec {
+        ModelSpec::Cnn(self.cnn)
+    }
+
+    fn server(&self, classes: usize, seed: u64, robust: RobustHyper) -> Box<dyn ServerStrategy> {
+        Box::new(NetworkMean {
+            arch: self.cnn.architecture,
+            classes,
+            seed,
+            robust,
+            tag: "fedprox",
+        })
+    }
+
+    fn pixels_client(
+        &self,
+        features: usize,
+        classes: usize,
+        seed: u64,
+        _client: ClientId,
+    ) -> Result<Box<dyn ClientStrategy<PixelShard>>> {
+        let client = CnnClient::new(self.cnn, features, classes, seed)?;
+        Ok(Box::new(client.with_proximal(self.fedprox.mu)))
+    }
+
+    fn model_is_the_download(&self) -> bool {
+        true
+    }
+
+    fn resolve(&self, _: &Sections, out: &mut Sections) {
+        out.fedprox = Some(self.fedprox);
+    }
+
+    fn setting(&self, images: bool, compression: crate::wire::Compression) -> String {
+        format!(
+            "{}, μ = {}",
+            self.model().setting(images, compression),
+            self.fedprox.mu
+        )
+    }
+}

@@ -1,0 +1,83 @@
+use serde::Serialize;
+
+use super::{IfcaClient, IfcaHyper, IfcaServer};
+use crate::data::DataShape;
+use crate::data::images::PixelShard;
+use crate::model::cnn::CnnHyper;
+use crate::params::ParamResult;
+use crate::strategy::contract::{Facts, Strategy, StrategyParams};
+use crate::strategy::fedavg_cnn::needs_images;
+use crate::strategy::model_spec::ModelSpec;
+use crate::strategy::robust::RobustHyper;
+use crate::strategy::sections::{Checked, Sections};
+use crate::strategy::{ClientStrategy, ModelKind, ServerStrategy};
+use crate::{ClientId, Result};
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct IfcaSpec {
+    pub cnn: CnnHyper,
+    pub ifca: IfcaHyper,
+}
+
+impl Strategy for IfcaSpec {
+    const FACTS: Facts = Facts {
+        one_model: false,
+        ..Facts::federated(ModelKind::Cnn)
+    };
+
+    fn check(_: ModelKind, c: &Checked, _: &Sections, shape: &DataShape) -> ParamResult<Self> {
+        needs_images(shape, "ifca")?;
+        Ok(IfcaSpec {
+            cnn: c.cnn,
+            ifca: c.ifca,
+        })
+    }
+}
+
+impl StrategyParams for IfcaSpec {
+    fn model(&self) -> ModelSpec {
+        ModelSpec::Cnn(self.cnn)
+    }
+
+    fn server(&self, classes: usize, seed: u64, robust: RobustHyper) -> Box<dyn ServerStrategy> {
+        Box::new(IfcaServer::new(
+            self.cnn.architecture,
+            self.ifca.clusters as usize,
+            classes,
+            seed,
+            robust,
+        ))
+    }
+
+    fn pixels_client(
+        &self,
+        features: usize,
+        classes: usize,
+        seed: u64,
+        _client: ClientId,
+    ) -> Result<Box<dyn ClientStrategy<PixelShard>>> {
+        let k = self.ifca.clusters as usize;
+        Ok(Box::new(IfcaClient::new(
+            self.cnn, k, features, classes, seed,
+        )?))
+    }
+
+    /// The client's network is the download's model of lowest loss on its own training data:
+    /// the download and its data decide it.
+    fn model_is_the_download(&self) -> bool {
+        true
+    }
+
+    fn models_per_download(&self, _clients: usize) -> usize {
+        self.ifca.clusters as usize + 1
+    }
+
+    fn resolve(&self, _: &Sections, out: &mut Sections) {
+        out.ifca = Some(self.ifca);
+    }
+
+    fn setting(&self, images: bool, compression: crate::wire::Compression) -> String {
+        let model = self.model().setting(images, compression);
+        format!("{model}, k = {}", self.ifca.clusters)
+    }
+}
