@@ -57,16 +57,11 @@ fn finish(server: &mut Proc, clients: &mut [Proc]) {
     assert!(server.wait(LIMIT).success(), "the server failed");
 }
 
-fn free_addr() -> String {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().to_string()
-}
-
 /// `exp` run to its end in `out`; when `kill_after` is a round, the server is killed with
 /// SIGKILL once that round has closed and started again with the same arguments.
 fn run(exp: &Path, out: &Path, kill_after: Option<u32>) {
     std::fs::create_dir_all(out).unwrap();
-    let addr = free_addr();
+    let addr = format!("127.0.0.1:{}", free_port());
     let mut s = start_server_at(exp, out, &addr, "server-1.log", &[]).0;
     let mut c = clients(exp, &addr, out);
     if let Some(round) = kill_after {
