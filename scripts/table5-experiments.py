@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Writes experiments/table5/: TPFL's Table 5 (§6.8) on one wire — FedAvg, FedProx and IFCA of
-FLIS's LeNet beside TPFL — on TPFL §6.3's experiment 5 (100 clients, none IID: Dirichlet α = 0.05),
+"""Writes experiments/table5/: TPFL's Table 5 (§6.8) on one wire — FedAvg, FedProx, IFCA and
+FLIS (DC and HC) of FLIS's LeNet beside TPFL — on TPFL §6.3's experiment 5 (100 clients, none IID: Dirichlet α = 0.05),
 MNIST and Fashion-MNIST, seed 1, 10 rounds.
 
 Scaled down from TPFL Table 2 so that a run takes minutes on 2 cores, the same for every
@@ -17,11 +17,22 @@ SETS = {"mnist": ("mnist", 300), "fmnist": ("fashion-mnist", 500)}
 SAMPLES, TEST, EPOCHS = 600, 1000, 2
 
 
-def experiment(short, source, clauses, strategy):
+# The file's name after the data's, its strategy, and the strategy's own section.
+RUNS = [
+    ("tpfl", "tpfl", []),
+    ("fedavg-cnn", "fedavg-cnn", []),
+    ("fedprox", "fedprox", ["[fedprox]", "mu = 0.1"]),
+    ("ifca", "ifca", ["[ifca]", "clusters = 4"]),
+    ("flis-dc", "flis", ["[flis]", 'variant = "dc"']),
+    ("flis-hc", "flis", ["[flis]", 'variant = "hc"']),
+]
+
+
+def experiment(short, source, clauses, run, strategy, section):
     lines = [
         f"# TPFL Table 5 on {source}, experiment 5 (0 of 100 clients IID, α = 0.05), scaled down:",
         f"# {SAMPLES} training rows per client. Written by scripts/table5-experiments.py.",
-        f'name = "table5-{short}-{strategy}"',
+        f'name = "table5-{short}-{run}"',
         f'strategy = "{strategy}"',
         "seed = 1",
         "rounds = 10",
@@ -53,19 +64,17 @@ def experiment(short, source, clauses, strategy):
         ]
     else:
         lines += ["[cnn]", f"local_epochs = {EPOCHS}", f"test_samples = {TEST}"]
-        if strategy == "fedprox":
-            lines += ["", "[fedprox]", "mu = 0.1"]
-        if strategy == "ifca":
-            lines += ["", "[ifca]", "clusters = 4"]
+        if section:
+            lines += [""] + section
     return "\n".join(lines) + "\n"
 
 
 def main():
     OUT.mkdir(parents=True, exist_ok=True)
     for short, (source, clauses) in SETS.items():
-        for strategy in ("tpfl", "fedavg-cnn", "fedprox", "ifca"):
-            path = OUT / f"{short}-{strategy}.toml"
-            path.write_text(experiment(short, source, clauses, strategy))
+        for run, strategy, section in RUNS:
+            path = OUT / f"{short}-{run}.toml"
+            path.write_text(experiment(short, source, clauses, run, strategy, section))
             print(path.relative_to(OUT.parent.parent))
 
 

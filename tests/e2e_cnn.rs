@@ -174,3 +174,45 @@ fn ifca_sends_its_k_networks_and_places_every_client_in_a_cluster() {
     }
     assert!(r.rounds[3].mean.unwrap().accuracy > 0.6);
 }
+
+/// FLIS-HC over the wire: the server reads its own images from the data directory, clusters
+/// the first round's networks once, sends each client one network (its cluster's), and a server
+/// killed after that round has the clusters back and ends as if never killed.
+#[test]
+#[ignore = "needs FLINT_DATA_DIR with MNIST; CI runs it"]
+fn flis_clusters_on_the_servers_images_once_and_keeps_them_across_a_crash() {
+    use flint_common::strategy::flis::FlisRound;
+    let root = tempfile::tempdir().unwrap();
+    let exp = experiment(root.path(), "flis");
+    let text = std::fs::read_to_string(&exp).unwrap();
+    let exp = write(
+        root.path(),
+        "flis-hc.toml",
+        &format!("{text}[flis]\nvariant = \"hc\"\nserver_per_class = 30\n"),
+    );
+    let plain = root.path().join("plain");
+    run(&exp, &plain, None);
+    let r = results(&plain);
+    for round in 1..=3u32 {
+        let rr = &r.rounds[round as usize];
+        let report: FlisRound = rr.report.as_ref().unwrap().details().unwrap();
+        assert_eq!(report.formed, round == 1, "round {round}");
+        assert_eq!(report.sizes.len(), 3, "every participant has a cluster");
+        for id in 1..=3u32 {
+            let flow = &r.ledger.flows[&id][&round];
+            assert_eq!(
+                flow.down.paper,
+                4 * PARAMS,
+                "one network down, round {round}"
+            );
+        }
+    }
+    assert!(r.rounds[3].mean.unwrap().accuracy > 0.6);
+    let killed = root.path().join("killed");
+    run(&exp, &killed, Some(1));
+    assert_eq!(
+        metrics_of(&killed),
+        metrics_of(&plain),
+        "resumed with its clusters"
+    );
+}

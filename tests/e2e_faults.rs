@@ -733,7 +733,8 @@ fn the_server_keeps_answering_while_a_round_aggregates() {
     let strategy = Box::new(HeldAggregation {
         inner: experiment
             .strategy
-            .server(2, experiment.seed, experiment.robust),
+            .server(2, experiment.seed, experiment.robust, None)
+            .unwrap(),
         entered: entered_tx,
         release: release_rx,
     });

@@ -59,6 +59,8 @@ struct Row {
     rounds: u32,
     /// The data as checked: runs over the same data and split compare with each other.
     data: String,
+    /// The dataset's name: its strategies are the points of one accuracy-versus-bytes figure.
+    dataset: String,
     runs: Vec<Outcome>,
 }
 
@@ -115,6 +117,7 @@ pub fn grid(args: GridArgs) -> anyhow::Result<()> {
             partition: partition(e),
             rounds: e.policy.rounds,
             data: format!("{:?}", e.data.source),
+            dataset: e.data.name(),
             runs: Vec::new(),
         };
         for seed in &seeds {
@@ -284,6 +287,9 @@ fn write_summary(args: &GridArgs, rows: &[Row], started: Instant) -> anyhow::Res
         })
         .collect();
     crate::plot::grid_chart(&summary.with_extension("svg"), &accuracies)?;
+    for path in pareto_charts(&summary, rows)? {
+        println!("accuracy against bytes: {}", path.display());
+    }
     for (kind, table) in [
         ("fedtmos", tables::fedtmos(rows)),
         ("fcm", tables::fcm(rows)),
@@ -303,6 +309,51 @@ fn write_summary(args: &GridArgs, rows: &[Row], started: Instant) -> anyhow::Res
         summary.with_extension("svg").display()
     );
     Ok(())
+}
+
+/// Per dataset, every experiment with an accuracy as a point of accuracy against its mean
+/// bytes per client per round (`{stem}-pareto-{dataset}.svg`), where two or more compare.
+fn pareto_charts(summary: &Path, rows: &[Row]) -> anyhow::Result<Vec<PathBuf>> {
+    let mut by_data: std::collections::BTreeMap<&str, Vec<crate::plot::Tradeoff>> =
+        Default::default();
+    for r in rows {
+        let accuracies: Vec<f64> = r
+            .runs
+            .iter()
+            .filter_map(|o| Some(o.after?.accuracy))
+            .collect();
+        if accuracies.is_empty() {
+            continue;
+        }
+        let per_run = |o: &Outcome| (o.up.message + o.down.message) as f64;
+        by_data
+            .entry(&r.dataset)
+            .or_default()
+            .push(crate::plot::Tradeoff {
+                name: r.name.clone(),
+                bytes: r.runs.iter().map(per_run).sum::<f64>() / r.runs.len() as f64,
+                accuracy: accuracies.iter().sum::<f64>() / accuracies.len() as f64,
+            });
+    }
+    let stem = summary.file_stem().unwrap_or_default().to_string_lossy();
+    let mut written = Vec::new();
+    for (data, points) in by_data {
+        let slug: String = data
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() {
+                    c.to_ascii_lowercase()
+                } else {
+                    '-'
+                }
+            })
+            .collect();
+        let path = summary.with_file_name(format!("{stem}-pareto-{}.svg", slug.trim_matches('-')));
+        if crate::plot::pareto_chart(&path, data, &points)? {
+            written.push(path);
+        }
+    }
+    Ok(written)
 }
 
 fn collect(p: &Path, out: &mut Vec<PathBuf>) -> anyhow::Result<()> {

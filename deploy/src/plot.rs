@@ -555,6 +555,92 @@ pub fn grid_chart(path: &Path, rows: &[(String, Vec<f64>)]) -> anyhow::Result<bo
     Ok(true)
 }
 
+/// One strategy's point of an accuracy-versus-bytes figure.
+pub struct Tradeoff {
+    pub name: String,
+    /// Bytes per client per round, up and down, at message level.
+    pub bytes: f64,
+    /// Mean accuracy after the last round.
+    pub accuracy: f64,
+}
+
+/// The points no other point beats: none has at most their bytes and at least their accuracy,
+/// better in one. In order of bytes.
+pub fn pareto_front(points: &[Tradeoff]) -> Vec<usize> {
+    let beats = |a: &Tradeoff, b: &Tradeoff| {
+        a.bytes <= b.bytes
+            && a.accuracy >= b.accuracy
+            && (a.bytes < b.bytes || a.accuracy > b.accuracy)
+    };
+    let mut front: Vec<usize> = (0..points.len())
+        .filter(|&i| !points.iter().any(|p| beats(p, &points[i])))
+        .collect();
+    front.sort_by(|&a, &b| points[a].bytes.total_cmp(&points[b].bytes));
+    front
+}
+
+/// A dataset's strategies as points of accuracy against bytes (log scale), the Pareto front
+/// drawn through the points it holds.
+pub fn pareto_chart(path: &Path, data: &str, points: &[Tradeoff]) -> anyhow::Result<bool> {
+    if points.len() < 2 {
+        return Ok(false);
+    }
+    let (min, max) = points.iter().fold((f64::INFINITY, 1.0f64), |(l, h), p| {
+        (l.min(p.bytes), h.max(p.bytes))
+    });
+    let root = SVGBackend::new(path, SIZE).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            format!("{data}: accuracy against bytes per client per round"),
+            (FONT, 18),
+        )
+        .margin(16)
+        .x_label_area_size(44)
+        .y_label_area_size(60)
+        .build_cartesian_2d(((min / 3.0).max(1.0)..max * 8.0).log_scale(), 0f64..1.05)?;
+    chart
+        .configure_mesh()
+        .x_desc("bytes per client per round, up + down, message level")
+        .y_desc("accuracy after the last round")
+        .x_label_formatter(&|x| human(*x))
+        .draw()?;
+    let front: Vec<(f64, f64)> = pareto_front(points)
+        .into_iter()
+        .map(|i| (points[i].bytes, points[i].accuracy))
+        .collect();
+    chart
+        .draw_series(std::iter::once(PathElement::new(
+            front.clone(),
+            RED.mix(0.6).stroke_width(2),
+        )))?
+        .label("Pareto front")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RED.stroke_width(2)));
+    for (i, p) in points.iter().enumerate() {
+        let on = front.contains(&(p.bytes, p.accuracy));
+        let colour = if on { RED } else { hue(i, points.len()) };
+        chart.draw_series(std::iter::once(Circle::new(
+            (p.bytes, p.accuracy),
+            5,
+            colour.filled(),
+        )))?;
+        chart.draw_series(std::iter::once(Text::new(
+            short(&p.name, 28),
+            (p.bytes, p.accuracy),
+            (FONT, 12).into_font().color(&BLACK),
+        )))?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font((FONT, 13))
+        .draw()?;
+    root.present()?;
+    Ok(true)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -587,5 +673,37 @@ mod tests {
             "cut to its cell, marked: {svg}"
         );
         assert_eq!(short("short", 12), "short");
+    }
+
+    fn point(name: &str, bytes: f64, accuracy: f64) -> Tradeoff {
+        Tradeoff {
+            name: name.into(),
+            bytes,
+            accuracy,
+        }
+    }
+
+    /// A point is on the front when nothing is both cheaper (or as cheap) and more accurate
+    /// (or as accurate); ties in both stay on it.
+    #[test]
+    fn the_pareto_front_holds_the_points_nothing_beats() {
+        let points = [
+            point("tpfl", 400.0, 0.96),
+            point("fedavg", 1.7e6, 0.53),
+            point("ifca", 8.6e6, 0.77),
+            point("fedtm", 4.0e4, 0.96),
+            point("cheap", 100.0, 0.20),
+            point("twin", 400.0, 0.96),
+        ];
+        assert_eq!(pareto_front(&points), vec![4, 0, 5]);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pareto.svg");
+        assert!(pareto_chart(&path, "mnist", &points).unwrap());
+        let svg = std::fs::read_to_string(&path).unwrap();
+        assert!(svg.contains("Pareto front") && svg.contains("ifca"));
+        assert!(
+            !pareto_chart(&path, "mnist", &points[..1]).unwrap(),
+            "one point is no figure"
+        );
     }
 }

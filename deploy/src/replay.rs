@@ -110,7 +110,7 @@ fn replay_images(
     let pool = e.data.load_images(data_dir)?;
     let (features, classes) = (pool.train.features(), e.data.classes().len());
     let summaries = summaries(run, features);
-    let agg = aggregate_again(args, e, &summaries, features, classes)?;
+    let agg = aggregate_again(args, e, data_dir, &summaries, features, classes)?;
     let (Some(rows), Downloads::Broadcast(download)) =
         (e.strategy.global_test_rows(), &agg.downloads)
     else {
@@ -152,7 +152,14 @@ fn replay_table(
     let Some(features) = clients.first().map(|c| c.summary.features as usize) else {
         bail!("the run has no client to prepare again");
     };
-    let agg = aggregate_again(args, e, &summaries, features, e.data.classes().len())?;
+    let agg = aggregate_again(
+        args,
+        e,
+        data_dir,
+        &summaries,
+        features,
+        e.data.classes().len(),
+    )?;
     if !e.strategy.model_is_the_download() {
         println!(
             "a {} client's model is not the download alone (it keeps what it trained): no client measures it here",
@@ -238,14 +245,17 @@ fn print_means(evals: &BTreeMap<ClientId, ConfusionMatrix>, ran: &RoundResult, p
 fn aggregate_again(
     args: &ReplayArgs,
     e: &Experiment,
+    data_dir: &Path,
     summaries: &BTreeMap<ClientId, DataSummary>,
     features: usize,
     classes: usize,
 ) -> anyhow::Result<Aggregate> {
     let dir = &args.run_dir;
-    let mut server = e.strategy.server(classes, e.seed, e.robust);
+    let mut server = e
+        .strategy
+        .server(classes, e.seed, e.robust, Some((&e.data, data_dir)))?;
     if args.round > 1 && !server.snapshot().is_stateless() {
-        let kept = state_before(dir, args.round, summaries, features, classes)?;
+        let kept = state_before(dir, data_dir, args.round, summaries, features, classes)?;
         server
             .restore(kept)
             .context("the run's state before this round does not fit the changed settings")?;
@@ -360,13 +370,16 @@ fn table_summaries(
 /// run's own settings (those the clients were sent), a failed one skipped as the server did.
 fn state_before(
     dir: &Path,
+    data_dir: &Path,
     round: Round,
     summaries: &BTreeMap<ClientId, DataSummary>,
     features: usize,
     classes: usize,
 ) -> anyhow::Result<StrategyState> {
     let run = Experiment::load(&dir.join("experiment.toml"), &[])?;
-    let mut server = run.strategy.server(classes, run.seed, run.robust);
+    let mut server =
+        run.strategy
+            .server(classes, run.seed, run.robust, Some((&run.data, data_dir)))?;
     for earlier in 1..round {
         let updates = kept_updates(dir, earlier, server.as_ref(), summaries, features)?;
         if let Err(e) = server.aggregate(earlier, summaries, &updates) {

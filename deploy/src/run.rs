@@ -103,7 +103,7 @@ pub fn execute(args: &RunArgs, progress: bool) -> anyhow::Result<PathBuf> {
         bail!("stopped by a signal before any process started");
     }
     let started = Instant::now();
-    let (mut server, addr) = spawn_server(&run, pki.as_ref(), &args.metrics)?;
+    let (mut server, addr) = spawn_server(&run, &data_dir, pki.as_ref(), &args.metrics)?;
     // Clients reach the server through the emulated link, when there is one.
     let addr = match &link {
         Some(link) => match relay(*link, &addr) {
@@ -290,6 +290,7 @@ fn announce(experiment: &Experiment, dir: &Path, say: &impl Fn(String)) {
 /// The server process on a loopback port, and the address it listens on once it is ready.
 fn spawn_server(
     run: &RunDir,
+    data_dir: &Path,
     pki: Option<&Pki>,
     metrics: &flint_server::exporter::MetricsOptions,
 ) -> anyhow::Result<(Child, String)> {
@@ -303,7 +304,10 @@ fn spawn_server(
             "127.0.0.1:0",
             "--experiment",
         ])
-        .arg(&run.resolved);
+        .arg(&run.resolved)
+        // A server that holds images (FLIS) reads them where the clients do.
+        .arg("--data-dir")
+        .arg(data_dir);
     if let Some(p) = pki {
         server
             .arg("--tls-cert")

@@ -39,7 +39,10 @@ fn runs() -> &'static [Run] {
             let classes = e.data.classes().len();
             let features = e.data.features().unwrap_or(6);
             Run {
-                strategy: e.strategy.server(classes, e.seed),
+                strategy: e
+                    .strategy
+                    .server(classes, e.seed, e.robust, None)
+                    .expect("these strategies hold no data"),
                 features,
                 limit: e.strategy.max_update_bytes(features, classes),
             }

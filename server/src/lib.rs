@@ -124,6 +124,10 @@ pub struct ServeOptions {
     /// it tells any caller what the server speaks. `flint run` turns it on.
     #[arg(long)]
     pub reflection: bool,
+    /// Where a strategy whose server holds images (FLIS) reads them [default: $FLINT_DATA_DIR
+    /// or ./data].
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
     #[command(flatten)]
     pub metrics: exporter::MetricsOptions,
 }
@@ -216,11 +220,16 @@ pub async fn serve(
     ready_file: Option<&Path>,
     options: &ServeOptions,
 ) -> anyhow::Result<RunResults> {
+    let data_dir = options
+        .data_dir
+        .clone()
+        .unwrap_or_else(flint_common::data::default_data_dir);
     let strategy = experiment.strategy.server(
         experiment.data.classes().len(),
         experiment.seed,
         experiment.robust,
-    );
+        Some((&experiment.data, &data_dir)),
+    )?;
     serve_with(experiment, strategy, listener, out, ready_file, options).await
 }
 

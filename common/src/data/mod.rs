@@ -760,6 +760,26 @@ impl DataSpec {
         matches!(self.source, Source::Images { .. })
     }
 
+    /// The data's short name, one per dataset whatever the model reads of it (`flint grid`
+    /// compares the strategies run on one dataset).
+    pub fn name(&self) -> String {
+        match &self.source {
+            Source::Synthetic { .. } => "synthetic".into(),
+            Source::Csv(c) => std::path::Path::new(&c.path)
+                .file_stem()
+                .map_or_else(|| c.path.clone(), |s| s.to_string_lossy().into_owned()),
+            Source::Adult => "adult".into(),
+            Source::Images {
+                set: images::ImageSet::Mnist,
+                ..
+            } => "mnist".into(),
+            Source::Images {
+                set: images::ImageSet::FashionMnist,
+                ..
+            } => "fashion-mnist".into(),
+        }
+    }
+
     /// What a strategy's settings depend on in this data.
     pub fn shape(&self) -> DataShape {
         DataShape {

@@ -12,6 +12,7 @@ use super::{ClientStrategy, ModelKind, ServerStrategy};
 use crate::ClientId;
 use crate::Result;
 use crate::data::images::{BitShard, PixelShard};
+use crate::data::pixels::PixelRows;
 use crate::data::{DataShape, Shard};
 use crate::model::tm::ClauseBanks;
 use crate::params::ParamResult;
@@ -65,6 +66,23 @@ pub trait StrategyParams: Debug + Send + Sync {
     /// The server half; `seed` is the run's, `robust` how it averages (the checks refuse
     /// anything but the plain mean where nothing is averaged).
     fn server(&self, classes: usize, seed: u64, robust: RobustHyper) -> Box<dyn ServerStrategy>;
+
+    /// Images per class the server holds from the data's test split (FLIS's server set);
+    /// `None`: the server reads no data, and [`StrategyParams::server`] is its server.
+    fn server_images_per_class(&self) -> Option<usize> {
+        None
+    }
+
+    /// The server half of a strategy whose server holds images, given them.
+    fn server_holding(
+        &self,
+        classes: usize,
+        seed: u64,
+        robust: RobustHyper,
+        _held: PixelRows,
+    ) -> Box<dyn ServerStrategy> {
+        self.server(classes, seed, robust)
+    }
 
     /// The client half of a model that trains on a table.
     fn table_client(

@@ -15,6 +15,7 @@ pub mod fedavg_cnn;
 pub mod fedprox;
 pub mod fedtm;
 pub mod fedtmos;
+pub mod flis;
 pub mod ifca;
 pub mod local;
 pub mod model_spec;

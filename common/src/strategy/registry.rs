@@ -16,6 +16,7 @@ use super::fedavg_cnn::FedAvgCnnSpec;
 use super::fedprox::FedProxSpec;
 use super::fedtm::FedTmSpec;
 use super::fedtmos::{EnsembleSpec, FedTmosSpec};
+use super::flis::FlisSpec;
 use super::ifca::IfcaSpec;
 use super::local::{CentralSpec, LocalSpec};
 use super::sections::{Checked, Sections};
@@ -110,4 +111,7 @@ strategies! {
     /// IFCA: k networks; each client trains the one of lowest loss on its data, and the server
     /// averages each cluster's.
     Ifca = "ifca" => IfcaSpec,
+    /// FLIS: clusters of clients whose networks predict alike on the server's images; each
+    /// client downloads its cluster's mean (dc: clusters every round; hc: once).
+    Flis = "flis" => FlisSpec,
 }

@@ -28,6 +28,7 @@ macro_rules! with_sections {
             cnn: crate::model::cnn::CnnHyper,
             fedprox: crate::strategy::fedprox::FedProxHyper,
             ifca: crate::strategy::ifca::IfcaHyper,
+            flis: crate::strategy::flis::FlisHyper,
             /// How the server averages, against clients that lie (coordinate-wise median or
             /// trimmed mean, clipping, a weight cap); absent: the papers' mean.
             robust: crate::strategy::robust::RobustHyper,
@@ -62,6 +63,7 @@ pub struct Checked {
     pub cnn: crate::model::cnn::CnnHyper,
     pub fedprox: crate::strategy::fedprox::FedProxHyper,
     pub ifca: crate::strategy::ifca::IfcaHyper,
+    pub flis: crate::strategy::flis::FlisHyper,
     pub robust: RobustHyper,
 }
 
@@ -99,6 +101,7 @@ impl Checked {
             cnn: s.cnn.unwrap_or_default().check()?,
             fedprox: s.fedprox.unwrap_or_default().check()?,
             ifca: s.ifca.unwrap_or_default().check()?,
+            flis: s.flis.unwrap_or_default().check()?,
             robust: s.robust.unwrap_or_default().check()?,
         })
     }

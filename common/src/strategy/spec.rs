@@ -3,15 +3,17 @@
 //! checks need. Every question goes to the strategy's own module through
 //! [`StrategyParams`]; nothing here names a strategy.
 
+use std::path::Path;
+
 use super::model_spec::ModelSpec;
 use super::robust::RobustHyper;
 use super::sections::{Checked, Sections};
 use super::{ClientStrategy, ModelKind, ServerStrategy, StrategyKind, StrategySpec};
 use crate::data::images::{BitShard, Holdout, PixelShard, ShardSizes};
-use crate::data::{DataShape, Shard};
+use crate::data::{DataShape, DataSpec, Shard};
 use crate::params::{ParamError, ParamResult};
 use crate::wire::Compression;
-use crate::{ClientId, Result};
+use crate::{ClientId, FlintError, Result};
 
 impl StrategySpec {
     /// The model `kind` trains: the one it implies, or for a baseline the one `given`.
@@ -100,13 +102,32 @@ impl StrategySpec {
 
     /// The server half; `seed` is the run's (FedTMOS seeds its k-means from it), `robust` how
     /// it averages (the checks refuse anything but the plain mean where nothing is averaged).
+    /// A strategy whose server holds images (FLIS) reads them from `data` below its directory.
     pub fn server(
         &self,
         classes: usize,
         seed: u64,
         robust: RobustHyper,
-    ) -> Box<dyn ServerStrategy> {
-        self.params().server(classes, seed, robust)
+        data: Option<(&DataSpec, &Path)>,
+    ) -> Result<Box<dyn ServerStrategy>> {
+        let params = self.params();
+        let Some(per_class) = params.server_images_per_class() else {
+            return Ok(params.server(classes, seed, robust));
+        };
+        let Some((spec, dir)) = data else {
+            return Err(FlintError::Config(format!(
+                "strategy {}'s server holds images of the data, and was given no data directory",
+                self.name()
+            )));
+        };
+        let held = spec.load_pixels(dir)?.test.first_per_class(per_class);
+        if held.is_empty() {
+            return Err(FlintError::Config(format!(
+                "the test split below {} has no images for the server to hold",
+                dir.display()
+            )));
+        }
+        Ok(params.server_holding(classes, seed, robust, held))
     }
 
     /// The client half of a model that trains on a table (logistic regression, FCMs).

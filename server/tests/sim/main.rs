@@ -353,7 +353,10 @@ async fn serve(e: Experiment, oracle: oracle::Shared) -> turmoil::Result {
         blocking: Blocking::Inline(SYNC_LATENCY),
         run_nonce: 0x5eed,
     };
-    let strategy = e.strategy.server(e.data.classes().len(), e.seed, e.robust);
+    let strategy = e
+        .strategy
+        .server(e.data.classes().len(), e.seed, e.robust, None)
+        .expect("the simulation's strategies hold no data");
     let shared = Arc::new(state::open(e, strategy, &state, &ServeOptions::default())?);
     // The journal as replayed, read a second time to count it: `SimDisk` takes no lock (the host
     // is the lock), where the host's disk would refuse a second opener.

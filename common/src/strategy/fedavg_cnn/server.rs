@@ -52,26 +52,24 @@ pub struct NetworkMean {
     pub tag: &'static str,
 }
 
-impl NetworkMean {
-    /// Each update's parameters, in client-id order, with its weight n_k / n.
-    fn weighted<'a>(
-        clients: &BTreeMap<ClientId, DataSummary>,
-        updates: &'a BTreeMap<ClientId, Update>,
-    ) -> Result<(Vec<&'a [f32]>, Vec<f64>)> {
-        let mut vectors = Vec::with_capacity(updates.len());
-        let mut samples = Vec::with_capacity(updates.len());
-        for (id, update) in updates {
-            let Update::Network(params) = update else {
-                return Err(unexpected("network_params", update));
-            };
-            let summary = clients.get(id).ok_or_else(|| {
-                FlintError::InvalidUpdate(format!("update from client {id}, which never joined"))
-            })?;
-            vectors.push(params.as_slice());
-            samples.push(summary.train_class_counts.iter().sum::<u64>() as f64);
-        }
-        Ok((vectors, n_k_over_n(&samples)))
+/// Each update's parameters in client-id order, with its client's training rows n_k.
+pub fn weighted_networks<'a>(
+    clients: &BTreeMap<ClientId, DataSummary>,
+    updates: &'a BTreeMap<ClientId, Update>,
+) -> Result<(Vec<&'a [f32]>, Vec<f64>)> {
+    let mut vectors = Vec::with_capacity(updates.len());
+    let mut samples = Vec::with_capacity(updates.len());
+    for (id, update) in updates {
+        let Update::Network(params) = update else {
+            return Err(unexpected("network_params", update));
+        };
+        let summary = clients.get(id).ok_or_else(|| {
+            FlintError::InvalidUpdate(format!("update from client {id}, which never joined"))
+        })?;
+        vectors.push(params.as_slice());
+        samples.push(summary.train_class_counts.iter().sum::<u64>() as f64);
     }
+    Ok((vectors, samples))
 }
 
 /// n_k / n; equal weights where no client holds a sample.
@@ -118,8 +116,8 @@ impl ServerStrategy for NetworkMean {
         updates: &BTreeMap<ClientId, Update>,
     ) -> Result<Aggregate> {
         crate::strategy::require_updates(round, updates)?;
-        let (vectors, weights) = Self::weighted(clients, updates)?;
-        let (global, weights) = combine_networks(&self.robust, &vectors, &weights);
+        let (vectors, samples) = weighted_networks(clients, updates)?;
+        let (global, weights) = combine_networks(&self.robust, &vectors, &n_k_over_n(&samples));
         Ok(Aggregate {
             downloads: Downloads::Broadcast(encode_params(&global)),
             weights: updates.keys().copied().zip(weights).collect(),
