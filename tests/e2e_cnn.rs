@@ -196,7 +196,8 @@ fn flis_clusters_on_the_servers_images_once_and_keeps_them_across_a_crash() {
     for round in 1..=3u32 {
         let rr = &r.rounds[round as usize];
         let report: FlisRound = rr.report.as_ref().unwrap().details().unwrap();
-        assert_eq!(report.formed, round == 1, "round {round}");
+        let placed = if round == 1 { vec![1, 2, 3] } else { vec![] };
+        assert_eq!(report.placed, placed, "clustered once, round {round}");
         assert_eq!(report.sizes.len(), 3, "every participant has a cluster");
         for id in 1..=3u32 {
             let flow = &r.ledger.flows[&id][&round];

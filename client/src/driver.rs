@@ -408,7 +408,17 @@ impl Client {
                     None,
                 )
             }
-            Err(s) => (failed(&s, s.message().to_string(), now), None),
+            Err(s) => {
+                // Its bytes are counted again when it goes again: say why at the default level.
+                tracing::info!(
+                    client = self.id,
+                    round,
+                    code = ?s.code(),
+                    error = %s.message(),
+                    "update not delivered; it is sent again"
+                );
+                (failed(&s, s.message().to_string(), now), None)
+            }
         };
         self.book_progress();
         pushed

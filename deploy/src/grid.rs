@@ -311,45 +311,50 @@ fn write_summary(args: &GridArgs, rows: &[Row], started: Instant) -> anyhow::Res
     Ok(())
 }
 
-/// Per dataset, every experiment with an accuracy as a point of accuracy against its mean
-/// bytes per client per round (`{stem}-pareto-{dataset}.svg`), where two or more compare.
+/// Per dataset and partition, every experiment with an accuracy as a point of accuracy
+/// against its mean bytes per client per round (`{stem}-pareto-{dataset}-{partition}.svg`),
+/// where two or more compare; both means over the runs that measured an accuracy.
 fn pareto_charts(summary: &Path, rows: &[Row]) -> anyhow::Result<Vec<PathBuf>> {
-    let mut by_data: std::collections::BTreeMap<&str, Vec<crate::plot::Tradeoff>> =
-        Default::default();
+    type Points = Vec<crate::plot::Tradeoff>;
+    let mut groups: std::collections::BTreeMap<(&str, &str), Points> = Default::default();
     for r in rows {
-        let accuracies: Vec<f64> = r
+        let measured: Vec<(&Outcome, f64)> = r
             .runs
             .iter()
-            .filter_map(|o| Some(o.after?.accuracy))
+            .filter_map(|o| Some((o, o.after?.accuracy)))
             .collect();
-        if accuracies.is_empty() {
+        if measured.is_empty() {
             continue;
         }
-        let per_run = |o: &Outcome| (o.up.message + o.down.message) as f64;
-        by_data
-            .entry(&r.dataset)
+        let n = measured.len() as f64;
+        let bytes = |(o, _): &(&Outcome, f64)| (o.up.message + o.down.message) as f64;
+        groups
+            .entry((&r.dataset, &r.partition))
             .or_default()
             .push(crate::plot::Tradeoff {
                 name: r.name.clone(),
-                bytes: r.runs.iter().map(per_run).sum::<f64>() / r.runs.len() as f64,
-                accuracy: accuracies.iter().sum::<f64>() / accuracies.len() as f64,
+                bytes: measured.iter().map(bytes).sum::<f64>() / n,
+                accuracy: measured.iter().map(|(_, a)| a).sum::<f64>() / n,
             });
     }
     let stem = summary.file_stem().unwrap_or_default().to_string_lossy();
-    let mut written = Vec::new();
-    for (data, points) in by_data {
-        let slug: String = data
+    let slug = |s: &str| -> String {
+        let kept: String = s
             .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() {
-                    c.to_ascii_lowercase()
-                } else {
-                    '-'
-                }
+            .map(|c| match c.is_ascii_alphanumeric() || c == '.' {
+                true => c.to_ascii_lowercase(),
+                false => '-',
             })
             .collect();
-        let path = summary.with_file_name(format!("{stem}-pareto-{}.svg", slug.trim_matches('-')));
-        if crate::plot::pareto_chart(&path, data, &points)? {
+        let parts: Vec<&str> = kept.split('-').filter(|p| !p.is_empty()).collect();
+        parts.join("-")
+    };
+    let mut written = Vec::new();
+    for ((data, partition), points) in groups {
+        let name = format!("{stem}-pareto-{}-{}.svg", slug(data), slug(partition));
+        let path = summary.with_file_name(name);
+        let title = format!("{data}, {partition}");
+        if crate::plot::pareto_chart(&path, &title, &points)? {
             written.push(path);
         }
     }

@@ -1156,4 +1156,28 @@ iid_clients = 1
             assert!(err.contains(want), "{err}");
         }
     }
+
+    /// A server that holds images (FLIS) says where it looked for them, and that it needs them.
+    #[test]
+    fn a_server_holding_images_says_where_it_looked() {
+        let e = Experiment::from_toml(
+            "name = \"f\"\nstrategy = \"flis\"\nclient_count = 2\n[data]\nsource = \"mnist\"\n\
+             [partition]\nkind = \"dirichlet\"\nsamples = 100\n",
+        )
+        .unwrap();
+        let robust = crate::strategy::robust::RobustHyper::default();
+        let nowhere = std::path::Path::new("/nonexistent/flint-data");
+        let err = e
+            .strategy
+            .server(10, 1, robust, Some((&e.data, nowhere)))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            err.contains("--data-dir") && err.contains("/nonexistent/flint-data"),
+            "{err}"
+        );
+        let err = e.strategy.server(10, 1, robust, None).err().unwrap();
+        assert!(err.to_string().contains("no data directory"), "{err}");
+    }
 }

@@ -106,6 +106,7 @@ fn kept_layer(l: &super::cnn::arch::Placed) -> KeptLayer {
             format!("conv {}→{out} {kernel}×{kernel}", channels(l.input))
         }
         Layer::MaxPool { size } => format!("max-pool {size}×{size}"),
+        Layer::Pad { by } => format!("zero padding {by}"),
         Layer::Relu => "relu".into(),
         Layer::Dense { out } => format!("dense {}→{out}", l.input.len()),
     };

@@ -120,7 +120,15 @@ impl StrategySpec {
                 self.name()
             )));
         };
-        let held = spec.load_pixels(dir)?.test.first_per_class(per_class);
+        let pool = spec.load_pixels(dir).map_err(|e| {
+            FlintError::Config(format!(
+                "strategy {}'s server holds images of the data, read below {} (flint server \
+                 --data-dir or FLINT_DATA_DIR): {e}",
+                self.name(),
+                dir.display()
+            ))
+        })?;
+        let held = pool.test.first_per_class(per_class);
         if held.is_empty() {
             return Err(FlintError::Config(format!(
                 "the test split below {} has no images for the server to hold",

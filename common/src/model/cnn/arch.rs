@@ -15,16 +15,32 @@ pub enum ArchName {
     /// MNIST, TPFL Table 5's 1.64 MB per model as float32.
     #[default]
     Lenet,
+    /// LeNet-5 (LeCun et al. 1998: conv 6 and 16 5×5, max-pool, fc 120, 84, classes) on the
+    /// image padded by 2, the "5-layer CNN" of FedTMOS §5 after Dai et al. 2024: 61,706
+    /// parameters on MNIST, FedTMOS Table 2's 0.25 MB per upload as float32.
+    Lenet5,
 }
 
-/// One layer. Convolutions have stride 1 and no padding; a dense layer after a spatial one
-/// reads it flattened channel by channel (as PyTorch's `flatten(1)`).
+/// One layer. Convolutions have stride 1 and no padding of their own (a `Pad` before one
+/// gives it); a dense layer after a spatial one reads it flattened channel by channel (as
+/// PyTorch's `flatten(1)`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Layer {
-    Conv { out: usize, kernel: usize },
-    MaxPool { size: usize },
+    /// Zeros around each plane, `by` wide.
+    Pad {
+        by: usize,
+    },
+    Conv {
+        out: usize,
+        kernel: usize,
+    },
+    MaxPool {
+        size: usize,
+    },
     Relu,
-    Dense { out: usize },
+    Dense {
+        out: usize,
+    },
 }
 
 /// An activation's shape for one sample.
@@ -55,7 +71,7 @@ pub struct Placed {
     pub input: Shape,
     pub output: Shape,
     pub offset: usize,
-    /// Weights then biases: 0 for pooling and ReLU.
+    /// Weights then biases: 0 for padding, pooling and ReLU.
     pub params: usize,
 }
 
@@ -96,6 +112,20 @@ impl Architecture {
                 Layer::MaxPool { size: 2 },
                 Layer::Relu,
                 Layer::Dense { out: 500 },
+                Layer::Relu,
+                Layer::Dense { out: classes },
+            ],
+            ArchName::Lenet5 => vec![
+                Layer::Pad { by: 2 },
+                Layer::Conv { out: 6, kernel: 5 },
+                Layer::MaxPool { size: 2 },
+                Layer::Relu,
+                Layer::Conv { out: 16, kernel: 5 },
+                Layer::MaxPool { size: 2 },
+                Layer::Relu,
+                Layer::Dense { out: 120 },
+                Layer::Relu,
+                Layer::Dense { out: 84 },
                 Layer::Relu,
                 Layer::Dense { out: classes },
             ],
@@ -142,6 +172,14 @@ impl Architecture {
 /// A layer's output shape and parameter count, `None` where the input does not fit.
 fn step(input: Shape, layer: Layer) -> Option<(Shape, usize)> {
     match (layer, input) {
+        (Layer::Pad { by }, Shape::Spatial { c, h, w }) => Some((
+            Shape::Spatial {
+                c,
+                h: h + 2 * by,
+                w: w + 2 * by,
+            },
+            0,
+        )),
         (Layer::Conv { out, kernel }, Shape::Spatial { c, h, w }) => {
             let (h, w) = (h.checked_sub(kernel)? + 1, w.checked_sub(kernel)? + 1);
             Some((
@@ -185,6 +223,17 @@ mod tests {
         assert_eq!(a.layers[6].input, Shape::Spatial { c: 50, h: 4, w: 4 });
         assert_eq!(a.classes(), 10);
         assert!((a.params as f64 * 4.0 / (1u64 << 20) as f64 - 1.644).abs() < 1e-3);
+    }
+
+    /// FedTMOS §5's CNN (Dai et al. 2024's LeNet-5): 61,706 parameters on MNIST (FedTMOS
+    /// Appendix: "a simple CNN, which might involve 61,706 weights"), 0.25 MB as float32.
+    #[test]
+    fn lenet5_on_mnist_is_fedtmos_cnn() {
+        let a = Architecture::new(ArchName::Lenet5, 1, 28, 10).unwrap();
+        assert_eq!(a.params, 61_706);
+        assert_eq!(a.layers[0].output, Shape::Spatial { c: 1, h: 32, w: 32 });
+        assert_eq!(a.layers[7].input, Shape::Spatial { c: 16, h: 5, w: 5 });
+        assert!((a.params as f64 * 4.0 / 1e6 - 0.25).abs() < 0.01);
     }
 
     #[test]

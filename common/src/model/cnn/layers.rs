@@ -33,6 +33,38 @@ pub fn im2col(x: &[f32], c: usize, p: Planes, k: usize, col: &mut Vec<f32>) {
     }
 }
 
+/// Each of `planes` h×w planes inside zeros `by` wide.
+pub fn pad_forward(x: &[f32], planes: usize, (h, w): (usize, usize), by: usize, y: &mut Vec<f32>) {
+    let (ph, pw) = (h + 2 * by, w + 2 * by);
+    y.clear();
+    y.resize(planes * ph * pw, 0.0);
+    for p in 0..planes {
+        for r in 0..h {
+            let dst = (p * ph + r + by) * pw + by;
+            y[dst..dst + w].copy_from_slice(&x[(p * h + r) * w..][..w]);
+        }
+    }
+}
+
+/// The gradient of [`pad_forward`]'s input: each padded plane's interior.
+pub fn pad_backward(
+    d: &[f32],
+    planes: usize,
+    (h, w): (usize, usize),
+    by: usize,
+    dx: &mut Vec<f32>,
+) {
+    let (ph, pw) = (h + 2 * by, w + 2 * by);
+    dx.clear();
+    dx.resize(planes * h * w, 0.0);
+    for p in 0..planes {
+        for r in 0..h {
+            let src = (p * ph + r + by) * pw + by;
+            dx[(p * h + r) * w..][..w].copy_from_slice(&d[src..src + w]);
+        }
+    }
+}
+
 /// The inverse of [`im2col`]'s gather: adds each column entry back where it was read.
 fn col2im(col: &[f32], c: usize, p: Planes, k: usize, dx: &mut [f32]) {
     let (oh, ow) = (p.h - k + 1, p.w - k + 1);

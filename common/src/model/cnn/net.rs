@@ -62,6 +62,7 @@ pub fn forward(arch: &Architecture, params: &[f32], x: &[f32], n: usize, tape: &
         let (input, output) = (&mut done[i], &mut rest[0]);
         let (c, p) = planes(l.input, n);
         match l.layer {
+            Layer::Pad { by } => layers::pad_forward(input, c * n, (p.h, p.w), by, output),
             Layer::Conv { kernel, .. } => {
                 layers::im2col(input, c, p, kernel, &mut tape.cols[i]);
                 layers::conv_forward(weights(params, l), &tape.cols[i], output);
@@ -102,6 +103,11 @@ fn backward(arch: &Architecture, params: &[f32], tape: &mut Tape) {
         let wants_dx = i > 0;
         let (c, p) = planes(l.input, n);
         match l.layer {
+            Layer::Pad { by } => {
+                if wants_dx {
+                    layers::pad_backward(d, c * n, (p.h, p.w), by, d_next);
+                }
+            }
             Layer::Conv { kernel, .. } => {
                 let conv = ConvBackward {
                     w: weights(params, l).0,
@@ -155,12 +161,14 @@ mod tests {
     use super::*;
     use crate::model::cnn::arch::ArchName;
 
-    /// A small network with every kind of layer, on 1×8×8 inputs.
+    /// A small network with every kind of layer, on 1×8×8 inputs (a padding inside, where its
+    /// gradient flows on).
     fn small() -> Architecture {
         let layers = [
             Layer::Conv { out: 3, kernel: 3 },
             Layer::MaxPool { size: 2 },
             Layer::Relu,
+            Layer::Pad { by: 1 },
             Layer::Conv { out: 4, kernel: 2 },
             Layer::Relu,
             Layer::Dense { out: 5 },

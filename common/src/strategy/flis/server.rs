@@ -18,13 +18,15 @@ use crate::wire::network::encode_params;
 use crate::wire::proto::{DataSummary, Payload};
 use crate::{ClientId, FlintError, Result, Round, model::cnn::ArchName};
 
-/// A round's clusters: each participant's cluster size, and how many distinct clusters.
+/// A round's clusters: each participant's cluster size (its members that uploaded), and how
+/// many distinct clusters the participants had.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FlisRound {
     pub sizes: BTreeMap<ClientId, u32>,
     pub distinct: u32,
-    /// Whether the clusters were formed this round (always for dc; the first round for hc).
-    pub formed: bool,
+    /// The clients whose clusters were formed this round: every participant for dc and in hc's
+    /// first round; after it, hc's clients that had none yet.
+    pub placed: Vec<ClientId>,
 }
 
 impl Tagged for FlisRound {
@@ -79,18 +81,36 @@ impl FlisServer {
         Ok(networks.iter().map(predict).collect())
     }
 
-    /// The round's clusters: kept ones (hc after its first round), or formed from the networks.
+    /// The round's clusters, and whose were formed this round: every client's for dc and for
+    /// hc's first round; after it, hc's kept clusters, with one formed for each uploader it
+    /// has none for (a client that missed the first round), from this round's networks.
     fn clusters(
         &self,
         ids: &[ClientId],
         features: usize,
         networks: &[&[f32]],
-    ) -> Result<(Vec<(ClientId, Vec<ClientId>)>, bool)> {
-        if self.hyper.variant == FlisVariant::Hc && !self.kept.is_empty() {
-            return Ok((self.kept.clone(), false));
+    ) -> Result<(Vec<(ClientId, Vec<ClientId>)>, Vec<ClientId>)> {
+        let keeps = self.hyper.variant == FlisVariant::Hc && !self.kept.is_empty();
+        let placed: Vec<ClientId> = match keeps {
+            true => ids
+                .iter()
+                .copied()
+                .filter(|c| !self.kept.iter().any(|(k, _)| k == c))
+                .collect(),
+            false => ids.to_vec(),
+        };
+        if placed.is_empty() {
+            return Ok((self.kept.clone(), placed));
         }
         let sim = inference_similarity(&self.predictions(features, networks)?);
-        Ok((neighbourhoods(ids, &sim, self.hyper.threshold()), true))
+        let formed = neighbourhoods(ids, &sim, self.hyper.threshold());
+        if !keeps {
+            return Ok((formed, placed));
+        }
+        let mut clusters = self.kept.clone();
+        clusters.extend(formed.into_iter().filter(|(c, _)| placed.contains(c)));
+        clusters.sort_by_key(|(c, _)| *c);
+        Ok((clusters, placed))
     }
 }
 
@@ -146,16 +166,19 @@ impl ServerStrategy for FlisServer {
         let (vectors, samples) = weighted_networks(clients, updates)?;
         let ids: Vec<ClientId> = updates.keys().copied().collect();
         let features = clients.values().next().map_or(0, |s| s.features as usize);
-        let (clusters, formed) = self.clusters(&ids, features, &vectors)?;
+        let (clusters, placed) = self.clusters(&ids, features, &vectors)?;
         let networks = ids
             .iter()
             .copied()
             .zip(vectors.iter().copied().zip(samples))
             .collect();
         let (downloads, weights) = cluster_means(&self.robust, &clusters, &networks);
-        let sizes: BTreeMap<ClientId, u32> = clusters
+        let present: Vec<&(ClientId, Vec<ClientId>)> = clusters
             .iter()
             .filter(|(c, _)| networks.contains_key(c))
+            .collect();
+        let sizes = present
+            .iter()
             .map(|(c, m)| {
                 (
                     *c,
@@ -164,12 +187,12 @@ impl ServerStrategy for FlisServer {
             })
             .collect();
         let distinct = {
-            let mut sets: Vec<&Vec<ClientId>> = clusters.iter().map(|(_, m)| m).collect();
+            let mut sets: Vec<&Vec<ClientId>> = present.iter().map(|(_, m)| m).collect();
             sets.sort();
             sets.dedup();
             sets.len() as u32
         };
-        if self.hyper.variant == FlisVariant::Hc && formed {
+        if self.hyper.variant == FlisVariant::Hc {
             self.kept = clusters;
         }
         Ok(Aggregate {
@@ -178,7 +201,7 @@ impl ServerStrategy for FlisServer {
             report: RoundReport::of(&FlisRound {
                 sizes,
                 distinct,
-                formed,
+                placed,
             }),
             local: BTreeMap::new(),
         })
@@ -199,6 +222,13 @@ impl ServerStrategy for FlisServer {
             return state.expect_stateless("flis-dc");
         }
         let state: FlisState = state.expect("flis")?;
+        let sound = state.clusters.windows(2).all(|w| w[0].0 < w[1].0)
+            && state.clusters.iter().all(|(c, m)| m.contains(c));
+        if !sound {
+            return Err(FlintError::Model(
+                "flis-hc's kept clusters are not one per client, each holding its client".into(),
+            ));
+        }
         self.kept = state.clusters;
         Ok(())
     }

@@ -112,7 +112,7 @@ fn dc_averages_each_cluster_of_networks_that_predict_alike() {
     );
     let report: FlisRound = agg.report.details().unwrap();
     assert_eq!(report.sizes, BTreeMap::from([(1, 2), (2, 2), (3, 1)]));
-    assert_eq!((report.distinct, report.formed), (2, true));
+    assert_eq!((report.distinct, report.placed), (2, vec![1, 2, 3]));
     assert!(s.snapshot().is_stateless());
     // The next round's networks cluster afresh.
     let agg = round(
@@ -125,22 +125,41 @@ fn dc_averages_each_cluster_of_networks_that_predict_alike() {
 }
 
 /// FLIS-HC: the first round's clusters are kept, whatever later networks predict, and a
-/// restarted server has them back.
+/// restarted server has them back; a client that missed the first round gets a cluster of its
+/// own from the round it first uploads in, and keeps it.
 #[test]
-fn hc_keeps_the_first_rounds_clusters() {
+fn hc_keeps_the_first_rounds_clusters_and_places_a_late_client_once() {
     let mut s = server(FlisVariant::Hc);
     let first = [(1, always(3, 0.01), 100), (2, always(3, 0.03), 100)];
     round(s.as_mut(), 1, &first).unwrap();
     let mut again = server(FlisVariant::Hc);
     again.restore(s.snapshot()).unwrap();
-    let unlike = [(1, always(3, 0.01), 100), (2, always(7, 0.03), 100)];
+    let unlike = [
+        (1, always(3, 0.01), 100),
+        (2, always(7, 0.03), 100),
+        (3, always(7, 0.05), 100),
+    ];
     for s in [s.as_mut(), again.as_mut()] {
         let agg = round(s, 2, &unlike).unwrap();
-        assert!((download(&agg, 1)[0] - 0.02).abs() < 1e-6);
+        assert!(
+            (download(&agg, 1)[0] - 0.02).abs() < 1e-6,
+            "1 and 2 stay together"
+        );
+        assert!(
+            (download(&agg, 3)[0] - 0.04).abs() < 1e-6,
+            "3 joins 2's predictions"
+        );
         let report: FlisRound = agg.report.details().unwrap();
-        assert!(!report.formed);
+        assert_eq!(report.placed, vec![3]);
+        let agg = round(s, 3, &unlike).unwrap();
+        let report: FlisRound = agg.report.details().unwrap();
+        assert!(report.placed.is_empty(), "placed once");
     }
     assert!(server(FlisVariant::Dc).restore(s.snapshot()).is_err());
+    let broken = crate::strategy::StrategyState::of(&FlisState {
+        clusters: vec![(1, vec![2])],
+    });
+    assert!(server(FlisVariant::Hc).restore(broken).is_err());
 }
 
 /// The server compares networks on its own images: without them it refuses, and says why.
