@@ -3,7 +3,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::{FlisHyper, FlisVariant, inference_similarity, neighbourhoods};
+use super::{Clusters, FlisHyper, FlisVariant, inference_similarity, neighbourhoods};
 use crate::data::pixels::PixelRows;
 use crate::model::cnn::Cnn;
 use crate::strategy::decoder::UpdateDecoder;
@@ -36,7 +36,7 @@ impl Tagged for FlisRound {
 /// FLIS-HC's clusters, formed once and kept.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct FlisState {
-    pub clusters: Vec<(ClientId, Vec<ClientId>)>,
+    pub clusters: Clusters,
 }
 
 impl Tagged for FlisState {
@@ -52,7 +52,7 @@ pub struct FlisServer {
     /// The server's images, from the data's test split.
     pub held: PixelRows,
     /// FLIS-HC's clusters once formed; empty before (and always for dc).
-    pub kept: Vec<(ClientId, Vec<ClientId>)>,
+    pub kept: Clusters,
 }
 
 impl FlisServer {
@@ -89,7 +89,7 @@ impl FlisServer {
         ids: &[ClientId],
         features: usize,
         networks: &[&[f32]],
-    ) -> Result<(Vec<(ClientId, Vec<ClientId>)>, Vec<ClientId>)> {
+    ) -> Result<(Clusters, Vec<ClientId>)> {
         let keeps = self.hyper.variant == FlisVariant::Hc && !self.kept.is_empty();
         let placed: Vec<ClientId> = match keeps {
             true => ids

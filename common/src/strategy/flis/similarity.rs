@@ -1,5 +1,8 @@
 use crate::ClientId;
 
+/// Each client with its cluster (itself among the members), in client-id order.
+pub type Clusters = Vec<(ClientId, Vec<ClientId>)>;
+
 /// Inference similarity (Morafah et al. 2023, as the authors' code computes it): each
 /// network's predictions on the server's images as one-hot rows A_i, and
 /// sim(i, j) = ⟨A_i, A_j⟩ / (‖A_i‖ ‖A_j‖), which for one-hot rows is the fraction of images the
@@ -21,11 +24,7 @@ pub fn inference_similarity(predictions: &[Vec<u32>]) -> Vec<Vec<f64>> {
 
 /// Each client's cluster: itself and every client at least `threshold` similar to it, in
 /// client-id order. Clusters overlap and need not be transitive, as in the authors' code.
-pub fn neighbourhoods(
-    clients: &[ClientId],
-    sim: &[Vec<f64>],
-    threshold: f64,
-) -> Vec<(ClientId, Vec<ClientId>)> {
+pub fn neighbourhoods(clients: &[ClientId], sim: &[Vec<f64>], threshold: f64) -> Clusters {
     clients
         .iter()
         .enumerate()
