@@ -34,6 +34,12 @@ pub struct NetworkDecoder {
     pub classes: usize,
 }
 
+impl NetworkDecoder {
+    pub fn of(arch: ArchName, classes: usize) -> Arc<dyn UpdateDecoder> {
+        Arc::new(NetworkDecoder { arch, classes })
+    }
+}
+
 impl UpdateDecoder for NetworkDecoder {
     fn decode(&self, _client: ClientId, features: usize, update: &Payload) -> Result<Update> {
         let expected = architecture(self.arch, features, self.classes)?.params;
@@ -96,17 +102,24 @@ pub fn combine_networks(
     (combined.into_iter().map(|x| x as f32).collect(), weights)
 }
 
+/// Round 1's download of a one-network strategy: the run's initial network.
+pub fn initial_download(
+    arch: ArchName,
+    features: usize,
+    classes: usize,
+    seed: u64,
+) -> Option<Payload> {
+    let cnn = initial_network(arch, features, classes, seed).ok()?;
+    Some(encode_params(&cnn.params))
+}
+
 impl ServerStrategy for NetworkMean {
     fn initial_download(&self, features: usize) -> Option<Payload> {
-        let cnn = initial_network(self.arch, features, self.classes, self.seed).ok()?;
-        Some(encode_params(&cnn.params))
+        initial_download(self.arch, features, self.classes, self.seed)
     }
 
     fn decoder(&self) -> Arc<dyn UpdateDecoder> {
-        Arc::new(NetworkDecoder {
-            arch: self.arch,
-            classes: self.classes,
-        })
+        NetworkDecoder::of(self.arch, self.classes)
     }
 
     fn aggregate(

@@ -8,7 +8,7 @@ use crate::data::pixels::PixelRows;
 use crate::model::cnn::Cnn;
 use crate::strategy::decoder::UpdateDecoder;
 use crate::strategy::fedavg_cnn::{
-    NetworkDecoder, architecture, combine_networks, initial_network, n_k_over_n, weighted_networks,
+    NetworkDecoder, architecture, combine_networks, initial_download, n_k_over_n, weighted_networks,
 };
 use crate::strategy::report::Tagged;
 use crate::strategy::robust::RobustHyper;
@@ -145,15 +145,11 @@ fn cluster_means(
 
 impl ServerStrategy for FlisServer {
     fn initial_download(&self, features: usize) -> Option<Payload> {
-        let cnn = initial_network(self.arch, features, self.classes, self.seed).ok()?;
-        Some(encode_params(&cnn.params))
+        initial_download(self.arch, features, self.classes, self.seed)
     }
 
     fn decoder(&self) -> Arc<dyn UpdateDecoder> {
-        Arc::new(NetworkDecoder {
-            arch: self.arch,
-            classes: self.classes,
-        })
+        NetworkDecoder::of(self.arch, self.classes)
     }
 
     fn aggregate(
