@@ -1180,4 +1180,26 @@ iid_clients = 1
         let err = e.strategy.server(10, 1, robust, None).err().unwrap();
         assert!(err.to_string().contains("no data directory"), "{err}");
     }
+
+    /// FedTMOS's global test set measures one global network: fedavg-cnn takes it, ifca (a
+    /// network per cluster) is refused.
+    #[test]
+    fn a_networks_global_test_set_is_for_one_global_model() {
+        let text = |strategy: &str| {
+            format!(
+                "name = \"g\"\nstrategy = \"{strategy}\"\nclient_count = 2\n[data]\nsource = \"mnist\"\n\
+                 [partition]\nkind = \"dirichlet\"\nsamples = 100\n[cnn]\nglobal_test = true\n"
+            )
+        };
+        let e = Experiment::from_toml(&text("fedavg-cnn")).unwrap();
+        assert_eq!(e.strategy.global_test_rows(), Some(4992..10_000));
+        assert_eq!(e.global_test_holder(), Some(1));
+        let err = Experiment::from_toml(&text("ifca"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("cnn.global_test measures one global model"),
+            "{err}"
+        );
+    }
 }

@@ -6,6 +6,7 @@ use crate::data::{
     ClientSection, ClientSpec, DataSection, DataSpec, PartitionPlan, PartitionSection, Scaling,
     TableBits,
 };
+use crate::strategy::model_spec::ModelSpec;
 use crate::strategy::{ModelKind, StrategyKind, StrategySpec};
 use crate::{FlintError, Result};
 
@@ -176,6 +177,13 @@ pub(super) fn check_global_test(strategy: &StrategySpec, data: &DataSpec) -> Res
     if data.global_test.is_some() && !strategy.kind().facts().one_model {
         return Err(bad(format!(
             "data.global_test_fraction measures one global model; strategy {} leaves each client its own",
+            strategy.name()
+        )));
+    }
+    let cnn = matches!(strategy.model(), ModelSpec::Cnn(c) if c.global_test);
+    if cnn && !strategy.kind().facts().one_model {
+        return Err(bad(format!(
+            "cnn.global_test measures one global model; strategy {} leaves each client its own",
             strategy.name()
         )));
     }

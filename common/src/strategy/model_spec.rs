@@ -275,6 +275,7 @@ impl ModelSpec {
     pub fn global_test_rows(&self) -> Option<std::ops::Range<usize>> {
         match self {
             ModelSpec::ConvTm(f) if f.fedtmos.table_bits.is_none() => Some(4992..10_000),
+            ModelSpec::Cnn(c) if c.global_test => Some(4992..10_000),
             _ => None,
         }
     }

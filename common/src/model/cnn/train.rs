@@ -27,6 +27,10 @@ pub struct CnnHyper {
     /// proportions (as TPFL's clients' are).
     #[serde(deserialize_with = "at_least::<1, _, _>")]
     pub test_samples: u32,
+    /// Also measure the model on FedTMOS's global test set (the official test images
+    /// 4992–9999, FedTMOS §5; client 1 holds them), where one global model is trained.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub global_test: bool,
 }
 
 impl Default for CnnHyper {
@@ -38,6 +42,7 @@ impl Default for CnnHyper {
             learning_rate: 0.01,
             momentum: 0.0,
             test_samples: 1_000,
+            global_test: false,
         }
     }
 }
