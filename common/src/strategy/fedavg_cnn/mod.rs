@@ -8,7 +8,7 @@ mod client;
 mod server;
 mod strategy;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 pub use client::*;
 pub use server::*;

@@ -10,7 +10,8 @@ use crate::strategy::{ClientStrategy, Downloads, ServerStrategy};
 use crate::wire::network::{decode_params, encode_params};
 use crate::wire::proto::DataSummary;
 
-fn summary(samples: u64) -> DataSummary {
+/// A 28×28-image client holding `samples` training rows (the CNN strategies' tests share it).
+pub(crate) fn summary(samples: u64) -> DataSummary {
     DataSummary {
         train_class_counts: vec![samples],
         test_samples: 0,

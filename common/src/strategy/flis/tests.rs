@@ -4,21 +4,12 @@ use super::*;
 use crate::data::pixels::squares;
 use crate::model::cnn::{ArchName, CnnHyper};
 use crate::strategy::contract::StrategyParams;
+use crate::strategy::fedavg_cnn::tests::summary;
 use crate::strategy::robust::RobustHyper;
 use crate::strategy::{Downloads, ServerStrategy};
 use crate::wire::network::{decode_params, encode_params};
-use crate::wire::proto::DataSummary;
 
 const P: usize = 431_080;
-
-fn summary(samples: u64) -> DataSummary {
-    DataSummary {
-        train_class_counts: vec![samples],
-        test_samples: 0,
-        features: 784,
-        compute_ghz: 1.0,
-    }
-}
 
 /// A LeNet that predicts `class` whatever it reads (its last layer's weights zero, its bias
 /// one-hot), every other parameter `v`.

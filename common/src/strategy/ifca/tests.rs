@@ -6,21 +6,12 @@ use crate::data::pixels::squares;
 use crate::model::cnn::{ArchName, CnnHyper};
 use crate::rng::derive_rng;
 use crate::strategy::fedavg_cnn::architecture;
+use crate::strategy::fedavg_cnn::tests::summary;
 use crate::strategy::robust::RobustHyper;
 use crate::strategy::{ClientStrategy, Downloads, ServerStrategy};
 use crate::wire::network::{decode_params, encode_cluster_params, encode_params};
-use crate::wire::proto::DataSummary;
 
 const P: usize = 431_080;
-
-fn summary(samples: u64) -> DataSummary {
-    DataSummary {
-        train_class_counts: vec![samples],
-        test_samples: 0,
-        features: 784,
-        compute_ghz: 1.0,
-    }
-}
 
 fn server(k: usize) -> IfcaServer {
     IfcaServer::new(ArchName::Lenet, k, 10, 1, RobustHyper::default())
