@@ -169,7 +169,10 @@ fn prepare_images(
     let (classes, clients) = (e.data.classes().len(), e.clients.len());
     if e.strategy.model().reads_pixels() {
         let pool = e.data.load_pixels(data_dir)?;
-        let half = |features, id| e.strategy.pixels_client(features, classes, e.seed, id);
+        let half = |features, id| {
+            e.strategy
+                .pixels_client(features, classes, e.seed, id, clients)
+        };
         return prepare_on_pool(e, &pool, ids, summaries, half);
     }
     let pool = e.data.load_images(data_dir)?;

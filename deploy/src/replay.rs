@@ -13,7 +13,7 @@ use anyhow::{Context, bail};
 use flint_common::clients::{Prepared, prepare};
 use flint_common::config::{Experiment, parse_override};
 use flint_common::data::default_data_dir;
-use flint_common::data::images::BitShard;
+use flint_common::data::images::{BitShard, ImageRows};
 use flint_common::metrics::{ConfusionMatrix, Metrics};
 use flint_common::strategy::{
     Aggregate, ClientStrategy, Downloads, Predictor, ServerStrategy, StrategyState,
@@ -62,9 +62,10 @@ pub fn replay(args: ReplayArgs) -> anyhow::Result<()> {
     let run = run_results(&args.run_dir)?;
     let ran = closed_round(&run, args.round)?;
     let data_dir = args.data_dir.clone().unwrap_or_else(default_data_dir);
-    match e.data.is_images() {
-        true => replay_images(&args, &e, &run, &data_dir),
-        false => replay_table(&args, &e, &run, ran, &data_dir),
+    match (e.data.is_images(), e.strategy.model().reads_pixels()) {
+        (true, true) => replay_pixels(&args, &e, &run, ran, &data_dir),
+        (true, false) => replay_images(&args, &e, &run, &data_dir),
+        (false, _) => replay_table(&args, &e, &run, ran, &data_dir),
     }
 }
 
@@ -130,6 +131,39 @@ fn replay_images(
         print_sums(half.as_ref(), &shared);
     }
     print_shared(half.evaluate_all(&shared), args.per_class, None);
+    Ok(())
+}
+
+/// A network's download measured on the shared test set (`cnn.global_test`) by its holder, as
+/// in the run, beside the run's figure.
+fn replay_pixels(
+    args: &ReplayArgs,
+    e: &Experiment,
+    run: &RunResults,
+    ran: &RoundResult,
+    data_dir: &Path,
+) -> anyhow::Result<()> {
+    if args.sums {
+        println!("--sums profiles Tsetlin Machine composites only: nothing to show for a network");
+    }
+    let pool = e.data.load_pixels(data_dir)?;
+    let (features, classes) = (pool.train.features(), e.data.classes().len());
+    let summaries = summaries(run, features);
+    let agg = aggregate_again(args, e, data_dir, &summaries, features, classes)?;
+    let (Some(rows), Downloads::Broadcast(download)) =
+        (e.strategy.global_test_rows(), &agg.downloads)
+    else {
+        println!("no shared test set (cnn.global_test) measures this run's download here");
+        return Ok(());
+    };
+    let holder = 1;
+    let mut half = e
+        .strategy
+        .pixels_client(features, classes, e.seed, holder, e.clients.len())?;
+    half.apply(args.round, download)?;
+    let shared = pool.shared_test(rows);
+    println!("on the shared test set ({} rows):", shared.test.len());
+    print_shared(half.evaluate_all(&shared), args.per_class, Some(ran));
     Ok(())
 }
 

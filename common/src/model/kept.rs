@@ -102,13 +102,13 @@ fn kept_layer(l: &super::cnn::arch::Placed) -> KeptLayer {
         Shape::Flat(n) => n,
     };
     let layer = match l.layer {
-        Layer::Conv { out, kernel } => {
+        Layer::Conv { out, kernel, .. } => {
             format!("conv {}→{out} {kernel}×{kernel}", channels(l.input))
         }
         Layer::MaxPool { size } => format!("max-pool {size}×{size}"),
         Layer::Pad { by } => format!("zero padding {by}"),
         Layer::Relu => "relu".into(),
-        Layer::Dense { out } => format!("dense {}→{out}", l.input.len()),
+        Layer::Dense { out, .. } => format!("dense {}→{out}", l.input.len()),
     };
     KeptLayer {
         layer,

@@ -108,13 +108,15 @@ pub trait StrategyParams: Debug + Send + Sync {
     }
 
     /// The client half of a model that trains on images as bytes (a neural network); its
-    /// first network derives from the run's seed.
+    /// first network derives from the run's seed. `clients`: the run's, bounding what a
+    /// download holds.
     fn pixels_client(
         &self,
         features: usize,
         classes: usize,
         seed: u64,
         client: ClientId,
+        _clients: usize,
     ) -> Result<Box<dyn ClientStrategy<PixelShard>>> {
         self.model().pixels_client(features, classes, seed, client)
     }
@@ -137,6 +139,12 @@ pub trait StrategyParams: Debug + Send + Sync {
     /// to spare); the one-shot composites send every client's machine besides.
     fn models_per_download(&self, _clients: usize) -> usize {
         2
+    }
+
+    /// A bound on the encoded bytes of one client's update (the model's, unless the strategy
+    /// sends more beside it).
+    fn update_bytes_bound(&self, features: usize, classes: usize) -> u64 {
+        self.model().update_bytes_bound(features, classes)
     }
 
     /// Whether every client must declare its compute power.

@@ -127,6 +127,7 @@ impl<const CENTRAL: bool> StrategyParams for BaselineSpec<CENTRAL> {
         classes: usize,
         seed: u64,
         client: ClientId,
+        _clients: usize,
     ) -> Result<Box<dyn ClientStrategy<PixelShard>>> {
         match &self.0 {
             ModelSpec::Cnn(h) => {

@@ -19,6 +19,7 @@ pub mod flis;
 pub mod ifca;
 pub mod local;
 pub mod model_spec;
+pub mod oneshot;
 pub mod registry;
 pub mod report;
 pub mod resume;

@@ -19,6 +19,7 @@ use super::fedtmos::{EnsembleSpec, FedTmosSpec};
 use super::flis::FlisSpec;
 use super::ifca::IfcaSpec;
 use super::local::{CentralSpec, LocalSpec};
+use super::oneshot::OneShotSpec;
 use super::sections::{Checked, Sections};
 use super::tpfl::TmSpec;
 use crate::data::DataShape;
@@ -114,4 +115,8 @@ strategies! {
     /// FLIS: clusters of clients whose networks predict alike on the server's images; each
     /// client downloads its cluster's mean (dc: clusters every round; hc: once).
     Flis = "flis" => FlisSpec,
+    /// One-shot FL of a network (FedTMOS Table 1's CNN baselines): each client trains once;
+    /// the server combines the networks by `oneshot.rule` (fedavg, ensemble, regmean,
+    /// fedfisher, ot-fusion).
+    OneShotCnn = "oneshot-cnn" => OneShotSpec,
 }

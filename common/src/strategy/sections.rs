@@ -29,6 +29,7 @@ macro_rules! with_sections {
             fedprox: crate::strategy::fedprox::FedProxHyper,
             ifca: crate::strategy::ifca::IfcaHyper,
             flis: crate::strategy::flis::FlisHyper,
+            oneshot: crate::strategy::oneshot::OneShotHyper,
             /// How the server averages, against clients that lie (coordinate-wise median or
             /// trimmed mean, clipping, a weight cap); absent: the papers' mean.
             robust: crate::strategy::robust::RobustHyper,
@@ -64,6 +65,7 @@ pub struct Checked {
     pub fedprox: crate::strategy::fedprox::FedProxHyper,
     pub ifca: crate::strategy::ifca::IfcaHyper,
     pub flis: crate::strategy::flis::FlisHyper,
+    pub oneshot: crate::strategy::oneshot::OneShotHyper,
     pub robust: RobustHyper,
 }
 
@@ -102,6 +104,7 @@ impl Checked {
             fedprox: s.fedprox.unwrap_or_default().check()?,
             ifca: s.ifca.unwrap_or_default().check()?,
             flis: s.flis.unwrap_or_default().check()?,
+            oneshot: s.oneshot.unwrap_or_default().check()?,
             robust: s.robust.unwrap_or_default().check()?,
         })
     }

@@ -83,7 +83,7 @@ impl StrategySpec {
     /// the sender). Twice a bound on the largest update the model can produce, so no honest
     /// update comes near it.
     pub fn max_update_bytes(&self, features: usize, classes: usize) -> u64 {
-        2 * (self.model().update_bytes_bound(features, classes) + 1024)
+        2 * (self.params().update_bytes_bound(features, classes) + 1024)
     }
 
     /// The most encoded bytes one download may take in a run of this shape, where the client
@@ -168,8 +168,10 @@ impl StrategySpec {
         classes: usize,
         seed: u64,
         client: ClientId,
+        clients: usize,
     ) -> Result<Box<dyn ClientStrategy<PixelShard>>> {
-        self.params().pixels_client(features, classes, seed, client)
+        self.params()
+            .pixels_client(features, classes, seed, client, clients)
     }
 
     /// `fedtmos.copy_data_epoch`: FedTMOS's and the ensemble's clients first fit one epoch on

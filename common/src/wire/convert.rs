@@ -34,6 +34,8 @@ pub enum Update {
     Network(Vec<f32>),
     /// IFCA: the network a client trained from cluster `cluster`'s model.
     ClusterNetwork { cluster: u32, params: Vec<f32> },
+    /// The one-shot rules: a network with the statistics its rule needs.
+    Statistics(super::network::NetworkStatistics),
 }
 
 impl Update {
@@ -43,7 +45,9 @@ impl Update {
             Update::Map { .. } => "adjacency_matrix",
             Update::Winner(_) => "confidence_winner",
             Update::Tm(_) => "tm_upload",
-            Update::Network(_) | Update::ClusterNetwork { .. } => "network_params",
+            Update::Network(_) | Update::ClusterNetwork { .. } | Update::Statistics(_) => {
+                "network_params"
+            }
         }
     }
 }

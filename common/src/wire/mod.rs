@@ -97,8 +97,8 @@ pub fn paper_convention_bytes(p: &Payload, classes: usize, clauses: usize) -> u6
         Some(Kind::ConfidenceWinner(w)) => 4 * w.weights.as_ref().map_or(0, count),
         Some(Kind::ClassWeights(w)) => 8 * count(w),
         Some(Kind::AdjacencyMatrix(a)) => 8 * a.weights.len() as u64,
-        // The baselines' PyTorch float32.
-        Some(Kind::NetworkParams(n)) => 4 * n.params.len() as u64,
+        // The baselines' PyTorch float32, with the one-shot rules' statistics.
+        Some(Kind::NetworkParams(n)) => 4 * (n.params.len() + n.gram.len() + n.fisher.len()) as u64,
         _ => 0,
     }
 }

@@ -88,10 +88,9 @@ fn col2im(col: &[f32], c: usize, p: Planes, k: usize, dx: &mut [f32]) {
     }
 }
 
-/// y (`[out][cols]`) = W·col + b, W `[out][rows]`.
-pub fn conv_forward(params: (&[f32], &[f32]), col: &[f32], y: &mut Vec<f32>) {
+/// y (`[out][cols]`) = W·col + b, W `[out][rows]`; `b` empty for a layer without biases.
+pub fn conv_forward(params: (&[f32], &[f32]), out: usize, col: &[f32], y: &mut Vec<f32>) {
     let (w, b) = params;
-    let out = b.len();
     let rows = w.len() / out;
     let cols = col.len() / rows;
     y.clear();
@@ -236,10 +235,9 @@ pub fn unflatten(dy: &[f32], c: usize, n: usize, hw: usize, dx: &mut Vec<f32>) {
     }
 }
 
-/// y (`[n][out]`) = x·Wᵀ + b, W `[out][in]`.
-pub fn dense_forward(params: (&[f32], &[f32]), x: &[f32], n: usize, y: &mut Vec<f32>) {
+/// y (`[n][out]`) = x·Wᵀ + b, W `[out][in]`; `b` empty for a layer without biases.
+pub fn dense_forward(params: (&[f32], &[f32]), out: usize, x: &[f32], n: usize, y: &mut Vec<f32>) {
     let (w, b) = params;
-    let out = b.len();
     let input = w.len() / out;
     y.clear();
     y.resize(n * out, 0.0);

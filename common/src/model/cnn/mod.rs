@@ -10,6 +10,7 @@ pub mod arch;
 mod gemm;
 mod layers;
 pub mod net;
+pub mod statistics;
 mod train;
 
 pub use arch::{ArchName, Architecture};

@@ -33,6 +33,11 @@ impl Tape {
         self.acts.last().map_or(&[], Vec::as_slice)
     }
 
+    /// Layer `i`'s input in the last forward pass, as it read it (a dense layer's flattened).
+    pub fn input(&self, i: usize) -> &[f32] {
+        self.acts.get(i).map_or(&[], Vec::as_slice)
+    }
+
     /// The gradient of the last backward pass, laid out as the parameters.
     pub fn grad(&self) -> &[f32] {
         &self.grad
@@ -65,7 +70,7 @@ pub fn forward(arch: &Architecture, params: &[f32], x: &[f32], n: usize, tape: &
             Layer::Pad { by } => layers::pad_forward(input, c * n, (p.h, p.w), by, output),
             Layer::Conv { kernel, .. } => {
                 layers::im2col(input, c, p, kernel, &mut tape.cols[i]);
-                layers::conv_forward(weights(params, l), &tape.cols[i], output);
+                layers::conv_forward(weights(params, l), l.neurons(), &tape.cols[i], output);
             }
             Layer::MaxPool { size } => {
                 layers::pool_forward(input, c * n, p.h, p.w, size, output, &mut tape.at[i]);
@@ -79,7 +84,7 @@ pub fn forward(arch: &Architecture, params: &[f32], x: &[f32], n: usize, tape: &
                     layers::flatten(input, c, n, p.h * p.w, &mut tape.scratch);
                     std::mem::swap(input, &mut tape.scratch);
                 }
-                layers::dense_forward(weights(params, l), input, n, output);
+                layers::dense_forward(weights(params, l), l.neurons(), input, n, output);
             }
         }
     }
@@ -139,6 +144,14 @@ fn backward(arch: &Architecture, params: &[f32], tape: &mut Tape) {
     }
 }
 
+/// The backward pass of the last [`forward`] from a gradient `dlogits` (`[n][classes]`) of
+/// some function of the logits: its gradient in `tape.grad()`.
+pub fn backward_from(arch: &Architecture, params: &[f32], dlogits: &[f32], tape: &mut Tape) {
+    tape.d.clear();
+    tape.d.extend_from_slice(dlogits);
+    backward(arch, params, tape);
+}
+
 /// One forward and backward pass: the mean cross-entropy over the batch, its gradient in
 /// `tape.grad()`.
 pub fn loss_and_grad(
@@ -159,21 +172,28 @@ pub fn loss_and_grad(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::cnn::arch::ArchName;
+    use crate::model::cnn::arch::{ArchName, conv, dense};
 
     /// A small network with every kind of layer, on 1×8×8 inputs (a padding inside, where its
-    /// gradient flows on).
+    /// gradient flows on; layers with and without biases).
     fn small() -> Architecture {
         let layers = [
-            Layer::Conv { out: 3, kernel: 3 },
+            conv(3, 3),
             Layer::MaxPool { size: 2 },
             Layer::Relu,
             Layer::Pad { by: 1 },
-            Layer::Conv { out: 4, kernel: 2 },
+            Layer::Conv {
+                out: 4,
+                kernel: 2,
+                bias: false,
+            },
             Layer::Relu,
-            Layer::Dense { out: 5 },
+            dense(5),
             Layer::Relu,
-            Layer::Dense { out: 3 },
+            Layer::Dense {
+                out: 3,
+                bias: false,
+            },
         ];
         let input = Shape::Spatial { c: 1, h: 8, w: 8 };
         Architecture::place(ArchName::Lenet, input, &layers).unwrap()

@@ -13,7 +13,8 @@ use crate::rng::FlintRng;
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct CnnHyper {
-    /// The network: FLIS's LeNet (TPFL Table 5) or LeNet-5 (FedTMOS §5).
+    /// The network: FLIS's LeNet (TPFL Table 5), LeNet-5 (FedTMOS §5) or CNN2 (FedTMOS
+    /// Table 7).
     pub architecture: ArchName,
     /// Passes over the client's training split per round (TPFL §6.5: 10).
     #[serde(deserialize_with = "at_least::<1, _, _>")]

@@ -53,6 +53,7 @@ impl StrategyParams for FedProxSpec {
         classes: usize,
         seed: u64,
         _client: ClientId,
+        _clients: usize,
     ) -> Result<Box<dyn ClientStrategy<PixelShard>>> {
         let client = CnnClient::new(self.cnn, features, classes, seed)?;
         Ok(Box::new(client.with_proximal(self.fedprox.mu)))

@@ -55,6 +55,7 @@ impl StrategyParams for IfcaSpec {
         classes: usize,
         seed: u64,
         _client: ClientId,
+        _clients: usize,
     ) -> Result<Box<dyn ClientStrategy<PixelShard>>> {
         let k = self.ifca.clusters as usize;
         Ok(Box::new(IfcaClient::new(
