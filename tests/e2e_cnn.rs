@@ -217,3 +217,64 @@ fn flis_clusters_on_the_servers_images_once_and_keeps_them_across_a_crash() {
         "resumed with its clusters"
     );
 }
+
+/// FedTMOS Table 1's one-shot CNN baselines: CNN2 clients train once and upload their network
+/// with RegMean's Gram matrices and FedFisher's Fisher diagonal, counted in their bytes; the run
+/// is the same from its seed, and `flint replay` runs the run's rule on the kept uploads to the
+/// run's own figure on the global test set, and every other rule beside it.
+#[test]
+#[ignore = "needs FLINT_DATA_DIR with MNIST; CI runs it"]
+fn a_one_shot_run_keeps_its_uploads_and_replays_every_rule_on_them() {
+    use flint_common::strategy::oneshot::OneShotRound;
+    let root = tempfile::tempdir().unwrap();
+    let exp = write(
+        root.path(),
+        "oneshot.toml",
+        "name = \"oneshot-small\"\nstrategy = \"oneshot-cnn\"\nseed = 3\nrounds = 1\nclient_count = 3\n\
+         [server]\nround_timeout_secs = 300\neval_timeout_secs = 120\nkeep_updates = true\n\
+         [data]\nsource = \"mnist\"\n\
+         [partition]\nkind = \"dirichlet\"\nsamples = 300\niid_clients = 3\n\
+         [cnn]\narchitecture = \"cnn2\"\nlocal_epochs = 2\nbatch_size = 16\nmomentum = 0.9\n\
+         test_samples = 200\nglobal_test = true\n\
+         [oneshot]\nrule = \"regmean\"\nuploads = \"every-rule\"\n",
+    );
+    let plain = root.path().join("plain");
+    run(&exp, &plain, None);
+    let r = results(&plain);
+    // CNN2: 44,190 parameters; Gram triangles of its dense inputs 256, 120 and 84 wide.
+    let (params, grams) = (44_190u64, (256 * 257 + 120 * 121 + 84 * 85) / 2);
+    for id in 1..=3u32 {
+        let flow = &r.ledger.flows[&id][&1];
+        assert_eq!(flow.up.paper, 4 * (2 * params + grams), "client {id}");
+        assert_eq!(flow.down.paper, 4 * params, "one network down");
+    }
+    let round = &r.rounds[1];
+    let report: OneShotRound = round.report.as_ref().unwrap().details().unwrap();
+    assert_eq!((report.rule.as_str(), report.networks), ("regmean", 3));
+    let global = round.global_test.unwrap().accuracy;
+    assert!(
+        global > 0.5,
+        "regmean's network on the global test set: {global}"
+    );
+
+    let again = root.path().join("again");
+    run(&exp, &again, None);
+    assert_eq!(metrics_of(&again), metrics_of(&plain), "one seed, one run");
+    assert_eq!(results(&again).rounds[1].global_test, round.global_test);
+
+    let replay = |rule: &str| {
+        let mut cmd = flint();
+        cmd.arg("replay")
+            .arg(&plain)
+            .args(["--set", &format!("oneshot.rule={rule}")]);
+        String::from_utf8(ok(&mut cmd).stdout).unwrap()
+    };
+    let same = format!("accuracy {global:.4} ({global:.4})");
+    let out = replay("regmean");
+    assert!(out.contains(&same), "{out}");
+    for rule in ["fedavg", "ensemble", "fedfisher", "ot-fusion"] {
+        let out = replay(rule);
+        assert!(out.contains(&format!("\"rule\":\"{rule}\"")), "{out}");
+        assert!(out.contains("the model"), "{out}");
+    }
+}

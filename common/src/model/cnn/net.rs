@@ -90,8 +90,10 @@ pub fn forward(arch: &Architecture, params: &[f32], x: &[f32], n: usize, tape: &
     }
 }
 
-/// Backward pass from the gradient of the loss in the logits (`tape.d`), after [`forward`].
-fn backward(arch: &Architecture, params: &[f32], tape: &mut Tape) {
+/// Backward pass from the gradient of the loss in the logits (`tape.d`), after [`forward`];
+/// with `to_input`, on to the network's input, left in `tape.d` (in the layout of
+/// `tape.acts[0]`).
+fn backward(arch: &Architecture, params: &[f32], tape: &mut Tape, to_input: bool) {
     let n = tape.n;
     for (i, l) in arch.layers.iter().enumerate().rev() {
         let Tape {
@@ -105,7 +107,7 @@ fn backward(arch: &Architecture, params: &[f32], tape: &mut Tape) {
             ..
         } = tape;
         let grads = &mut grad[l.offset..l.offset + l.params];
-        let wants_dx = i > 0;
+        let wants_dx = i > 0 || to_input;
         let (c, p) = planes(l.input, n);
         match l.layer {
             Layer::Pad { by } => {
@@ -149,7 +151,23 @@ fn backward(arch: &Architecture, params: &[f32], tape: &mut Tape) {
 pub fn backward_from(arch: &Architecture, params: &[f32], dlogits: &[f32], tape: &mut Tape) {
     tape.d.clear();
     tape.d.extend_from_slice(dlogits);
-    backward(arch, params, tape);
+    backward(arch, params, tape, false);
+}
+
+/// [`backward_from`], on to the input: the gradient in each input value, `[n][input]` as
+/// [`forward`] read `x`, written into `dx`.
+pub fn backward_to_input(
+    arch: &Architecture,
+    params: &[f32],
+    dlogits: &[f32],
+    tape: &mut Tape,
+    dx: &mut Vec<f32>,
+) {
+    tape.d.clear();
+    tape.d.extend_from_slice(dlogits);
+    backward(arch, params, tape, true);
+    let (c, p) = planes(arch.input, tape.n);
+    layers::flatten(&tape.d, c, tape.n, p.h * p.w, dx);
 }
 
 /// One forward and backward pass: the mean cross-entropy over the batch, its gradient in
@@ -165,7 +183,7 @@ pub fn loss_and_grad(
     let logits = std::mem::take(&mut tape.acts[arch.layers.len()]);
     let loss = layers::softmax_cross_entropy(&logits, labels, &mut tape.d);
     tape.acts[arch.layers.len()] = logits;
-    backward(arch, params, tape);
+    backward(arch, params, tape, false);
     loss
 }
 
@@ -208,6 +226,55 @@ mod tests {
                 ((z >> 40) as f32 / (1u64 << 24) as f32) - 0.5
             })
             .collect()
+    }
+
+    /// The gradient on to the input (a data-free generator trains through it): each input
+    /// value's against a central finite difference of the loss.
+    #[test]
+    fn input_gradients_match_finite_differences() {
+        let arch = small();
+        let params: Vec<f32> = values(arch.params, 5).iter().map(|v| v + 0.1).collect();
+        let x: Vec<f32> = values(3 * 64, 6).iter().map(|v| v + 0.5).collect();
+        let labels = [2, 0, 1];
+        let loss = |x: &[f32]| {
+            f64::from(loss_and_grad(
+                &arch,
+                &params,
+                x,
+                &labels,
+                &mut Tape::default(),
+            ))
+        };
+        let mut tape = Tape::default();
+        forward(&arch, &params, &x, 3, &mut tape);
+        let mut d = Vec::new();
+        layers::softmax_cross_entropy(tape.logits(), &labels, &mut d);
+        let mut dx = Vec::new();
+        backward_to_input(&arch, &params, &d, &mut tape, &mut dx);
+        assert_eq!(dx.len(), x.len());
+        let base = loss(&x);
+        let close = |a: f64, b: f64| (a - b).abs() < 0.05 * a.abs().max(b.abs()).max(1e-2);
+        let (mut kinks, eps) = (0, 1e-3f32);
+        for i in 0..x.len() {
+            let shifted = |delta: f32| {
+                let mut y = x.clone();
+                y[i] += delta;
+                loss(&y)
+            };
+            let (up, down) = (shifted(eps), shifted(-eps));
+            let e = f64::from(eps);
+            // A ReLU or a maximum that switches inside the step: no derivative to compare.
+            if !close((up - base) / e, (base - down) / e) {
+                kinks += 1;
+                continue;
+            }
+            let (numeric, analytic) = ((up - down) / (2.0 * e), f64::from(dx[i]));
+            assert!(
+                close(numeric, analytic),
+                "input {i}: analytic {analytic}, numeric {numeric}"
+            );
+        }
+        assert!(kinks < x.len() / 20, "{kinks} inputs sit on a kink");
     }
 
     /// The backward pass is the loss's gradient: each parameter's against a central finite

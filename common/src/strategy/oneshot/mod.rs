@@ -8,7 +8,9 @@
 //!   Gram matrices of its inputs, which the clients upload;
 //! - `fedfisher`: FedFisher (Jhunjhunwala et al.), the diagonal-Fisher-weighted mean;
 //! - `ot-fusion`: OT-Fusion (Singh & Jaggi 2020), neurons aligned layer by layer to one
-//!   client's network by exact optimal transport, then averaged.
+//!   client's network by exact optimal transport, then averaged;
+//! - `dense`: DENSE (Zhang et al. 2022a), a student distilled on the server from the ensemble
+//!   on images a generator makes, the one rule that trains on the server.
 //!
 //! With `oneshot.uploads = "every-rule"` the clients send both statistics, so `flint replay
 //! --set oneshot.rule=…` runs every rule on one training (`server.keep_updates`).
@@ -17,6 +19,7 @@
 //! (`oneshot-cnn` as the framework runs it), `tests`.
 
 mod client;
+mod dense;
 mod ensemble;
 mod fisher;
 mod ot_fusion;

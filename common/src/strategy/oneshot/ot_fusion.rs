@@ -14,13 +14,16 @@ use crate::model::cnn::Architecture;
 /// Costs are compared as integers: a millionth of a unit of distance.
 const COST_SCALE: f64 = 1e6;
 
-pub fn fuse(arch: &Architecture, nets: &[&[f32]], weights: &[f64]) -> Vec<f32> {
+/// The fused network, and how many hidden neurons, over every client, the alignment moved
+/// from their own place (0: the networks were aligned already, and the fusion is their mean).
+pub fn fuse(arch: &Architecture, nets: &[&[f32]], weights: &[f64]) -> (Vec<f32>, u32) {
     let Some(pivot) = nets.first() else {
-        return Vec::new();
+        return (Vec::new(), 0);
     };
-    let aligned: Vec<Vec<f32>> = nets.iter().map(|net| align(arch, net, pivot)).collect();
+    let (aligned, moved): (Vec<Vec<f32>>, Vec<u32>) =
+        nets.iter().map(|net| align(arch, net, pivot)).unzip();
     let len = pivot.len();
-    (0..len)
+    let fused = (0..len)
         .map(|i| {
             let sum: f64 = aligned
                 .iter()
@@ -29,12 +32,14 @@ pub fn fuse(arch: &Architecture, nets: &[&[f32]], weights: &[f64]) -> Vec<f32> {
                 .sum();
             (sum / weights.iter().sum::<f64>().max(f64::MIN_POSITIVE)) as f32
         })
-        .collect()
+        .collect();
+    (fused, moved.iter().sum())
 }
 
-/// `net` with every hidden layer's neurons re-ordered to match `pivot`'s.
-pub fn align(arch: &Architecture, net: &[f32], pivot: &[f32]) -> Vec<f32> {
+/// `net` with every hidden layer's neurons re-ordered to match `pivot`'s, and how many moved.
+pub fn align(arch: &Architecture, net: &[f32], pivot: &[f32]) -> (Vec<f32>, u32) {
     let mut out = net.to_vec();
+    let mut moved = 0;
     let layers: Vec<_> = arch.layers.iter().filter(|l| l.params > 0).collect();
     let mut previous: Option<Vec<usize>> = None;
     for (at, l) in layers.iter().enumerate() {
@@ -56,6 +61,7 @@ pub fn align(arch: &Architecture, net: &[f32], pivot: &[f32]) -> Vec<f32> {
             true => (0..neurons).collect(),
             false => matching(&rows, &pivot_rows, per),
         };
+        moved += order.iter().enumerate().filter(|(s, f)| s != *f).count() as u32;
         for (slot, &from) in order.iter().enumerate() {
             out[l.offset + slot * per..][..per].copy_from_slice(&rows[from][..per]);
             if biases > 0 {
@@ -64,7 +70,7 @@ pub fn align(arch: &Architecture, net: &[f32], pivot: &[f32]) -> Vec<f32> {
         }
         previous = Some(order);
     }
-    out
+    (out, moved)
 }
 
 /// A neuron's incoming weights with the previous layer's neurons (blocks of equal size: a

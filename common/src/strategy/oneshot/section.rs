@@ -19,6 +19,8 @@ pub enum OneShotRule {
     Fedfisher,
     /// OT-Fusion: neurons aligned to the first client's network, then averaged.
     OtFusion,
+    /// DENSE: a student distilled on the server from the ensemble, on generated images.
+    Dense,
 }
 
 impl OneShotRule {
@@ -29,6 +31,7 @@ impl OneShotRule {
             OneShotRule::Regmean => "regmean",
             OneShotRule::Fedfisher => "fedfisher",
             OneShotRule::OtFusion => "ot-fusion",
+            OneShotRule::Dense => "dense",
         }
     }
 }
@@ -63,6 +66,17 @@ pub struct OneShotHyper {
     /// 2023, §3.3; 1 keeps them whole). The authors' code picks 0.1 or 0.9 on a validation
     /// set, which a one-shot server does not hold: 0.9, replayable at 0.1.
     pub regmean_alpha: f64,
+    /// DENSE's server epochs: each trains the generator, keeps a batch of images and distils the
+    /// student on all kept (FedTMOS fixes 100 for its distillation baselines, Appendix A).
+    pub distill_epochs: u32,
+    /// DENSE's generator steps per server epoch (the authors' code: 30).
+    pub generator_steps: u32,
+    /// Images the generator makes per step, and the student's batch (their code: 256).
+    pub synthesis_batch: u32,
+    /// The temperature of the student's KL divergence to the ensemble (their code: 20).
+    pub temperature: f64,
+    /// The weight of DENSE's adversarial term (their code: 0.5).
+    pub adversarial: f64,
 }
 
 impl Default for OneShotHyper {
@@ -71,6 +85,11 @@ impl Default for OneShotHyper {
             rule: OneShotRule::Fedavg,
             uploads: OneShotUploads::Rule,
             regmean_alpha: 0.9,
+            distill_epochs: 100,
+            generator_steps: 30,
+            synthesis_batch: 256,
+            temperature: 20.0,
+            adversarial: 0.5,
         }
     }
 }
@@ -83,6 +102,41 @@ impl OneShotHyper {
             "above 0 and at most 1",
             a,
             a > 0.0 && a <= 1.0,
+        )?;
+        let count = |key, value: u32, most: u32, rule| {
+            require(key, rule, value, (1..=most).contains(&value))
+        };
+        count(
+            "oneshot.distill_epochs",
+            self.distill_epochs,
+            10_000,
+            "from 1 to 10,000",
+        )?;
+        count(
+            "oneshot.generator_steps",
+            self.generator_steps,
+            10_000,
+            "from 1 to 10,000",
+        )?;
+        count(
+            "oneshot.synthesis_batch",
+            self.synthesis_batch,
+            4_096,
+            "from 1 to 4,096",
+        )?;
+        let t = self.temperature;
+        require(
+            "oneshot.temperature",
+            "above 0",
+            t,
+            t > 0.0 && t.is_finite(),
+        )?;
+        let adv = self.adversarial;
+        require(
+            "oneshot.adversarial",
+            "at least 0",
+            adv,
+            adv >= 0.0 && adv.is_finite(),
         )?;
         Ok(self)
     }

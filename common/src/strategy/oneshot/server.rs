@@ -4,9 +4,10 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Needs, OneShotHyper, OneShotRule, fisher, ot_fusion, regmean};
+use super::{Needs, OneShotHyper, OneShotRule, dense, fisher, ot_fusion, regmean};
 use crate::model::cnn::statistics::{dense_layers, gram_len, unpack_grams};
 use crate::model::cnn::{ArchName, Architecture};
+use crate::rng::{FlintRng, derive_rng};
 use crate::strategy::decoder::UpdateDecoder;
 use crate::strategy::fedavg_cnn::{architecture, initial_download, n_k_over_n};
 use crate::strategy::report::Tagged;
@@ -23,6 +24,10 @@ pub struct OneShotRound {
     pub rule: String,
     pub networks: u32,
     pub combine_ms: f64,
+    /// OT-Fusion: the hidden neurons, over every client, its alignment moved from their own
+    /// place (0: the clients' networks were aligned already, and the fusion is their mean).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moved_neurons: Option<u32>,
 }
 
 impl Tagged for OneShotRound {
@@ -95,7 +100,8 @@ impl ServerStrategy for OneShotServer {
         let features = clients.values().next().map_or(0, |s| s.features as usize);
         let arch = architecture(self.arch, features, self.classes)?;
         let start = Instant::now();
-        let combined = combine(&arch, &self.hyper, &uploads);
+        let mut rng = derive_rng(self.seed, "dense", round);
+        let (combined, moved_neurons) = combine(&arch, &self.hyper, &uploads, &mut rng);
         let combine_ms = start.elapsed().as_secs_f64() * 1e3;
         let weights = n_k_over_n(&uploads.iter().map(|u| u.1).collect::<Vec<_>>());
         Ok(Aggregate {
@@ -105,6 +111,7 @@ impl ServerStrategy for OneShotServer {
                 rule: self.hyper.rule.name().into(),
                 networks: uploads.len() as u32,
                 combine_ms,
+                moved_neurons,
             }),
             local: BTreeMap::new(),
         })
@@ -131,15 +138,16 @@ fn uploads<'a>(
 }
 
 /// The download under `hyper.rule`: one network, or for the ensemble every client's one after
-/// the other.
+/// the other; for OT-Fusion, also the neurons its alignment moved.
 pub fn combine(
     arch: &Architecture,
     hyper: &OneShotHyper,
     uploads: &[(&NetworkStatistics, f64)],
-) -> Vec<f32> {
+    rng: &mut FlintRng,
+) -> (Vec<f32>, Option<u32>) {
     let nets: Vec<&[f32]> = uploads.iter().map(|u| u.0.params.as_slice()).collect();
     let p = n_k_over_n(&uploads.iter().map(|u| u.1).collect::<Vec<_>>());
-    match hyper.rule {
+    let combined = match hyper.rule {
         OneShotRule::Fedavg => weighted_mean(&nets, &p),
         OneShotRule::Ensemble => nets.concat(),
         OneShotRule::Regmean => {
@@ -153,8 +161,13 @@ pub fn combine(
             let fishers: Vec<&[f32]> = uploads.iter().map(|u| u.0.fisher.as_slice()).collect();
             fisher::merge(&nets, &fishers, &p)
         }
-        OneShotRule::OtFusion => ot_fusion::fuse(arch, &nets, &p),
-    }
+        OneShotRule::Dense => dense::distill(arch, &nets, weighted_mean(&nets, &p), hyper, rng),
+        OneShotRule::OtFusion => {
+            let (fused, moved) = ot_fusion::fuse(arch, &nets, &p);
+            return (fused, Some(moved));
+        }
+    };
+    (combined, None)
 }
 
 pub fn weighted_mean(nets: &[&[f32]], p: &[f64]) -> Vec<f32> {
