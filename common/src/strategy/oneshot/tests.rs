@@ -248,7 +248,7 @@ fn every_rule_aggregates_the_same_uploads_over_its_decoder() {
         let init = server(every).initial_download(784).unwrap();
         c.apply(1, &init).unwrap();
         let up = c
-            .train(&shard(id.into()), 1, &mut derive_rng(1, "c", id.into()))
+            .train(&shard(id.into()), 1, &mut derive_rng(1, "c", id))
             .unwrap();
         updates.insert(id, decoder.decode(id, 784, &up).unwrap());
         clients.insert(id, summary(10 * u64::from(id)));
