@@ -221,7 +221,7 @@ fn flis_clusters_on_the_servers_images_once_and_keeps_them_across_a_crash() {
 /// FedTMOS Table 1's one-shot CNN baselines: CNN2 clients train once and upload their network
 /// with RegMean's Gram matrices and FedFisher's Fisher diagonal, counted in their bytes; the run
 /// is the same from its seed, and `flint replay` runs the run's rule on the kept uploads to the
-/// run's own figure on the global test set, and every other rule beside it.
+/// run's own figure on the global test set, and every other rule beside it (DENSE shortened).
 #[test]
 #[ignore = "needs FLINT_DATA_DIR with MNIST; CI runs it"]
 fn a_one_shot_run_keeps_its_uploads_and_replays_every_rule_on_them() {
@@ -234,7 +234,7 @@ fn a_one_shot_run_keeps_its_uploads_and_replays_every_rule_on_them() {
          [server]\nround_timeout_secs = 300\neval_timeout_secs = 120\nkeep_updates = true\n\
          [data]\nsource = \"mnist\"\n\
          [partition]\nkind = \"dirichlet\"\nsamples = 300\niid_clients = 3\n\
-         [cnn]\narchitecture = \"cnn2\"\nlocal_epochs = 2\nbatch_size = 16\nmomentum = 0.9\n\
+         [cnn]\narchitecture = \"cnn2\"\nlocal_epochs = 6\nbatch_size = 16\nlearning_rate = 0.02\nmomentum = 0.9\n\
          test_samples = 200\nglobal_test = true\n\
          [oneshot]\nrule = \"regmean\"\nuploads = \"every-rule\"\n",
     );
@@ -267,12 +267,20 @@ fn a_one_shot_run_keeps_its_uploads_and_replays_every_rule_on_them() {
         cmd.arg("replay")
             .arg(&plain)
             .args(["--set", &format!("oneshot.rule={rule}")]);
+        // DENSE's server training, shortened to a few steps.
+        for set in [
+            "distill_epochs=2",
+            "generator_steps=3",
+            "synthesis_batch=32",
+        ] {
+            cmd.args(["--set", &format!("oneshot.{set}")]);
+        }
         String::from_utf8(ok(&mut cmd).stdout).unwrap()
     };
     let same = format!("accuracy {global:.4} ({global:.4})");
     let out = replay("regmean");
     assert!(out.contains(&same), "{out}");
-    for rule in ["fedavg", "ensemble", "fedfisher", "ot-fusion"] {
+    for rule in ["fedavg", "ensemble", "fedfisher", "ot-fusion", "dense"] {
         let out = replay(rule);
         assert!(out.contains(&format!("\"rule\":\"{rule}\"")), "{out}");
         assert!(out.contains("the model"), "{out}");
