@@ -124,6 +124,14 @@ impl OneShotHyper {
             4_096,
             "from 1 to 4,096",
         )?;
+        // DENSE keeps every image it generates: 3 kB each on MNIST.
+        let kept = u64::from(self.distill_epochs) * u64::from(self.synthesis_batch);
+        require(
+            "oneshot.distill_epochs × oneshot.synthesis_batch",
+            "at most 1,000,000 kept images",
+            kept,
+            kept <= 1_000_000,
+        )?;
         let t = self.temperature;
         require(
             "oneshot.temperature",

@@ -325,3 +325,21 @@ fn an_upload_without_the_rules_statistics_is_refused() {
         .to_string();
     assert!(e.contains("does not ask for"), "{e}");
 }
+
+/// `[oneshot]` refuses what no rule can run: α outside (0, 1], a DENSE pool beyond its bound.
+#[test]
+fn the_section_refuses_settings_no_rule_can_run() {
+    let bad = |h: OneShotHyper| h.check().unwrap_err().to_string();
+    let alpha = bad(OneShotHyper {
+        regmean_alpha: 0.0,
+        ..OneShotHyper::default()
+    });
+    assert!(alpha.contains("oneshot.regmean_alpha"), "{alpha}");
+    let pool = bad(OneShotHyper {
+        distill_epochs: 10_000,
+        synthesis_batch: 4_096,
+        ..OneShotHyper::default()
+    });
+    assert!(pool.contains("at most 1,000,000 kept images"), "{pool}");
+    assert!(OneShotHyper::default().check().is_ok());
+}
