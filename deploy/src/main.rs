@@ -174,7 +174,11 @@ fn main() -> ExitCode {
         Command::Report { run_dir } => report::print(&run_dir),
         Command::Explain(args) => explain::explain(args),
         Command::Split(args) => split::split(args),
-        Command::Replay(args) => replay::replay(args),
+        Command::Replay(args) => {
+            // A rule that trains on the server (DENSE) logs each of its epochs.
+            flint_shell::logging::init(flint_shell::logging::LogFormat::Text);
+            replay::replay(args)
+        }
         Command::Server(args) => {
             runtime().and_then(|rt| rt.block_on(flint_server::run(args)).map(|_| ()))
         }
