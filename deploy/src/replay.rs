@@ -163,7 +163,13 @@ fn replay_pixels(
     half.apply(args.round, download)?;
     let shared = pool.shared_test(rows);
     println!("on the shared test set ({} rows):", shared.test.len());
-    print_shared(half.evaluate_all(&shared), args.per_class, Some(ran));
+    let all = half.evaluate_all(&shared);
+    let global = all
+        .iter()
+        .find(|(p, _)| *p == Predictor::Model)
+        .map(|(_, cm)| cm.clone());
+    print_shared(all, args.per_class, Some(ran));
+    print_warnings(e, args.round, &BTreeMap::new(), global.as_ref());
     Ok(())
 }
 
