@@ -95,11 +95,13 @@ def accuracy_table(dataset, seeds_for):
     print(head)
     print("|---" * (len(COLUMNS) + 1) + "|")
     for part in PARTS:
-        row = [NAMES[part] + (" (seeds 0, 20, 24)" if len(seeds_for(part)) > 1 else "")]
+        row, most = [], 1
         for name, net, rule, i in COLUMNS:
             accs, _ = cell(dataset, part, net, rule, seeds_for(part))
+            most = max(most, len(accs or []))
             row.append(f"{PAPER[dataset][part][i]:.2f} / {fmt(accs)}")
-        print("| " + " | ".join(row) + " |")
+        label = NAMES[part] + (f" ({most} seeds: 0, 20, 24)" if most == 3 else f" ({most} seeds)" if most > 1 else "")
+        print("| " + " | ".join([label] + row) + " |")
 
 
 def latency_table():

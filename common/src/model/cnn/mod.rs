@@ -49,7 +49,11 @@ impl Cnn {
         for batch in all.chunks(256) {
             samples.gather(batch, &mut x);
             net::forward(&self.arch, &self.params, &x, batch.len(), &mut tape);
-            out.extend(tape.logits().chunks_exact(classes).map(argmax));
+            out.extend(
+                tape.logits()
+                    .chunks_exact(classes)
+                    .map(|r| argmax(r) as u32),
+            );
         }
         out
     }
@@ -76,12 +80,24 @@ impl Cnn {
     }
 }
 
-fn argmax(row: &[f32]) -> u32 {
+/// The index of the largest value, the first of equals.
+pub fn argmax<T: PartialOrd>(row: &[T]) -> usize {
     let mut best = 0;
     for (k, v) in row.iter().enumerate() {
         if *v > row[best] {
             best = k;
         }
     }
-    best as u32
+    best
+}
+
+/// The softmax of `logits / temperature`.
+pub fn softmax(logits: &[f32], temperature: f32) -> Vec<f32> {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let e: Vec<f32> = logits
+        .iter()
+        .map(|v| ((v - max) / temperature).exp())
+        .collect();
+    let sum: f32 = e.iter().sum();
+    e.iter().map(|v| v / sum).collect()
 }

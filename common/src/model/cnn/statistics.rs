@@ -4,7 +4,7 @@
 
 use super::arch::{Architecture, Layer};
 use super::net::{self, Tape};
-use super::{Cnn, Samples};
+use super::{Cnn, Samples, softmax};
 
 /// The dense layers' places in the architecture, with their input widths.
 pub fn dense_layers(arch: &Architecture) -> Vec<(usize, usize)> {
@@ -95,7 +95,7 @@ pub fn fisher_diag(cnn: &Cnn, samples: &Samples) -> Vec<f32> {
     for row in 0..samples.len() {
         samples.gather(&[row], &mut x);
         net::forward(&cnn.arch, &cnn.params, &x, 1, &mut tape);
-        let p = softmax(tape.logits());
+        let p = softmax(tape.logits(), 1.0);
         for (y, &py) in p.iter().enumerate() {
             if py < 1e-6 {
                 continue; // its term is below f32's resolution of the others
@@ -113,13 +113,6 @@ pub fn fisher_diag(cnn: &Cnn, samples: &Samples) -> Vec<f32> {
     }
     let n = samples.len().max(1) as f64;
     sum.iter().map(|v| (v / n) as f32).collect()
-}
-
-fn softmax(logits: &[f32]) -> Vec<f32> {
-    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let e: Vec<f32> = logits.iter().map(|v| (v - max).exp()).collect();
-    let sum: f32 = e.iter().sum();
-    e.iter().map(|v| v / sum).collect()
 }
 
 #[cfg(test)]
@@ -191,7 +184,7 @@ mod tests {
         let mut x = Vec::new();
         s.gather(&[0], &mut x);
         net::forward(&cnn.arch, &cnn.params, &x, 1, &mut tape);
-        let p = softmax(tape.logits());
+        let p = softmax(tape.logits(), 1.0);
         let mut want = vec![0.0f64; cnn.arch.params];
         for (y, &py) in p.iter().enumerate() {
             // The cross-entropy's gradient is that of −log p_y: the same square.

@@ -20,7 +20,7 @@ use rand_distr::StandardNormal;
 use super::OneShotHyper;
 use crate::model::cnn::arch::{Layer, Shape, dense};
 use crate::model::cnn::net::{self, Tape};
-use crate::model::cnn::{Architecture, Cnn};
+use crate::model::cnn::{Architecture, Cnn, argmax, softmax};
 use crate::rng::FlintRng;
 
 const LATENT: usize = 256;
@@ -308,26 +308,6 @@ fn sigmoid(v: f32) -> f32 {
     1.0 / (1.0 + (-v).exp())
 }
 
-fn softmax(logits: &[f32], temperature: f32) -> Vec<f32> {
-    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let e: Vec<f32> = logits
-        .iter()
-        .map(|v| ((v - max) / temperature).exp())
-        .collect();
-    let sum: f32 = e.iter().sum();
-    e.iter().map(|v| v / sum).collect()
-}
-
-fn argmax(row: &[f32]) -> usize {
-    let mut best = 0;
-    for (k, v) in row.iter().enumerate() {
-        if *v > row[best] {
-            best = k;
-        }
-    }
-    best
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -339,6 +319,16 @@ mod tests {
         Architecture::place(ArchName::Cnn2, Shape::Flat(d), &layers).unwrap()
     }
 
+    fn networks(arch: &Architecture, n: usize, rng: &mut FlintRng) -> Vec<Vec<f32>> {
+        (0..n)
+            .map(|_| {
+                (0..arch.params)
+                    .map(|_| rng.random_range(-1.0f32..1.0))
+                    .collect()
+            })
+            .collect()
+    }
+
     /// The generator's loss is differentiated by hand (cross-entropy of the ensemble, minus the
     /// masked KL divergence to the student): its gradient in the images against central finite
     /// differences.
@@ -346,13 +336,7 @@ mod tests {
     fn the_generator_loss_gradient_matches_finite_differences() {
         let arch = linear(4, 3);
         let mut rng = derive_rng(2, "dense-test", 0);
-        let nets: Vec<Vec<f32>> = (0..3)
-            .map(|_| {
-                (0..arch.params)
-                    .map(|_| rng.random_range(-1.0f32..1.0))
-                    .collect()
-            })
-            .collect();
+        let nets = networks(&arch, 3, &mut rng);
         let teachers: Vec<&[f32]> = nets[..2].iter().map(Vec::as_slice).collect();
         let hyper = OneShotHyper::default();
         let mut run = Distillation::new(&arch, &teachers, nets[2].clone(), &hyper, &mut rng);
@@ -380,13 +364,7 @@ mod tests {
     fn distillation_is_reproducible_and_trains_the_student() {
         let arch = linear(16, 3);
         let mut rng = derive_rng(3, "dense-test", 0);
-        let nets: Vec<Vec<f32>> = (0..3)
-            .map(|_| {
-                (0..arch.params)
-                    .map(|_| rng.random_range(-1.0f32..1.0))
-                    .collect()
-            })
-            .collect();
+        let nets = networks(&arch, 3, &mut rng);
         let teachers: Vec<&[f32]> = nets.iter().map(Vec::as_slice).collect();
         let hyper = OneShotHyper {
             distill_epochs: 3,

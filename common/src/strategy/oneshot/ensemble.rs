@@ -2,7 +2,7 @@
 //! their logits decides, as the ensemble the data-free distillation baselines distil from
 //! (DENSE, Co-Boosting) averages them.
 
-use crate::model::cnn::{Cnn, Samples, net};
+use crate::model::cnn::{Cnn, Samples, argmax, net};
 
 /// Each sample's class under the mean of the networks' logits, in batches of 256.
 pub fn ensemble_predict(nets: &[Cnn], samples: &Samples) -> Vec<u32> {
@@ -22,17 +22,7 @@ pub fn ensemble_predict(nets: &[Cnn], samples: &Samples) -> Vec<u32> {
                 .zip(tape.logits())
                 .for_each(|(s, v)| *s += f64::from(*v));
         }
-        out.extend(sum.chunks_exact(classes).map(argmax));
+        out.extend(sum.chunks_exact(classes).map(|r| argmax(r) as u32));
     }
     out
-}
-
-fn argmax(row: &[f64]) -> u32 {
-    let mut best = 0;
-    for (k, v) in row.iter().enumerate() {
-        if *v > row[best] {
-            best = k;
-        }
-    }
-    best as u32
 }
