@@ -114,7 +114,7 @@ def latency_table():
                 _, ms = cell(dataset, part, net, rule, [0])
                 times += ms
         if times:
-            print(f"| {name} ({net}) | {statistics.median(times):.2f} | {len(times)} |")
+            print(f"| {name} ({net}) | {statistics.median(times):,.2f} | {len(times)} |")
 
 
 def margins():
