@@ -57,6 +57,13 @@ impl CnnClient {
     pub fn network(&self) -> &Cnn {
         &self.cnn
     }
+
+    /// Takes `params` (of this network's size, checked by the caller) as its network and as
+    /// FedProx's w_global.
+    pub fn set_network(&mut self, params: Vec<f32>) {
+        self.global.clone_from(&params);
+        self.cnn.params = params;
+    }
 }
 
 /// The rows as a network reads them.
@@ -92,8 +99,7 @@ pub fn train_checked(
 impl ClientStrategy<PixelShard> for CnnClient {
     fn apply(&mut self, _round: Round, download: &Payload) -> Result<()> {
         let params = decode_params(download, self.cnn.arch.params)?;
-        self.global.clone_from(&params);
-        self.cnn.params = params;
+        self.set_network(params);
         Ok(())
     }
 

@@ -58,13 +58,13 @@ impl OneShotClient {
 impl ClientStrategy<PixelShard> for OneShotClient {
     /// The first download is the run's initial network; the last the rule's result: one
     /// network, or (the ensemble) every client's.
-    fn apply(&mut self, round: Round, download: &Payload) -> Result<()> {
+    fn apply(&mut self, _round: Round, download: &Payload) -> Result<()> {
         let per = self.inner.network().arch.params;
         let mut nets = decode_networks(download, per, self.clients.max(1))?;
         if nets.len() == 1 {
             self.ensemble.clear();
-            let single = crate::wire::network::encode_params(&nets.remove(0));
-            return self.inner.apply(round, &single);
+            self.inner.set_network(nets.remove(0));
+            return Ok(());
         }
         let arch = self.inner.network().arch.clone();
         self.ensemble = nets

@@ -22,17 +22,8 @@ pub fn fuse(arch: &Architecture, nets: &[&[f32]], weights: &[f64]) -> (Vec<f32>,
     };
     let (aligned, moved): (Vec<Vec<f32>>, Vec<u32>) =
         nets.iter().map(|net| align(arch, net, pivot)).unzip();
-    let len = pivot.len();
-    let fused = (0..len)
-        .map(|i| {
-            let sum: f64 = aligned
-                .iter()
-                .zip(weights)
-                .map(|(net, p)| p * f64::from(net[i]))
-                .sum();
-            (sum / weights.iter().sum::<f64>().max(f64::MIN_POSITIVE)) as f32
-        })
-        .collect();
+    let views: Vec<&[f32]> = aligned.iter().map(Vec::as_slice).collect();
+    let fused = super::server::weighted_mean(&views, weights);
     (fused, moved.iter().sum())
 }
 

@@ -18,7 +18,8 @@ pub fn merge(
     weights: &[f64],
     alpha: f64,
 ) -> Vec<f32> {
-    let mut out = plain_mean(nets);
+    let equal = vec![1.0 / nets.len().max(1) as f64; nets.len()];
+    let mut out = super::server::weighted_mean(nets, &equal);
     for (j, &(i, d)) in dense_layers(arch).iter().enumerate() {
         let l = &arch.layers[i];
         let (span, out_n) = (l.split().0, l.neurons());
@@ -60,12 +61,4 @@ fn solve(g: DMatrix<f64>, b: &DMatrix<f64>) -> DMatrix<f64> {
     let eps = (largest * 1e-12).max(f64::MIN_POSITIVE);
     svd.solve(b, eps)
         .unwrap_or_else(|_| DMatrix::zeros(b.nrows(), b.ncols()))
-}
-
-fn plain_mean(nets: &[&[f32]]) -> Vec<f32> {
-    let n = nets.len().max(1) as f64;
-    let len = nets.first().map_or(0, |v| v.len());
-    (0..len)
-        .map(|i| (nets.iter().map(|v| f64::from(v[i])).sum::<f64>() / n) as f32)
-        .collect()
 }
