@@ -102,6 +102,11 @@ pub fn combine_networks(
     (combined.into_iter().map(|x| x as f32).collect(), weights)
 }
 
+/// The p-weighted mean of the networks: [`combine_networks`] under the papers' plain mean.
+pub fn weighted_mean(nets: &[&[f32]], p: &[f64]) -> Vec<f32> {
+    combine_networks(&RobustHyper::default(), nets, p).0
+}
+
 /// Round 1's download of a one-network strategy: the run's initial network.
 pub fn initial_download(
     arch: ArchName,

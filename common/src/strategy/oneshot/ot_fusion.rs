@@ -23,7 +23,7 @@ pub fn fuse(arch: &Architecture, nets: &[&[f32]], weights: &[f64]) -> (Vec<f32>,
     let (aligned, moved): (Vec<Vec<f32>>, Vec<u32>) =
         nets.iter().map(|net| align(arch, net, pivot)).unzip();
     let views: Vec<&[f32]> = aligned.iter().map(Vec::as_slice).collect();
-    let fused = super::server::weighted_mean(&views, weights);
+    let fused = crate::strategy::fedavg_cnn::weighted_mean(&views, weights);
     (fused, moved.iter().sum())
 }
 

@@ -19,7 +19,7 @@ pub fn merge(
     alpha: f64,
 ) -> Vec<f32> {
     let equal = vec![1.0 / nets.len().max(1) as f64; nets.len()];
-    let mut out = super::server::weighted_mean(nets, &equal);
+    let mut out = crate::strategy::fedavg_cnn::weighted_mean(nets, &equal);
     for (j, &(i, d)) in dense_layers(arch).iter().enumerate() {
         let l = &arch.layers[i];
         let (span, out_n) = (l.split().0, l.neurons());

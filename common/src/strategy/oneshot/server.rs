@@ -9,9 +9,8 @@ use crate::model::cnn::statistics::{dense_layers, gram_len, unpack_grams};
 use crate::model::cnn::{ArchName, Architecture};
 use crate::rng::{FlintRng, derive_rng};
 use crate::strategy::decoder::UpdateDecoder;
-use crate::strategy::fedavg_cnn::{architecture, combine_networks, initial_download, n_k_over_n};
+use crate::strategy::fedavg_cnn::{architecture, initial_download, n_k_over_n, weighted_mean};
 use crate::strategy::report::Tagged;
-use crate::strategy::robust::RobustHyper;
 use crate::strategy::{Aggregate, Downloads, RoundReport, ServerStrategy, unexpected};
 use crate::wire::Update;
 use crate::wire::network::{NetworkStatistics, decode_statistics, encode_params};
@@ -169,9 +168,4 @@ pub fn combine(
         }
     };
     (combined, None)
-}
-
-/// The p-weighted mean of the networks: FedAvg's own combination under the papers' plain mean.
-pub fn weighted_mean(nets: &[&[f32]], p: &[f64]) -> Vec<f32> {
-    combine_networks(&RobustHyper::default(), nets, p).0
 }

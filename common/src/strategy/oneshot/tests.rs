@@ -136,7 +136,7 @@ fn ot_fusion_recovers_a_permutation_of_neurons() {
         assert!((f - w).abs() < 1e-6);
     }
     // Averaged without alignment, the two are another network.
-    let plain = server::weighted_mean(&[&a.params, &b.params], &[0.5, 0.5]);
+    let plain = crate::strategy::fedavg_cnn::weighted_mean(&[&a.params, &b.params], &[0.5, 0.5]);
     assert!(
         plain
             .iter()
