@@ -238,7 +238,8 @@ fn a_one_shot_run_keeps_its_uploads_and_replays_every_rule_on_them() {
          test_samples = 200\nglobal_test = true\n\
          [oneshot]\nrule = \"regmean\"\nuploads = \"every-rule\"\n",
     );
-    let plain = root.path().join("plain");
+    // Where `flint grid --runs-dir runs` finds the run of "oneshot-small".
+    let plain = root.path().join("runs/oneshot-small");
     run(&exp, &plain, None);
     let r = results(&plain);
     // CNN2: 44,190 parameters; Gram triangles of its dense inputs 256, 120 and 84 wide.
@@ -268,12 +269,16 @@ fn a_one_shot_run_keeps_its_uploads_and_replays_every_rule_on_them() {
             .arg(&plain)
             .args(["--set", &format!("oneshot.rule={rule}")]);
         // DENSE's server training, shortened to a few steps.
-        for set in [
+        let short = [
             "distill_epochs=2",
             "generator_steps=3",
             "synthesis_batch=32",
-        ] {
+        ];
+        for set in short.iter().filter(|_| rule == "dense") {
             cmd.args(["--set", &format!("oneshot.{set}")]);
+        }
+        if matches!(rule, "regmean" | "fedavg") {
+            cmd.arg("--record");
         }
         String::from_utf8(ok(&mut cmd).stdout).unwrap()
     };
@@ -284,5 +289,65 @@ fn a_one_shot_run_keeps_its_uploads_and_replays_every_rule_on_them() {
         let out = replay(rule);
         assert!(out.contains(&format!("\"rule\":\"{rule}\"")), "{out}");
         assert!(out.contains("the model"), "{out}");
+    }
+    recorded_replays_are_drawn_by_the_grid(&exp, &plain, (params, grams), global);
+}
+
+/// The recorded replays count each rule's upload as its client would send it (FedAvg: no
+/// statistic; RegMean: the Gram triangles too), and `flint grid` draws them beside the run.
+fn recorded_replays_are_drawn_by_the_grid(
+    exp: &Path,
+    run: &Path,
+    (params, grams): (u64, u64),
+    global: f64,
+) {
+    let record = |rule: &str| -> serde_json::Value {
+        let path = run.join(format!("replays/round-1-oneshot.rule={rule}.json"));
+        serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap()
+    };
+    let up = |v: &serde_json::Value| v["up"]["message"].as_u64().unwrap();
+    let (fedavg, regmean) = (record("fedavg"), record("regmean"));
+    assert_eq!(regmean["global"].as_f64(), Some(global));
+    let r = results(run);
+    let mean_ran = r.rounds[1]
+        .bytes
+        .values()
+        .map(|f| f.up.message)
+        .sum::<u64>()
+        / 3;
+    // Each statistic left out is its floats and a few bytes of tag and length.
+    let fisher = mean_ran - up(&regmean);
+    assert!((4 * params..4 * params + 8).contains(&fisher), "{fisher}");
+    let both = mean_ran - up(&fedavg);
+    assert!(
+        (4 * (params + grams)..4 * (params + grams) + 16).contains(&both),
+        "{both}"
+    );
+    let down = fedavg["down"]["message"].as_u64().unwrap();
+    assert!((4 * params..4 * params + 64).contains(&down), "{down}");
+
+    let runs = run.parent().unwrap();
+    let out = ok(flint()
+        .args(["grid", "--resume", "--runs-dir"])
+        .arg(runs)
+        .arg(exp));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("(kept)"), "{said}");
+    let svg = std::fs::read_dir(runs)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.to_string_lossy().contains("-pareto-"))
+        .unwrap_or_else(|| panic!("no accuracy-versus-bytes figure: {said}"));
+    let svg = std::fs::read_to_string(svg).unwrap();
+    assert!(
+        svg.contains("(shared test set)"),
+        "the figure reads the shared test set"
+    );
+    for name in [
+        "oneshot-small",
+        "fedavg: oneshot-small",
+        "regmean: oneshot-small",
+    ] {
+        assert!(svg.contains(name), "{name} is not drawn");
     }
 }

@@ -10,6 +10,7 @@ mod link;
 mod pack;
 mod plot;
 mod replay;
+mod replayed;
 mod report;
 mod run;
 mod split;

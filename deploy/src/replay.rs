@@ -22,6 +22,8 @@ use flint_common::wire::Update;
 use flint_common::wire::proto::{DataSummary, Payload};
 use flint_common::{ClientId, Round};
 use flint_server::results::{RoundResult, RunResults};
+
+use crate::replayed;
 use prost::Message;
 
 #[derive(clap::Args)]
@@ -50,6 +52,10 @@ pub struct ReplayArgs {
     /// only.
     #[arg(long)]
     pub sums: bool,
+    /// Also write the replay's accuracy and bytes per client into the run
+    /// (`replays/round-R-<settings>.json`), where `flint grid` draws it beside the trained runs.
+    #[arg(long)]
+    pub record: bool,
 }
 
 pub fn replay(args: ReplayArgs) -> anyhow::Result<()> {
@@ -64,7 +70,7 @@ pub fn replay(args: ReplayArgs) -> anyhow::Result<()> {
     let data_dir = args.data_dir.clone().unwrap_or_else(default_data_dir);
     match (e.data.is_images(), e.strategy.model().reads_pixels()) {
         (true, true) => replay_pixels(&args, &e, &run, ran, &data_dir),
-        (true, false) => replay_images(&args, &e, &run, &data_dir),
+        (true, false) => replay_images(&args, &e, &run, ran, &data_dir),
         (false, _) => replay_table(&args, &e, &run, ran, &data_dir),
     }
 }
@@ -106,19 +112,20 @@ fn replay_images(
     args: &ReplayArgs,
     e: &Experiment,
     run: &RunResults,
+    ran: &RoundResult,
     data_dir: &Path,
 ) -> anyhow::Result<()> {
     let pool = e.data.load_images(data_dir)?;
     let (features, classes) = (pool.train.features(), e.data.classes().len());
     let summaries = summaries(run, features);
-    let agg = aggregate_again(args, e, data_dir, &summaries, features, classes)?;
+    let replayed = aggregate_again(args, e, data_dir, &summaries, features, classes)?;
     let (Some(rows), Downloads::Broadcast(download)) =
-        (e.strategy.global_test_rows(), &agg.downloads)
+        (e.strategy.global_test_rows(), &replayed.agg.downloads)
     else {
         if args.per_class || args.sums {
             println!("this strategy has no shared test set: --per-class and --sums show nothing");
         }
-        return Ok(());
+        return record(args, e, ran, &replayed, (None, None));
     };
     let holder = 1;
     let mut half = e
@@ -130,8 +137,17 @@ fn replay_images(
     if args.sums {
         print_sums(half.as_ref(), &shared);
     }
-    print_shared(half.evaluate_all(&shared), args.per_class, None);
-    Ok(())
+    let all = half.evaluate_all(&shared);
+    let global = model_of(&all);
+    print_shared(all, args.per_class, None);
+    record(args, e, ran, &replayed, (global.as_ref(), None))
+}
+
+/// The download's own figure among a shared test set's predictors.
+fn model_of(all: &[(Predictor, ConfusionMatrix)]) -> Option<ConfusionMatrix> {
+    all.iter()
+        .find(|(p, _)| *p == Predictor::Model)
+        .map(|(_, cm)| cm.clone())
 }
 
 /// A network's download measured on the shared test set (`cnn.global_test`) by its holder, as
@@ -149,12 +165,12 @@ fn replay_pixels(
     let pool = e.data.load_pixels(data_dir)?;
     let (features, classes) = (pool.train.features(), e.data.classes().len());
     let summaries = summaries(run, features);
-    let agg = aggregate_again(args, e, data_dir, &summaries, features, classes)?;
+    let replayed = aggregate_again(args, e, data_dir, &summaries, features, classes)?;
     let (Some(rows), Downloads::Broadcast(download)) =
-        (e.strategy.global_test_rows(), &agg.downloads)
+        (e.strategy.global_test_rows(), &replayed.agg.downloads)
     else {
         println!("no shared test set (cnn.global_test) measures this run's download here");
-        return Ok(());
+        return record(args, e, ran, &replayed, (None, None));
     };
     let holder = 1;
     let mut half = e
@@ -164,13 +180,10 @@ fn replay_pixels(
     let shared = pool.shared_test(rows);
     println!("on the shared test set ({} rows):", shared.test.len());
     let all = half.evaluate_all(&shared);
-    let global = all
-        .iter()
-        .find(|(p, _)| *p == Predictor::Model)
-        .map(|(_, cm)| cm.clone());
+    let global = model_of(&all);
     print_shared(all, args.per_class, Some(ran));
     print_warnings(e, args.round, &BTreeMap::new(), global.as_ref());
-    Ok(())
+    record(args, e, ran, &replayed, (global.as_ref(), None))
 }
 
 /// A table's clients prepared again from the data as the run prepared them (the same rows,
@@ -192,7 +205,7 @@ fn replay_table(
     let Some(features) = clients.first().map(|c| c.summary.features as usize) else {
         bail!("the run has no client to prepare again");
     };
-    let agg = aggregate_again(
+    let replayed = aggregate_again(
         args,
         e,
         data_dir,
@@ -205,24 +218,21 @@ fn replay_table(
             "a {} client's model is not the download alone (it keeps what it trained): no client measures it here",
             e.strategy.name()
         );
-        return Ok(());
+        return record(args, e, ran, &replayed, (None, None));
     }
-    let evals = measure_clients(&mut clients, args.round, &agg.downloads, ran)?;
-    print_means(&evals, ran, args.per_class);
+    let evals = measure_clients(&mut clients, args.round, &replayed.agg.downloads, ran)?;
+    let mean = print_means(&evals, ran, args.per_class);
     let shared = clients
         .first()
         .map(|c| c.half.evaluate_global())
         .unwrap_or_default();
-    let global = shared
-        .iter()
-        .find(|(p, _)| *p == Predictor::Model)
-        .map(|(_, cm)| cm.clone());
+    let global = model_of(&shared);
     if let Some(cm) = &global {
         println!("on the shared test set ({} rows):", cm.total());
         print_shared(shared, args.per_class, Some(ran));
     }
     print_warnings(e, args.round, &evals, global.as_ref());
-    Ok(())
+    record(args, e, ran, &replayed, (global.as_ref(), mean))
 }
 
 /// Each client applies its download and measures it on its own test rows, printed beside the
@@ -251,18 +261,24 @@ fn measure_clients(
 }
 
 /// The mean over the clients the run measured (a client that did not report that round is
-/// left out of both), and with `per_class` the recall on their test rows pooled.
-fn print_means(evals: &BTreeMap<ClientId, ConfusionMatrix>, ran: &RoundResult, per_class: bool) {
+/// left out of both), and with `per_class` the recall on their test rows pooled; returns the
+/// mean accuracy.
+fn print_means(
+    evals: &BTreeMap<ClientId, ConfusionMatrix>,
+    ran: &RoundResult,
+    per_class: bool,
+) -> Option<f64> {
     let measured: Vec<Metrics> = evals
         .iter()
         .filter(|(id, _)| ran.metrics.contains_key(id))
         .map(|(_, cm)| cm.metrics())
         .collect();
-    if let Some(mean) = Metrics::mean(&measured) {
+    let mean = Metrics::mean(&measured);
+    if let Some(mean) = &mean {
         println!(
             "  {:<26} accuracy {}",
             "mean",
-            beside(&mean, ran.mean.as_ref())
+            beside(mean, ran.mean.as_ref())
         );
     }
     if measured.len() < evals.len() {
@@ -278,6 +294,7 @@ fn print_means(evals: &BTreeMap<ClientId, ConfusionMatrix>, ran: &RoundResult, p
             recall_per_class(&all)
         );
     }
+    mean.map(|m| m.accuracy)
 }
 
 /// Aggregates `args.round` again from the kept updates, as the run's server did (after the
@@ -289,7 +306,7 @@ fn aggregate_again(
     summaries: &BTreeMap<ClientId, DataSummary>,
     features: usize,
     classes: usize,
-) -> anyhow::Result<Aggregate> {
+) -> anyhow::Result<Replayed> {
     let dir = &args.run_dir;
     let mut server = e
         .strategy
@@ -300,7 +317,8 @@ fn aggregate_again(
             .restore(kept)
             .context("the run's state before this round does not fit the changed settings")?;
     }
-    let updates = kept_updates(dir, args.round, server.as_ref(), summaries, features)?;
+    let payloads = kept_payloads(dir, args.round, summaries)?;
+    let updates = decode_kept(&payloads, server.as_ref(), features)?;
     let started = Instant::now();
     let agg = server.aggregate(args.round, summaries, &updates)?;
     println!(
@@ -311,7 +329,43 @@ fn aggregate_again(
         started.elapsed().as_secs_f64() * 1e3
     );
     println!("{}", serde_json::to_string(&agg.report)?);
-    Ok(agg)
+    Ok(Replayed { agg, payloads })
+}
+
+/// A round aggregated again, and the uploads it took as the run kept them.
+struct Replayed {
+    agg: Aggregate,
+    payloads: BTreeMap<ClientId, Payload>,
+}
+
+/// With `--record`, the replay's figures written into the run for `flint grid`.
+fn record(
+    args: &ReplayArgs,
+    e: &Experiment,
+    ran: &RoundResult,
+    replayed: &Replayed,
+    (global, mean): (Option<&ConfusionMatrix>, Option<f64>),
+) -> anyhow::Result<()> {
+    if !args.record {
+        return Ok(());
+    }
+    let (up, down) = replayed::bytes(e, ran, &replayed.payloads, &replayed.agg.downloads);
+    let r = replayed::Replayed {
+        settings: args.overrides.clone(),
+        round: args.round,
+        global: global.map(|cm| cm.metrics().accuracy),
+        mean,
+        up,
+        down,
+    };
+    let path = r.write(&args.run_dir)?;
+    println!(
+        "recorded: {} ({} B up, {} B down per client, message level)",
+        path.display(),
+        up.message,
+        down.message
+    );
+    Ok(())
 }
 
 /// Each predictor's accuracy on the shared test set, the model first, beside the run's where
@@ -421,7 +475,8 @@ fn state_before(
         run.strategy
             .server(classes, run.seed, run.robust, Some((&run.data, data_dir)))?;
     for earlier in 1..round {
-        let updates = kept_updates(dir, earlier, server.as_ref(), summaries, features)?;
+        let kept = kept_payloads(dir, earlier, summaries)?;
+        let updates = decode_kept(&kept, server.as_ref(), features)?;
         if let Err(e) = server.aggregate(earlier, summaries, &updates) {
             println!("round {earlier} aggregated again failed as it may have in the run: {e}");
         }
@@ -457,14 +512,12 @@ fn run_results(dir: &Path) -> anyhow::Result<RunResults> {
 
 /// The round's kept updates (`updates/round-R-client-C.pb`), decoded by the strategy's own
 /// `decode`; a client whose file is gone is left out.
-fn kept_updates(
+fn kept_payloads(
     dir: &Path,
     round: u32,
-    server: &dyn ServerStrategy,
     summaries: &BTreeMap<ClientId, DataSummary>,
-    features: usize,
-) -> anyhow::Result<BTreeMap<ClientId, Update>> {
-    let mut updates = BTreeMap::new();
+) -> anyhow::Result<BTreeMap<ClientId, Payload>> {
+    let mut payloads = BTreeMap::new();
     for &id in summaries.keys() {
         let path = dir
             .join("updates")
@@ -474,18 +527,31 @@ fn kept_updates(
         }
         let payload = Payload::decode(&std::fs::read(&path)?[..])
             .with_context(|| format!("{} is not a payload", path.display()))?;
-        let update = server
-            .decode(id, features, &payload)
-            .with_context(|| format!("{}", path.display()))?;
-        updates.insert(id, update);
+        payloads.insert(id, payload);
     }
-    if updates.is_empty() {
+    if payloads.is_empty() {
         bail!(
             "{} holds no kept update of round {round}; run with --set server.keep_updates=true",
             dir.join("updates").display()
         );
     }
-    Ok(updates)
+    Ok(payloads)
+}
+
+fn decode_kept(
+    payloads: &BTreeMap<ClientId, Payload>,
+    server: &dyn ServerStrategy,
+    features: usize,
+) -> anyhow::Result<BTreeMap<ClientId, Update>> {
+    payloads
+        .iter()
+        .map(|(&id, payload)| {
+            let update = server
+                .decode(id, features, payload)
+                .with_context(|| format!("the kept update of client {id}"))?;
+            Ok((id, update))
+        })
+        .collect()
 }
 
 /// `--sums`: each composite machine's class sums on its class's rows and on the others'.

@@ -18,6 +18,7 @@ use crate::model::tm::ClauseBanks;
 use crate::params::ParamResult;
 use crate::strategy::robust::RobustHyper;
 use crate::wire::Compression;
+use crate::wire::proto::Payload;
 
 /// What a strategy is, before any file says how to run it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -145,6 +146,13 @@ pub trait StrategyParams: Debug + Send + Sync {
     /// sends more beside it).
     fn update_bytes_bound(&self, features: usize, classes: usize) -> u64 {
         self.model().update_bytes_bound(features, classes)
+    }
+
+    /// The upload a client would send under these settings, from one kept by a run whose
+    /// clients sent more (a one-shot run with every rule's statistics, replayed under one
+    /// rule): what a replay counts as the upload's bytes. By default the kept one.
+    fn upload_as_sent(&self, kept: &Payload) -> Payload {
+        kept.clone()
     }
 
     /// Whether every client must declare its compute power.

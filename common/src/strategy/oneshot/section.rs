@@ -149,6 +149,14 @@ impl OneShotHyper {
         Ok(self)
     }
 
+    /// What the rule itself needs, whatever the clients were asked to send.
+    pub fn rule_needs(&self) -> Needs {
+        Needs {
+            gram: self.rule == OneShotRule::Regmean,
+            fisher: self.rule == OneShotRule::Fedfisher,
+        }
+    }
+
     pub fn needs(&self) -> Needs {
         let every = self.uploads == OneShotUploads::EveryRule;
         Needs {

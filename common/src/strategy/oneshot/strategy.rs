@@ -12,6 +12,8 @@ use crate::strategy::model_spec::ModelSpec;
 use crate::strategy::robust::RobustHyper;
 use crate::strategy::sections::{Checked, Sections};
 use crate::strategy::{ClientStrategy, ModelKind, ServerStrategy};
+use crate::wire::proto::Payload;
+use crate::wire::proto::payload::Kind;
 use crate::{ClientId, Result};
 
 /// A one-shot federation of a convolutional network under one of FedTMOS Table 1's server
@@ -83,6 +85,21 @@ impl StrategyParams for OneShotSpec {
     /// The ensemble's download holds every client's network.
     fn models_per_download(&self, clients: usize) -> usize {
         clients.max(2)
+    }
+
+    /// The network with the statistics the rule reads, not those every rule's uploads carry.
+    fn upload_as_sent(&self, kept: &Payload) -> Payload {
+        let mut sent = kept.clone();
+        if let Some(Kind::NetworkParams(n)) = &mut sent.kind {
+            let needs = self.oneshot.rule_needs();
+            if !needs.gram {
+                n.gram.clear();
+            }
+            if !needs.fisher {
+                n.fisher.clear();
+            }
+        }
+        sent
     }
 
     /// The network, and at most a Gram matrix per dense layer and a Fisher diagonal.

@@ -343,3 +343,30 @@ fn the_section_refuses_settings_no_rule_can_run() {
     assert!(pool.contains("at most 1,000,000 kept images"), "{pool}");
     assert!(OneShotHyper::default().check().is_ok());
 }
+
+/// A replay counts an every-rule upload as the replayed rule's client would have sent it: the
+/// network with that rule's statistic alone, byte for byte that client's encoding.
+#[test]
+fn an_every_rule_upload_is_counted_as_each_rule_would_send_it() {
+    use crate::strategy::contract::StrategyParams;
+    let stats = |gram: usize, fisher: usize| NetworkStatistics {
+        params: vec![0.5; 6],
+        gram: vec![1.0; gram],
+        fisher: vec![2.0; fisher],
+    };
+    let kept = encode_statistics(&stats(3, 6));
+    for (rule, gram, fisher) in [
+        (OneShotRule::Fedavg, 0, 0),
+        (OneShotRule::Ensemble, 0, 0),
+        (OneShotRule::Regmean, 3, 0),
+        (OneShotRule::Fedfisher, 0, 6),
+        (OneShotRule::OtFusion, 0, 0),
+    ] {
+        let spec = OneShotSpec {
+            cnn: CnnHyper::default(),
+            oneshot: hyper(rule, OneShotUploads::EveryRule),
+        };
+        let sent = spec.upload_as_sent(&kept);
+        assert_eq!(sent, encode_statistics(&stats(gram, fisher)), "{rule:?}");
+    }
+}
