@@ -8,7 +8,10 @@
 #   SEEDS="20 24" scripts/fedtmos-baselines.sh mnist-dir0.1-cnn2   (FedTMOS's other two seeds)
 #   DENSE=1 scripts/fedtmos-baselines.sh mnist-dir0.1-lenet5      (also DENSE: ~25 min a cell)
 #
-# Writes runs/fedtmos-baselines/seed-<seed>/<run>/ and in it replay-<rule>.txt.
+# Writes runs/fedtmos-baselines/seed-<seed>/<run>/ and in it replay-<rule>.txt, each replay also
+# recorded (replays/) for the accuracy-versus-bytes figure beside FedTMOS's run of the cell:
+#   flint grid experiments/fedtmos/mnist-dir0.1.toml experiments/fedtmos-baselines/mnist-dir0.1-*.toml \
+#     --runs-dir runs/fedtmos-baselines/seed-0 --resume
 set -euo pipefail
 cd "$(dirname "$0")/.."
 flint=target/release/flint
@@ -38,7 +41,7 @@ for cell in "${cells[@]}"; do
   for rule in $rules; do
     [ -s "$run/replay-$rule.txt" ] && continue
     echo "== $cell seed $seed: $rule"
-    "$flint" replay "$run" --set oneshot.rule="$rule" > "$run/replay-$rule.txt"
+    "$flint" replay "$run" --set oneshot.rule="$rule" --record > "$run/replay-$rule.txt"
     cat "$run/replay-$rule.txt"
   done
 done

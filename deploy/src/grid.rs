@@ -85,6 +85,8 @@ struct Outcome {
     warnings: Vec<String>,
     /// Accuracy on the run's shared test set after its last round, where it has one (FedTMOS).
     global: Option<f64>,
+    /// What `flint replay --record` left in the run: other settings on the same uploads.
+    replays: Vec<crate::replayed::Replayed>,
 }
 
 pub fn grid(args: GridArgs) -> anyhow::Result<()> {
@@ -313,52 +315,110 @@ fn write_summary(args: &GridArgs, rows: &[Row], started: Instant) -> anyhow::Res
 
 /// Per dataset and partition, every experiment with an accuracy as a point of accuracy
 /// against its mean bytes per client per round (`{stem}-pareto-{dataset}-{partition}.svg`),
-/// where two or more compare; both means over the runs that measured an accuracy.
+/// where two or more compare; both means over the runs. A run's
+/// recorded replays (`flint replay --record`) are points of their own, and where every point
+/// of a figure has a shared test set its accuracy is that one.
 fn pareto_charts(summary: &Path, rows: &[Row]) -> anyhow::Result<Vec<PathBuf>> {
-    type Points = Vec<crate::plot::Tradeoff>;
-    let mut groups: std::collections::BTreeMap<(&str, &str), Points> = Default::default();
+    let mut groups: std::collections::BTreeMap<(&str, &str), Vec<Point>> = Default::default();
     for r in rows {
-        let measured: Vec<(&Outcome, f64)> = r
-            .runs
-            .iter()
-            .filter_map(|o| Some((o, o.after?.accuracy)))
-            .collect();
-        if measured.is_empty() {
-            continue;
-        }
-        let n = measured.len() as f64;
-        let bytes = |(o, _): &(&Outcome, f64)| (o.up.message + o.down.message) as f64;
-        groups
-            .entry((&r.dataset, &r.partition))
-            .or_default()
-            .push(crate::plot::Tradeoff {
-                name: r.name.clone(),
-                bytes: measured.iter().map(bytes).sum::<f64>() / n,
-                accuracy: measured.iter().map(|(_, a)| a).sum::<f64>() / n,
-            });
+        let group = groups.entry((&r.dataset, &r.partition)).or_default();
+        group.extend(points(r));
     }
     let stem = summary.file_stem().unwrap_or_default().to_string_lossy();
-    let slug = |s: &str| -> String {
-        let kept: String = s
-            .chars()
-            .map(|c| match c.is_ascii_alphanumeric() || c == '.' {
-                true => c.to_ascii_lowercase(),
-                false => '-',
-            })
-            .collect();
-        let parts: Vec<&str> = kept.split('-').filter(|p| !p.is_empty()).collect();
-        parts.join("-")
-    };
     let mut written = Vec::new();
     for ((data, partition), points) in groups {
+        let shared = points.iter().all(|p| p.global.is_some());
+        let tradeoffs: Vec<crate::plot::Tradeoff> = points
+            .into_iter()
+            .filter_map(|p| {
+                Some(crate::plot::Tradeoff {
+                    accuracy: if shared { p.global } else { p.local }?,
+                    name: p.name,
+                    bytes: p.bytes,
+                })
+            })
+            .collect();
         let name = format!("{stem}-pareto-{}-{}.svg", slug(data), slug(partition));
         let path = summary.with_file_name(name);
-        let title = format!("{data}, {partition}");
-        if crate::plot::pareto_chart(&path, &title, &points)? {
+        let title = match shared {
+            true => format!("{data}, {partition} (shared test set)"),
+            false => format!("{data}, {partition}"),
+        };
+        if crate::plot::pareto_chart(&path, &title, &tradeoffs)? {
             written.push(path);
         }
     }
     Ok(written)
+}
+
+/// One point of an accuracy-versus-bytes figure, with both accuracies where measured.
+struct Point {
+    name: String,
+    bytes: f64,
+    local: Option<f64>,
+    global: Option<f64>,
+}
+
+/// A row's point over its runs, and one for each setting its runs replayed; each a mean over
+/// the runs that measured it.
+fn points(r: &Row) -> Vec<Point> {
+    let mut out = Vec::new();
+    let own: Vec<(f64, Option<f64>, Option<f64>)> = r
+        .runs
+        .iter()
+        .map(|o| {
+            let bytes = (o.up.message + o.down.message) as f64;
+            (bytes, o.after.map(|m| m.accuracy), o.global)
+        })
+        .collect();
+    out.extend(point(r.name.clone(), &own));
+    let mut labels: Vec<(String, String)> = r
+        .runs
+        .iter()
+        .flat_map(|o| o.replays.iter().map(|x| (x.label(), x.values())))
+        .collect();
+    labels.sort();
+    labels.dedup();
+    for (label, values) in labels {
+        let replays: Vec<(f64, Option<f64>, Option<f64>)> = r
+            .runs
+            .iter()
+            .flat_map(|o| o.replays.iter().filter(|x| x.label() == label))
+            .map(|x| ((x.up.message + x.down.message) as f64, x.mean, x.global))
+            .collect();
+        // The values first: a figure shortens long names from their end.
+        out.extend(point(format!("{values}: {}", r.name), &replays));
+    }
+    out
+}
+
+fn point(name: String, measured: &[(f64, Option<f64>, Option<f64>)]) -> Option<Point> {
+    let mean = |v: Vec<f64>| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
+    let local = mean(measured.iter().filter_map(|m| m.1).collect());
+    let global = mean(measured.iter().filter_map(|m| m.2).collect());
+    if local.is_none() && global.is_none() {
+        return None;
+    }
+    let bytes = mean(measured.iter().map(|m| m.0).collect())?;
+    Some(Point {
+        name,
+        bytes,
+        local,
+        global,
+    })
+}
+
+/// A file-name piece: lowercase letters, digits and dots, the rest one dash.
+fn slug(s: &str) -> String {
+    let kept: String = s
+        .chars()
+        .map(|c| match c.is_ascii_alphanumeric() || c == '.' {
+            true => c.to_ascii_lowercase(),
+            false => '-',
+        })
+        .collect();
+    let parts: Vec<&str> = kept.split('-').filter(|p| !p.is_empty()).collect();
+    parts.join("-")
 }
 
 fn collect(p: &Path, out: &mut Vec<PathBuf>) -> anyhow::Result<()> {
@@ -466,9 +526,11 @@ fn outcome(dir: &Path) -> anyhow::Result<Outcome> {
         .rev()
         .find_map(|rr| rr.global_test)
         .map(|m| m.accuracy);
+    let replays = crate::replayed::Replayed::read_all(dir)?;
     Ok(Outcome {
         warnings,
         global,
+        replays,
         before,
         after,
         up: per(up),
