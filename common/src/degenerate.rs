@@ -28,6 +28,9 @@ pub enum WarningKind {
     OneClass,
     /// Fewer rows right than the most common class holds.
     BelowMajority,
+    /// At or above the most common class, but not significantly ([`SIGNIFICANCE`]) on the
+    /// rows measured: they cannot tell the model from one that learned nothing.
+    NearChance,
     /// A Tsetlin Machine, or a machine of a composite, with no clause that includes a literal:
     /// it votes nothing, and its class sums are all 0.
     NoClauses,
@@ -35,6 +38,52 @@ pub enum WarningKind {
     NotFinite,
     /// The clients train on fewer rows per class, on average, than [`FEW_ROWS_PER_CLASS`].
     FewRows,
+}
+
+/// The one-sided binomial test's level: an accuracy at or above the most common class's share
+/// whose chance of arising from a model no better than that share is at least this is warned.
+pub const SIGNIFICANCE: f64 = 0.05;
+
+/// The share of the most common class's errors a model must fix (Heidke's skill against the
+/// majority: (accuracy − majority) / (1 − majority)) to count as more than near chance, however
+/// many rows make it significant: 0.058 against a majority of 0.041 on 26 classes fixes 1.8 %.
+pub const MIN_SKILL: f64 = 0.1;
+
+/// The chance that a predictor whose accuracy is the majority share answers at least `correct`
+/// of `total` rows right (the binomial tail, one-sided).
+pub fn above_majority_p(correct: u64, total: u64, majority: u64) -> f64 {
+    use statrs::distribution::{Binomial, DiscreteCDF};
+    if correct == 0 || majority >= total {
+        return 1.0;
+    }
+    let share = majority as f64 / total as f64;
+    Binomial::new(share, total).map_or(1.0, |b| b.sf(correct - 1))
+}
+
+/// What makes an accuracy at or above the majority's near chance, if anything: too few rows to
+/// tell it from the majority ([`SIGNIFICANCE`]), or too little of the majority's errors fixed
+/// ([`MIN_SKILL`]).
+fn near_chance(correct: u64, total: u64, majority: u64, classes: usize) -> Option<String> {
+    if correct < majority || majority >= total {
+        return None;
+    }
+    let share = |n: u64| n as f64 / total as f64;
+    let (accuracy, base) = (share(correct), share(majority));
+    let chance = 1.0 / classes.max(1) as f64;
+    let p = above_majority_p(correct, total, majority);
+    if p >= SIGNIFICANCE {
+        return Some(format!(
+            "{accuracy:.3} of {total} rows right, not significantly above the {base:.3} of always answering the most common class (one-sided binomial p = {p:.2}; uniform chance {chance:.3}): these rows cannot tell the model from one that learned nothing"
+        ));
+    }
+    let skill = (accuracy - base) / (1.0 - base);
+    (skill < MIN_SKILL).then(|| {
+        format!(
+            "{accuracy:.3} of {total} rows right against the {base:.3} of always answering the most common class (uniform chance {chance:.3}): it fixes {:.1} % of that answer's errors, under {:.0} %, barely more than a model that learned nothing",
+            100.0 * skill,
+            100.0 * MIN_SKILL
+        )
+    })
 }
 
 /// Training rows per class and client, on average, below which a run says its clients hold
@@ -137,8 +186,14 @@ pub fn round_warnings(
     names: &Names,
 ) -> Vec<Warning> {
     let mut warnings = Vec::new();
-    warnings.extend(one_class_clients(round, evals, names));
-    warnings.extend(pooled_below_majority(round, evals));
+    let one_class = one_class_clients(round, evals, names);
+    // Every model answering one class is near chance already said.
+    let all_one_class = one_class
+        .as_ref()
+        .is_some_and(|w| w.clients.len() == evals.len());
+    warnings.extend(one_class);
+    let pooled = pooled_below_majority(round, evals);
+    warnings.extend(pooled.filter(|w| !(all_one_class && w.kind == WarningKind::NearChance)));
     if let Some(cm) = global {
         warnings.extend(shared_test_set(round, cm, names));
     }
@@ -196,7 +251,18 @@ fn pooled_below_majority(
         total += cm.total();
     }
     let majority = per_class.iter().copied().max().unwrap_or(0);
-    if total == 0 || correct >= majority {
+    if total == 0 {
+        return None;
+    }
+    if let Some(what) = near_chance(correct, total, majority, per_class.len()) {
+        return Some(Warning {
+            round,
+            kind: WarningKind::NearChance,
+            clients: evals.keys().copied().collect(),
+            message: format!("round {round}: the clients' models answer {what}"),
+        });
+    }
+    if correct >= majority {
         return None;
     }
     let share = |n: u64| n as f64 / total as f64;
@@ -226,6 +292,17 @@ fn shared_test_set(round: Round, cm: &ConfusionMatrix, names: &Names) -> Vec<War
         });
     }
     let total = cm.total();
+    let said = !warnings.is_empty();
+    if let Some(what) =
+        near_chance(cm.correct(), total, cm.majority_rows(), cm.classes()).filter(|_| !said)
+    {
+        warnings.push(Warning {
+            round,
+            kind: WarningKind::NearChance,
+            clients: Vec::new(),
+            message: format!("round {round}: on the shared test set the model answers {what}"),
+        });
+    }
     if total > 0 && cm.correct() < cm.majority_rows() {
         warnings.push(Warning {
             round,
@@ -290,8 +367,9 @@ mod tests {
             (2, cm(&[0, 1, 1], &[0, 1, 1])),
         ]);
         let w = round_warnings(3, &evals, None, &names);
-        assert_eq!(w.len(), 1, "{w:?}");
-        assert_eq!(w[0].kind, WarningKind::OneClass);
+        let kinds: Vec<WarningKind> = w.iter().map(|w| w.kind).collect();
+        // 6 of 8 right against a majority of 5: eight rows cannot tell either.
+        assert_eq!(kinds, [WarningKind::OneClass, WarningKind::NearChance]);
         assert_eq!(w[0].clients, vec![1]);
         assert_eq!(
             w[0].message,
@@ -319,12 +397,100 @@ mod tests {
             classes: &classes,
             client: &client,
         };
-        // Client 1 holds "no" rows, client 2 "yes" rows; 6 of 8 right, pooled majority 4 of 8.
-        let evals = BTreeMap::from([
-            (1, cm(&[0, 0, 0, 0], &[0, 0, 0, 1])),
-            (2, cm(&[1, 1, 1, 1], &[1, 1, 1, 0])),
-        ]);
+        // Client 1 holds "no" rows, client 2 "yes" rows; 36 of 40 right, pooled majority 20
+        // of 40 (each client's own: all its rows).
+        let rows = |class: u32| {
+            (
+                vec![class; 20],
+                [vec![class; 18], vec![1 - class; 2]].concat(),
+            )
+        };
+        let ((t1, p1), (t2, p2)) = (rows(0), rows(1));
+        let evals = BTreeMap::from([(1, cm(&t1, &p1)), (2, cm(&t2, &p2))]);
         assert!(round_warnings(1, &evals, None, &names).is_empty());
+    }
+
+    /// The binomial tail against the majority share: P(X ≥ 6) for X ~ B(8, 1/2) is 37/256.
+    #[test]
+    fn the_tail_above_the_majority_is_the_binomial_one() {
+        assert!((above_majority_p(6, 8, 4) - 37.0 / 256.0).abs() < 1e-12);
+        assert!((above_majority_p(8, 8, 4) - 1.0 / 256.0).abs() < 1e-12);
+        assert_eq!(above_majority_p(0, 8, 4), 1.0);
+        assert_eq!(above_majority_p(8, 8, 8), 1.0);
+    }
+
+    /// At or above the majority is not enough: on few rows a model no better than the
+    /// majority share would score as well by chance, and is warned, pooled and shared alike;
+    /// the same accuracy on ten times the rows is not.
+    #[test]
+    fn an_accuracy_the_rows_cannot_tell_from_the_majority_is_warned() {
+        let (classes, client) = names();
+        let names = Names {
+            classes: &classes,
+            client: &client,
+        };
+        let few = |n: usize| {
+            let truth = [vec![0; 5 * n], vec![1; 5 * n]].concat();
+            let predicted = [vec![0; 4 * n], vec![1; 3 * n], vec![0; 2 * n], vec![1; n]].concat();
+            cm(&truth, &predicted)
+        };
+        // 0.7 right where the majority is 0.5: 7 of 10 (p = 0.17), then 70 of 100.
+        let evals = BTreeMap::from([(1, few(1))]);
+        let w = round_warnings(4, &evals, Some(&few(1)), &names);
+        let kinds: Vec<(WarningKind, usize)> =
+            w.iter().map(|w| (w.kind, w.clients.len())).collect();
+        assert_eq!(
+            kinds,
+            [(WarningKind::NearChance, 1), (WarningKind::NearChance, 0)]
+        );
+        assert!(
+            w[1].message.contains(
+                "the model answers 0.700 of 10 rows right, not significantly above the 0.500"
+            ) && w[1].message.contains("p = 0.17"),
+            "{}",
+            w[1].message
+        );
+        let evals = BTreeMap::from([(1, few(10))]);
+        assert!(round_warnings(4, &evals, Some(&few(10)), &names).is_empty());
+        // A model answering one class is said to once, not again as near chance.
+        let one = cm(&[0, 0, 0, 1, 1], &[0; 5]);
+        let evals = BTreeMap::from([(1, one.clone()), (2, one.clone())]);
+        let kinds: Vec<WarningKind> = round_warnings(4, &evals, Some(&one), &names)
+            .iter()
+            .map(|w| w.kind)
+            .collect();
+        assert_eq!(kinds, [WarningKind::OneClass, WarningKind::OneClass]);
+    }
+
+    /// Significant is not enough either: FCMs on 26 classes scored 0.058 against a majority of
+    /// 0.041 on thousands of rows, far beyond luck and still next to nothing learned.
+    #[test]
+    fn an_accuracy_barely_above_the_majority_is_warned_however_many_rows() {
+        let (classes, client) = names();
+        let names = Names {
+            classes: &classes,
+            client: &client,
+        };
+        // 5,000 rows of which "no" holds 4,000 (0.800); 4,080 right (0.816): p ≈ 0.002, skill 8 %.
+        let shared = |right_yes: usize| {
+            let truth = [vec![0; 4000], vec![1; 1000]].concat();
+            let predicted = [vec![0; 4000], vec![1; right_yes], vec![0; 1000 - right_yes]].concat();
+            cm(&truth, &predicted)
+        };
+        let w = round_warnings(1, &BTreeMap::new(), Some(&shared(80)), &names);
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert_eq!(w[0].kind, WarningKind::NearChance);
+        assert!(
+            w[0].message
+                .contains("0.816 of 5000 rows right against the 0.800")
+                && w[0]
+                    .message
+                    .contains("fixes 8.0 % of that answer's errors, under 10 %"),
+            "{}",
+            w[0].message
+        );
+        // 4,150 right (0.830) fixes 15 %: learned.
+        assert!(round_warnings(1, &BTreeMap::new(), Some(&shared(150)), &names).is_empty());
     }
 
     #[test]
