@@ -25,7 +25,7 @@ macro_rules! experiment_file {
             pub name: String,
             /// The strategy by name: `fedavg`, `tpfl`, `fedtmos`, … (the schema lists them all).
             pub strategy: StrategyKind,
-            /// `logreg`, `fcm` or `tm`; needed by `local` and `central`, implied by the other
+            /// `logreg`, `fcm`, `tm` or `cnn`; needed by `local` and `central`, implied by the other
             /// strategies.
             #[serde(default, skip_serializing_if = "Option::is_none")]
             pub model: Option<ModelKind>,

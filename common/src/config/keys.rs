@@ -84,6 +84,43 @@ pub fn holds_text(key: &str) -> bool {
     }
 }
 
+/// The text values `key` (dotted) allows, where the schema lists them (an enum of strings,
+/// or one of constants); none for a free value.
+pub fn choices(key: &str) -> Vec<String> {
+    let schema = schema();
+    let root = schema.as_value();
+    let mut node = root;
+    for part in key.split('.') {
+        let Some(property) = node.get("properties").and_then(|p| p.get(part)) else {
+            return Vec::new();
+        };
+        node = section(root, property).unwrap_or_else(|| resolve(root, property));
+    }
+    let mut out = Vec::new();
+    constants(root, node, &mut out);
+    out
+}
+
+fn constants(root: &Value, node: &Value, out: &mut Vec<String>) {
+    let node = resolve(root, node);
+    if let Some(values) = node.get("enum").and_then(Value::as_array) {
+        out.extend(values.iter().filter_map(Value::as_str).map(str::to_string));
+    }
+    if let Some(value) = node.get("const").and_then(Value::as_str) {
+        out.push(value.to_string());
+    }
+    for alternatives in ["oneOf", "anyOf"] {
+        for alternative in node
+            .get(alternatives)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            constants(root, alternative, out);
+        }
+    }
+}
+
 /// The table a property holds, where it is a section (`[tm]`) or an array of tables
 /// (`[[clients]]`), following `$ref`s and optional (`null`) alternatives.
 fn section<'a>(root: &'a Value, property: &'a Value) -> Option<&'a Value> {
