@@ -306,7 +306,7 @@ fn aggregate_again(
     summaries: &BTreeMap<ClientId, DataSummary>,
     features: usize,
     classes: usize,
-) -> anyhow::Result<Replayed> {
+) -> anyhow::Result<AggregatedAgain> {
     let dir = &args.run_dir;
     let mut server = e
         .strategy
@@ -329,11 +329,11 @@ fn aggregate_again(
         started.elapsed().as_secs_f64() * 1e3
     );
     println!("{}", serde_json::to_string(&agg.report)?);
-    Ok(Replayed { agg, payloads })
+    Ok(AggregatedAgain { agg, payloads })
 }
 
 /// A round aggregated again, and the uploads it took as the run kept them.
-struct Replayed {
+struct AggregatedAgain {
     agg: Aggregate,
     payloads: BTreeMap<ClientId, Payload>,
 }
@@ -343,7 +343,7 @@ fn record(
     args: &ReplayArgs,
     e: &Experiment,
     ran: &RoundResult,
-    replayed: &Replayed,
+    replayed: &AggregatedAgain,
     (global, mean): (Option<&ConfusionMatrix>, Option<f64>),
 ) -> anyhow::Result<()> {
     if !args.record {
