@@ -594,9 +594,10 @@ async fn capture_and_poison(url: &str, e: &Experiment) {
 
 /// An insider that takes most of the AHP weight with a summary within the caps
 /// and sends a finite poisoned model. Under the papers' weighted mean the honest clients'
-/// accuracy falls; under the coordinate-wise median, the trimmed mean (Yin et al. 2018), or
-/// each change clipped to the round's median with the weight capped, it stays within 2 points
-/// of the run without the insider.
+/// accuracy falls; under the coordinate-wise median, the trimmed mean (Yin et al. 2018),
+/// each change clipped to the round's median with the weight capped, or the weight cap alone
+/// (which clips the capped client's change), it stays within 2 points of the run without the
+/// insider.
 #[test]
 fn an_insider_capturing_the_ahp_weight_is_outvoted_by_the_robust_rules() {
     let clean = honest_accuracy(false, "");
@@ -610,6 +611,8 @@ fn an_insider_capturing_the_ahp_weight_is_outvoted_by_the_robust_rules() {
         "rule = \"median\"",
         "rule = \"trimmed-mean\"",
         "clip = \"median\"\nmax_weight = 0.25",
+        // The cap alone: the capped client's update is clipped too.
+        "max_weight = 0.25",
     ] {
         let defended = honest_accuracy(true, robust);
         println!("{robust:?}: {defended:.4}");

@@ -53,7 +53,9 @@ pub struct RobustHyper {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub clip_norm: Option<f64>,
     /// The largest share of the aggregation weight one client may have, in (0, 1] (default 1:
-    /// no cap); what a cap takes is shared among the others in proportion. Under `mean` only.
+    /// no cap); what a cap takes is shared among the others in proportion, and a capped
+    /// client's update is brought within the round's median distance (as `clip = "median"`
+    /// does for all), so that the cap bounds what it moves. Under `mean` only.
     pub max_weight: f64,
 }
 
@@ -128,6 +130,9 @@ impl RobustHyper {
             return (Vec::new(), Vec::new());
         };
         let clipped = match self.clip {
+            Clip::None if self.rule == Rule::Mean && self.max_weight < 1.0 => {
+                Some(clip_capped(vectors, weights, self.max_weight))
+            }
             Clip::None => None,
             Clip::Median => Some(clip(vectors, None)),
             Clip::Norm => Some(clip(vectors, self.clip_norm)),
@@ -222,6 +227,20 @@ fn clip(vectors: &[&[f64]], bound: Option<f64>) -> Vec<Vec<f64>> {
                 .map(|(x, c)| c + scale * (x - c))
                 .collect()
         })
+        .collect()
+}
+
+/// The vectors of the clients whose weight `max` caps brought within the round's median
+/// distance of the coordinate-wise median, the others as they are: a cap on the coefficient
+/// alone would still let a capped client's vector, however far, move the mean as far as it
+/// likes.
+fn clip_capped(vectors: &[&[f64]], weights: &[f64], max: f64) -> Vec<Vec<f64>> {
+    let clipped = clip(vectors, None);
+    vectors
+        .iter()
+        .zip(clipped)
+        .zip(weights)
+        .map(|((v, c), &w)| if w > max { c } else { v.to_vec() })
         .collect()
 }
 
@@ -371,6 +390,33 @@ mod tests {
             under.to_vec(),
             "none over: as they were"
         );
+    }
+
+    /// A cap bounds what the capped client moves, not only its coefficient: the outlier at
+    /// 0.25 of the weight is brought to a typical client's distance first, and the honest
+    /// clients, under the cap, keep their vectors.
+    #[test]
+    fn a_capped_client_moves_the_mean_no_further_than_a_typical_one() {
+        let (v, w) = captured();
+        let capped = RobustHyper {
+            max_weight: 0.25,
+            ..RobustHyper::default()
+        }
+        .check()
+        .unwrap();
+        let (out, weights) = capped.combine(&views(&v), &w);
+        assert!((weights[4] - 0.25).abs() < 1e-12, "{weights:?}");
+        assert!(
+            (out[0] - 1.0).abs() < 0.1 && (out[1] + 1.0).abs() < 0.1,
+            "{out:?}"
+        );
+        // Without the clip the cap alone would leave 0.25 × 1000 in the mean.
+        let honest = cap_weights(&w, 0.25);
+        let unclipped: f64 = v.iter().zip(&honest).map(|(x, a)| a * x[0]).sum();
+        assert!(unclipped > 200.0, "{unclipped}");
+        // Clients under the cap keep their vectors.
+        let kept = clip_capped(&views(&v), &w, 0.25);
+        assert_eq!(&kept[..4], &v[..4]);
     }
 
     #[test]
