@@ -226,6 +226,14 @@ struct RunDir {
 }
 
 impl RunDir {
+    /// A command of this very binary (see [`own_executable`]), named `flint` in process lists.
+    fn flint(&self) -> Command {
+        use std::os::unix::process::CommandExt;
+        let mut cmd = Command::new(&self.exe);
+        cmd.arg0("flint");
+        cmd
+    }
+
     fn prepare(runs_dir: &Path, experiment: &Experiment) -> anyhow::Result<RunDir> {
         let dir = runs_dir.join(&experiment.name);
         let clients_dir = dir.join("clients");
@@ -249,7 +257,7 @@ impl RunDir {
         }
         let resolved = dir.join("experiment.resolved.toml");
         std::fs::write(&resolved, experiment.to_toml())?;
-        let exe = std::env::current_exe().context("cannot find the flint executable")?;
+        let exe = own_executable()?;
         Ok(RunDir {
             dir,
             clients_dir,
@@ -257,6 +265,17 @@ impl RunDir {
             exe,
         })
     }
+}
+
+/// The running binary, for the server and client processes: on Linux `/proc/self/exe`, which
+/// still opens the binary this process runs after a rebuild replaced its file (a long grid
+/// would otherwise fail every later run), elsewhere its path.
+fn own_executable() -> anyhow::Result<PathBuf> {
+    let proc = PathBuf::from("/proc/self/exe");
+    if proc.exists() {
+        return Ok(proc);
+    }
+    std::env::current_exe().context("cannot find the flint executable")
 }
 
 fn announce(experiment: &Experiment, dir: &Path, say: &impl Fn(String)) {
@@ -295,7 +314,7 @@ fn spawn_server(
     metrics: &flint_server::exporter::MetricsOptions,
 ) -> anyhow::Result<(Child, String)> {
     let ready = run.dir.join("server.addr");
-    let mut server = Command::new(&run.exe);
+    let mut server = run.flint();
     server
         .args([
             "server",
@@ -445,7 +464,7 @@ impl ClientLaunch<'_> {
 
     fn spawn_one(&self, group: &[String], train_threads: usize) -> anyhow::Result<(String, Child)> {
         let scheme = if self.pki.is_some() { "https" } else { "http" };
-        let mut cmd = Command::new(&self.run.exe);
+        let mut cmd = self.run.flint();
         cmd.arg("client")
             .arg("--server")
             .arg(format!("{scheme}://{}", self.addr))
