@@ -676,7 +676,7 @@ impl LiveLines {
             if n < s.joined && !(s.finished && server_exited) && r == s.closed_rounds {
                 break;
             }
-            let Some((b, counted_by)) = self.round_bytes(s, r) else {
+            let Some((b, counted_by)) = self.round_bytes(s, r, server_exited) else {
                 break;
             };
             println!(
@@ -733,8 +733,15 @@ impl LiveLines {
     /// each has reported on it; the server's own count lags behind its attribution. A client
     /// books its progress just after its report is answered, so the line waits a moment
     /// for the files (`None`) before it falls back to the server's count.
-    fn round_bytes(&self, s: &Status, r: u32) -> Option<(Flow, &'static str)> {
+    ///
+    /// The run's last round is the server's count once it has exited, as the run's table
+    /// shows it: the clients' connections close after their last report, and only the server
+    /// counts those closing bytes.
+    fn round_bytes(&self, s: &Status, r: u32, server_exited: bool) -> Option<(Flow, &'static str)> {
         let mut b = s.bytes.get(&r).copied().unwrap_or_default();
+        if r == self.rounds {
+            return server_exited.then_some((b, "server's"));
+        }
         let waited = self
             .closed_at
             .get(&r)
