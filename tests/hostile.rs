@@ -490,11 +490,13 @@ fn a_refused_client_ends_only_itself() {
 
 /// The final round's mean accuracy over clients 1–4, of a run of five AHP clients where the
 /// fifth is `insider` (or honest, without one), with `robust` as the `[robust]` section.
-fn honest_accuracy(insider: bool, robust: &str) -> f64 {
+fn honest_accuracy(insider: bool, robust: Option<&str>) -> f64 {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let mut text = synthetic_experiment("capture", 5, 5, "");
-    text += &format!("\n[robust]\n{robust}\n");
+    if let Some(robust) = robust {
+        text += &format!("\n[robust]\n{robust}\n");
+    }
     let exp_path = write(d, "capture.toml", &text);
     let e = Experiment::load(&exp_path, &[]).unwrap();
     let (mut server, url) = start_server(&exp_path, d);
@@ -600,8 +602,9 @@ async fn capture_and_poison(url: &str, e: &Experiment) {
 /// insider.
 #[test]
 fn an_insider_capturing_the_ahp_weight_is_outvoted_by_the_robust_rules() {
-    let clean = honest_accuracy(false, "");
-    let captured = honest_accuracy(true, "");
+    // An empty section: the paper's plain mean, without the default cap.
+    let clean = honest_accuracy(false, Some(""));
+    let captured = honest_accuracy(true, Some(""));
     println!("clean {clean:.4}, captured under the mean {captured:.4}");
     assert!(
         captured < clean - 0.1,
@@ -614,13 +617,22 @@ fn an_insider_capturing_the_ahp_weight_is_outvoted_by_the_robust_rules() {
         // The cap alone: the capped client's update is clipped too.
         "max_weight = 0.25",
     ] {
-        let defended = honest_accuracy(true, robust);
+        let defended = honest_accuracy(true, Some(robust));
         println!("{robust:?}: {defended:.4}");
         assert!(
             (defended - clean).abs() <= 0.02,
             "{robust}: {defended} against {clean} without the insider"
         );
     }
+    // The defaults: AHP-FedAvg caps any client at twice the equal share (0.4 of five). The
+    // insider must cost the honest clients at most 2 points; on their few test rows the capped
+    // run may also land above the clean one (it does: 0.7569 against 0.7361).
+    let defaults = honest_accuracy(true, None);
+    println!("defaults: {defaults:.4}");
+    assert!(
+        defaults >= clean - 0.02,
+        "the defaults: {defaults} against {clean} without the insider"
+    );
 }
 
 /// 2,000 sockets from 127.0.0.2 to `addr`, connected and silent.

@@ -184,6 +184,10 @@ impl Experiment {
         {
             sections.ahp = Some(crate::strategy::ahp::AhpSection::without_compute_speed());
         }
+        if file.strategy == StrategyKind::FedAvgAhp && sections.robust.is_none() {
+            let clients = file.client_count.unwrap_or(file.clients.len());
+            sections.robust = Some(RobustHyper::capped_at_twice_the_share(clients));
+        }
         let model = StrategySpec::model_of(file.strategy, file.model)?;
         let data = rules::data_for_model(&file.data, file.strategy, model)?;
         let strategy = StrategySpec::check(file.strategy, model, &sections, &data.shape())?;

@@ -112,6 +112,18 @@ impl RobustHyper {
         Ok(self)
     }
 
+    /// AHP-FedAvg's default: the mean with no client above twice the equal share of the
+    /// weight (none for two clients or fewer). AHP's weights come from what clients declare (a
+    /// summary within the caps took 0.483 of five clients' weight); a capped client's change is
+    /// clipped too, so one liar moves the mean little, and the paper's weights (the largest
+    /// 0.239 of five on MAGIC) are untouched.
+    pub fn capped_at_twice_the_share(clients: usize) -> RobustHyper {
+        RobustHyper {
+            max_weight: (2.0 / clients.max(1) as f64).min(1.0),
+            ..RobustHyper::default()
+        }
+    }
+
     /// Whether this changes anything: the papers' plain mean.
     pub fn is_plain(&self) -> bool {
         self.rule == Rule::Mean && self.clip == Clip::None && self.max_weight >= 1.0
