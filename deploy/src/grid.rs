@@ -315,9 +315,9 @@ fn write_summary(args: &GridArgs, rows: &[Row], started: Instant) -> anyhow::Res
 
 /// Per dataset and partition, every experiment with an accuracy as a point of accuracy
 /// against its mean bytes per client per round (`{stem}-pareto-{dataset}-{partition}.svg`),
-/// where two or more compare; both means over the runs. A run's
-/// recorded replays (`flint replay --record`) are points of their own, and where every point
-/// of a figure has a shared test set its accuracy is that one.
+/// where two or more compare; both means over the runs. A run's recorded replays (`flint
+/// replay --record`) are points of their own, and where every point of a figure has a shared
+/// test set its accuracy is that one.
 fn pareto_charts(summary: &Path, rows: &[Row]) -> anyhow::Result<Vec<PathBuf>> {
     let mut groups: std::collections::BTreeMap<(&str, &str), Vec<Point>> = Default::default();
     for r in rows {
