@@ -22,9 +22,9 @@ use flint_common::wire::Update;
 use flint_common::wire::proto::{DataSummary, Payload};
 use flint_common::{ClientId, Round};
 use flint_server::results::{RoundResult, RunResults};
+use prost::Message;
 
 use crate::replayed;
-use prost::Message;
 
 #[derive(clap::Args)]
 pub struct ReplayArgs {
@@ -510,8 +510,8 @@ fn run_results(dir: &Path) -> anyhow::Result<RunResults> {
     RunResults::read(&bytes).with_context(|| format!("cannot read {}", path.display()))
 }
 
-/// The round's kept updates (`updates/round-R-client-C.pb`), decoded by the strategy's own
-/// `decode`; a client whose file is gone is left out.
+/// The round's kept updates (`updates/round-R-client-C.pb`) as they arrived; a client whose
+/// file is gone is left out.
 fn kept_payloads(
     dir: &Path,
     round: u32,
@@ -538,6 +538,7 @@ fn kept_payloads(
     Ok(payloads)
 }
 
+/// The kept updates decoded by the strategy's own `decode`.
 fn decode_kept(
     payloads: &BTreeMap<ClientId, Payload>,
     server: &dyn ServerStrategy,

@@ -33,8 +33,8 @@ pub struct Replayed {
 /// Mean bytes per client at the ledger's payload and message levels (every message of the
 /// round, as the run counted them). Up: the run's own figure less what the kept uploads carry
 /// beyond what a client would send under the settings, exact. Down: the replayed download's
-/// encoding with the run's gRPC framing; the round's other downward messages (some 20 bytes)
-/// are not seen by a replay.
+/// encoding with the run's gRPC framing; the round's other downward messages are not seen by a
+/// replay (14 bytes a client on the one-shot runs: 176,778 replayed against 176,792 run).
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 pub struct Bytes {
     pub payload: u64,
@@ -44,25 +44,23 @@ pub struct Bytes {
 impl Replayed {
     /// The settings as `k=v, k=v`, or "as run" when none changed.
     pub fn label(&self) -> String {
-        match self.settings.is_empty() {
-            true => "as run".to_string(),
-            false => {
-                let kv: Vec<String> = self
-                    .settings
-                    .iter()
-                    .map(|(k, v)| format!("{k}={v}"))
-                    .collect();
-                kv.join(", ")
-            }
-        }
+        self.joined(|(k, v)| format!("{k}={v}"))
     }
 
     /// The settings' values alone (`regmean`): a figure's short name for the replay.
     pub fn values(&self) -> String {
-        let values: Vec<&str> = self.settings.iter().map(|(_, v)| v.as_str()).collect();
-        match values.is_empty() {
+        self.joined(|(_, v)| v.clone())
+    }
+
+    fn joined(&self, each: impl Fn(&(String, String)) -> String) -> String {
+        match self.settings.is_empty() {
             true => "as run".to_string(),
-            false => values.join(", "),
+            false => self
+                .settings
+                .iter()
+                .map(each)
+                .collect::<Vec<_>>()
+                .join(", "),
         }
     }
 

@@ -67,15 +67,9 @@ fn collect(root: &Value, node: &Value, prefix: &str, out: &mut Vec<Key>) {
 
 /// Whether `key` (dotted, as `--set` names it) holds text: an override of it is taken as given.
 pub fn holds_text(key: &str) -> bool {
-    let schema = schema();
-    let root = schema.as_value();
-    let mut node = root;
-    for part in key.split('.') {
-        let Some(property) = node.get("properties").and_then(|p| p.get(part)) else {
-            return false;
-        };
-        node = section(root, property).unwrap_or_else(|| resolve(root, property));
-    }
+    let Some(node) = node_of(key) else {
+        return false;
+    };
     let is_string = |t: &Value| t == "string";
     match node.get("type") {
         Some(Value::Array(types)) => types.iter().any(is_string),
@@ -87,18 +81,22 @@ pub fn holds_text(key: &str) -> bool {
 /// The text values `key` (dotted) allows, where the schema lists them (an enum of strings,
 /// or one of constants); none for a free value.
 pub fn choices(key: &str) -> Vec<String> {
-    let schema = schema();
-    let root = schema.as_value();
+    let mut out = Vec::new();
+    if let Some(node) = node_of(key) {
+        constants(schema().as_value(), node, &mut out);
+    }
+    out
+}
+
+/// The schema node of `key` (dotted, as `--set` names it), its `$ref`s followed.
+fn node_of(key: &str) -> Option<&'static Value> {
+    let root = schema().as_value();
     let mut node = root;
     for part in key.split('.') {
-        let Some(property) = node.get("properties").and_then(|p| p.get(part)) else {
-            return Vec::new();
-        };
+        let property = node.get("properties")?.get(part)?;
         node = section(root, property).unwrap_or_else(|| resolve(root, property));
     }
-    let mut out = Vec::new();
-    constants(root, node, &mut out);
-    out
+    Some(node)
 }
 
 fn constants(root: &Value, node: &Value, out: &mut Vec<String>) {

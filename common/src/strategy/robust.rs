@@ -141,11 +141,13 @@ impl RobustHyper {
         let Some(first) = vectors.first() else {
             return (Vec::new(), Vec::new());
         };
+        // The mean's weights, capped once: which clients the cap holds decides what is clipped.
+        let capped_weights =
+            (self.rule == Rule::Mean).then(|| cap_weights(weights, self.max_weight));
         let clipped = match self.clip {
-            Clip::None if self.rule == Rule::Mean && self.max_weight < 1.0 => {
-                Some(clip_capped(vectors, weights, self.max_weight))
-            }
-            Clip::None => None,
+            Clip::None => capped_weights
+                .as_ref()
+                .and_then(|c| clip_capped(vectors, &at_the_cap(weights, c, self.max_weight))),
             Clip::Median => Some(clip(vectors, None)),
             Clip::Norm => Some(clip(vectors, self.clip_norm)),
         };
@@ -154,9 +156,8 @@ impl RobustHyper {
             None => vectors.to_vec(),
         };
         let n = vectors.len();
-        match self.rule {
-            Rule::Mean => {
-                let weights = cap_weights(weights, self.max_weight);
+        match (self.rule, capped_weights) {
+            (Rule::Mean, Some(weights)) => {
                 let mut out = vec![0.0; first.len()];
                 for (v, a) in owned.iter().zip(&weights) {
                     for (o, x) in out.iter_mut().zip(v.iter()) {
@@ -165,12 +166,13 @@ impl RobustHyper {
                 }
                 (out, weights)
             }
-            Rule::Median => (coordinate_wise(&owned, median), vec![1.0 / n as f64; n]),
-            Rule::TrimmedMean => {
+            (Rule::TrimmedMean, _) => {
                 let cut = (self.trim * n as f64).floor() as usize;
                 let out = coordinate_wise(&owned, |column| trimmed_mean(column, cut));
                 (out, vec![1.0 / n as f64; n])
             }
+            // The median (the mean always has its weights).
+            _ => (coordinate_wise(&owned, median), vec![1.0 / n as f64; n]),
         }
     }
 }
@@ -242,18 +244,31 @@ fn clip(vectors: &[&[f64]], bound: Option<f64>) -> Vec<Vec<f64>> {
         .collect()
 }
 
-/// The vectors of the clients whose weight `max` caps brought within the round's median
-/// distance of the coordinate-wise median, the others as they are: a cap on the coefficient
-/// alone would still let a capped client's vector, however far, move the mean as far as it
-/// likes.
-fn clip_capped(vectors: &[&[f64]], weights: &[f64], max: f64) -> Vec<Vec<f64>> {
+/// The clients the cap holds: where it changed the weights, those left at `max` (a client
+/// above it, or one the others' excess pushed to it).
+fn at_the_cap(weights: &[f64], capped: &[f64], max: f64) -> Vec<bool> {
+    if capped == weights {
+        return vec![false; weights.len()];
+    }
+    capped.iter().map(|&w| w >= max - 1e-12).collect()
+}
+
+/// The vectors of the clients the cap holds brought within the round's median distance of the
+/// coordinate-wise median, the others as they are (`None` where it holds none): a cap on the
+/// coefficient alone would still let a capped client's vector, however far, move the mean as
+/// far as it likes.
+fn clip_capped(vectors: &[&[f64]], held: &[bool]) -> Option<Vec<Vec<f64>>> {
+    if !held.contains(&true) {
+        return None;
+    }
     let clipped = clip(vectors, None);
-    vectors
+    let kept = vectors
         .iter()
         .zip(clipped)
-        .zip(weights)
-        .map(|((v, c), &w)| if w > max { c } else { v.to_vec() })
-        .collect()
+        .zip(held)
+        .map(|((v, c), &held)| if held { c } else { v.to_vec() })
+        .collect();
+    Some(kept)
 }
 
 /// Weights summing to 1 with none above `max` (where `max` times the count reaches 1; else
@@ -427,8 +442,15 @@ mod tests {
         let unclipped: f64 = v.iter().zip(&honest).map(|(x, a)| a * x[0]).sum();
         assert!(unclipped > 200.0, "{unclipped}");
         // Clients under the cap keep their vectors.
-        let kept = clip_capped(&views(&v), &w, 0.25);
+        let held = at_the_cap(&w, &honest, 0.25);
+        let kept = clip_capped(&views(&v), &held).unwrap();
         assert_eq!(&kept[..4], &v[..4]);
+        // A client the others' excess pushes to the cap is held too; none where nothing is capped.
+        let pushed = [0.5, 0.3, 0.15, 0.05];
+        let held = at_the_cap(&pushed, &cap_weights(&pushed, 0.3), 0.3);
+        assert_eq!(held, [true, true, true, false]);
+        assert_eq!(at_the_cap(&w, &w, 0.25), [false; 5]);
+        assert!(clip_capped(&views(&v), &[false; 5]).is_none());
     }
 
     #[test]
