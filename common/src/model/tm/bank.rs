@@ -168,6 +168,20 @@ impl ClauseBank {
         self.include[clause * lw..(clause + 1) * lw].copy_from_slice(&self.planes[top..top + lw]);
     }
 
+    /// [`Self::mirror_include`] where an action changed (most feedback moves no automaton
+    /// across the middle); whether one did.
+    fn mirror_if_moved(&mut self, clause: usize) -> bool {
+        let (lw, bits) = (self.lw(), self.bits);
+        let top = (clause * bits + bits - 1) * lw;
+        let plane = &self.planes[top..top + lw];
+        let mirror = &self.include[clause * lw..(clause + 1) * lw];
+        let moved = mirror.iter().zip(plane).fold(0, |f, (m, p)| f | (m ^ p)) != 0;
+        if moved {
+            self.mirror_include(clause);
+        }
+        moved
+    }
+
     /// State of one automaton; literal `k < features` is feature k, else the negation of k − features.
     pub fn state(&self, clause: usize, literal: usize) -> u32 {
         let (word, bit) = (self.literal_word(literal), literal % self.features % 64);
@@ -241,8 +255,16 @@ impl ClauseBank {
     /// literals (each with probability (s−1)/s, or always when `boost`) and excluding its false
     /// ones (probability 1/s); a clause that does not fire moves every automaton toward exclude
     /// with probability 1/s. `lits` are the example's literal words ([`Self::literals_of`]);
-    /// `mask` holds, per literal word, the automata drawn with probability 1/s.
-    pub fn type_i(&mut self, clause: usize, lits: &[u64], fired: bool, boost: bool, mask: &[u64]) {
+    /// `mask` holds, per literal word, the automata drawn with probability 1/s. Whether the
+    /// clause's include bits changed.
+    pub fn type_i(
+        &mut self,
+        clause: usize,
+        lits: &[u64],
+        fired: bool,
+        boost: bool,
+        mask: &[u64],
+    ) -> bool {
         let lw = self.lw();
         let (planes, valid) = self.clause_planes_mut(clause);
         let m = |l: usize| mask[l] & valid[l];
@@ -253,12 +275,12 @@ impl ClauseBank {
         } else {
             step(planes, lw, |l, _| lits[l] & !m(l), |l| !lits[l] & m(l));
         }
-        self.mirror_include(clause);
+        self.mirror_if_moved(clause)
     }
 
     /// Type II feedback: a firing clause includes (one step) the excluded automata of its false
-    /// literals, so that it stops firing on this example.
-    pub fn type_ii(&mut self, clause: usize, lits: &[u64]) {
+    /// literals, so that it stops firing on this example. Whether its include bits changed.
+    pub fn type_ii(&mut self, clause: usize, lits: &[u64]) -> bool {
         let lw = self.lw();
         let (planes, valid) = self.clause_planes_mut(clause);
         step(
@@ -267,7 +289,7 @@ impl ClauseBank {
             |l, include| !lits[l] & !include & valid[l],
             |_| 0,
         );
-        self.mirror_include(clause);
+        self.mirror_if_moved(clause)
     }
 
     /// The literal words of an example: its features, then their negations.

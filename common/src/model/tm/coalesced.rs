@@ -5,6 +5,7 @@
 use rand::RngExt;
 
 use super::bank::{ClauseBank, FeedbackMasks, LiteralRows, select_for_feedback};
+use super::block_outputs::{BLOCK, BlockOutputs};
 use super::infer::argmax;
 use super::infer::{CompiledClauses, Transposed, accuracy, predictions};
 use super::{NegativeSampling, TmHyper};
@@ -35,6 +36,8 @@ pub(crate) struct LearnBuffers {
     selected: Vec<u32>,
     /// The firing clauses, ascending.
     firing: Vec<u32>,
+    /// The clauses whose include bits the update changed (a clause may appear twice).
+    changed: Vec<u32>,
 }
 
 /// What one example's feedback reads: clause outputs, as flags and as a list, and the literal
@@ -212,9 +215,15 @@ impl CoalescedTm {
     ) {
         let y = y as usize;
         self.class_counts[y] += 1;
+        let LearnBuffers {
+            selected,
+            firing,
+            changed,
+        } = buffers;
+        changed.clear();
         let t = self.hyper.t;
-        firing_clauses(fired, &mut buffers.firing);
-        let firing = &buffers.firing;
+        firing_clauses(fired, firing);
+        let firing = &*firing;
         let v = Self::sum(&self.weights[y], firing).clamp(-t, t);
         let p = (t - v) as f64 / (2 * t) as f64;
         let at = Feedback {
@@ -227,7 +236,7 @@ impl CoalescedTm {
             target: true,
             p,
         };
-        self.feedback(step, &at, masks, rng, &mut buffers.selected);
+        self.feedback(step, &at, masks, rng, selected, changed);
         let negative = match self.hyper.negative_sampling {
             NegativeSampling::Uniform => {
                 let r = rng.random_range(0..self.classes - 1);
@@ -242,7 +251,7 @@ impl CoalescedTm {
                         target: false,
                         p,
                     };
-                    self.feedback(step, &at, masks, rng, &mut buffers.selected);
+                    self.feedback(step, &at, masks, rng, selected, changed);
                 }
                 None
             }
@@ -277,7 +286,7 @@ impl CoalescedTm {
                 target: false,
                 p,
             };
-            self.feedback(step, &at, masks, rng, &mut buffers.selected);
+            self.feedback(step, &at, masks, rng, selected, changed);
         }
     }
 
@@ -288,6 +297,7 @@ impl CoalescedTm {
         masks: &mut FeedbackMasks,
         rng: &mut FlintRng,
         selected: &mut Vec<u32>,
+        changed: &mut Vec<u32>,
     ) {
         let FeedbackStep { class, target, p } = step;
         select_for_feedback(p, at.fired.len(), rng, selected);
@@ -299,11 +309,14 @@ impl CoalescedTm {
             let j = j as usize;
             let lits = at.rows.of(j, lw);
             let positive = self.weights[class][j] >= 0;
-            if positive == target {
+            let moved = if positive == target {
                 self.bank
-                    .type_i(j, lits, at.fired[j], boost, masks.draw(lw, rng));
-            } else if at.fired[j] {
-                self.bank.type_ii(j, lits);
+                    .type_i(j, lits, at.fired[j], boost, masks.draw(lw, rng))
+            } else {
+                at.fired[j] && self.bank.type_ii(j, lits)
+            };
+            if moved {
+                changed.push(j as u32);
             }
         }
         // Weights of firing clauses move toward the target, each with the same probability.
@@ -315,13 +328,26 @@ impl CoalescedTm {
         }
     }
 
+    /// One pass over `data` in a random order; the same as [`Self::update`] on each example in
+    /// turn, with the clause outputs evaluated a block of examples at a time.
     pub fn fit_epoch(&mut self, data: &BitRows, masks: &mut FeedbackMasks, rng: &mut FlintRng) {
         use rand::seq::SliceRandom;
         let mut order: Vec<usize> = (0..data.len()).collect();
         order.shuffle(rng);
-        let mut scratch = Scratch::default();
-        for i in order {
-            self.update(data.row(i), data.labels[i], masks, rng, &mut scratch);
+        let mut s = Scratch::default();
+        let mut block = BlockOutputs::default();
+        for rows in order.chunks(BLOCK) {
+            block.load(data, rows, &self.bank);
+            for (e, &i) in rows.iter().enumerate() {
+                let x = data.row(i);
+                block.outputs(e, &self.bank, x, &mut s.fired);
+                self.bank.literals_of(x, &mut s.lits);
+                let rows = LiteralRows::one(&s.lits);
+                self.learn(data.labels[i], &s.fired, rows, masks, rng, &mut s.learn);
+                for &j in &s.learn.changed {
+                    block.refresh(&self.bank, j as usize, e);
+                }
+            }
         }
     }
 
@@ -404,6 +430,32 @@ mod tests {
             }
         }
         assert_eq!(tm.accuracy(&test), 1.0);
+    }
+
+    /// An epoch evaluates clauses a block of examples at a time; the machine it trains is the
+    /// one example-by-example updates train, bit for bit, from young clauses (hundreds of
+    /// literals, changing at every example) to trained ones.
+    #[test]
+    fn an_epoch_in_blocks_equals_updates_one_at_a_time() {
+        use rand::seq::SliceRandom;
+        let mut rng = derive_rng(9, "blocks", 0);
+        let train = noisy_xor(700, 0.1, &mut rng);
+        let mut blocked = CoalescedTm::new(hyper(40, 15, 3.9), 12, 2, &mut rng);
+        let mut masks = FeedbackMasks::new(3.9, &mut rng);
+        let (mut single, mut single_masks, mut single_rng) =
+            (blocked.clone(), masks.clone(), rng.clone());
+        let mut s = Scratch::default();
+        for epoch in 0..4 {
+            blocked.fit_epoch(&train, &mut masks, &mut rng);
+            let mut order: Vec<usize> = (0..train.len()).collect();
+            order.shuffle(&mut single_rng);
+            for i in order {
+                let (x, y) = (train.row(i), train.labels[i]);
+                single.update(x, y, &mut single_masks, &mut single_rng, &mut s);
+            }
+            assert_eq!(blocked, single, "epoch {epoch}");
+        }
+        assert!(blocked.accuracy(&train) > 0.8, "it learned");
     }
 
     #[test]

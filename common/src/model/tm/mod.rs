@@ -1,6 +1,7 @@
 //! Tsetlin Machines: a bit-parallel clause bank and the machines built on it.
 
 pub mod bank;
+mod block_outputs;
 pub mod checkpoint;
 pub mod coalesced;
 pub mod composite;
