@@ -37,6 +37,19 @@ impl Machine {
         }
     }
 
+    /// Included literals per clause, on average, where one bank is shared (what the coalesced
+    /// machine's block evaluation reads per clause).
+    fn included_per_clause(&self) -> Option<f64> {
+        let Machine::Coalesced(tm) = self else {
+            return None;
+        };
+        let bank = tm.bank();
+        let included: u32 = (0..bank.clauses())
+            .flat_map(|j| bank.include(j).iter().map(|w| w.count_ones()))
+            .sum();
+        Some(f64::from(included) / bank.clauses() as f64)
+    }
+
     fn accuracy(&self, data: &BitRows) -> f64 {
         match self {
             Machine::MultiClass(tm) => tm.accuracy(data),
@@ -104,8 +117,11 @@ fn main() {
         let start = Instant::now();
         let acc = tm.accuracy(&test);
         let test_secs = start.elapsed().as_secs_f64();
+        let included = tm.included_per_clause().map_or(String::new(), |n| {
+            format!("  included literals per clause {n:.1}")
+        });
         println!(
-            "epoch {epoch} train {train_secs:.2} s  test accuracy {:.2} %  inference {:.0} samples/s",
+            "epoch {epoch} train {train_secs:.2} s  test accuracy {:.2} %  inference {:.0} samples/s{included}",
             100.0 * acc,
             test.len() as f64 / test_secs
         );

@@ -168,18 +168,19 @@ impl ClauseBank {
         self.include[clause * lw..(clause + 1) * lw].copy_from_slice(&self.planes[top..top + lw]);
     }
 
-    /// [`Self::mirror_include`] where an action changed (most feedback moves no automaton
-    /// across the middle); whether one did.
+    /// [`Self::mirror_include`], comparing as it copies (one pass, no call); whether an action
+    /// changed.
     fn mirror_if_moved(&mut self, clause: usize) -> bool {
         let (lw, bits) = (self.lw(), self.bits);
         let top = (clause * bits + bits - 1) * lw;
         let plane = &self.planes[top..top + lw];
-        let mirror = &self.include[clause * lw..(clause + 1) * lw];
-        let moved = mirror.iter().zip(plane).fold(0, |f, (m, p)| f | (m ^ p)) != 0;
-        if moved {
-            self.mirror_include(clause);
+        let mirror = &mut self.include[clause * lw..(clause + 1) * lw];
+        let mut moved = 0;
+        for (m, &p) in mirror.iter_mut().zip(plane) {
+            moved |= *m ^ p;
+            *m = p;
         }
-        moved
+        moved != 0
     }
 
     /// State of one automaton; literal `k < features` is feature k, else the negation of k − features.
@@ -255,9 +256,15 @@ impl ClauseBank {
     /// literals (each with probability (s−1)/s, or always when `boost`) and excluding its false
     /// ones (probability 1/s); a clause that does not fire moves every automaton toward exclude
     /// with probability 1/s. `lits` are the example's literal words ([`Self::literals_of`]);
-    /// `mask` holds, per literal word, the automata drawn with probability 1/s. Whether the
-    /// clause's include bits changed.
-    pub fn type_i(
+    /// `mask` holds, per literal word, the automata drawn with probability 1/s.
+    pub fn type_i(&mut self, clause: usize, lits: &[u64], fired: bool, boost: bool, mask: &[u64]) {
+        self.step_type_i(clause, lits, fired, boost, mask);
+        self.mirror_include(clause);
+    }
+
+    /// [`Self::type_i`], and whether an action changed. Only the coalesced machine's block
+    /// evaluation asks; returning it from `type_i` slowed the multi-class machine by 4 %.
+    pub(crate) fn type_i_moved(
         &mut self,
         clause: usize,
         lits: &[u64],
@@ -265,6 +272,12 @@ impl ClauseBank {
         boost: bool,
         mask: &[u64],
     ) -> bool {
+        self.step_type_i(clause, lits, fired, boost, mask);
+        self.mirror_if_moved(clause)
+    }
+
+    #[inline(always)]
+    fn step_type_i(&mut self, clause: usize, lits: &[u64], fired: bool, boost: bool, mask: &[u64]) {
         let lw = self.lw();
         let (planes, valid) = self.clause_planes_mut(clause);
         let m = |l: usize| mask[l] & valid[l];
@@ -275,12 +288,23 @@ impl ClauseBank {
         } else {
             step(planes, lw, |l, _| lits[l] & !m(l), |l| !lits[l] & m(l));
         }
-        self.mirror_if_moved(clause)
     }
 
     /// Type II feedback: a firing clause includes (one step) the excluded automata of its false
-    /// literals, so that it stops firing on this example. Whether its include bits changed.
-    pub fn type_ii(&mut self, clause: usize, lits: &[u64]) -> bool {
+    /// literals, so that it stops firing on this example.
+    pub fn type_ii(&mut self, clause: usize, lits: &[u64]) {
+        self.step_type_ii(clause, lits);
+        self.mirror_include(clause);
+    }
+
+    /// [`Self::type_ii`], and whether an action changed (see [`Self::type_i_moved`]).
+    pub(crate) fn type_ii_moved(&mut self, clause: usize, lits: &[u64]) -> bool {
+        self.step_type_ii(clause, lits);
+        self.mirror_if_moved(clause)
+    }
+
+    #[inline(always)]
+    fn step_type_ii(&mut self, clause: usize, lits: &[u64]) {
         let lw = self.lw();
         let (planes, valid) = self.clause_planes_mut(clause);
         step(
@@ -289,7 +313,6 @@ impl ClauseBank {
             |l, include| !lits[l] & !include & valid[l],
             |_| 0,
         );
-        self.mirror_if_moved(clause)
     }
 
     /// The literal words of an example: its features, then their negations.

@@ -15,6 +15,7 @@
 //! words, as without blocks, until the next block.
 
 use super::bank::ClauseBank;
+use super::infer::transpose_into;
 use crate::data::booleanize::BitRows;
 
 /// Examples per block: one bit each in a machine word.
@@ -65,17 +66,8 @@ impl BlockOutputs {
         self.valid = u64::MAX >> (BLOCK - rows.len());
         self.literals.clear();
         self.literals.resize(2 * fw * BLOCK, 0);
-        for (e, &i) in rows.iter().enumerate() {
-            for (w, &word) in data.row(i)[..fw].iter().enumerate() {
-                let mut bits = word;
-                while bits != 0 {
-                    let b = bits.trailing_zeros() as usize;
-                    bits &= bits - 1;
-                    self.literals[w * BLOCK + b] |= 1 << e;
-                }
-            }
-        }
         let (features, negations) = self.literals.split_at_mut(fw * BLOCK);
+        transpose_into(rows.iter().map(|&i| &data.row(i)[..fw]), features);
         for (neg, &pos) in negations.iter_mut().zip(features.iter()) {
             *neg = !pos & self.valid;
         }
@@ -113,6 +105,9 @@ impl BlockOutputs {
     /// Which of the examples `of` a clause with these include words fires on; `None` once
     /// `budget` literal reads are spent.
     fn evaluate(literals: &[u64], include: &[u64], of: u64, budget: &mut u32) -> Option<u64> {
+        if of == 0 {
+            return Some(0);
+        }
         let mut out = of;
         for (l, &word) in include.iter().enumerate() {
             let mut bits = word;

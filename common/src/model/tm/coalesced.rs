@@ -193,13 +193,22 @@ impl CoalescedTm {
         rng: &mut FlintRng,
         s: &mut Scratch,
     ) {
-        let mut fired = std::mem::take(&mut s.fired);
-        self.outputs(x, true, &mut fired);
+        self.outputs(x, true, &mut s.fired);
+        self.learn_example(x, y, masks, rng, s);
+    }
+
+    /// The update of one example whose clause outputs are in `s.fired`.
+    fn learn_example(
+        &mut self,
+        x: &[u64],
+        y: u32,
+        masks: &mut FeedbackMasks,
+        rng: &mut FlintRng,
+        s: &mut Scratch,
+    ) {
         self.bank.literals_of(x, &mut s.lits);
-        let lits = std::mem::take(&mut s.lits);
-        let rows = LiteralRows::one(&lits);
-        self.learn(y, &fired, rows, masks, rng, &mut s.learn);
-        (s.fired, s.lits) = (fired, lits);
+        let rows = LiteralRows::one(&s.lits);
+        self.learn(y, &s.fired, rows, masks, rng, &mut s.learn);
     }
 
     /// The update given the clause outputs; each clause learns from its row of `rows` (the
@@ -311,9 +320,9 @@ impl CoalescedTm {
             let positive = self.weights[class][j] >= 0;
             let moved = if positive == target {
                 self.bank
-                    .type_i(j, lits, at.fired[j], boost, masks.draw(lw, rng))
+                    .type_i_moved(j, lits, at.fired[j], boost, masks.draw(lw, rng))
             } else {
-                at.fired[j] && self.bank.type_ii(j, lits)
+                at.fired[j] && self.bank.type_ii_moved(j, lits)
             };
             if moved {
                 changed.push(j as u32);
@@ -341,9 +350,7 @@ impl CoalescedTm {
             for (e, &i) in rows.iter().enumerate() {
                 let x = data.row(i);
                 block.outputs(e, &self.bank, x, &mut s.fired);
-                self.bank.literals_of(x, &mut s.lits);
-                let rows = LiteralRows::one(&s.lits);
-                self.learn(data.labels[i], &s.fired, rows, masks, rng, &mut s.learn);
+                self.learn_example(x, data.labels[i], masks, rng, &mut s);
                 for &j in &s.learn.changed {
                     block.refresh(&self.bank, j as usize, e);
                 }

@@ -137,6 +137,21 @@ impl CompiledClauses {
     }
 }
 
+/// Sets bit e of `block[f]` where feature f of the e-th of (at most 64) `rows` is true: one
+/// word per feature, a bit per row.
+pub(crate) fn transpose_into<'a>(rows: impl Iterator<Item = &'a [u64]>, block: &mut [u64]) {
+    for (e, row) in rows.enumerate() {
+        for (w, &word) in row.iter().enumerate() {
+            let mut bits = word;
+            while bits != 0 {
+                let f = w * 64 + bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                block[f] |= 1 << e;
+            }
+        }
+    }
+}
+
 /// Samples transposed: block b holds, per feature, one word of samples 64b..64b+63.
 pub struct Transposed {
     features: usize,
@@ -149,18 +164,9 @@ impl Transposed {
         let features = data.features();
         let n_blocks = data.len().div_ceil(64);
         let mut blocks = vec![0u64; n_blocks * features];
-        for i in 0..data.len() {
-            let row = data.row(i);
-            let (b, bit) = (i / 64, i % 64);
-            let block = &mut blocks[b * features..(b + 1) * features];
-            for (w, &word) in row.iter().enumerate() {
-                let mut bits = word;
-                while bits != 0 {
-                    let f = w * 64 + bits.trailing_zeros() as usize;
-                    bits &= bits - 1;
-                    block[f] |= 1 << bit;
-                }
-            }
+        for (b, block) in blocks.chunks_mut(features.max(1)).enumerate() {
+            let end = (64 * (b + 1)).min(data.len());
+            transpose_into((64 * b..end).map(|i| data.row(i)), block);
         }
         Transposed {
             features,
