@@ -18,6 +18,8 @@ pub struct Position {
     /// The last round whose aggregate it evaluated and reported.
     reported: Round,
     trained: Vec<Round>,
+    /// The server said the run is over.
+    told_finished: bool,
 }
 
 /// The server's answer to GetRound, as far as the client's decisions go.
@@ -54,6 +56,7 @@ impl Position {
             after: trained.last().copied().unwrap_or(0),
             reported,
             trained,
+            told_finished: false,
         }
     }
 
@@ -89,6 +92,11 @@ impl Position {
         })
     }
 
+    /// The server said the run is over.
+    pub fn told_finished(&mut self) {
+        self.told_finished = true;
+    }
+
     /// The aggregate of `round` was evaluated and reported.
     pub fn reported(&mut self, round: Round) {
         self.reported = self.reported.max(round);
@@ -100,20 +108,25 @@ impl Position {
         self.after = round;
     }
 
+    /// `round` was asked of this client and it vanished (`[churn]`): no update went up; its
+    /// next GetRound asks after it.
+    pub fn dropped(&mut self, round: Round) {
+        self.after = self.after.max(round);
+    }
+
     pub fn rounds_trained(&self) -> &[Round] {
         &self.trained
     }
 
     /// A call that failed with `code` after the retry window, once this client has trained
-    /// (or is uploading) the run's last round of `rounds`: a server gone for good by then has
-    /// finished the run without what this client had left to send, so the client ends with
-    /// its ledger instead of failing. Earlier, or for any other refusal, it fails.
+    /// (or is uploading, or dropped out of) the run's last round of `rounds`, or was told the
+    /// run is over (a client the last round did not select): a server gone for good by then
+    /// has finished the run without what this client had left to send, so the client ends
+    /// with its ledger instead of failing. Earlier, or for any other refusal, it fails.
     pub fn ended_without_me(&self, uploading: Option<Round>, rounds: Round, code: Code) -> bool {
-        let last = uploading
-            .into_iter()
-            .chain(self.trained.last().copied())
-            .max();
-        code == Code::Unavailable && last.is_some_and(|r| r >= rounds)
+        let last = uploading.into_iter().chain([self.after]).max();
+        let over = self.told_finished || last.is_some_and(|r| r >= rounds);
+        code == Code::Unavailable && over
     }
 }
 

@@ -29,7 +29,7 @@ use tracing::Instrument;
 use crate::core::{Pushed, retryable};
 use crate::identity::Credentials;
 use crate::identity::with_host;
-use crate::machine::{Action, Event, Machine, PushAnswer, Saved};
+use crate::machine::{Action, Churn, Event, Machine, PushAnswer, Saved};
 use crate::progress::ProgressBook;
 use crate::report::ClientReport;
 use crate::resume;
@@ -238,6 +238,11 @@ impl Client {
                 update,
                 reports,
             } => self.push(run_id, round, &update, reports, now()).await,
+            Action::Hold(hold) => {
+                tracing::info!(client = self.id, ?hold, "straggling: the update waits");
+                tokio::time::sleep(hold).await;
+                (Event::Held, None)
+            }
             Action::Wait(wait) => {
                 tracing::debug!(client = self.id, ?wait, "server unreachable; retrying");
                 tokio::time::sleep(wait).await;
@@ -464,11 +469,17 @@ impl Client {
         run_id: &str,
     ) -> anyhow::Result<(Box<dyn BoundHalf>, Machine)> {
         let rounds = self.experiment.policy.rounds;
+        let churn = Churn {
+            profile: self.experiment.churn,
+            seed: self.experiment.seed,
+            client: self.id,
+        };
         let fresh = Machine::new(
             rounds,
             derive_rng(self.experiment.seed, "train", self.id),
             self.retry_for,
-        );
+        )
+        .with_churn(churn);
         let Some(out) = &self.out else {
             return Ok((half, fresh));
         };
@@ -483,7 +494,8 @@ impl Client {
         let round = saved.trained.round;
         tracing::info!(client = self.id, round, "resumed from its checkpoint");
         let half = half.context("the client's model was lost")?;
-        Ok((half, Machine::resumed(rounds, saved, self.retry_for)))
+        let resumed = Machine::resumed(rounds, saved, self.retry_for).with_churn(churn);
+        Ok((half, resumed))
     }
 
     /// Writes this client's checkpoint after training a round, before its update goes up (see

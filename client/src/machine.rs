@@ -9,7 +9,8 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use flint_common::Round;
+use flint_common::config::ChurnSection;
+use flint_common::{ClientId, Round};
 use flint_common::rng::FlintRng;
 use flint_common::wire::chunks::MAX_CARRIED_REPORTS;
 use flint_common::wire::proto::{EvalReport, Payload, RoundTask};
@@ -61,6 +62,9 @@ pub enum Action {
     /// Keep this checkpoint (with the strategy's bytes) before the update goes up: answer
     /// [`Event::Kept`].
     Keep(Saved),
+    /// Hold the update this long before it goes up (a straggler, `[churn]`): answer
+    /// [`Event::Held`].
+    Hold(Duration),
     /// Push `round`'s update with the reports that ride on it: answer [`Event::Pushed`].
     Push {
         round: Round,
@@ -90,6 +94,7 @@ pub enum Event {
         rng: FlintRng,
     },
     Kept,
+    Held,
     /// The server's answer to [`Action::Push`].
     Pushed(PushAnswer),
     /// The last call failed with `code` at `now` (on the shell's clock, from any origin);
@@ -134,6 +139,15 @@ pub struct Machine {
     queue: VecDeque<Action>,
     backoff: Option<(Backoff, Duration)>,
     retry_for: Duration,
+    churn: Option<Churn>,
+}
+
+/// How this client drops out and straggles, drawn per round (`[churn]`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Churn {
+    pub profile: ChurnSection,
+    pub seed: u64,
+    pub client: ClientId,
 }
 
 impl Machine {
@@ -151,7 +165,20 @@ impl Machine {
             queue: VecDeque::new(),
             backoff: None,
             retry_for,
+            churn: None,
         }
+    }
+
+    /// The same machine, dropping out and straggling as `churn` draws it.
+    pub fn with_churn(mut self, churn: Churn) -> Machine {
+        self.churn = (!churn.profile.is_none()).then_some(churn);
+        self
+    }
+
+    /// Whether this client vanishes in `round`.
+    fn drops(&self, round: Round) -> bool {
+        self.churn
+            .is_some_and(|c| c.profile.drops(c.seed, c.client, round))
     }
 
     /// A client started again from its checkpoint: the round it holds is settled by the next
@@ -202,7 +229,7 @@ impl Machine {
         let next = match event {
             Event::Answered(task) => self.answered(task),
             Event::Applied(reports) => self.applied(reports),
-            Event::Reported | Event::Kept => self.dequeue(),
+            Event::Reported | Event::Kept | Event::Held => self.dequeue(),
             Event::Trained { update, whole, rng } => self.trained(update, whole, rng),
             Event::Pushed(answer) => self.pushed(answer),
             Event::Failed {
@@ -239,6 +266,9 @@ impl Machine {
             Err(why) => return Action::GiveUp(why),
         };
         self.task_round = step.ledger_round;
+        if step.next == Next::Finish {
+            self.position.told_finished();
+        }
         self.queue.clear();
         if let Some(pending) = self.pending.take() {
             if step.next == Next::Train(pending.round) {
@@ -251,10 +281,11 @@ impl Machine {
                 .extend(pending.reports.into_iter().map(Action::Report));
         }
         self.step = Some(step);
+        let drops = matches!(step.next, Next::Train(round) if self.drops(round));
         self.queue.push_back(Action::Apply {
             round: step.ledger_round,
             download: task.download,
-            evaluate: step.evaluate,
+            evaluate: step.evaluate && !drops,
         });
         self.dequeue()
     }
@@ -265,6 +296,13 @@ impl Machine {
         let Some(step) = self.step.take() else {
             return Action::GiveUp("the client applied a download it was not given".into());
         };
+        if let Next::Train(round) = step.next
+            && self.drops(round)
+        {
+            // Gone mid-round: no update and no report; it asks again for a later round.
+            self.position.dropped(round);
+            return self.dequeue();
+        }
         if step.evaluate {
             self.position.reported(step.ledger_round);
         }
@@ -310,7 +348,15 @@ impl Machine {
             rng: self.rng.clone(),
             trained: pending.clone(),
         };
-        self.queue.push_back(push_of(pending, &pending.update));
+        let round = pending.round;
+        let push = push_of(pending, &pending.update);
+        if let Some(hold) = self
+            .churn
+            .and_then(|c| c.profile.straggles(c.seed, c.client, round))
+        {
+            self.queue.push_back(Action::Hold(hold));
+        }
+        self.queue.push_back(push);
         Action::Keep(saved)
     }
 

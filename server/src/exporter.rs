@@ -63,7 +63,9 @@ struct Reading {
     participants: usize,
     opened: u64,
     closed_all: u64,
+    closed_target: u64,
     closed_timeout: u64,
+    late: u64,
     totals: Flow,
     unattributed: Flow,
     long_polls: usize,
@@ -95,7 +97,9 @@ impl RunState {
             participants: last.map_or(0, |r| r.participants.len()),
             opened: u64::from(counts.opened),
             closed_all: counts.closed_all_answered,
+            closed_target: counts.closed_target,
             closed_timeout: counts.closed_timeout,
+            late: counts.late,
             totals,
             unattributed,
             long_polls: s.long_polls.lock().expect("long_polls lock").values().sum(),
@@ -202,12 +206,22 @@ fn rounds(enc: &mut Encoder, r: &Reading) -> Result<(), std::fmt::Error> {
     enc.counter("flint_rounds_opened", "Rounds opened", r.opened)?;
     enc.counter_with(
         "flint_rounds_closed",
-        "Rounds closed, by cause: every selected client answered, or the round timed out",
-        &[[("cause", "all-answered")], [("cause", "timeout")]],
+        "Rounds closed, by cause: every selected client answered, server.clients_per_round updates were in (over-selection), or the round timed out",
+        &[
+            [("cause", "all-answered")],
+            [("cause", "target-reached")],
+            [("cause", "timeout")],
+        ],
         |[(_, cause)]| match *cause {
             "timeout" => r.closed_timeout,
+            "target-reached" => r.closed_target,
             _ => r.closed_all,
         },
+    )?;
+    enc.counter(
+        "flint_updates_late",
+        "Updates of selected clients that came after their round closed",
+        r.late,
     )
 }
 

@@ -90,6 +90,15 @@ pub struct Update {
     pub payload: Option<Payload>,
 }
 
+/// An update that came after its round closed without it (recorded, not taken).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Late {
+    #[prost(uint32, tag = "1")]
+    pub client_id: u32,
+    #[prost(uint32, tag = "2")]
+    pub round: u32,
+}
+
 /// A round number: closed (`Close`, by its timeout or its last update), or its aggregation
 /// installed (`Installed`), with the round's timings as they were measured, so a replay reports
 /// them unchanged.
@@ -133,11 +142,13 @@ pub enum Event {
     /// An evaluation report as the client sent it (its `run_id` left empty).
     #[prost(message, tag = "7")]
     Eval(EvalReport),
+    #[prost(message, tag = "8")]
+    Late(Late),
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct Record {
-    #[prost(oneof = "Event", tags = "1, 2, 3, 4, 5, 6, 7")]
+    #[prost(oneof = "Event", tags = "1, 2, 3, 4, 5, 6, 7, 8")]
     pub event: Option<Event>,
 }
 

@@ -80,6 +80,9 @@ pub fn replay(
                 let done = pending.take();
                 install(rounds, done, m, now).with_context(at)?;
             }
+            Event::Late(l) => {
+                rounds.note_late(l.client_id, l.round);
+            }
             Event::Eval(e) => {
                 let m = ConfusionMatrix::from_counts(e.classes as usize, e.confusion)
                     .with_context(|| format!("{}: a malformed confusion matrix", at()))?;

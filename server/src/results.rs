@@ -35,7 +35,17 @@ pub struct ClientRecord {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RoundResult {
     pub round: Round,
+    /// The clients the round asked (`server.clients_per_round`; every joined client by default).
+    #[serde(default)]
+    pub selected: Vec<ClientId>,
+    /// The clients whose update the round took.
     pub participants: Vec<ClientId>,
+    /// Selected clients whose update came after the round closed (recorded, not taken).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub late: Vec<ClientId>,
+    /// Selected clients that sent no update at all (dropped out).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dropped: Vec<ClientId>,
     pub closed_by: Option<String>,
     pub seconds: Option<f64>,
     /// The strategy's aggregation alone, within `seconds`.
@@ -313,9 +323,25 @@ fn round_result(rounds: &Rounds, ledger: &Ledger, round: Round) -> RoundResult {
         .filter_map(|(c, per_round)| per_round.get(&round).map(|f| (*c, *f)))
         .collect();
     let global = rounds.global_evals().get(&round);
+    let late: Vec<ClientId> = rounds
+        .late()
+        .get(&round)
+        .map(|l| l.iter().copied().collect())
+        .unwrap_or_default();
+    let selected = record.map(|r| r.selected.clone()).unwrap_or_default();
+    let dropped = record.map_or_else(Vec::new, |r| {
+        r.selected
+            .iter()
+            .filter(|c| !r.participants.contains(c) && !late.contains(c))
+            .copied()
+            .collect()
+    });
     RoundResult {
         round,
+        selected,
         participants: record.map(|r| r.participants.clone()).unwrap_or_default(),
+        late,
+        dropped,
         closed_by: record.map(|r| {
             serde_json::to_value(r.closed_by)
                 .unwrap()
@@ -545,7 +571,10 @@ mod tests {
     fn round(report: Option<RoundReport>) -> RoundResult {
         RoundResult {
             round: 1,
+            selected: vec![1, 2],
             participants: vec![1, 2],
+            late: vec![],
+            dropped: vec![],
             closed_by: None,
             seconds: None,
             aggregation_seconds: None,

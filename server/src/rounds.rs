@@ -14,6 +14,7 @@ use std::time::Instant;
 
 use flint_common::config::RoundPolicy;
 use flint_common::metrics::ConfusionMatrix;
+use flint_common::rng::derive_rng;
 use flint_common::strategy::{
     Aggregate, Downloads, LocalMetrics, Predictor, RoundReport, ServerStrategy, StrategyState,
     UpdateDecoder,
@@ -27,6 +28,8 @@ use serde::Serialize;
 #[serde(rename_all = "kebab-case")]
 pub enum ClosedBy {
     AllAnswered,
+    /// `server.clients_per_round` updates were in before every over-selected client answered.
+    TargetReached,
     Timeout,
 }
 
@@ -225,6 +228,8 @@ pub struct Rounds {
     /// The client that holds the shared test set, if the strategy has one.
     global_holder: Option<ClientId>,
     counts: RoundCounts,
+    /// Per round, the selected clients whose update came after the round closed.
+    late: BTreeMap<Round, BTreeSet<ClientId>>,
 }
 
 /// A round's evaluations on the clients' own test rows, summed in the order they came.
@@ -250,7 +255,10 @@ pub struct RoundCounts {
     /// The last round opened (rounds open in order, from 1).
     pub opened: Round,
     pub closed_all_answered: u64,
+    pub closed_target: u64,
     pub closed_timeout: u64,
+    /// Updates that came after their round closed.
+    pub late: u64,
 }
 
 impl Rounds {
@@ -271,6 +279,7 @@ impl Rounds {
             global_evals: BTreeMap::new(),
             global_holder: None,
             counts: RoundCounts::default(),
+            late: BTreeMap::new(),
         }
     }
 
@@ -463,14 +472,36 @@ impl Rounds {
     }
 
     fn open(&mut self, round: Round, now: Instant) {
-        tracing::info!(round, clients = self.joined.len(), "round open");
+        let selected = self.select(round);
+        tracing::info!(
+            round,
+            clients = self.joined.len(),
+            selected = selected.len(),
+            "round open"
+        );
         self.counts.opened = round;
         self.phase = Phase::Open {
             round,
             opened_at: now,
-            selected: self.joined.keys().copied().collect(),
+            selected,
             updates: BTreeMap::new(),
         };
+    }
+
+    /// The clients `round` asks: every joined client, or as many as the policy says, drawn
+    /// from (seed, round) among those joined in id order.
+    fn select(&self, round: Round) -> BTreeSet<ClientId> {
+        let ids: Vec<ClientId> = self.joined.keys().copied().collect();
+        let selection = self.policy.selection;
+        let n = selection.selected(ids.len());
+        if n >= ids.len() {
+            return ids.into_iter().collect();
+        }
+        let mut rng = derive_rng(selection.seed, "select", round);
+        rand::seq::index::sample(&mut rng, ids.len(), n)
+            .into_iter()
+            .map(|i| ids[i])
+            .collect()
     }
 
     fn download_for(&self, client: ClientId) -> Option<Payload> {
@@ -520,6 +551,20 @@ impl Rounds {
                 }
             }
             _ => Task::Wait,
+        }
+    }
+
+    /// Whether a round after `after_round` has opened without `client` (its next task is a
+    /// later round's, or the end of the run).
+    pub fn passes_over(&self, client: ClientId, after_round: Round) -> bool {
+        match &self.phase {
+            Phase::Open {
+                round, selected, ..
+            }
+            | Phase::Aggregating {
+                round, selected, ..
+            } => *round > after_round && !selected.contains(&client),
+            Phase::WaitingForClients | Phase::Finished { .. } => false,
         }
     }
 
@@ -576,8 +621,11 @@ impl Rounds {
             unreachable!("wants_update holds only for an open round")
         };
         updates.insert(client, update);
-        let closed = if updates.len() == selected.len() {
+        let (taken, asked) = (updates.len(), selected.len());
+        let closed = if taken == asked {
             self.close(ClosedBy::AllAnswered, now)
+        } else if taken >= self.policy.selection.target(asked) {
+            self.close(ClosedBy::TargetReached, now)
         } else {
             None
         };
@@ -631,6 +679,13 @@ impl Rounds {
                 "update for round {round} but round {open} is open; round {round} is {when}"
             ));
         }
+        if !selected.contains(&client) && self.policy.selection.per_round.is_some() {
+            return precondition(format!(
+                "round {open} did not select client {client} ({} of {} clients per round)",
+                selected.len(),
+                self.joined.len()
+            ));
+        }
         if !selected.contains(&client) {
             return precondition(format!(
                 "client {client} joined after round {open} opened; it takes part from round {}",
@@ -638,6 +693,37 @@ impl Rounds {
             ));
         }
         Ok(true)
+    }
+
+    /// Notes `client`'s update for closed `round` as late, if the round selected it and went on
+    /// without it; whether it was not noted before (the journal keeps it then).
+    pub fn note_late(&mut self, client: ClientId, round: Round) -> bool {
+        let missed = |selected: &BTreeSet<ClientId>, participants: &[ClientId]| {
+            selected.contains(&client) && !participants.contains(&client)
+        };
+        let was_missed = match &self.phase {
+            Phase::Aggregating {
+                round: r,
+                selected,
+                participants,
+                ..
+            } if *r == round => missed(selected, participants),
+            _ => self.history.iter().any(|r| {
+                r.round == round
+                    && r.selected.contains(&client)
+                    && !r.participants.contains(&client)
+            }),
+        };
+        if !was_missed || !self.late.entry(round).or_default().insert(client) {
+            return false;
+        }
+        self.counts.late += 1;
+        true
+    }
+
+    /// Per round, the selected clients whose update came after the round closed.
+    pub fn late(&self) -> &BTreeMap<Round, BTreeSet<ClientId>> {
+        &self.late
     }
 
     /// Closes a round whose timeout has passed once it has `min_updates`.
@@ -687,6 +773,7 @@ impl Rounds {
         tracing::info!(round, ?closed_by, updates = updates.len(), "round closed");
         match closed_by {
             ClosedBy::AllAnswered => self.counts.closed_all_answered += 1,
+            ClosedBy::TargetReached => self.counts.closed_target += 1,
             ClosedBy::Timeout => self.counts.closed_timeout += 1,
         }
         self.phase = Phase::Aggregating {
@@ -856,18 +943,25 @@ impl Rounds {
         matches!(self.phase, Phase::Finished { .. }) && self.final_evaluations_in()
     }
 
+    /// Every joined client gets the final model, and all but the last round's dropouts (selected,
+    /// and gone without an update) are awaited: a client the last round did not select is
+    /// waiting for it, and would find the server gone.
     fn final_evaluations_in(&self) -> bool {
         let Some(last) = self.history.last() else {
             return true;
         };
+        let dropped =
+            |c: &ClientId| last.selected.contains(c) && !last.participants.contains(c);
         let reported = self.evals.get(&last.round);
-        let all = last
-            .participants
-            .iter()
+        let all = self
+            .joined
+            .keys()
+            .filter(|c| !dropped(c))
             .all(|c| reported.is_some_and(|r| r.contains_key(c)));
-        // The holder of the shared test set reports on it too, when it took part.
+        // The holder of the shared test set reports on it too, unless it dropped out.
         let global = self.global_holder.is_none_or(|h| {
-            !last.participants.contains(&h)
+            dropped(&h)
+                || !self.joined.contains_key(&h)
                 || self
                     .global_evals
                     .get(&last.round)
@@ -892,6 +986,7 @@ mod tests {
             min_updates,
             round_timeout: Duration::from_secs(10),
             eval_timeout: Duration::from_secs(5),
+            selection: flint_common::config::Selection::everyone(),
         }
     }
 
@@ -959,6 +1054,112 @@ mod tests {
             } => assert_eq!(download, Some(model(2.0))),
             other => panic!("{other:?}"),
         }
+    }
+
+    fn sampled(rounds: u32, per_round: usize, over_selection: f64, seed: u64) -> RoundPolicy {
+        RoundPolicy {
+            selection: flint_common::config::Selection {
+                seed,
+                per_round: Some(per_round),
+                over_selection,
+            },
+            ..policy(rounds, 5, 1)
+        }
+    }
+
+    /// The clients `round` asks, as their tasks say.
+    fn asked(r: &Rounds, round: Round) -> Vec<ClientId> {
+        (1..=5)
+            .filter(|&c| matches!(r.task_for(c, round - 1), Task::Train { round: t, .. } if t == round))
+            .collect()
+    }
+
+    /// Five clients join; every round's selected clients answer, in id order.
+    fn selections(policy: RoundPolicy) -> Vec<Vec<ClientId>> {
+        let t0 = Instant::now();
+        let mut r = rounds(policy);
+        for c in 1..=5 {
+            r.join(c, summary(1), t0).unwrap();
+        }
+        let mut all = Vec::new();
+        while let Some((round, _, _)) = r.open_round() {
+            let asked = asked(&r, round);
+            for &c in &asked {
+                take(&mut r, c, round, model(1.0), t0).unwrap();
+            }
+            all.push(asked);
+        }
+        all
+    }
+
+    #[test]
+    fn a_round_selects_clients_per_round_from_the_seed_the_same_every_time() {
+        let once = selections(sampled(6, 2, 0.0, 7));
+        assert_eq!(once.len(), 6);
+        assert!(once.iter().all(|s| s.len() == 2), "{once:?}");
+        assert_eq!(once, selections(sampled(6, 2, 0.0, 7)), "a replay selects alike");
+        assert_ne!(once, selections(sampled(6, 2, 0.0, 8)), "another seed, others");
+        let distinct: BTreeSet<_> = once.iter().collect();
+        assert!(distinct.len() > 1, "rounds draw anew: {once:?}");
+        let everyone = selections(policy(2, 5, 1));
+        assert_eq!(everyone, vec![vec![1, 2, 3, 4, 5]; 2]);
+    }
+
+    #[test]
+    fn an_over_selected_round_closes_at_its_target_and_records_the_rest_as_late() {
+        let t0 = Instant::now();
+        let mut r = rounds(sampled(2, 2, 0.5, 3));
+        for c in 1..=5 {
+            r.join(c, summary(1), t0).unwrap();
+        }
+        let asked = asked(&r, 1);
+        assert_eq!(asked.len(), 3, "2 × 1.5 selected");
+        take(&mut r, asked[0], 1, model(1.0), t0).unwrap();
+        take(&mut r, asked[1], 1, model(3.0), t0).unwrap();
+        let record = &r.history()[0];
+        assert_eq!(record.closed_by, ClosedBy::TargetReached);
+        assert_eq!(record.participants, asked[..2]);
+        assert_eq!(r.counts().closed_target, 1);
+        let err = take(&mut r, asked[2], 1, model(9.0), t0).unwrap_err();
+        assert!(matches!(err, FlintError::Precondition(_)));
+        assert!(r.note_late(asked[2], 1));
+        assert!(!r.note_late(asked[2], 1), "noted once");
+        let unselected = (1..=5).find(|c| !asked.contains(c)).unwrap();
+        assert!(!r.note_late(unselected, 1), "a client not asked is not late");
+        assert_eq!(r.late()[&1], BTreeSet::from([asked[2]]));
+        assert_eq!(r.counts().late, 1);
+    }
+
+    #[test]
+    fn a_client_a_round_passes_over_is_told_so_refused_and_awaited_at_the_end() {
+        let t0 = Instant::now();
+        let mut r = rounds(sampled(1, 2, 0.0, 3));
+        for c in 1..=5 {
+            r.join(c, summary(1), t0).unwrap();
+        }
+        let asked = asked(&r, 1);
+        let idle = (1..=5).find(|c| !asked.contains(c)).unwrap();
+        assert!(r.passes_over(idle, 0));
+        assert!(!r.passes_over(asked[0], 0));
+        let err = take(&mut r, idle, 1, model(1.0), t0).unwrap_err();
+        assert!(matches!(&err, FlintError::Precondition(m) if m.contains("did not select")));
+        for &c in &asked {
+            take(&mut r, c, 1, model(1.0), t0).unwrap();
+        }
+        assert!(matches!(r.task_for(idle, 0), Task::Finished { .. }));
+        let eval = ConfusionMatrix::from_counts(2, vec![1, 0, 0, 1]).unwrap();
+        for &c in &asked {
+            r.report_eval(c, 1, eval.clone(), false, Predictor::Model)
+                .unwrap();
+        }
+        assert!(!r.completed(), "the client left out gets the model too");
+        r.report_eval(idle, 1, eval.clone(), false, Predictor::Model)
+            .unwrap();
+        for c in (1..=5).filter(|c| *c != idle && !asked.contains(c)) {
+            r.report_eval(c, 1, eval.clone(), false, Predictor::Model)
+                .unwrap();
+        }
+        assert!(r.completed());
     }
 
     #[test]
@@ -1177,7 +1378,7 @@ mod tests {
         let counts = RoundCounts {
             opened: 1,
             closed_all_answered: 1,
-            closed_timeout: 0,
+            ..RoundCounts::default()
         };
         assert_eq!(r.counts(), counts);
         assert!(r.strategy_state().is_some(), "the strategy came back");

@@ -346,7 +346,10 @@ impl AggregatorService {
         s.check_run(&req.run_id)
             .map_err(|e| with_label(status(e), req.client_id, 0))?;
         let waiting = LongPoll::enter(s, req.client_id)?;
-        let (reply, ledger_round) = self.wait_task(waiting, req.after_round).await?;
+        let (reply, ledger_round) = self
+            .wait_task(waiting, req.after_round, false)
+            .await?
+            .ok_or_else(|| Status::internal("a long-poll ended without a task"))?;
         s.ledger.with(|l| {
             l.payload(
                 req.client_id,
@@ -367,19 +370,28 @@ impl AggregatorService {
 
     /// Waits (the long-poll `waiting`) for its client's next task after `after_round`, on disk
     /// before it is answered; with the round its download belongs to (its aggregate's; round 0:
-    /// the initial model).
+    /// the initial model). `None` where `until_passed_over` and a round after `after_round`
+    /// opened without the client.
     async fn wait_task(
         &self,
         waiting: LongPoll,
         after_round: Round,
-    ) -> Result<(RoundTask, Round), Status> {
+        until_passed_over: bool,
+    ) -> Result<Option<(RoundTask, Round)>, Status> {
         let s = &self.0;
         let client = waiting.client;
         let mut changes = s.phase.subscribe();
         let task = loop {
-            let task = s.rounds().task_for(client, after_round);
+            let (task, passed_over) = {
+                let rounds = s.rounds();
+                let task = rounds.task_for(client, after_round);
+                (task, rounds.passes_over(client, after_round))
+            };
             if task != Task::Wait {
                 break task;
+            }
+            if until_passed_over && passed_over {
+                return Ok(None);
             }
             if changes.changed().await.is_err() {
                 return Err(Status::unavailable("server is shutting down"));
@@ -390,7 +402,7 @@ impl AggregatorService {
         // before anyone acts on it.
         s.durable().await?;
         let rounds = s.experiment.policy.rounds;
-        Ok(match task {
+        Ok(Some(match task {
             Task::Train {
                 round,
                 deadline,
@@ -416,7 +428,7 @@ impl AggregatorService {
                 rounds,
             ),
             Task::Wait => unreachable!("the loop only ends on a task"),
-        })
+        }))
     }
 
     /// Books a reply of `len` bytes going down, with the papers' convention for the download
@@ -494,12 +506,14 @@ impl AggregatorService {
 
     /// The task after `round` for an update sent with `wait_next`, if its download is that
     /// round's aggregate (another round's bytes would go under this one's label). None too
-    /// where the client holds its most long-polls or the wait fails (the server stops): the
-    /// update is taken, so its answer says so, and the client asks GetRound.
+    /// where the client holds its most long-polls, the next round does not select it, or the
+    /// wait fails (the server stops): the update is taken, so its answer says so, and the
+    /// client asks GetRound.
     async fn task_after(&self, client: ClientId, round: Round) -> Option<RoundTask> {
         let waiting = LongPoll::enter(&self.0, client).ok()?;
-        match self.wait_task(waiting, round).await {
-            Ok((task, ledger_round)) => (ledger_round == round).then_some(task),
+        match self.wait_task(waiting, round, true).await {
+            Ok(Some((task, ledger_round))) => (ledger_round == round).then_some(task),
+            Ok(None) => None,
             Err(e) => {
                 tracing::debug!(client, round, reason = %e.message(), "no next task with the update's answer");
                 None
@@ -524,13 +538,21 @@ impl AggregatorService {
             payload: Some(payload.clone()),
         }));
         let decoded = self.decode_update(client, round, payload).await?;
-        let outcome = {
+        let (outcome, late) = {
             let mut rounds = s.rounds();
             let outcome = match decoded {
                 Ok(Some(decoded)) => rounds.accept_decoded(decoded, now()),
                 Ok(None) => Ok(Accepted::DUPLICATE),
                 Err(e) => Err(e),
             };
+            let late = outcome.is_err() && rounds.note_late(client, round);
+            if late {
+                tracing::info!(client, round, "update came after its round closed");
+                s.record(Event::Late(journal::Late {
+                    client_id: client,
+                    round,
+                }));
+            }
             if let Ok(Accepted {
                 duplicate: false,
                 closed,
@@ -544,7 +566,7 @@ impl AggregatorService {
                     }));
                 }
             }
-            outcome
+            (outcome, late)
         };
         let round = s.label_round(round);
         // The aggregation starts before this call awaits anything: a caller gone while its
@@ -556,7 +578,7 @@ impl AggregatorService {
             }
             accepted.duplicate
         });
-        if duplicate.is_ok() {
+        if duplicate.is_ok() || late {
             s.durable().await?;
         }
         let duplicate = match duplicate {

@@ -6,6 +6,7 @@ use std::time::Duration;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::ChurnSection;
 use crate::data::{ClientSection, DataSection, PartitionSection};
 use crate::params::{at_least, at_least_or_unset};
 use crate::strategy::sections::with_sections;
@@ -52,6 +53,9 @@ macro_rules! experiment_file {
             )*
             #[serde(default)]
             pub wire: WireSection,
+            /// How selected clients drop out and straggle (none by default).
+            #[serde(default, skip_serializing_if = "ChurnSection::is_none")]
+            pub churn: ChurnSection,
             /// Clients `client-1` … `client-N`, for runs too large to list (instead of
             /// `[[clients]]`).
             #[serde(
@@ -116,6 +120,22 @@ pub struct ServerSection {
     /// Keep every accepted update as it arrived, `updates/round-R-client-C.pb` (a `Payload`) in
     /// the run directory: what a bench or a later analysis replays.
     pub keep_updates: bool,
+    /// Clients selected for each round, drawn from the run's seed among those joined (McMahan
+    /// et al.'s C·K; Flower's `fraction_fit`); unset: every joined client, as the papers run.
+    #[serde(
+        deserialize_with = "at_least_or_unset::<1, _, _>",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub clients_per_round: Option<usize>,
+    /// Selects this fraction more than `clients_per_round` and closes the round once
+    /// `clients_per_round` updates are in (Bonawitz et al. 2019, §2.2: 130 % is 0.3); the
+    /// updates of the rest arrive late and are recorded, not aggregated.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub over_selection: f64,
+}
+
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
 }
 
 impl Default for ServerSection {
@@ -126,6 +146,8 @@ impl Default for ServerSection {
             round_timeout_secs: 600.0,
             eval_timeout_secs: 60.0,
             keep_updates: false,
+            clients_per_round: None,
+            over_selection: 0.0,
         }
     }
 }
@@ -138,18 +160,59 @@ pub struct RoundPolicy {
     pub min_updates: usize,
     pub round_timeout: Duration,
     pub eval_timeout: Duration,
+    pub selection: Selection,
+}
+
+/// Which clients each round asks (`server.clients_per_round`, `server.over_selection`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Selection {
+    /// The run's seed: a round's selection is drawn from (seed, round) and the clients joined
+    /// when it opens, so a resumed run selects as the uninterrupted one did.
+    pub seed: u64,
+    /// Updates that close a round; `None`: every joined client is selected and awaited.
+    pub per_round: Option<usize>,
+    pub over_selection: f64,
+}
+
+impl Selection {
+    /// Every joined client, every round.
+    pub const fn everyone() -> Selection {
+        Selection {
+            seed: 0,
+            per_round: None,
+            over_selection: 0.0,
+        }
+    }
+
+    /// Clients to select among `joined`.
+    pub fn selected(&self, joined: usize) -> usize {
+        match self.per_round {
+            None => joined,
+            Some(k) => {
+                let over = (k as f64 * (1.0 + self.over_selection)).ceil() as usize;
+                over.min(joined)
+            }
+        }
+    }
+
+    /// Updates that close a round that selected `selected` clients.
+    pub fn target(&self, selected: usize) -> usize {
+        self.per_round.map_or(selected, |k| k.min(selected))
+    }
 }
 
 impl ServerSection {
     /// The policy of a run of `rounds` rounds over `clients` declared clients.
-    pub fn check(&self, rounds: u32, clients: usize) -> Result<RoundPolicy> {
+    pub fn check(&self, rounds: u32, clients: usize, seed: u64) -> Result<RoundPolicy> {
         let bad = |m: String| FlintError::Config(m);
+        let selection = self.selection(clients, seed)?;
         let policy = RoundPolicy {
             rounds,
             min_clients: self.min_clients.unwrap_or(clients),
             min_updates: self.min_updates,
             round_timeout: secs("server.round_timeout_secs", self.round_timeout_secs)?,
             eval_timeout: secs("server.eval_timeout_secs", self.eval_timeout_secs)?,
+            selection,
         };
         if policy.min_clients == 0 || policy.min_clients > clients {
             return Err(bad(format!(
@@ -164,6 +227,29 @@ impl ServerSection {
             )));
         }
         Ok(policy)
+    }
+
+    fn selection(&self, clients: usize, seed: u64) -> Result<Selection> {
+        let bad = |m: String| Err(FlintError::Config(m));
+        if !(self.over_selection.is_finite() && (0.0..=10.0).contains(&self.over_selection)) {
+            return bad(format!(
+                "server.over_selection must be a fraction between 0 and 10, got {}",
+                self.over_selection
+            ));
+        }
+        match self.clients_per_round {
+            Some(k) if k > clients => bad(format!(
+                "server.clients_per_round must be at most the {clients} declared clients, got {k}"
+            )),
+            None if self.over_selection > 0.0 => {
+                bad("server.over_selection needs server.clients_per_round".into())
+            }
+            per_round => Ok(Selection {
+                seed,
+                per_round,
+                over_selection: self.over_selection,
+            }),
+        }
     }
 }
 

@@ -25,12 +25,14 @@ use crate::strategy::{StrategyKind, StrategySpec};
 use crate::wire::Compression;
 use crate::{FlintError, Result};
 
+mod churn;
 mod file;
 pub mod keys;
 mod overrides;
 mod rules;
 
-pub use file::{ExperimentFile, RoundPolicy, ServerSection};
+pub use churn::ChurnSection;
+pub use file::{ExperimentFile, RoundPolicy, Selection, ServerSection};
 
 /// Removes every `FLINT_…` environment variable whose value is empty, so that an empty one
 /// counts as unset (a compose file can blank a variable but not remove it).
@@ -90,6 +92,8 @@ pub struct Experiment {
     /// How its server averages (`[robust]`; the papers' mean by default).
     pub robust: RobustHyper,
     pub policy: RoundPolicy,
+    /// How selected clients drop out and straggle (`[churn]`; none by default).
+    pub churn: ChurnSection,
     pub data: DataSpec,
     pub partition: PartitionPlan,
     pub compression: Compression,
@@ -200,8 +204,10 @@ impl Experiment {
             &file.clients,
             strategy.needs_compute_ghz(),
         )?;
-        let policy = file.server.check(rounds, clients.len())?;
+        let policy = file.server.check(rounds, clients.len(), file.seed)?;
         rules::check_central(&strategy, clients.len())?;
+        rules::check_selection(&strategy, &policy)?;
+        let churn = file.churn.check()?;
         let partition = rules::partition_for_data(&file.partition, &declared, &clients, &data)?;
         let copy_data_epoch = file.fedtmos.is_some_and(|f| f.copy_data_epoch);
         rules::check_copy_data_epoch(copy_data_epoch, &strategy, &data, &partition)?;
@@ -224,6 +230,7 @@ impl Experiment {
             strategy,
             robust,
             policy,
+            churn,
             data,
             partition,
             compression,

@@ -1,6 +1,7 @@
 //! The rules that tie an experiment's sections together, each a named check run once by
 //! [`super::Experiment::check`] after every section has passed its own.
 
+use super::RoundPolicy;
 use crate::data::partition::ClassSplit;
 use crate::data::{
     ClientSection, ClientSpec, DataSection, DataSpec, PartitionPlan, PartitionSection, Scaling,
@@ -50,6 +51,21 @@ fn one_shot(strategy: &StrategySpec) -> bool {
 /// papers' runs take 10 to 20; a run's own file says what it needs).
 pub(super) fn default_rounds(strategy: &StrategySpec) -> u32 {
     if one_shot(strategy) { 1 } else { 10 }
+}
+
+/// A round that asks some of the clients: not where the strategy's one upload is each
+/// client's only say (a one-shot strategy), nor where one client holds all the data.
+pub(super) fn check_selection(strategy: &StrategySpec, policy: &RoundPolicy) -> Result<()> {
+    if policy.selection.per_round.is_none() {
+        return Ok(());
+    }
+    if one_shot(strategy) || strategy.kind() == StrategyKind::Central {
+        return Err(bad(format!(
+            "strategy {} asks every client once: server.clients_per_round does not apply",
+            strategy.name()
+        )));
+    }
+    Ok(())
 }
 
 /// `central` trains one model on all the data.

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use flint_client::core::{Backoff, retryable, upload};
-use flint_client::machine::{Action, Event, Machine, PushAnswer, Saved};
+use flint_client::machine::{Action, Churn, Event, Machine, PushAnswer, Saved};
 use flint_client::proto::aggregator_client::AggregatorClient;
 use flint_common::clients::{Prepared, prepare};
 use flint_common::config::Experiment;
@@ -123,15 +123,20 @@ impl SimClient {
         run_id: &str,
     ) -> turmoil::Result<Machine> {
         let rounds = self.experiment.policy.rounds;
+        let churn = Churn {
+            profile: self.experiment.churn,
+            seed: self.experiment.seed,
+            client: id,
+        };
         let kept = self.disks.lock().expect("disks").get(&self.host).cloned();
         let Some(kept) = kept.filter(|k| self.resume && k.run_id == run_id) else {
             let rng = derive_rng(self.experiment.seed, "train", id);
-            return Ok(Machine::new(rounds, rng, RETRY_FOR));
+            return Ok(Machine::new(rounds, rng, RETRY_FOR).with_churn(churn));
         };
         if let Some(state) = &kept.state {
             prepared.half.restore(state)?;
         }
-        Ok(Machine::resumed(rounds, kept.saved, RETRY_FOR))
+        Ok(Machine::resumed(rounds, kept.saved, RETRY_FOR).with_churn(churn))
     }
 
     async fn drive(&self, mut machine: Machine, j: &mut Joined) -> turmoil::Result {
@@ -188,6 +193,10 @@ impl SimClient {
                 update,
                 reports,
             } => j.calls.push(&j.run_id, round, &update, reports).await?,
+            Action::Hold(hold) => {
+                tokio::time::sleep(hold).await;
+                Event::Held
+            }
             Action::Wait(wait) => {
                 tokio::time::sleep(wait).await;
                 j.calls.grpc = connect().await;
