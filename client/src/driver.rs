@@ -201,6 +201,7 @@ impl Client {
             };
             if let Some(task) = answered_task(&event) {
                 run.round = task.round;
+                self.say_if_dropping(task);
             }
             action = machine.handle(event);
             if let Some(b) = bytes {
@@ -239,7 +240,12 @@ impl Client {
                 reports,
             } => self.push(run_id, round, &update, reports, now()).await,
             Action::Hold(hold) => {
-                tracing::info!(client = self.id, ?hold, "straggling: the update waits");
+                tracing::info!(
+                    client = self.id,
+                    round = run.round,
+                    ?hold,
+                    "straggling: the update waits"
+                );
                 tokio::time::sleep(hold).await;
                 (Event::Held, None)
             }
@@ -250,6 +256,19 @@ impl Client {
             }
             Action::Finish { .. } | Action::GiveUp(_) => unreachable!("handled by drive"),
         })
+    }
+
+    /// A task this client's `[churn]` drops out of, said in the log (the machine goes on
+    /// without a word).
+    fn say_if_dropping(&self, task: &RoundTask) {
+        let e = &self.experiment;
+        if !task.finished && e.churn.drops(e.seed, self.id, task.round) {
+            tracing::info!(
+                client = self.id,
+                round = task.round,
+                "dropping out of the round ([churn])"
+            );
+        }
     }
 
     /// The end of the loop: said in the log where the server went away after the last round.

@@ -10,10 +10,10 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use flint_common::config::ChurnSection;
-use flint_common::{ClientId, Round};
 use flint_common::rng::FlintRng;
 use flint_common::wire::chunks::MAX_CARRIED_REPORTS;
 use flint_common::wire::proto::{EvalReport, Payload, RoundTask};
+use flint_common::{ClientId, Round};
 use tonic::Code;
 
 use crate::core::{Answer, Backoff, Next, Position, Pushed, Step};
@@ -565,6 +565,78 @@ mod tests {
                 reports: vec![report(1)]
             }
         );
+    }
+
+    /// A client of `profile` for which `pick` holds of its draws in rounds 1 and 2.
+    fn churned(profile: ChurnSection, pick: impl Fn(&Churn) -> bool) -> Machine {
+        let churn = (1..1_000)
+            .map(|client| Churn {
+                profile,
+                seed: 5,
+                client,
+            })
+            .find(|c| pick(c))
+            .expect("some client draws so");
+        fresh().with_churn(churn)
+    }
+
+    #[test]
+    fn a_client_that_drops_out_of_a_round_neither_evaluates_nor_trains_and_asks_after_it() {
+        let profile = ChurnSection {
+            dropout: 0.5,
+            ..ChurnSection::default()
+        };
+        let mut m = churned(profile, |c| {
+            !profile.drops(c.seed, c.client, 1) && profile.drops(c.seed, c.client, 2)
+        });
+        m.handle(Event::Answered(task(1, false)));
+        m.handle(Event::Applied(vec![]));
+        trained(&mut m, 1);
+        let apply = m.handle(Event::Pushed(PushAnswer::Taken(Some(task(2, false)))));
+        assert!(
+            matches!(
+                apply,
+                Action::Apply {
+                    round: 1,
+                    evaluate: false,
+                    ..
+                }
+            ),
+            "{apply:?}"
+        );
+        assert_eq!(m.handle(Event::Applied(vec![])), Action::Ask { after: 2 });
+        assert_eq!(m.position().rounds_trained(), &[1]);
+        // The end of the run: it evaluates the final model and finishes as told.
+        let apply = m.handle(Event::Answered(task(2, true)));
+        assert!(matches!(apply, Action::Apply { evaluate: true, .. }));
+    }
+
+    #[test]
+    fn a_straggler_keeps_its_checkpoint_then_holds_its_update() {
+        let profile = ChurnSection {
+            straggle: 0.5,
+            straggle_secs: 7.0,
+            ..ChurnSection::default()
+        };
+        let mut m = churned(profile, |c| {
+            profile.straggles(c.seed, c.client, 1).is_some()
+        });
+        m.handle(Event::Answered(task(1, false)));
+        m.handle(Event::Applied(vec![]));
+        let Action::Train { rng, .. } = m.current.clone() else {
+            panic!("expected training");
+        };
+        let kept = m.handle(Event::Trained {
+            update: payload(101),
+            whole: None,
+            rng,
+        });
+        assert!(matches!(kept, Action::Keep(_)));
+        assert_eq!(m.handle(Event::Kept), Action::Hold(Duration::from_secs(7)));
+        assert!(matches!(
+            m.handle(Event::Held),
+            Action::Push { round: 1, .. }
+        ));
     }
 
     #[test]

@@ -950,8 +950,7 @@ impl Rounds {
         let Some(last) = self.history.last() else {
             return true;
         };
-        let dropped =
-            |c: &ClientId| last.selected.contains(c) && !last.participants.contains(c);
+        let dropped = |c: &ClientId| last.selected.contains(c) && !last.participants.contains(c);
         let reported = self.evals.get(&last.round);
         let all = self
             .joined
@@ -1070,7 +1069,9 @@ mod tests {
     /// The clients `round` asks, as their tasks say.
     fn asked(r: &Rounds, round: Round) -> Vec<ClientId> {
         (1..=5)
-            .filter(|&c| matches!(r.task_for(c, round - 1), Task::Train { round: t, .. } if t == round))
+            .filter(
+                |&c| matches!(r.task_for(c, round - 1), Task::Train { round: t, .. } if t == round),
+            )
             .collect()
     }
 
@@ -1097,8 +1098,16 @@ mod tests {
         let once = selections(sampled(6, 2, 0.0, 7));
         assert_eq!(once.len(), 6);
         assert!(once.iter().all(|s| s.len() == 2), "{once:?}");
-        assert_eq!(once, selections(sampled(6, 2, 0.0, 7)), "a replay selects alike");
-        assert_ne!(once, selections(sampled(6, 2, 0.0, 8)), "another seed, others");
+        assert_eq!(
+            once,
+            selections(sampled(6, 2, 0.0, 7)),
+            "a replay selects alike"
+        );
+        assert_ne!(
+            once,
+            selections(sampled(6, 2, 0.0, 8)),
+            "another seed, others"
+        );
         let distinct: BTreeSet<_> = once.iter().collect();
         assert!(distinct.len() > 1, "rounds draw anew: {once:?}");
         let everyone = selections(policy(2, 5, 1));
@@ -1125,7 +1134,10 @@ mod tests {
         assert!(r.note_late(asked[2], 1));
         assert!(!r.note_late(asked[2], 1), "noted once");
         let unselected = (1..=5).find(|c| !asked.contains(c)).unwrap();
-        assert!(!r.note_late(unselected, 1), "a client not asked is not late");
+        assert!(
+            !r.note_late(unselected, 1),
+            "a client not asked is not late"
+        );
         assert_eq!(r.late()[&1], BTreeSet::from([asked[2]]));
         assert_eq!(r.counts().late, 1);
     }
