@@ -413,6 +413,49 @@ skip_columns = [0, "id"]
         );
     }
 
+    /// A round asks `server.clients_per_round` of the declared clients, drawn from the run's
+    /// seed; what cannot hold is refused by its key, and a file without it reads as before.
+    #[test]
+    fn clients_per_round_and_churn_are_checked_and_left_out_where_unset() {
+        let plain = Experiment::from_toml(BASE).unwrap();
+        assert_eq!(plain.policy.selection.per_round, None);
+        assert!(plain.churn.is_none());
+        assert!(!plain.to_toml().contains("over_selection"));
+        assert!(!plain.to_toml().contains("churn"));
+        let with = |server: &str| {
+            Experiment::from_toml(&BASE.replace("[data]", &format!("[server]\n{server}\n[data]")))
+        };
+        let e = with("clients_per_round = 1\nover_selection = 0.5").unwrap();
+        assert_eq!(e.policy.selection.seed, 3);
+        assert_eq!(e.policy.selection.selected(2), 2, "1 × 1.5, rounded up");
+        assert_eq!(e.policy.selection.target(2), 1);
+        assert_ne!(e.fingerprint, plain.fingerprint);
+        let cases = [
+            ("clients_per_round = 3", "at most the 2 declared clients, got 3"),
+            ("clients_per_round = 0", "server.clients_per_round"),
+            ("over_selection = 0.3", "server.over_selection needs server.clients_per_round"),
+            (
+                "clients_per_round = 1\nover_selection = -1",
+                "server.over_selection must be a fraction between 0 and 10",
+            ),
+        ];
+        for (server, said) in cases {
+            let err = with(server).unwrap_err().to_string();
+            assert!(err.contains(said), "{server}: {err}");
+        }
+        let churned = BASE.replace("[data]", "[churn]\ndropout = 0.1\n[data]");
+        let e = Experiment::from_toml(&churned).unwrap();
+        assert_eq!(e.churn.dropout, 0.1);
+        assert!(e.to_toml().contains("[churn]"));
+        let err = Experiment::from_toml(&BASE.replace("[data]", "[churn]\ndropout = 1.5\n[data]"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("churn.dropout must be a probability"), "{err}");
+        let one_shot = "name = \"x\"\nstrategy = \"fedtmos\"\n[server]\nclients_per_round = 1\n[data]\nsource = \"mnist\"\n[partition]\nkind = \"explicit\"\n[[clients]]\nclass_counts = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]\n";
+        let err = Experiment::from_toml(one_shot).unwrap_err().to_string();
+        assert!(err.contains("asks every client once"), "{err}");
+    }
+
     /// `rounds` left out is 1 for the one-shot strategies and 10 for the others,
     /// and the resolved file writes it (a file that writes the default has the same
     /// fingerprint).
