@@ -44,8 +44,8 @@ fn digest(text: &str) -> String {
 /// What an experiment checks to, as text: the checked parts by their `Debug` form.
 fn checked(e: &Experiment) -> String {
     format!(
-        "name={:?} seed={} strategy={:?} policy={:?} data={:?} partition={:?} compression={:?} clients={:?}",
-        e.name, e.seed, e.strategy, e.policy, e.data, e.partition, e.compression, e.clients
+        "name={:?} seed={} strategy={:?} policy={:?} churn={:?} data={:?} partition={:?} compression={:?} clients={:?}",
+        e.name, e.seed, e.strategy, e.policy, e.churn, e.data, e.partition, e.compression, e.clients
     )
 }
 

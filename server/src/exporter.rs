@@ -65,6 +65,7 @@ struct Reading {
     closed_all: u64,
     closed_target: u64,
     closed_timeout: u64,
+    missed: u64,
     late: u64,
     totals: Flow,
     unattributed: Flow,
@@ -99,6 +100,7 @@ impl RunState {
             closed_all: counts.closed_all_answered,
             closed_target: counts.closed_target,
             closed_timeout: counts.closed_timeout,
+            missed: counts.missed,
             late: counts.late,
             totals,
             unattributed,
@@ -217,6 +219,11 @@ fn rounds(enc: &mut Encoder, r: &Reading) -> Result<(), std::fmt::Error> {
             "target-reached" => r.closed_target,
             _ => r.closed_all,
         },
+    )?;
+    enc.counter(
+        "flint_updates_missed",
+        "Selected clients whose round closed without their update (dropped out, or late)",
+        r.missed,
     )?;
     enc.counter(
         "flint_updates_late",

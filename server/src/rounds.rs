@@ -257,6 +257,8 @@ pub struct RoundCounts {
     pub closed_all_answered: u64,
     pub closed_target: u64,
     pub closed_timeout: u64,
+    /// Selected clients whose round closed without their update (dropped out, or late).
+    pub missed: u64,
     /// Updates that came after their round closed.
     pub late: u64,
 }
@@ -771,6 +773,7 @@ impl Rounds {
             unreachable!("the phase was checked to be open");
         };
         tracing::info!(round, ?closed_by, updates = updates.len(), "round closed");
+        self.counts.missed += (selected.len() - updates.len()) as u64;
         match closed_by {
             ClosedBy::AllAnswered => self.counts.closed_all_answered += 1,
             ClosedBy::TargetReached => self.counts.closed_target += 1,
@@ -1140,6 +1143,7 @@ mod tests {
         );
         assert_eq!(r.late()[&1], BTreeSet::from([asked[2]]));
         assert_eq!(r.counts().late, 1);
+        assert_eq!(r.counts().missed, 1, "one of three asked was missing at the close");
     }
 
     #[test]
