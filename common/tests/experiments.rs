@@ -45,7 +45,15 @@ fn digest(text: &str) -> String {
 fn checked(e: &Experiment) -> String {
     format!(
         "name={:?} seed={} strategy={:?} policy={:?} churn={:?} data={:?} partition={:?} compression={:?} clients={:?}",
-        e.name, e.seed, e.strategy, e.policy, e.churn, e.data, e.partition, e.compression, e.clients
+        e.name,
+        e.seed,
+        e.strategy,
+        e.policy,
+        e.churn,
+        e.data,
+        e.partition,
+        e.compression,
+        e.clients
     )
 }
 

@@ -946,24 +946,22 @@ impl Rounds {
         matches!(self.phase, Phase::Finished { .. }) && self.final_evaluations_in()
     }
 
-    /// Every joined client gets the final model, and all but the last round's dropouts (selected,
-    /// and gone without an update) are awaited: a client the last round did not select is
-    /// waiting for it, and would find the server gone.
+    /// Every joined client gets the final model and is awaited: one the last round did not
+    /// select, dropped or left behind waits for the end of the run, and one whose update
+    /// is still on its way (a straggler) is told it came late before the server ends. A client
+    /// gone for good costs `eval_timeout`.
     fn final_evaluations_in(&self) -> bool {
         let Some(last) = self.history.last() else {
             return true;
         };
-        let dropped = |c: &ClientId| last.selected.contains(c) && !last.participants.contains(c);
         let reported = self.evals.get(&last.round);
         let all = self
             .joined
             .keys()
-            .filter(|c| !dropped(c))
             .all(|c| reported.is_some_and(|r| r.contains_key(c)));
-        // The holder of the shared test set reports on it too, unless it dropped out.
+        // The holder of the shared test set reports on it too.
         let global = self.global_holder.is_none_or(|h| {
-            dropped(&h)
-                || !self.joined.contains_key(&h)
+            !self.joined.contains_key(&h)
                 || self
                     .global_evals
                     .get(&last.round)
@@ -1143,7 +1141,11 @@ mod tests {
         );
         assert_eq!(r.late()[&1], BTreeSet::from([asked[2]]));
         assert_eq!(r.counts().late, 1);
-        assert_eq!(r.counts().missed, 1, "one of three asked was missing at the close");
+        assert_eq!(
+            r.counts().missed,
+            1,
+            "one of three asked was missing at the close"
+        );
     }
 
     #[test]
@@ -1168,10 +1170,8 @@ mod tests {
             r.report_eval(c, 1, eval.clone(), false, Predictor::Model)
                 .unwrap();
         }
-        assert!(!r.completed(), "the client left out gets the model too");
-        r.report_eval(idle, 1, eval.clone(), false, Predictor::Model)
-            .unwrap();
-        for c in (1..=5).filter(|c| *c != idle && !asked.contains(c)) {
+        assert!(!r.completed(), "the clients left out get the model too");
+        for c in (1..=5).filter(|c| !asked.contains(c)) {
             r.report_eval(c, 1, eval.clone(), false, Predictor::Model)
                 .unwrap();
         }

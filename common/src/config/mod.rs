@@ -431,9 +431,15 @@ skip_columns = [0, "id"]
         assert_eq!(e.policy.selection.target(2), 1);
         assert_ne!(e.fingerprint, plain.fingerprint);
         let cases = [
-            ("clients_per_round = 3", "at most the 2 declared clients, got 3"),
+            (
+                "clients_per_round = 3",
+                "at most the 2 declared clients, got 3",
+            ),
             ("clients_per_round = 0", "server.clients_per_round"),
-            ("over_selection = 0.3", "server.over_selection needs server.clients_per_round"),
+            (
+                "over_selection = 0.3",
+                "server.over_selection needs server.clients_per_round",
+            ),
             (
                 "clients_per_round = 1\nover_selection = -1",
                 "server.over_selection must be a fraction between 0 and 10",
