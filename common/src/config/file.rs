@@ -238,8 +238,8 @@ impl ServerSection {
             ));
         }
         match self.clients_per_round {
-            Some(k) if k > clients => bad(format!(
-                "server.clients_per_round must be at most the {clients} declared clients, got {k}"
+            Some(k) if k == 0 || k > clients => bad(format!(
+                "server.clients_per_round must be between 1 and the {clients} declared clients, got {k}"
             )),
             None if self.over_selection > 0.0 => {
                 bad("server.over_selection needs server.clients_per_round".into())

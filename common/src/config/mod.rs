@@ -433,9 +433,12 @@ skip_columns = [0, "id"]
         let cases = [
             (
                 "clients_per_round = 3",
-                "at most the 2 declared clients, got 3",
+                "between 1 and the 2 declared clients, got 3",
             ),
-            ("clients_per_round = 0", "server.clients_per_round"),
+            (
+                "clients_per_round = 0",
+                "between 1 and the 2 declared clients, got 0",
+            ),
             (
                 "over_selection = 0.3",
                 "server.over_selection needs server.clients_per_round",
