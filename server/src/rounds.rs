@@ -1076,13 +1076,19 @@ mod tests {
             .collect()
     }
 
-    /// Five clients join; every round's selected clients answer, in id order.
-    fn selections(policy: RoundPolicy) -> Vec<Vec<ClientId>> {
-        let t0 = Instant::now();
+    /// Rounds of `policy` with clients 1 to 5 joined at `t0`.
+    fn five_joined(policy: RoundPolicy, t0: Instant) -> Rounds {
         let mut r = rounds(policy);
         for c in 1..=5 {
             r.join(c, summary(1), t0).unwrap();
         }
+        r
+    }
+
+    /// Five clients join; every round's selected clients answer, in id order.
+    fn selections(policy: RoundPolicy) -> Vec<Vec<ClientId>> {
+        let t0 = Instant::now();
+        let mut r = five_joined(policy, t0);
         let mut all = Vec::new();
         while let Some((round, _, _)) = r.open_round() {
             let asked = asked(&r, round);
@@ -1118,10 +1124,7 @@ mod tests {
     #[test]
     fn an_over_selected_round_closes_at_its_target_and_records_the_rest_as_late() {
         let t0 = Instant::now();
-        let mut r = rounds(sampled(2, 2, 0.5, 3));
-        for c in 1..=5 {
-            r.join(c, summary(1), t0).unwrap();
-        }
+        let mut r = five_joined(sampled(2, 2, 0.5, 3), t0);
         let asked = asked(&r, 1);
         assert_eq!(asked.len(), 3, "2 × 1.5 selected");
         take(&mut r, asked[0], 1, model(1.0), t0).unwrap();
@@ -1151,10 +1154,7 @@ mod tests {
     #[test]
     fn a_client_a_round_passes_over_is_told_so_refused_and_awaited_at_the_end() {
         let t0 = Instant::now();
-        let mut r = rounds(sampled(1, 2, 0.0, 3));
-        for c in 1..=5 {
-            r.join(c, summary(1), t0).unwrap();
-        }
+        let mut r = five_joined(sampled(1, 2, 0.0, 3), t0);
         let asked = asked(&r, 1);
         let idle = (1..=5).find(|c| !asked.contains(c)).unwrap();
         assert!(r.passes_over(idle, 0));
