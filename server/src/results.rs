@@ -43,7 +43,8 @@ pub struct RoundResult {
     /// Selected clients whose update came after the round closed (recorded, not taken).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub late: Vec<ClientId>,
-    /// Selected clients that sent no update at all (dropped out).
+    /// Selected clients that sent no update for the round: dropped out, or still busy with an
+    /// earlier round (a straggler holding its update).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub dropped: Vec<ClientId>,
     pub closed_by: Option<String>,

@@ -94,6 +94,8 @@ pub struct AggregationJob {
     strategy: Box<dyn ServerStrategy>,
     joined: BTreeMap<ClientId, DataSummary>,
     updates: BTreeMap<ClientId, Update>,
+    /// Why the round is not aggregated: it timed out short of `min_updates`.
+    abandoned: Option<String>,
 }
 
 impl AggregationJob {
@@ -103,6 +105,15 @@ impl AggregationJob {
 
     /// Aggregates; the slow part (blocking: call it off the async threads).
     pub fn run(mut self) -> Aggregated {
+        if let Some(why) = self.abandoned.take() {
+            return Aggregated {
+                round: self.round,
+                strategy: self.strategy,
+                result: Err(FlintError::Model(why)),
+                panicked: false,
+                seconds: 0.0,
+            };
+        }
         let strategy = &mut self.strategy;
         let (round, joined, updates) = (self.round, &self.joined, &self.updates);
         // A panicking strategy must not take the server with it: the results so far are kept
@@ -728,13 +739,16 @@ impl Rounds {
         &self.late
     }
 
-    /// Closes a round whose timeout has passed once it has `min_updates`.
+    /// Closes a round whose timeout has passed once it has `min_updates`; where the policy says
+    /// `abandon_short` (clients sampled, or dropping out), at its timeout whatever it has, and
+    /// short of `min_updates` the round is abandoned: the model stays, the next round selects
+    /// anew (Bonawitz et al. 2019, §2.2).
     pub fn tick(&mut self, now: Instant) -> Option<AggregationJob> {
         if let Phase::Open {
             opened_at, updates, ..
         } = &self.phase
             && now >= *opened_at + self.policy.round_timeout
-            && updates.len() >= self.policy.min_updates
+            && (updates.len() >= self.policy.min_updates || self.policy.abandon_short)
         {
             return self.close(ClosedBy::Timeout, now);
         }
@@ -787,11 +801,19 @@ impl Rounds {
             selected,
             participants: updates.keys().copied().collect(),
         };
+        let abandoned = (updates.len() < self.policy.min_updates).then(|| {
+            format!(
+                "round {round} timed out with {} of server.min_updates = {} updates: abandoned, the model stays",
+                updates.len(),
+                self.policy.min_updates
+            )
+        });
         Some(AggregationJob {
             round,
             strategy,
             joined: self.joined.clone(),
             updates,
+            abandoned,
         })
     }
 
@@ -931,8 +953,8 @@ impl Rounds {
         Ok(false)
     }
 
-    /// Finished, and every participant of the last round has reported on the final model (the
-    /// holder of the shared test set on that as well), or the evaluation timeout has passed.
+    /// Finished, and every joined client has reported on the final model (the holder of the
+    /// shared test set on that as well), or the evaluation timeout has passed.
     pub fn is_done(&self, now: Instant) -> bool {
         let Phase::Finished { at } = self.phase else {
             return false;
@@ -987,6 +1009,7 @@ mod tests {
             round_timeout: Duration::from_secs(10),
             eval_timeout: Duration::from_secs(5),
             selection: flint_common::config::Selection::everyone(),
+            abandon_short: false,
         }
     }
 
@@ -1063,6 +1086,7 @@ mod tests {
                 per_round: Some(per_round),
                 over_selection,
             },
+            abandon_short: true,
             ..policy(rounds, 5, 1)
         }
     }
@@ -1149,6 +1173,31 @@ mod tests {
             1,
             "one of three asked was missing at the close"
         );
+    }
+
+    #[test]
+    fn a_sampled_round_short_of_min_updates_at_its_timeout_is_abandoned_and_the_next_opens() {
+        let t0 = Instant::now();
+        let mut r = five_joined(
+            RoundPolicy {
+                min_updates: 2,
+                ..sampled(3, 2, 0.0, 3)
+            },
+            t0,
+        );
+        let asked = asked(&r, 1);
+        take(&mut r, asked[0], 1, model(1.0), t0).unwrap();
+        // The other selected client dropped out: the timeout closes the round anyway.
+        assert!(tick(&mut r, t0 + Duration::from_secs(10)));
+        assert!(r.history().is_empty(), "nothing aggregated");
+        assert_eq!(r.open_round().map(|o| o.0), Some(2));
+        assert_eq!(r.counts().closed_timeout, 1);
+        // Full participation keeps waiting for min_updates (its clients are asked again).
+        let mut full = rounds(policy(2, 2, 2));
+        full.join(1, summary(1), t0).unwrap();
+        full.join(2, summary(1), t0).unwrap();
+        take(&mut full, 1, 1, model(1.0), t0).unwrap();
+        assert!(!tick(&mut full, t0 + Duration::from_secs(10)));
     }
 
     #[test]

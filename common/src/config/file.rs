@@ -161,6 +161,10 @@ pub struct RoundPolicy {
     pub round_timeout: Duration,
     pub eval_timeout: Duration,
     pub selection: Selection,
+    /// A round closes at its timeout whatever it has, and short of `min_updates` is abandoned
+    /// (the model stays): where clients are sampled or drop out (`[churn]`), the missing ones
+    /// may never answer that round.
+    pub abandon_short: bool,
 }
 
 /// Which clients each round asks (`server.clients_per_round`, `server.over_selection`).
@@ -212,6 +216,7 @@ impl ServerSection {
             min_updates: self.min_updates,
             round_timeout: secs("server.round_timeout_secs", self.round_timeout_secs)?,
             eval_timeout: secs("server.eval_timeout_secs", self.eval_timeout_secs)?,
+            abandon_short: selection.per_round.is_some(),
             selection,
         };
         if policy.min_clients == 0 || policy.min_clients > clients {
@@ -240,6 +245,10 @@ impl ServerSection {
         match self.clients_per_round {
             Some(k) if k == 0 || k > clients => bad(format!(
                 "server.clients_per_round must be between 1 and the {clients} declared clients, got {k}"
+            )),
+            Some(k) if self.min_updates > k => bad(format!(
+                "server.min_updates ({}) must be at most server.clients_per_round ({k})",
+                self.min_updates
             )),
             None if self.over_selection > 0.0 => {
                 bad("server.over_selection needs server.clients_per_round".into())

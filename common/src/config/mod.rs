@@ -208,6 +208,8 @@ impl Experiment {
         rules::check_central(&strategy, clients.len())?;
         rules::check_selection(&strategy, &policy)?;
         let churn = file.churn.check()?;
+        let mut policy = policy;
+        policy.abandon_short |= churn.dropout > 0.0;
         let partition = rules::partition_for_data(&file.partition, &declared, &clients, &data)?;
         let copy_data_epoch = file.fedtmos.is_some_and(|f| f.copy_data_epoch);
         rules::check_copy_data_epoch(copy_data_epoch, &strategy, &data, &partition)?;
@@ -440,6 +442,10 @@ skip_columns = [0, "id"]
                 "between 1 and the 2 declared clients, got 0",
             ),
             (
+                "clients_per_round = 1\nmin_updates = 2",
+                "server.min_updates (2) must be at most server.clients_per_round (1)",
+            ),
+            (
                 "over_selection = 0.3",
                 "server.over_selection needs server.clients_per_round",
             ),
@@ -455,6 +461,11 @@ skip_columns = [0, "id"]
         let churned = BASE.replace("[data]", "[churn]\ndropout = 0.1\n[data]");
         let e = Experiment::from_toml(&churned).unwrap();
         assert_eq!(e.churn.dropout, 0.1);
+        assert!(
+            e.policy.abandon_short,
+            "a dropped client never answers its round"
+        );
+        assert!(!plain.policy.abandon_short);
         assert!(e.to_toml().contains("[churn]"));
         let err = Experiment::from_toml(&BASE.replace("[data]", "[churn]\ndropout = 1.5\n[data]"))
             .unwrap_err()
