@@ -175,6 +175,12 @@ impl Machine {
         self
     }
 
+    /// How long this client holds its update of `round`, if it straggles then.
+    fn hold(&self, round: Round) -> Option<Duration> {
+        self.churn
+            .and_then(|c| c.profile.straggles(c.seed, c.client, round))
+    }
+
     /// Whether this client vanishes in `round`.
     fn drops(&self, round: Round) -> bool {
         self.churn
@@ -273,8 +279,16 @@ impl Machine {
         if let Some(pending) = self.pending.take() {
             if step.next == Next::Train(pending.round) {
                 let push = push_of(&pending, &pending.update);
+                let hold = self.hold(pending.round);
                 self.pending = Some(pending);
-                return push;
+                // A straggler started again holds its update as it would have.
+                return match hold {
+                    Some(hold) => {
+                        self.queue.push_back(push);
+                        Action::Hold(hold)
+                    }
+                    None => push,
+                };
             }
             self.position.trained(pending.round);
             self.queue
@@ -348,12 +362,8 @@ impl Machine {
             rng: self.rng.clone(),
             trained: pending.clone(),
         };
-        let round = pending.round;
-        let push = push_of(pending, &pending.update);
-        if let Some(hold) = self
-            .churn
-            .and_then(|c| c.profile.straggles(c.seed, c.client, round))
-        {
+        let (round, push) = (pending.round, push_of(pending, &pending.update));
+        if let Some(hold) = self.hold(round) {
             self.queue.push_back(Action::Hold(hold));
         }
         self.queue.push_back(push);
@@ -612,7 +622,7 @@ mod tests {
     }
 
     #[test]
-    fn a_straggler_keeps_its_checkpoint_then_holds_its_update() {
+    fn a_straggler_keeps_its_checkpoint_then_holds_its_update_and_again_when_started_again() {
         let profile = ChurnSection {
             straggle: 0.5,
             straggle_secs: 7.0,
@@ -631,10 +641,20 @@ mod tests {
             whole: None,
             rng,
         });
-        assert!(matches!(kept, Action::Keep(_)));
+        let Action::Keep(saved) = kept else {
+            panic!("a checkpoint, got {kept:?}");
+        };
         assert_eq!(m.handle(Event::Kept), Action::Hold(Duration::from_secs(7)));
         assert!(matches!(
             m.handle(Event::Held),
+            Action::Push { round: 1, .. }
+        ));
+        let churn = m.churn.expect("the machine's churn");
+        let mut again = Machine::resumed(2, saved, RETRY).with_churn(churn);
+        let hold = again.handle(Event::Answered(task(1, false)));
+        assert_eq!(hold, Action::Hold(Duration::from_secs(7)));
+        assert!(matches!(
+            again.handle(Event::Held),
             Action::Push { round: 1, .. }
         ));
     }
