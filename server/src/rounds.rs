@@ -111,6 +111,7 @@ impl AggregationJob {
                 strategy: self.strategy,
                 result: Err(FlintError::Model(why)),
                 panicked: false,
+                abandoned: true,
                 seconds: 0.0,
             };
         }
@@ -134,6 +135,7 @@ impl AggregationJob {
             strategy: self.strategy,
             result,
             panicked,
+            abandoned: false,
             seconds,
         }
     }
@@ -157,6 +159,8 @@ pub struct Aggregated {
     result: Result<Aggregate>,
     /// The strategy panicked: its state is not to be trusted, so the run ends.
     panicked: bool,
+    /// The round timed out short of `min_updates`: not aggregated (`result` says why).
+    abandoned: bool,
     seconds: f64,
 }
 
@@ -860,6 +864,21 @@ impl Rounds {
                     local: agg.local,
                 });
             }
+            Err(e) if done.abandoned => {
+                // Recorded, so that the reports and retries that name the round are taken.
+                tracing::warn!(round, reason = %e, "round abandoned");
+                self.history.push(RoundRecord {
+                    round,
+                    selected: selected.into_iter().collect(),
+                    participants,
+                    closed_by,
+                    seconds: closed_at.duration_since(opened_at).as_secs_f64(),
+                    aggregation_seconds: 0.0,
+                    weights: BTreeMap::new(),
+                    report: RoundReport::plain("abandoned"),
+                    local: BTreeMap::new(),
+                });
+            }
             Err(e) => {
                 tracing::error!(round, error = %e, "aggregation failed; round keeps the previous model");
             }
@@ -1185,13 +1204,20 @@ mod tests {
             },
             t0,
         );
-        let asked = asked(&r, 1);
-        take(&mut r, asked[0], 1, model(1.0), t0).unwrap();
+        let first = asked(&r, 1);
+        take(&mut r, first[0], 1, model(1.0), t0).unwrap();
         // The other selected client dropped out: the timeout closes the round anyway.
         assert!(tick(&mut r, t0 + Duration::from_secs(10)));
-        assert!(r.history().is_empty(), "nothing aggregated");
+        let record = &r.history()[0];
+        assert_eq!(record.report, RoundReport::plain("abandoned"));
+        assert!(record.weights.is_empty(), "nothing aggregated");
         assert_eq!(r.open_round().map(|o| o.0), Some(2));
         assert_eq!(r.counts().closed_timeout, 1);
+        // Reports on the model round 1 left (round 0's, unchanged) are taken as round 1's.
+        let eval = ConfusionMatrix::from_counts(2, vec![1, 0, 0, 1]).unwrap();
+        let second = asked(&r, 2)[0];
+        r.report_eval(second, 1, eval, false, Predictor::Model)
+            .unwrap();
         // Full participation keeps waiting for min_updates (its clients are asked again).
         let mut full = rounds(policy(2, 2, 2));
         full.join(1, summary(1), t0).unwrap();
