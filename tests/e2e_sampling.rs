@@ -142,3 +142,57 @@ fn a_server_killed_mid_run_selects_again_as_the_uninterrupted_run_did() {
     assert_eq!(plain.len(), 6);
     assert_eq!(killed, plain);
 }
+
+/// A counter's value in a Prometheus text scrape.
+fn counter(scrape: &str, name: &str) -> f64 {
+    scrape
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in:\n{scrape}"))
+}
+
+#[test]
+fn a_client_no_round_soon_asks_hangs_up_and_comes_back_when_told() {
+    let root = tempfile::tempdir().unwrap();
+    let exp = sampled(
+        root.path(),
+        "checked-in",
+        "round_timeout_secs = 60\neval_timeout_secs = 30",
+        "",
+    );
+    let runs = root.path().join("runs");
+    let mut run = flint_run(&exp, root.path(), &runs)
+        .args(["--insecure", "--metrics-listen", "127.0.0.1:0"])
+        .args(["--metrics-linger", "30"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let run_dir = runs.join("checked-in");
+    wait_for(LIMIT, || {
+        run_dir.join("results.json").exists().then_some(())
+    });
+    let addr = std::fs::read_to_string(run_dir.join("metrics.addr")).unwrap();
+    let scrape = ureq::get(&format!("http://{addr}/metrics"))
+        .call()
+        .unwrap()
+        .into_string()
+        .unwrap();
+    end_metrics_linger(&run_dir);
+    assert!(run.wait().unwrap().success());
+    // Told to come back, a client closed its connection and made a new one to ask again.
+    let come_backs = counter(&scrape, "flint_come_backs_total");
+    let accepted = counter(&scrape, "flint_connections_accepted_total");
+    assert!(come_backs > 0.0, "{scrape}");
+    assert!(
+        accepted >= 8.0 + come_backs,
+        "{accepted} connections, {come_backs} come-backs"
+    );
+    // Back when told: every round had every client it asked, and every client the final model.
+    let r = results(&run_dir);
+    for round in &r.rounds[1..] {
+        assert_eq!(round.participants, round.selected, "round {}", round.round);
+        assert_eq!(round.closed_by.as_deref(), Some("all-answered"));
+    }
+    assert_eq!(r.rounds.last().unwrap().metrics.len(), 8);
+    assert_eq!(r.completed, Some(true));
+}

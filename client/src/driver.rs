@@ -34,7 +34,7 @@ use crate::progress::ProgressBook;
 use crate::report::ClientReport;
 use crate::resume;
 use crate::retry::{JOIN_ATTEMPT, retry_bounded};
-use crate::shell::{Conn, Grpc, Shell};
+use crate::shell::{Conn, Dialer, Grpc, Shell};
 
 /// The span of one round's work; its `round` is what a JSON line names (the innermost span's).
 fn round_span(round: Round) -> tracing::Span {
@@ -72,7 +72,9 @@ pub(crate) struct Client {
     tls: bool,
     /// The interfaces counted at the link level, if any.
     link_interfaces: Vec<String>,
-    grpc: Grpc,
+    /// Replaced by a fresh (unconnected) one while the client stays away.
+    grpc: std::sync::Mutex<Grpc>,
+    dialer: Dialer,
     ledger: Arc<SharedLedger>,
     /// The link counts its reports have sent, by round (each report sends what changed).
     link_sent: std::sync::Mutex<BTreeMap<Round, (u64, u64)>>,
@@ -105,7 +107,8 @@ impl Client {
                 .link
                 .as_ref()
                 .map_or_else(Vec::new, |l| l.interfaces().to_vec()),
-            grpc: conn.grpc,
+            grpc: std::sync::Mutex::new(conn.grpc),
+            dialer: conn.dialer,
             ledger: conn.ledger,
             link_sent: Default::default(),
             trainers: shell.trainers.clone(),
@@ -113,6 +116,16 @@ impl Client {
             out: shell.out.clone(),
             progress: progress.cloned(),
         }
+    }
+
+    fn grpc(&self) -> Grpc {
+        self.grpc.lock().expect("grpc lock").clone()
+    }
+
+    /// Closes the connection (its last handle goes) while the client stays away; the next
+    /// call makes a new one.
+    fn hang_up(&self) {
+        *self.grpc.lock().expect("grpc lock") = self.dialer.dial();
     }
 
     fn request<T>(&self, msg: T, round: Option<Round>) -> Request<T> {
@@ -249,6 +262,16 @@ impl Client {
                 tokio::time::sleep(hold).await;
                 (Event::Held, None)
             }
+            Action::Away(away) => {
+                tracing::debug!(
+                    client = self.id,
+                    ?away,
+                    "no round soon asks this client; it comes back later"
+                );
+                self.hang_up();
+                tokio::time::sleep(away).await;
+                (Event::Back, None)
+            }
             Action::Wait(wait) => {
                 tracing::debug!(client = self.id, ?wait, "server unreachable; retrying");
                 tokio::time::sleep(wait).await;
@@ -289,7 +312,7 @@ impl Client {
             run_id: run_id.to_string(),
             after_round: after,
         };
-        let mut g = self.grpc.clone();
+        let mut g = self.grpc();
         match g.get_round(self.request(ask.clone(), None)).await {
             Ok(reply) => {
                 let task = reply.into_inner();
@@ -351,7 +374,7 @@ impl Client {
             ..report
         };
         let round = report.round;
-        let mut g = self.grpc.clone();
+        let mut g = self.grpc();
         let event = match g
             .report_eval(self.request(report.clone(), Some(round)))
             .await
@@ -403,7 +426,7 @@ impl Client {
         now: Duration,
     ) -> (Event, Option<TaskBytes>) {
         let chunks = crate::core::upload(self.id, run_id, round, update, reports);
-        let mut g = self.grpc.clone();
+        let mut g = self.grpc();
         let req = self.request(tokio_stream::iter(chunks.clone()), Some(round));
         let outcome = g.push_update(req).await;
         let answered = match &outcome {
@@ -545,7 +568,7 @@ impl Client {
             enrollment: self.enrollment.clone(),
         };
         let reply = retry_bounded(self.retry_for, JOIN_ATTEMPT, "join", || {
-            let mut g = self.grpc.clone();
+            let mut g = self.grpc();
             let req = with_host(Request::new(join.clone()));
             async move { g.join(req).await }
         })

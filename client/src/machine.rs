@@ -73,6 +73,9 @@ pub enum Action {
     },
     /// Wait this long, then answer [`Event::Waited`]: the last call failed and is tried again.
     Wait(Duration),
+    /// No round soon asks this client: close the connection, stay away this long, then answer
+    /// [`Event::Back`].
+    Away(Duration),
     /// The run is over for this client: keep the model. `told`: the server said so (the
     /// checkpoint can go); else it went away after the last round, finishing without this
     /// client's last word.
@@ -95,6 +98,7 @@ pub enum Event {
     },
     Kept,
     Held,
+    Back,
     /// The server's answer to [`Action::Push`].
     Pushed(PushAnswer),
     /// The last call failed with `code` at `now` (on the shell's clock, from any origin);
@@ -235,7 +239,7 @@ impl Machine {
         let next = match event {
             Event::Answered(task) => self.answered(task),
             Event::Applied(reports) => self.applied(reports),
-            Event::Reported | Event::Kept | Event::Held => self.dequeue(),
+            Event::Reported | Event::Kept | Event::Held | Event::Back => self.dequeue(),
             Event::Trained { update, whole, rng } => self.trained(update, whole, rng),
             Event::Pushed(answer) => self.pushed(answer),
             Event::Failed {
@@ -263,6 +267,9 @@ impl Machine {
     /// download, the update's reports going up on their own: they may never have reached it),
     /// then apply the download.
     fn answered(&mut self, task: RoundTask) -> Action {
+        if task.come_back_ms > 0 && !task.finished {
+            return self.away(Duration::from_millis(task.come_back_ms));
+        }
         let answer = Answer {
             round: task.round,
             finished: task.finished,
@@ -301,6 +308,19 @@ impl Machine {
             download: task.download,
             evaluate: step.evaluate && !drops,
         });
+        self.dequeue()
+    }
+
+    /// Told to come back later: a round trained before a restart is settled (the server has
+    /// moved on from it, or it would have asked for it), its reports going up first.
+    fn away(&mut self, away: Duration) -> Action {
+        self.queue.clear();
+        if let Some(pending) = self.pending.take() {
+            self.position.trained(pending.round);
+            self.queue
+                .extend(pending.reports.into_iter().map(Action::Report));
+        }
+        self.queue.push_back(Action::Away(away));
         self.dequeue()
     }
 
@@ -756,6 +776,58 @@ mod tests {
                 ..
             }
         ));
+        assert_eq!(m.position().rounds_trained(), &[1, 2]);
+    }
+
+    fn come_back(ms: u64) -> RoundTask {
+        RoundTask {
+            come_back_ms: ms,
+            total_rounds: 3,
+            ..RoundTask::default()
+        }
+    }
+
+    #[test]
+    fn a_client_told_to_come_back_stays_away_then_asks_again_for_the_same_round() {
+        let mut m = fresh();
+        m.handle(Event::Answered(task(1, false)));
+        m.handle(Event::Applied(vec![]));
+        trained(&mut m, 1);
+        // The update's answer says no round soon asks this client.
+        let away = m.handle(Event::Pushed(PushAnswer::Taken(Some(come_back(2500)))));
+        assert_eq!(away, Action::Away(Duration::from_millis(2500)));
+        assert_eq!(m.handle(Event::Back), Action::Ask { after: 1 });
+        assert_eq!(
+            m.handle(Event::Answered(come_back(1000))),
+            Action::Away(Duration::from_millis(1000))
+        );
+        m.handle(Event::Back);
+        let apply = m.handle(Event::Answered(task(2, false)));
+        assert!(matches!(apply, Action::Apply { round: 1, .. }), "{apply:?}");
+        assert_eq!(m.position().rounds_trained(), &[1]);
+    }
+
+    #[test]
+    fn a_client_started_again_and_told_to_come_back_settles_its_round_and_reports_first() {
+        let saved = Saved {
+            before: vec![1],
+            reported: 0,
+            rng: derive_rng(1, "train", 1),
+            trained: Trained {
+                round: 2,
+                update: payload(102),
+                reports: vec![report(1)],
+                whole: None,
+            },
+        };
+        let mut m = Machine::resumed(3, saved, RETRY);
+        let first = m.handle(Event::Answered(come_back(4000)));
+        assert_eq!(first, Action::Report(report(1)));
+        assert_eq!(
+            m.handle(Event::Reported),
+            Action::Away(Duration::from_millis(4000))
+        );
+        assert_eq!(m.handle(Event::Back), Action::Ask { after: 2 });
         assert_eq!(m.position().rounds_trained(), &[1, 2]);
     }
 

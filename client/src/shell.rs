@@ -49,6 +49,56 @@ pub(crate) struct Shell {
 pub(crate) struct Conn {
     pub grpc: Grpc,
     pub ledger: Arc<SharedLedger>,
+    pub dialer: Dialer,
+}
+
+/// What makes a client's connection, kept to make it again after the client stayed away
+/// (counted by the same meter, booked in the same ledger).
+#[derive(Clone)]
+pub(crate) struct Dialer {
+    endpoint: Endpoint,
+    meter: ConnMeter,
+    ledger: Arc<SharedLedger>,
+    link: Option<Arc<LinkMeter>>,
+    experiment: Arc<Experiment>,
+    max_download: usize,
+}
+
+impl Dialer {
+    /// A connection made at its first call (lazily: a client that stays away holds none).
+    pub(crate) fn dial(&self) -> Grpc {
+        let meter = self.meter.clone();
+        let connector = tower::service_fn(move |uri: http::Uri| {
+            let meter = meter.clone();
+            async move {
+                let host = uri
+                    .host()
+                    .unwrap_or("127.0.0.1")
+                    .trim_start_matches('[')
+                    .trim_end_matches(']')
+                    .to_string();
+                let port = uri.port_u16().unwrap_or(match uri.scheme_str() {
+                    Some("https") => 443,
+                    _ => 80,
+                });
+                let tcp = tokio::net::TcpStream::connect((host.as_str(), port)).await?;
+                tcp.set_nodelay(true)?;
+                Ok::<_, std::io::Error>(TokioIo::new(CountingIo::new(tcp, meter)))
+            }
+        });
+        let channel = self.endpoint.connect_with_connector_lazy(connector);
+        let layer = MessageMeterLayer::client(self.ledger.clone(), self.meter.clone())
+            .with_link(self.link.clone());
+        let svc = tower::ServiceBuilder::new()
+            .layer(layer)
+            .layer(flint_shell::end_stream::EndStreamLayer)
+            .service(channel);
+        let mut grpc = AggregatorClient::new(svc).max_decoding_message_size(self.max_download);
+        if let Some(enc) = flint_shell::compression::encoding(self.experiment.compression) {
+            grpc = grpc.send_compressed(enc).accept_compressed(enc);
+        }
+        grpc
+    }
 }
 
 impl Shell {
@@ -152,38 +202,20 @@ impl Shell {
             .keep_alive_timeout(Duration::from_secs(20))
             .keep_alive_while_idle(true);
         // Every connection this client makes (reconnects too) is counted by one meter.
-        let meter = ConnMeter::default();
-        let conn_meter = meter.clone();
-        let connector = tower::service_fn(move |uri: http::Uri| {
-            let meter = conn_meter.clone();
-            async move {
-                let host = uri
-                    .host()
-                    .unwrap_or("127.0.0.1")
-                    .trim_start_matches('[')
-                    .trim_end_matches(']')
-                    .to_string();
-                let port = uri.port_u16().unwrap_or(match uri.scheme_str() {
-                    Some("https") => 443,
-                    _ => 80,
-                });
-                let tcp = tokio::net::TcpStream::connect((host.as_str(), port)).await?;
-                tcp.set_nodelay(true)?;
-                Ok::<_, std::io::Error>(TokioIo::new(CountingIo::new(tcp, meter)))
-            }
-        });
-        let channel = endpoint.connect_with_connector_lazy(connector);
         let ledger = Arc::new(SharedLedger::default());
-        let svc = tower::ServiceBuilder::new()
-            .layer(MessageMeterLayer::client(ledger.clone(), meter).with_link(self.link.clone()))
-            .layer(flint_shell::end_stream::EndStreamLayer)
-            .service(channel);
-        let mut grpc =
-            AggregatorClient::new(svc).max_decoding_message_size(self.max_download_bytes());
-        if let Some(enc) = flint_shell::compression::encoding(self.experiment.compression) {
-            grpc = grpc.send_compressed(enc).accept_compressed(enc);
-        }
-        Ok(Conn { grpc, ledger })
+        let dialer = Dialer {
+            endpoint,
+            meter: ConnMeter::default(),
+            ledger: ledger.clone(),
+            link: self.link.clone(),
+            experiment: self.experiment.clone(),
+            max_download: self.max_download_bytes(),
+        };
+        Ok(Conn {
+            grpc: dialer.dial(),
+            ledger,
+            dialer,
+        })
     }
 
     /// The largest download this run can send, from the experiment (an ensemble's grows with

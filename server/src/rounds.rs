@@ -9,11 +9,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use flint_common::config::RoundPolicy;
 use flint_common::metrics::ConfusionMatrix;
-use flint_common::rng::derive_rng;
 use flint_common::strategy::{
     Downloads, LocalMetrics, Predictor, RoundReport, ServerStrategy, StrategyState, UpdateDecoder,
 };
@@ -23,6 +22,7 @@ use flint_common::{ClientId, FlintError, Result, Round};
 use serde::Serialize;
 
 mod aggregation;
+mod selection;
 #[cfg(test)]
 mod tests;
 
@@ -171,6 +171,10 @@ pub struct Rounds {
     counts: RoundCounts,
     /// Per round, the selected clients whose update came after the round closed.
     late: BTreeMap<Round, BTreeSet<ClientId>>,
+    /// The rounds ahead as drawn among the clients joined so far (for check-ins).
+    ahead: selection::Ahead,
+    /// The first Join: how long clients have waited for round 1.
+    waiting_since: Option<Instant>,
 }
 
 /// A round's evaluations on the clients' own test rows, summed in the order they came.
@@ -223,6 +227,8 @@ impl Rounds {
             global_holder: None,
             counts: RoundCounts::default(),
             late: BTreeMap::new(),
+            ahead: selection::Ahead::default(),
+            waiting_since: None,
         }
     }
 
@@ -407,6 +413,7 @@ impl Rounds {
         };
         self.features = Some(features);
         self.joined.insert(id, summary);
+        self.waiting_since.get_or_insert(now);
         if let Some(initial) = initial {
             self.downloads = initial.map(Downloads::Broadcast);
             self.open(1, now);
@@ -432,19 +439,10 @@ impl Rounds {
     }
 
     /// The clients `round` asks: every joined client, or as many as the policy says, drawn
-    /// from (seed, round) among those joined in id order.
+    /// from (seed, round) among those joined (see [`selection`]).
     fn select(&self, round: Round) -> BTreeSet<ClientId> {
         let ids: Vec<ClientId> = self.joined.keys().copied().collect();
-        let selection = self.policy.selection;
-        let n = selection.selected(ids.len());
-        if n >= ids.len() {
-            return ids.into_iter().collect();
-        }
-        let mut rng = derive_rng(selection.seed, "select", round);
-        rand::seq::index::sample(&mut rng, ids.len(), n)
-            .into_iter()
-            .map(|i| ids[i])
-            .collect()
+        selection::select(&self.policy.selection, round, &ids)
     }
 
     fn download_for(&self, client: ClientId) -> Option<Payload> {
@@ -495,6 +493,57 @@ impl Rounds {
             }
             _ => Task::Wait,
         }
+    }
+
+    /// How long `client`, which has seen rounds up to `after_round` and has no task now, stays
+    /// away before it asks again, where rounds sample their clients; `None`: it waits on its
+    /// call, as every client does in a run that asks them all. It waits where the next round
+    /// to open asks it; otherwise it is told to come back when the round before the one that
+    /// asks it opens (then it waits), or when the run should end.
+    pub fn come_back(
+        &mut self,
+        client: ClientId,
+        after_round: Round,
+        now: Instant,
+    ) -> Option<Duration> {
+        let selection = self.policy.selection;
+        selection.per_round?;
+        let (current, opened) = match &self.phase {
+            Phase::Finished { .. } => return None,
+            Phase::WaitingForClients => {
+                let since = self.waiting_since.unwrap_or(now);
+                return Some(self.cap(selection::away(since, 0, None, now)));
+            }
+            Phase::Open {
+                round, opened_at, ..
+            }
+            | Phase::Aggregating {
+                round, opened_at, ..
+            } => (*round, *opened_at),
+        };
+        let last = self.policy.rounds;
+        let from = current.max(after_round) + 1;
+        let next = self
+            .ahead
+            .next_asking(&selection, client, (from, last), &self.joined)
+            .unwrap_or(last + 1);
+        if next == current + 1 && next <= last {
+            return None;
+        }
+        let back_for = if next <= last { next - 1 } else { last + 1 };
+        let wait = selection::away(opened, back_for - current, self.period(), now);
+        Some(self.cap(wait))
+    }
+
+    /// A stay away no longer than a round may last.
+    fn cap(&self, wait: Duration) -> Duration {
+        wait.min(self.policy.round_timeout.max(selection::MIN_AWAY))
+    }
+
+    /// How long the last closed round took from opening to the next one's opening.
+    fn period(&self) -> Option<Duration> {
+        let last = self.history.last()?;
+        Duration::try_from_secs_f64(last.seconds + last.aggregation_seconds).ok()
     }
 
     /// Whether a round after `after_round` has opened without `client` (its next task is a

@@ -186,6 +186,15 @@ fn labelled<T>(msg: T, client: ClientId, round: Round) -> Response<T> {
     r
 }
 
+/// The answer to a client no round soon asks: no task, but when to ask again.
+fn come_back(away: std::time::Duration, rounds: Round) -> RoundTask {
+    RoundTask {
+        total_rounds: rounds,
+        come_back_ms: u64::try_from(away.as_millis()).unwrap_or(u64::MAX),
+        ..RoundTask::default()
+    }
+}
+
 fn unix_ms(at: Instant) -> u64 {
     let now = now();
     let wall = SystemTime::now()
@@ -382,13 +391,23 @@ impl AggregatorService {
         let client = waiting.client;
         let mut changes = s.phase.subscribe();
         let task = loop {
-            let (task, passed_over) = {
-                let rounds = s.rounds();
+            let (task, away, passed_over) = {
+                let mut rounds = s.rounds();
                 let task = rounds.task_for(client, after_round);
-                (task, rounds.passes_over(client, after_round))
+                let away = (task == Task::Wait)
+                    .then(|| rounds.come_back(client, after_round, crate::shared::now()))
+                    .flatten();
+                (task, away, rounds.passes_over(client, after_round))
             };
             if task != Task::Wait {
                 break task;
+            }
+            if let Some(away) = away {
+                s.telemetry.come_back();
+                return Ok(Some((
+                    come_back(away, s.experiment.policy.rounds),
+                    after_round,
+                )));
             }
             if until_passed_over && passed_over {
                 return Ok(None);
@@ -414,6 +433,7 @@ impl AggregatorService {
                     finished: false,
                     deadline_unix_ms: unix_ms(deadline),
                     download,
+                    come_back_ms: 0,
                 },
                 round - 1,
             ),
@@ -424,6 +444,7 @@ impl AggregatorService {
                     finished: true,
                     deadline_unix_ms: 0,
                     download,
+                    come_back_ms: 0,
                 },
                 rounds,
             ),

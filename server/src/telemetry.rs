@@ -30,6 +30,7 @@ pub struct UpdateOutcome {
 pub struct Telemetry {
     refused: Family<Refusal, Counter>,
     updates: Family<UpdateOutcome, Counter>,
+    come_backs: Counter,
     aggregation: Histogram,
     journal_sync: Histogram,
 }
@@ -39,6 +40,7 @@ impl Default for Telemetry {
         Telemetry {
             refused: Family::default(),
             updates: Family::default(),
+            come_backs: Counter::default(),
             // 1 ms to about 4.4 min: a logistic regression's average to a large FedTMOS round.
             aggregation: Histogram::new(exponential_buckets(0.001, 4.0, 10)),
             // 50 µs to about 13 s: a page-cache sync to a stalled disk.
@@ -62,6 +64,11 @@ impl Telemetry {
         self.updates.get_or_create(&UpdateOutcome { outcome }).inc();
     }
 
+    /// A client no round soon asks was told when to come back.
+    pub fn come_back(&self) {
+        self.come_backs.inc();
+    }
+
     pub fn aggregated(&self, seconds: f64) {
         self.aggregation.observe(seconds);
     }
@@ -80,6 +87,11 @@ impl Telemetry {
             "flint_updates",
             "Model updates received, by outcome: accepted, duplicate, or the refusal's status code",
             self.updates.clone(),
+        );
+        registry.register(
+            "flint_come_backs",
+            "Clients told to come back later rather than wait on a call (sampled rounds that do not ask them soon)",
+            self.come_backs.clone(),
         );
         registry.register(
             "flint_aggregation_seconds",

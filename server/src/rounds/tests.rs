@@ -230,6 +230,72 @@ fn a_client_a_round_passes_over_is_told_so_refused_and_awaited_at_the_end() {
     assert!(r.completed());
 }
 
+/// The first round from `from` that asks `client` among clients 1 to 5.
+fn first_asking(policy: &RoundPolicy, client: ClientId, from: Round) -> Option<Round> {
+    let ids: Vec<ClientId> = (1..=5).collect();
+    (from..=policy.rounds)
+        .find(|&r| selection::select(&policy.selection, r, &ids).contains(&client))
+}
+
+#[test]
+fn a_client_no_round_soon_asks_is_told_when_to_come_back_and_one_asked_next_waits() {
+    let t0 = Instant::now();
+    let s = Duration::from_secs;
+    let p = RoundPolicy {
+        round_timeout: s(30),
+        ..sampled(6, 2, 0.0, 7)
+    };
+    let mut r = five_joined(p.clone(), t0);
+    // Round 1 is open and no round has closed: a stay away as long as the round so far.
+    let first = asked(&r, 1);
+    for c in (1..=5).filter(|c| !first.contains(c)) {
+        let away = r.come_back(c, 0, t0 + s(3));
+        match first_asking(&p, c, 2) {
+            Some(2) => assert_eq!(away, None, "client {c} is asked next: it waits"),
+            _ => assert_eq!(away, Some(s(3)), "client {c}"),
+        }
+    }
+    // Round 1 took 4 s: a client is back when the round before the one asking it opens.
+    for &c in &asked(&r, 1) {
+        take(&mut r, c, 1, model(1.0), t0 + s(4)).unwrap();
+    }
+    let period = s(4) + Duration::from_secs_f64(r.history()[0].aggregation_seconds);
+    let mut seen = BTreeSet::new();
+    let second = asked(&r, 2);
+    for c in (1..=5).filter(|c| !second.contains(c)) {
+        let away = r.come_back(c, 1, t0 + s(4)).map(|a| a.as_millis());
+        let expected = match first_asking(&p, c, 3) {
+            Some(3) => None,
+            Some(next) => Some(period * (next - 3)),
+            None => Some((period * 5).min(s(30))),
+        };
+        assert_eq!(away, expected.map(|e| e.as_millis()), "client {c}");
+        seen.insert(expected.is_some());
+    }
+    assert!(seen.contains(&true), "some client is told to come back");
+    // Every client asked: nobody is told to go.
+    let mut full = five_joined(policy(3, 5, 1), t0);
+    assert_eq!(full.come_back(1, 0, t0 + s(3)), None);
+}
+
+#[test]
+fn before_round_one_a_sampled_client_comes_back_and_after_the_run_it_waits() {
+    let t0 = Instant::now();
+    let s = Duration::from_secs;
+    let mut r = rounds(sampled(1, 2, 0.0, 3));
+    r.join(1, summary(1), t0).unwrap();
+    assert_eq!(r.come_back(1, 0, t0), Some(selection::MIN_AWAY));
+    assert_eq!(r.come_back(1, 0, t0 + s(5)), Some(s(5)));
+    for c in 2..=5 {
+        r.join(c, summary(1), t0 + s(5)).unwrap();
+    }
+    for &c in &asked(&r, 1) {
+        take(&mut r, c, 1, model(1.0), t0 + s(6)).unwrap();
+    }
+    assert!(r.is_finished());
+    assert_eq!(r.come_back(1, 0, t0 + s(6)), None);
+}
+
 #[test]
 fn updates_are_idempotent_and_wrong_rounds_refused() {
     let t0 = Instant::now();

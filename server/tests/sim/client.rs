@@ -202,6 +202,11 @@ impl SimClient {
                 j.calls.grpc = connect().await;
                 Event::Waited
             }
+            Action::Away(away) => {
+                tokio::time::sleep(away).await;
+                j.calls.grpc = connect().await;
+                Event::Back
+            }
             Action::Finish { .. } | Action::GiveUp(_) => unreachable!("handled by drive"),
         })
     }
