@@ -484,6 +484,84 @@ fn an_emulated_link_changes_the_time_not_the_figures() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown link profile"));
 }
 
+/// `[links]` and `[[clients]] link`: each client sits behind a line of its own profile, the
+/// relay of its profile carries exactly its bytes, and the results say who sat where.
+#[test]
+fn a_mix_of_links_puts_each_client_behind_its_own_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = synthetic_experiment("mixed", 2, 4, "").replace(
+        "name = \"client-1\"\n",
+        "name = \"client-1\"\nlink = \"lan\"\n",
+    );
+    let exp = write(
+        dir.path(),
+        "mixed.toml",
+        &format!("{text}\n[links]\nwan = 0.5\nmobile = 0.5\n"),
+    );
+    let runs = dir.path().join("runs");
+    ok(flint()
+        .arg("run")
+        .arg("--runs-dir")
+        .arg(&runs)
+        .args(["--clients-per-process", "4"])
+        .arg(&exp));
+    let r = results(&runs.join("mixed"));
+    assert_eq!(r.client_links[&1], "lan", "its own link");
+    let on = |p: &str| -> Vec<u32> {
+        let ids = r.client_links.iter().filter(|(_, l)| l.as_str() == p);
+        ids.map(|(&id, _)| id).collect()
+    };
+    // Three clients at half each: the equal remainders go in profile order.
+    assert_eq!(
+        (on("lan").len(), on("wan").len(), on("mobile").len()),
+        (1, 2, 1)
+    );
+    let lines = r.provenance.unwrap().emulated_links;
+    for (profile, line) in &lines {
+        let clients = on(profile);
+        assert_eq!(line.clients, Some(clients.len()), "{profile}");
+        // What the relay delivered is what its clients' sockets sent and received (a close
+        // may add a few bytes no call was there to count).
+        let socket = |up: bool| -> u64 {
+            clients
+                .iter()
+                .map(|id| {
+                    let l = &r.client_ledgers[id];
+                    let (t, u) = (l.total(), l.unattributed());
+                    if up {
+                        t.up.socket + u.up.socket
+                    } else {
+                        t.down.socket + u.down.socket
+                    }
+                })
+                .sum()
+        };
+        for (relayed, counted) in [
+            (line.relayed_up_bytes.unwrap(), socket(true)),
+            (line.relayed_down_bytes.unwrap(), socket(false)),
+        ] {
+            assert!(
+                counted > 0 && (counted..=counted + 256 * clients.len() as u64).contains(&relayed),
+                "{profile}: relayed {relayed}, the clients counted {counted}"
+            );
+        }
+    }
+    assert_eq!(lines.len(), 3);
+    assert_eq!(lines["mobile"].one_way_ms, 50.0);
+    let report = ok(flint().arg("report").arg(runs.join("mixed")));
+    let report = String::from_utf8_lossy(&report.stdout);
+    assert!(
+        report.contains(
+            "Emulated links ([links]), each client behind its own: 1 × lan (1000 Mbit/s up"
+        ),
+        "{report}"
+    );
+    // The same file, the same clients on the same lines.
+    let again = dir.path().join("again");
+    ok(flint().arg("run").arg("--runs-dir").arg(&again).arg(&exp));
+    assert_eq!(results(&again.join("mixed")).client_links, r.client_links);
+}
+
 /// FedAvg, AHP-FedAvg, `local` and `central` once panicked on any data of more than
 /// two classes; they now train multinomial logistic regression (a softmax over one logit per
 /// class) and report 3 × 3 confusion matrices.

@@ -44,7 +44,7 @@ fn digest(text: &str) -> String {
 /// What an experiment checks to, as text: the checked parts by their `Debug` form.
 fn checked(e: &Experiment) -> String {
     format!(
-        "name={:?} seed={} strategy={:?} policy={:?} churn={:?} data={:?} partition={:?} compression={:?} clients={:?}",
+        "name={:?} seed={} strategy={:?} policy={:?} churn={:?} data={:?} partition={:?} compression={:?} clients={:?} links={:?}",
         e.name,
         e.seed,
         e.strategy,
@@ -53,7 +53,8 @@ fn checked(e: &Experiment) -> String {
         e.data,
         e.partition,
         e.compression,
-        e.clients
+        e.clients,
+        e.links
     )
 }
 

@@ -12,9 +12,12 @@
 //! close.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
+use flint_common::config::LinkProfile;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
@@ -37,23 +40,34 @@ pub struct Link {
 
 /// The profiles of `deploy/netem.sh`, without its loss: `lan` (1 Gbit/s, 0.5 ms RTT), `wan`
 /// (20 Mbit/s both ways, 40 ms RTT), `mobile` (2 Mbit/s up, 10 Mbit/s down, 100 ms RTT).
-pub fn profile(name: &str) -> anyhow::Result<Link> {
+pub fn of(profile: LinkProfile) -> Link {
     let link = |rtt_us: u64, up: u64, down: u64| Link {
         one_way: Duration::from_micros(rtt_us / 2),
         up_bits_per_sec: Some(up),
         down_bits_per_sec: Some(down),
     };
-    Ok(match name {
-        "lan" => link(500, 1_000_000_000, 1_000_000_000),
-        "wan" => link(40_000, 20_000_000, 20_000_000),
-        "mobile" => link(100_000, 2_000_000, 10_000_000),
-        other => bail!("unknown link profile {other:?}: lan, wan or mobile"),
-    })
+    match profile {
+        LinkProfile::Lan => link(500, 1_000_000_000, 1_000_000_000),
+        LinkProfile::Wan => link(40_000, 20_000_000, 20_000_000),
+        LinkProfile::Mobile => link(100_000, 2_000_000, 10_000_000),
+    }
+}
+
+/// A profile by name.
+pub fn profile(name: &str) -> anyhow::Result<Link> {
+    Ok(of(name.parse()?))
+}
+
+/// The bytes a relay delivered each way, over all its connections.
+#[derive(Debug, Default)]
+pub struct Carried {
+    pub up: Arc<AtomicU64>,
+    pub down: Arc<AtomicU64>,
 }
 
 /// Relays every connection made to `listener` to `to` over its own emulated `link` until the
 /// process ends.
-pub async fn relay(listener: TcpListener, to: SocketAddr, link: Link) {
+pub async fn relay(listener: TcpListener, to: SocketAddr, link: Link, carried: Arc<Carried>) {
     loop {
         let inbound = match listener.accept().await {
             Ok((s, _)) => s,
@@ -63,6 +77,7 @@ pub async fn relay(listener: TcpListener, to: SocketAddr, link: Link) {
                 continue;
             }
         };
+        let (up, down) = (carried.up.clone(), carried.down.clone());
         tokio::spawn(async move {
             let outbound = match TcpStream::connect(to).await {
                 Ok(s) => s,
@@ -76,20 +91,25 @@ pub async fn relay(listener: TcpListener, to: SocketAddr, link: Link) {
             let (client_r, client_w) = inbound.into_split();
             let (server_r, server_w) = outbound.into_split();
             tokio::join!(
-                line(client_r, server_w, link.up_bits_per_sec, link.one_way),
-                line(server_r, client_w, link.down_bits_per_sec, link.one_way),
+                line(client_r, server_w, (link.up_bits_per_sec, link.one_way), up),
+                line(
+                    server_r,
+                    client_w,
+                    (link.down_bits_per_sec, link.one_way),
+                    down
+                ),
             );
         });
     }
 }
 
 /// One direction of a link: bytes read from `from` reach `to` after their serialisation at
-/// `rate` behind what the line already carries, plus `delay`.
+/// `rate` behind what the line already carries, plus `delay`; `delivered` counts them.
 async fn line(
     mut from: impl tokio::io::AsyncRead + Unpin,
     mut to: impl tokio::io::AsyncWrite + Unpin + Send + 'static,
-    rate: Option<u64>,
-    delay: Duration,
+    (rate, delay): (Option<u64>, Duration),
+    delivered: Arc<AtomicU64>,
 ) {
     // Bounded: a receiver slower than the line holds the relay's reading back, not its memory.
     let (tx, mut rx) = mpsc::channel::<(Instant, Vec<u8>)>(QUEUED_SEGMENTS);
@@ -99,6 +119,7 @@ async fn line(
             if to.write_all(&bytes).await.is_err() {
                 return;
             }
+            delivered.fetch_add(bytes.len() as u64, Ordering::Relaxed);
         }
         let _ = to.shutdown().await;
     });
@@ -129,8 +150,8 @@ async fn line(
 }
 
 /// Starts a relay to `to` on a thread of its own (for `flint run`, which is not async);
-/// returns the address clients should use instead of the server's.
-pub fn spawn(link: Link, to: SocketAddr) -> anyhow::Result<SocketAddr> {
+/// returns the address clients should use instead of the server's, and its byte counts.
+pub fn spawn(link: Link, to: SocketAddr) -> anyhow::Result<(SocketAddr, Arc<Carried>)> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -139,11 +160,13 @@ pub fn spawn(link: Link, to: SocketAddr) -> anyhow::Result<SocketAddr> {
         .block_on(TcpListener::bind("127.0.0.1:0"))
         .context("the link relay cannot listen")?;
     let addr = listener.local_addr()?;
+    let carried = Arc::new(Carried::default());
+    let counts = carried.clone();
     std::thread::Builder::new()
         .name("link-relay".into())
-        .spawn(move || rt.block_on(relay(listener, to, link)))
+        .spawn(move || rt.block_on(relay(listener, to, link, counts)))
         .context("cannot start the link relay")?;
-    Ok(addr)
+    Ok((addr, carried))
 }
 
 /// `flint link`: the relay on its own, e.g. in front of a server on another host.
@@ -172,7 +195,7 @@ pub fn serve(args: LinkArgs) -> anyhow::Result<()> {
             args.profile, args.listen, args.to
         );
         tokio::select! {
-            _ = relay(listener, args.to, link) => Ok(()),
+            _ = relay(listener, args.to, link, Default::default()) => Ok(()),
             signal = flint_shell::signal::interrupted() => {
                 eprintln!("link: stopped by {signal}");
                 Ok(())
@@ -198,11 +221,19 @@ mod tests {
             b.write_all(&sent).await.unwrap();
             b.shutdown().await.unwrap();
         });
-        tokio::spawn(line(a, d, Some(20_000_000), Duration::from_millis(20)));
+        let delivered = Arc::new(AtomicU64::new(0));
+        let line = line(
+            a,
+            d,
+            (Some(20_000_000), Duration::from_millis(20)),
+            delivered.clone(),
+        );
+        tokio::spawn(line);
         let mut got = Vec::new();
         c.read_to_end(&mut got).await.unwrap();
         let took = start.elapsed().as_secs_f64();
         assert_eq!(got, data);
+        assert_eq!(delivered.load(Ordering::Relaxed), 1_000_000);
         // No faster than the line allows: 8e6 bits at 2e7 bit/s, plus 20 ms.
         assert!(took >= 0.42, "{took}");
     }

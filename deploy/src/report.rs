@@ -415,21 +415,38 @@ fn columns(t: &Traffic) -> String {
 /// Per round, the four levels as the clients counted them, where they measured the link level;
 /// otherwise a line saying it was not measured.
 fn link_level(r: &RunResults) -> String {
-    let emulated = r
-        .provenance
-        .as_ref()
-        .and_then(|p| p.emulated_link.as_ref())
-        .map(|l| {
-            let rate = |b: Option<u64>| b.map_or("unlimited".into(), |b| format!("{} Mbit/s", b as f64 / 1e6));
+    let Some(p) = r.provenance.as_ref() else {
+        return measured_link_level(r);
+    };
+    let rate =
+        |b: Option<u64>| b.map_or("unlimited".into(), |b| format!("{} Mbit/s", b as f64 / 1e6));
+    let line = |l: &flint_server::results::EmulatedLink| {
+        format!(
+            "{} up, {} down, {} ms one way",
+            rate(l.up_bits_per_sec),
+            rate(l.down_bits_per_sec),
+            l.one_way_ms
+        )
+    };
+    let emulated = match (&p.emulated_link, p.emulated_links.is_empty()) {
+        (Some(l), _) => format!(
+            "Emulated link (flint run --link {}): {}, each client behind its own.\n\n",
+            l.profile,
+            line(l)
+        ),
+        (None, false) => {
+            let mix: Vec<String> = p
+                .emulated_links
+                .values()
+                .map(|l| format!("{} × {} ({})", l.clients.unwrap_or(0), l.profile, line(l)))
+                .collect();
             format!(
-                "Emulated link (flint run --link {}): {} up, {} down, {} ms one way, each client behind its own.\n\n",
-                l.profile,
-                rate(l.up_bits_per_sec),
-                rate(l.down_bits_per_sec),
-                l.one_way_ms
+                "Emulated links ([links]), each client behind its own: {}.\n\n",
+                mix.join("; ")
             )
-        })
-        .unwrap_or_default();
+        }
+        (None, true) => String::new(),
+    };
     emulated + &measured_link_level(r)
 }
 

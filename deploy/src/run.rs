@@ -1,12 +1,15 @@
 //! `flint run`: the server and the clients as real OS processes on loopback, progress while it
 //! runs, and the run directory afterwards.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use flint_common::config::{Experiment, parse_override};
+use flint_common::ClientId;
+use flint_common::config::{Experiment, LinkProfile, parse_override};
 use flint_common::text::count;
 use flint_common::wire::ledger::Flow;
 use flint_server::results::{EmulatedLink, Status};
@@ -41,9 +44,10 @@ pub struct RunArgs {
     #[arg(long)]
     pub insecure: bool,
     /// Put every client behind its own emulated link (`lan`, `wan`, `mobile`: bandwidth and
-    /// delay, in user space; see `flint link`), to see what a round costs on such a line.
+    /// delay, in user space; see `flint link`), to see what a round costs on such a line; it
+    /// stands for the experiment's `[links]` and `[[clients]] link`.
     #[arg(long, value_name = "PROFILE")]
-    pub link: Option<String>,
+    pub link: Option<LinkProfile>,
     #[command(flatten)]
     pub metrics: flint_server::exporter::MetricsOptions,
 }
@@ -79,7 +83,6 @@ pub fn execute(args: &RunArgs, progress: bool) -> anyhow::Result<PathBuf> {
     let data_dir = data_dir(args);
     let experiment = load(args, &data_dir)?;
     let per_process = clients_per_process(args.clients_per_process, experiment.clients.len())?;
-    let link = args.link.as_deref().map(crate::link::profile).transpose()?;
     let data_hashes = check_data(&experiment, &data_dir)?;
     let run = RunDir::prepare(&args.runs_dir, &experiment)?;
     let say = |line: String| {
@@ -88,6 +91,7 @@ pub fn execute(args: &RunArgs, progress: bool) -> anyhow::Result<PathBuf> {
         }
     };
     announce(&experiment, &run.dir, &say);
+    let links = client_links(args.link, &experiment, &say);
     let names: Vec<String> = experiment.clients.iter().map(|c| c.name.clone()).collect();
     let pki = match !args.insecure {
         true => Some(flint_shell::tls::generate_pki(
@@ -104,26 +108,23 @@ pub fn execute(args: &RunArgs, progress: bool) -> anyhow::Result<PathBuf> {
     }
     let started = Instant::now();
     let (mut server, addr) = spawn_server(&run, &data_dir, pki.as_ref(), &args.metrics)?;
-    // Clients reach the server through the emulated link, when there is one.
-    let addr = match &link {
-        Some(link) => match relay(*link, &addr) {
-            Ok(a) => a,
-            Err(e) => {
-                let _ = server.kill();
-                let _ = server.wait();
-                return Err(e);
-            }
-        },
-        None => addr,
+    // Clients reach the server through their emulated line's relay, where they have one.
+    let relays = match start_relays(&links, &addr) {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = server.kill();
+            let _ = server.wait();
+            return Err(e);
+        }
     };
     let clients = ClientLaunch {
         run: &run,
-        addr: &addr,
         data_dir: &data_dir,
         pki: pki.as_ref(),
         per_process,
     };
-    let mut clients = match clients.spawn(&names, &say) {
+    let groups = by_line(&names, &links, &relays, &addr);
+    let mut clients = match clients.spawn(&groups, &say) {
         Ok(c) => c,
         Err(e) => {
             let _ = server.kill();
@@ -145,17 +146,8 @@ pub fn execute(args: &RunArgs, progress: bool) -> anyhow::Result<PathBuf> {
             run.dir.join("server.log").display()
         );
     }
-    let emulated_link = args
-        .link
-        .as_deref()
-        .zip(link)
-        .map(|(profile, l)| EmulatedLink {
-            profile: profile.to_string(),
-            one_way_ms: l.one_way.as_secs_f64() * 1e3,
-            up_bits_per_sec: l.up_bits_per_sec,
-            down_bits_per_sec: l.down_bits_per_sec,
-        });
-    merge_client_ledgers(&run.dir, &data_hashes, emulated_link)?;
+    let lines = Lines::of(args.link, &links, &relays);
+    merge_client_ledgers(&run.dir, &data_hashes, lines)?;
     say(format!(
         "done in {:.1} s\n",
         started.elapsed().as_secs_f64()
@@ -169,12 +161,107 @@ pub fn execute(args: &RunArgs, progress: bool) -> anyhow::Result<PathBuf> {
 /// Checks the data before any process starts and returns the sha256 of each file the clients
 /// will read, for the results' provenance. A table is read here once, so that a mistake in it
 /// stops the run with the file's own error rather than a client's log.
-/// The emulated link's relay in front of the server at `addr`: the address clients use.
-fn relay(link: crate::link::Link, addr: &str) -> anyhow::Result<String> {
+/// The line each client sits behind: `--link`'s for all of them, else the experiment's.
+fn client_links(
+    link: Option<LinkProfile>,
+    experiment: &Experiment,
+    say: &impl Fn(String),
+) -> BTreeMap<ClientId, LinkProfile> {
+    let Some(link) = link else {
+        return experiment.links.clone();
+    };
+    if !experiment.links.is_empty() {
+        say(format!(
+            "  --link {}: every client on it, not on the experiment's [links]",
+            link.name()
+        ));
+    }
+    (1..=experiment.clients.len() as ClientId)
+        .map(|id| (id, link))
+        .collect()
+}
+
+/// A relay in front of the server at `addr` for each line some client sits behind: the
+/// address its clients use, and what it carried.
+type Relays = BTreeMap<LinkProfile, (String, Arc<crate::link::Carried>)>;
+
+fn start_relays(links: &BTreeMap<ClientId, LinkProfile>, addr: &str) -> anyhow::Result<Relays> {
     let server: std::net::SocketAddr = addr
         .parse()
         .with_context(|| format!("the server's address {addr:?}"))?;
-    Ok(crate::link::spawn(link, server)?.to_string())
+    let used: BTreeSet<LinkProfile> = links.values().copied().collect();
+    used.into_iter()
+        .map(|p| {
+            let (relay, carried) = crate::link::spawn(crate::link::of(p), server)?;
+            Ok((p, (relay.to_string(), carried)))
+        })
+        .collect()
+}
+
+/// The clients by the address they reach the server at (their line's relay, or the server),
+/// each group in id order.
+fn by_line(
+    names: &[String],
+    links: &BTreeMap<ClientId, LinkProfile>,
+    relays: &Relays,
+    server: &str,
+) -> Vec<(String, Vec<String>)> {
+    let mut groups: BTreeMap<Option<LinkProfile>, Vec<String>> = BTreeMap::new();
+    for (i, name) in names.iter().enumerate() {
+        let link = links.get(&(i as ClientId + 1)).copied();
+        groups.entry(link).or_default().push(name.clone());
+    }
+    groups
+        .into_iter()
+        .map(|(link, names)| {
+            let addr = link.map_or(server, |p| relays[&p].0.as_str());
+            (addr.to_string(), names)
+        })
+        .collect()
+}
+
+/// The emulated lines as results.json records them.
+struct Lines {
+    /// `--link`'s, which every client sat behind.
+    every: Option<EmulatedLink>,
+    by_profile: BTreeMap<String, EmulatedLink>,
+    clients: BTreeMap<ClientId, String>,
+}
+
+impl Lines {
+    fn of(
+        every: Option<LinkProfile>,
+        links: &BTreeMap<ClientId, LinkProfile>,
+        relays: &Relays,
+    ) -> Lines {
+        let line = |p: LinkProfile| {
+            let l = crate::link::of(p);
+            let carried = relays.get(&p).map(|(_, c)| c);
+            let load = |a: &Arc<std::sync::atomic::AtomicU64>| {
+                a.load(std::sync::atomic::Ordering::Relaxed)
+            };
+            EmulatedLink {
+                profile: p.name().to_string(),
+                one_way_ms: l.one_way.as_secs_f64() * 1e3,
+                up_bits_per_sec: l.up_bits_per_sec,
+                down_bits_per_sec: l.down_bits_per_sec,
+                clients: Some(links.values().filter(|&&q| q == p).count()),
+                relayed_up_bytes: carried.map(|c| load(&c.up)),
+                relayed_down_bytes: carried.map(|c| load(&c.down)),
+            }
+        };
+        Lines {
+            every: every.map(line),
+            by_profile: relays
+                .keys()
+                .map(|&p| (p.name().to_string(), line(p)))
+                .collect(),
+            clients: links
+                .iter()
+                .map(|(&id, p)| (id, p.name().to_string()))
+                .collect(),
+        }
+    }
 }
 
 fn check_data(
@@ -414,31 +501,40 @@ fn kill_all(clients: &mut [(String, Child)]) {
 /// How the client processes are started.
 struct ClientLaunch<'a> {
     run: &'a RunDir,
-    addr: &'a str,
     data_dir: &'a Path,
     pki: Option<&'a Pki>,
     per_process: usize,
 }
 
 impl ClientLaunch<'_> {
-    /// One process per `per_process` clients, each with its log; the processes share the
-    /// cores, each training as many clients at once as its share.
+    /// One process per `per_process` clients of a group (those reaching the server at one
+    /// address), each with its log; the processes share the cores, each training as many
+    /// clients at once as its share.
     fn spawn(
         &self,
-        names: &[String],
+        groups: &[(String, Vec<String>)],
         say: &impl Fn(String),
     ) -> anyhow::Result<Vec<(String, Child)>> {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let processes = names.len().div_ceil(self.per_process);
+        let processes: usize = groups
+            .iter()
+            .map(|(_, names)| names.len().div_ceil(self.per_process))
+            .sum();
         let train_threads = (cores / processes).max(1);
         if processes > 4 * cores {
+            let clients: usize = groups.iter().map(|(_, n)| n.len()).sum();
             say(format!(
                 "  {processes} client processes on {cores} cores; --clients-per-process {} would load the data once per core",
-                names.len().div_ceil(cores)
+                clients.div_ceil(cores)
             ));
         }
+        let chunks = groups.iter().flat_map(|(addr, names)| {
+            names
+                .chunks(self.per_process)
+                .map(move |group| (addr.as_str(), group))
+        });
         let mut started = Vec::with_capacity(processes);
-        for (k, group) in names.chunks(self.per_process).enumerate() {
+        for (k, (addr, group)) in chunks.enumerate() {
             let stopped = if crate::stop::requested() {
                 Err(anyhow::anyhow!(
                     "stopped by a signal while the clients were starting; the server and the {} client processes started were stopped too",
@@ -449,7 +545,7 @@ impl ClientLaunch<'_> {
             } else {
                 Ok(())
             };
-            let spawned = stopped.and_then(|()| self.spawn_one(group, train_threads));
+            let spawned = stopped.and_then(|()| self.spawn_one(group, addr, train_threads));
             match spawned {
                 Ok(child) => started.push(child),
                 Err(e) => {
@@ -462,12 +558,17 @@ impl ClientLaunch<'_> {
         Ok(started)
     }
 
-    fn spawn_one(&self, group: &[String], train_threads: usize) -> anyhow::Result<(String, Child)> {
+    fn spawn_one(
+        &self,
+        group: &[String],
+        addr: &str,
+        train_threads: usize,
+    ) -> anyhow::Result<(String, Child)> {
         let scheme = if self.pki.is_some() { "https" } else { "http" };
         let mut cmd = self.run.flint();
         cmd.arg("client")
             .arg("--server")
-            .arg(format!("{scheme}://{}", self.addr))
+            .arg(format!("{scheme}://{addr}"))
             .arg("--experiment")
             .arg(&self.run.resolved)
             .arg("--data-dir")
@@ -785,7 +886,7 @@ fn read_status(path: &Path) -> Option<Status> {
 fn merge_client_ledgers(
     dir: &Path,
     data_files: &std::collections::BTreeMap<String, String>,
-    emulated_link: Option<EmulatedLink>,
+    lines: Lines,
 ) -> anyhow::Result<()> {
     // The progress files said what the clients' reports now say in full.
     if let Ok(entries) = std::fs::read_dir(dir.join("clients")) {
@@ -811,8 +912,10 @@ fn merge_client_ledgers(
     let mut results = crate::report::load(dir)?;
     if let Some(p) = &mut results.provenance {
         p.data_files = data_files.clone();
-        p.emulated_link = emulated_link;
+        p.emulated_link = lines.every;
+        p.emulated_links = lines.by_profile;
     }
+    results.client_links = lines.clients;
     std::fs::write(&path, serde_json::to_vec_pretty(&results)?)?;
     std::fs::write(
         dir.join("rounds.csv"),

@@ -105,6 +105,9 @@ pub struct RunResults {
     /// Each client's seconds of local training per round, added by `flint run`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub client_train_seconds: BTreeMap<ClientId, BTreeMap<Round, f64>>,
+    /// The emulated line each client sat behind, by profile name, added by `flint run`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub client_links: BTreeMap<ClientId, String>,
     /// The network interfaces each client counted at the link level (`--link-bytes`); a client
     /// absent here did not measure it.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -166,6 +169,10 @@ pub struct Provenance {
     /// The line every client sat behind (`flint run --link`), added by `flint run`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub emulated_link: Option<EmulatedLink>,
+    /// Every emulated line the clients sat behind, by profile (`--link`, or the experiment's
+    /// `[links]` and `[[clients]] link`), with what its relay carried; added by `flint run`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub emulated_links: BTreeMap<String, EmulatedLink>,
 }
 
 /// An emulated access line, as `flint run --link PROFILE` set it up.
@@ -176,6 +183,14 @@ pub struct EmulatedLink {
     /// Bits per second each way; `None`: unlimited.
     pub up_bits_per_sec: Option<u64>,
     pub down_bits_per_sec: Option<u64>,
+    /// The clients behind it (each over its own line) and the bytes its relay delivered each
+    /// way, their connections' whole streams (absent before they were recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clients: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub relayed_up_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub relayed_down_bytes: Option<u64>,
 }
 
 impl Provenance {
@@ -188,6 +203,7 @@ impl Provenance {
                 .map(String::from),
             data_files: BTreeMap::new(),
             emulated_link: None,
+            emulated_links: BTreeMap::new(),
         }
     }
 }
@@ -280,6 +296,7 @@ pub fn collect(shared: &Shared) -> RunResults {
         client_ledgers: BTreeMap::new(),
         client_train_seconds: BTreeMap::new(),
         client_link_interfaces: BTreeMap::new(),
+        client_links: BTreeMap::new(),
         refused: shared.refused.lock().expect("refused lock").clone(),
         server_peak_rss_kb: peak_rss_kb(),
         completed: Some(rounds.completed()),
@@ -559,6 +576,7 @@ mod tests {
             client_ledgers: BTreeMap::new(),
             client_train_seconds: BTreeMap::new(),
             client_link_interfaces: BTreeMap::new(),
+            client_links: BTreeMap::new(),
             refused: BTreeMap::new(),
             server_peak_rss_kb: None,
             completed: None,

@@ -6,7 +6,7 @@ use std::time::Duration;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::ChurnSection;
+use super::{ChurnSection, LinksSection};
 use crate::data::{ClientSection, DataSection, PartitionSection};
 use crate::params::{at_least, at_least_or_unset};
 use crate::strategy::sections::with_sections;
@@ -56,6 +56,10 @@ macro_rules! experiment_file {
             /// How selected clients drop out and straggle (none by default).
             #[serde(default, skip_serializing_if = "ChurnSection::is_none")]
             pub churn: ChurnSection,
+            /// The share of the clients `flint run` puts behind each emulated access line
+            /// (none by default).
+            #[serde(default, skip_serializing_if = "LinksSection::is_none")]
+            pub links: LinksSection,
             /// Clients `client-1` … `client-N`, for runs too large to list (instead of
             /// `[[clients]]`).
             #[serde(

@@ -28,11 +28,13 @@ use crate::{FlintError, Result};
 mod churn;
 mod file;
 pub mod keys;
+mod links;
 mod overrides;
 mod rules;
 
 pub use churn::ChurnSection;
 pub use file::{ExperimentFile, RoundPolicy, Selection, ServerSection};
+pub use links::{LinkProfile, LinksSection};
 
 /// Removes every `FLINT_…` environment variable whose value is empty, so that an empty one
 /// counts as unset (a compose file can blank a variable but not remove it).
@@ -94,6 +96,9 @@ pub struct Experiment {
     pub policy: RoundPolicy,
     /// How selected clients drop out and straggle (`[churn]`; none by default).
     pub churn: ChurnSection,
+    /// The access line each client sits behind where `flint run` emulates them (`[links]`,
+    /// `[[clients]] link`; none by default).
+    pub links: BTreeMap<crate::ClientId, LinkProfile>,
     pub data: DataSpec,
     pub partition: PartitionPlan,
     pub compression: Compression,
@@ -208,6 +213,7 @@ impl Experiment {
         rules::check_central(&strategy, clients.len())?;
         rules::check_selection(&strategy, &policy)?;
         let churn = file.churn.check()?;
+        let links = file.links.check()?.assign(file.seed, &clients);
         let mut policy = policy;
         policy.abandon_short |= churn.dropout > 0.0;
         let partition = rules::partition_for_data(&file.partition, &declared, &clients, &data)?;
@@ -233,6 +239,7 @@ impl Experiment {
             robust,
             policy,
             churn,
+            links,
             data,
             partition,
             compression,

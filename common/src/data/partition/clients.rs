@@ -4,6 +4,7 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
+use crate::config::LinkProfile;
 use crate::params::{ParamError, ParamResult};
 
 /// The longest client name: a certificate's common name holds at most 64 characters (X.509's
@@ -22,6 +23,10 @@ pub struct ClientSection {
     pub class_counts: Option<Vec<usize>>,
     /// Share of the rows, for `partition.kind = "fractions"`.
     pub fraction: Option<f64>,
+    /// The access line `flint run` puts this client behind (`lan`, `wan`, `mobile`), whatever
+    /// `[links]` says of the others.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link: Option<LinkProfile>,
 }
 
 /// A declared client, checked.
@@ -29,6 +34,7 @@ pub struct ClientSection {
 pub struct ClientSpec {
     pub name: String,
     pub compute_ghz: f64,
+    pub link: Option<LinkProfile>,
 }
 
 /// The clients an experiment declares, one by one (`[[clients]]`) or by number
@@ -86,7 +92,11 @@ pub fn declare_clients(
             }
             None => 1.0,
         };
-        clients.push(ClientSpec { name, compute_ghz });
+        clients.push(ClientSpec {
+            name,
+            compute_ghz,
+            link: c.link,
+        });
     }
     Ok((declared, clients))
 }
