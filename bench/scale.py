@@ -11,6 +11,10 @@ default; `--fresh` starts the CSV over).
     cargo build --release
     bench/scale.py --clients 1000 --per-process 1,10,100,1000 --repeat 10
     bench/scale.py --clients 100,1000,5000 --per-process 100 --repeat 3 --out scale-sizes.csv
+    bench/scale.py --clients 10000 --per-round 100 --per-process 200 --rounds 5 --repeat 1
+
+With --per-round K, each round asks K clients (`server.clients_per_round`) and the others check
+in: told when to come back, they hold no connection meanwhile (docs/PROTOCOL.md §Checking in).
 
 A run that does not finish within --timeout seconds is killed and recorded as not completed.
 Besides the means, each row has the second and the last round's times (round 1 reports no
@@ -30,7 +34,7 @@ import tempfile
 import time
 
 FIELDS = [
-    "clients", "per_process", "repetition", "completed", "wall_seconds",
+    "clients", "per_round", "per_process", "repetition", "completed", "wall_seconds",
     "round_seconds_mean", "aggregation_ms_mean", "server_peak_rss_mb", "rounds",
     "round_seconds_second", "round_seconds_last", "last_over_second", "server_kb_per_client",
 ]
@@ -44,7 +48,7 @@ client_count = {clients}
 [server]
 round_timeout_secs = 600
 eval_timeout_secs = 120
-
+{per_round}
 [data]
 source = "synthetic"
 samples = {samples}
@@ -63,18 +67,20 @@ def done_rows(path):
     if not os.path.exists(path):
         return set()
     with open(path) as f:
-        return {(int(r["clients"]), int(r["per_process"]), int(r["repetition"]))
+        return {(int(r["clients"]), int(r["per_round"]), int(r["per_process"]),
+                 int(r["repetition"]))
                 for r in csv.DictReader(f)}
 
 
-def one_run(flint, clients, per_process, repetition, rounds, timeout):
+def one_run(flint, clients, per_round, per_process, repetition, rounds, timeout):
     work = tempfile.mkdtemp(prefix="flint-scale-")
     try:
         exp = os.path.join(work, "scale.toml")
         with open(exp, "w") as f:
             # 20 rows per client, whatever the count; the seed moves with the repetition.
+            asked = f"clients_per_round = {per_round}\n" if per_round else ""
             f.write(EXPERIMENT.format(seed=repetition, rounds=rounds, clients=clients,
-                                      samples=20 * clients))
+                                      samples=20 * clients, per_round=asked))
         runs = os.path.join(work, "runs")
         start = time.monotonic()
         try:
@@ -88,14 +94,15 @@ def one_run(flint, clients, per_process, repetition, rounds, timeout):
         except subprocess.TimeoutExpired:
             ok = False
         wall = time.monotonic() - start
-        row = {"clients": clients, "per_process": per_process, "repetition": repetition,
+        row = {"clients": clients, "per_round": per_round, "per_process": per_process, "repetition": repetition,
                "completed": int(ok), "wall_seconds": f"{wall:.2f}", "rounds": rounds}
         results = os.path.join(runs, "scale", "results.json")
         if ok and os.path.exists(results):
             with open(results) as f:
                 r = json.load(f)
             closed = [x for x in r["rounds"] if x["round"] > 0 and x.get("seconds") is not None]
-            complete = all(len(x["participants"]) == clients for x in closed)
+            # Every client a round asked took part (all of them without --per-round).
+            complete = all(len(x["participants"]) == (per_round or clients) for x in closed)
             row["completed"] = int(complete and len(closed) == rounds)
             if not closed:
                 return row
@@ -124,6 +131,8 @@ def main():
     p.add_argument("--clients", default="1000", help="client counts, comma-separated")
     p.add_argument("--per-process", default="1,10,100,1000",
                    help="clients per process, comma-separated")
+    p.add_argument("--per-round", default="0",
+                   help="clients each round asks (server.clients_per_round; 0: all), comma-separated")
     p.add_argument("--repeat", type=int, default=10)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--timeout", type=float, default=900)
@@ -147,20 +156,19 @@ def main():
         w = csv.DictWriter(f, fieldnames=FIELDS)
         if new:
             w.writeheader()
-        for clients in ints(a.clients):
-            for per in ints(a.per_process):
-                if per > clients:
+        runs = [(c, k, per) for c in ints(a.clients) for k in ints(a.per_round)
+                for per in ints(a.per_process) if per <= c and k <= c]
+        for clients, asked, per in runs:
+            for rep in range(a.repeat):
+                if (clients, asked, per, rep) in seen:
                     continue
-                for rep in range(a.repeat):
-                    if (clients, per, rep) in seen:
-                        continue
-                    row = one_run(a.flint, clients, per, rep, a.rounds, a.timeout)
-                    w.writerow(row)
-                    f.flush()
-                    print(f"scale: {clients} clients, {per} per process, run {rep + 1}/{a.repeat}: "
-                          f"{'completed' if row['completed'] else 'FAILED'} in {row['wall_seconds']} s",
-                          flush=True)
-
+                row = one_run(a.flint, clients, asked, per, rep, a.rounds, a.timeout)
+                w.writerow(row)
+                f.flush()
+                print(f"scale: {clients} clients ({asked or 'all'} a round), {per} per process, "
+                      f"run {rep + 1}/{a.repeat}: "
+                      f"{'completed' if row['completed'] else 'FAILED'} in {row['wall_seconds']} s",
+                      flush=True)
 
 if __name__ == "__main__":
     main()
