@@ -368,12 +368,7 @@ fn a_thousand_clients_join_in_one_burst_and_finish() {
         assert!(run.try_wait().unwrap().is_none(), "flint run ended early");
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    let addr = std::fs::read_to_string(run_dir.join("metrics.addr")).unwrap();
-    let scrape = ureq::get(&format!("http://{addr}/metrics"))
-        .call()
-        .unwrap()
-        .into_string()
-        .unwrap();
+    let scrape = scrape_metrics(&run_dir);
     let series: Vec<&str> = scrape
         .lines()
         .filter(|l| !l.starts_with('#') && !l.is_empty())

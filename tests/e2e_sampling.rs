@@ -171,12 +171,7 @@ fn a_client_no_round_soon_asks_hangs_up_and_comes_back_when_told() {
     wait_for(LIMIT, || {
         run_dir.join("results.json").exists().then_some(())
     });
-    let addr = std::fs::read_to_string(run_dir.join("metrics.addr")).unwrap();
-    let scrape = ureq::get(&format!("http://{addr}/metrics"))
-        .call()
-        .unwrap()
-        .into_string()
-        .unwrap();
+    let scrape = scrape_metrics(&run_dir);
     end_metrics_linger(&run_dir);
     assert!(run.wait().unwrap().success());
     // Told to come back, a client closed its connection and made a new one to ask again.

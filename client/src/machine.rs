@@ -750,9 +750,9 @@ mod tests {
         assert_eq!(again.position().rounds_trained(), &[1]);
     }
 
-    #[test]
-    fn a_client_started_again_after_the_server_moved_on_reports_then_applies_the_download() {
-        let saved = Saved {
+    /// A checkpoint of round 2 trained, its report of round 1 riding on it.
+    fn trained_round_2() -> Saved {
+        Saved {
             before: vec![1],
             reported: 0,
             rng: derive_rng(1, "train", 1),
@@ -762,8 +762,12 @@ mod tests {
                 reports: vec![report(1)],
                 whole: None,
             },
-        };
-        let mut m = Machine::resumed(3, saved, RETRY);
+        }
+    }
+
+    #[test]
+    fn a_client_started_again_after_the_server_moved_on_reports_then_applies_the_download() {
+        let mut m = Machine::resumed(3, trained_round_2(), RETRY);
         assert_eq!(m.start(), Action::Ask { after: 1 });
         let first = m.handle(Event::Answered(task(3, false)));
         assert_eq!(first, Action::Report(report(1)));
@@ -809,18 +813,7 @@ mod tests {
 
     #[test]
     fn a_client_started_again_and_told_to_come_back_settles_its_round_and_reports_first() {
-        let saved = Saved {
-            before: vec![1],
-            reported: 0,
-            rng: derive_rng(1, "train", 1),
-            trained: Trained {
-                round: 2,
-                update: payload(102),
-                reports: vec![report(1)],
-                whole: None,
-            },
-        };
-        let mut m = Machine::resumed(3, saved, RETRY);
+        let mut m = Machine::resumed(3, trained_round_2(), RETRY);
         let first = m.handle(Event::Answered(come_back(4000)));
         assert_eq!(first, Action::Report(report(1)));
         assert_eq!(

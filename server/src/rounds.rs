@@ -497,9 +497,10 @@ impl Rounds {
 
     /// How long `client`, which has seen rounds up to `after_round` and has no task now, stays
     /// away before it asks again, where rounds sample their clients; `None`: it waits on its
-    /// call, as every client does in a run that asks them all. It waits where the next round
-    /// to open asks it; otherwise it is told to come back when the round before the one that
-    /// asks it opens (then it waits), or when the run should end.
+    /// call, as every client does in a run that asks them all. It waits where one of the next
+    /// [`selection::WAIT_AHEAD`] rounds asks it; otherwise it is told to come back when the
+    /// round that many before the one asking it opens (then it waits), or when the run should
+    /// end.
     pub fn come_back(
         &mut self,
         client: ClientId,
@@ -508,18 +509,15 @@ impl Rounds {
     ) -> Option<Duration> {
         let selection = self.policy.selection;
         selection.per_round?;
-        let (current, opened) = match &self.phase {
+        let current = match &self.phase {
             Phase::Finished { .. } => return None,
             Phase::WaitingForClients => {
                 let since = self.waiting_since.unwrap_or(now);
-                return Some(self.cap(selection::away(since, 0, None, now)));
+                let all_in = self.joined.len();
+                let opens = selection::extrapolate(since, now, all_in, self.policy.min_clients);
+                return Some(self.cap(selection::away(opens.unwrap_or(since), false, now)));
             }
-            Phase::Open {
-                round, opened_at, ..
-            }
-            | Phase::Aggregating {
-                round, opened_at, ..
-            } => (*round, *opened_at),
+            Phase::Open { round, .. } | Phase::Aggregating { round, .. } => *round,
         };
         let last = self.policy.rounds;
         let from = current.max(after_round) + 1;
@@ -527,12 +525,45 @@ impl Rounds {
             .ahead
             .next_asking(&selection, client, (from, last), &self.joined)
             .unwrap_or(last + 1);
-        if next == current + 1 && next <= last {
+        if next <= current + selection::WAIT_AHEAD && next <= last {
             return None;
         }
-        let back_for = if next <= last { next - 1 } else { last + 1 };
-        let wait = selection::away(opened, back_for - current, self.period(), now);
-        Some(self.cap(wait))
+        let back_for = if next <= last {
+            next - selection::WAIT_AHEAD
+        } else {
+            last + 1
+        };
+        let (target, measured) = self.opens(back_for - current, now);
+        Some(self.cap(selection::away(target, measured, now)))
+    }
+
+    /// When the `rounds`-th round after the current one should open: each as long as the last
+    /// closed round was (measured), or before any closed, as the current one goes (its updates
+    /// so far at the pace they came); unknown, when the current one opened.
+    fn opens(&self, rounds: u32, now: Instant) -> (Instant, bool) {
+        let (opened, length) = match &self.phase {
+            Phase::Open {
+                opened_at,
+                selected,
+                updates,
+                ..
+            } => {
+                let target = self.policy.selection.target(selected.len());
+                let closes = selection::extrapolate(*opened_at, now, updates.len(), target);
+                (*opened_at, closes.map(|c| c.duration_since(*opened_at)))
+            }
+            Phase::Aggregating {
+                opened_at,
+                closed_at,
+                ..
+            } => (*opened_at, Some(closed_at.duration_since(*opened_at))),
+            _ => (now, None),
+        };
+        match (self.period(), length) {
+            (Some(period), _) => (opened + period * rounds, true),
+            (None, Some(length)) => (opened + length * rounds, false),
+            (None, None) => (opened, false),
+        }
     }
 
     /// A stay away no longer than a round may last.
@@ -540,10 +571,18 @@ impl Rounds {
         wait.min(self.policy.round_timeout.max(selection::MIN_AWAY))
     }
 
-    /// How long the last closed round took from opening to the next one's opening.
+    /// How long a round takes from its opening to the next one's: the shortest of the last
+    /// eight closed (a round kept waiting for clients that came back late is no measure; a
+    /// client back early only waits on its call).
     fn period(&self) -> Option<Duration> {
-        let last = self.history.last()?;
-        Duration::try_from_secs_f64(last.seconds + last.aggregation_seconds).ok()
+        let shortest = self
+            .history
+            .iter()
+            .rev()
+            .take(8)
+            .map(|r| r.seconds + r.aggregation_seconds)
+            .min_by(f64::total_cmp)?;
+        Duration::try_from_secs_f64(shortest).ok()
     }
 
     /// Whether a round after `after_round` has opened without `client` (its next task is a

@@ -221,6 +221,16 @@ pub fn end_metrics_linger(run_dir: &Path) {
     );
 }
 
+/// One scrape of the metrics of `flint run`'s server in `run_dir` (its `metrics.addr`).
+pub fn scrape_metrics(run_dir: &Path) -> String {
+    let addr = std::fs::read_to_string(run_dir.join("metrics.addr")).unwrap();
+    ureq::get(&format!("http://{addr}/metrics"))
+        .call()
+        .unwrap()
+        .into_string()
+        .unwrap()
+}
+
 /// A free loopback port (for a program that must be told its port, as Prometheus must).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

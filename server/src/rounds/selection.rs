@@ -13,8 +13,12 @@ use flint_common::config::Selection;
 use flint_common::rng::derive_seed;
 use flint_common::{ClientId, Round};
 
+/// A client one of the next this many rounds asks waits on its call: a run whose rounds are
+/// shorter than a guess can be good still finds the clients of its next round connected.
+pub const WAIT_AHEAD: u32 = 2;
+
 /// The shortest stay away: a client told to come back sooner asks again at once.
-pub const MIN_AWAY: Duration = Duration::from_secs(1);
+pub const MIN_AWAY: Duration = Duration::from_millis(250);
 
 /// A client's rank in `round`'s draw (ties, vanishingly rare, go to the smaller id).
 fn rank(seed: u64, round: Round, client: ClientId) -> (u64, ClientId) {
@@ -81,14 +85,22 @@ fn cutoff(selection: &Selection, round: Round, joined: &[ClientId]) -> Option<(u
     Some(*nth)
 }
 
-/// How long to stay away to be back when the `rounds`-th round after the one opened at
-/// `opened` opens, rounds lasting `period`; unknown, or already past, the wait grows with
-/// how far off the guess is (so a run slower than guessed is asked about ever less often).
-pub fn away(opened: Instant, rounds: u32, period: Option<Duration>, now: Instant) -> Duration {
-    let target = period.map_or(opened, |p| opened + p * rounds);
+/// When `of` things will have happened, at the pace the first `done` came since `start`
+/// (`None` before the first).
+pub fn extrapolate(start: Instant, now: Instant, done: usize, of: usize) -> Option<Instant> {
+    let elapsed = now.checked_duration_since(start)?;
+    (done > 0).then(|| start + elapsed.mul_f64(of as f64 / done as f64))
+}
+
+/// How long to stay away to be back at `target`, a time `measured` from a closed round's length
+/// (trusted), or else projected (half the way there: a projection early in a phase can be far
+/// off, and a client back too late costs its round time). A guess already past gives half as
+/// long as it is late, so a run slower than guessed is asked about ever less often.
+pub fn away(target: Instant, measured: bool, now: Instant) -> Duration {
     let wait = match target.checked_duration_since(now) {
-        Some(ahead) => ahead,
-        None => now.duration_since(target),
+        Some(ahead) if measured => ahead,
+        Some(ahead) => ahead / 2,
+        None => now.duration_since(target) / 2,
     };
     wait.max(MIN_AWAY)
 }
@@ -139,16 +151,15 @@ mod tests {
     }
 
     #[test]
-    fn a_stay_away_ends_when_the_round_should_open_and_grows_with_a_wrong_guess() {
+    fn a_stay_away_ends_at_a_measured_target_and_halves_a_projected_or_wrong_guess() {
         let t0 = Instant::now();
         let s = Duration::from_secs;
-        assert_eq!(away(t0, 3, Some(s(4)), t0 + s(2)), s(10));
-        assert_eq!(away(t0, 1, Some(s(4)), t0 + s(9)), s(5), "5 s late");
-        assert_eq!(
-            away(t0, 2, None, t0 + s(6)),
-            s(6),
-            "unknown: as long as so far"
-        );
-        assert_eq!(away(t0, 1, Some(s(4)), t0 + s(4)), MIN_AWAY);
+        assert_eq!(away(t0 + s(12), true, t0 + s(2)), s(10));
+        assert_eq!(away(t0 + s(12), false, t0 + s(2)), s(5), "half way");
+        assert_eq!(away(t0 + s(4), true, t0 + s(10)), s(3), "6 s late");
+        assert_eq!(away(t0 + s(4), true, t0 + s(4)), MIN_AWAY);
+        // Four of ten in after 2 s: the tenth at 5 s.
+        assert_eq!(extrapolate(t0, t0 + s(2), 4, 10), Some(t0 + s(5)));
+        assert_eq!(extrapolate(t0, t0 + s(2), 0, 10), None);
     }
 }

@@ -246,27 +246,31 @@ fn a_client_no_round_soon_asks_is_told_when_to_come_back_and_one_asked_next_wait
         ..sampled(6, 2, 0.0, 7)
     };
     let mut r = five_joined(p.clone(), t0);
-    // Round 1 is open and no round has closed: a stay away as long as the round so far.
+    // Round 1 is open, nothing in and no round closed: half as long as the round so far.
     let first = asked(&r, 1);
     for c in (1..=5).filter(|c| !first.contains(c)) {
         let away = r.come_back(c, 0, t0 + s(3));
         match first_asking(&p, c, 2) {
-            Some(2) => assert_eq!(away, None, "client {c} is asked next: it waits"),
-            _ => assert_eq!(away, Some(s(3)), "client {c}"),
+            Some(2 | 3) => assert_eq!(away, None, "client {c} is asked soon: it waits"),
+            _ => assert_eq!(away, Some(Duration::from_millis(1500)), "client {c}"),
         }
     }
-    // Round 1 took 4 s: a client is back when the round before the one asking it opens.
-    for &c in &asked(&r, 1) {
-        take(&mut r, c, 1, model(1.0), t0 + s(4)).unwrap();
+    // Half its updates in after 2 s: round 1 should last 4 s, and a client round 4 asks first
+    // is back half way to when round 2 should open (a projection).
+    take(&mut r, first[0], 1, model(1.0), t0 + s(2)).unwrap();
+    for c in (1..=5).filter(|&c| first_asking(&p, c, 2) == Some(4)) {
+        assert_eq!(r.come_back(c, 0, t0 + s(2)), Some(s(1)), "client {c}");
     }
+    // Round 1 took 4 s: a client is back when the round two before the one asking it opens.
+    take(&mut r, first[1], 1, model(1.0), t0 + s(4)).unwrap();
     let period = s(4) + Duration::from_secs_f64(r.history()[0].aggregation_seconds);
     let mut seen = BTreeSet::new();
     let second = asked(&r, 2);
     for c in (1..=5).filter(|c| !second.contains(c)) {
         let away = r.come_back(c, 1, t0 + s(4)).map(|a| a.as_millis());
         let expected = match first_asking(&p, c, 3) {
-            Some(3) => None,
-            Some(next) => Some(period * (next - 3)),
+            Some(3 | 4) => None,
+            Some(next) => Some(period * (next - 4)),
             None => Some((period * 5).min(s(30))),
         };
         assert_eq!(away, expected.map(|e| e.as_millis()), "client {c}");
@@ -285,7 +289,8 @@ fn before_round_one_a_sampled_client_comes_back_and_after_the_run_it_waits() {
     let mut r = rounds(sampled(1, 2, 0.0, 3));
     r.join(1, summary(1), t0).unwrap();
     assert_eq!(r.come_back(1, 0, t0), Some(selection::MIN_AWAY));
-    assert_eq!(r.come_back(1, 0, t0 + s(5)), Some(s(5)));
+    // One of five in after 1 s: the fifth at 5 s, half way there.
+    assert_eq!(r.come_back(1, 0, t0 + s(1)), Some(s(2)));
     for c in 2..=5 {
         r.join(c, summary(1), t0 + s(5)).unwrap();
     }
