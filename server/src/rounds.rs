@@ -511,12 +511,7 @@ impl Rounds {
         selection.per_round?;
         let current = match &self.phase {
             Phase::Finished { .. } => return None,
-            Phase::WaitingForClients => {
-                let since = self.waiting_since.unwrap_or(now);
-                let all_in = self.joined.len();
-                let opens = selection::extrapolate(since, now, all_in, self.policy.min_clients);
-                return Some(self.cap(selection::away(opens.unwrap_or(since), false, now)));
-            }
+            Phase::WaitingForClients => return self.away_before_round_one(client, now),
             Phase::Open { round, .. } | Phase::Aggregating { round, .. } => *round,
         };
         let last = self.policy.rounds;
@@ -535,6 +530,24 @@ impl Rounds {
         };
         let (target, measured) = self.opens(back_for - current, now);
         Some(self.cap(selection::away(target, measured, now)))
+    }
+
+    /// Before round 1: a client the first rounds ask (as far as the clients joined so far
+    /// decide) waits on its call, so round 1 finds its clients connected; the others stay away
+    /// as long as the joins have taken so far.
+    fn away_before_round_one(&mut self, client: ClientId, now: Instant) -> Option<Duration> {
+        let selection = self.policy.selection;
+        let soon = (1, selection::WAIT_AHEAD.min(self.policy.rounds));
+        if self
+            .ahead
+            .next_asking(&selection, client, soon, &self.joined)
+            .is_some()
+        {
+            return None;
+        }
+        let since = self.waiting_since.unwrap_or(now);
+        let waited = now.saturating_duration_since(since);
+        Some(self.cap(waited.max(selection::MIN_AWAY)))
     }
 
     /// When the `rounds`-th round after the current one should open: each as long as the last
@@ -566,9 +579,10 @@ impl Rounds {
         }
     }
 
-    /// A stay away no longer than a round may last.
+    /// A stay away no longer than a round may last, nor than the final evaluations are awaited.
     fn cap(&self, wait: Duration) -> Duration {
-        wait.min(self.policy.round_timeout.max(selection::MIN_AWAY))
+        let longest = self.policy.round_timeout.min(self.policy.eval_timeout);
+        wait.min(longest.max(selection::MIN_AWAY))
     }
 
     /// How long a round takes from its opening to the next one's: the shortest of the last

@@ -52,7 +52,7 @@ pub struct Ahead {
 
 impl Ahead {
     /// The first round in `from..=last` that asks `client`, as far as the clients joined so
-    /// far decide (a later join can only postpone it).
+    /// far decide (a later join can only postpone it); no later than the round that asks it.
     pub fn next_asking(
         &mut self,
         selection: &Selection,
@@ -60,7 +60,9 @@ impl Ahead {
         (from, last): (Round, Round),
         joined: &BTreeMap<ClientId, impl Sized>,
     ) -> Option<Round> {
-        if self.joined != joined.len() {
+        // Cutoffs drawn among fewer clients are no smaller, so a client they leave out is left
+        // out still: they are drawn again only once the joined have grown by a sixteenth.
+        if joined.len() > self.joined + self.joined / 16 {
             self.joined = joined.len();
             self.cutoffs.clear();
         }
@@ -92,13 +94,15 @@ pub fn extrapolate(start: Instant, now: Instant, done: usize, of: usize) -> Opti
     (done > 0).then(|| start + elapsed.mul_f64(of as f64 / done as f64))
 }
 
-/// How long to stay away to be back at `target`, a time `measured` from a closed round's length
-/// (trusted), or else projected (half the way there: a projection early in a phase can be far
-/// off, and a client back too late costs its round time). A guess already past gives half as
-/// long as it is late, so a run slower than guessed is asked about ever less often.
-pub fn away(target: Instant, measured: bool, now: Instant) -> Duration {
+/// How long to stay away to be back at `target`, a time `trusted` (measured from closed rounds,
+/// or the joins' steady pace), or else projected from a round's first updates (half the way
+/// there: such a projection can be far off, and a client back too late costs its round time).
+/// A guess already past gives half as long as it is late, so a run slower than guessed is
+/// asked about less often (each check-in is a connection made, a handshake under TLS) and a
+/// client is back within half its lateness of the round that wants it.
+pub fn away(target: Instant, trusted: bool, now: Instant) -> Duration {
     let wait = match target.checked_duration_since(now) {
-        Some(ahead) if measured => ahead,
+        Some(ahead) if trusted => ahead,
         Some(ahead) => ahead / 2,
         None => now.duration_since(target) / 2,
     };
@@ -151,7 +155,7 @@ mod tests {
     }
 
     #[test]
-    fn a_stay_away_ends_at_a_measured_target_and_halves_a_projected_or_wrong_guess() {
+    fn a_stay_away_ends_at_a_trusted_target_and_halves_a_projected_or_late_one() {
         let t0 = Instant::now();
         let s = Duration::from_secs;
         assert_eq!(away(t0 + s(12), true, t0 + s(2)), s(10));

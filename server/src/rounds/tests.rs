@@ -243,6 +243,7 @@ fn a_client_no_round_soon_asks_is_told_when_to_come_back_and_one_asked_next_wait
     let s = Duration::from_secs;
     let p = RoundPolicy {
         round_timeout: s(30),
+        eval_timeout: s(30),
         ..sampled(6, 2, 0.0, 7)
     };
     let mut r = five_joined(p.clone(), t0);
@@ -287,13 +288,21 @@ fn before_round_one_a_sampled_client_comes_back_and_after_the_run_it_waits() {
     let t0 = Instant::now();
     let s = Duration::from_secs;
     let mut r = rounds(sampled(1, 2, 0.0, 3));
+    // Fewer joined than a round asks: each is asked, and waits.
     r.join(1, summary(1), t0).unwrap();
-    assert_eq!(r.come_back(1, 0, t0), Some(selection::MIN_AWAY));
-    // One of five in after 1 s: the fifth at 5 s, half way there.
-    assert_eq!(r.come_back(1, 0, t0 + s(1)), Some(s(2)));
-    for c in 2..=5 {
-        r.join(c, summary(1), t0 + s(5)).unwrap();
+    assert_eq!(r.come_back(1, 0, t0 + s(1)), None);
+    for c in 2..=4 {
+        r.join(c, summary(1), t0 + s(2)).unwrap();
     }
+    // Four joined, two asked in round 1 (the only one): the other two stay away as long as
+    // the joins have taken.
+    let ids: Vec<ClientId> = (1..=4).collect();
+    let soon = selection::select(&r.policy.selection, 1, &ids);
+    for c in 1..=4 {
+        let away = r.come_back(c, 0, t0 + s(3));
+        assert_eq!(away, (!soon.contains(&c)).then_some(s(3)), "client {c}");
+    }
+    r.join(5, summary(1), t0 + s(5)).unwrap();
     for &c in &asked(&r, 1) {
         take(&mut r, c, 1, model(1.0), t0 + s(6)).unwrap();
     }
