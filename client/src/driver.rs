@@ -285,7 +285,8 @@ impl Client {
     /// without a word).
     fn say_if_dropping(&self, task: &RoundTask) {
         let e = &self.experiment;
-        if !task.finished && e.churn.drops(e.seed, self.id, task.round) {
+        let work = !task.finished && task.come_back_ms == 0;
+        if work && e.churn.drops(e.seed, self.id, task.round) {
             tracing::info!(
                 client = self.id,
                 round = task.round,

@@ -136,10 +136,19 @@ pub struct ServerSection {
     /// updates of the rest arrive late and are recorded, not aggregated.
     #[serde(skip_serializing_if = "is_zero")]
     pub over_selection: f64,
+    /// With `clients_per_round`: a client the next two rounds do not ask is told when to come
+    /// back and hangs up (docs/PROTOCOL.md §Checking in); `false` keeps every client's
+    /// connection open, waiting on its call (less memory against fewer handshakes).
+    #[serde(skip_serializing_if = "is_true")]
+    pub check_in: bool,
 }
 
 fn is_zero(x: &f64) -> bool {
     *x == 0.0
+}
+
+fn is_true(x: &bool) -> bool {
+    *x
 }
 
 impl Default for ServerSection {
@@ -152,6 +161,7 @@ impl Default for ServerSection {
             keep_updates: false,
             clients_per_round: None,
             over_selection: 0.0,
+            check_in: true,
         }
     }
 }
@@ -180,6 +190,8 @@ pub struct Selection {
     /// Updates that close a round; `None`: every joined client is selected and awaited.
     pub per_round: Option<usize>,
     pub over_selection: f64,
+    /// Clients no round soon asks check in rather than wait on their calls (with `per_round`).
+    pub check_in: bool,
 }
 
 impl Selection {
@@ -189,6 +201,7 @@ impl Selection {
             seed: 0,
             per_round: None,
             over_selection: 0.0,
+            check_in: false,
         }
     }
 
@@ -261,6 +274,7 @@ impl ServerSection {
                 seed,
                 per_round,
                 over_selection: self.over_selection,
+                check_in: self.check_in && per_round.is_some(),
             }),
         }
     }

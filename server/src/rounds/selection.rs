@@ -118,6 +118,7 @@ mod tests {
             seed: 5,
             per_round: Some(per_round),
             over_selection: 0.0,
+            check_in: true,
         }
     }
 

@@ -83,6 +83,7 @@ fn sampled(rounds: u32, per_round: usize, over_selection: f64, seed: u64) -> Rou
             seed,
             per_round: Some(per_round),
             over_selection,
+            check_in: true,
         },
         abandon_short: true,
         ..policy(rounds, 5, 1)
@@ -278,9 +279,13 @@ fn a_client_no_round_soon_asks_is_told_when_to_come_back_and_one_asked_next_wait
         seen.insert(expected.is_some());
     }
     assert!(seen.contains(&true), "some client is told to come back");
-    // Every client asked: nobody is told to go.
+    // Every client asked, or clients told to hold their connections: nobody is told to go.
     let mut full = five_joined(policy(3, 5, 1), t0);
     assert_eq!(full.come_back(1, 0, t0 + s(3)), None);
+    let mut held = p.clone();
+    held.selection.check_in = false;
+    let mut held = five_joined(held, t0);
+    assert!((1..=5).all(|c| held.come_back(c, 0, t0 + s(3)).is_none()));
 }
 
 #[test]
