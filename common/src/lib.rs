@@ -9,6 +9,7 @@ pub mod data;
 pub mod degenerate;
 pub mod error;
 pub mod hex;
+pub mod link;
 pub mod metrics;
 pub mod model;
 pub mod params;

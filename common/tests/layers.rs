@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[(&str, u32)] = &[
     ("error", 0),
     ("hex", 0),
+    ("link", 0),
     ("params", 0),
     ("rng", 0),
     ("text", 0),

@@ -4,7 +4,7 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::LinkProfile;
+use crate::link::LinkProfile;
 use crate::params::{ParamError, ParamResult};
 
 /// The longest client name: a certificate's common name holds at most 64 characters (X.509's
