@@ -6,6 +6,7 @@ mod data;
 mod explain;
 mod grid;
 mod kit;
+mod lines;
 mod link;
 mod pack;
 mod plot;

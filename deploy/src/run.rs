@@ -1,20 +1,18 @@
 //! `flint run`: the server and the clients as real OS processes on loopback, progress while it
 //! runs, and the run directory afterwards.
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use flint_common::ClientId;
 use flint_common::config::{Experiment, LinkProfile, parse_override};
 use flint_common::text::count;
 use flint_common::wire::ledger::Flow;
-use flint_server::results::{EmulatedLink, Status};
+use flint_server::results::Status;
 use flint_shell::tls::Pki;
 
+use crate::lines::{Lines, by_line, client_links, start_relays};
 use crate::report::{kb, levels};
 
 /// Built in, so `flint run` works from any directory.
@@ -161,109 +159,6 @@ pub fn execute(args: &RunArgs, progress: bool) -> anyhow::Result<PathBuf> {
 /// Checks the data before any process starts and returns the sha256 of each file the clients
 /// will read, for the results' provenance. A table is read here once, so that a mistake in it
 /// stops the run with the file's own error rather than a client's log.
-/// The line each client sits behind: `--link`'s for all of them, else the experiment's.
-fn client_links(
-    link: Option<LinkProfile>,
-    experiment: &Experiment,
-    say: &impl Fn(String),
-) -> BTreeMap<ClientId, LinkProfile> {
-    let Some(link) = link else {
-        return experiment.links.clone();
-    };
-    if !experiment.links.is_empty() {
-        say(format!(
-            "  --link {}: every client on it, not on the experiment's [links]",
-            link.name()
-        ));
-    }
-    (1..=experiment.clients.len() as ClientId)
-        .map(|id| (id, link))
-        .collect()
-}
-
-/// A relay in front of the server at `addr` for each line some client sits behind: the
-/// address its clients use, and what it carried.
-type Relays = BTreeMap<LinkProfile, (String, Arc<crate::link::Carried>)>;
-
-fn start_relays(links: &BTreeMap<ClientId, LinkProfile>, addr: &str) -> anyhow::Result<Relays> {
-    let server: std::net::SocketAddr = addr
-        .parse()
-        .with_context(|| format!("the server's address {addr:?}"))?;
-    let used: BTreeSet<LinkProfile> = links.values().copied().collect();
-    used.into_iter()
-        .map(|p| {
-            let (relay, carried) = crate::link::spawn(crate::link::of(p), server)?;
-            Ok((p, (relay.to_string(), carried)))
-        })
-        .collect()
-}
-
-/// The clients by the address they reach the server at (their line's relay, or the server),
-/// each group in id order.
-fn by_line(
-    names: &[String],
-    links: &BTreeMap<ClientId, LinkProfile>,
-    relays: &Relays,
-    server: &str,
-) -> Vec<(String, Vec<String>)> {
-    let mut groups: BTreeMap<Option<LinkProfile>, Vec<String>> = BTreeMap::new();
-    for (i, name) in names.iter().enumerate() {
-        let link = links.get(&(i as ClientId + 1)).copied();
-        groups.entry(link).or_default().push(name.clone());
-    }
-    groups
-        .into_iter()
-        .map(|(link, names)| {
-            let addr = link.map_or(server, |p| relays[&p].0.as_str());
-            (addr.to_string(), names)
-        })
-        .collect()
-}
-
-/// The emulated lines as results.json records them.
-struct Lines {
-    /// `--link`'s, which every client sat behind.
-    every: Option<EmulatedLink>,
-    by_profile: BTreeMap<String, EmulatedLink>,
-    clients: BTreeMap<ClientId, String>,
-}
-
-impl Lines {
-    fn of(
-        every: Option<LinkProfile>,
-        links: &BTreeMap<ClientId, LinkProfile>,
-        relays: &Relays,
-    ) -> Lines {
-        let line = |p: LinkProfile| {
-            let l = crate::link::of(p);
-            let carried = relays.get(&p).map(|(_, c)| c);
-            let load = |a: &Arc<std::sync::atomic::AtomicU64>| {
-                a.load(std::sync::atomic::Ordering::Relaxed)
-            };
-            EmulatedLink {
-                profile: p.name().to_string(),
-                one_way_ms: l.one_way.as_secs_f64() * 1e3,
-                up_bits_per_sec: l.up_bits_per_sec,
-                down_bits_per_sec: l.down_bits_per_sec,
-                clients: Some(links.values().filter(|&&q| q == p).count()),
-                relayed_up_bytes: carried.map(|c| load(&c.up)),
-                relayed_down_bytes: carried.map(|c| load(&c.down)),
-            }
-        };
-        Lines {
-            every: every.map(line),
-            by_profile: relays
-                .keys()
-                .map(|&p| (p.name().to_string(), line(p)))
-                .collect(),
-            clients: links
-                .iter()
-                .map(|(&id, p)| (id, p.name().to_string()))
-                .collect(),
-        }
-    }
-}
-
 fn check_data(
     experiment: &Experiment,
     data_dir: &Path,
