@@ -526,10 +526,10 @@ impl AggregatorService {
     }
 
     /// The task after `round` for an update sent with `wait_next`, if its download is that
-    /// round's aggregate (another round's bytes would go under this one's label). None too
-    /// where the client holds its most long-polls, the next round does not select it, or the
-    /// wait fails (the server stops): the update is taken, so its answer says so, and the
-    /// client asks GetRound.
+    /// round's aggregate (another round's bytes would go under this one's label), or the
+    /// answer telling a client no round soon asks when to come back. None too where the client
+    /// holds its most long-polls, the next round does not select it, or the wait fails (the
+    /// server stops): the update is taken, so its answer says so, and the client asks GetRound.
     async fn task_after(&self, client: ClientId, round: Round) -> Option<RoundTask> {
         let waiting = LongPoll::enter(&self.0, client).ok()?;
         match self.wait_task(waiting, round, true).await {
