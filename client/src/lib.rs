@@ -130,6 +130,7 @@ fn shell_for(
         retry_for: Duration::from_secs_f64(args.retry_secs.max(0.0)),
         out: args.out.clone(),
         enroll,
+        handshakes: Arc::new(tokio::sync::Semaphore::new(shell::HANDSHAKES)),
     })
 }
 

@@ -12,8 +12,13 @@ use flint_common::wire::chunks::MAX_CHUNK;
 use flint_common::wire::ledger::Direction;
 use flint_common::wire::proto::ClaimRequest;
 use flint_shell::meter::{ConnMeter, CountingIo, LinkMeter, MessageMeterLayer, SharedLedger};
+use flint_shell::tls::client::TlsDial;
+use flint_shell::tls::records::Records;
 use hyper_util::rt::TokioIo;
 use prost::Message;
+use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
+use tokio_util::either::Either;
 use tonic::Request;
 use tonic::transport::{Channel, Endpoint};
 
@@ -43,6 +48,8 @@ pub(crate) struct Shell {
     /// `--out`, where each client's bytes so far go after every round it reports on.
     pub out: Option<std::path::PathBuf>,
     pub enroll: Enroll,
+    /// Turns at opening a connection ([`HANDSHAKES`] at once).
+    pub handshakes: Arc<tokio::sync::Semaphore>,
 }
 
 /// One client's connection (every reconnect counted by one meter) and its byte ledger.
@@ -52,11 +59,21 @@ pub(crate) struct Conn {
     pub dialer: Dialer,
 }
 
+/// How long a connection (TCP and TLS handshake) may take once it is its turn.
+const CONNECT: Duration = Duration::from_secs(5);
+
+/// Connections a process opens at once: a thousand clients of one process joining together
+/// would otherwise each start a handshake, time out behind the others on a busy server, and
+/// start again, the server's work on the first ones wasted.
+pub(crate) const HANDSHAKES: usize = 8;
+
 /// What makes a client's connection, kept to make it again after the client stayed away
 /// (counted by the same meter, booked in the same ledger).
 #[derive(Clone)]
 pub(crate) struct Dialer {
     endpoint: Endpoint,
+    tls: Option<TlsDial>,
+    handshakes: Arc<tokio::sync::Semaphore>,
     meter: ConnMeter,
     ledger: Arc<SharedLedger>,
     link: Option<Arc<LinkMeter>>,
@@ -67,23 +84,24 @@ pub(crate) struct Dialer {
 impl Dialer {
     /// A connection made at its first call (lazily: a client that stays away holds none).
     pub(crate) fn dial(&self) -> Grpc {
-        let meter = self.meter.clone();
+        let (meter, tls, handshakes) = (
+            self.meter.clone(),
+            self.tls.clone(),
+            self.handshakes.clone(),
+        );
         let connector = tower::service_fn(move |uri: http::Uri| {
-            let meter = meter.clone();
+            let (meter, tls, handshakes) = (meter.clone(), tls.clone(), handshakes.clone());
             async move {
-                let host = uri
-                    .host()
-                    .unwrap_or("127.0.0.1")
-                    .trim_start_matches('[')
-                    .trim_end_matches(']')
-                    .to_string();
-                let port = uri.port_u16().unwrap_or(match uri.scheme_str() {
-                    Some("https") => 443,
-                    _ => 80,
-                });
-                let tcp = tokio::net::TcpStream::connect((host.as_str(), port)).await?;
-                tcp.set_nodelay(true)?;
-                Ok::<_, std::io::Error>(TokioIo::new(CountingIo::new(tcp, meter)))
+                let _turn = handshakes.acquire_owned().await;
+                let io = tokio::time::timeout(CONNECT, connect(uri, meter, tls))
+                    .await
+                    .map_err(|_| {
+                        std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            format!("no connection within {} s", CONNECT.as_secs()),
+                        )
+                    })??;
+                Ok::<_, std::io::Error>(TokioIo::new(io))
             }
         });
         let channel = self.endpoint.connect_with_connector_lazy(connector);
@@ -99,6 +117,29 @@ impl Dialer {
         }
         grpc
     }
+}
+
+/// TCP to `uri`'s host and port, counted by `meter`, and TLS over it where the client has
+/// settings for it.
+async fn connect(
+    uri: http::Uri,
+    meter: ConnMeter,
+    tls: Option<TlsDial>,
+) -> std::io::Result<Either<CountingIo<TcpStream>, Records<TlsStream<CountingIo<TcpStream>>>>> {
+    let host = uri
+        .host()
+        .unwrap_or("127.0.0.1")
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string();
+    let port = uri.port_u16().unwrap_or(80);
+    let tcp = TcpStream::connect((host.as_str(), port)).await?;
+    tcp.set_nodelay(true)?;
+    let counted = CountingIo::new(tcp, meter);
+    Ok(match tls {
+        Some(tls) => Either::Right(tls.connect(counted).await?),
+        None => Either::Left(counted),
+    })
 }
 
 impl Shell {
@@ -186,15 +227,9 @@ impl Shell {
 
     /// A connection for the client `name` (`auto` for one that asks for its slot).
     fn connect(&self, name: &str) -> anyhow::Result<Conn> {
-        let server = &self.server;
-        let endpoint = Endpoint::from_shared(server.to_string()).with_context(|| {
-            format!("bad server address {server:?}; expected e.g. http://host:50051")
-        })?;
-        let endpoint = self
-            .tls
-            .for_client(name)?
-            .apply(endpoint)?
-            .connect_timeout(Duration::from_secs(5))
+        let (address, tls) = self.tls.for_client(name)?.dial(&self.server)?;
+        let endpoint = Endpoint::from_shared(address.clone())
+            .with_context(|| format!("bad server address {address:?}"))?
             .tcp_nodelay(true)
             // A ping after 30 s without a frame from the server (a dead server is noticed within
             // 50 s); at 10 s, a client waiting out its peers' training pinged in most rounds.
@@ -205,6 +240,8 @@ impl Shell {
         let ledger = Arc::new(SharedLedger::default());
         let dialer = Dialer {
             endpoint,
+            tls,
+            handshakes: self.handshakes.clone(),
             meter: ConnMeter::default(),
             ledger: ledger.clone(),
             link: self.link.clone(),

@@ -6,6 +6,8 @@ use std::path::PathBuf;
 use anyhow::{Context, bail};
 use tonic::transport::Endpoint;
 
+use flint_shell::tls::client::TlsDial;
+
 use crate::identity::AUTO;
 
 /// TLS of a client (PEM files, e.g. from `flint certs`); the server address is then https://.
@@ -57,7 +59,54 @@ impl ClientTls {
         })
     }
 
-    /// The endpoint with TLS when a CA is given; the address's scheme must agree.
+    /// How a client's own connector reaches `server`: the address tonic is given (plain
+    /// `http://` with the port spelled out: the connector does TLS itself, a record per flush)
+    /// and the TLS settings, when a CA is given; the address's scheme must agree.
+    pub fn dial(&self, server: &str) -> anyhow::Result<(String, Option<TlsDial>)> {
+        use flint_shell::tls::read_pem;
+        let uri: http::Uri = server.parse().with_context(|| {
+            format!("bad server address {server:?}; expected e.g. http://host:50051")
+        })?;
+        let https = uri.scheme_str() == Some("https");
+        let Some(ca) = &self.tls_ca else {
+            if https {
+                bail!(
+                    "an https:// server address needs --tls-ca (the CA that signed the server's certificate)"
+                );
+            }
+            return Ok((server.to_string(), None));
+        };
+        if !https {
+            bail!("with --tls-ca the server address must start with https://");
+        }
+        let Some(host) = uri.host() else {
+            bail!("the server address {server:?} names no host");
+        };
+        let port = uri.port_u16().unwrap_or(443);
+        let identity = match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => Some((
+                read_pem(cert, "client certificate (--tls-cert)")?,
+                read_pem(key, "client key (--tls-key)")?,
+            )),
+            _ => None,
+        };
+        let config = flint_shell::tls::client::client_config(
+            &read_pem(ca, "CA (--tls-ca)")?,
+            identity.as_ref().map(|(c, k)| (c.as_slice(), k.as_slice())),
+        )?;
+        let name = match &self.tls_server_name {
+            Some(name) => name.clone(),
+            None => host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_string(),
+        };
+        let dial = TlsDial::new(config, &name)?;
+        Ok((format!("http://{host}:{port}"), Some(dial)))
+    }
+
+    /// The endpoint with tonic's TLS when a CA is given (one-off calls: the health check); the
+    /// address's scheme must agree.
     pub fn apply(&self, endpoint: Endpoint) -> anyhow::Result<Endpoint> {
         use flint_shell::tls::read_pem;
         use tonic::transport::{Certificate, ClientTlsConfig, Identity};

@@ -14,6 +14,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use flint_shell::meter::{ConnMeter, CountingIo};
+use flint_shell::tls::server::Served;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
@@ -98,16 +99,18 @@ impl Gate {
     }
 }
 
-/// A connection as the server serves it: counted, holding one of the `max` slots, and closed if
-/// its opening bytes do not come in time.
-pub type Conn = Guarded<CountingIo<TcpStream>>;
+/// A connection as the server serves it: counted, holding one of the `max` slots, closed if its
+/// opening bytes do not come in time, under TLS where the server has a certificate.
+pub type Conn = Served<Guarded<CountingIo<TcpStream>>>;
 
 /// Accepts on `listener` in a task of its own; every accepted connection gets a [`ConnMeter`]
-/// (handed to `on_accept`, for the final flush of its bytes).
+/// (handed to `on_accept`, for the final flush of its bytes). Under `tls` each handshake runs in
+/// a task of its own, within the opening deadline, and a failed one is dropped.
 pub fn incoming(
     listener: TcpListener,
     limits: Limits,
     gate: Arc<Gate>,
+    tls: Option<Arc<rustls::ServerConfig>>,
     on_accept: impl Fn(&ConnMeter) + Send + 'static,
 ) -> ReceiverStream<io::Result<Conn>> {
     let (tx, rx) = mpsc::channel(64);
@@ -142,12 +145,32 @@ pub fn incoming(
             let meter = ConnMeter::default();
             on_accept(&meter);
             let conn = Guarded::new(CountingIo::new(tcp, meter), slot, limits.opening);
-            if tx.send(Ok(conn)).await.is_err() {
-                return; // the server stopped
-            }
+            let Some(config) = &tls else {
+                if tx.send(Ok(Served::Plain(conn))).await.is_err() {
+                    return; // the server stopped
+                }
+                continue;
+            };
+            tokio::spawn(handshake(config.clone(), conn, limits.opening, tx.clone()));
         }
     });
     ReceiverStream::new(rx)
+}
+
+/// The TLS handshake of an accepted connection, passed on to the server if it completes in time.
+async fn handshake(
+    config: Arc<rustls::ServerConfig>,
+    conn: Guarded<CountingIo<TcpStream>>,
+    opening: Duration,
+    tx: mpsc::Sender<io::Result<Conn>>,
+) {
+    match tokio::time::timeout(opening, Served::accept(config, conn)).await {
+        Ok(Ok(conn)) => {
+            let _ = tx.send(Ok(conn)).await;
+        }
+        Ok(Err(e)) => tracing::debug!(error = %e, "TLS handshake failed"),
+        Err(_) => tracing::debug!("TLS handshake did not complete in time"),
+    }
 }
 
 /// The host an address counts for: an IPv4 address (also one mapped into IPv6), or an IPv6
@@ -280,7 +303,7 @@ mod tests {
     async fn a_silent_connection_is_closed_and_a_talking_one_is_not() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let mut conns = incoming(listener, limits(8), Gate::new(&limits(8)), |_| {});
+        let mut conns = incoming(listener, limits(8), Gate::new(&limits(8)), None, |_| {});
         let _silent = TcpStream::connect(addr).await.unwrap();
         let mut talking = TcpStream::connect(addr).await.unwrap();
         let mut a = conns.next().await.unwrap().unwrap();
@@ -305,7 +328,7 @@ mod tests {
     async fn an_opening_trickled_a_byte_at_a_time_is_closed_at_the_deadline() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let mut conns = incoming(listener, limits(8), Gate::new(&limits(8)), |_| {});
+        let mut conns = incoming(listener, limits(8), Gate::new(&limits(8)), None, |_| {});
         let mut slow = TcpStream::connect(addr).await.unwrap();
         let mut conn = conns.next().await.unwrap().unwrap();
         let started = std::time::Instant::now();
@@ -355,7 +378,7 @@ mod tests {
             ..limits(8)
         };
         let gate = Gate::new(&capped);
-        let mut conns = incoming(listener, capped, gate.clone(), |_| {});
+        let mut conns = incoming(listener, capped, gate.clone(), None, |_| {});
         let from = |ip: &str| {
             let socket = tokio::net::TcpSocket::new_v4().unwrap();
             socket.bind(format!("{ip}:0").parse().unwrap()).unwrap();
@@ -389,7 +412,7 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let gate = Gate::new(&limits(1));
-        let mut conns = incoming(listener, limits(1), gate.clone(), |_| {});
+        let mut conns = incoming(listener, limits(1), gate.clone(), None, |_| {});
         let _first = TcpStream::connect(addr).await.unwrap();
         let held = conns.next().await.unwrap().unwrap();
         assert_eq!((gate.open(), gate.limit()), (1, 1));

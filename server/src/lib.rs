@@ -148,9 +148,9 @@ pub struct ServerTls {
 }
 
 impl ServerTls {
-    fn config(&self) -> anyhow::Result<Option<tonic::transport::ServerTlsConfig>> {
+    /// The rustls settings these files give, or none for plaintext.
+    fn config(&self) -> anyhow::Result<Option<Arc<rustls::ServerConfig>>> {
         use flint_shell::tls::read_pem;
-        use tonic::transport::{Certificate, Identity, ServerTlsConfig};
         let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) else {
             if self.tls_client_ca.is_some() {
                 anyhow::bail!("--tls-client-ca needs --tls-cert and --tls-key");
@@ -158,20 +158,15 @@ impl ServerTls {
             return Ok(None);
         };
         flint_shell::tls::install_provider();
-        let identity = Identity::from_pem(
-            read_pem(cert, "server certificate (--tls-cert)")?,
-            read_pem(key, "server key (--tls-key)")?,
-        );
-        // A handshake that stalls is dropped, as a connection that never speaks is.
-        let mut config = ServerTlsConfig::new()
-            .identity(identity)
-            .timeout(accept::OPENING);
-        if let Some(ca) = &self.tls_client_ca {
-            config = config.client_ca_root(Certificate::from_pem(read_pem(
-                ca,
-                "client CA (--tls-client-ca)",
-            )?));
-        }
+        let client_ca = match &self.tls_client_ca {
+            Some(ca) => Some(read_pem(ca, "client CA (--tls-client-ca)")?),
+            None => None,
+        };
+        let config = flint_shell::tls::server::server_config(
+            &read_pem(cert, "server certificate (--tls-cert)")?,
+            &read_pem(key, "server key (--tls-key)")?,
+            client_ca.as_deref(),
+        )?;
         Ok(Some(config))
     }
 }
@@ -261,7 +256,8 @@ pub async fn serve_with(
     let ledger = shared.ledger.clone();
 
     let gate = accept::Gate::new(&limits);
-    let (incoming, connections) = metered_incoming(listener, limits, gate.clone(), ledger.clone());
+    let (incoming, connections) =
+        metered_incoming(listener, limits, gate.clone(), ledger.clone(), tls_config);
     let metrics = options.metrics.start(metrics_listener, &shared, &gate)?;
     if let Some(m) = &metrics {
         results::write_atomic(&out.join(METRICS_ADDR_FILE), m.addr.to_string().as_bytes())?;
@@ -272,14 +268,8 @@ pub async fn serve_with(
         state_dir.clone(),
     ));
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let mut builder = tonic::transport::Server::builder();
-    if let Some(config) = tls_config {
-        builder = builder
-            .tls_config(config)
-            .context("cannot use the TLS certificate and key")?;
-    }
     let (health, reflection) = health_and_reflection(options.reflection).await?;
-    let server = builder
+    let server = tonic::transport::Server::builder()
         .tcp_nodelay(true)
         // As the clients' (30 s): round deadlines, not pings, decide when a client is late.
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
@@ -381,6 +371,7 @@ fn metered_incoming(
     limits: accept::Limits,
     gate: Arc<accept::Gate>,
     sink: Arc<SharedLedger>,
+    tls: Option<Arc<rustls::ServerConfig>>,
 ) -> (
     tokio_stream::wrappers::ReceiverStream<std::io::Result<accept::Conn>>,
     Connections,
@@ -388,7 +379,7 @@ fn metered_incoming(
     let connections: Connections = Arc::default();
     let registry = connections.clone();
     let kept_at_sweep = AtomicUsize::new(0);
-    let incoming = accept::incoming(listener, limits, gate, move |meter| {
+    let incoming = accept::incoming(listener, limits, gate, tls, move |meter| {
         let mut open = registry.lock().expect("connections lock");
         // Read and written under the list's lock.
         let kept = &kept_at_sweep;

@@ -8,12 +8,11 @@ use std::time::Instant;
 use flint_common::config::Experiment;
 use flint_common::wire::{CLIENT_HEADER, HOST_HEADER, ROUND_HEADER, TOKEN_HEADER};
 use flint_common::{ClientId, FlintError, Round};
-use flint_shell::meter::ConnMeter;
 use flint_shell::meter::SharedLedger;
 use flint_shell::tls::common_name;
+use flint_shell::tls::server::ConnInfo;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
-use tonic::transport::server::TlsConnectInfo;
 use tonic::{Request, Response, Status};
 
 use crate::identity::{Identities, Peer};
@@ -276,8 +275,8 @@ impl Shared {
         }
         request
             .extensions()
-            .get::<TlsConnectInfo<ConnMeter>>()
-            .and_then(|info| info.peer_certs())
+            .get::<ConnInfo>()
+            .and_then(|info| info.peer_certs.as_ref())
             .and_then(|certs| certs.first().and_then(|c| common_name(c)))
             .map_or(Peer::Uncertified, Peer::Certified)
     }

@@ -154,11 +154,11 @@ where
             link,
         } = self.layer.clone();
         let conn = match side {
-            // Under TLS the connection's meter is wrapped with the peer's certificates.
+            // The server's connections carry their meter with the peer's certificates.
             Side::Server => req.extensions().get::<ConnMeter>().cloned().or_else(|| {
                 req.extensions()
-                    .get::<tonic::transport::server::TlsConnectInfo<ConnMeter>>()
-                    .map(|info| info.get_ref().clone())
+                    .get::<crate::tls::server::ConnInfo>()
+                    .map(|info| info.meter.clone())
             }),
             Side::Client => conn,
         };

@@ -1,9 +1,14 @@
 //! TLS for the shells: the one crypto provider, reading PEM files, a certificate's client name,
-//! and generating a private PKI (`flint certs`, `flint run`).
+//! and generating a private PKI (`flint certs`, `flint run`); the server's and the client's
+//! TLS streams (`server`, `client`), each written a record per flush (`records`).
 //!
 //! Identity under mutual TLS is the client certificate's common name: the name of one client
 //! slot of the experiment, or [`POOL_IDENTITY`], which may claim any unclaimed slot (for
 //! identical containers scaled with `docker-compose --scale`).
+
+pub mod client;
+pub mod records;
+pub mod server;
 
 use std::path::{Path, PathBuf};
 
