@@ -47,7 +47,7 @@ client_count = {clients}
 
 [server]
 round_timeout_secs = 600
-eval_timeout_secs = 120
+eval_timeout_secs = {eval_timeout}
 {per_round}
 [data]
 source = "synthetic"
@@ -79,8 +79,11 @@ def one_run(flint, clients, per_round, per_process, repetition, rounds, timeout)
         with open(exp, "w") as f:
             # 20 rows per client, whatever the count; the seed moves with the repetition.
             asked = f"clients_per_round = {per_round}\n" if per_round else ""
+            # Every client reports on the final model: at 100,000 that takes minutes.
+            eval_timeout = max(120, clients // 200)
             f.write(EXPERIMENT.format(seed=repetition, rounds=rounds, clients=clients,
-                                      samples=20 * clients, per_round=asked))
+                                      samples=20 * clients, per_round=asked,
+                                      eval_timeout=eval_timeout))
         runs = os.path.join(work, "runs")
         start = time.monotonic()
         try:

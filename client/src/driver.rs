@@ -79,6 +79,8 @@ pub(crate) struct Client {
     /// The link counts its reports have sent, by round (each report sends what changed).
     link_sent: std::sync::Mutex<BTreeMap<Round, (u64, u64)>>,
     trainers: Arc<tokio::sync::Semaphore>,
+    /// Turns at joining, shared by the process's clients.
+    joins: Arc<tokio::sync::Semaphore>,
     retry_for: Duration,
     out: Option<std::path::PathBuf>,
     progress: Option<Arc<ProgressBook>>,
@@ -112,6 +114,7 @@ impl Client {
             ledger: conn.ledger,
             link_sent: Default::default(),
             trainers: shell.trainers.clone(),
+            joins: shell.joins.clone(),
             retry_for: shell.retry_for,
             out: shell.out.clone(),
             progress: progress.cloned(),
@@ -568,6 +571,9 @@ impl Client {
             token: self.token.clone(),
             enrollment: self.enrollment.clone(),
         };
+        // Held until answered: a process's thousand clients do not all wait on a busy server
+        // with a connection each.
+        let _turn = self.joins.acquire().await;
         let reply = retry_bounded(self.retry_for, JOIN_ATTEMPT, "join", || {
             let mut g = self.grpc();
             let req = with_host(Request::new(join.clone()));

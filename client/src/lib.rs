@@ -131,6 +131,7 @@ fn shell_for(
         out: args.out.clone(),
         enroll,
         handshakes: Arc::new(tokio::sync::Semaphore::new(shell::HANDSHAKES)),
+        joins: Arc::new(tokio::sync::Semaphore::new(shell::JOINS)),
     })
 }
 

@@ -50,6 +50,8 @@ pub(crate) struct Shell {
     pub enroll: Enroll,
     /// Turns at opening a connection ([`HANDSHAKES`] at once).
     pub handshakes: Arc<tokio::sync::Semaphore>,
+    /// Turns at joining ([`JOINS`] at once).
+    pub joins: Arc<tokio::sync::Semaphore>,
 }
 
 /// One client's connection (every reconnect counted by one meter) and its byte ledger.
@@ -66,6 +68,9 @@ const CONNECT: Duration = Duration::from_secs(5);
 /// would otherwise each start a handshake, time out behind the others on a busy server, and
 /// start again, the server's work on the first ones wasted.
 pub(crate) const HANDSHAKES: usize = 8;
+
+/// Joins a process has in flight at once, each holding a connection until answered.
+pub(crate) const JOINS: usize = 8;
 
 /// What makes a client's connection, kept to make it again after the client stayed away
 /// (counted by the same meter, booked in the same ledger).

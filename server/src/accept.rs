@@ -27,6 +27,9 @@ pub const OPENING: Duration = Duration::from_secs(10);
 /// an honest client sends this many at once; a caller that trickles fewer holds no slot long.
 pub const OPENING_BYTES: usize = 24;
 
+/// TLS handshakes the server runs at once.
+pub const HANDSHAKES: usize = 128;
+
 /// What the accept loop allows.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
@@ -115,6 +118,7 @@ pub fn incoming(
 ) -> ReceiverStream<io::Result<Conn>> {
     let (tx, rx) = mpsc::channel(64);
     let max = limits.connections;
+    let handshakes = Arc::new(Semaphore::new(HANDSHAKES));
     tokio::spawn(async move {
         loop {
             let (tcp, from) = match listener.accept().await {
@@ -144,27 +148,58 @@ pub fn incoming(
             let _ = tcp.set_nodelay(true);
             let meter = ConnMeter::default();
             on_accept(&meter);
-            let conn = Guarded::new(CountingIo::new(tcp, meter), slot, limits.opening);
             let Some(config) = &tls else {
+                let conn = Guarded::new(CountingIo::new(tcp, meter), slot, limits.opening);
                 if tx.send(Ok(Served::Plain(conn))).await.is_err() {
                     return; // the server stopped
                 }
                 continue;
             };
-            tokio::spawn(handshake(config.clone(), conn, limits.opening, tx.clone()));
+            let opening = Opening {
+                tcp,
+                meter,
+                slot,
+                deadline: limits.opening,
+            };
+            let turns = handshakes.clone();
+            tokio::spawn(handshake(config.clone(), opening, turns, tx.clone()));
         }
     });
     ReceiverStream::new(rx)
 }
 
-/// The TLS handshake of an accepted connection, passed on to the server if it completes in time.
+/// An accepted connection before its TLS handshake.
+struct Opening {
+    tcp: TcpStream,
+    meter: ConnMeter,
+    slot: Slot,
+    deadline: Duration,
+}
+
+/// The TLS handshake of an accepted connection, passed on to the server if it completes in
+/// time. It waits for the client's first bytes before it takes one of the [`HANDSHAKES`]
+/// turns: the turns bound the cores' work (thousands of handshakes at once, none ending in
+/// time, is how a server of a hundred thousand clients ran out of sockets), and a connection
+/// that never speaks must not hold one.
 async fn handshake(
     config: Arc<rustls::ServerConfig>,
-    conn: Guarded<CountingIo<TcpStream>>,
-    opening: Duration,
+    opening: Opening,
+    turns: Arc<Semaphore>,
     tx: mpsc::Sender<io::Result<Conn>>,
 ) {
-    match tokio::time::timeout(opening, Served::accept(config, conn)).await {
+    let Opening {
+        tcp,
+        meter,
+        slot,
+        deadline,
+    } = opening;
+    let shaken = tokio::time::timeout(deadline, async {
+        tcp.readable().await?;
+        let _turn = turns.acquire_owned().await.map_err(io::Error::other)?;
+        let conn = Guarded::new(CountingIo::new(tcp, meter), slot, deadline);
+        Served::accept(config, conn).await
+    });
+    match shaken.await {
         Ok(Ok(conn)) => {
             let _ = tx.send(Ok(conn)).await;
         }

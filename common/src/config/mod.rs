@@ -108,6 +108,8 @@ pub struct Experiment {
     pub classes_from_data: bool,
     /// The file left `data.header` out: whether its data's first line was read as a header.
     pub header_from_data: Option<bool>,
+    /// Each client's id by name: a server of 100,000 clients looks one up at every join.
+    client_ids: std::collections::HashMap<String, crate::ClientId>,
 }
 
 impl From<ParamError> for FlintError {
@@ -231,7 +233,12 @@ impl Experiment {
         file.set_sections(strategy.resolved_sections(&sections));
         file.server.min_clients = Some(policy.min_clients);
         file.data = file.data.resolved(&data);
+        let client_ids = (1..)
+            .zip(&clients)
+            .map(|(id, c): (crate::ClientId, &ClientSpec)| (c.name.clone(), id))
+            .collect();
         Ok(Experiment {
+            client_ids,
             fingerprint: fingerprint(&file),
             name: file.name.clone(),
             seed: file.seed,
@@ -252,10 +259,7 @@ impl Experiment {
 
     /// The client's id: its 1-based position in `[[clients]]`.
     pub fn client_id(&self, name: &str) -> Option<crate::ClientId> {
-        self.clients
-            .iter()
-            .position(|c| c.name == name)
-            .map(|i| i as u32 + 1)
+        self.client_ids.get(name).copied()
     }
 
     pub fn client(&self, id: crate::ClientId) -> Option<&ClientSpec> {

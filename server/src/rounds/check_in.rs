@@ -38,21 +38,33 @@ impl Rounds {
         if next <= current + selection::WAIT_AHEAD && next <= last {
             return None;
         }
-        let back_for = if next <= last {
-            next - selection::WAIT_AHEAD
-        } else {
-            last + 1
-        };
-        let (target, measured) = self.opens(back_for - current, now);
+        if next > last {
+            return Some(self.away_to_the_end(client, current, now));
+        }
+        let back_for = next - selection::WAIT_AHEAD;
+        let (target, measured) = self.opens(back_for - current, now, Self::period);
         Some(self.cap(selection::away(target, measured, now)))
     }
 
+    /// A client no round left asks comes back for the final model: back early it would only be
+    /// sent away again, a connection wasted, so the guess is the run's end at the pace of the
+    /// slowest recent round, and the clients are spread over the time the server takes to see
+    /// them all ([`selection::spread`]).
+    fn away_to_the_end(&self, client: ClientId, current: Round, now: Instant) -> Duration {
+        let rounds = self.policy.rounds + 1 - current;
+        let (target, measured) = self.opens(rounds, now, Self::slowest_period);
+        let spread = selection::spread(self.policy.selection.seed, client, self.joined.len());
+        self.cap(selection::away(target, measured, now) + spread)
+    }
+
     /// Before round 1: a client the first rounds ask (as far as the clients joined so far
-    /// decide) waits on its call, so round 1 finds its clients connected; the others stay away
-    /// as long as the joins have taken so far.
+    /// decide) waits on its call, so round 1 finds its clients connected. The others come back
+    /// when round 1 should open, `min_clients` joined at the pace of the joins so far; one no
+    /// round asks, spread as those sent back for the run's end are.
     fn away_before_round_one(&mut self, client: ClientId, now: Instant) -> Option<Duration> {
         let selection = self.policy.selection;
-        let soon = (1, selection::WAIT_AHEAD.min(self.policy.rounds));
+        let last = self.policy.rounds;
+        let soon = (1, selection::WAIT_AHEAD.min(last));
         if self
             .ahead
             .next_asking(&selection, client, soon, &self.joined)
@@ -61,14 +73,29 @@ impl Rounds {
             return None;
         }
         let since = self.waiting_since.unwrap_or(now);
-        let waited = now.saturating_duration_since(since);
-        Some(self.cap(waited.max(selection::MIN_AWAY)))
+        let (joined, wanted) = (self.joined.len(), self.policy.min_clients);
+        let opens = selection::extrapolate(since, now, joined, wanted).unwrap_or(now);
+        let mut away = selection::away(opens, true, now);
+        let later = (selection::WAIT_AHEAD + 1, last);
+        if self
+            .ahead
+            .next_asking(&selection, client, later, &self.joined)
+            .is_none()
+        {
+            away += selection::spread(selection.seed, client, joined);
+        }
+        Some(self.cap(away))
     }
 
     /// When the `rounds`-th round after the current one should open: each as long as the last
     /// closed round was (measured), or before any closed, as the current one goes (its updates
     /// so far at the pace they came); unknown, when the current one opened.
-    fn opens(&self, rounds: u32, now: Instant) -> (Instant, bool) {
+    fn opens(
+        &self,
+        rounds: u32,
+        now: Instant,
+        period: fn(&Self) -> Option<Duration>,
+    ) -> (Instant, bool) {
         let (opened, length) = match &self.phase {
             Phase::Open {
                 opened_at,
@@ -87,7 +114,7 @@ impl Rounds {
             } => (*opened_at, Some(closed_at.duration_since(*opened_at))),
             _ => (now, None),
         };
-        match (self.period(), length) {
+        match (period(self), length) {
             (Some(period), _) => (opened + period * rounds, true),
             (None, Some(length)) => (opened + length * rounds, false),
             (None, None) => (opened, false),
@@ -104,13 +131,21 @@ impl Rounds {
     /// eight closed (a round kept waiting for clients that came back late is no measure; a
     /// client back early only waits on its call).
     fn period(&self) -> Option<Duration> {
-        let shortest = self
-            .history
+        let shortest = self.recent_periods().min_by(f64::total_cmp)?;
+        Duration::try_from_secs_f64(shortest).ok()
+    }
+
+    /// The longest of the last eight closed rounds, for a client better back late than early.
+    fn slowest_period(&self) -> Option<Duration> {
+        let longest = self.recent_periods().max_by(f64::total_cmp)?;
+        Duration::try_from_secs_f64(longest).ok()
+    }
+
+    fn recent_periods(&self) -> impl Iterator<Item = f64> + '_ {
+        self.history
             .iter()
             .rev()
             .take(8)
             .map(|r| r.seconds + r.aggregation_seconds)
-            .min_by(f64::total_cmp)?;
-        Duration::try_from_secs_f64(shortest).ok()
     }
 }

@@ -87,6 +87,18 @@ fn cutoff(selection: &Selection, round: Round, joined: &[ClientId]) -> Option<(u
     Some(*nth)
 }
 
+/// Check-ins a server is assumed to take a second (each a connection, a TLS handshake and one
+/// call): what spreads the clients sent back for the run's end.
+pub const CHECK_INS_PER_SECOND: f64 = 500.0;
+
+/// How much later than the others `client` comes back, of `joined` clients sent back together:
+/// a share of the time the server needs to see them all, drawn from (seed, client), so that
+/// the run's end is not a hundred thousand handshakes at once.
+pub fn spread(seed: u64, client: ClientId, joined: usize) -> Duration {
+    let draw = derive_seed(seed, "spread", client) as f64 / u64::MAX as f64;
+    Duration::from_secs_f64(draw * joined as f64 / CHECK_INS_PER_SECOND)
+}
+
 /// When `of` things will have happened, at the pace the first `done` came since `start`
 /// (`None` before the first).
 pub fn extrapolate(start: Instant, now: Instant, done: usize, of: usize) -> Option<Instant> {
@@ -153,6 +165,24 @@ mod tests {
         let everyone = Selection::everyone();
         let next = Ahead::default().next_asking(&everyone, 4, (3, 9), &joined);
         assert_eq!(next, Some(3));
+    }
+
+    #[test]
+    fn clients_sent_back_for_the_end_are_spread_over_the_time_the_server_takes_to_see_them() {
+        let spreads: Vec<Duration> = (1..=1000).map(|c| spread(5, c, 100_000)).collect();
+        let window = Duration::from_secs_f64(100_000.0 / CHECK_INS_PER_SECOND);
+        assert!(spreads.iter().all(|&d| d < window));
+        // About a tenth of them in each tenth of the window, not all at its start.
+        for tenth in 0..10 {
+            let (from, to) = (window * tenth / 10, window * (tenth + 1) / 10);
+            let n = spreads.iter().filter(|&&d| d >= from && d < to).count();
+            assert!((50..=150).contains(&n), "tenth {tenth}: {n} of 1000");
+        }
+        assert_eq!(
+            spread(5, 7, 100_000),
+            spread(5, 7, 100_000),
+            "drawn, not random"
+        );
     }
 
     #[test]

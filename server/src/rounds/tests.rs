@@ -248,13 +248,17 @@ fn a_client_no_round_soon_asks_is_told_when_to_come_back_and_one_asked_next_wait
         ..sampled(6, 2, 0.0, 7)
     };
     let mut r = five_joined(p.clone(), t0);
+    // A client no round left asks is spread over the time five check-ins take.
+    let to_end = |c| selection::spread(p.selection.seed, c, 5);
     // Round 1 is open, nothing in and no round closed: half as long as the round so far.
     let first = asked(&r, 1);
     for c in (1..=5).filter(|c| !first.contains(c)) {
         let away = r.come_back(c, 0, t0 + s(3));
+        let half = Duration::from_millis(1500);
         match first_asking(&p, c, 2) {
             Some(2 | 3) => assert_eq!(away, None, "client {c} is asked soon: it waits"),
-            _ => assert_eq!(away, Some(Duration::from_millis(1500)), "client {c}"),
+            Some(_) => assert_eq!(away, Some(half), "client {c}"),
+            None => assert_eq!(away, Some(half + to_end(c)), "client {c}"),
         }
     }
     // Half its updates in after 2 s: round 1 should last 4 s, and a client round 4 asks first
@@ -273,7 +277,7 @@ fn a_client_no_round_soon_asks_is_told_when_to_come_back_and_one_asked_next_wait
         let expected = match first_asking(&p, c, 3) {
             Some(3 | 4) => None,
             Some(next) => Some(period * (next - 4)),
-            None => Some((period * 5).min(s(30))),
+            None => Some((period * 5 + to_end(c)).min(s(30))),
         };
         assert_eq!(away, expected.map(|e| e.as_millis()), "client {c}");
         seen.insert(expected.is_some());
@@ -299,13 +303,20 @@ fn before_round_one_a_sampled_client_comes_back_and_after_the_run_it_waits() {
     for c in 2..=4 {
         r.join(c, summary(1), t0 + s(2)).unwrap();
     }
-    // Four joined, two asked in round 1 (the only one): the other two stay away as long as
-    // the joins have taken.
+    // Four joined in 3 s, two asked in round 1 (the only one): the other two come back when
+    // the fifth should join and open it (at 3.75 s), each a little later than the other
+    // (no round asks them: they are spread).
     let ids: Vec<ClientId> = (1..=4).collect();
     let soon = selection::select(&r.policy.selection, 1, &ids);
+    let opens = Duration::from_millis(750);
     for c in 1..=4 {
         let away = r.come_back(c, 0, t0 + s(3));
-        assert_eq!(away, (!soon.contains(&c)).then_some(s(3)), "client {c}");
+        let spread = selection::spread(r.policy.selection.seed, c, 4);
+        assert_eq!(
+            away,
+            (!soon.contains(&c)).then_some(opens + spread),
+            "client {c}"
+        );
     }
     r.join(5, summary(1), t0 + s(5)).unwrap();
     for &c in &asked(&r, 1) {

@@ -14,6 +14,9 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 /// The most a TLS record carries (RFC 8446 §5.1): more waiting is written at once.
 pub const RECORD: usize = 16 * 1024;
 
+/// The buffer a connection keeps between flushes; a larger one is freed once written.
+const KEEP: usize = 1024;
+
 pin_project! {
     /// `inner` (a TLS stream) written a flush at a time.
     #[derive(Debug)]
@@ -57,6 +60,10 @@ impl<T: AsyncWrite> Records<T> {
                 return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
             }
             *this.sent += n;
+        }
+        // A connection held open between rounds keeps no large buffer from its last model.
+        if this.pending.capacity() > KEEP {
+            *this.pending = Vec::new();
         }
         this.pending.clear();
         *this.sent = 0;
