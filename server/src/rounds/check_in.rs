@@ -58,13 +58,13 @@ impl Rounds {
     }
 
     /// Before round 1: a client the first rounds ask (as far as the clients joined so far
-    /// decide) waits on its call, so round 1 finds its clients connected. The others come back
-    /// when round 1 should open, `min_clients` joined at the pace of the joins so far; one no
-    /// round asks, spread as those sent back for the run's end are.
+    /// decide) waits on its call, so round 1 finds its clients connected; the others stay away
+    /// as long as the joins have taken so far. (Sent instead to round 1's opening as the joins'
+    /// pace projects it, the clients of later rounds came back together near it, thousands at
+    /// once, and a server of 100,000 ran out of sockets before the last joins.)
     fn away_before_round_one(&mut self, client: ClientId, now: Instant) -> Option<Duration> {
         let selection = self.policy.selection;
-        let last = self.policy.rounds;
-        let soon = (1, selection::WAIT_AHEAD.min(last));
+        let soon = (1, selection::WAIT_AHEAD.min(self.policy.rounds));
         if self
             .ahead
             .next_asking(&selection, client, soon, &self.joined)
@@ -73,18 +73,8 @@ impl Rounds {
             return None;
         }
         let since = self.waiting_since.unwrap_or(now);
-        let (joined, wanted) = (self.joined.len(), self.policy.min_clients);
-        let opens = selection::extrapolate(since, now, joined, wanted).unwrap_or(now);
-        let mut away = selection::away(opens, true, now);
-        let later = (selection::WAIT_AHEAD + 1, last);
-        if self
-            .ahead
-            .next_asking(&selection, client, later, &self.joined)
-            .is_none()
-        {
-            away += selection::spread(selection.seed, client, joined);
-        }
-        Some(self.cap(away))
+        let waited = now.saturating_duration_since(since);
+        Some(self.cap(waited.max(selection::MIN_AWAY)))
     }
 
     /// When the `rounds`-th round after the current one should open: each as long as the last

@@ -303,20 +303,13 @@ fn before_round_one_a_sampled_client_comes_back_and_after_the_run_it_waits() {
     for c in 2..=4 {
         r.join(c, summary(1), t0 + s(2)).unwrap();
     }
-    // Four joined in 3 s, two asked in round 1 (the only one): the other two come back when
-    // the fifth should join and open it (at 3.75 s), each a little later than the other
-    // (no round asks them: they are spread).
+    // Four joined, two asked in round 1 (the only one): the other two stay away as long as
+    // the joins have taken.
     let ids: Vec<ClientId> = (1..=4).collect();
     let soon = selection::select(&r.policy.selection, 1, &ids);
-    let opens = Duration::from_millis(750);
     for c in 1..=4 {
         let away = r.come_back(c, 0, t0 + s(3));
-        let spread = selection::spread(r.policy.selection.seed, c, 4);
-        assert_eq!(
-            away,
-            (!soon.contains(&c)).then_some(opens + spread),
-            "client {c}"
-        );
+        assert_eq!(away, (!soon.contains(&c)).then_some(s(3)), "client {c}");
     }
     r.join(5, summary(1), t0 + s(5)).unwrap();
     for &c in &asked(&r, 1) {
