@@ -159,6 +159,7 @@ pub fn render(r: &RunResults) -> String {
         link_level(r),
         clusters(r),
         shared_test(r),
+        privacy(r),
         training_time(r),
         before_federation(r),
         per_client(r),
@@ -286,6 +287,35 @@ fn shared_test(r: &RunResults) -> String {
         }
     }
     s
+}
+
+/// `[dp]`: the noise and what the run spent, as of its last round.
+fn privacy(r: &RunResults) -> String {
+    let Some(p) = r.rounds.iter().rev().find_map(|x| x.privacy.as_ref()) else {
+        return String::new();
+    };
+    let mechanism = serde_json::to_value(p.mechanism).unwrap_or_default();
+    let clipped: u32 = r
+        .rounds
+        .iter()
+        .filter_map(|x| x.privacy.as_ref()?.clipped)
+        .sum();
+    let clipped = match mechanism.as_str() {
+        Some("central") => format!(", {clipped} changes clipped"),
+        _ => String::new(),
+    };
+    format!(
+        "Differential privacy ({}): clip {}, noise multiplier {}, noise σ {:.4}{clipped}; \
+         ε = {:.2} at δ = {} after {} rounds (ρ = {:.3}), no sampling amplification\n\n",
+        mechanism.as_str().unwrap_or("?"),
+        p.clip,
+        p.noise_multiplier,
+        p.noise_std,
+        p.epsilon,
+        p.delta,
+        p.rounds,
+        p.rho
+    )
 }
 
 /// Local training time over every client and round.

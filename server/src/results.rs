@@ -6,6 +6,7 @@ use std::path::Path;
 
 use flint_common::degenerate::{Warning, few_training_rows};
 use flint_common::metrics::Metrics;
+use flint_common::strategy::privacy::PrivacySpent;
 use flint_common::strategy::tpfl::LegacyDetails;
 use flint_common::strategy::{LocalMetrics, Predictor, RoundReport};
 use flint_common::wire::ledger::{Flow, Ledger};
@@ -55,6 +56,10 @@ pub struct RoundResult {
     pub weights: BTreeMap<ClientId, f64>,
     /// What the strategy recorded about the round (none for round 0).
     pub report: Option<RoundReport>,
+    /// Differential privacy (`[dp]`): the noise added and the most any client has spent so
+    /// far, ε at δ.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub privacy: Option<PrivacySpent>,
     /// Each client's metrics on its test split with the model it holds after this round.
     pub metrics: BTreeMap<ClientId, Metrics>,
     pub mean: Option<Metrics>,
@@ -371,6 +376,7 @@ fn round_result(rounds: &Rounds, ledger: &Ledger, round: Round) -> RoundResult {
         aggregation_seconds: record.map(|r| r.aggregation_seconds),
         weights: record.map(|r| r.weights.clone()).unwrap_or_default(),
         report: record.map(|r| r.report.clone()),
+        privacy: record.and_then(|r| r.privacy.clone()),
         mean: Metrics::mean(metrics.values()),
         global_test: global
             .and_then(|g| g.get(&Predictor::Model))

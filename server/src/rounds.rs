@@ -13,6 +13,7 @@ use std::time::Instant;
 
 use flint_common::config::RoundPolicy;
 use flint_common::metrics::ConfusionMatrix;
+use flint_common::strategy::privacy::PrivacySpent;
 use flint_common::strategy::{
     Downloads, LocalMetrics, Predictor, RoundReport, ServerStrategy, StrategyState, UpdateDecoder,
 };
@@ -51,6 +52,8 @@ pub struct RoundRecord {
     pub weights: BTreeMap<ClientId, f64>,
     pub report: RoundReport,
     pub local: BTreeMap<ClientId, LocalMetrics>,
+    /// What `[dp]` added and spent in the round.
+    pub privacy: Option<PrivacySpent>,
 }
 
 #[derive(Debug)]
@@ -777,20 +780,20 @@ impl Rounds {
         let recorded = match done.result {
             Ok(agg) => {
                 self.downloads = Some(agg.downloads);
-                Some((agg.weights, agg.report, agg.local))
+                Some((agg.weights, agg.report, agg.local, agg.privacy))
             }
             Err(e) if done.abandoned => {
                 // Recorded, so that the reports and retries that name the round are taken.
                 tracing::warn!(round, reason = %e, "round abandoned");
                 let abandoned = RoundReport::plain("abandoned");
-                Some((BTreeMap::new(), abandoned, BTreeMap::new()))
+                Some((BTreeMap::new(), abandoned, BTreeMap::new(), None))
             }
             Err(e) => {
                 tracing::error!(round, error = %e, "aggregation failed; round keeps the previous model");
                 None
             }
         };
-        if let Some((weights, report, local)) = recorded {
+        if let Some((weights, report, local, privacy)) = recorded {
             self.history.push(RoundRecord {
                 round,
                 selected: selected.into_iter().collect(),
@@ -801,6 +804,7 @@ impl Rounds {
                 weights,
                 report,
                 local,
+                privacy,
             });
         }
         if round >= self.policy.rounds {

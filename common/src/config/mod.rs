@@ -195,7 +195,12 @@ impl Experiment {
         {
             sections.ahp = Some(crate::strategy::ahp::AhpSection::without_compute_speed());
         }
-        if file.strategy == StrategyKind::FedAvgAhp && sections.robust.is_none() {
+        // Under central DP every change is clipped and the noise follows the largest weight: the
+        // cap's clip to the round's median would break the sensitivity bound.
+        let central_dp = sections
+            .dp
+            .is_some_and(|d| d.mechanism == crate::strategy::privacy::Mechanism::Central);
+        if file.strategy == StrategyKind::FedAvgAhp && sections.robust.is_none() && !central_dp {
             let clients = file.client_count.unwrap_or(file.clients.len());
             sections.robust = Some(RobustHyper::capped_at_twice_the_share(clients));
         }
@@ -555,11 +560,13 @@ skip_columns = [0, "id"]
             Experiment::from_toml(&resolved).unwrap().fingerprint,
             e.fingerprint
         );
-        let StrategySpec::FedAvg(FedAvgSpec { logreg }) = table("fedavg", 26, "").strategy else {
+        let StrategySpec::FedAvg(FedAvgSpec { logreg, .. }) = table("fedavg", 26, "").strategy
+        else {
             panic!("fedavg")
         };
         assert_eq!(logreg.local_epochs, 78);
-        let StrategySpec::FedAvg(FedAvgSpec { logreg }) = table("fedavg", 3, "").strategy else {
+        let StrategySpec::FedAvg(FedAvgSpec { logreg, .. }) = table("fedavg", 3, "").strategy
+        else {
             panic!("fedavg")
         };
         assert_eq!(logreg.local_epochs, 10);

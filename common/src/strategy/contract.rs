@@ -155,6 +155,12 @@ pub trait StrategyParams: Debug + Send + Sync {
         kept.clone()
     }
 
+    /// Whether `[dp]` applies: the strategy clips, noises and accounts as `strategy::privacy`
+    /// says (FedAvg and AHP-FedAvg); the others refuse a mechanism.
+    fn takes_dp(&self) -> bool {
+        false
+    }
+
     /// Whether every client must declare its compute power.
     fn needs_compute_ghz(&self) -> bool {
         false

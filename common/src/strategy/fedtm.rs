@@ -126,6 +126,7 @@ impl ServerStrategy for FedTmServer {
                 contributors: plan.contributors,
             }),
             local: BTreeMap::new(),
+            privacy: None,
         })
     }
 }

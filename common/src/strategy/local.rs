@@ -58,6 +58,7 @@ impl ServerStrategy for LocalServer {
             weights: BTreeMap::new(),
             report: RoundReport::plain("local"),
             local: recorded.local,
+            privacy: None,
         })
     }
 

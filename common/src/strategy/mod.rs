@@ -20,6 +20,7 @@ pub mod ifca;
 pub mod local;
 pub mod model_spec;
 pub mod oneshot;
+pub mod privacy;
 pub mod registry;
 pub mod report;
 pub mod resume;
@@ -94,6 +95,8 @@ pub struct Aggregate {
     pub report: RoundReport,
     /// What each participant said about its own model in its update, where the update says it.
     pub local: BTreeMap<ClientId, LocalMetrics>,
+    /// What `[dp]` added and spent this round; `None` without it.
+    pub privacy: Option<privacy::PrivacySpent>,
 }
 
 pub trait ServerStrategy: Send {

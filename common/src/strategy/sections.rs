@@ -33,6 +33,9 @@ macro_rules! with_sections {
             /// How the server averages, against clients that lie (coordinate-wise median or
             /// trimmed mean, clipping, a weight cap); absent: the papers' mean.
             robust: crate::strategy::robust::RobustHyper,
+            /// Differential privacy of the averaging strategies (central or local Gaussian
+            /// noise, clipping, the accountant's ε); absent: none.
+            dp: crate::strategy::privacy::DpHyper,
         }
     };
 }
@@ -67,6 +70,7 @@ pub struct Checked {
     pub flis: crate::strategy::flis::FlisHyper,
     pub oneshot: crate::strategy::oneshot::OneShotHyper,
     pub robust: RobustHyper,
+    pub dp: crate::strategy::privacy::DpHyper,
 }
 
 impl Checked {
@@ -106,6 +110,7 @@ impl Checked {
             flis: s.flis.unwrap_or_default().check()?,
             oneshot: s.oneshot.unwrap_or_default().check()?,
             robust: s.robust.unwrap_or_default().check()?,
+            dp: s.dp.unwrap_or_default().check()?,
         })
     }
 }

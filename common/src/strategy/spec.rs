@@ -48,7 +48,9 @@ impl StrategySpec {
                 kind.name()
             )));
         }
-        kind.check_spec(model, &c, s, shape)
+        let spec = kind.check_spec(model, &c, s, shape)?;
+        check_dp(&spec, &c)?;
+        Ok(spec)
     }
 
     /// The sections this strategy reads, every key as it reads it; the others `None`: what a
@@ -205,6 +207,31 @@ impl StrategySpec {
     pub fn image_shard(&self, train: usize) -> Option<(ShardSizes, Holdout)> {
         self.model().image_shard(train)
     }
+}
+
+/// `[dp]` only where the strategy clips and noises, and the central mechanism only over the
+/// plain mean: a median or a clip to the round's own median distance depends on every client's
+/// update, which the sensitivity bound does not cover.
+fn check_dp(spec: &StrategySpec, c: &Checked) -> ParamResult<()> {
+    use super::privacy::Mechanism;
+    if c.dp.is_off() {
+        return Ok(());
+    }
+    if !spec.params().takes_dp() {
+        return Err(ParamError::Inconsistent(format!(
+            "[dp] applies to strategies fedavg and fedavg-ahp; strategy {} does not clip or \
+             noise its updates",
+            spec.name()
+        )));
+    }
+    if c.dp.mechanism == Mechanism::Central && !c.robust.is_plain() {
+        return Err(ParamError::Inconsistent(
+            "dp.mechanism = \"central\" noises the plain weighted mean; [robust] would change it \
+             after the clip (remove one of the two)"
+                .into(),
+        ));
+    }
+    Ok(())
 }
 
 impl StrategyKind {

@@ -112,6 +112,7 @@ impl ServerStrategy for FcmServer {
                 equal_weights_fallback: fallback,
             }),
             local,
+            privacy: None,
         })
     }
 }

@@ -3,6 +3,7 @@ use crate::metrics::ConfusionMatrix;
 use crate::model::logreg::{LogReg, LogRegHyper};
 use crate::rng::FlintRng;
 use crate::strategy::ClientStrategy;
+use crate::strategy::privacy::{DpHyper, Mechanism, privatize_locally};
 use crate::wire::{self, proto::Payload};
 use crate::{Result, Round};
 
@@ -12,6 +13,10 @@ pub struct FedAvgClient {
     hyper: LogRegHyper,
     /// No download replaces the model (`local`, `central`): a restart needs it back.
     keeps_model: bool,
+    /// `dp.mechanism = "local"`: the change from the last download is clipped and noised here.
+    local_dp: Option<DpHyper>,
+    /// The last download, flat: what a local change is measured from.
+    global: Vec<f64>,
 }
 
 impl FedAvgClient {
@@ -20,6 +25,17 @@ impl FedAvgClient {
             model: LogReg::for_classes(features, classes),
             hyper,
             keeps_model: false,
+            local_dp: None,
+            global: Vec::new(),
+        }
+    }
+
+    /// A client that clips and noises its own change under `dp.mechanism = "local"` (nothing
+    /// changes otherwise).
+    pub fn with_dp(self, dp: DpHyper) -> Self {
+        FedAvgClient {
+            local_dp: (dp.mechanism == Mechanism::Local).then_some(dp),
+            ..self
         }
     }
 
@@ -32,14 +48,29 @@ impl FedAvgClient {
     }
 }
 
+/// The model's weights then biases: the vector a change is measured on, as the server's.
+fn flat(model: &LogReg) -> Vec<f64> {
+    [&model.weights[..], &model.biases[..]].concat()
+}
+
 impl ClientStrategy<Shard> for FedAvgClient {
     fn apply(&mut self, _round: Round, download: &Payload) -> Result<()> {
         self.model = wire::decode_linear(download, self.model.features(), self.model.classes())?;
+        if self.local_dp.is_some() {
+            self.global = flat(&self.model);
+        }
         Ok(())
     }
 
-    fn train(&mut self, shard: &Shard, _round: Round, _rng: &mut FlintRng) -> Result<Payload> {
+    fn train(&mut self, shard: &Shard, _round: Round, rng: &mut FlintRng) -> Result<Payload> {
         self.model.train(&shard.train, &self.hyper);
+        if let Some(dp) = &self.local_dp {
+            let mut trained = flat(&self.model);
+            privatize_locally(dp, &self.global, &mut trained, rng);
+            let (w, b) = trained.split_at(self.model.weights.len());
+            self.model.weights.copy_from_slice(w);
+            self.model.biases.copy_from_slice(b);
+        }
         Ok(wire::encode_linear(&self.model))
     }
 

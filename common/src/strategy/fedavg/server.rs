@@ -4,6 +4,8 @@ use std::sync::Arc;
 use crate::model::logreg::LogReg;
 use crate::strategy::ahp::{self, AhpHyper, CriteriaValues};
 use crate::strategy::decoder::{LinearDecoder, UpdateDecoder};
+use crate::strategy::privacy::{DpHyper, PrivacyState, PrivateMean};
+use crate::strategy::report::StrategyState;
 use crate::strategy::robust::RobustHyper;
 use crate::strategy::{Aggregate, Downloads, RoundReport, ServerStrategy, unexpected};
 use crate::wire::proto::{DataSummary, Payload};
@@ -21,6 +23,8 @@ pub struct FedAvgServer {
     /// The run's classes: two give the paper's binary model, more a softmax one.
     classes: usize,
     robust: RobustHyper,
+    /// `[dp]`: the mean clipped and noised, or only counted (local noise).
+    privacy: Option<PrivateMean>,
 }
 
 impl FedAvgServer {
@@ -29,6 +33,7 @@ impl FedAvgServer {
             weighting: Weighting::DatasetSize,
             classes,
             robust: RobustHyper::default(),
+            privacy: None,
         }
     }
 
@@ -37,12 +42,19 @@ impl FedAvgServer {
             weighting: Weighting::Ahp(hyper),
             classes,
             robust: RobustHyper::default(),
+            privacy: None,
         }
     }
 
     /// Averaging by `robust` instead of the papers' weighted mean.
     pub fn with_robust(mut self, robust: RobustHyper) -> Self {
         self.robust = robust;
+        self
+    }
+
+    /// Averaging under `dp` (nothing changes where it is off); `seed` draws the central noise.
+    pub fn with_privacy(mut self, dp: DpHyper, seed: u64) -> Self {
+        self.privacy = (!dp.is_off()).then(|| PrivateMean::new(dp, seed));
         self
     }
 
@@ -131,7 +143,18 @@ impl ServerStrategy for FedAvgServer {
             flat.push([&model.weights[..], &model.biases[..]].concat());
         }
         let views: Vec<&[f64]> = flat.iter().map(Vec::as_slice).collect();
-        let (combined, weights) = self.robust.combine(&views, &weights);
+        let ids: Vec<ClientId> = updates.keys().copied().collect();
+        let (combined, weights, privacy) = match &mut self.privacy {
+            Some(p) => {
+                let initial = || [&global.weights[..], &global.biases[..]].concat();
+                let (mean, spent) = p.combine(round, &ids, &views, &weights, initial)?;
+                (mean, weights, Some(spent))
+            }
+            None => {
+                let (mean, weights) = self.robust.combine(&views, &weights);
+                (mean, weights, None)
+            }
+        };
         let (w, b) = combined.split_at(global.weights.len());
         global.weights.copy_from_slice(w);
         global.biases.copy_from_slice(b);
@@ -141,6 +164,22 @@ impl ServerStrategy for FedAvgServer {
             weights,
             report: RoundReport::plain("fedavg"),
             local: BTreeMap::new(),
+            privacy,
         })
+    }
+
+    fn snapshot(&self) -> StrategyState {
+        match &self.privacy {
+            Some(p) => StrategyState::of(p.state()),
+            None => StrategyState::stateless(),
+        }
+    }
+
+    fn restore(&mut self, state: StrategyState) -> Result<()> {
+        match &mut self.privacy {
+            Some(p) => p.restore(state.expect::<PrivacyState>("fedavg under [dp]")?),
+            None => state.expect_stateless("fedavg")?,
+        }
+        Ok(())
     }
 }

@@ -3,13 +3,17 @@
 
 use serde::Serialize;
 
-use super::FedAvgServer;
+use super::{FedAvgClient, FedAvgServer};
+use crate::Result;
 use crate::data::DataShape;
+use crate::data::Shard;
 use crate::model::logreg::LogRegHyper;
 use crate::params::ParamResult;
+use crate::strategy::ClientStrategy;
 use crate::strategy::ahp::{AhpCriterion, AhpHyper, AhpSection};
 use crate::strategy::contract::{Facts, Strategy, StrategyParams};
 use crate::strategy::model_spec::ModelSpec;
+use crate::strategy::privacy::DpHyper;
 use crate::strategy::robust::RobustHyper;
 use crate::strategy::sections::{Checked, Sections};
 use crate::strategy::{ModelKind, ServerStrategy};
@@ -18,6 +22,7 @@ use crate::strategy::{ModelKind, ServerStrategy};
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct FedAvgSpec {
     pub logreg: LogRegHyper,
+    pub dp: DpHyper,
 }
 
 /// FedAvg with client weights from the Analytic Hierarchy Process.
@@ -25,13 +30,17 @@ pub struct FedAvgSpec {
 pub struct FedAvgAhpSpec {
     pub logreg: LogRegHyper,
     pub ahp: AhpHyper,
+    pub dp: DpHyper,
 }
 
 impl Strategy for FedAvgSpec {
     const FACTS: Facts = Facts::federated(ModelKind::LogReg);
 
     fn check(_: ModelKind, c: &Checked, _: &Sections, _: &DataShape) -> ParamResult<Self> {
-        Ok(FedAvgSpec { logreg: c.logreg })
+        Ok(FedAvgSpec {
+            logreg: c.logreg,
+            dp: c.dp,
+        })
     }
 }
 
@@ -40,11 +49,29 @@ impl StrategyParams for FedAvgSpec {
         ModelSpec::LogReg(self.logreg)
     }
 
-    fn server(&self, classes: usize, _: u64, robust: RobustHyper) -> Box<dyn ServerStrategy> {
-        Box::new(FedAvgServer::by_size(classes).with_robust(robust))
+    fn server(&self, classes: usize, seed: u64, robust: RobustHyper) -> Box<dyn ServerStrategy> {
+        let server = FedAvgServer::by_size(classes).with_robust(robust);
+        Box::new(server.with_privacy(self.dp, seed))
+    }
+
+    fn table_client(
+        &self,
+        features: usize,
+        classes: usize,
+    ) -> Result<Box<dyn ClientStrategy<Shard>>> {
+        let client = FedAvgClient::new(features, classes, self.logreg);
+        Ok(Box::new(client.with_dp(self.dp)))
     }
 
     fn model_is_the_download(&self) -> bool {
+        true
+    }
+
+    fn resolve(&self, _: &Sections, out: &mut Sections) {
+        out.dp = (!self.dp.is_off()).then_some(self.dp);
+    }
+
+    fn takes_dp(&self) -> bool {
         true
     }
 }
@@ -56,6 +83,7 @@ impl Strategy for FedAvgAhpSpec {
         Ok(FedAvgAhpSpec {
             logreg: c.logreg,
             ahp: c.ahp.clone(),
+            dp: c.dp,
         })
     }
 }
@@ -65,8 +93,22 @@ impl StrategyParams for FedAvgAhpSpec {
         ModelSpec::LogReg(self.logreg)
     }
 
-    fn server(&self, classes: usize, _: u64, robust: RobustHyper) -> Box<dyn ServerStrategy> {
-        Box::new(FedAvgServer::by_ahp(self.ahp.clone(), classes).with_robust(robust))
+    fn server(&self, classes: usize, seed: u64, robust: RobustHyper) -> Box<dyn ServerStrategy> {
+        let server = FedAvgServer::by_ahp(self.ahp.clone(), classes).with_robust(robust);
+        Box::new(server.with_privacy(self.dp, seed))
+    }
+
+    fn table_client(
+        &self,
+        features: usize,
+        classes: usize,
+    ) -> Result<Box<dyn ClientStrategy<Shard>>> {
+        let client = FedAvgClient::new(features, classes, self.logreg);
+        Ok(Box::new(client.with_dp(self.dp)))
+    }
+
+    fn takes_dp(&self) -> bool {
+        true
     }
 
     fn model_is_the_download(&self) -> bool {
@@ -78,6 +120,7 @@ impl StrategyParams for FedAvgAhpSpec {
             criteria: self.ahp.criteria.clone(),
             preference: self.ahp.matrix.clone(),
         });
+        out.dp = (!self.dp.is_off()).then_some(self.dp);
     }
 
     fn needs_compute_ghz(&self) -> bool {

@@ -141,6 +141,7 @@ impl ServerStrategy for NetworkMean {
             weights: updates.keys().copied().zip(weights).collect(),
             report: RoundReport::plain(self.tag),
             local: BTreeMap::new(),
+            privacy: None,
         })
     }
 }

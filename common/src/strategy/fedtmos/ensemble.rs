@@ -76,6 +76,7 @@ impl ServerStrategy for EnsembleServer {
             weights: updates.keys().map(|&id| (id, 1.0 / n)).collect(),
             report: RoundReport::of(&EnsembleRound { clients }),
             local: BTreeMap::new(),
+            privacy: None,
         })
     }
 }

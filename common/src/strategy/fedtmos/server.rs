@@ -105,6 +105,7 @@ impl ServerStrategy for FedTmosServer {
                 ensemble_bytes: ensemble_bytes as u64,
             }),
             local: BTreeMap::new(),
+            privacy: None,
         })
     }
 }

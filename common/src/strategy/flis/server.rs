@@ -200,6 +200,7 @@ impl ServerStrategy for FlisServer {
                 placed,
             }),
             local: BTreeMap::new(),
+            privacy: None,
         })
     }
 

@@ -174,6 +174,7 @@ impl ServerStrategy for IfcaServer {
             weights,
             report: RoundReport::of(&IfcaRound { clusters }),
             local: BTreeMap::new(),
+            privacy: None,
         })
     }
 

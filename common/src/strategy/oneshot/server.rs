@@ -114,6 +114,7 @@ impl ServerStrategy for OneShotServer {
                 moved_neurons,
             }),
             local: BTreeMap::new(),
+            privacy: None,
         })
     }
 }

@@ -265,6 +265,7 @@ impl ServerStrategy for TpflServer {
                 winners,
             }),
             local: BTreeMap::new(),
+            privacy: None,
         })
     }
 

@@ -1,0 +1,514 @@
+//! `[dp]`: differential privacy for the strategies that average, with its accountant.
+//!
+//! - **Central** (McMahan et al. 2018, "Learning differentially private recurrent language
+//!   models", Algorithm 1 with a fixed clip): the server clips each client's change from the
+//!   round's global model to `clip` in L2 norm, takes the strategy's weighted mean, and adds
+//!   Gaussian noise of standard deviation `noise_multiplier × clip × max weight` to it. Removing
+//!   one client's change moves the mean by at most `max weight × clip`, so each round is the
+//!   Gaussian mechanism at sensitivity / scale = 1 / `noise_multiplier`.
+//! - **Local**: each client clips its own change and adds noise of standard deviation
+//!   `noise_multiplier × clip` before it uploads; any two clipped changes differ by at most
+//!   `2 × clip`, so each upload is the Gaussian mechanism at 2 / `noise_multiplier`.
+//!
+//! The privacy spent is the mechanism's zero-concentrated DP, composed over the rounds a client
+//! took part in and converted to (ε, δ) by OpenDP's own privacy maps (`make_gaussian`,
+//! `make_composition`, `make_zCDP_to_approxDP`): no subsampling amplification is claimed (a
+//! round's clients are not a secret Poisson sample), so the figure is an upper bound.
+//!
+//! The noise is drawn from generators derived from the run's seed, so a run is reproducible and
+//! a resumed server adds exactly the noise it added before. Whoever holds the seed can draw the
+//! same noise: the guarantee holds against those who do not (docs/guide/privacy.md).
+
+use std::collections::BTreeMap;
+
+use opendp::combinators::{make_composition, make_zCDP_to_approxDP};
+use opendp::core::Measurement;
+use opendp::domains::{AtomDomain, VectorDomain};
+use opendp::measurements::make_gaussian;
+use opendp::measures::ZeroConcentratedDivergence;
+use opendp::metrics::L2Distance;
+use rand_distr::{Distribution, StandardNormal};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::params::{ParamError, ParamResult, require};
+use crate::rng::{FlintRng, derive_rng};
+use crate::{ClientId, FlintError, Result, Round};
+
+/// Where the noise is added.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mechanism {
+    /// No differential privacy: the papers' runs.
+    Off,
+    /// The server clips each change and noises the mean (it sees the clipped updates).
+    Central,
+    /// Each client clips and noises its own change before it uploads.
+    Local,
+}
+
+/// `[dp]`: the mechanism, the clip and the noise. Off by default.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct DpHyper {
+    /// `off`, `central` (the server clips and noises the mean) or `local` (each client clips and
+    /// noises its own change).
+    pub mechanism: Mechanism,
+    /// The largest L2 norm of one client's change from the round's global model, in the
+    /// model's own units (required when the mechanism is on).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub clip: Option<f64>,
+    /// The noise's standard deviation over the sensitivity's scale: `central` adds
+    /// `noise_multiplier × clip × max weight` to the mean, `local` `noise_multiplier × clip` to
+    /// each change (default 1).
+    pub noise_multiplier: f64,
+    /// The δ at which ε is reported (default 1e-5).
+    pub delta: f64,
+}
+
+impl Default for DpHyper {
+    fn default() -> Self {
+        DpHyper {
+            mechanism: Mechanism::Off,
+            clip: None,
+            noise_multiplier: 1.0,
+            delta: 1e-5,
+        }
+    }
+}
+
+impl DpHyper {
+    /// The settings, refused where a value is out of range or the clip is missing.
+    pub fn check(self) -> ParamResult<DpHyper> {
+        if self.is_off() {
+            if self.clip.is_some() {
+                return Err(ParamError::Inconsistent(
+                    "dp.clip is read only with dp.mechanism = \"central\" or \"local\"".into(),
+                ));
+            }
+            return Ok(self);
+        }
+        let Some(clip) = self.clip else {
+            return Err(ParamError::Inconsistent(
+                "dp.mechanism needs dp.clip, the largest L2 norm of one client's change".into(),
+            ));
+        };
+        require("dp.clip", "positive", clip, clip.is_finite() && clip > 0.0)?;
+        let z = self.noise_multiplier;
+        require(
+            "dp.noise_multiplier",
+            "positive",
+            z,
+            z.is_finite() && z > 0.0,
+        )?;
+        let d = self.delta;
+        require("dp.delta", "above 0 and below 1", d, d > 0.0 && d < 1.0)?;
+        Ok(self)
+    }
+
+    pub fn is_off(&self) -> bool {
+        self.mechanism == Mechanism::Off
+    }
+
+    fn clip_norm(&self) -> f64 {
+        self.clip.unwrap_or(f64::INFINITY)
+    }
+
+    /// How far one client moves what the mechanism noises, in units of the noise's scale
+    /// divided by `noise_multiplier`: 1 for the mean (one change removed), 2 for one upload
+    /// (any change replaced by any other).
+    fn sensitivity(&self) -> f64 {
+        match self.mechanism {
+            Mechanism::Local => 2.0,
+            _ => 1.0,
+        }
+    }
+}
+
+/// The round's privacy as `results.json` records it: what was added, and the most any one client
+/// has spent so far.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PrivacySpent {
+    pub mechanism: Mechanism,
+    pub clip: f64,
+    pub noise_multiplier: f64,
+    /// The noise's standard deviation: on the round's mean (`central`) or on each change
+    /// (`local`).
+    pub noise_std: f64,
+    /// `central`: the round's changes the server clipped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clipped: Option<u32>,
+    /// The most rounds one client has taken part in so far: what it has spent.
+    pub rounds: u32,
+    /// Zero-concentrated DP over those rounds.
+    pub rho: f64,
+    pub epsilon: f64,
+    pub delta: f64,
+}
+
+type Gaussian = Measurement<
+    VectorDomain<AtomDomain<f64>>,
+    L2Distance<f64>,
+    ZeroConcentratedDivergence,
+    Vec<f64>,
+>;
+
+/// OpenDP's Gaussian mechanism at the run's noise multiplier, asked what rounds of it cost.
+pub struct Accountant {
+    hyper: DpHyper,
+}
+
+fn accountant_error(e: opendp::error::Error) -> FlintError {
+    FlintError::Model(format!("dp accountant: {e}"))
+}
+
+impl Accountant {
+    pub fn new(hyper: DpHyper) -> Accountant {
+        Accountant { hyper }
+    }
+
+    /// One round: OpenDP's Gaussian mechanism at scale `noise_multiplier` (sensitivities are in
+    /// units of the clip, so the scale is the multiplier).
+    fn round(&self) -> Result<Gaussian> {
+        make_gaussian(
+            VectorDomain::new(AtomDomain::<f64>::new_non_nan()),
+            L2Distance::<f64>::default(),
+            self.hyper.noise_multiplier,
+            None,
+        )
+        .map_err(accountant_error)
+    }
+
+    /// ρ and ε (at `dp.delta`) after `rounds` of the mechanism.
+    pub fn spent(&self, rounds: u32) -> Result<(f64, f64)> {
+        if rounds == 0 {
+            return Ok((0.0, 0.0));
+        }
+        let fail = accountant_error;
+        let composed = make_composition(vec![self.round()?; rounds as usize]).map_err(fail)?;
+        let d_in = self.hyper.sensitivity();
+        let rho = composed.map(&d_in).map_err(fail)?;
+        let epsilon = make_zCDP_to_approxDP(composed)
+            .map_err(fail)?
+            .map(&d_in)
+            .map_err(fail)?
+            .epsilon(self.hyper.delta)
+            .map_err(fail)?;
+        Ok((rho, epsilon))
+    }
+}
+
+/// `change` brought within `clip` in L2 norm; whether it had to be.
+pub fn clip_change(change: &mut [f64], clip: f64) -> bool {
+    let norm = change.iter().map(|x| x * x).sum::<f64>().sqrt();
+    if norm <= clip {
+        return false;
+    }
+    let scale = clip / norm;
+    change.iter_mut().for_each(|x| *x *= scale);
+    true
+}
+
+fn add_noise(values: &mut [f64], std: f64, rng: &mut FlintRng) {
+    for v in values {
+        let z: f64 = StandardNormal.sample(rng);
+        *v += std * z;
+    }
+}
+
+/// A client's local mechanism: `trained` becomes `global` plus its change clipped and noised,
+/// the noise drawn from the client's own stream.
+pub fn privatize_locally(hyper: &DpHyper, global: &[f64], trained: &mut [f64], rng: &mut FlintRng) {
+    let mut change: Vec<f64> = trained.iter().zip(global).map(|(t, g)| t - g).collect();
+    clip_change(&mut change, hyper.clip_norm());
+    add_noise(&mut change, hyper.noise_multiplier * hyper.clip_norm(), rng);
+    for ((t, g), c) in trained.iter_mut().zip(global).zip(change) {
+        *t = g + c;
+    }
+}
+
+/// What the server keeps between rounds under `[dp]`: the global model the next round's changes
+/// are measured from (`central`), and the rounds each client has taken part in.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PrivacyState {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub global: Vec<f64>,
+    pub rounds: BTreeMap<ClientId, u32>,
+}
+
+impl crate::strategy::report::Tagged for PrivacyState {
+    const TAG: &'static str = "dp";
+}
+
+/// The server's half: clips and noises (`central`) or only counts (`local`), and says what the
+/// round spent.
+pub struct PrivateMean {
+    hyper: DpHyper,
+    seed: u64,
+    accountant: Accountant,
+    state: PrivacyState,
+}
+
+impl PrivateMean {
+    pub fn new(hyper: DpHyper, seed: u64) -> PrivateMean {
+        PrivateMean {
+            accountant: Accountant::new(hyper),
+            hyper,
+            seed,
+            state: PrivacyState::default(),
+        }
+    }
+
+    pub fn state(&self) -> &PrivacyState {
+        &self.state
+    }
+
+    pub fn restore(&mut self, state: PrivacyState) {
+        self.state = state;
+    }
+
+    /// The round's vectors (one per client in `clients`' order, all one length) combined by
+    /// `weights` (summing to 1) under the mechanism; `initial` is the model round 1 started from.
+    pub fn combine(
+        &mut self,
+        round: Round,
+        clients: &[ClientId],
+        vectors: &[&[f64]],
+        weights: &[f64],
+        initial: impl FnOnce() -> Vec<f64>,
+    ) -> Result<(Vec<f64>, PrivacySpent)> {
+        let len = vectors.first().map_or(0, |v| v.len());
+        if self.state.global.is_empty() {
+            self.state.global = initial();
+        }
+        if self.state.global.len() != len {
+            return Err(FlintError::InvalidUpdate(format!(
+                "dp: updates of {len} values against a global model of {}",
+                self.state.global.len()
+            )));
+        }
+        let (mean, clipped, noise_std) = match self.hyper.mechanism {
+            Mechanism::Central => self.central_mean(round, vectors, weights),
+            _ => (weighted_mean(vectors, weights), None, self.local_std()),
+        };
+        for id in clients {
+            *self.state.rounds.entry(*id).or_default() += 1;
+        }
+        self.state.global.clone_from(&mean);
+        let rounds = self.state.rounds.values().copied().max().unwrap_or(0);
+        let (rho, epsilon) = self.accountant.spent(rounds)?;
+        let spent = PrivacySpent {
+            mechanism: self.hyper.mechanism,
+            clip: self.hyper.clip_norm(),
+            noise_multiplier: self.hyper.noise_multiplier,
+            noise_std,
+            clipped,
+            rounds,
+            rho,
+            epsilon,
+            delta: self.hyper.delta,
+        };
+        Ok((mean, spent))
+    }
+
+    fn local_std(&self) -> f64 {
+        self.hyper.noise_multiplier * self.hyper.clip_norm()
+    }
+
+    /// Each change clipped from the global model, the weighted mean, the noise on it (drawn
+    /// from (seed, round)).
+    fn central_mean(
+        &self,
+        round: Round,
+        vectors: &[&[f64]],
+        weights: &[f64],
+    ) -> (Vec<f64>, Option<u32>, f64) {
+        let global = &self.state.global;
+        let mut clipped = 0;
+        let changes: Vec<Vec<f64>> = vectors
+            .iter()
+            .map(|v| {
+                let mut change: Vec<f64> = v.iter().zip(global).map(|(x, g)| x - g).collect();
+                clipped += u32::from(clip_change(&mut change, self.hyper.clip_norm()));
+                change
+            })
+            .collect();
+        let views: Vec<&[f64]> = changes.iter().map(Vec::as_slice).collect();
+        let mut mean = weighted_mean(&views, weights);
+        let max_weight = weights.iter().copied().fold(0.0, f64::max);
+        let std = self.hyper.noise_multiplier * self.hyper.clip_norm() * max_weight;
+        add_noise(
+            &mut mean,
+            std,
+            &mut derive_rng(self.seed, "dp-central", round),
+        );
+        mean.iter_mut().zip(global).for_each(|(m, g)| *m += g);
+        (mean, Some(clipped), std)
+    }
+}
+
+fn weighted_mean(vectors: &[&[f64]], weights: &[f64]) -> Vec<f64> {
+    let mut mean = vec![0.0; vectors.first().map_or(0, |v| v.len())];
+    for (v, w) in vectors.iter().zip(weights) {
+        mean.iter_mut().zip(v.iter()).for_each(|(m, x)| *m += w * x);
+    }
+    mean
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn central(z: f64, clip: f64) -> DpHyper {
+        DpHyper {
+            mechanism: Mechanism::Central,
+            clip: Some(clip),
+            noise_multiplier: z,
+            delta: 1e-5,
+        }
+        .check()
+        .unwrap()
+    }
+
+    #[test]
+    fn the_accountant_composes_rounds_and_converts_as_opendp_and_the_zcdp_bounds_say() {
+        // One round of the Gaussian mechanism at sensitivity / scale 1 / z is ρ = 1 / (2 z²)
+        // (Bun & Steinke 2016, Proposition 1.6); ρ adds over rounds (Lemma 1.7).
+        let accountant = Accountant::new(central(2.0, 1.0));
+        let (rho, epsilon) = accountant.spent(10).unwrap();
+        assert!((rho - 10.0 / 8.0).abs() < 1e-12, "{rho}");
+        // ρ-zCDP gives (ρ + 2 √(ρ ln 1/δ), δ)-DP (Proposition 1.3); OpenDP's conversion is at
+        // least as tight, and no bound is below ρ.
+        let loose = rho + 2.0 * (rho * (1e5f64).ln()).sqrt();
+        assert!(
+            epsilon > rho && epsilon <= loose,
+            "{epsilon} against {loose}"
+        );
+        // The same figure straight from OpenDP's maps.
+        let direct =
+            make_zCDP_to_approxDP(make_composition(vec![accountant.round().unwrap(); 10]).unwrap())
+                .unwrap()
+                .map(&1.0)
+                .unwrap()
+                .epsilon(1e-5)
+                .unwrap();
+        assert_eq!(epsilon, direct);
+        // A local upload counts twice the sensitivity: four times ρ.
+        let local = DpHyper {
+            mechanism: Mechanism::Local,
+            ..central(2.0, 1.0)
+        };
+        let (rho_local, eps_local) = Accountant::new(local).spent(10).unwrap();
+        assert!((rho_local - 4.0 * rho).abs() < 1e-12 && eps_local > epsilon);
+        assert_eq!(accountant.spent(0).unwrap(), (0.0, 0.0));
+    }
+
+    #[test]
+    fn a_change_is_clipped_to_the_norm_and_a_small_one_is_left_alone() {
+        let mut big = vec![3.0, 4.0];
+        assert!(clip_change(&mut big, 1.0));
+        assert!((big[0] - 0.6).abs() < 1e-12 && (big[1] - 0.8).abs() < 1e-12);
+        let mut small = vec![0.3, 0.4];
+        assert!(!clip_change(&mut small, 1.0));
+        assert_eq!(small, [0.3, 0.4]);
+    }
+
+    #[test]
+    fn the_central_mean_clips_from_the_global_model_and_adds_the_noise_the_settings_imply() {
+        let mut mean = PrivateMean::new(central(0.5, 1.0), 7);
+        let dim = 20_000;
+        let far = vec![10.0; dim];
+        let near = vec![0.001; dim];
+        let (out, spent) = mean
+            .combine(3, &[1, 2], &[&far, &near], &[0.75, 0.25], || vec![0.0; dim])
+            .unwrap();
+        // The far change is over the clip (10 × √20000), the near one not (0.001 × √20000).
+        assert_eq!(spent.clipped, Some(1));
+        let expected_std = 0.5 * 1.0 * 0.75;
+        assert_eq!(spent.noise_std, expected_std);
+        // Without the noise: 0.75 × (the far change clipped to norm 1) + 0.25 × 0.001.
+        let clean = 0.75 / (dim as f64).sqrt() + 0.25 * 0.001;
+        let noise: Vec<f64> = out.iter().map(|x| x - clean).collect();
+        let sample_std = (noise.iter().map(|n| n * n).sum::<f64>() / dim as f64).sqrt();
+        assert!(
+            (sample_std / expected_std - 1.0).abs() < 0.03,
+            "{sample_std}"
+        );
+        // The noise is the (seed, round) stream's: the same again, another round's not.
+        let mut again = PrivateMean::new(central(0.5, 1.0), 7);
+        let repeat = again
+            .combine(3, &[1, 2], &[&far, &near], &[0.75, 0.25], || vec![0.0; dim])
+            .unwrap()
+            .0;
+        assert_eq!(repeat, out);
+        assert_eq!(mean.state().global, out);
+        assert_eq!(spent.rounds, 1);
+        let (rho, epsilon) = mean.accountant.spent(1).unwrap();
+        assert_eq!((spent.rho, spent.epsilon), (rho, epsilon));
+    }
+
+    #[test]
+    fn the_rounds_spent_are_those_of_the_client_that_took_part_most() {
+        let mut mean = PrivateMean::new(central(1.0, 1.0), 1);
+        let v = [0.0, 0.0];
+        let mut last = None;
+        for (round, clients) in [(1, vec![1, 2]), (2, vec![1]), (3, vec![2, 3]), (4, vec![1])] {
+            let vectors: Vec<&[f64]> = clients.iter().map(|_| &v[..]).collect();
+            let weights = vec![1.0 / clients.len() as f64; clients.len()];
+            let (_, spent) = mean
+                .combine(round, &clients, &vectors, &weights, || vec![0.0; 2])
+                .unwrap();
+            last = Some(spent);
+        }
+        assert_eq!(last.unwrap().rounds, 3);
+        assert_eq!(mean.state().rounds[&3], 1);
+    }
+
+    #[test]
+    fn a_local_upload_is_the_global_model_plus_its_change_clipped_and_noised() {
+        let hyper = DpHyper {
+            mechanism: Mechanism::Local,
+            ..central(0.1, 1.0)
+        };
+        let global = vec![1.0, 1.0];
+        let mut trained = vec![4.0, 5.0];
+        let mut rng = derive_rng(3, "train", 1);
+        privatize_locally(&hyper, &global, &mut trained, &mut rng);
+        let mut rng = derive_rng(3, "train", 1);
+        let noise: [f64; 2] = [
+            StandardNormal.sample(&mut rng),
+            StandardNormal.sample(&mut rng),
+        ];
+        assert!((trained[0] - (1.0 + 0.6 + 0.1 * noise[0])).abs() < 1e-12);
+        assert!((trained[1] - (1.0 + 0.8 + 0.1 * noise[1])).abs() < 1e-12);
+    }
+
+    #[test]
+    fn settings_out_of_range_or_without_a_clip_are_refused() {
+        let e = DpHyper {
+            mechanism: Mechanism::Central,
+            ..DpHyper::default()
+        }
+        .check()
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("dp.mechanism needs dp.clip"), "{e}");
+        let e = DpHyper {
+            noise_multiplier: 0.0,
+            ..central(1.0, 1.0)
+        }
+        .check()
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("dp.noise_multiplier"), "{e}");
+        let e = DpHyper {
+            clip: Some(1.0),
+            ..DpHyper::default()
+        }
+        .check()
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("dp.clip is read only"), "{e}");
+        assert!(DpHyper::default().check().unwrap().is_off());
+    }
+}

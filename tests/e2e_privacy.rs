@@ -1,0 +1,176 @@
+//! Differential privacy (`[dp]`, docs/guide/strategies.md §Differential privacy) over real
+//! processes: every round's ε in `results.json` is the accountant's own figure for the rounds
+//! the clients took part in, the noise changes the model and repeats from the seed, local noise
+//! runs on the clients, and a server killed mid-run resumes to the same noisy models.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use flint_common::strategy::privacy::{Accountant, DpHyper, Mechanism};
+use support::*;
+
+const LIMIT: Duration = Duration::from_secs(120);
+
+fn dp(mechanism: &str) -> String {
+    format!("\n[dp]\nmechanism = \"{mechanism}\"\nclip = 0.5\nnoise_multiplier = 0.8\n")
+}
+
+fn experiment(dir: &Path, name: &str, extra: &str) -> std::path::PathBuf {
+    let server = "round_timeout_secs = 300\neval_timeout_secs = 30";
+    let text = synthetic_experiment(name, 4, 3, server) + extra;
+    write(dir, &format!("{name}.toml"), &text)
+}
+
+/// Per round: every client's metrics, the weights and the privacy record.
+fn rounds_of(run: &Path) -> BTreeMap<u32, serde_json::Value> {
+    results(run)
+        .rounds
+        .iter()
+        .map(|r| {
+            let v = serde_json::json!({ "metrics": r.metrics, "weights": r.weights, "privacy": r.privacy });
+            (r.round, v)
+        })
+        .collect()
+}
+
+fn run(exp: &Path, runs: &Path) -> std::path::PathBuf {
+    ok(flint().args(["run", "--runs-dir"]).arg(runs).arg(exp));
+    let name = exp.file_stem().unwrap();
+    runs.join(name)
+}
+
+#[test]
+fn every_round_reports_the_accountants_epsilon_and_the_noise_repeats_from_the_seed() {
+    let dir = tempfile::tempdir().unwrap();
+    let central = experiment(dir.path(), "central", &dp("central"));
+    let a = rounds_of(&run(&central, &dir.path().join("a")));
+    let b = rounds_of(&run(&central, &dir.path().join("b")));
+    assert_eq!(a, b, "one seed, one run");
+
+    let hyper = DpHyper {
+        mechanism: Mechanism::Central,
+        clip: Some(0.5),
+        noise_multiplier: 0.8,
+        delta: 1e-5,
+    };
+    let accountant = Accountant::new(hyper);
+    let r = results(&dir.path().join("a/central"));
+    let mut last = 0.0;
+    for round in &r.rounds[1..] {
+        let p = round
+            .privacy
+            .as_ref()
+            .expect("a privacy record every round");
+        assert_eq!(
+            p.rounds, round.round,
+            "every client took part in every round"
+        );
+        let (rho, epsilon) = accountant.spent(round.round).unwrap();
+        assert_eq!((p.rho, p.epsilon), (rho, epsilon));
+        assert!(p.epsilon > last, "ε grows with the rounds");
+        last = p.epsilon;
+        let max_weight = round.weights.values().copied().fold(0.0, f64::max);
+        assert!((p.noise_std - 0.8 * 0.5 * max_weight).abs() < 1e-12);
+    }
+
+    // Without [dp] the same seed trains other models: the noise was added.
+    let plain = experiment(dir.path(), "plain", "");
+    let p = rounds_of(&run(&plain, &dir.path().join("p")));
+    assert_ne!(p[&4]["metrics"], a[&4]["metrics"]);
+    assert!(p[&4]["privacy"].is_null());
+
+    // Local noise: the clients add it, the server only counts, at twice the sensitivity.
+    let local = experiment(dir.path(), "local", &dp("local"));
+    let l = results(&run(&local, &dir.path().join("l")));
+    let last_round = l.rounds.last().unwrap().privacy.clone().unwrap();
+    assert_eq!(last_round.mechanism, Mechanism::Local);
+    assert_eq!(last_round.noise_std, 0.8 * 0.5);
+    let local_hyper = DpHyper {
+        mechanism: Mechanism::Local,
+        ..hyper
+    };
+    assert_eq!(
+        last_round.epsilon,
+        Accountant::new(local_hyper).spent(4).unwrap().1
+    );
+    assert!(last_round.epsilon > last);
+}
+
+/// The server keeps the global model the changes are clipped from: killed after round 1 and
+/// started again, it ends with the uninterrupted run's noisy models.
+#[test]
+fn a_server_killed_under_central_dp_resumes_to_the_same_models() {
+    let root = tempfile::tempdir().unwrap();
+    let exp = experiment(root.path(), "resume", &dp("central"));
+    let expected = rounds_of(&run(&exp, &root.path().join("plain")));
+
+    let out = root.path().join("killed");
+    std::fs::create_dir_all(&out).unwrap();
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
+    let hold = ["--hold-aggregation-ms", "300"];
+    let (mut s, _) = start_server_at(&exp, &out, &addr, "server-1.log", &hold);
+    let url = format!("http://{addr}");
+    let mut clients: Vec<Proc> = (1..=3)
+        .map(|i| start_clients(&exp, &url, &[&format!("client-{i}")], &out))
+        .collect();
+    let at = wait_for(LIMIT, || status(&out).filter(|s| s.closed_rounds >= 2));
+    assert!(at.closed_rounds < 4, "killed with rounds left to run");
+    s.signal("KILL");
+    s.wait(LIMIT);
+    let (mut s, _) = start_server_at(&exp, &out, &addr, "server-2.log", &hold);
+    for c in clients.iter_mut() {
+        assert!(c.wait(LIMIT).success(), "a client failed");
+    }
+    assert!(s.wait(LIMIT).success(), "the server failed");
+    let mut got = rounds_of(&out);
+    let mut expected = expected;
+    // Round 0 records the clients' first evaluations alone.
+    got.remove(&0);
+    expected.remove(&0);
+    assert_eq!(got, expected);
+}
+
+#[test]
+fn dp_is_refused_where_it_cannot_apply() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        (
+            "strategy = \"fedavg-ahp\"",
+            "strategy = \"blind-fcm\"",
+            dp("central"),
+            "[dp] applies to strategies fedavg and fedavg-ahp",
+        ),
+        (
+            "",
+            "",
+            dp("central") + "\n[robust]\nrule = \"median\"\n",
+            "[robust] would change it",
+        ),
+        (
+            "",
+            "",
+            "\n[dp]\nmechanism = \"local\"\n".to_string(),
+            "dp.mechanism needs dp.clip",
+        ),
+    ];
+    for (from, to, extra, said) in cases {
+        let text = synthetic_experiment("refused", 2, 2, "").replace(from, to) + &extra;
+        let exp = write(dir.path(), "refused.toml", &text);
+        let out = flint()
+            .args(["run", "--runs-dir"])
+            .arg(dir.path())
+            .arg(&exp)
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(said), "{err}");
+    }
+}
