@@ -97,15 +97,54 @@ fn every_round_reports_the_accountants_epsilon_and_the_noise_repeats_from_the_se
         Accountant::new(local_hyper).spent(4).unwrap().1
     );
     assert!(last_round.epsilon > last);
+
+    // Under a key each client's noise is the key's stream, not its training stream: other
+    // models, the same again with the same key.
+    let key = write(
+        dir.path(),
+        "noise.key",
+        "a secret of more than sixteen bytes",
+    );
+    let keyed = |runs: &str| {
+        ok(flint()
+            .args(["run", "--runs-dir"])
+            .arg(dir.path().join(runs))
+            .arg(&local)
+            .env("FLINT_DP_NOISE_KEY_FILE", &key));
+        rounds_of(&dir.path().join(runs).join("local"))
+    };
+    let (k1, k2) = (keyed("k1"), keyed("k2"));
+    assert_eq!(k1, k2);
+    let seeded = rounds_of(&dir.path().join("l/local"));
+    assert_ne!(k1[&4]["metrics"], seeded[&4]["metrics"]);
 }
 
-/// The server keeps the global model the changes are clipped from: killed after round 1 and
-/// started again, it ends with the uninterrupted run's noisy models.
+/// The server keeps the global model the changes are clipped from and draws its noise from a
+/// key only it holds: killed after round 2 and started again with the same key, it ends with
+/// the uninterrupted run's noisy models, which the seed alone does not give.
 #[test]
 fn a_server_killed_under_central_dp_resumes_to_the_same_models() {
     let root = tempfile::tempdir().unwrap();
     let exp = experiment(root.path(), "resume", &dp("central"));
-    let expected = rounds_of(&run(&exp, &root.path().join("plain")));
+    let key = write(
+        root.path(),
+        "noise.key",
+        "a secret of more than sixteen bytes",
+    );
+    let uninterrupted = root.path().join("plain");
+    ok(flint()
+        .args(["run", "--runs-dir"])
+        .arg(&uninterrupted)
+        .arg(&exp)
+        .env("FLINT_DP_NOISE_KEY_FILE", &key));
+    let expected = rounds_of(&uninterrupted.join("resume"));
+    let seeded = rounds_of(&run(&exp, &root.path().join("seeded")));
+    assert_ne!(
+        seeded[&4]["metrics"], expected[&4]["metrics"],
+        "the key drew other noise"
+    );
+    assert_eq!(expected[&4]["privacy"]["secret_noise"], true);
+    assert_eq!(seeded[&4]["privacy"]["secret_noise"], false);
 
     let out = root.path().join("killed");
     std::fs::create_dir_all(&out).unwrap();
@@ -114,7 +153,8 @@ fn a_server_killed_under_central_dp_resumes_to_the_same_models() {
         .local_addr()
         .unwrap()
         .to_string();
-    let hold = ["--hold-aggregation-ms", "300"];
+    let key = key.to_str().unwrap();
+    let hold = ["--hold-aggregation-ms", "300", "--dp-noise-key-file", key];
     let (mut s, _) = start_server_at(&exp, &out, &addr, "server-1.log", &hold);
     let url = format!("http://{addr}");
     let mut clients: Vec<Proc> = (1..=3)

@@ -55,6 +55,11 @@ pub struct ClientArgs {
     /// its network interfaces as the link level. Only for a process of one client.
     #[arg(long, env = "FLINT_LINK_BYTES", value_parser = clap::builder::FalseyValueParser::new())]
     pub link_bytes: bool,
+    /// A file of secret bytes (at least 16) only this process holds: under `dp.mechanism =
+    /// "local"` each of its clients draws its noise from a stream keyed by it (and the client's
+    /// id), which the run's seed, known to the server, cannot draw.
+    #[arg(long, env = "FLINT_DP_NOISE_KEY_FILE", value_name = "FILE")]
+    pub dp_noise_key_file: Option<PathBuf>,
     /// An enrollment secret (from `flint certs --enroll`), for a server started with
     /// `--enrollment`: this process's one client binds its slot with it.
     #[arg(long, env = "FLINT_ENROLL_SECRET", conflicts_with = "enroll_dir")]

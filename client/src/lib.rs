@@ -71,7 +71,12 @@ pub async fn run(args: ClientArgs) -> anyhow::Result<Vec<ClientReport>> {
         .slots(&names, args.out.as_deref(), args.fail_fast)
         .await?;
     let ids: Vec<ClientId> = slots.keys().copied().collect();
-    let prepared = load(&experiment, data_dir, ids, args.compute_ghz).await?;
+    let mut prepared = load(&experiment, data_dir, ids, args.compute_ghz).await?;
+    key_the_noise(
+        &mut prepared,
+        args.dp_noise_key_file.as_deref(),
+        experiment.seed,
+    )?;
     let progress = ProgressBook::start(args.out.as_deref(), prepared.first().map(|p| p.id));
     let book = progress.as_ref().map(|(b, _)| b);
     let mut tasks = tokio::task::JoinSet::new();
@@ -133,6 +138,34 @@ fn shell_for(
         handshakes: Arc::new(tokio::sync::Semaphore::new(shell::HANDSHAKES)),
         joins: Arc::new(tokio::sync::Semaphore::new(shell::JOINS)),
     })
+}
+
+/// With `--dp-noise-key-file`, each client's local noise from the key's stream.
+fn key_the_noise(
+    prepared: &mut [Prepared],
+    file: Option<&std::path::Path>,
+    seed: u64,
+) -> anyhow::Result<()> {
+    use flint_common::strategy::privacy::{ClientNoise, NoiseKey};
+    let Some(path) = file else {
+        return Ok(());
+    };
+    let secret = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let key = NoiseKey::from_secret(&secret)?;
+    for p in prepared {
+        let noise = ClientNoise {
+            key: key.clone(),
+            seed,
+            client: p.id,
+        };
+        if !p.half.set_noise_key(noise) {
+            tracing::warn!(
+                client = %p.name,
+                "a dp noise key was given, and this client adds no noise (dp.mechanism is not \"local\")"
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Each client's shard, summary and half: loading and booleanizing can take seconds, so off

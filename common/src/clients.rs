@@ -53,6 +53,8 @@ pub trait BoundHalf: Send {
     fn restore(&mut self, state: &[u8]) -> Result<()>;
     /// See [`ClientStrategy::without_base`].
     fn without_base(&self, update: &Payload) -> Option<Payload>;
+    /// See [`ClientStrategy::set_noise_key`].
+    fn set_noise_key(&mut self, noise: crate::strategy::privacy::ClientNoise) -> bool;
 }
 
 struct OnShard<S> {
@@ -65,6 +67,10 @@ struct OnShard<S> {
 impl<S: Send> BoundHalf for OnShard<S> {
     fn apply(&mut self, round: Round, download: &Payload) -> Result<()> {
         self.half.apply(round, download)
+    }
+
+    fn set_noise_key(&mut self, noise: crate::strategy::privacy::ClientNoise) -> bool {
+        self.half.set_noise_key(noise)
     }
 
     fn train(&mut self, round: Round, rng: &mut FlintRng) -> Result<Payload> {

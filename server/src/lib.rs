@@ -128,6 +128,11 @@ pub struct ServeOptions {
     /// or ./data].
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
+    /// A file of secret bytes (at least 16) only this server holds: under `dp.mechanism =
+    /// "central"` its noise is drawn from a stream keyed by it, which the run's seed (held by
+    /// every client) cannot draw. Give the same file to a restarted server.
+    #[arg(long, env = "FLINT_DP_NOISE_KEY_FILE", value_name = "FILE")]
+    pub dp_noise_key_file: Option<PathBuf>,
     #[command(flatten)]
     pub metrics: exporter::MetricsOptions,
 }
@@ -219,12 +224,23 @@ pub async fn serve(
         .data_dir
         .clone()
         .unwrap_or_else(flint_common::data::default_data_dir);
-    let strategy = experiment.strategy.server(
+    let mut strategy = experiment.strategy.server(
         experiment.data.classes().len(),
         experiment.seed,
         experiment.robust,
         Some((&experiment.data, &data_dir)),
     )?;
+    if let Some(path) = &options.dp_noise_key_file {
+        let key = flint_common::strategy::privacy::NoiseKey::from_secret(
+            &std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?,
+        )?;
+        if !strategy.set_noise_key(key) {
+            tracing::warn!(
+                file = %path.display(),
+                "a dp noise key was given, and this run's server adds no noise (dp.mechanism is not \"central\")"
+            );
+        }
+    }
     serve_with(experiment, strategy, listener, out, ready_file, options).await
 }
 

@@ -56,6 +56,7 @@ pub unsafe fn drop_empty_env() {
 /// settings (TLS files) and deploy/docker-compose.yml's.
 const RESERVED_ENV: &[&str] = &[
     "DATA_DIR",
+    "DP_NOISE_KEY_FILE",
     "LOG",
     "LOG_FORMAT",
     "TLS_CERT",

@@ -119,6 +119,11 @@ pub trait ServerStrategy: Send {
         clients: &BTreeMap<ClientId, DataSummary>,
         updates: &BTreeMap<ClientId, Update>,
     ) -> Result<Aggregate>;
+    /// Draws the noise this server adds (`dp.mechanism = "central"`) from `key` rather than the
+    /// run's seed; whether it adds any (by default none).
+    fn set_noise_key(&mut self, _key: privacy::NoiseKey) -> bool {
+        false
+    }
     /// What the strategy keeps between rounds (by default nothing).
     fn snapshot(&self) -> StrategyState {
         StrategyState::stateless()
@@ -237,6 +242,12 @@ pub trait ClientStrategy<S>: Send {
     /// update is whole already.
     fn without_base(&self, _update: &Payload) -> Option<Payload> {
         None
+    }
+
+    /// Draws the noise this client adds (`dp.mechanism = "local"`) from `noise`'s key rather
+    /// than its training stream; whether it adds any (by default none).
+    fn set_noise_key(&mut self, _noise: privacy::ClientNoise) -> bool {
+        false
     }
 
     /// Puts back what [`ClientStrategy::checkpoint`] wrote.

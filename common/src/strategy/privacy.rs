@@ -15,9 +15,12 @@
 //! `make_composition`, `make_zCDP_to_approxDP`): no subsampling amplification is claimed (a
 //! round's clients are not a secret Poisson sample), so the figure is an upper bound.
 //!
-//! The noise is drawn from generators derived from the run's seed, so a run is reproducible and
-//! a resumed server adds exactly the noise it added before. Whoever holds the seed can draw the
-//! same noise: the guarantee holds against those who do not (docs/guide/privacy.md).
+//! By default the noise is drawn from generators derived from the run's seed, so a run is
+//! reproducible and a resumed server adds exactly the noise it added before; but whoever holds
+//! the seed (every client) can draw the same noise. Given a [`NoiseKey`] (a secret only that
+//! process holds), the noise comes from a ChaCha stream keyed by it and by (seed, round): a
+//! process started again with the same key still adds the same noise, and the seed alone no
+//! longer tells it (docs/guide/strategies.md §Differential privacy).
 
 use std::collections::BTreeMap;
 
@@ -27,12 +30,15 @@ use opendp::domains::{AtomDomain, VectorDomain};
 use opendp::measurements::make_gaussian;
 use opendp::measures::ZeroConcentratedDivergence;
 use opendp::metrics::L2Distance;
+use rand::SeedableRng;
+use rand::rngs::StdRng;
 use rand_distr::{Distribution, StandardNormal};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 
 use crate::params::{ParamError, ParamResult, require};
-use crate::rng::{FlintRng, derive_rng};
+use crate::rng::derive_rng;
 use crate::{ClientId, FlintError, Result, Round};
 
 /// Where the noise is added.
@@ -138,6 +144,10 @@ pub struct PrivacySpent {
     /// `central`: the round's changes the server clipped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub clipped: Option<u32>,
+    /// Whether the noise came from a secret key (`--dp-noise-key-file`) rather than the run's
+    /// seed alone, which every client holds.
+    #[serde(default)]
+    pub secret_noise: bool,
     /// The most rounds one client has taken part in so far: what it has spent.
     pub rounds: u32,
     /// Zero-concentrated DP over those rounds.
@@ -209,7 +219,64 @@ pub fn clip_change(change: &mut [f64], clip: f64) -> bool {
     true
 }
 
-fn add_noise(values: &mut [f64], std: f64, rng: &mut FlintRng) {
+/// A secret only this process holds, from `--dp-noise-key-file`: the noise it adds is then drawn
+/// from a ChaCha stream keyed by it (rand's `StdRng`), which the run's seed alone cannot draw.
+#[derive(Clone)]
+pub struct NoiseKey([u8; 32]);
+
+impl std::fmt::Debug for NoiseKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("NoiseKey(..)")
+    }
+}
+
+/// Fewer secret bytes than this are refused: a key is only as secret as it is long.
+pub const NOISE_KEY_MIN_BYTES: usize = 16;
+
+impl NoiseKey {
+    /// The key a file's bytes make; refused under [`NOISE_KEY_MIN_BYTES`].
+    pub fn from_secret(bytes: &[u8]) -> Result<NoiseKey> {
+        if bytes.len() < NOISE_KEY_MIN_BYTES {
+            return Err(FlintError::Config(format!(
+                "a dp noise key needs at least {NOISE_KEY_MIN_BYTES} bytes of secret, got {} \
+                 (e.g. head -c 32 /dev/urandom > noise.key)",
+                bytes.len()
+            )));
+        }
+        let mut h = Sha256::new();
+        h.update(b"flint dp noise key\0");
+        h.update(bytes);
+        Ok(NoiseKey(h.finalize().into()))
+    }
+
+    /// The stream for one purpose of (seed, who, round).
+    pub fn rng(&self, seed: u64, purpose: &str, who: u64, round: Round) -> StdRng {
+        let mut h = Sha256::new();
+        h.update(self.0);
+        h.update(seed.to_le_bytes());
+        h.update(purpose.as_bytes());
+        h.update(who.to_le_bytes());
+        h.update(round.to_le_bytes());
+        StdRng::from_seed(h.finalize().into())
+    }
+}
+
+/// A client's local noise under a key: its stream for each round.
+#[derive(Debug, Clone)]
+pub struct ClientNoise {
+    pub key: NoiseKey,
+    pub seed: u64,
+    pub client: ClientId,
+}
+
+impl ClientNoise {
+    pub fn rng(&self, round: Round) -> StdRng {
+        self.key
+            .rng(self.seed, "dp-local", u64::from(self.client), round)
+    }
+}
+
+fn add_noise<R: rand::Rng + ?Sized>(values: &mut [f64], std: f64, rng: &mut R) {
     for v in values {
         let z: f64 = StandardNormal.sample(rng);
         *v += std * z;
@@ -218,7 +285,12 @@ fn add_noise(values: &mut [f64], std: f64, rng: &mut FlintRng) {
 
 /// A client's local mechanism: `trained` becomes `global` plus its change clipped and noised,
 /// the noise drawn from the client's own stream.
-pub fn privatize_locally(hyper: &DpHyper, global: &[f64], trained: &mut [f64], rng: &mut FlintRng) {
+pub fn privatize_locally<R: rand::Rng + ?Sized>(
+    hyper: &DpHyper,
+    global: &[f64],
+    trained: &mut [f64],
+    rng: &mut R,
+) {
     let mut change: Vec<f64> = trained.iter().zip(global).map(|(t, g)| t - g).collect();
     clip_change(&mut change, hyper.clip_norm());
     add_noise(&mut change, hyper.noise_multiplier * hyper.clip_norm(), rng);
@@ -247,6 +319,7 @@ pub struct PrivateMean {
     seed: u64,
     accountant: Accountant,
     state: PrivacyState,
+    key: Option<NoiseKey>,
 }
 
 impl PrivateMean {
@@ -256,7 +329,28 @@ impl PrivateMean {
             hyper,
             seed,
             state: PrivacyState::default(),
+            key: None,
         }
+    }
+
+    /// The central noise from `key` rather than the seed alone.
+    pub fn with_key(mut self, key: NoiseKey) -> Self {
+        self.set_key(key);
+        self
+    }
+
+    pub fn set_key(&mut self, key: NoiseKey) {
+        self.key = Some(key);
+    }
+
+    /// Whether this server adds the noise (a key for it means something).
+    pub fn adds_noise(&self) -> bool {
+        self.hyper.mechanism == Mechanism::Central
+    }
+
+    /// Whether the noise this server adds is secret: central noise under a key.
+    fn secret_noise(&self) -> bool {
+        self.key.is_some() && self.hyper.mechanism == Mechanism::Central
     }
 
     pub fn state(&self) -> &PrivacyState {
@@ -303,6 +397,7 @@ impl PrivateMean {
             noise_multiplier: self.hyper.noise_multiplier,
             noise_std,
             clipped,
+            secret_noise: self.secret_noise(),
             rounds,
             rho,
             epsilon,
@@ -337,11 +432,18 @@ impl PrivateMean {
         let mut mean = weighted_mean(&views, weights);
         let max_weight = weights.iter().copied().fold(0.0, f64::max);
         let std = self.hyper.noise_multiplier * self.hyper.clip_norm() * max_weight;
-        add_noise(
-            &mut mean,
-            std,
-            &mut derive_rng(self.seed, "dp-central", round),
-        );
+        match &self.key {
+            Some(key) => add_noise(
+                &mut mean,
+                std,
+                &mut key.rng(self.seed, "dp-central", 0, round),
+            ),
+            None => add_noise(
+                &mut mean,
+                std,
+                &mut derive_rng(self.seed, "dp-central", round),
+            ),
+        }
         mean.iter_mut().zip(global).for_each(|(m, g)| *m += g);
         (mean, Some(clipped), std)
     }
@@ -481,6 +583,36 @@ mod tests {
         ];
         assert!((trained[0] - (1.0 + 0.6 + 0.1 * noise[0])).abs() < 1e-12);
         assert!((trained[1] - (1.0 + 0.8 + 0.1 * noise[1])).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_key_draws_noise_the_seed_alone_does_not_and_draws_it_again() {
+        let key = NoiseKey::from_secret(b"sixteen byte key").unwrap();
+        let (near, far) = (vec![0.0; 64], vec![0.0; 64]);
+        let combine = |m: &mut PrivateMean| {
+            m.combine(2, &[1, 2], &[&near, &far], &[0.5, 0.5], || vec![0.0; 64])
+                .unwrap()
+        };
+        let (keyed, spent) =
+            combine(&mut PrivateMean::new(central(1.0, 1.0), 7).with_key(key.clone()));
+        assert!(spent.secret_noise);
+        let (again, _) = combine(&mut PrivateMean::new(central(1.0, 1.0), 7).with_key(key));
+        assert_eq!(
+            keyed, again,
+            "a restarted server with its key adds the same noise"
+        );
+        let (seeded, spent) = combine(&mut PrivateMean::new(central(1.0, 1.0), 7));
+        assert!(!spent.secret_noise);
+        assert_ne!(keyed, seeded);
+        let other = NoiseKey::from_secret(b"another key, 16+").unwrap();
+        let (other, _) = combine(&mut PrivateMean::new(central(1.0, 1.0), 7).with_key(other));
+        assert_ne!(keyed, other);
+        let e = NoiseKey::from_secret(b"short").unwrap_err().to_string();
+        assert!(e.contains("at least 16 bytes"), "{e}");
+        assert_eq!(
+            format!("{:?}", NoiseKey::from_secret(&[1; 32]).unwrap()),
+            "NoiseKey(..)"
+        );
     }
 
     #[test]

@@ -3,7 +3,7 @@ use crate::metrics::ConfusionMatrix;
 use crate::model::logreg::{LogReg, LogRegHyper};
 use crate::rng::FlintRng;
 use crate::strategy::ClientStrategy;
-use crate::strategy::privacy::{DpHyper, Mechanism, privatize_locally};
+use crate::strategy::privacy::{ClientNoise, DpHyper, Mechanism, privatize_locally};
 use crate::wire::{self, proto::Payload};
 use crate::{Result, Round};
 
@@ -17,6 +17,8 @@ pub struct FedAvgClient {
     local_dp: Option<DpHyper>,
     /// The last download, flat: what a local change is measured from.
     global: Vec<f64>,
+    /// A secret key's stream for the local noise; without one, the training stream.
+    noise: Option<ClientNoise>,
 }
 
 impl FedAvgClient {
@@ -27,6 +29,7 @@ impl FedAvgClient {
             keeps_model: false,
             local_dp: None,
             global: Vec::new(),
+            noise: None,
         }
     }
 
@@ -62,11 +65,21 @@ impl ClientStrategy<Shard> for FedAvgClient {
         Ok(())
     }
 
-    fn train(&mut self, shard: &Shard, _round: Round, rng: &mut FlintRng) -> Result<Payload> {
+    fn set_noise_key(&mut self, noise: ClientNoise) -> bool {
+        self.noise = Some(noise);
+        self.local_dp.is_some()
+    }
+
+    fn train(&mut self, shard: &Shard, round: Round, rng: &mut FlintRng) -> Result<Payload> {
         self.model.train(&shard.train, &self.hyper);
         if let Some(dp) = &self.local_dp {
             let mut trained = flat(&self.model);
-            privatize_locally(dp, &self.global, &mut trained, rng);
+            match &self.noise {
+                Some(noise) => {
+                    privatize_locally(dp, &self.global, &mut trained, &mut noise.rng(round))
+                }
+                None => privatize_locally(dp, &self.global, &mut trained, rng),
+            }
             let (w, b) = trained.split_at(self.model.weights.len());
             self.model.weights.copy_from_slice(w);
             self.model.biases.copy_from_slice(b);

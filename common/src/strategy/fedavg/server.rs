@@ -4,7 +4,7 @@ use std::sync::Arc;
 use crate::model::logreg::LogReg;
 use crate::strategy::ahp::{self, AhpHyper, CriteriaValues};
 use crate::strategy::decoder::{LinearDecoder, UpdateDecoder};
-use crate::strategy::privacy::{DpHyper, PrivacyState, PrivateMean};
+use crate::strategy::privacy::{DpHyper, NoiseKey, PrivacyState, PrivateMean};
 use crate::strategy::report::StrategyState;
 use crate::strategy::robust::RobustHyper;
 use crate::strategy::{Aggregate, Downloads, RoundReport, ServerStrategy, unexpected};
@@ -166,6 +166,16 @@ impl ServerStrategy for FedAvgServer {
             local: BTreeMap::new(),
             privacy,
         })
+    }
+
+    fn set_noise_key(&mut self, key: NoiseKey) -> bool {
+        match &mut self.privacy {
+            Some(p) if p.adds_noise() => {
+                p.set_key(key);
+                true
+            }
+            _ => false,
+        }
     }
 
     fn snapshot(&self) -> StrategyState {
