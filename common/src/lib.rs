@@ -14,6 +14,7 @@ pub mod metrics;
 pub mod model;
 pub mod params;
 pub mod rng;
+pub mod secagg;
 pub mod strategy;
 pub mod text;
 pub mod wire;

@@ -18,6 +18,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("text", 0),
     ("metrics", 0),
     ("data", 1),
+    ("secagg", 1),
     ("degenerate", 1),
     ("model", 2),
     ("wire", 3),

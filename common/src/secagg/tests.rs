@@ -1,0 +1,268 @@
+//! The protocol end to end in one process, every message passed by hand: the sum is exact with
+//! and without dropouts at each stage, the server holds only masked inputs, and what would let it
+//! see one input is refused.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+
+use super::ring::{self, FixedPoint};
+use super::*;
+
+const LEN: usize = 50;
+
+/// Client `id`'s input: distinct, signed, within ±1.
+fn input(id: ClientId) -> Vec<f64> {
+    (0..LEN)
+        .map(|i| ((id as f64 * 7.3 + i as f64 * 1.7).sin()))
+        .collect()
+}
+
+/// Where a client stops answering: after advertising, after sharing, after its masked input.
+#[derive(Clone, Copy, PartialEq)]
+enum Drop {
+    AfterAdvert,
+    AfterShares,
+    AfterInput,
+}
+
+struct Outcome {
+    sum: Result<Vec<u32>>,
+    server: SecAggServer,
+    encoded: BTreeMap<ClientId, Vec<u32>>,
+}
+
+/// Runs one round for `clients` with `threshold`, the `drops` leaving where they say.
+fn round(clients: u32, threshold: usize, drops: &[(ClientId, Drop)]) -> Outcome {
+    let drops: BTreeMap<ClientId, Drop> = drops.iter().copied().collect();
+    let codec = FixedPoint::for_sums(1.0, clients as usize).unwrap();
+    let mut rng = StdRng::from_seed([3; 32]);
+    let mut server = SecAggServer::new(4, threshold, LEN);
+    let mut members = BTreeMap::new();
+    for id in 1..=clients {
+        let (c, advert) = SecAggClient::new(id, 4, threshold, &mut rng);
+        server.advertise(id, advert).unwrap();
+        members.insert(id, c);
+    }
+    let stays = |id: &ClientId, past: Drop| drops.get(id).is_none_or(|d| *d as u8 > past as u8);
+    let roster = server.roster().unwrap();
+    for (id, c) in members
+        .iter_mut()
+        .filter(|(id, _)| stays(id, Drop::AfterAdvert))
+    {
+        server
+            .share(*id, c.share_keys(roster.clone(), &mut rng).unwrap())
+            .unwrap();
+    }
+    let inboxes = match server.inboxes() {
+        Ok(i) => i,
+        Err(e) => {
+            return Outcome {
+                sum: Err(e),
+                server,
+                encoded: BTreeMap::new(),
+            };
+        }
+    };
+    let mut encoded = BTreeMap::new();
+    for (id, inbox) in inboxes {
+        if !stays(&id, Drop::AfterShares) {
+            continue;
+        }
+        let x = codec.encode(&input(id)).unwrap();
+        let y = members
+            .get_mut(&id)
+            .unwrap()
+            .masked_input(inbox, &x)
+            .unwrap();
+        server.masked(id, y).unwrap();
+        encoded.insert(id, x);
+    }
+    let survivors = match server.survivors() {
+        Ok(s) => s,
+        Err(e) => {
+            return Outcome {
+                sum: Err(e),
+                server,
+                encoded,
+            };
+        }
+    };
+    for &id in survivors.iter().filter(|id| stays(id, Drop::AfterInput)) {
+        let reply = members.get_mut(&id).unwrap().unmask(&survivors).unwrap();
+        server.unmasking(id, reply).unwrap();
+    }
+    Outcome {
+        sum: server.sum(),
+        server,
+        encoded,
+    }
+}
+
+fn plain_sum(encoded: &BTreeMap<ClientId, Vec<u32>>) -> Vec<u32> {
+    let mut sum = vec![0; LEN];
+    encoded.values().for_each(|x| ring::add(&mut sum, x));
+    sum
+}
+
+#[test]
+fn with_no_one_dropping_the_unmasked_sum_is_the_plain_sum_exactly() {
+    let out = round(6, 4, &[]);
+    assert_eq!(out.encoded.len(), 6);
+    assert_eq!(out.sum.unwrap(), plain_sum(&out.encoded));
+}
+
+#[test]
+fn clients_dropping_at_every_stage_leave_the_sum_of_those_whose_inputs_arrived() {
+    // 3 never shares, 5 shares and sends no input, 2 sends its input and no shares back.
+    let drops = [
+        (3, Drop::AfterAdvert),
+        (5, Drop::AfterShares),
+        (2, Drop::AfterInput),
+    ];
+    let out = round(7, 4, &drops);
+    assert_eq!(
+        out.encoded.keys().copied().collect::<Vec<_>>(),
+        [1, 2, 4, 6, 7],
+        "client 2's input arrived before it left"
+    );
+    let sum = out.sum.unwrap();
+    assert_eq!(sum, plain_sum(&out.encoded));
+    let codec = FixedPoint::for_sums(1.0, 7).unwrap();
+    let expected: f64 = [1, 2, 4, 6, 7].iter().map(|&id| input(id)[0]).sum();
+    assert!((codec.decode(&sum)[0] - expected).abs() < 5.0 / codec.scale);
+}
+
+#[test]
+fn the_server_holds_no_input_in_the_clear() {
+    let out = round(4, 3, &[(2, Drop::AfterShares)]);
+    for (id, held) in out.server.held_inputs() {
+        let clear = &out.encoded[id];
+        let same = held.iter().zip(clear).filter(|(a, b)| a == b).count();
+        assert!(
+            same <= 1,
+            "client {id}'s input shows through in {same} of {LEN} values"
+        );
+    }
+}
+
+#[test]
+fn too_few_clients_at_any_stage_end_the_round_with_a_clear_refusal() {
+    let out = round(
+        5,
+        3,
+        &[
+            (1, Drop::AfterAdvert),
+            (2, Drop::AfterAdvert),
+            (3, Drop::AfterAdvert),
+        ],
+    );
+    let e = out.sum.unwrap_err().to_string();
+    assert!(
+        e.contains("2 clients shared their keys, under the threshold 3"),
+        "{e}"
+    );
+    let out = round(
+        5,
+        3,
+        &[
+            (1, Drop::AfterInput),
+            (2, Drop::AfterInput),
+            (3, Drop::AfterInput),
+        ],
+    );
+    let e = out.sum.unwrap_err().to_string();
+    assert!(
+        e.contains("2 clients sent their shares, under the threshold 3"),
+        "{e}"
+    );
+    assert!(check_threshold(3, 6).is_err(), "half is not more than half");
+    assert!(check_threshold(4, 6).is_ok());
+    assert!(check_threshold(200, 256).is_err(), "over 255");
+}
+
+#[test]
+fn a_client_reveals_once_and_never_both_shares_of_one_client() {
+    let mut rng = StdRng::from_seed([9; 32]);
+    let mut server = SecAggServer::new(1, 2, 4);
+    let mut clients: BTreeMap<ClientId, SecAggClient> = BTreeMap::new();
+    for id in 1..=3 {
+        let (c, a) = SecAggClient::new(id, 1, 2, &mut rng);
+        server.advertise(id, a).unwrap();
+        clients.insert(id, c);
+    }
+    let roster = server.roster().unwrap();
+    for (id, c) in clients.iter_mut() {
+        server
+            .share(*id, c.share_keys(roster.clone(), &mut rng).unwrap())
+            .unwrap();
+    }
+    let inboxes = server.inboxes().unwrap();
+    let c1 = clients.get_mut(&1).unwrap();
+    c1.masked_input(inboxes[&1].clone(), &[1, 2, 3, 4]).unwrap();
+    let first = c1.unmask(&BTreeSet::from([1, 2])).unwrap();
+    assert_eq!(
+        first.seed_shares.keys().copied().collect::<Vec<_>>(),
+        [1, 2]
+    );
+    assert_eq!(first.key_shares.keys().copied().collect::<Vec<_>>(), [3]);
+    // A server that then says 3 survived, to get 3's seed share beside its key share: refused.
+    let e = c1.unmask(&BTreeSet::from([1, 3])).unwrap_err().to_string();
+    assert!(e.contains("a second time"), "{e}");
+}
+
+#[test]
+fn malformed_or_misaddressed_messages_are_refused_and_change_nothing() {
+    let mut rng = StdRng::from_seed([5; 32]);
+    let mut server = SecAggServer::new(2, 2, 3);
+    let (mut c1, a1) = SecAggClient::new(1, 2, 2, &mut rng);
+    let (mut c2, a2) = SecAggClient::new(2, 2, 2, &mut rng);
+    server.advertise(1, a1).unwrap();
+    assert!(server.advertise(1, a2).is_err(), "one advert per client");
+    server.advertise(2, a2).unwrap();
+    assert!(
+        server.masked(1, vec![0; 3]).is_err(),
+        "an input before its stage"
+    );
+    let roster = server.roster().unwrap();
+    let from1 = c1.share_keys(roster.clone(), &mut rng).unwrap();
+    let mut short = from1.clone();
+    short.get_mut(&2).unwrap().pop();
+    assert!(
+        server.share(1, short).is_err(),
+        "an envelope of another size"
+    );
+    assert!(
+        server.share(1, BTreeMap::new()).is_err(),
+        "no envelope for client 2"
+    );
+    server.share(1, from1.clone()).unwrap();
+    server
+        .share(2, c2.share_keys(roster, &mut rng).unwrap())
+        .unwrap();
+    let inboxes = server.inboxes().unwrap();
+    // Client 2 given client 1's envelope tampered with: it does not open.
+    let mut tampered = inboxes[&2].clone();
+    tampered.get_mut(&1).unwrap()[0] ^= 1;
+    assert!(c2.masked_input(tampered, &[0; 3]).is_err());
+    let y1 = c1.masked_input(inboxes[&1].clone(), &[1, 2, 3]).unwrap();
+    assert!(
+        server.masked(1, vec![0; 4]).is_err(),
+        "an input of another length"
+    );
+    server.masked(1, y1).unwrap();
+    assert!(server.masked(3, vec![0; 3]).is_err(), "a stranger's input");
+}
+
+#[test]
+fn a_roster_that_leaves_out_the_client_or_repeats_a_key_is_refused() {
+    let mut rng = StdRng::from_seed([6; 32]);
+    let (mut c1, a1) = SecAggClient::new(1, 1, 2, &mut rng);
+    let (_, a2) = SecAggClient::new(2, 1, 2, &mut rng);
+    let without = BTreeMap::from([(2, a2), (3, a2)]);
+    assert!(c1.share_keys(without, &mut rng).is_err());
+    let repeated = BTreeMap::from([(1, a1), (2, a1)]);
+    let e = c1.share_keys(repeated, &mut rng).unwrap_err().to_string();
+    assert!(e.contains("two keys are the same"), "{e}");
+}
