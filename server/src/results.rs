@@ -605,6 +605,7 @@ mod tests {
             aggregation_seconds: None,
             weights: BTreeMap::new(),
             report,
+            privacy: None,
             metrics: BTreeMap::new(),
             mean: None,
             global_test: None,

@@ -15,16 +15,16 @@ const LEN: usize = 50;
 /// Client `id`'s input: distinct, signed, within ±1.
 fn input(id: ClientId) -> Vec<f64> {
     (0..LEN)
-        .map(|i| ((id as f64 * 7.3 + i as f64 * 1.7).sin()))
+        .map(|i| (id as f64 * 7.3 + i as f64 * 1.7).sin())
         .collect()
 }
 
 /// Where a client stops answering: after advertising, after sharing, after its masked input.
 #[derive(Clone, Copy, PartialEq)]
-enum Drop {
-    AfterAdvert,
-    AfterShares,
-    AfterInput,
+enum LeavesAfter {
+    Advert,
+    Shares,
+    Input,
 }
 
 struct Outcome {
@@ -34,8 +34,8 @@ struct Outcome {
 }
 
 /// Runs one round for `clients` with `threshold`, the `drops` leaving where they say.
-fn round(clients: u32, threshold: usize, drops: &[(ClientId, Drop)]) -> Outcome {
-    let drops: BTreeMap<ClientId, Drop> = drops.iter().copied().collect();
+fn round(clients: u32, threshold: usize, drops: &[(ClientId, LeavesAfter)]) -> Outcome {
+    let drops: BTreeMap<ClientId, LeavesAfter> = drops.iter().copied().collect();
     let codec = FixedPoint::for_sums(1.0, clients as usize).unwrap();
     let mut rng = StdRng::from_seed([3; 32]);
     let mut server = SecAggServer::new(4, threshold, LEN);
@@ -45,11 +45,12 @@ fn round(clients: u32, threshold: usize, drops: &[(ClientId, Drop)]) -> Outcome 
         server.advertise(id, advert).unwrap();
         members.insert(id, c);
     }
-    let stays = |id: &ClientId, past: Drop| drops.get(id).is_none_or(|d| *d as u8 > past as u8);
+    let stays =
+        |id: &ClientId, past: LeavesAfter| drops.get(id).is_none_or(|d| *d as u8 > past as u8);
     let roster = server.roster().unwrap();
     for (id, c) in members
         .iter_mut()
-        .filter(|(id, _)| stays(id, Drop::AfterAdvert))
+        .filter(|(id, _)| stays(id, LeavesAfter::Advert))
     {
         server
             .share(*id, c.share_keys(roster.clone(), &mut rng).unwrap())
@@ -67,7 +68,7 @@ fn round(clients: u32, threshold: usize, drops: &[(ClientId, Drop)]) -> Outcome 
     };
     let mut encoded = BTreeMap::new();
     for (id, inbox) in inboxes {
-        if !stays(&id, Drop::AfterShares) {
+        if !stays(&id, LeavesAfter::Shares) {
             continue;
         }
         let x = codec.encode(&input(id)).unwrap();
@@ -89,7 +90,7 @@ fn round(clients: u32, threshold: usize, drops: &[(ClientId, Drop)]) -> Outcome 
             };
         }
     };
-    for &id in survivors.iter().filter(|id| stays(id, Drop::AfterInput)) {
+    for &id in survivors.iter().filter(|id| stays(id, LeavesAfter::Input)) {
         let reply = members.get_mut(&id).unwrap().unmask(&survivors).unwrap();
         server.unmasking(id, reply).unwrap();
     }
@@ -117,9 +118,9 @@ fn with_no_one_dropping_the_unmasked_sum_is_the_plain_sum_exactly() {
 fn clients_dropping_at_every_stage_leave_the_sum_of_those_whose_inputs_arrived() {
     // 3 never shares, 5 shares and sends no input, 2 sends its input and no shares back.
     let drops = [
-        (3, Drop::AfterAdvert),
-        (5, Drop::AfterShares),
-        (2, Drop::AfterInput),
+        (3, LeavesAfter::Advert),
+        (5, LeavesAfter::Shares),
+        (2, LeavesAfter::Input),
     ];
     let out = round(7, 4, &drops);
     assert_eq!(
@@ -136,7 +137,7 @@ fn clients_dropping_at_every_stage_leave_the_sum_of_those_whose_inputs_arrived()
 
 #[test]
 fn the_server_holds_no_input_in_the_clear() {
-    let out = round(4, 3, &[(2, Drop::AfterShares)]);
+    let out = round(4, 3, &[(2, LeavesAfter::Shares)]);
     for (id, held) in out.server.held_inputs() {
         let clear = &out.encoded[id];
         let same = held.iter().zip(clear).filter(|(a, b)| a == b).count();
@@ -153,9 +154,9 @@ fn too_few_clients_at_any_stage_end_the_round_with_a_clear_refusal() {
         5,
         3,
         &[
-            (1, Drop::AfterAdvert),
-            (2, Drop::AfterAdvert),
-            (3, Drop::AfterAdvert),
+            (1, LeavesAfter::Advert),
+            (2, LeavesAfter::Advert),
+            (3, LeavesAfter::Advert),
         ],
     );
     let e = out.sum.unwrap_err().to_string();
@@ -167,9 +168,9 @@ fn too_few_clients_at_any_stage_end_the_round_with_a_clear_refusal() {
         5,
         3,
         &[
-            (1, Drop::AfterInput),
-            (2, Drop::AfterInput),
-            (3, Drop::AfterInput),
+            (1, LeavesAfter::Input),
+            (2, LeavesAfter::Input),
+            (3, LeavesAfter::Input),
         ],
     );
     let e = out.sum.unwrap_err().to_string();
