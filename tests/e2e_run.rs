@@ -152,14 +152,7 @@ fn mistakes_in_an_experiment_are_reported_not_run() {
     let text =
         synthetic_experiment("bad", 3, 2, "").replace("rounds = 3", "rounds = 3\nroundz = 4");
     let exp = write(dir.path(), "bad.toml", &text);
-    let out = flint()
-        .args(["run", "--runs-dir"])
-        .arg(dir.path())
-        .arg(&exp)
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = refused(&exp, dir.path());
     assert!(err.contains("unknown field `roundz`"), "{err}");
 
     let good = write(

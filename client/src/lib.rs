@@ -150,8 +150,7 @@ fn key_the_noise(
     let Some(path) = file else {
         return Ok(());
     };
-    let secret = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let key = NoiseKey::from_secret(&secret)?;
+    let key = NoiseKey::from_file(path)?;
     for p in prepared {
         let noise = ClientNoise {
             key: key.clone(),

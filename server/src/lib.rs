@@ -231,9 +231,7 @@ pub async fn serve(
         Some((&experiment.data, &data_dir)),
     )?;
     if let Some(path) = &options.dp_noise_key_file {
-        let key = flint_common::strategy::privacy::NoiseKey::from_secret(
-            &std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?,
-        )?;
+        let key = flint_common::strategy::privacy::NoiseKey::from_file(path)?;
         if !strategy.set_noise_key(key) {
             tracing::warn!(
                 file = %path.display(),

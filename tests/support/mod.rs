@@ -45,6 +45,18 @@ pub fn ok(cmd: &mut Command) -> Output {
     out
 }
 
+/// `flint run` on `experiment` into `runs`, which must fail: what it said on stderr.
+pub fn refused(experiment: &Path, runs: &Path) -> String {
+    let out = flint()
+        .args(["run", "--runs-dir"])
+        .arg(runs)
+        .arg(experiment)
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "the run was not refused");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 /// `flint run EXPERIMENT --data-dir DATA --runs-dir RUNS`, not yet started.
 pub fn flint_run(experiment: &Path, data: &Path, runs: &Path) -> Command {
     let mut cmd = flint();

@@ -7,8 +7,8 @@ use rand::CryptoRng;
 
 use super::crypto::{self, KeyPair, SHARE_BYTES};
 use super::ring;
-use super::{Advert, MAX_GROUP, Unmasking};
-use crate::{ClientId, FlintError, Result, Round};
+use super::{Advert, Unmasking, refuse};
+use crate::{ClientId, Result, Round};
 
 /// The shares another client gave this one: of its mask key and of its self-mask seed.
 struct Held {
@@ -31,6 +31,11 @@ pub struct SecAggClient {
     /// U2: the members whose shares reached this client (and itself).
     masked_with: BTreeSet<ClientId>,
     held: BTreeMap<ClientId, Held>,
+    /// The envelopes sealed, given again to a repeated call (sealing twice under one key and
+    /// nonce would leak).
+    sealed: Option<BTreeMap<ClientId, Vec<u8>>>,
+    /// The masked input sent, with the inbox it was masked for.
+    sent: Option<(BTreeSet<ClientId>, Vec<u32>)>,
     revealed: bool,
 }
 
@@ -63,28 +68,38 @@ impl SecAggClient {
             roster: BTreeMap::new(),
             masked_with: BTreeSet::new(),
             held: BTreeMap::new(),
+            sealed: None,
+            sent: None,
             revealed: false,
         };
         (client, advert)
     }
 
     /// Splits the mask key and the self-mask seed among `roster` (U1, this client in it) and
-    /// seals each other member's two shares to it: what the server relays, by recipient.
+    /// seals each other member's two shares to it: what the server relays, by recipient. Asked
+    /// again with the same roster, the same envelopes; with another, refused.
     pub fn share_keys<R: CryptoRng + ?Sized>(
         &mut self,
         roster: BTreeMap<ClientId, Advert>,
         rng: &mut R,
     ) -> Result<BTreeMap<ClientId, Vec<u8>>> {
+        if let Some(sealed) = &self.sealed {
+            return match roster == self.roster {
+                true => Ok(sealed.clone()),
+                false => refuse("a second roster, unlike the first"),
+            };
+        }
         self.check_roster(&roster)?;
         let n = roster.len();
         let key_shares = crypto::split(&self.masking.secret.to_bytes(), self.threshold, n, rng)?;
         let seed_shares = crypto::split(&self.self_seed, self.threshold, n, rng)?;
-        let mut out = BTreeMap::new();
+        let mut own = None;
+        let mut sealed = BTreeMap::new();
         for ((&v, advert), (key, seed)) in
             roster.iter().zip(key_shares.into_iter().zip(seed_shares))
         {
             if v == self.id {
-                self.held.insert(v, Held { key, seed });
+                own = Some(Held { key, seed });
                 continue;
             }
             let mut plain = Vec::with_capacity(ENVELOPE_BYTES);
@@ -94,25 +109,20 @@ impl SecAggClient {
             plain.extend(&seed);
             let aad = crypto::info("flint secagg envelope", self.round, self.id, v);
             let sealing = crypto::agree(&self.envelope.secret, &advert.envelope_key, &aad)?;
-            out.insert(v, crypto::seal(&sealing, &aad, &plain)?);
+            sealed.insert(v, crypto::seal(&sealing, &aad, &plain)?);
+        }
+        // Kept only once every envelope is sealed: a refused call changes nothing.
+        if let Some(own) = own {
+            self.held.insert(self.id, own);
         }
         self.roster = roster;
-        Ok(out)
+        self.sealed = Some(sealed.clone());
+        Ok(sealed)
     }
 
     fn check_roster(&self, roster: &BTreeMap<ClientId, Advert>) -> Result<()> {
-        let refuse = |why: String| {
-            Err(FlintError::InvalidRequest(format!(
-                "secure aggregation: {why}"
-            )))
-        };
-        if roster.len() < self.threshold || roster.len() > MAX_GROUP {
-            return refuse(format!(
-                "a roster of {} clients, outside the threshold {} and the group's {MAX_GROUP}",
-                roster.len(),
-                self.threshold
-            ));
-        }
+        super::check_threshold(self.threshold, roster.len())
+            .or_else(|e| refuse(format!("a roster of {} clients: {e}", roster.len())))?;
         match roster.get(&self.id) {
             Some(a)
                 if a.mask_key == self.masking.public && a.envelope_key == self.envelope.public => {}
@@ -123,35 +133,45 @@ impl SecAggClient {
             .flat_map(|a| [a.mask_key, a.envelope_key])
             .collect();
         if keys.len() != 2 * roster.len() {
-            return refuse("a roster in which two keys are the same".into());
+            return refuse("a roster in which two keys are the same");
         }
         Ok(())
     }
 
     /// Opens the envelopes the server relayed (their senders are U2) and returns `input` masked:
     /// plus the self-mask, plus or minus one pairwise mask per other member of U2.
+    /// Asked again for the same inbox, the same masked input; for another, refused (two inputs
+    /// masked for different sets would let their difference show).
     pub fn masked_input(
         &mut self,
         inbox: BTreeMap<ClientId, Vec<u8>>,
         input: &[u32],
     ) -> Result<Vec<u32>> {
-        // Every envelope opened before any is kept: a refused inbox changes nothing.
+        let from: BTreeSet<ClientId> = inbox.keys().copied().collect();
+        if let Some((masked_for, y)) = &self.sent {
+            return match *masked_for == from {
+                true => Ok(y.clone()),
+                false => refuse("a second inbox, unlike the first"),
+            };
+        }
+        if self.sealed.is_none() {
+            return refuse("an inbox before this client shared its keys");
+        }
         let opened = inbox
             .iter()
             .map(|(&u, sealed)| Ok((u, self.open(u, sealed)?)))
             .collect::<Result<Vec<_>>>()?;
         if opened.len() + 1 < self.threshold {
-            return Err(FlintError::InvalidRequest(format!(
-                "secure aggregation: {} clients shared their keys, under the threshold {}",
+            return refuse(format!(
+                "{} clients shared their keys, under the threshold {}",
                 opened.len() + 1,
                 self.threshold
-            )));
+            ));
         }
-        self.held.extend(opened);
-        self.masked_with = inbox.keys().copied().chain([self.id]).collect();
+        let masked_with: BTreeSet<ClientId> = from.iter().copied().chain([self.id]).collect();
         let mut y = input.to_vec();
         ring::add(&mut y, &crypto::mask(&self.self_seed, input.len()));
-        for &v in self.masked_with.iter().filter(|&&v| v != self.id) {
+        for &v in masked_with.iter().filter(|&&v| v != self.id) {
             let pairwise = super::pairwise_mask(
                 &self.masking.secret,
                 &self.roster[&v].mask_key,
@@ -165,14 +185,16 @@ impl SecAggClient {
                 false => ring::sub(&mut y, &pairwise),
             }
         }
+        // Kept only once the input is masked: a refused inbox changes nothing.
+        self.held.extend(opened);
+        self.masked_with = masked_with;
+        self.sent = Some((from, y.clone()));
         Ok(y)
     }
 
     fn open(&self, u: ClientId, sealed: &[u8]) -> Result<Held> {
         let Some(advert) = self.roster.get(&u) else {
-            return Err(FlintError::InvalidRequest(format!(
-                "secure aggregation: shares from client {u}, not in the roster"
-            )));
+            return refuse(format!("shares from client {u}, not in the roster"));
         };
         let aad = crypto::info("flint secagg envelope", self.round, u, self.id);
         let key = crypto::agree(&self.envelope.secret, &advert.envelope_key, &aad)?;
@@ -181,10 +203,10 @@ impl SecAggClient {
             && plain[..4] == u.to_le_bytes()
             && plain[4..8] == self.id.to_le_bytes();
         if !ids_ok {
-            return Err(FlintError::InvalidRequest(format!(
-                "secure aggregation: client {u}'s envelope is not addressed from it to {}",
+            return refuse(format!(
+                "client {u}'s envelope is not addressed from it to {}",
                 self.id
-            )));
+            ));
         }
         Ok(Held {
             key: plain[8..8 + SHARE_BYTES].to_vec(),
@@ -196,16 +218,11 @@ impl SecAggClient {
     /// for each member of U2 that did not survive its mask key's share; never both for one
     /// client, and only once, whatever the server asks again.
     pub fn unmask(&mut self, survivors: &BTreeSet<ClientId>) -> Result<Unmasking> {
-        let refuse = |why: String| {
-            Err(FlintError::InvalidRequest(format!(
-                "secure aggregation: {why}"
-            )))
-        };
         if self.revealed {
-            return refuse("asked to unmask a second time".into());
+            return refuse("asked to unmask a second time");
         }
         if !survivors.is_subset(&self.masked_with) || !survivors.contains(&self.id) {
-            return refuse("survivors that did not all share keys with this client".into());
+            return refuse("survivors that did not all share keys with this client");
         }
         if survivors.len() < self.threshold {
             return refuse(format!(

@@ -50,6 +50,15 @@ pub fn agree(secret: &StaticSecret, public: &[u8; 32], info: &[u8]) -> Result<[u
     Ok(out)
 }
 
+/// Whether `public` is a point no agreement with it is secret for (it gives the all-zero
+/// secret whatever the other key: X25519 clamps every scalar to a multiple of 8).
+pub fn is_low_order(public: &[u8; 32]) -> bool {
+    let probe = StaticSecret::from([9u8; 32]);
+    !probe
+        .diffie_hellman(&PublicKey::from(*public))
+        .was_contributory()
+}
+
 /// What the HKDF of a pair's agreement is bound to: the purpose, the round and the pair (in
 /// the order given: sorted for a shared mask, sender then recipient for an envelope).
 pub fn info(purpose: &str, round: Round, a: ClientId, b: ClientId) -> Vec<u8> {

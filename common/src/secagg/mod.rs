@@ -65,6 +65,13 @@ pub fn check_threshold(threshold: usize, clients: usize) -> Result<()> {
     Ok(())
 }
 
+/// A message refused: what is wrong with it, and nothing changed.
+fn refuse<T>(why: impl std::fmt::Display) -> Result<T> {
+    Err(FlintError::InvalidRequest(format!(
+        "secure aggregation: {why}"
+    )))
+}
+
 /// The mask two clients share in `round`, from one's mask key and the other's public one.
 fn pairwise_mask(
     secret: &StaticSecret,

@@ -24,7 +24,8 @@ impl FixedPoint {
                 "secure aggregation needs a positive bound on the values, got {max_abs} for {terms} terms"
             )));
         }
-        let room = HALF_RING / (max_abs * terms as f64);
+        // Each encoding rounds by at most ½: room for that too.
+        let room = (HALF_RING - terms as f64 / 2.0) / (max_abs * terms as f64);
         if room < 1.0 {
             return Err(FlintError::Config(format!(
                 "{terms} values of up to {max_abs} do not fit a 32-bit ring even unscaled"

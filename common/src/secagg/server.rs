@@ -5,8 +5,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::crypto::{self, KeyPair, SHARE_BYTES};
 use super::ring;
-use super::{Advert, MAX_GROUP, Unmasking};
-use crate::{ClientId, FlintError, Result, Round};
+use super::{Advert, MAX_GROUP, Unmasking, refuse};
+use crate::{ClientId, Result, Round};
 
 /// Where the round is; each stage takes one kind of message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,12 +29,6 @@ pub struct SecAggServer {
     /// U3's masked inputs: all the server ever holds of an input.
     masked: BTreeMap<ClientId, Vec<u32>>,
     replies: BTreeMap<ClientId, Unmasking>,
-}
-
-fn refuse<T>(why: String) -> Result<T> {
-    Err(FlintError::InvalidUpdate(format!(
-        "secure aggregation: {why}"
-    )))
 }
 
 /// Bytes of one sealed envelope: the ids, two shares, the tag.
@@ -74,6 +68,18 @@ impl SecAggServer {
         self.expect(Stage::Advertising)?;
         if self.adverts.len() >= MAX_GROUP || self.adverts.contains_key(&client) {
             return refuse(format!("client {client}'s keys again, or past {MAX_GROUP}"));
+        }
+        // A copied or degenerate key would make every honest client refuse the roster.
+        let taken = self
+            .adverts
+            .values()
+            .flat_map(|a| [a.mask_key, a.envelope_key]);
+        let keys = [advert.mask_key, advert.envelope_key];
+        if keys[0] == keys[1] || taken.into_iter().any(|k| keys.contains(&k)) {
+            return refuse(format!("client {client}'s keys are another's"));
+        }
+        if keys.iter().any(crypto::is_low_order) {
+            return refuse(format!("client {client}'s key is of low order"));
         }
         self.adverts.insert(client, advert);
         Ok(())

@@ -267,3 +267,42 @@ fn a_roster_that_leaves_out_the_client_or_repeats_a_key_is_refused() {
     let e = c1.share_keys(repeated, &mut rng).unwrap_err().to_string();
     assert!(e.contains("two keys are the same"), "{e}");
 }
+
+#[test]
+fn a_repeated_step_gets_the_same_answer_and_an_altered_one_is_refused() {
+    let mut rng = StdRng::from_seed([8; 32]);
+    let mut server = SecAggServer::new(1, 2, 2);
+    let (mut c1, a1) = SecAggClient::new(1, 1, 2, &mut rng);
+    let (mut c2, a2) = SecAggClient::new(2, 1, 2, &mut rng);
+    let e = c1.masked_input(BTreeMap::new(), &[1, 2]).unwrap_err();
+    assert!(
+        e.to_string().contains("before this client shared its keys"),
+        "{e}"
+    );
+    server.advertise(1, a1).unwrap();
+    let e = server.advertise(2, a1).unwrap_err().to_string();
+    assert!(e.contains("keys are another's"), "{e}");
+    let low = Advert {
+        mask_key: [0; 32],
+        ..a2
+    };
+    let e = server.advertise(2, low).unwrap_err().to_string();
+    assert!(e.contains("low order"), "{e}");
+    server.advertise(2, a2).unwrap();
+    let roster = server.roster().unwrap();
+    // Sealed once: a retry gets the same envelopes, not a second sealing under the same key.
+    let sealed = c1.share_keys(roster.clone(), &mut rng).unwrap();
+    assert_eq!(c1.share_keys(roster.clone(), &mut rng).unwrap(), sealed);
+    let mut other = roster.clone();
+    other.remove(&2);
+    assert!(c1.share_keys(other, &mut rng).is_err());
+    server.share(1, sealed).unwrap();
+    server
+        .share(2, c2.share_keys(roster, &mut rng).unwrap())
+        .unwrap();
+    let inbox = server.inboxes().unwrap()[&1].clone();
+    let y = c1.masked_input(inbox.clone(), &[1, 2]).unwrap();
+    assert_eq!(c1.masked_input(inbox, &[1, 2]).unwrap(), y);
+    let e = c1.masked_input(BTreeMap::new(), &[1, 2]).unwrap_err();
+    assert!(e.to_string().contains("a second inbox"), "{e}");
+}

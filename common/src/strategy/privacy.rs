@@ -1,14 +1,21 @@
 //! `[dp]`: differential privacy for the strategies that average, with its accountant.
 //!
+//! Neighbouring runs differ in one client's update, replaced by any other; the aggregation
+//! weights are public (they follow from the data summaries every client declares in the clear).
+//!
 //! - **Central** (McMahan et al. 2018, "Learning differentially private recurrent language
 //!   models", Algorithm 1 with a fixed clip): the server clips each client's change from the
 //!   round's global model to `clip` in L2 norm, takes the strategy's weighted mean, and adds
-//!   Gaussian noise of standard deviation `noise_multiplier × clip × max weight` to it. Removing
-//!   one client's change moves the mean by at most `max weight × clip`, so each round is the
-//!   Gaussian mechanism at sensitivity / scale = 1 / `noise_multiplier`.
+//!   Gaussian noise of standard deviation `noise_multiplier × clip × max weight` to it.
+//!   Replacing one clipped change moves the mean by at most `2 × weight × clip`, so each round
+//!   is the Gaussian mechanism at sensitivity / scale = 2 / `noise_multiplier`. (Adding or
+//!   removing a client instead renormalises the weights: McMahan et al.'s fixed-denominator
+//!   estimator would be needed for that relation; not built.)
 //! - **Local**: each client clips its own change and adds noise of standard deviation
 //!   `noise_multiplier × clip` before it uploads; any two clipped changes differ by at most
-//!   `2 × clip`, so each upload is the Gaussian mechanism at 2 / `noise_multiplier`.
+//!   `2 × clip`, so each upload is the same mechanism, at 2 / `noise_multiplier`, whatever the
+//!   server does. At one multiplier both spend the same ε; central noise is divided by the
+//!   weights' sum of squares' root on the model, local noise is not.
 //!
 //! The privacy spent is the mechanism's zero-concentrated DP, composed over the rounds a client
 //! took part in and converted to (ε, δ) by OpenDP's own privacy maps (`make_gaussian`,
@@ -38,7 +45,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::params::{ParamError, ParamResult, require};
-use crate::rng::derive_rng;
+use crate::rng::derive_seed;
 use crate::{ClientId, FlintError, Result, Round};
 
 /// Where the noise is added.
@@ -120,14 +127,10 @@ impl DpHyper {
         self.clip.unwrap_or(f64::INFINITY)
     }
 
-    /// How far one client moves what the mechanism noises, in units of the noise's scale
-    /// divided by `noise_multiplier`: 1 for the mean (one change removed), 2 for one upload
-    /// (any change replaced by any other).
-    fn sensitivity(&self) -> f64 {
-        match self.mechanism {
-            Mechanism::Local => 2.0,
-            _ => 1.0,
-        }
+    /// `noise_multiplier × clip`: the noise on one change (local), or on the mean per unit of
+    /// the largest weight (central).
+    fn noise_scale(&self) -> f64 {
+        self.noise_multiplier * self.clip_norm()
     }
 }
 
@@ -144,10 +147,11 @@ pub struct PrivacySpent {
     /// `central`: the round's changes the server clipped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub clipped: Option<u32>,
-    /// Whether the noise came from a secret key (`--dp-noise-key-file`) rather than the run's
-    /// seed alone, which every client holds.
-    #[serde(default)]
-    pub secret_noise: bool,
+    /// `central`: whether the server's noise came from a secret key (`--dp-noise-key-file`)
+    /// rather than the run's seed alone, which every client holds. `local`: absent (each
+    /// client's key is its own; the server cannot tell).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_noise: Option<bool>,
     /// The most rounds one client has taken part in so far: what it has spent.
     pub rounds: u32,
     /// Zero-concentrated DP over those rounds.
@@ -196,7 +200,9 @@ impl Accountant {
         }
         let fail = accountant_error;
         let composed = make_composition(vec![self.round()?; rounds as usize]).map_err(fail)?;
-        let d_in = self.hyper.sensitivity();
+        // One change replaced by any other within the clip: twice the clip, in units of the
+        // clip (the scale is the multiplier).
+        let d_in = 2.0;
         let rho = composed.map(&d_in).map_err(fail)?;
         let epsilon = make_zCDP_to_approxDP(composed)
             .map_err(fail)?
@@ -249,6 +255,12 @@ impl NoiseKey {
         Ok(NoiseKey(h.finalize().into()))
     }
 
+    /// The key a file of secret bytes makes.
+    pub fn from_file(path: &std::path::Path) -> Result<NoiseKey> {
+        let secret = std::fs::read(path).map_err(|e| FlintError::io(path, e))?;
+        NoiseKey::from_secret(&secret)
+    }
+
     /// The stream for one purpose of (seed, who, round).
     pub fn rng(&self, seed: u64, purpose: &str, who: u64, round: Round) -> StdRng {
         let mut h = Sha256::new();
@@ -290,13 +302,22 @@ pub fn privatize_locally<R: rand::Rng + ?Sized>(
     global: &[f64],
     trained: &mut [f64],
     rng: &mut R,
-) {
+) -> Result<()> {
+    // A short base would leave part of the model unnoised: refused, never sent.
+    if global.len() != trained.len() {
+        return Err(FlintError::Model(format!(
+            "dp: a model of {} values and a download of {}: no change to noise",
+            trained.len(),
+            global.len()
+        )));
+    }
     let mut change: Vec<f64> = trained.iter().zip(global).map(|(t, g)| t - g).collect();
     clip_change(&mut change, hyper.clip_norm());
-    add_noise(&mut change, hyper.noise_multiplier * hyper.clip_norm(), rng);
+    add_noise(&mut change, hyper.noise_scale(), rng);
     for ((t, g), c) in trained.iter_mut().zip(global).zip(change) {
         *t = g + c;
     }
+    Ok(())
 }
 
 /// What the server keeps between rounds under `[dp]`: the global model the next round's changes
@@ -348,11 +369,6 @@ impl PrivateMean {
         self.hyper.mechanism == Mechanism::Central
     }
 
-    /// Whether the noise this server adds is secret: central noise under a key.
-    fn secret_noise(&self) -> bool {
-        self.key.is_some() && self.hyper.mechanism == Mechanism::Central
-    }
-
     pub fn state(&self) -> &PrivacyState {
         &self.state
     }
@@ -361,9 +377,11 @@ impl PrivateMean {
         self.state = state;
     }
 
-    /// The round's vectors (one per client in `clients`' order, all one length) combined by
-    /// `weights` (summing to 1) under the mechanism; `initial` is the model round 1 started from.
-    pub fn combine(
+    /// `central`: the round's vectors (one per client in `clients`' order, all one length)
+    /// combined by `weights` (summing to 1): each change from the global model clipped, the
+    /// weighted mean, the noise; `initial` is the model round 1 started from. Nothing is kept
+    /// unless all of it succeeds.
+    pub fn central(
         &mut self,
         round: Round,
         clients: &[ClientId],
@@ -372,58 +390,21 @@ impl PrivateMean {
         initial: impl FnOnce() -> Vec<f64>,
     ) -> Result<(Vec<f64>, PrivacySpent)> {
         let len = vectors.first().map_or(0, |v| v.len());
-        if self.state.global.is_empty() {
-            self.state.global = initial();
-        }
-        if self.state.global.len() != len {
+        let global = match self.state.global.is_empty() {
+            true => initial(),
+            false => self.state.global.clone(),
+        };
+        if global.len() != len {
             return Err(FlintError::InvalidUpdate(format!(
                 "dp: updates of {len} values against a global model of {}",
-                self.state.global.len()
+                global.len()
             )));
         }
-        let (mean, clipped, noise_std) = match self.hyper.mechanism {
-            Mechanism::Central => self.central_mean(round, vectors, weights),
-            _ => (weighted_mean(vectors, weights), None, self.local_std()),
-        };
-        for id in clients {
-            *self.state.rounds.entry(*id).or_default() += 1;
-        }
-        self.state.global.clone_from(&mean);
-        let rounds = self.state.rounds.values().copied().max().unwrap_or(0);
-        let (rho, epsilon) = self.accountant.spent(rounds)?;
-        let spent = PrivacySpent {
-            mechanism: self.hyper.mechanism,
-            clip: self.hyper.clip_norm(),
-            noise_multiplier: self.hyper.noise_multiplier,
-            noise_std,
-            clipped,
-            secret_noise: self.secret_noise(),
-            rounds,
-            rho,
-            epsilon,
-            delta: self.hyper.delta,
-        };
-        Ok((mean, spent))
-    }
-
-    fn local_std(&self) -> f64 {
-        self.hyper.noise_multiplier * self.hyper.clip_norm()
-    }
-
-    /// Each change clipped from the global model, the weighted mean, the noise on it (drawn
-    /// from (seed, round)).
-    fn central_mean(
-        &self,
-        round: Round,
-        vectors: &[&[f64]],
-        weights: &[f64],
-    ) -> (Vec<f64>, Option<u32>, f64) {
-        let global = &self.state.global;
         let mut clipped = 0;
         let changes: Vec<Vec<f64>> = vectors
             .iter()
             .map(|v| {
-                let mut change: Vec<f64> = v.iter().zip(global).map(|(x, g)| x - g).collect();
+                let mut change: Vec<f64> = v.iter().zip(&global).map(|(x, g)| x - g).collect();
                 clipped += u32::from(clip_change(&mut change, self.hyper.clip_norm()));
                 change
             })
@@ -431,21 +412,54 @@ impl PrivateMean {
         let views: Vec<&[f64]> = changes.iter().map(Vec::as_slice).collect();
         let mut mean = weighted_mean(&views, weights);
         let max_weight = weights.iter().copied().fold(0.0, f64::max);
-        let std = self.hyper.noise_multiplier * self.hyper.clip_norm() * max_weight;
-        match &self.key {
-            Some(key) => add_noise(
-                &mut mean,
-                std,
-                &mut key.rng(self.seed, "dp-central", 0, round),
-            ),
-            None => add_noise(
-                &mut mean,
-                std,
-                &mut derive_rng(self.seed, "dp-central", round),
-            ),
+        let std = self.hyper.noise_scale() * max_weight;
+        add_noise(&mut mean, std, &mut self.noise_rng(round));
+        mean.iter_mut().zip(&global).for_each(|(m, g)| *m += g);
+        let spent = self.spend(clients, std, Some(clipped))?;
+        self.state.global.clone_from(&mean);
+        Ok((mean, spent))
+    }
+
+    /// `local`: the clients noised their own changes; the round is only counted.
+    pub fn count(&mut self, clients: &[ClientId]) -> Result<PrivacySpent> {
+        self.spend(clients, self.hyper.noise_scale(), None)
+    }
+
+    /// The round's record, once the accountant has its figure; then the clients' rounds are
+    /// counted.
+    fn spend(
+        &mut self,
+        clients: &[ClientId],
+        noise_std: f64,
+        clipped: Option<u32>,
+    ) -> Result<PrivacySpent> {
+        let mut counted = self.state.rounds.clone();
+        for id in clients {
+            *counted.entry(*id).or_default() += 1;
         }
-        mean.iter_mut().zip(global).for_each(|(m, g)| *m += g);
-        (mean, Some(clipped), std)
+        let rounds = counted.values().copied().max().unwrap_or(0);
+        let (rho, epsilon) = self.accountant.spent(rounds)?;
+        self.state.rounds = counted;
+        Ok(PrivacySpent {
+            mechanism: self.hyper.mechanism,
+            clip: self.hyper.clip_norm(),
+            noise_multiplier: self.hyper.noise_multiplier,
+            noise_std,
+            clipped,
+            secret_noise: self.adds_noise().then_some(self.key.is_some()),
+            rounds,
+            rho,
+            epsilon,
+            delta: self.hyper.delta,
+        })
+    }
+
+    /// The central noise's stream for `round`: the key's, or the seed's alone.
+    fn noise_rng(&self, round: Round) -> StdRng {
+        match &self.key {
+            Some(key) => key.rng(self.seed, "dp-central", 0, round),
+            None => StdRng::seed_from_u64(derive_seed(self.seed, "dp-central", round)),
+        }
     }
 }
 
@@ -460,6 +474,7 @@ fn weighted_mean(vectors: &[&[f64]], weights: &[f64]) -> Vec<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rng::derive_rng;
 
     fn central(z: f64, clip: f64) -> DpHyper {
         DpHyper {
@@ -474,11 +489,12 @@ mod tests {
 
     #[test]
     fn the_accountant_composes_rounds_and_converts_as_opendp_and_the_zcdp_bounds_say() {
-        // One round of the Gaussian mechanism at sensitivity / scale 1 / z is ρ = 1 / (2 z²)
-        // (Bun & Steinke 2016, Proposition 1.6); ρ adds over rounds (Lemma 1.7).
+        // One round of the Gaussian mechanism at sensitivity / scale Δ / z is ρ = Δ² / (2 z²)
+        // (Bun & Steinke 2016, Proposition 1.6), here Δ = 2 (one change replaced by any other);
+        // ρ adds over rounds (Lemma 1.7).
         let accountant = Accountant::new(central(2.0, 1.0));
         let (rho, epsilon) = accountant.spent(10).unwrap();
-        assert!((rho - 10.0 / 8.0).abs() < 1e-12, "{rho}");
+        assert!((rho - 10.0 * 4.0 / 8.0).abs() < 1e-12, "{rho}");
         // ρ-zCDP gives (ρ + 2 √(ρ ln 1/δ), δ)-DP (Proposition 1.3); OpenDP's conversion is at
         // least as tight, and no bound is below ρ.
         let loose = rho + 2.0 * (rho * (1e5f64).ln()).sqrt();
@@ -490,18 +506,17 @@ mod tests {
         let direct =
             make_zCDP_to_approxDP(make_composition(vec![accountant.round().unwrap(); 10]).unwrap())
                 .unwrap()
-                .map(&1.0)
+                .map(&2.0)
                 .unwrap()
                 .epsilon(1e-5)
                 .unwrap();
         assert_eq!(epsilon, direct);
-        // A local upload counts twice the sensitivity: four times ρ.
+        // A local upload is the same mechanism at the same multiplier.
         let local = DpHyper {
             mechanism: Mechanism::Local,
             ..central(2.0, 1.0)
         };
-        let (rho_local, eps_local) = Accountant::new(local).spent(10).unwrap();
-        assert!((rho_local - 4.0 * rho).abs() < 1e-12 && eps_local > epsilon);
+        assert_eq!(Accountant::new(local).spent(10).unwrap(), (rho, epsilon));
         assert_eq!(accountant.spent(0).unwrap(), (0.0, 0.0));
     }
 
@@ -522,7 +537,7 @@ mod tests {
         let far = vec![10.0; dim];
         let near = vec![0.001; dim];
         let (out, spent) = mean
-            .combine(3, &[1, 2], &[&far, &near], &[0.75, 0.25], || vec![0.0; dim])
+            .central(3, &[1, 2], &[&far, &near], &[0.75, 0.25], || vec![0.0; dim])
             .unwrap();
         // The far change is over the clip (10 × √20000), the near one not (0.001 × √20000).
         assert_eq!(spent.clipped, Some(1));
@@ -539,7 +554,7 @@ mod tests {
         // The noise is the (seed, round) stream's: the same again, another round's not.
         let mut again = PrivateMean::new(central(0.5, 1.0), 7);
         let repeat = again
-            .combine(3, &[1, 2], &[&far, &near], &[0.75, 0.25], || vec![0.0; dim])
+            .central(3, &[1, 2], &[&far, &near], &[0.75, 0.25], || vec![0.0; dim])
             .unwrap()
             .0;
         assert_eq!(repeat, out);
@@ -558,7 +573,7 @@ mod tests {
             let vectors: Vec<&[f64]> = clients.iter().map(|_| &v[..]).collect();
             let weights = vec![1.0 / clients.len() as f64; clients.len()];
             let (_, spent) = mean
-                .combine(round, &clients, &vectors, &weights, || vec![0.0; 2])
+                .central(round, &clients, &vectors, &weights, || vec![0.0; 2])
                 .unwrap();
             last = Some(spent);
         }
@@ -575,7 +590,9 @@ mod tests {
         let global = vec![1.0, 1.0];
         let mut trained = vec![4.0, 5.0];
         let mut rng = derive_rng(3, "train", 1);
-        privatize_locally(&hyper, &global, &mut trained, &mut rng);
+        privatize_locally(&hyper, &global, &mut trained, &mut rng).unwrap();
+        let e = privatize_locally(&hyper, &[], &mut [1.0], &mut rng).unwrap_err();
+        assert!(e.to_string().contains("no change to noise"), "{e}");
         let mut rng = derive_rng(3, "train", 1);
         let noise: [f64; 2] = [
             StandardNormal.sample(&mut rng),
@@ -590,19 +607,19 @@ mod tests {
         let key = NoiseKey::from_secret(b"sixteen byte key").unwrap();
         let (near, far) = (vec![0.0; 64], vec![0.0; 64]);
         let combine = |m: &mut PrivateMean| {
-            m.combine(2, &[1, 2], &[&near, &far], &[0.5, 0.5], || vec![0.0; 64])
+            m.central(2, &[1, 2], &[&near, &far], &[0.5, 0.5], || vec![0.0; 64])
                 .unwrap()
         };
         let (keyed, spent) =
             combine(&mut PrivateMean::new(central(1.0, 1.0), 7).with_key(key.clone()));
-        assert!(spent.secret_noise);
+        assert_eq!(spent.secret_noise, Some(true));
         let (again, _) = combine(&mut PrivateMean::new(central(1.0, 1.0), 7).with_key(key));
         assert_eq!(
             keyed, again,
             "a restarted server with its key adds the same noise"
         );
         let (seeded, spent) = combine(&mut PrivateMean::new(central(1.0, 1.0), 7));
-        assert!(!spent.secret_noise);
+        assert_eq!(spent.secret_noise, Some(false));
         assert_ne!(keyed, seeded);
         let other = NoiseKey::from_secret(b"another key, 16+").unwrap();
         let (other, _) = combine(&mut PrivateMean::new(central(1.0, 1.0), 7).with_key(other));

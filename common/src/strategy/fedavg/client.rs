@@ -52,7 +52,7 @@ impl FedAvgClient {
 }
 
 /// The model's weights then biases: the vector a change is measured on, as the server's.
-fn flat(model: &LogReg) -> Vec<f64> {
+pub(super) fn flat(model: &LogReg) -> Vec<f64> {
     [&model.weights[..], &model.biases[..]].concat()
 }
 
@@ -76,9 +76,9 @@ impl ClientStrategy<Shard> for FedAvgClient {
             let mut trained = flat(&self.model);
             match &self.noise {
                 Some(noise) => {
-                    privatize_locally(dp, &self.global, &mut trained, &mut noise.rng(round))
+                    privatize_locally(dp, &self.global, &mut trained, &mut noise.rng(round))?
                 }
-                None => privatize_locally(dp, &self.global, &mut trained, rng),
+                None => privatize_locally(dp, &self.global, &mut trained, rng)?,
             }
             let (w, b) = trained.split_at(self.model.weights.len());
             self.model.weights.copy_from_slice(w);

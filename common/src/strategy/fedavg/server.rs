@@ -1,6 +1,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use super::client::flat;
 use crate::model::logreg::LogReg;
 use crate::strategy::ahp::{self, AhpHyper, CriteriaValues};
 use crate::strategy::decoder::{LinearDecoder, UpdateDecoder};
@@ -131,7 +132,7 @@ impl ServerStrategy for FedAvgServer {
             .collect::<Result<_>>()?;
         let features = models[0].features();
         let mut global = LogReg::for_classes(features, self.classes);
-        let mut flat = Vec::with_capacity(models.len());
+        let mut flat_models = Vec::with_capacity(models.len());
         for model in &models {
             if model.weights.len() != global.weights.len() || model.outputs() != global.outputs() {
                 return Err(FlintError::InvalidUpdate(format!(
@@ -140,19 +141,21 @@ impl ServerStrategy for FedAvgServer {
                     global.weights.len()
                 )));
             }
-            flat.push([&model.weights[..], &model.biases[..]].concat());
+            flat_models.push(flat(model));
         }
-        let views: Vec<&[f64]> = flat.iter().map(Vec::as_slice).collect();
+        let views: Vec<&[f64]> = flat_models.iter().map(Vec::as_slice).collect();
         let ids: Vec<ClientId> = updates.keys().copied().collect();
         let (combined, weights, privacy) = match &mut self.privacy {
-            Some(p) => {
-                let initial = || [&global.weights[..], &global.biases[..]].concat();
-                let (mean, spent) = p.combine(round, &ids, &views, &weights, initial)?;
+            Some(p) if p.adds_noise() => {
+                let initial = || flat(&global);
+                let (mean, spent) = p.central(round, &ids, &views, &weights, initial)?;
                 (mean, weights, Some(spent))
             }
-            None => {
+            // Local noise came with the updates: `[robust]` combines them, the round is counted.
+            other => {
+                let spent = other.as_mut().map(|p| p.count(&ids)).transpose()?;
                 let (mean, weights) = self.robust.combine(&views, &weights);
-                (mean, weights, None)
+                (mean, weights, spent)
             }
         };
         let (w, b) = combined.split_at(global.weights.len());

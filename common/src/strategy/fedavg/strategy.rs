@@ -59,8 +59,7 @@ impl StrategyParams for FedAvgSpec {
         features: usize,
         classes: usize,
     ) -> Result<Box<dyn ClientStrategy<Shard>>> {
-        let client = FedAvgClient::new(features, classes, self.logreg);
-        Ok(Box::new(client.with_dp(self.dp)))
+        private_client(features, classes, self.logreg, self.dp)
     }
 
     fn model_is_the_download(&self) -> bool {
@@ -103,8 +102,7 @@ impl StrategyParams for FedAvgAhpSpec {
         features: usize,
         classes: usize,
     ) -> Result<Box<dyn ClientStrategy<Shard>>> {
-        let client = FedAvgClient::new(features, classes, self.logreg);
-        Ok(Box::new(client.with_dp(self.dp)))
+        private_client(features, classes, self.logreg, self.dp)
     }
 
     fn takes_dp(&self) -> bool {
@@ -126,4 +124,15 @@ impl StrategyParams for FedAvgAhpSpec {
     fn needs_compute_ghz(&self) -> bool {
         self.ahp.criteria.contains(&AhpCriterion::ComputeGhz)
     }
+}
+
+/// A client of either weighting: its logistic regression, and its own noise under `dp`.
+fn private_client(
+    features: usize,
+    classes: usize,
+    logreg: LogRegHyper,
+    dp: DpHyper,
+) -> Result<Box<dyn ClientStrategy<Shard>>> {
+    let client = FedAvgClient::new(features, classes, logreg);
+    Ok(Box::new(client.with_dp(dp)))
 }
