@@ -87,3 +87,38 @@ fn non_linear_updates_are_refused() {
         .to_string();
     assert!(err.contains("not finite"), "{err}");
 }
+
+#[test]
+fn under_local_noise_robust_rules_still_combine_and_the_round_is_counted() {
+    use crate::strategy::privacy::{DpHyper, Mechanism};
+    use crate::strategy::robust::{RobustHyper, Rule};
+    let dp = DpHyper {
+        mechanism: Mechanism::Local,
+        clip: Some(1.0),
+        ..DpHyper::default()
+    };
+    let median = RobustHyper {
+        rule: Rule::Median,
+        ..RobustHyper::default()
+    };
+    let clients: BTreeMap<_, _> = (1..=3).map(|id| (id, summary([1, 1], 1.0))).collect();
+    // A liar far off: the median leaves it out, as without [dp].
+    let updates = BTreeMap::from([
+        (1, update(1.0, 0.0)),
+        (2, update(2.0, 0.0)),
+        (3, update(1000.0, 0.0)),
+    ]);
+    let mut server = FedAvgServer::by_size(2)
+        .with_robust(median)
+        .with_privacy(dp, 1);
+    let agg = server.aggregate(1, &clients, &updates).unwrap();
+    let Downloads::Broadcast(p) = agg.downloads else {
+        panic!("fedavg broadcasts")
+    };
+    assert_eq!(p, payload(2.0, 0.0));
+    let spent = agg.privacy.expect("the round is counted");
+    assert_eq!(
+        (spent.rounds, spent.clipped, spent.secret_noise),
+        (1, None, None)
+    );
+}
