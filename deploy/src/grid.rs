@@ -85,6 +85,8 @@ struct Outcome {
     warnings: Vec<String>,
     /// Accuracy on the run's shared test set after its last round, where it has one (FedTMOS).
     global: Option<f64>,
+    /// `[dp]`: the ε the run had spent after its last round.
+    epsilon: Option<f64>,
     /// What `flint replay --record` left in the run: other settings on the same uploads.
     replays: Vec<crate::replayed::Replayed>,
 }
@@ -527,9 +529,16 @@ fn outcome(dir: &Path) -> anyhow::Result<Outcome> {
         .find_map(|rr| rr.global_test)
         .map(|m| m.accuracy);
     let replays = crate::replayed::Replayed::read_all(dir)?;
+    let epsilon = r
+        .rounds
+        .iter()
+        .rev()
+        .find_map(|rr| rr.privacy.as_ref())
+        .map(|p| p.epsilon);
     Ok(Outcome {
         warnings,
         global,
+        epsilon,
         replays,
         before,
         after,
@@ -618,6 +627,19 @@ fn warned(runs: &[Outcome]) -> String {
     format!("{warned}/{}: {}", runs.len(), kinds.join(", "))
 }
 
+/// The row's setting, and under `[dp]` the ε its runs spent (the largest).
+fn setting_cell(r: &Row) -> String {
+    let spent = r
+        .runs
+        .iter()
+        .filter_map(|o| o.epsilon)
+        .fold(None, |m: Option<f64>, e| Some(m.map_or(e, |m| m.max(e))));
+    match spent {
+        Some(e) => format!("{}; ε {e:.2}", r.setting),
+        None => r.setting.clone(),
+    }
+}
+
 fn markdown(rows: &[Row]) -> String {
     let mut s = String::from(
         "| experiment | strategy | setting | partition | runs | rounds | accuracy before | accuracy after | accuracy, shared test set | precision before | precision after | up B/client/round (payload / message / socket) | down B/client/round | s/run | warnings |\n\
@@ -632,7 +654,7 @@ fn markdown(rows: &[Row]) -> String {
             "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} | {} |\n",
             r.name,
             r.strategy,
-            r.setting,
+            setting_cell(r),
             r.partition,
             r.runs.len(),
             r.rounds,
@@ -692,13 +714,13 @@ fn csv(rows: &[Row]) -> String {
         "experiment,strategy,setting,partition,run,accuracy_before,accuracy_after,accuracy_global_test,precision_before,precision_after,\
 up_payload,up_message,up_socket,up_paper,down_payload,down_message,down_socket,down_paper,\
 up_total_payload,up_total_message,up_total_socket,up_total_paper,\
-down_total_payload,down_total_message,down_total_socket,down_total_paper,clusters_per_round,wall_seconds,rounds,warnings\n",
+down_total_payload,down_total_message,down_total_socket,down_total_paper,clusters_per_round,wall_seconds,rounds,warnings,epsilon\n",
     );
     let num = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v}"));
     for r in rows {
         for (i, o) in r.runs.iter().enumerate() {
             s += &format!(
-                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.3},{},{}\n",
+                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.3},{},{},{}\n",
                 field(&r.name),
                 r.strategy,
                 field(&r.setting),
@@ -728,7 +750,8 @@ down_total_payload,down_total_message,down_total_socket,down_total_paper,cluster
                 o.clusters.map_or(String::new(), |c| format!("{c}")),
                 o.wall,
                 r.rounds,
-                field(&o.warnings.join(" "))
+                field(&o.warnings.join(" ")),
+                num(o.epsilon)
             );
         }
     }

@@ -123,6 +123,19 @@ impl DpHyper {
         self.mechanism == Mechanism::Off
     }
 
+    /// What a grid's table adds to the setting: ", dp central ×3, clip 0.1"; empty when off.
+    pub fn setting_note(&self) -> String {
+        match self.is_off() {
+            true => String::new(),
+            false => format!(
+                ", dp {} ×{}, clip {}",
+                crate::params::name_of(&self.mechanism),
+                self.noise_multiplier,
+                self.clip_norm()
+            ),
+        }
+    }
+
     fn clip_norm(&self) -> f64 {
         self.clip.unwrap_or(f64::INFINITY)
     }

@@ -17,6 +17,7 @@ use crate::strategy::privacy::DpHyper;
 use crate::strategy::robust::RobustHyper;
 use crate::strategy::sections::{Checked, Sections};
 use crate::strategy::{ModelKind, ServerStrategy};
+use crate::wire::Compression;
 
 /// FedAvg, client weights n_k / n.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -73,6 +74,10 @@ impl StrategyParams for FedAvgSpec {
     fn takes_dp(&self) -> bool {
         true
     }
+
+    fn setting(&self, images: bool, compression: Compression) -> String {
+        self.model().setting(images, compression) + &self.dp.setting_note()
+    }
 }
 
 impl Strategy for FedAvgAhpSpec {
@@ -107,6 +112,10 @@ impl StrategyParams for FedAvgAhpSpec {
 
     fn takes_dp(&self) -> bool {
         true
+    }
+
+    fn setting(&self, images: bool, compression: Compression) -> String {
+        self.model().setting(images, compression) + &self.dp.setting_note()
     }
 
     fn model_is_the_download(&self) -> bool {
