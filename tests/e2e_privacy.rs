@@ -120,6 +120,32 @@ fn every_round_reports_the_accountants_epsilon_and_the_noise_repeats_from_the_se
     assert_eq!(k1, k2);
     let seeded = rounds_of(&dir.path().join("l/local"));
     assert_ne!(k1[&4]["metrics"], seeded[&4]["metrics"]);
+
+    // A keyed central run replayed with its key gives the run's figures; without, other noise.
+    let kept = dir.path().join("kept");
+    ok(flint()
+        .args(["run", "--set", "server.keep_updates=true", "--runs-dir"])
+        .arg(&kept)
+        .arg(&central)
+        .env("FLINT_DP_NOISE_KEY_FILE", &key));
+    let replay = |with_key: bool| {
+        let mut cmd = flint();
+        cmd.args(["replay", "--round", "3"])
+            .arg(kept.join("central"));
+        if with_key {
+            cmd.arg("--dp-noise-key-file").arg(&key);
+        }
+        let out = String::from_utf8(ok(&mut cmd).stdout).unwrap();
+        let mean = out
+            .lines()
+            .find(|l| l.trim_start().starts_with("mean"))
+            .unwrap()
+            .to_string();
+        let figures: Vec<&str> = mean.split_whitespace().skip(2).collect();
+        figures[0] == figures[1].trim_matches(|c| c == '(' || c == ')')
+    };
+    assert!(replay(true), "the key draws the run's noise again");
+    assert!(!replay(false), "the seed alone draws other noise");
 }
 
 /// The server keeps the global model the changes are clipped from and draws its noise from a

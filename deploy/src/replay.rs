@@ -56,6 +56,10 @@ pub struct ReplayArgs {
     /// (`replays/round-R-<settings>.json`), where `flint grid` draws it beside the trained runs.
     #[arg(long)]
     pub record: bool,
+    /// The key the run's server drew its central `[dp]` noise from (`flint server
+    /// --dp-noise-key-file`): without it, a replay of such a run draws other noise.
+    #[arg(long, env = "FLINT_DP_NOISE_KEY_FILE", value_name = "FILE")]
+    pub dp_noise_key_file: Option<PathBuf>,
 }
 
 pub fn replay(args: ReplayArgs) -> anyhow::Result<()> {
@@ -311,8 +315,16 @@ fn aggregate_again(
     let mut server = e
         .strategy
         .server(classes, e.seed, e.robust, Some((&e.data, data_dir)))?;
+    let key = args.dp_noise_key_file.as_deref();
+    keyed(server.as_mut(), key)?;
     if args.round > 1 && !server.snapshot().is_stateless() {
-        let kept = state_before(dir, data_dir, args.round, summaries, features, classes)?;
+        let before = Before {
+            dir,
+            data_dir,
+            round: args.round,
+            key,
+        };
+        let kept = state_before(&before, summaries, features, classes)?;
         server
             .restore(kept)
             .context("the run's state before this round does not fit the changed settings")?;
@@ -459,21 +471,42 @@ fn table_summaries(
     Ok(summaries)
 }
 
+/// Where the rounds before a replayed one are read, and the key of the run's noise.
+struct Before<'a> {
+    dir: &'a Path,
+    data_dir: &'a Path,
+    round: Round,
+    key: Option<&'a Path>,
+}
+
+/// The run's noise key given to a server half again.
+fn keyed(server: &mut dyn ServerStrategy, key: Option<&Path>) -> anyhow::Result<()> {
+    if let Some(path) = key {
+        server.set_noise_key(flint_common::strategy::privacy::NoiseKey::from_file(path)?);
+    }
+    Ok(())
+}
+
 /// What a strategy keeps between rounds (TPFL's aggregates, the bases of its deltas) as the run
 /// had it before `round`: its rounds before aggregated again from their kept updates, under the
 /// run's own settings (those the clients were sent), a failed one skipped as the server did.
 fn state_before(
-    dir: &Path,
-    data_dir: &Path,
-    round: Round,
+    before: &Before,
     summaries: &BTreeMap<ClientId, DataSummary>,
     features: usize,
     classes: usize,
 ) -> anyhow::Result<StrategyState> {
+    let Before {
+        dir,
+        data_dir,
+        round,
+        key,
+    } = *before;
     let run = Experiment::load(&dir.join("experiment.toml"), &[])?;
     let mut server =
         run.strategy
             .server(classes, run.seed, run.robust, Some((&run.data, data_dir)))?;
+    keyed(server.as_mut(), key)?;
     for earlier in 1..round {
         let kept = kept_payloads(dir, earlier, summaries)?;
         let updates = decode_kept(&kept, server.as_ref(), features)?;
