@@ -13,7 +13,16 @@
 //!
 //! A group holds at most 255 clients (GF(256) shares); SecAgg+ (Bell et al., 2020: shares and
 //! masks among a sparse graph of neighbours) is not built. Pure: the server and client shells
-//! move the messages.
+//! move the messages. A round, as a shell drives it (each step a barrier that the group or a
+//! timeout closes; `tests.rs` passes the messages by hand):
+//!
+//! 1. each client: [`SecAggClient::new`] → its [`Advert`] → [`SecAggServer::advertise`];
+//! 2. [`SecAggServer::roster`] → every member: [`SecAggClient::share_keys`] → its sealed
+//!    envelopes → [`SecAggServer::share`];
+//! 3. [`SecAggServer::inboxes`] → each member its inbox: [`SecAggClient::masked_input`] of its
+//!    input in the ring ([`ring::FixedPoint`]) → [`SecAggServer::masked`];
+//! 4. [`SecAggServer::survivors`] → every survivor: [`SecAggClient::unmask`] →
+//!    [`SecAggServer::unmasking`]; then [`SecAggServer::sum`], decoded by the same codec.
 
 pub mod client;
 pub mod crypto;

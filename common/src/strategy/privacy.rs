@@ -14,8 +14,9 @@
 //! - **Local**: each client clips its own change and adds noise of standard deviation
 //!   `noise_multiplier × clip` before it uploads; any two clipped changes differ by at most
 //!   `2 × clip`, so each upload is the same mechanism, at 2 / `noise_multiplier`, whatever the
-//!   server does. At one multiplier both spend the same ε; central noise is divided by the
-//!   weights' sum of squares' root on the model, local noise is not.
+//!   server does. At one multiplier both spend the same ε; central noise is added once to the
+//!   mean, scaled by the largest weight, while local noise comes with every update and the
+//!   mean only averages it down.
 //!
 //! The privacy spent is the mechanism's zero-concentrated DP, composed over the rounds a client
 //! took part in and converted to (ε, δ) by OpenDP's own privacy maps (`make_gaussian`,
