@@ -34,7 +34,7 @@ use std::collections::BTreeMap;
 use x25519_dalek::StaticSecret;
 
 pub use client::SecAggClient;
-pub use server::{SecAggServer, Stage};
+pub use server::SecAggServer;
 
 use crate::{ClientId, FlintError, Result, Round};
 

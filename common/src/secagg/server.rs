@@ -50,10 +50,6 @@ impl SecAggServer {
         }
     }
 
-    pub fn stage(&self) -> Stage {
-        self.stage
-    }
-
     fn expect(&self, stage: Stage) -> Result<()> {
         match self.stage == stage {
             true => Ok(()),
@@ -178,7 +174,8 @@ impl SecAggServer {
     }
 
     /// The masked inputs held: what a test reads to see that no input is there in the clear.
-    pub fn held_inputs(&self) -> impl Iterator<Item = (&ClientId, &Vec<u32>)> {
+    #[cfg(test)]
+    pub(crate) fn held_inputs(&self) -> impl Iterator<Item = (&ClientId, &Vec<u32>)> {
         self.masked.iter()
     }
 

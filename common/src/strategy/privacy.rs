@@ -369,11 +369,6 @@ impl PrivateMean {
     }
 
     /// The central noise from `key` rather than the seed alone.
-    pub fn with_key(mut self, key: NoiseKey) -> Self {
-        self.set_key(key);
-        self
-    }
-
     pub fn set_key(&mut self, key: NoiseKey) {
         self.key = Some(key);
     }
@@ -616,6 +611,12 @@ mod tests {
         assert!((trained[1] - (1.0 + 0.8 + 0.1 * noise[1])).abs() < 1e-12);
     }
 
+    fn under_key(key: NoiseKey) -> PrivateMean {
+        let mut mean = PrivateMean::new(central(1.0, 1.0), 7);
+        mean.set_key(key);
+        mean
+    }
+
     #[test]
     fn a_key_draws_noise_the_seed_alone_does_not_and_draws_it_again() {
         let key = NoiseKey::from_secret(b"sixteen byte key").unwrap();
@@ -624,10 +625,9 @@ mod tests {
             m.central(2, &[1, 2], &[&near, &far], &[0.5, 0.5], || vec![0.0; 64])
                 .unwrap()
         };
-        let (keyed, spent) =
-            combine(&mut PrivateMean::new(central(1.0, 1.0), 7).with_key(key.clone()));
+        let (keyed, spent) = combine(&mut under_key(key.clone()));
         assert_eq!(spent.secret_noise, Some(true));
-        let (again, _) = combine(&mut PrivateMean::new(central(1.0, 1.0), 7).with_key(key));
+        let (again, _) = combine(&mut under_key(key));
         assert_eq!(
             keyed, again,
             "a restarted server with its key adds the same noise"
@@ -636,7 +636,7 @@ mod tests {
         assert_eq!(spent.secret_noise, Some(false));
         assert_ne!(keyed, seeded);
         let other = NoiseKey::from_secret(b"another key, 16+").unwrap();
-        let (other, _) = combine(&mut PrivateMean::new(central(1.0, 1.0), 7).with_key(other));
+        let (other, _) = combine(&mut under_key(other));
         assert_ne!(keyed, other);
         let e = NoiseKey::from_secret(b"short").unwrap_err().to_string();
         assert!(e.contains("at least 16 bytes"), "{e}");
