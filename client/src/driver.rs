@@ -36,6 +36,8 @@ use crate::resume;
 use crate::retry::{JOIN_ATTEMPT, retry_bounded};
 use crate::shell::{Conn, Dialer, Grpc, Shell};
 
+mod secure;
+
 /// The span of one round's work; its `round` is what a JSON line names (the innermost span's).
 fn round_span(round: Round) -> tracing::Span {
     tracing::error_span!("round", round)
@@ -249,6 +251,14 @@ impl Client {
             Action::Keep(saved) => {
                 self.keep(run, run_id, saved).await?;
                 (Event::Kept, None)
+            }
+            Action::Push {
+                round,
+                update,
+                reports,
+            } if self.experiment.secagg.is_some() => {
+                self.secure_push(run_id, round, &update, reports, now())
+                    .await
             }
             Action::Push {
                 round,

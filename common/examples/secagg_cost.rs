@@ -36,7 +36,7 @@ fn one_round(n: u32, len: usize, early: usize, late: usize) -> Cost {
     let timed = |acc: &mut f64, start: Instant| *acc += start.elapsed().as_secs_f64();
     for id in 1..=n {
         let t = Instant::now();
-        let (c, advert) = SecAggClient::new(id, 1, threshold, &mut rng);
+        let (c, advert) = SecAggClient::new(id, 1, &mut rng);
         timed(&mut client_t, t);
         server.advertise(id, advert).unwrap();
         clients.insert(id, c);
@@ -46,7 +46,7 @@ fn one_round(n: u32, len: usize, early: usize, late: usize) -> Cost {
     timed(&mut server_t, t);
     for (id, c) in clients.iter_mut() {
         let t = Instant::now();
-        let sealed = c.share_keys(roster.clone(), &mut rng).unwrap();
+        let sealed = c.share_keys(roster.clone(), threshold, &mut rng).unwrap();
         timed(&mut client_t, t);
         if *id == n {
             // The last client's envelopes, each with its recipient's id.

@@ -43,6 +43,10 @@ pub enum FlintError {
     /// themselves instead.
     #[error("{0}")]
     NoBase(String),
+    /// A secure aggregation message of an attempt the server no longer runs (it restarted in
+    /// the middle of the round): the client starts the round's protocol again with fresh keys.
+    #[error("{0}")]
+    Restarted(String),
 }
 
 pub type Result<T, E = FlintError> = std::result::Result<T, E>;

@@ -90,6 +90,21 @@ pub struct Update {
     pub payload: Option<Payload>,
 }
 
+/// A secure round's sum as its aggregation took it (`[secagg]`): the survivors and their
+/// weights, and Σ weight × update. Written just before the round's `Installed`; a replay
+/// aggregates the round again from it, since no update of it was ever held in the clear.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct SecureSum {
+    #[prost(uint32, tag = "1")]
+    pub round: u32,
+    #[prost(uint32, repeated, tag = "2")]
+    pub clients: Vec<u32>,
+    #[prost(double, repeated, tag = "3")]
+    pub weights: Vec<f64>,
+    #[prost(double, repeated, tag = "4")]
+    pub sum: Vec<f64>,
+}
+
 /// An update that came after its round closed without it (recorded, not taken).
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct Late {
@@ -144,11 +159,13 @@ pub enum Event {
     Eval(EvalReport),
     #[prost(message, tag = "8")]
     Late(Late),
+    #[prost(message, tag = "9")]
+    SecureSum(SecureSum),
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct Record {
-    #[prost(oneof = "Event", tags = "1, 2, 3, 4, 5, 6, 7, 8")]
+    #[prost(oneof = "Event", tags = "1, 2, 3, 4, 5, 6, 7, 8, 9")]
     pub event: Option<Event>,
 }
 

@@ -10,6 +10,7 @@ pub mod recovery;
 pub mod results;
 pub mod rounds;
 pub mod scrape_listener;
+mod secure_call;
 pub mod service;
 pub mod shared;
 pub mod state;
@@ -554,10 +555,12 @@ pub struct Ticked {
 /// Closes the open round if its timeout has passed (journaled as such, then aggregated).
 pub fn tick(shared: &Arc<Shared>) -> Ticked {
     let now = shared::now();
-    let (closed, ticked) = {
+    let (closed, ticked, advanced) = {
         let mut r = shared.rounds();
-        let closed = r.tick(now);
-        if let Some(job) = &closed {
+        let stepped = r.tick_secure(now);
+        let closed = stepped.closed.or_else(|| r.tick(now));
+        // A secure round's sum is journaled once installed; its replay needs the sum.
+        if let Some(job) = closed.as_ref().filter(|j| !j.is_secure_sum()) {
             shared.record(journal::Event::Close(journal::RoundMark {
                 seconds: r.closing_seconds().unwrap_or(0.0),
                 timed_out: true,
@@ -569,10 +572,12 @@ pub fn tick(shared: &Arc<Shared>) -> Ticked {
             finished: r.is_done(now),
             closed_rounds: r.history().len(),
         };
-        (closed, ticked)
+        (closed, ticked, stepped.advanced)
     };
     if let Some(job) = closed {
         shared.aggregate(job);
+        shared.bump_phase();
+    } else if advanced {
         shared.bump_phase();
     }
     ticked

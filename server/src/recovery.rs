@@ -83,6 +83,19 @@ pub fn replay(
             Event::Late(l) => {
                 rounds.note_late(l.client_id, l.round);
             }
+            Event::SecureSum(sum) => {
+                if sum.clients.len() != sum.weights.len() {
+                    bail!(
+                        "{}: a secure sum whose clients and weights differ in count",
+                        at()
+                    );
+                }
+                let weights = sum.clients.into_iter().zip(sum.weights).collect();
+                let job = rounds
+                    .close_with_sum(sum.round, weights, sum.sum, now)
+                    .with_context(at)?;
+                pending = Some(job.run());
+            }
             Event::Eval(e) => {
                 let m = ConfusionMatrix::from_counts(e.classes as usize, e.confusion)
                     .with_context(|| format!("{}: a malformed confusion matrix", at()))?;

@@ -24,11 +24,13 @@ use serde::Serialize;
 
 mod aggregation;
 mod check_in;
+mod secure;
 mod selection;
 #[cfg(test)]
 mod tests;
 
-pub use aggregation::{Aggregated, AggregationJob};
+pub use aggregation::{Aggregated, AggregationJob, SecureInput};
+pub use secure::{Answer, SecureSettings, Step, Stepped};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -64,6 +66,8 @@ enum Phase {
         opened_at: Instant,
         selected: BTreeSet<ClientId>,
         updates: BTreeMap<ClientId, Update>,
+        /// Under `[secagg]`: the round's protocol (its updates then stay empty).
+        secure: Option<Box<secure::SecureRound>>,
     },
     /// Closed; its aggregation runs outside (see [`AggregationJob`]).
     Aggregating {
@@ -179,6 +183,8 @@ pub struct Rounds {
     ahead: selection::Ahead,
     /// The first Join: how long clients have waited for round 1.
     waiting_since: Option<Instant>,
+    /// `[secagg]`, where the run aggregates securely.
+    secure: Option<SecureSettings>,
 }
 
 /// A round's evaluations on the clients' own test rows, summed in the order they came.
@@ -233,7 +239,15 @@ impl Rounds {
             late: BTreeMap::new(),
             ahead: selection::Ahead::default(),
             waiting_since: None,
+            secure: None,
         }
+    }
+
+    /// Aggregates every round securely (`[secagg]`): clients send the protocol's messages
+    /// ([`Rounds::secure_step`]), never an update.
+    pub fn with_secagg(mut self, settings: Option<SecureSettings>) -> Rounds {
+        self.secure = settings;
+        self
     }
 
     /// Names the client that holds the run's shared test set: only its reports on it count.
@@ -434,11 +448,13 @@ impl Rounds {
             "round open"
         );
         self.counts.opened = round;
+        let secure = self.secure_round(round, selected.len(), now);
         self.phase = Phase::Open {
             round,
             opened_at: now,
             selected,
             updates: BTreeMap::new(),
+            secure,
         };
     }
 
@@ -485,6 +501,7 @@ impl Rounds {
                 opened_at,
                 selected,
                 updates,
+                ..
             } if *round > after_round
                 && selected.contains(&client)
                 && !updates.contains_key(&client) =>
@@ -585,6 +602,11 @@ impl Rounds {
     /// lost), an error for one it cannot take.
     fn wants_update(&self, client: ClientId, round: Round) -> Result<bool> {
         self.check_joined(client)?;
+        if self.secure.is_some() {
+            return Err(FlintError::Precondition(
+                "this run aggregates securely ([secagg]): a client's update goes through SecAgg, never PushUpdate".into(),
+            ));
+        }
         if self.holds_update(client, round) {
             return Ok(false);
         }
@@ -676,6 +698,10 @@ impl Rounds {
     /// short of `min_updates` the round is abandoned: the model stays, the next round selects
     /// anew (Bonawitz et al. 2019, §2.2).
     pub fn tick(&mut self, now: Instant) -> Option<AggregationJob> {
+        // A secure round's deadlines are its stages' ([`Rounds::tick_secure`]).
+        if self.secure.is_some() {
+            return None;
+        }
         if let Phase::Open {
             opened_at, updates, ..
         } = &self.phase
@@ -714,17 +740,22 @@ impl Rounds {
             opened_at,
             selected,
             updates,
+            secure,
         } = std::mem::replace(&mut self.phase, Phase::WaitingForClients)
         else {
             unreachable!("the phase was checked to be open");
         };
-        tracing::info!(round, ?closed_by, updates = updates.len(), "round closed");
-        self.counts.missed += (selected.len() - updates.len()) as u64;
-        match closed_by {
-            ClosedBy::AllAnswered => self.counts.closed_all_answered += 1,
-            ClosedBy::TargetReached => self.counts.closed_target += 1,
-            ClosedBy::Timeout => self.counts.closed_timeout += 1,
+        if let Some(secure) = secure {
+            let shut = secure::Shut {
+                round,
+                opened_at,
+                selected,
+                closed_by,
+            };
+            return Some(self.close_secure(strategy, shut, *secure, now));
         }
+        tracing::info!(round, ?closed_by, updates = updates.len(), "round closed");
+        self.count_close(closed_by, selected.len() - updates.len());
         self.phase = Phase::Aggregating {
             round,
             opened_at,
@@ -746,7 +777,17 @@ impl Rounds {
             joined: self.joined.clone(),
             updates,
             abandoned,
+            secure: None,
         })
+    }
+
+    fn count_close(&mut self, closed_by: ClosedBy, missed: usize) {
+        self.counts.missed += missed as u64;
+        match closed_by {
+            ClosedBy::AllAnswered => self.counts.closed_all_answered += 1,
+            ClosedBy::TargetReached => self.counts.closed_target += 1,
+            ClosedBy::Timeout => self.counts.closed_timeout += 1,
+        }
     }
 
     /// Takes a finished aggregation back: records the round, then opens the next one or

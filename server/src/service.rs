@@ -11,7 +11,7 @@ use flint_common::wire::chunks::Reassembler;
 use flint_common::wire::ledger::{Direction, check_link_counts};
 use flint_common::wire::proto::{
     Ack, ClaimReply, ClaimRequest, EvalReport, JoinReply, JoinRequest, Payload, RoundRequest,
-    RoundTask, UpdateChunk, UpdateHeader,
+    RoundTask, SecAggReply, SecAggRequest, UpdateChunk, UpdateHeader,
 };
 use flint_common::wire::{CLIENT_HEADER, ROUND_HEADER, TOKEN_HEADER, paper_convention_bytes};
 use flint_common::{ClientId, FlintError, Round};
@@ -43,7 +43,7 @@ pub fn status(e: FlintError) -> Status {
         FlintError::Unauthenticated(_) => Status::unauthenticated(message),
         FlintError::PermissionDenied(_) => Status::permission_denied(message),
         FlintError::ResourceExhausted(_) => Status::resource_exhausted(message),
-        FlintError::NoBase(_) => Status::aborted(message),
+        FlintError::NoBase(_) | FlintError::Restarted(_) => Status::aborted(message),
         FlintError::Config(_)
         | FlintError::Io { .. }
         | FlintError::MissingData { .. }
@@ -175,6 +175,15 @@ impl Aggregator for AggregatorService {
         let bytes = request.get_ref().encoded_len() as u64;
         let outcome = self.report_eval_call(request).await;
         self.0.refused("ReportEval", outcome, bytes)
+    }
+
+    async fn sec_agg(
+        &self,
+        request: Request<SecAggRequest>,
+    ) -> Result<Response<SecAggReply>, Status> {
+        let bytes = request.get_ref().encoded_len() as u64;
+        let outcome = self.sec_agg_call(request).await;
+        self.0.refused("SecAgg", outcome, bytes)
     }
 }
 

@@ -322,8 +322,19 @@ impl Shared {
             };
             match shared.run_blocking(run).await {
                 Some(done) => {
+                    let sum = done.secure_sum().map(|(weights, sum)| {
+                        Event::SecureSum(crate::journal::SecureSum {
+                            round,
+                            clients: weights.keys().copied().collect(),
+                            weights: weights.values().copied().collect(),
+                            sum: sum.clone(),
+                        })
+                    });
                     let mut rounds = shared.rounds();
                     if rounds.install(done, now()) {
+                        if let Some(sum) = sum {
+                            shared.record(sum);
+                        }
                         shared.record(installed(&rounds, round));
                         if let Some((_, seconds)) = rounds.timings(round) {
                             shared.telemetry.aggregated(seconds);

@@ -17,7 +17,7 @@ use tokio::sync::Semaphore;
 use crate::disk::Disk;
 use crate::identity::{self, Identities};
 use crate::journal::{self, Journal};
-use crate::rounds::Rounds;
+use crate::rounds::{Rounds, SecureSettings};
 use crate::shared::{self, Blocking, Shared, now};
 use crate::{ServeOptions, recovery};
 
@@ -48,7 +48,14 @@ pub fn open(
     let holder = experiment.global_test_holder();
     let mut rounds = Rounds::new(experiment.policy.clone(), strategy, classes)
         .with_global_test_holder(holder)
-        .with_features(Some(features));
+        .with_features(Some(features))
+        .with_secagg(experiment.secagg.map(|c| SecureSettings {
+            bound: c.bound,
+            stage_timeout: c.stage_timeout(),
+            // Each start its own: a round's attempt from before a restart is told to start
+            // again, never mixed with this one's.
+            nonce: rand::random(),
+        }));
     let names = experiment.clients.iter().map(|c| c.name.clone()).collect();
     let lease = match options.claim_lease_secs {
         None => identity::CLAIM_LEASE,

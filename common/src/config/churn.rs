@@ -23,6 +23,10 @@ pub struct ChurnSection {
     pub straggle: f64,
     /// How long a straggler holds its update.
     pub straggle_secs: f64,
+    /// Under `[secagg]`: probability that a selected client vanishes right after its masked
+    /// input is sent, before it helps unmask (its input still counts: the others' shares
+    /// rebuild its self-mask).
+    pub masked_dropout: f64,
 }
 
 impl Default for ChurnSection {
@@ -31,6 +35,7 @@ impl Default for ChurnSection {
             dropout: 0.0,
             straggle: 0.0,
             straggle_secs: 30.0,
+            masked_dropout: 0.0,
         }
     }
 }
@@ -38,11 +43,16 @@ impl Default for ChurnSection {
 impl ChurnSection {
     /// No client drops out or straggles (what a file without `[churn]` says).
     pub fn is_none(&self) -> bool {
-        self.dropout == 0.0 && self.straggle == 0.0
+        self.dropout == 0.0 && self.straggle == 0.0 && self.masked_dropout == 0.0
     }
 
     pub fn check(self) -> Result<ChurnSection> {
-        for (key, p) in [("dropout", self.dropout), ("straggle", self.straggle)] {
+        let probabilities = [
+            ("dropout", self.dropout),
+            ("straggle", self.straggle),
+            ("masked_dropout", self.masked_dropout),
+        ];
+        for (key, p) in probabilities {
             if !(p.is_finite() && (0.0..1.0).contains(&p)) {
                 return Err(FlintError::Config(format!(
                     "churn.{key} must be a probability in [0, 1), got {p}"
@@ -61,6 +71,12 @@ impl ChurnSection {
     /// Whether `client` vanishes in `round`.
     pub fn drops(&self, seed: u64, client: ClientId, round: Round) -> bool {
         self.dropout > 0.0 && draw(seed, "dropout", client, round) < self.dropout
+    }
+
+    /// Whether `client` vanishes in `round` right after its masked input.
+    pub fn drops_after_masking(&self, seed: u64, client: ClientId, round: Round) -> bool {
+        self.masked_dropout > 0.0
+            && draw(seed, "masked-dropout", client, round) < self.masked_dropout
     }
 
     /// How long `client` holds its update of `round`, if it straggles then.

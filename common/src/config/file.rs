@@ -6,7 +6,7 @@ use std::time::Duration;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{ChurnSection, LinksSection};
+use super::{ChurnSection, LinksSection, SecAggSection};
 use crate::data::{ClientSection, DataSection, PartitionSection};
 use crate::params::{at_least, at_least_or_unset};
 use crate::strategy::sections::with_sections;
@@ -56,6 +56,9 @@ macro_rules! experiment_file {
             /// How selected clients drop out and straggle (none by default).
             #[serde(default, skip_serializing_if = "ChurnSection::is_none")]
             pub churn: ChurnSection,
+            /// Secure aggregation of the averaging strategies' updates (off by default).
+            #[serde(default, skip_serializing_if = "SecAggSection::is_off")]
+            pub secagg: SecAggSection,
             /// The share of the clients `flint run` puts behind each emulated access line
             /// (none by default).
             #[serde(default, skip_serializing_if = "LinksSection::is_none")]

@@ -31,10 +31,12 @@ pub mod keys;
 mod links;
 mod overrides;
 mod rules;
+mod secagg;
 
 pub use churn::ChurnSection;
 pub use file::{ExperimentFile, RoundPolicy, Selection, ServerSection};
 pub use links::{LinkProfile, LinksSection};
+pub use secagg::{MIN_GROUP, SecAggSection};
 
 /// Removes every `FLINT_…` environment variable whose value is empty, so that an empty one
 /// counts as unset (a compose file can blank a variable but not remove it).
@@ -97,6 +99,8 @@ pub struct Experiment {
     pub policy: RoundPolicy,
     /// How selected clients drop out and straggle (`[churn]`; none by default).
     pub churn: ChurnSection,
+    /// Secure aggregation (`[secagg]`), where it is on.
+    pub secagg: Option<SecAggSection>,
     /// The access line each client sits behind where `flint run` emulates them (`[links]`,
     /// `[[clients]] link`; none by default).
     pub links: BTreeMap<crate::ClientId, LinkProfile>,
@@ -201,7 +205,12 @@ impl Experiment {
         let central_dp = sections
             .dp
             .is_some_and(|d| d.mechanism == crate::strategy::privacy::Mechanism::Central);
-        if file.strategy == StrategyKind::FedAvgAhp && sections.robust.is_none() && !central_dp {
+        // Secure aggregation hides the values the cap compares.
+        if file.strategy == StrategyKind::FedAvgAhp
+            && sections.robust.is_none()
+            && !central_dp
+            && file.secagg.is_off()
+        {
             let clients = file.client_count.unwrap_or(file.clients.len());
             sections.robust = Some(RobustHyper::capped_at_twice_the_share(clients));
         }
@@ -221,6 +230,22 @@ impl Experiment {
         rules::check_central(&strategy, clients.len())?;
         rules::check_selection(&strategy, &policy)?;
         let churn = file.churn.check()?;
+        let secagg = file.secagg.check()?;
+        let robust = sections.robust.unwrap_or_default();
+        if !secagg.is_off() {
+            secagg::check_secagg(
+                &strategy,
+                &robust,
+                sections.dp.as_ref(),
+                &policy,
+                clients.len(),
+            )?;
+        } else if churn.masked_dropout > 0.0 {
+            return Err(FlintError::Config(
+                "churn.masked_dropout drops clients after their masked input: it needs [secagg]"
+                    .into(),
+            ));
+        }
         let links = file.links.check()?.assign(file.seed, &clients);
         let mut policy = policy;
         policy.abandon_short |= churn.dropout > 0.0;
@@ -229,8 +254,6 @@ impl Experiment {
         rules::check_copy_data_epoch(copy_data_epoch, &strategy, &data, &partition)?;
         rules::check_global_test(&strategy, &data)?;
         let compression = file.wire.compression;
-        // Checked with the strategy's sections above.
-        let robust = sections.robust.unwrap_or_default();
         // The file as the run reads it: what `experiment.resolved.toml` shows and the
         // fingerprint covers (the same for a file that leaves a default out and one that writes
         // it).
@@ -252,6 +275,7 @@ impl Experiment {
             robust,
             policy,
             churn,
+            secagg: (!secagg.is_off()).then_some(secagg),
             links,
             data,
             partition,

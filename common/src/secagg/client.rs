@@ -36,7 +36,8 @@ pub struct SecAggClient {
     sealed: Option<BTreeMap<ClientId, Vec<u8>>>,
     /// The masked input sent, with the inbox it was masked for.
     sent: Option<(BTreeSet<ClientId>, Vec<u32>)>,
-    revealed: bool,
+    /// The shares revealed, with the survivors they were revealed for.
+    revealed: Option<(BTreeSet<ClientId>, Unmasking)>,
 }
 
 /// The plaintext of one envelope: sender, recipient, then the two shares.
@@ -47,7 +48,6 @@ impl SecAggClient {
     pub fn new<R: CryptoRng + ?Sized>(
         id: ClientId,
         round: Round,
-        threshold: usize,
         rng: &mut R,
     ) -> (SecAggClient, Advert) {
         let envelope = KeyPair::from_secret(crypto::secret_bytes(rng));
@@ -61,7 +61,7 @@ impl SecAggClient {
         let client = SecAggClient {
             id,
             round,
-            threshold,
+            threshold: 0,
             envelope,
             masking,
             self_seed,
@@ -70,26 +70,29 @@ impl SecAggClient {
             held: BTreeMap::new(),
             sealed: None,
             sent: None,
-            revealed: false,
+            revealed: None,
         };
         (client, advert)
     }
 
-    /// Splits the mask key and the self-mask seed among `roster` (U1, this client in it) and
-    /// seals each other member's two shares to it: what the server relays, by recipient. Asked
-    /// again with the same roster, the same envelopes; with another, refused.
+    /// Splits the mask key and the self-mask seed among `roster` (U1, this client in it), any
+    /// `threshold` of them enough to rebuild either, and seals each other member's two shares
+    /// to it: what the server relays, by recipient. Asked again with the same roster, the same
+    /// envelopes; with another, refused.
     pub fn share_keys<R: CryptoRng + ?Sized>(
         &mut self,
         roster: BTreeMap<ClientId, Advert>,
+        threshold: usize,
         rng: &mut R,
     ) -> Result<BTreeMap<ClientId, Vec<u8>>> {
         if let Some(sealed) = &self.sealed {
-            return match roster == self.roster {
+            return match roster == self.roster && threshold == self.threshold {
                 true => Ok(sealed.clone()),
                 false => refuse("a second roster, unlike the first"),
             };
         }
-        self.check_roster(&roster)?;
+        self.check_roster(&roster, threshold)?;
+        self.threshold = threshold;
         let n = roster.len();
         let key_shares = crypto::split(&self.masking.secret.to_bytes(), self.threshold, n, rng)?;
         let seed_shares = crypto::split(&self.self_seed, self.threshold, n, rng)?;
@@ -120,8 +123,8 @@ impl SecAggClient {
         Ok(sealed)
     }
 
-    fn check_roster(&self, roster: &BTreeMap<ClientId, Advert>) -> Result<()> {
-        super::check_threshold(self.threshold, roster.len())
+    fn check_roster(&self, roster: &BTreeMap<ClientId, Advert>, threshold: usize) -> Result<()> {
+        super::check_threshold(threshold, roster.len())
             .or_else(|e| refuse(format!("a roster of {} clients: {e}", roster.len())))?;
         match roster.get(&self.id) {
             Some(a)
@@ -216,10 +219,14 @@ impl SecAggClient {
 
     /// For each survivor (U3, whose masked inputs the server holds) its self-mask seed's share,
     /// for each member of U2 that did not survive its mask key's share; never both for one
-    /// client, and only once, whatever the server asks again.
+    /// client, and only for one set of survivors: asked again with the same set (a reply lost
+    /// on its way), the same shares; with another, refused.
     pub fn unmask(&mut self, survivors: &BTreeSet<ClientId>) -> Result<Unmasking> {
-        if self.revealed {
-            return refuse("asked to unmask a second time");
+        if let Some((revealed_for, out)) = &self.revealed {
+            return match revealed_for == survivors {
+                true => Ok(out.clone()),
+                false => refuse("asked to unmask a second time, for other survivors"),
+            };
         }
         if !survivors.is_subset(&self.masked_with) || !survivors.contains(&self.id) {
             return refuse("survivors that did not all share keys with this client");
@@ -231,7 +238,6 @@ impl SecAggClient {
                 self.threshold
             ));
         }
-        self.revealed = true;
         let mut out = Unmasking::default();
         for &v in &self.masked_with {
             let held = &self.held[&v];
@@ -240,6 +246,7 @@ impl SecAggClient {
                 false => out.key_shares.insert(v, held.key.clone()),
             };
         }
+        self.revealed = Some((survivors.clone(), out.clone()));
         Ok(out)
     }
 }

@@ -9,7 +9,7 @@ use super::{Advert, MAX_GROUP, Unmasking, refuse};
 use crate::{ClientId, Result, Round};
 
 /// Where the round is; each stage takes one kind of message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Stage {
     Advertising,
     Sharing,
@@ -50,6 +50,35 @@ impl SecAggServer {
         }
     }
 
+    pub fn stage(&self) -> Stage {
+        self.stage
+    }
+
+    pub fn threshold(&self) -> usize {
+        self.threshold
+    }
+
+    /// The messages the current stage has taken so far.
+    pub fn taken(&self) -> usize {
+        match self.stage {
+            Stage::Advertising => self.adverts.len(),
+            Stage::Sharing => self.mail.len(),
+            Stage::Masking => self.masked.len(),
+            Stage::Unmasking => self.replies.len(),
+        }
+    }
+
+    /// The clients whose message the current stage waits for: every one asked (advertising),
+    /// U1, U2, then U3.
+    pub fn awaited(&self, asked: usize) -> usize {
+        match self.stage {
+            Stage::Advertising => asked,
+            Stage::Sharing => self.adverts.len(),
+            Stage::Masking => self.mail.len(),
+            Stage::Unmasking => self.masked.len(),
+        }
+    }
+
     fn expect(&self, stage: Stage) -> Result<()> {
         match self.stage == stage {
             true => Ok(()),
@@ -60,16 +89,22 @@ impl SecAggServer {
         }
     }
 
+    /// Takes `client`'s keys; the same advert again is a repeat and changes nothing, another
+    /// replaces it (a client that started its round again: nothing was shared yet).
     pub fn advertise(&mut self, client: ClientId, advert: Advert) -> Result<()> {
+        if self.adverts.get(&client) == Some(&advert) {
+            return Ok(());
+        }
         self.expect(Stage::Advertising)?;
-        if self.adverts.len() >= MAX_GROUP || self.adverts.contains_key(&client) {
-            return refuse(format!("client {client}'s keys again, or past {MAX_GROUP}"));
+        if self.adverts.len() >= MAX_GROUP && !self.adverts.contains_key(&client) {
+            return refuse(format!("client {client}'s keys past {MAX_GROUP} clients"));
         }
         // A copied or degenerate key would make every honest client refuse the roster.
         let taken = self
             .adverts
-            .values()
-            .flat_map(|a| [a.mask_key, a.envelope_key]);
+            .iter()
+            .filter(|(c, _)| **c != client)
+            .flat_map(|(_, a)| [a.mask_key, a.envelope_key]);
         let keys = [advert.mask_key, advert.envelope_key];
         if keys[0] == keys[1] || taken.into_iter().any(|k| keys.contains(&k)) {
             return refuse(format!("client {client}'s keys are another's"));
@@ -102,6 +137,9 @@ impl SecAggServer {
     /// One member's sealed shares, one for every other member of the roster, each of the
     /// envelope's size.
     pub fn share(&mut self, client: ClientId, sealed: BTreeMap<ClientId, Vec<u8>>) -> Result<()> {
+        if self.mail.get(&client) == Some(&sealed) {
+            return Ok(());
+        }
         self.expect(Stage::Sharing)?;
         if !self.adverts.contains_key(&client) || self.mail.contains_key(&client) {
             return refuse(format!(
@@ -148,6 +186,9 @@ impl SecAggServer {
     }
 
     pub fn masked(&mut self, client: ClientId, y: Vec<u32>) -> Result<()> {
+        if self.masked.get(&client) == Some(&y) {
+            return Ok(());
+        }
         self.expect(Stage::Masking)?;
         if !self.mail.contains_key(&client) || self.masked.contains_key(&client) {
             return refuse(format!(
@@ -182,6 +223,9 @@ impl SecAggServer {
     /// One survivor's shares: a seed share for each survivor, a key share for each member of
     /// U2 that did not survive, each of a share's size.
     pub fn unmasking(&mut self, client: ClientId, reply: Unmasking) -> Result<()> {
+        if self.replies.get(&client) == Some(&reply) {
+            return Ok(());
+        }
         self.expect(Stage::Unmasking)?;
         if !self.masked.contains_key(&client) || self.replies.contains_key(&client) {
             return refuse(format!(

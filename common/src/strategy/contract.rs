@@ -161,6 +161,24 @@ pub trait StrategyParams: Debug + Send + Sync {
         false
     }
 
+    /// Whether `[secagg]` applies: the server needs only the weighted sum of the updates, and
+    /// the client's update as that sum's terms ([`StrategyParams::secure_input`]).
+    fn takes_secagg(&self) -> bool {
+        false
+    }
+
+    /// Why `[secagg]` does not apply, for the refusal.
+    fn why_not_secagg(&self) -> &'static str {
+        "its aggregation is not a weighted sum of the updates"
+    }
+
+    /// A client's update as the values its secure aggregation sums (before its weight).
+    fn secure_input(&self, _update: &crate::wire::proto::Payload) -> crate::Result<Vec<f64>> {
+        Err(crate::FlintError::Config(
+            "this strategy does not aggregate securely".into(),
+        ))
+    }
+
     /// Whether every client must declare its compute power.
     fn needs_compute_ghz(&self) -> bool {
         false

@@ -119,6 +119,34 @@ pub trait ServerStrategy: Send {
         clients: &BTreeMap<ClientId, DataSummary>,
         updates: &BTreeMap<ClientId, Update>,
     ) -> Result<Aggregate>;
+    /// Under `[secagg]`: how many values a client's update sums as, for a model of `features`
+    /// (`None`: this strategy does not aggregate securely).
+    fn secure_len(&self, _features: usize) -> Option<usize> {
+        None
+    }
+    /// Under `[secagg]`: the weight each member of `roster` multiplies its update by before it
+    /// is masked (public: from the declared summaries), summing to 1 over the roster.
+    fn secure_weights(
+        &self,
+        _clients: &BTreeMap<ClientId, DataSummary>,
+        _roster: &[ClientId],
+    ) -> Result<BTreeMap<ClientId, f64>> {
+        Err(FlintError::Config(
+            "this strategy does not aggregate securely".into(),
+        ))
+    }
+    /// Under `[secagg]`: the round's aggregate from `sum`, Σ weight × update over the clients
+    /// of `weights` (those whose masked input was summed), all the server holds of them.
+    fn aggregate_sum(
+        &mut self,
+        _round: Round,
+        _weights: &BTreeMap<ClientId, f64>,
+        _sum: &[f64],
+    ) -> Result<Aggregate> {
+        Err(FlintError::Config(
+            "this strategy does not aggregate securely".into(),
+        ))
+    }
     /// Draws the noise this server adds (`dp.mechanism = "central"`) from `key` rather than the
     /// run's seed; whether it adds any (by default none).
     fn set_noise_key(&mut self, _key: privacy::NoiseKey) -> bool {

@@ -6,6 +6,7 @@ pub mod convert;
 pub mod include_code;
 pub mod ledger;
 pub mod network;
+pub mod secagg;
 pub mod weight_code;
 
 #[allow(clippy::all, missing_docs)]

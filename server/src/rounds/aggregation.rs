@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Instant;
 
+use flint_common::secagg::SecAggServer;
+use flint_common::secagg::ring::FixedPoint;
 use flint_common::strategy::{Aggregate, ServerStrategy};
 use flint_common::wire::Update;
 use flint_common::wire::proto::DataSummary;
@@ -20,11 +22,49 @@ pub struct AggregationJob {
     pub(super) updates: BTreeMap<ClientId, Update>,
     /// Why the round is not aggregated: it timed out short of `min_updates`.
     pub(super) abandoned: Option<String>,
+    /// Under `[secagg]`: what the round summed (its `updates` are then empty).
+    pub(super) secure: Option<SecureInput>,
+}
+
+/// A secure round's input to its aggregation.
+pub enum SecureInput {
+    /// The survivors' masked inputs and the shares that unmask their sum (taken off the lock:
+    /// rebuilding the masks is the slow part).
+    Masked {
+        group: Box<SecAggServer>,
+        fixed: FixedPoint,
+        weights: BTreeMap<ClientId, f64>,
+    },
+    /// The sum as the journal kept it.
+    Summed {
+        weights: BTreeMap<ClientId, f64>,
+        sum: Vec<f64>,
+    },
+}
+
+impl SecureInput {
+    /// The survivors' weights and Σ weight × update.
+    fn sum(self) -> Result<(BTreeMap<ClientId, f64>, Vec<f64>)> {
+        match self {
+            SecureInput::Masked {
+                group,
+                fixed,
+                weights,
+            } => Ok((weights, fixed.decode(&group.sum()?))),
+            SecureInput::Summed { weights, sum } => Ok((weights, sum)),
+        }
+    }
 }
 
 impl AggregationJob {
     pub fn round(&self) -> Round {
         self.round
+    }
+
+    /// Whether it sums a secure round (journaled with its sum once aggregated, not at its
+    /// close: a replay needs the sum, which the masked inputs alone cannot give back).
+    pub fn is_secure_sum(&self) -> bool {
+        self.secure.is_some()
     }
 
     /// Aggregates; the slow part (blocking: call it off the async threads).
@@ -37,7 +77,11 @@ impl AggregationJob {
                 panicked: false,
                 abandoned: true,
                 seconds: 0.0,
+                secure_sum: None,
             };
+        }
+        if let Some(input) = self.secure.take() {
+            return self.run_secure(input);
         }
         let strategy = &mut self.strategy;
         let (round, joined, updates) = (self.round, &self.joined, &self.updates);
@@ -61,6 +105,37 @@ impl AggregationJob {
             panicked,
             abandoned: false,
             seconds,
+            secure_sum: None,
+        }
+    }
+
+    fn run_secure(mut self, input: SecureInput) -> Aggregated {
+        let round = self.round;
+        let started = Instant::now();
+        let (secure_sum, outcome) = match input.sum() {
+            Ok((weights, sum)) => {
+                let strategy = &mut self.strategy;
+                let outcome = catch_unwind(AssertUnwindSafe(|| {
+                    strategy.aggregate_sum(round, &weights, &sum)
+                }));
+                (Some((weights, sum)), outcome)
+            }
+            Err(e) => (None, Ok(Err(e))),
+        };
+        let panicked = outcome.is_err();
+        let result = outcome.unwrap_or_else(|_| {
+            Err(FlintError::Model(format!(
+                "aggregation of round {round} panicked"
+            )))
+        });
+        Aggregated {
+            round,
+            strategy: self.strategy,
+            result,
+            panicked,
+            abandoned: false,
+            seconds: started.elapsed().as_secs_f64(),
+            secure_sum,
         }
     }
 }
@@ -74,6 +149,11 @@ impl Aggregated {
     pub fn seconds(&self) -> f64 {
         self.seconds
     }
+
+    /// A secure round's survivors' weights and sum, for the journal.
+    pub fn secure_sum(&self) -> Option<&(BTreeMap<ClientId, f64>, Vec<f64>)> {
+        self.secure_sum.as_ref()
+    }
 }
 
 /// A finished [`AggregationJob`], for [`Rounds::install`].
@@ -86,4 +166,5 @@ pub struct Aggregated {
     /// The round timed out short of `min_updates`: not aggregated (`result` says why).
     pub(super) abandoned: bool,
     pub(super) seconds: f64,
+    pub(super) secure_sum: Option<(BTreeMap<ClientId, f64>, Vec<f64>)>,
 }

@@ -112,16 +112,7 @@ impl ServerStrategy for FedAvgServer {
         updates: &BTreeMap<ClientId, Update>,
     ) -> Result<Aggregate> {
         crate::strategy::require_updates(round, updates)?;
-        let participants: BTreeMap<ClientId, &DataSummary> = updates
-            .keys()
-            .map(|id| {
-                clients.get(id).map(|s| (*id, s)).ok_or_else(|| {
-                    FlintError::InvalidUpdate(format!(
-                        "update from client {id}, which never joined"
-                    ))
-                })
-            })
-            .collect::<Result<_>>()?;
+        let participants = summaries_of(clients, updates.keys())?;
         let weights = self.weights(&participants);
         let models: Vec<&LogReg> = updates
             .values()
@@ -171,6 +162,48 @@ impl ServerStrategy for FedAvgServer {
         })
     }
 
+    fn secure_len(&self, features: usize) -> Option<usize> {
+        Some(flat(&LogReg::for_classes(features, self.classes)).len())
+    }
+
+    fn secure_weights(
+        &self,
+        clients: &BTreeMap<ClientId, DataSummary>,
+        roster: &[ClientId],
+    ) -> Result<BTreeMap<ClientId, f64>> {
+        let members = summaries_of(clients, roster.iter())?;
+        Ok(roster.iter().copied().zip(self.weights(&members)).collect())
+    }
+
+    fn aggregate_sum(
+        &mut self,
+        round: Round,
+        weights: &BTreeMap<ClientId, f64>,
+        sum: &[f64],
+    ) -> Result<Aggregate> {
+        crate::strategy::require_updates(round, weights)?;
+        let features = features_of(sum.len(), self.classes)?;
+        let mut global = LogReg::for_classes(features, self.classes);
+        // The weights were shares of the roster: the survivors' mean divides by their own.
+        let total: f64 = weights.values().sum();
+        let mean: Vec<f64> = sum.iter().map(|v| v / total).collect();
+        let (w, b) = mean.split_at(global.weights.len());
+        global.weights.copy_from_slice(w);
+        global.biases.copy_from_slice(b);
+        let privacy = self
+            .privacy
+            .as_mut()
+            .map(|p| p.count(&ids_of(weights)))
+            .transpose()?;
+        Ok(Aggregate {
+            downloads: Downloads::Broadcast(wire::encode_linear(&global)),
+            weights: weights.iter().map(|(&c, &w)| (c, w / total)).collect(),
+            report: RoundReport::plain("fedavg"),
+            local: BTreeMap::new(),
+            privacy,
+        })
+    }
+
     fn set_noise_key(&mut self, key: NoiseKey) -> bool {
         match &mut self.privacy {
             Some(p) if p.adds_noise() => {
@@ -195,4 +228,51 @@ impl ServerStrategy for FedAvgServer {
         }
         Ok(())
     }
+}
+
+/// The summaries of `ids`, each of which must have joined.
+fn summaries_of<'a>(
+    clients: &'a BTreeMap<ClientId, DataSummary>,
+    ids: impl Iterator<Item = &'a ClientId>,
+) -> Result<BTreeMap<ClientId, &'a DataSummary>> {
+    ids.map(|id| {
+        clients.get(id).map(|s| (*id, s)).ok_or_else(|| {
+            FlintError::InvalidUpdate(format!("update from client {id}, which never joined"))
+        })
+    })
+    .collect()
+}
+
+fn ids_of(weights: &BTreeMap<ClientId, f64>) -> Vec<ClientId> {
+    weights.keys().copied().collect()
+}
+
+/// The features of a model whose flat vector has `len` values.
+fn features_of(len: usize, classes: usize) -> Result<usize> {
+    let outputs = crate::model::logreg::outputs_for(classes);
+    match len % outputs == 0 && len / outputs > 1 {
+        true => Ok(len / outputs - 1),
+        false => Err(FlintError::InvalidUpdate(format!(
+            "a secure sum of {len} values fits no model of {classes} classes"
+        ))),
+    }
+}
+
+/// A client's update as secure aggregation sums it: its weights, then its biases (as
+/// [`flat`] lays a model out).
+pub fn secure_input(update: &Payload) -> Result<Vec<f64>> {
+    let Some(wire::proto::payload::Kind::LinearModel(m)) = &update.kind else {
+        return Err(FlintError::InvalidUpdate(
+            "secure aggregation of fedavg sums linear models".into(),
+        ));
+    };
+    let biases: Vec<f32> = match m.class_biases.is_empty() {
+        true => vec![m.bias],
+        false => m.class_biases.clone(),
+    };
+    Ok(m.weights
+        .iter()
+        .chain(&biases)
+        .map(|&v| f64::from(v))
+        .collect())
 }

@@ -18,6 +18,7 @@ use crate::strategy::robust::RobustHyper;
 use crate::strategy::sections::{Checked, Sections};
 use crate::strategy::{ModelKind, ServerStrategy};
 use crate::wire::Compression;
+use crate::wire::proto::Payload;
 
 /// FedAvg, client weights n_k / n.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -75,6 +76,14 @@ impl StrategyParams for FedAvgSpec {
         true
     }
 
+    fn takes_secagg(&self) -> bool {
+        true
+    }
+
+    fn secure_input(&self, update: &Payload) -> Result<Vec<f64>> {
+        super::secure_input(update)
+    }
+
     fn setting(&self, images: bool, compression: Compression) -> String {
         self.model().setting(images, compression) + &self.dp.setting_note()
     }
@@ -112,6 +121,14 @@ impl StrategyParams for FedAvgAhpSpec {
 
     fn takes_dp(&self) -> bool {
         true
+    }
+
+    fn takes_secagg(&self) -> bool {
+        true
+    }
+
+    fn secure_input(&self, update: &Payload) -> Result<Vec<f64>> {
+        super::secure_input(update)
     }
 
     fn setting(&self, images: bool, compression: Compression) -> String {

@@ -93,6 +93,10 @@ impl Strategy for FedTmosSpec {
 }
 
 impl StrategyParams for FedTmosSpec {
+    fn why_not_secagg(&self) -> &'static str {
+        "its k-means clusters each client's class vectors"
+    }
+
     fn model(&self) -> ModelSpec {
         ModelSpec::ConvTm(*self)
     }
@@ -148,6 +152,10 @@ impl Strategy for EnsembleSpec {
 }
 
 impl StrategyParams for EnsembleSpec {
+    fn why_not_secagg(&self) -> &'static str {
+        "the ensemble sends every client's own machine"
+    }
+
     fn model(&self) -> ModelSpec {
         ModelSpec::ConvTm(self.0)
     }

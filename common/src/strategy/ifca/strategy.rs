@@ -35,6 +35,10 @@ impl Strategy for IfcaSpec {
 }
 
 impl StrategyParams for IfcaSpec {
+    fn why_not_secagg(&self) -> &'static str {
+        "its per-cluster sums are not yet built"
+    }
+
     fn model(&self) -> ModelSpec {
         ModelSpec::Cnn(self.cnn)
     }

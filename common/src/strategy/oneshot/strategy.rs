@@ -42,6 +42,10 @@ impl Strategy for OneShotSpec {
 }
 
 impl StrategyParams for OneShotSpec {
+    fn why_not_secagg(&self) -> &'static str {
+        "the one-shot rules read each client's network"
+    }
+
     fn model(&self) -> ModelSpec {
         ModelSpec::Cnn(self.cnn)
     }

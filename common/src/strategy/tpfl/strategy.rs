@@ -22,6 +22,11 @@ impl Strategy for TmSpec {
 }
 
 impl StrategyParams for TmSpec {
+    fn why_not_secagg(&self) -> &'static str {
+        "TPFL's clusters from the confidence winners and FedTM's class averages are not yet \
+         summed securely"
+    }
+
     fn model(&self) -> ModelSpec {
         ModelSpec::Tm(*self)
     }

@@ -1,0 +1,112 @@
+//! `[secagg]`: secure aggregation of the averaging strategies' updates (Bonawitz et al. 2017,
+//! [`crate::secagg`]): the server sees the weighted sum of a round's updates, never one of them.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::RoundPolicy;
+use crate::secagg::MAX_GROUP;
+use crate::strategy::StrategySpec;
+use crate::strategy::privacy::{DpHyper, Mechanism};
+use crate::strategy::robust::RobustHyper;
+use crate::{FlintError, Result};
+
+/// `[secagg]`, as written and checked. Off by default.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct SecAggSection {
+    /// Masks each client's update so that the server learns only the round's weighted sum
+    /// (default false).
+    pub enabled: bool,
+    /// The largest |value| of one client's weighted update: the fixed-point ring is sized so
+    /// that a round's sum cannot wrap; a client whose update goes beyond it sends nothing and
+    /// says so (default 100).
+    pub bound: f64,
+    /// Seconds each stage after the key adverts waits for the clients it expects before it goes
+    /// on without them (default 30).
+    pub stage_secs: f64,
+}
+
+impl Default for SecAggSection {
+    fn default() -> Self {
+        SecAggSection {
+            enabled: false,
+            bound: 100.0,
+            stage_secs: 30.0,
+        }
+    }
+}
+
+/// The fewest clients a secure round may ask: with two, each would learn the other's update
+/// from the sum.
+pub const MIN_GROUP: usize = 3;
+
+impl SecAggSection {
+    pub fn is_off(&self) -> bool {
+        !self.enabled
+    }
+
+    pub fn check(self) -> Result<SecAggSection> {
+        let bad = |m: String| Err(FlintError::Config(m));
+        if !(self.bound.is_finite() && self.bound > 0.0 && self.bound <= 1e6) {
+            return bad(format!(
+                "secagg.bound must be in (0, 1e6], got {}",
+                self.bound
+            ));
+        }
+        if !(self.stage_secs.is_finite() && self.stage_secs > 0.0 && self.stage_secs <= 86_400.0) {
+            return bad(format!(
+                "secagg.stage_secs must be in (0, 86400] seconds, got {}",
+                self.stage_secs
+            ));
+        }
+        Ok(self)
+    }
+
+    pub fn stage_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_secs_f64(self.stage_secs)
+    }
+}
+
+/// Whether the run can aggregate securely: a strategy whose server needs only the weighted
+/// sum, the plain mean, no noise the server adds per update, and a group a round can share
+/// among.
+pub(super) fn check_secagg(
+    strategy: &StrategySpec,
+    robust: &RobustHyper,
+    dp: Option<&DpHyper>,
+    policy: &RoundPolicy,
+    clients: usize,
+) -> Result<()> {
+    let bad = |m: String| Err(FlintError::Config(m));
+    if !strategy.params().takes_secagg() {
+        return bad(format!(
+            "[secagg] applies to strategies fedavg and fedavg-ahp, whose server needs only the \
+             weighted sum of the updates; strategy {} reads each client's update ({})",
+            strategy.name(),
+            strategy.params().why_not_secagg()
+        ));
+    }
+    if !robust.is_plain() {
+        return bad(
+            "[secagg] hides each client's values, which a [robust] rule (median, trimmed mean, \
+             clip, weight cap) needs: remove one of the two"
+                .into(),
+        );
+    }
+    if dp.is_some_and(|d| d.mechanism == Mechanism::Central) {
+        return bad(
+            "dp.mechanism = \"central\" clips each client's update at the server, which [secagg] \
+             hides: use dp.mechanism = \"local\" with it"
+                .into(),
+        );
+    }
+    let group = policy.selection.selected(clients);
+    if !(MIN_GROUP..=MAX_GROUP).contains(&group) {
+        return bad(format!(
+            "[secagg] shares each round's masks among its clients: {MIN_GROUP} to {MAX_GROUP} \
+             of them (SecAgg+'s sparse groups are not built), but a round here asks {group}"
+        ));
+    }
+    Ok(())
+}

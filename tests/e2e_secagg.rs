@@ -1,0 +1,160 @@
+//! Secure aggregation (`[secagg]`, docs/PROTOCOL.md §Secure aggregation) over real processes
+//! and gRPC: a secure round's model is exactly the fixed-point sum of the clients' plain updates
+//! (with and without clients gone after their masked input), the server keeps and journals only
+//! masked inputs and sums, a server killed in the middle of the protocol ends like the
+//! uninterrupted run, and what cannot be summed securely is refused.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use flint_common::secagg::ring::{self, FixedPoint};
+use flint_common::wire::proto::{Payload, payload};
+use prost::Message;
+use support::*;
+
+const LIMIT: Duration = Duration::from_secs(120);
+const CLIENTS: usize = 5;
+const BOUND: f64 = 100.0;
+
+fn experiment(dir: &Path, name: &str, rounds: u32, extra: &str) -> PathBuf {
+    let server = "round_timeout_secs = 300\neval_timeout_secs = 30\nkeep_updates = true";
+    let text = synthetic_experiment(name, rounds, CLIENTS, server)
+        .replace("strategy = \"fedavg-ahp\"", "strategy = \"fedavg\"")
+        + extra;
+    write(dir, &format!("{name}.toml"), &text)
+}
+
+fn secure(stage_secs: u32) -> String {
+    format!("\n[secagg]\nenabled = true\nstage_secs = {stage_secs}\n")
+}
+
+fn run(exp: &Path, runs: &Path) -> PathBuf {
+    ok(flint().args(["run", "--runs-dir"]).arg(runs).arg(exp));
+    runs.join(exp.file_stem().unwrap())
+}
+
+/// A client's kept update of `round`: its model's weights then biases.
+fn plain_update(run: &Path, round: u32, client: u32) -> Vec<f32> {
+    let path = run.join(format!("updates/round-{round}-client-{client}.pb"));
+    let p = Payload::decode(&*std::fs::read(&path).unwrap()).unwrap();
+    let Some(payload::Kind::LinearModel(m)) = p.kind else {
+        panic!("a linear model in {}", path.display());
+    };
+    let biases = match m.class_biases.is_empty() {
+        true => vec![m.bias],
+        false => m.class_biases,
+    };
+    m.weights.into_iter().chain(biases).collect()
+}
+
+/// Round 1's model as secure aggregation must give it from the plain run's updates and weights:
+/// each weighted update in the ring, summed, decoded, over the weights' sum, as float32.
+fn expected_model(plain: &Path) -> (Vec<f32>, BTreeMap<u32, Vec<u32>>) {
+    let r = results(plain);
+    let weights = &r.rounds.iter().find(|r| r.round == 1).unwrap().weights;
+    let fixed = FixedPoint::for_sums(BOUND, weights.len()).unwrap();
+    let mut sum: Option<Vec<u32>> = None;
+    let mut encoded = BTreeMap::new();
+    for (&client, &w) in weights {
+        let x: Vec<f64> = plain_update(plain, 1, client)
+            .iter()
+            .map(|&v| f64::from(v) * w)
+            .collect();
+        let e = fixed.encode(&x).unwrap();
+        match &mut sum {
+            Some(s) => ring::add(s, &e),
+            None => sum = Some(e.clone()),
+        }
+        encoded.insert(client, e);
+    }
+    let total: f64 = weights.values().sum();
+    let model = fixed
+        .decode(&sum.unwrap())
+        .iter()
+        .map(|v| (v / total) as f32)
+        .collect();
+    (model, encoded)
+}
+
+/// A client's kept model (after the run's last round): weights then biases.
+fn kept_model(run: &Path, client: &str) -> Vec<f32> {
+    let text = std::fs::read_to_string(run.join(format!("models/{client}.json"))).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let m = &v["model"];
+    let flat = |x: &serde_json::Value| -> Vec<f32> {
+        x.as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|row| match row.as_array() {
+                Some(r) => r.iter().map(|v| v.as_f64().unwrap() as f32).collect(),
+                None => vec![row.as_f64().unwrap() as f32],
+            })
+            .collect()
+    };
+    [flat(&m["weights"]), flat(&m["biases"])].concat()
+}
+
+#[test]
+fn a_secure_round_is_the_fixed_point_sum_of_the_plain_updates_with_and_without_dropouts() {
+    let dir = tempfile::tempdir().unwrap();
+    let plain = run(
+        &experiment(dir.path(), "plain", 1, ""),
+        &dir.path().join("p"),
+    );
+    let (expected, encoded) = expected_model(&plain);
+    let sa = run(
+        &experiment(dir.path(), "sa", 1, &secure(30)),
+        &dir.path().join("s"),
+    );
+    assert_eq!(kept_model(&sa, "client-1"), expected);
+    // What the server kept of each update: its masked input, nothing like the input itself.
+    for (client, x) in &encoded {
+        let masked: Vec<u32> =
+            std::fs::read(sa.join(format!("updates/round-1-client-{client}.masked")))
+                .unwrap()
+                .chunks(4)
+                .map(|b| u32::from_le_bytes(b.try_into().unwrap()))
+                .collect();
+        assert_eq!(masked.len(), x.len());
+        assert!(
+            masked.iter().zip(x).all(|(m, v)| m != v),
+            "client {client}'s input shows"
+        );
+        assert!(
+            !sa.join(format!("updates/round-1-client-{client}.pb"))
+                .exists()
+        );
+    }
+
+    // Two clients gone after their masked input: the others' shares rebuild their self-masks,
+    // the round closes at the unmasking stage's deadline, and the sum is the same.
+    let dropping = experiment(
+        dir.path(),
+        "dropping",
+        1,
+        &(secure(3) + "\n[churn]\nmasked_dropout = 0.25\n"),
+    );
+    let gone = run(&dropping, &dir.path().join("d"));
+    let r = results(&gone);
+    let round = r.rounds.iter().find(|r| r.round == 1).unwrap();
+    let logs: String = (1..=CLIENTS)
+        .map(|i| {
+            std::fs::read_to_string(gone.join(format!("clients/client-{i}.log")))
+                .unwrap_or_default()
+        })
+        .collect();
+    let dropped = logs.matches("gone after the masked input").count();
+    assert!(
+        (1..=CLIENTS / 2).contains(&dropped),
+        "{dropped} dropped: pick another share"
+    );
+    assert_eq!(
+        round.participants.len(),
+        CLIENTS,
+        "every masked input summed"
+    );
+    assert_eq!(kept_model(&gone, "client-1"), expected);
+}
