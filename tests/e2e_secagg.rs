@@ -158,3 +158,130 @@ fn a_secure_round_is_the_fixed_point_sum_of_the_plain_updates_with_and_without_d
     );
     assert_eq!(kept_model(&gone, "client-1"), expected);
 }
+
+/// Every file under `dir`, read whole.
+fn files_under(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        match path.is_dir() {
+            true => out.extend(files_under(&path)),
+            false => out.push((path.clone(), std::fs::read(&path).unwrap())),
+        }
+    }
+    out
+}
+
+/// Killed while round 1's protocol is under way (every masked input in, its sum not yet
+/// installed: the aggregation is held), the server holds nothing of an update in the clear
+/// on disk; started again, it runs the round's protocol again with fresh keys and the run
+/// ends with the uninterrupted run's models.
+#[test]
+fn a_server_killed_in_the_middle_of_the_protocol_ends_like_the_uninterrupted_run() {
+    let root = tempfile::tempdir().unwrap();
+    let plain = run(
+        &experiment(root.path(), "plain", 2, ""),
+        &root.path().join("p"),
+    );
+    let exp = experiment(root.path(), "resume", 2, &secure(30));
+    let uninterrupted = run(&exp, &root.path().join("u"));
+
+    let out = root.path().join("killed");
+    std::fs::create_dir_all(&out).unwrap();
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
+    let hold = ["--hold-aggregation-ms", "3000"];
+    let (mut s, _) = start_server_at(&exp, &out, &addr, "server-1.log", &hold);
+    let url = format!("http://{addr}");
+    let mut clients: Vec<Proc> = (1..=CLIENTS)
+        .map(|i| start_clients(&exp, &url, &[&format!("client-{i}")], &out))
+        .collect();
+    let masked = |c: usize| out.join(format!("updates/round-1-client-{c}.masked"));
+    wait_for(LIMIT, || {
+        (1..=CLIENTS).all(|c| masked(c).exists()).then_some(())
+    });
+    s.signal("KILL");
+    s.wait(LIMIT);
+    assert!(
+        status(&out).is_none_or(|st| st.closed_rounds == 0),
+        "killed before round 1 was installed"
+    );
+    // Each client's plain update, as a packed float32 run would lie in a protobuf record.
+    for c in 1..=CLIENTS as u32 {
+        let update = plain_update(&plain, 1, c);
+        let packed: Vec<u8> = update.iter().flat_map(|v| v.to_le_bytes()).collect();
+        for (path, bytes) in files_under(&out.join("state")) {
+            let found = bytes.windows(packed.len()).any(|w| w == packed);
+            assert!(
+                !found,
+                "client {c}'s update in the clear in {}",
+                path.display()
+            );
+        }
+    }
+
+    let (mut s, _) = start_server_at(&exp, &out, &addr, "server-2.log", &[]);
+    for c in clients.iter_mut() {
+        assert!(c.wait(LIMIT).success(), "a client failed");
+    }
+    assert!(s.wait(LIMIT).success(), "the server failed");
+    let started_again = (1..=CLIENTS)
+        .map(|i| std::fs::read_to_string(out.join(format!("client-{i}.log"))).unwrap())
+        .filter(|log| log.contains("secure aggregation started again"))
+        .count();
+    assert!(started_again > 0, "no client was told to start again");
+    for i in 1..=CLIENTS {
+        let name = format!("client-{i}");
+        assert_eq!(kept_model(&out, &name), kept_model(&uninterrupted, &name));
+    }
+}
+
+#[test]
+fn what_cannot_be_summed_securely_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let on = secure(30);
+    let cases = [
+        (
+            "strategy = \"fedavg\"",
+            "strategy = \"blind-fcm\"",
+            on.clone(),
+            "[secagg] applies to strategies fedavg and fedavg-ahp",
+        ),
+        (
+            "",
+            "",
+            on.clone() + "\n[robust]\nrule = \"median\"\n",
+            "a [robust] rule",
+        ),
+        (
+            "",
+            "",
+            on.clone() + "\n[dp]\nmechanism = \"central\"\nclip = 1.0\n",
+            "use dp.mechanism = \"local\" with it",
+        ),
+        (
+            "[server]\n",
+            "[server]\nclients_per_round = 2\n",
+            on.clone(),
+            "3 to 255 of them",
+        ),
+        (
+            "",
+            "",
+            "\n[churn]\nmasked_dropout = 0.1\n".to_string(),
+            "it needs [secagg]",
+        ),
+    ];
+    for (from, to, extra, said) in cases {
+        let text = std::fs::read_to_string(experiment(dir.path(), "refused", 1, ""))
+            .unwrap()
+            .replace(from, to)
+            + &extra;
+        let exp = write(dir.path(), "refused.toml", &text);
+        let err = refused(&exp, dir.path());
+        assert!(err.contains(said), "{err}");
+    }
+}
