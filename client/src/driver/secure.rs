@@ -81,7 +81,10 @@ impl Client {
                         "secure aggregation started again; fresh keys"
                     );
                 }
-                Err(Stop::Answered(s)) => return refused(s.code(), s.message().to_string()),
+                Err(Stop::Answered(s)) => {
+                    tracing::warn!(client = self.id, round, code = ?s.code(), reason = %s.message(), "secure aggregation went on without this update");
+                    return refused(s.code(), s.message().to_string());
+                }
                 Err(Stop::Unreachable(s)) => {
                     return (super::failed(&s, s.message().to_string(), now), None);
                 }

@@ -490,3 +490,6 @@ impl Rounds {
         })
     }
 }
+
+#[cfg(test)]
+mod tests;
