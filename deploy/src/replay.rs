@@ -64,10 +64,13 @@ pub struct ReplayArgs {
 
 pub fn replay(args: ReplayArgs) -> anyhow::Result<()> {
     let file = args.run_dir.join("experiment.toml");
-    refuse_row_settings(
-        &args.overrides,
-        Experiment::load(&file, &[])?.data.is_images(),
-    )?;
+    let ran_as = Experiment::load(&file, &[])?;
+    if ran_as.secagg.is_some() {
+        bail!(
+            "the run aggregated securely ([secagg]): its server kept masked inputs only, which nothing can aggregate again"
+        );
+    }
+    refuse_row_settings(&args.overrides, ran_as.data.is_images())?;
     let e = Experiment::load(&file, &args.overrides)?;
     let run = run_results(&args.run_dir)?;
     let ran = closed_round(&run, args.round)?;

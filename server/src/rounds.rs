@@ -755,15 +755,13 @@ impl Rounds {
             return Some(self.close_secure(strategy, shut, *secure, now));
         }
         tracing::info!(round, ?closed_by, updates = updates.len(), "round closed");
-        self.count_close(closed_by, selected.len() - updates.len());
-        self.phase = Phase::Aggregating {
+        let shut = secure::Shut {
             round,
             opened_at,
-            closed_at: now,
-            closed_by,
             selected,
-            participants: updates.keys().copied().collect(),
+            closed_by,
         };
+        self.to_aggregating(shut, updates.keys().copied().collect(), now);
         let abandoned = (updates.len() < self.policy.min_updates).then(|| {
             format!(
                 "round {round} timed out with {} of server.min_updates = {} updates: abandoned, the model stays",
@@ -781,13 +779,28 @@ impl Rounds {
         })
     }
 
-    fn count_close(&mut self, closed_by: ClosedBy, missed: usize) {
-        self.counts.missed += missed as u64;
+    /// The round `shut` closed with `participants`, counted: its aggregation runs outside.
+    fn to_aggregating(&mut self, shut: secure::Shut, participants: Vec<ClientId>, now: Instant) {
+        let secure::Shut {
+            round,
+            opened_at,
+            selected,
+            closed_by,
+        } = shut;
+        self.counts.missed += selected.len().saturating_sub(participants.len()) as u64;
         match closed_by {
             ClosedBy::AllAnswered => self.counts.closed_all_answered += 1,
             ClosedBy::TargetReached => self.counts.closed_target += 1,
             ClosedBy::Timeout => self.counts.closed_timeout += 1,
         }
+        self.phase = Phase::Aggregating {
+            round,
+            opened_at,
+            closed_at: now,
+            closed_by,
+            selected,
+            participants,
+        };
     }
 
     /// Takes a finished aggregation back: records the round, then opens the next one or

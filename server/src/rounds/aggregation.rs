@@ -85,19 +85,8 @@ impl AggregationJob {
         }
         let strategy = &mut self.strategy;
         let (round, joined, updates) = (self.round, &self.joined, &self.updates);
-        // A panicking strategy must not take the server with it: the results so far are kept
-        // and the run ends (see `install`).
-        let started = Instant::now();
-        let outcome = catch_unwind(AssertUnwindSafe(|| {
-            strategy.aggregate(round, joined, updates)
-        }));
-        let seconds = started.elapsed().as_secs_f64();
-        let panicked = outcome.is_err();
-        let result = outcome.unwrap_or_else(|_| {
-            Err(FlintError::Model(format!(
-                "aggregation of round {round} panicked"
-            )))
-        });
+        let (result, panicked, seconds) =
+            guarded(round, || strategy.aggregate(round, joined, updates));
         Aggregated {
             round,
             strategy: self.strategy,
@@ -111,23 +100,16 @@ impl AggregationJob {
 
     fn run_secure(mut self, input: SecureInput) -> Aggregated {
         let round = self.round;
+        // Unmasking the sum is part of the round's aggregation time.
         let started = Instant::now();
-        let (secure_sum, outcome) = match input.sum() {
+        let (secure_sum, (result, panicked, _)) = match input.sum() {
             Ok((weights, sum)) => {
                 let strategy = &mut self.strategy;
-                let outcome = catch_unwind(AssertUnwindSafe(|| {
-                    strategy.aggregate_sum(round, &weights, &sum)
-                }));
+                let outcome = guarded(round, || strategy.aggregate_sum(round, &weights, &sum));
                 (Some((weights, sum)), outcome)
             }
-            Err(e) => (None, Ok(Err(e))),
+            Err(e) => (None, (Err(e), false, 0.0)),
         };
-        let panicked = outcome.is_err();
-        let result = outcome.unwrap_or_else(|_| {
-            Err(FlintError::Model(format!(
-                "aggregation of round {round} panicked"
-            )))
-        });
         Aggregated {
             round,
             strategy: self.strategy,
@@ -138,6 +120,24 @@ impl AggregationJob {
             secure_sum,
         }
     }
+}
+
+/// Runs a strategy's aggregation, timed; a panicking strategy must not take the server with it:
+/// the results so far are kept and the run ends (see `install`). Whether it panicked.
+fn guarded(
+    round: Round,
+    aggregate: impl FnOnce() -> Result<Aggregate>,
+) -> (Result<Aggregate>, bool, f64) {
+    let started = Instant::now();
+    let outcome = catch_unwind(AssertUnwindSafe(aggregate));
+    let seconds = started.elapsed().as_secs_f64();
+    let panicked = outcome.is_err();
+    let result = outcome.unwrap_or_else(|_| {
+        Err(FlintError::Model(format!(
+            "aggregation of round {round} panicked"
+        )))
+    });
+    (result, panicked, seconds)
 }
 
 impl Aggregated {

@@ -393,12 +393,7 @@ impl Rounds {
         secure: SecureRound,
         now: Instant,
     ) -> AggregationJob {
-        let Shut {
-            round,
-            opened_at,
-            selected,
-            closed_by,
-        } = shut;
+        let round = shut.round;
         let at_end = secure.failed.is_none()
             && secure.group.stage() == Stage::Unmasking
             && secure.group.taken() >= secure.group.threshold();
@@ -408,19 +403,11 @@ impl Rounds {
         };
         tracing::info!(
             round,
-            ?closed_by,
+            closed_by = ?shut.closed_by,
             summed = participants.len(),
             "secure round closed"
         );
-        self.count_close(closed_by, selected.len() - participants.len());
-        self.phase = Phase::Aggregating {
-            round,
-            opened_at,
-            closed_at: now,
-            closed_by,
-            selected,
-            participants,
-        };
+        self.to_aggregating(shut, participants, now);
         let abandoned = (!at_end).then(|| {
             let why = secure.failed.clone().unwrap_or_else(|| {
                 format!("round {round} closed before its secure aggregation ended")
@@ -468,18 +455,13 @@ impl Rounds {
         else {
             unreachable!("the phase was checked to be open");
         };
-        self.count_close(
-            ClosedBy::AllAnswered,
-            selected.len().saturating_sub(weights.len()),
-        );
-        self.phase = Phase::Aggregating {
+        let shut = Shut {
             round: r,
             opened_at,
-            closed_at: now,
-            closed_by: ClosedBy::AllAnswered,
             selected,
-            participants: weights.keys().copied().collect(),
+            closed_by: ClosedBy::AllAnswered,
         };
+        self.to_aggregating(shut, weights.keys().copied().collect(), now);
         Ok(AggregationJob {
             round,
             strategy,
