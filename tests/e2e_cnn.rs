@@ -351,3 +351,41 @@ fn recorded_replays_are_drawn_by_the_grid(
         assert!(svg.contains(name), "{name} is not drawn");
     }
 }
+
+/// Secure aggregation of a network (`[secagg]`): the server holds masked inputs of the network's
+/// size only, and the federation learns as the plain one does (the sum differs from the float
+/// mean by the fixed point's rounding, 2^-22 per parameter here, and nothing else).
+#[test]
+#[ignore = "needs FLINT_DATA_DIR with MNIST; CI runs it"]
+fn a_cnn_federation_summed_securely_learns_as_the_plain_one() {
+    let root = tempfile::tempdir().unwrap();
+    let runs = root.path().join("runs");
+    let data = std::env::var("FLINT_DATA_DIR").unwrap_or_else(|_| "../shared/data".into());
+    let exp = experiment(root.path(), "fedavg-cnn");
+    let run = |dir: &str, set: &[&str]| {
+        let mut cmd = flint_run(&exp, Path::new(&data), &runs.join(dir));
+        cmd.args(["--set", "server.keep_updates=true"]);
+        for s in set {
+            cmd.args(["--set", s]);
+        }
+        ok(&mut cmd);
+        runs.join(dir).join("fedavg-cnn-small")
+    };
+    let plain = results(&run("plain", &[]));
+    let sa = run("secure", &["secagg.enabled=true"]);
+    let secure = results(&sa);
+    for round in 1..=3 {
+        let (p, s) = (&plain.rounds[round], &secure.rounds[round]);
+        assert_eq!(s.participants, p.participants);
+        let (pa, sa) = (p.mean.unwrap().accuracy, s.mean.unwrap().accuracy);
+        assert!(
+            (pa - sa).abs() < 0.01,
+            "round {round}: {pa} plain, {sa} secure"
+        );
+    }
+    for id in 1..=3 {
+        let masked = sa.join(format!("updates/round-1-client-{id}.masked"));
+        assert_eq!(std::fs::metadata(&masked).unwrap().len(), 4 * PARAMS);
+        assert!(!sa.join(format!("updates/round-1-client-{id}.pb")).exists());
+    }
+}

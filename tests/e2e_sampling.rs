@@ -29,6 +29,7 @@ fn an_over_selected_federation_with_dropouts_and_stragglers_says_who_did_what_ea
         dropout: 0.25,
         straggle: 0.25,
         straggle_secs: 2.0,
+        ..ChurnSection::default()
     };
     let exp = sampled(
         root.path(),

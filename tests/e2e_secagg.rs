@@ -248,7 +248,7 @@ fn what_cannot_be_summed_securely_is_refused() {
             "strategy = \"fedavg\"",
             "strategy = \"blind-fcm\"",
             on.clone(),
-            "[secagg] applies to strategies fedavg and fedavg-ahp",
+            "[secagg] applies to strategies fedavg, fedavg-ahp, fedavg-cnn and fedprox",
         ),
         (
             "",

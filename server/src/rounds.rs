@@ -761,7 +761,7 @@ impl Rounds {
             selected,
             closed_by,
         };
-        self.to_aggregating(shut, updates.keys().copied().collect(), now);
+        self.start_aggregating(shut, updates.keys().copied().collect(), now);
         let abandoned = (updates.len() < self.policy.min_updates).then(|| {
             format!(
                 "round {round} timed out with {} of server.min_updates = {} updates: abandoned, the model stays",
@@ -780,7 +780,7 @@ impl Rounds {
     }
 
     /// The round `shut` closed with `participants`, counted: its aggregation runs outside.
-    fn to_aggregating(&mut self, shut: secure::Shut, participants: Vec<ClientId>, now: Instant) {
+    fn start_aggregating(&mut self, shut: secure::Shut, participants: Vec<ClientId>, now: Instant) {
         let secure::Shut {
             round,
             opened_at,

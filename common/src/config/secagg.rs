@@ -1,5 +1,6 @@
-//! `[secagg]`: secure aggregation of the averaging strategies' updates (Bonawitz et al. 2017,
-//! [`crate::secagg`]): the server sees the weighted sum of a round's updates, never one of them.
+//! `[secagg]`: secure aggregation (Bonawitz et al. 2017, [`crate::secagg`]) of the averaging
+//! strategies' updates (FedAvg, AHP-FedAvg, FedAvg and FedProx of a CNN): the server sees the
+//! weighted sum of a round's updates, never one of them.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -81,8 +82,9 @@ pub(super) fn check_secagg(
     let bad = |m: String| Err(FlintError::Config(m));
     if !strategy.params().takes_secagg() {
         return bad(format!(
-            "[secagg] applies to strategies fedavg and fedavg-ahp, whose server needs only the \
-             weighted sum of the updates; strategy {} reads each client's update ({})",
+            "[secagg] applies to strategies fedavg, fedavg-ahp, fedavg-cnn and fedprox, whose \
+             server needs only the weighted sum of the updates; strategy {} reads each client's \
+             update ({})",
             strategy.name(),
             strategy.params().why_not_secagg()
         ));

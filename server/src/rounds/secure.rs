@@ -407,7 +407,7 @@ impl Rounds {
             summed = participants.len(),
             "secure round closed"
         );
-        self.to_aggregating(shut, participants, now);
+        self.start_aggregating(shut, participants, now);
         let abandoned = (!at_end).then(|| {
             let why = secure.failed.clone().unwrap_or_else(|| {
                 format!("round {round} closed before its secure aggregation ended")
@@ -461,7 +461,7 @@ impl Rounds {
             selected,
             closed_by: ClosedBy::AllAnswered,
         };
-        self.to_aggregating(shut, weights.keys().copied().collect(), now);
+        self.start_aggregating(shut, weights.keys().copied().collect(), now);
         Ok(AggregationJob {
             round,
             strategy,

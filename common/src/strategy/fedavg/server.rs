@@ -250,7 +250,7 @@ fn ids_of(weights: &BTreeMap<ClientId, f64>) -> Vec<ClientId> {
 /// The features of a model whose flat vector has `len` values.
 fn features_of(len: usize, classes: usize) -> Result<usize> {
     let outputs = crate::model::logreg::outputs_for(classes);
-    match len % outputs == 0 && len / outputs > 1 {
+    match len.is_multiple_of(outputs) && len / outputs > 1 {
         true => Ok(len / outputs - 1),
         false => Err(FlintError::InvalidUpdate(format!(
             "a secure sum of {len} values fits no model of {classes} classes"

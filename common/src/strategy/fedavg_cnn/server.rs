@@ -127,6 +127,48 @@ impl ServerStrategy for NetworkMean {
         NetworkDecoder::of(self.arch, self.classes)
     }
 
+    fn secure_len(&self, features: usize) -> Option<usize> {
+        architecture(self.arch, features, self.classes)
+            .ok()
+            .map(|a| a.params)
+    }
+
+    fn secure_weights(
+        &self,
+        clients: &BTreeMap<ClientId, DataSummary>,
+        roster: &[ClientId],
+    ) -> Result<BTreeMap<ClientId, f64>> {
+        let samples = roster
+            .iter()
+            .map(|id| {
+                let s = clients.get(id).ok_or_else(|| {
+                    FlintError::InvalidUpdate(format!("client {id} never joined"))
+                })?;
+                Ok(s.train_class_counts.iter().sum::<u64>() as f64)
+            })
+            .collect::<Result<Vec<f64>>>()?;
+        Ok(roster.iter().copied().zip(n_k_over_n(&samples)).collect())
+    }
+
+    fn aggregate_sum(
+        &mut self,
+        round: Round,
+        weights: &BTreeMap<ClientId, f64>,
+        sum: &[f64],
+    ) -> Result<Aggregate> {
+        crate::strategy::require_updates(round, weights)?;
+        // The weights were shares of the roster: the survivors' mean divides by their own.
+        let total: f64 = weights.values().sum();
+        let global: Vec<f32> = sum.iter().map(|v| (v / total) as f32).collect();
+        Ok(Aggregate {
+            downloads: Downloads::Broadcast(encode_params(&global)),
+            weights: weights.iter().map(|(&c, &w)| (c, w / total)).collect(),
+            report: RoundReport::plain(self.tag),
+            local: BTreeMap::new(),
+            privacy: None,
+        })
+    }
+
     fn aggregate(
         &mut self,
         round: Round,
@@ -144,4 +186,14 @@ impl ServerStrategy for NetworkMean {
             privacy: None,
         })
     }
+}
+
+/// A client's network as secure aggregation sums it: its parameters, as the upload holds them.
+pub fn secure_input(update: &Payload) -> Result<Vec<f64>> {
+    let Some(crate::wire::proto::payload::Kind::NetworkParams(n)) = &update.kind else {
+        return Err(FlintError::InvalidUpdate(
+            "secure aggregation of a network sums its parameters".into(),
+        ));
+    };
+    Ok(n.params.iter().map(|&v| f64::from(v)).collect())
 }

@@ -55,4 +55,11 @@ impl StrategyParams for FedAvgCnnSpec {
     fn model_is_the_download(&self) -> bool {
         true
     }
+    fn takes_secagg(&self) -> bool {
+        true
+    }
+
+    fn secure_input(&self, update: &crate::wire::proto::Payload) -> crate::Result<Vec<f64>> {
+        crate::strategy::fedavg_cnn::secure_input(update)
+    }
 }

@@ -63,6 +63,14 @@ impl StrategyParams for FedProxSpec {
         true
     }
 
+    fn takes_secagg(&self) -> bool {
+        true
+    }
+
+    fn secure_input(&self, update: &crate::wire::proto::Payload) -> crate::Result<Vec<f64>> {
+        crate::strategy::fedavg_cnn::secure_input(update)
+    }
+
     fn resolve(&self, _: &Sections, out: &mut Sections) {
         out.fedprox = Some(self.fedprox);
     }
