@@ -246,9 +246,9 @@ fn what_cannot_be_summed_securely_is_refused() {
     let cases = [
         (
             "strategy = \"fedavg\"",
-            "strategy = \"blind-fcm\"",
+            "strategy = \"tpfl\"",
             on.clone(),
-            "[secagg] applies to strategies fedavg, fedavg-ahp, fedavg-cnn and fedprox",
+            "[secagg] applies to strategies fedavg, fedavg-ahp, blind-fcm",
         ),
         (
             "",
@@ -284,4 +284,48 @@ fn what_cannot_be_summed_securely_is_refused() {
         let err = refused(&exp, dir.path());
         assert!(err.contains(said), "{err}");
     }
+}
+
+/// Blind FL's maps summed securely: every client sums its score-weighted map, its score and its
+/// map, so the server learns Σ s_k W_k / Σ s_k and no one's score; the run ends with the plain
+/// run's metrics and maps within the fixed point's rounding.
+#[test]
+fn blind_fcm_maps_summed_securely_end_as_the_plain_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let fcm = |name: &str, extra: &str| {
+        let text = std::fs::read_to_string(experiment(dir.path(), name, 2, extra))
+            .unwrap()
+            .replace("strategy = \"fedavg\"", "strategy = \"blind-fcm\"")
+            .replace("[logreg]\nlearning_rate = 0.3\nlocal_epochs = 10\n", "");
+        write(dir.path(), &format!("{name}.toml"), &text)
+    };
+    let plain = run(&fcm("plain", ""), &dir.path().join("p"));
+    let sa = run(&fcm("sa", &secure(30)), &dir.path().join("s"));
+    let (p, s) = (results(&plain), results(&sa));
+    for round in 1..=2 {
+        assert_eq!(
+            s.rounds[round].metrics, p.rounds[round].metrics,
+            "round {round}"
+        );
+        assert_eq!(s.rounds[round].participants.len(), CLIENTS);
+    }
+    let matrix = |run: &Path| -> Vec<f64> {
+        let text = std::fs::read_to_string(run.join("models/client-1.json")).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        v["model"]["matrix"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|row| row.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()))
+            .collect()
+    };
+    let (a, b) = (matrix(&plain), matrix(&sa));
+    assert_eq!(a.len(), b.len());
+    let most = a
+        .iter()
+        .zip(&b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f64::max);
+    assert!(most < 1e-4, "the maps differ by {most}");
+    assert!(sa.join("updates/round-1-client-1.masked").exists());
 }

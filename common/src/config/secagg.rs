@@ -1,6 +1,6 @@
 //! `[secagg]`: secure aggregation (Bonawitz et al. 2017, [`crate::secagg`]) of the averaging
-//! strategies' updates (FedAvg, AHP-FedAvg, FedAvg and FedProx of a CNN): the server sees the
-//! weighted sum of a round's updates, never one of them.
+//! strategies' updates (FedAvg, AHP-FedAvg, Blind and Blended FCM, FedAvg and FedProx of a
+//! CNN): the server sees the weighted sum of a round's updates, never one of them.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -82,9 +82,9 @@ pub(super) fn check_secagg(
     let bad = |m: String| Err(FlintError::Config(m));
     if !strategy.params().takes_secagg() {
         return bad(format!(
-            "[secagg] applies to strategies fedavg, fedavg-ahp, fedavg-cnn and fedprox, whose \
-             server needs only the weighted sum of the updates; strategy {} reads each client's \
-             update ({})",
+            "[secagg] applies to strategies fedavg, fedavg-ahp, blind-fcm, blended-fcm, \
+             fedavg-cnn and fedprox, whose server needs only a weighted sum of the updates; \
+             strategy {} reads each client's update ({})",
             strategy.name(),
             strategy.params().why_not_secagg()
         ));

@@ -10,10 +10,11 @@
 //!
 //! One job a file: `section` (`[fcm]`, the aggregation rule, the checked settings), `server`
 //! and `client` (the two strategy halves), `strategy` (`blind-fcm` and `blended-fcm` as the
-//! framework runs them), `tests`.
+//! framework runs them), `secure` (step 4 under `[secagg]`), `tests`.
 
 mod client;
 mod section;
+mod secure;
 mod server;
 mod strategy;
 #[cfg(test)]

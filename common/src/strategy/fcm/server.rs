@@ -42,6 +42,14 @@ impl FcmServer {
         }
     }
 
+    pub(super) fn classes(&self) -> usize {
+        self.classes
+    }
+
+    pub(super) fn aggregation(&self) -> Aggregation {
+        self.aggregation
+    }
+
     /// Averaging by `robust` instead of the paper's weighted mean (eq. 9–13's weights still
     /// decide the mean's).
     pub fn with_robust(mut self, robust: RobustHyper) -> Self {
@@ -55,6 +63,27 @@ impl ServerStrategy for FcmServer {
         Arc::new(MapDecoder {
             classes: self.classes,
         })
+    }
+
+    fn secure_len(&self, features: usize) -> Option<usize> {
+        Some(super::secure::len(features + self.classes))
+    }
+
+    fn secure_weights(
+        &self,
+        clients: &BTreeMap<ClientId, DataSummary>,
+        roster: &[ClientId],
+    ) -> Result<BTreeMap<ClientId, f64>> {
+        FcmServer::equal_weights(clients, roster)
+    }
+
+    fn aggregate_sum(
+        &mut self,
+        round: Round,
+        weights: &BTreeMap<ClientId, f64>,
+        sum: &[f64],
+    ) -> Result<Aggregate> {
+        self.map_from_sum(round, weights, sum)
     }
 
     fn aggregate(

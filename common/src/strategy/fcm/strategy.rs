@@ -65,6 +65,14 @@ impl<const BLENDED: bool> StrategyParams for BlindSpec<BLENDED> {
         !BLENDED
     }
 
+    fn takes_secagg(&self) -> bool {
+        true
+    }
+
+    fn secure_input(&self, update: &crate::wire::proto::Payload) -> Result<Vec<f64>> {
+        super::secure::input(update, self.0.aggregation)
+    }
+
     /// The map's setting, led by the server's weighting.
     fn setting(&self, images: bool, compression: Compression) -> String {
         let map = ModelSpec::Fcm(self.0).setting(images, compression);
