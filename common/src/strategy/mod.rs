@@ -163,6 +163,22 @@ pub trait ServerStrategy: Send {
     }
 }
 
+/// A secure round's weighted mean: `sum` (Σ weight × update over the survivors) over the
+/// survivors' weights, which were shares of the whole roster; with those weights renormalised.
+fn survivors_mean(
+    round: Round,
+    weights: &BTreeMap<ClientId, f64>,
+    sum: &[f64],
+) -> Result<(Vec<f64>, BTreeMap<ClientId, f64>)> {
+    require_updates(round, weights)?;
+    let total: f64 = weights.values().sum();
+    let mean = sum.iter().map(|v| v / total).collect();
+    Ok((
+        mean,
+        weights.iter().map(|(&c, &w)| (c, w / total)).collect(),
+    ))
+}
+
 /// A round no update reached has nothing to aggregate: refused, not averaged into nothing.
 fn require_updates<U>(round: Round, updates: &BTreeMap<ClientId, U>) -> Result<()> {
     match updates.is_empty() {

@@ -85,17 +85,8 @@ impl AggregationJob {
         }
         let strategy = &mut self.strategy;
         let (round, joined, updates) = (self.round, &self.joined, &self.updates);
-        let (result, panicked, seconds) =
-            guarded(round, || strategy.aggregate(round, joined, updates));
-        Aggregated {
-            round,
-            strategy: self.strategy,
-            result,
-            panicked,
-            abandoned: false,
-            seconds,
-            secure_sum: None,
-        }
+        let outcome = guarded(round, || strategy.aggregate(round, joined, updates));
+        Aggregated::of(round, self.strategy, outcome, None)
     }
 
     fn run_secure(mut self, input: SecureInput) -> Aggregated {
@@ -110,15 +101,13 @@ impl AggregationJob {
             }
             Err(e) => (None, (Err(e), false, 0.0)),
         };
-        Aggregated {
+        let seconds = started.elapsed().as_secs_f64();
+        Aggregated::of(
             round,
-            strategy: self.strategy,
-            result,
-            panicked,
-            abandoned: false,
-            seconds: started.elapsed().as_secs_f64(),
+            self.strategy,
+            (result, panicked, seconds),
             secure_sum,
-        }
+        )
     }
 }
 
@@ -141,6 +130,23 @@ fn guarded(
 }
 
 impl Aggregated {
+    fn of(
+        round: Round,
+        strategy: Box<dyn ServerStrategy>,
+        (result, panicked, seconds): (Result<Aggregate>, bool, f64),
+        secure_sum: Option<(BTreeMap<ClientId, f64>, Vec<f64>)>,
+    ) -> Aggregated {
+        Aggregated {
+            round,
+            strategy,
+            result,
+            panicked,
+            abandoned: false,
+            seconds,
+            secure_sum,
+        }
+    }
+
     pub fn round(&self) -> Round {
         self.round
     }

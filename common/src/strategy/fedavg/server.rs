@@ -181,12 +181,9 @@ impl ServerStrategy for FedAvgServer {
         weights: &BTreeMap<ClientId, f64>,
         sum: &[f64],
     ) -> Result<Aggregate> {
-        crate::strategy::require_updates(round, weights)?;
         let features = features_of(sum.len(), self.classes)?;
         let mut global = LogReg::for_classes(features, self.classes);
-        // The weights were shares of the roster: the survivors' mean divides by their own.
-        let total: f64 = weights.values().sum();
-        let mean: Vec<f64> = sum.iter().map(|v| v / total).collect();
+        let (mean, shares) = crate::strategy::survivors_mean(round, weights, sum)?;
         let (w, b) = mean.split_at(global.weights.len());
         global.weights.copy_from_slice(w);
         global.biases.copy_from_slice(b);
@@ -197,7 +194,7 @@ impl ServerStrategy for FedAvgServer {
             .transpose()?;
         Ok(Aggregate {
             downloads: Downloads::Broadcast(wire::encode_linear(&global)),
-            weights: weights.iter().map(|(&c, &w)| (c, w / total)).collect(),
+            weights: shares,
             report: RoundReport::plain("fedavg"),
             local: BTreeMap::new(),
             privacy,

@@ -156,13 +156,11 @@ impl ServerStrategy for NetworkMean {
         weights: &BTreeMap<ClientId, f64>,
         sum: &[f64],
     ) -> Result<Aggregate> {
-        crate::strategy::require_updates(round, weights)?;
-        // The weights were shares of the roster: the survivors' mean divides by their own.
-        let total: f64 = weights.values().sum();
-        let global: Vec<f32> = sum.iter().map(|v| (v / total) as f32).collect();
+        let (mean, shares) = crate::strategy::survivors_mean(round, weights, sum)?;
+        let global: Vec<f32> = mean.iter().map(|&v| v as f32).collect();
         Ok(Aggregate {
             downloads: Downloads::Broadcast(encode_params(&global)),
-            weights: weights.iter().map(|(&c, &w)| (c, w / total)).collect(),
+            weights: shares,
             report: RoundReport::plain(self.tag),
             local: BTreeMap::new(),
             privacy: None,
