@@ -31,6 +31,22 @@ pub struct StateDir {
     pub run_nonce: u64,
 }
 
+/// The most values a masked input may hold: one message within tonic's 4 MiB default, with room
+/// for its framing (chunking a larger one is not built).
+const MAX_MASKED_VALUES: usize = (4 << 20) / 4 - 4096;
+
+/// A secure run's masked input must fit one `SecAgg` message: refused at start, not as a
+/// stream of retried calls later.
+fn check_masked_size(len: Option<usize>) -> anyhow::Result<()> {
+    match len {
+        Some(len) if len <= MAX_MASKED_VALUES => Ok(()),
+        Some(len) => anyhow::bail!(
+            "[secagg]: this run's update has {len} values; a masked input holds at most {MAX_MASKED_VALUES} (one 4 MiB message)"
+        ),
+        None => anyhow::bail!("[secagg]: this strategy does not aggregate securely"),
+    }
+}
+
 /// The run's shared state: a new run in the state directory, or the one its journal holds,
 /// replayed. Nothing beside the state directory is written (`serve` writes the rest).
 pub fn open(
@@ -45,6 +61,9 @@ pub fn open(
         );
     };
     let classes = experiment.data.classes().len();
+    if experiment.secagg.is_some() {
+        check_masked_size(strategy.secure_len(features))?;
+    }
     let holder = experiment.global_test_holder();
     let mut rounds = Rounds::new(experiment.policy.clone(), strategy, classes)
         .with_global_test_holder(holder)
@@ -234,4 +253,19 @@ fn resume(
         "resumed the run from its journal"
     );
     Ok((found.journal, found.start, ledger))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_masked_input_beyond_one_message_is_refused_at_start() {
+        // FLIS's LeNet, the largest network the runs have, fits.
+        assert!(check_masked_size(Some(431_080)).is_ok());
+        assert!(check_masked_size(Some(MAX_MASKED_VALUES)).is_ok());
+        let e = check_masked_size(Some(MAX_MASKED_VALUES + 1)).unwrap_err();
+        assert!(e.to_string().contains("one 4 MiB message"), "{e}");
+        assert!(check_masked_size(None).is_err());
+    }
 }
