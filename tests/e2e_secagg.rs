@@ -329,3 +329,31 @@ fn blind_fcm_maps_summed_securely_end_as_the_plain_ones() {
     assert!(most < 1e-4, "the maps differ by {most}");
     assert!(sa.join("updates/round-1-client-1.masked").exists());
 }
+
+/// Local `[dp]` beside `[secagg]`: each client clips and noises its change before it is masked;
+/// the server, which sees only the sum, still accounts every round's ε.
+#[test]
+fn local_noise_and_secure_aggregation_compose() {
+    let dir = tempfile::tempdir().unwrap();
+    let dp = "\n[dp]\nmechanism = \"local\"\nclip = 0.5\nnoise_multiplier = 0.8\n";
+    let noisy = run(
+        &experiment(dir.path(), "noisy", 2, &(secure(30) + dp)),
+        &dir.path().join("n"),
+    );
+    let quiet = run(
+        &experiment(dir.path(), "quiet", 2, &secure(30)),
+        &dir.path().join("q"),
+    );
+    let (n, q) = (results(&noisy), results(&quiet));
+    for round in 1..=2 {
+        let p = n.rounds[round].privacy.as_ref().expect("ε every round");
+        assert_eq!(p.rounds, round as u32, "every client took part");
+        assert!(p.epsilon.is_finite() && p.epsilon > 0.0);
+        assert_eq!(n.rounds[round].participants.len(), CLIENTS);
+    }
+    assert_ne!(
+        kept_model(&noisy, "client-1"),
+        kept_model(&quiet, "client-1"),
+        "the clients' noise is in the sum"
+    );
+}
