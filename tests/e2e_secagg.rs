@@ -350,6 +350,7 @@ fn local_noise_and_secure_aggregation_compose() {
         assert_eq!(p.rounds, round as u32, "every client took part");
         assert!(p.epsilon.is_finite() && p.epsilon > 0.0);
         assert_eq!(n.rounds[round].participants.len(), CLIENTS);
+        assert!(q.rounds[round].privacy.is_none(), "no [dp], no record");
     }
     assert_ne!(
         kept_model(&noisy, "client-1"),
