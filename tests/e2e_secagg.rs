@@ -157,6 +157,12 @@ fn a_secure_round_is_the_fixed_point_sum_of_the_plain_updates_with_and_without_d
         "every masked input summed"
     );
     assert_eq!(kept_model(&gone, "client-1"), expected);
+    let report = ok(flint().arg("report").arg(&gone));
+    let said = String::from_utf8_lossy(&report.stdout);
+    assert!(
+        said.contains("5 of 5 asked clients' inputs summed over 1 rounds"),
+        "{said}"
+    );
 }
 
 /// Every file under `dir`, read whole.

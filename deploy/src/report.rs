@@ -160,6 +160,7 @@ pub fn render(r: &RunResults) -> String {
         clusters(r),
         shared_test(r),
         privacy(r),
+        secure_aggregation(r),
         training_time(r),
         before_federation(r),
         per_client(r),
@@ -315,6 +316,24 @@ fn privacy(r: &RunResults) -> String {
         p.delta,
         p.rounds,
         p.rho
+    )
+}
+
+/// `[secagg]`: what the server saw, and how many inputs each round summed.
+fn secure_aggregation(r: &RunResults) -> String {
+    let Some(s) = &r.secagg else {
+        return String::new();
+    };
+    let rounds: Vec<_> = r.rounds.iter().filter(|x| x.round > 0).collect();
+    let summed: usize = rounds.iter().map(|x| x.participants.len()).sum();
+    let asked: usize = rounds.iter().map(|x| x.selected.len()).sum();
+    format!(
+        "Secure aggregation (Bonawitz et al. 2017): the server saw each round's weighted sum, no \
+         update; {summed} of {asked} asked clients' inputs summed over {} rounds (values within \
+         ±{}, stages of {} s)\n\n",
+        rounds.len(),
+        s.bound,
+        s.stage_secs
     )
 }
 

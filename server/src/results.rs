@@ -132,6 +132,9 @@ pub struct RunResults {
     /// What made these results (absent in files written before it was recorded).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provenance: Option<Provenance>,
+    /// `[secagg]`, where the server saw only each round's sum (absent otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secagg: Option<flint_common::config::SecAggSection>,
     /// Bytes of connections that never proved a client (health probes, strangers' refused
     /// calls: client 0 in the ledger), kept out of `totals` and every round's `bytes_total`
     /// since schema 2.
@@ -306,6 +309,7 @@ pub fn collect(shared: &Shared) -> RunResults {
         server_peak_rss_kb: peak_rss_kb(),
         completed: Some(rounds.completed()),
         provenance: Some(Provenance::of_this_build()),
+        secagg: e.secagg,
         warnings,
     }
 }
@@ -587,6 +591,7 @@ mod tests {
             server_peak_rss_kb: None,
             completed: None,
             provenance: None,
+            secagg: None,
             unattributed: Flow::default(),
             warnings: Vec::new(),
             classes: Vec::new(),
