@@ -103,6 +103,9 @@ pub struct SecureSum {
     pub weights: Vec<f64>,
     #[prost(double, repeated, tag = "4")]
     pub sum: Vec<f64>,
+    /// The round closed at a stage's deadline (else when every client had spoken).
+    #[prost(bool, tag = "5")]
+    pub timed_out: bool,
 }
 
 /// An update that came after its round closed without it (recorded, not taken).

@@ -12,7 +12,7 @@ use flint_common::wire::proto::LinkCount;
 
 use crate::identity::{Holder, Identities};
 use crate::journal::{Bind, Event, RoundMark};
-use crate::rounds::{Aggregated, Rounds};
+use crate::rounds::{Aggregated, ClosedBy, Rounds};
 
 /// What a replay found.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -91,8 +91,12 @@ pub fn replay(
                     );
                 }
                 let weights = sum.clients.into_iter().zip(sum.weights).collect();
+                let closed_by = match sum.timed_out {
+                    true => ClosedBy::Timeout,
+                    false => ClosedBy::AllAnswered,
+                };
                 let job = rounds
-                    .close_with_sum(sum.round, weights, sum.sum, now)
+                    .close_with_sum(sum.round, closed_by, weights, sum.sum, now)
                     .with_context(at)?;
                 pending = Some(job.run());
             }

@@ -326,6 +326,14 @@ impl Rounds {
         }
     }
 
+    /// How the round being aggregated closed.
+    pub fn closed_by(&self) -> Option<ClosedBy> {
+        match &self.phase {
+            Phase::Aggregating { closed_by, .. } => Some(*closed_by),
+            _ => None,
+        }
+    }
+
     /// The round whose aggregation is running, if any.
     pub fn aggregating(&self) -> Option<Round> {
         match &self.phase {

@@ -59,23 +59,28 @@ impl AggregatorService {
     ) -> Result<SecAggReply, Refusal> {
         s.check_run(&req.run_id)?;
         let step = read_step(req)?;
+        // Entered before the message is taken: a call refused here has changed nothing.
+        let waiting = LongPoll::enter(s, client)?;
         let stepped = s
             .rounds()
             .secure_step(client, req.round, req.session, step.clone(), now());
-        let stepped = match stepped {
-            Ok(stepped) => stepped,
+        match stepped {
+            Ok(stepped) => {
+                keep_masked(s, client, req.round, &step).await;
+                if let Some(job) = stepped.closed {
+                    close(s, job).await?;
+                } else if stepped.advanced {
+                    s.bump_phase();
+                }
+            }
+            // The repeat of a last message whose answer was lost, or one that came as its
+            // round closed: answered with whether the round summed this client's input.
+            Err(FlintError::Precondition(_)) if matches!(step, Step::Unmasking(_)) => {}
             Err(e) => {
                 tracing::info!(client, round = req.round, reason = %e, "secure aggregation message refused");
                 return Err(e.into());
             }
-        };
-        keep_masked(s, client, req.round, &step).await;
-        if let Some(job) = stepped.closed {
-            close(s, job).await?;
-        } else if stepped.advanced {
-            s.bump_phase();
         }
-        let waiting = LongPoll::enter(s, client)?;
         let answer = wait_answer(s, client, req, &step).await?;
         drop(waiting);
         // A round summed (the last answer) is on disk before anyone acts on it.

@@ -322,18 +322,11 @@ impl Shared {
             };
             match shared.run_blocking(run).await {
                 Some(done) => {
-                    let sum = done.secure_sum().map(|(weights, sum)| {
-                        Event::SecureSum(crate::journal::SecureSum {
-                            round,
-                            clients: weights.keys().copied().collect(),
-                            weights: weights.values().copied().collect(),
-                            sum: sum.clone(),
-                        })
-                    });
                     let mut rounds = shared.rounds();
+                    let closing = secure_record(&rounds, &done);
                     if rounds.install(done, now()) {
-                        if let Some(sum) = sum {
-                            shared.record(sum);
+                        if let Some(closing) = closing {
+                            shared.record(closing);
                         }
                         shared.record(installed(&rounds, round));
                         if let Some((_, seconds)) = rounds.timings(round) {
@@ -355,6 +348,27 @@ impl Shared {
             shared.bump_phase();
         });
     }
+}
+
+/// What a secure round's replay needs before its `Installed`: its sum (with how it closed), or,
+/// where its sum could not be unmasked, a close by its timeout (a replay abandons it again).
+fn secure_record(rounds: &Rounds, done: &crate::rounds::Aggregated) -> Option<Event> {
+    let round = done.round();
+    if done.secure_abandoned() {
+        return Some(Event::Close(RoundMark {
+            seconds: rounds.closing_seconds().unwrap_or(0.0),
+            timed_out: true,
+            ..RoundMark::of(round)
+        }));
+    }
+    let (weights, sum) = done.secure_sum()?;
+    Some(Event::SecureSum(crate::journal::SecureSum {
+        round,
+        clients: weights.keys().copied().collect(),
+        weights: weights.values().copied().collect(),
+        sum: sum.clone(),
+        timed_out: rounds.closed_by() == Some(crate::rounds::ClosedBy::Timeout),
+    }))
 }
 
 /// The journal's record of `round`'s aggregation installed, with the timings it ran with.

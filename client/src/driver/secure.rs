@@ -60,8 +60,21 @@ impl Client {
         };
         let paper =
             paper_convention_bytes(update, self.classes(), self.experiment.strategy.clauses());
+        // Whether this client has revealed its shares for this input: the server may have
+        // unmasked a sum holding it, and a second sum over other clients would show it (their
+        // difference). Its input is then never sent again, whatever the server asks.
+        let mut revealed = false;
         for _ in 0..MAX_STARTS {
-            let outcome = self.secure_attempt(run_id, round, &input).await;
+            if revealed {
+                let why = format!(
+                    "round {round}'s secure aggregation started again after this client revealed its shares: its input is not sent a second time"
+                );
+                tracing::warn!(client = self.id, round, "{why}");
+                return refused(Code::FailedPrecondition, why);
+            }
+            let outcome = self
+                .secure_attempt(run_id, round, &input, &mut revealed)
+                .await;
             self.book_progress();
             match outcome {
                 Ok(summed) => {
@@ -102,6 +115,7 @@ impl Client {
         run_id: &str,
         round: Round,
         input: &[f64],
+        revealed: &mut bool,
     ) -> Result<bool, Stop> {
         let id = self.id;
         let mut rng: rand::rngs::StdRng = rand::make_rng();
@@ -158,6 +172,7 @@ impl Client {
             tracing::info!(client = id, round, "churn: gone after the masked input");
             return Ok(true);
         }
+        *revealed = true;
         let unmasking = me
             .unmask(&survivors)
             .map_err(|e| Stop::Answered(Status::invalid_argument(e.to_string())))?;

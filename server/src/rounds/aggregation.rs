@@ -78,6 +78,7 @@ impl AggregationJob {
                 abandoned: true,
                 seconds: 0.0,
                 secure_sum: None,
+                secure: false,
             };
         }
         if let Some(input) = self.secure.take() {
@@ -99,15 +100,22 @@ impl AggregationJob {
                 let outcome = guarded(round, || strategy.aggregate_sum(round, &weights, &sum));
                 (Some((weights, sum)), outcome)
             }
-            Err(e) => (None, (Err(e), false, 0.0)),
+            // Shares that do not rebuild their secrets: the round is abandoned, as a stage
+            // under the threshold would leave it (and journaled so: a replay abandons it too).
+            Err(e) => {
+                let why = format!("round {round}'s secure sum could not be unmasked: {e}");
+                let failed = (Err(FlintError::Model(why)), false, 0.0);
+                let mut done = Aggregated::of(round, self.strategy, failed, None);
+                done.abandoned = true;
+                done.secure = true;
+                return done;
+            }
         };
         let seconds = started.elapsed().as_secs_f64();
-        Aggregated::of(
-            round,
-            self.strategy,
-            (result, panicked, seconds),
-            secure_sum,
-        )
+        let timed = (result, panicked, seconds);
+        let mut done = Aggregated::of(round, self.strategy, timed, secure_sum);
+        done.secure = true;
+        done
     }
 }
 
@@ -144,6 +152,7 @@ impl Aggregated {
             abandoned: false,
             seconds,
             secure_sum,
+            secure: false,
         }
     }
 
@@ -160,6 +169,12 @@ impl Aggregated {
     pub fn secure_sum(&self) -> Option<&(BTreeMap<ClientId, f64>, Vec<f64>)> {
         self.secure_sum.as_ref()
     }
+
+    /// A secure round abandoned at its aggregation (its sum could not be unmasked): journaled
+    /// as closed by its timeout, which a replay abandons again.
+    pub fn secure_abandoned(&self) -> bool {
+        self.secure && self.secure_sum.is_none()
+    }
 }
 
 /// A finished [`AggregationJob`], for [`Rounds::install`].
@@ -173,4 +188,6 @@ pub struct Aggregated {
     pub(super) abandoned: bool,
     pub(super) seconds: f64,
     pub(super) secure_sum: Option<(BTreeMap<ClientId, f64>, Vec<f64>)>,
+    /// It aggregated a secure round.
+    pub(super) secure: bool,
 }

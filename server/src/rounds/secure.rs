@@ -437,6 +437,7 @@ impl Rounds {
     pub fn close_with_sum(
         &mut self,
         round: Round,
+        closed_by: ClosedBy,
         weights: BTreeMap<ClientId, f64>,
         sum: Vec<f64>,
         now: Instant,
@@ -459,7 +460,7 @@ impl Rounds {
             round: r,
             opened_at,
             selected,
-            closed_by: ClosedBy::AllAnswered,
+            closed_by,
         };
         self.start_aggregating(shut, weights.keys().copied().collect(), now);
         Ok(AggregationJob {
