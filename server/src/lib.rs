@@ -561,11 +561,7 @@ pub fn tick(shared: &Arc<Shared>) -> Ticked {
         let closed = stepped.closed.or_else(|| r.tick(now));
         // A secure round's sum is journaled once installed; its replay needs the sum.
         if let Some(job) = closed.as_ref().filter(|j| !j.is_secure_sum()) {
-            shared.record(journal::Event::Close(journal::RoundMark {
-                seconds: r.closing_seconds().unwrap_or(0.0),
-                timed_out: true,
-                ..journal::RoundMark::of(job.round())
-            }));
+            shared.record(shared::closed_by_timeout(&r, job.round()));
         }
         flint_shell::logging::set_round(r.counts().opened);
         let ticked = Ticked {

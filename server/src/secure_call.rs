@@ -14,10 +14,9 @@ use flint_common::{ClientId, FlintError};
 use prost::Message;
 use tonic::{Request, Response, Status};
 
-use crate::journal::{Event, RoundMark};
-use crate::rounds::{AggregationJob, Answer, Step};
-use crate::service::{AggregatorService, status};
-use crate::shared::{LongPoll, Shared, now, with_label};
+use crate::rounds::{AggregationJob, Answer, Step, Stepped};
+use crate::service::{AggregatorService, labelled, status};
+use crate::shared::{LongPoll, Shared, closed_by_timeout, now, with_label};
 
 /// The most bytes one sealed envelope may take (the protocol's own check is exact).
 const MAX_ENVELOPE_BYTES: usize = 128;
@@ -33,22 +32,17 @@ impl AggregatorService {
         let req = request.into_inner();
         let label = s.label_round(round);
         let up = req.encoded_len();
-        let labelled = |e: FlintError| with_label(status(e), client, label);
+        let refusal = |e: FlintError| with_label(status(e), client, label);
         let answered = self.take_and_wait(s, client, &req).await;
         s.ledger
             .with(|l| l.payload(client, label, Direction::Up, up, 0));
         let reply = answered.map_err(|e| match e {
-            Refusal::Flint(e) => labelled(e),
+            Refusal::Flint(e) => refusal(e),
             Refusal::Status(st) => with_label(st, client, label),
         })?;
         s.ledger
             .with(|l| l.payload(client, label, Direction::Down, reply.encoded_len(), 0));
-        let mut r = Response::new(reply);
-        r.metadata_mut()
-            .insert(flint_common::wire::CLIENT_HEADER, client.into());
-        r.metadata_mut()
-            .insert(flint_common::wire::ROUND_HEADER, label.into());
-        Ok(r)
+        Ok(labelled(reply, client, label))
     }
 
     async fn take_and_wait(
@@ -61,9 +55,20 @@ impl AggregatorService {
         let step = read_step(req)?;
         // Entered before the message is taken: a call refused here has changed nothing.
         let waiting = LongPoll::enter(s, client)?;
-        let stepped = s
-            .rounds()
-            .secure_step(client, req.round, req.session, step.clone(), now());
+        let stepped = {
+            let mut rounds = s.rounds();
+            let stepped = rounds.secure_step(client, req.round, req.session, step.clone(), now());
+            // An abandoned round is journaled as closed by its timeout (a replay abandons it
+            // again), under the lock that closed it; a summed one when its sum is installed.
+            if let Ok(Stepped {
+                closed: Some(job), ..
+            }) = &stepped
+                && !job.is_secure_sum()
+            {
+                s.record(closed_by_timeout(&rounds, job.round()));
+            }
+            stepped
+        };
         match stepped {
             Ok(stepped) => {
                 keep_masked(s, client, req.round, &step).await;
@@ -120,18 +125,9 @@ impl From<Status> for Refusal {
     }
 }
 
-/// A round a message closed: an abandoned one is journaled as closed by its timeout (a replay
-/// abandons it again), a summed one when its sum is installed.
+/// A round a message closed (journaled already): aggregated, an abandoned one on disk first.
 async fn close(s: &std::sync::Arc<Shared>, job: AggregationJob) -> Result<(), Status> {
     let abandoned = !job.is_secure_sum();
-    if abandoned {
-        let seconds = s.rounds().closing_seconds().unwrap_or(0.0);
-        s.record(Event::Close(RoundMark {
-            seconds,
-            timed_out: true,
-            ..RoundMark::of(job.round())
-        }));
-    }
     s.aggregate(job);
     s.bump_phase();
     if abandoned {

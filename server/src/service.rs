@@ -188,7 +188,7 @@ impl Aggregator for AggregatorService {
 }
 
 /// A reply labelled with the (client, round) its bytes belong to, for the byte meters.
-fn labelled<T>(msg: T, client: ClientId, round: Round) -> Response<T> {
+pub(crate) fn labelled<T>(msg: T, client: ClientId, round: Round) -> Response<T> {
     let mut r = Response::new(msg);
     r.metadata_mut().insert(CLIENT_HEADER, client.into());
     r.metadata_mut().insert(ROUND_HEADER, round.into());

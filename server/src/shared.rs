@@ -350,16 +350,23 @@ impl Shared {
     }
 }
 
+/// The journal's record of `round` closed as by its timeout (a replay closes it so, and a round
+/// short of its updates or its secure sum is abandoned again), with how long it was open.
+/// Written with the lock of the change held, so the records keep its order.
+pub fn closed_by_timeout(rounds: &Rounds, round: Round) -> Event {
+    Event::Close(RoundMark {
+        seconds: rounds.closing_seconds().unwrap_or(0.0),
+        timed_out: true,
+        ..RoundMark::of(round)
+    })
+}
+
 /// What a secure round's replay needs before its `Installed`: its sum (with how it closed), or,
 /// where its sum could not be unmasked, a close by its timeout (a replay abandons it again).
 fn secure_record(rounds: &Rounds, done: &crate::rounds::Aggregated) -> Option<Event> {
     let round = done.round();
     if done.secure_abandoned() {
-        return Some(Event::Close(RoundMark {
-            seconds: rounds.closing_seconds().unwrap_or(0.0),
-            timed_out: true,
-            ..RoundMark::of(round)
-        }));
+        return Some(closed_by_timeout(rounds, round));
     }
     let (weights, sum) = done.secure_sum()?;
     Some(Event::SecureSum(crate::journal::SecureSum {
