@@ -422,6 +422,12 @@ impl Client {
         })
         .await?;
         let (update, whole) = update?;
+        // A masked input is summed with others': it can be no change since a base of this
+        // client's alone.
+        let (update, whole) = match (self.experiment.secagg, whole) {
+            (Some(_), Some(whole)) => (whole, None),
+            (_, whole) => (update, whole),
+        };
         let seconds = started.elapsed().as_secs_f64();
         drop(permit);
         tracing::info!(client = self.id, round, seconds, "trained");

@@ -332,7 +332,7 @@ fn secure_aggregation(r: &RunResults) -> String {
          update; {summed} of {asked} asked clients' inputs summed over {} rounds (values within \
          ±{}, stages of {} s)\n\n",
         rounds.len(),
-        s.bound,
+        s.bound(),
         s.stage_secs
     )
 }

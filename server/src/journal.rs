@@ -90,13 +90,15 @@ pub struct Update {
     pub payload: Option<Payload>,
 }
 
-/// A secure round's sum as its aggregation took it (`[secagg]`): the survivors and their
-/// weights, and Σ weight × update. Written just before the round's `Installed`; a replay
-/// aggregates the round again from it, since no update of it was ever held in the clear.
+/// A secure round's sums as its aggregation took them (`[secagg]`): for each group, the
+/// survivors and their weights, and Σ weight × update. Written just before the round's
+/// `Installed`, all groups in one record; a replay aggregates the round again from it, since no
+/// update of it was ever held in the clear.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct SecureSum {
     #[prost(uint32, tag = "1")]
     pub round: u32,
+    /// Tags 2–4 held one group's sum before groups: still read, for a journal of then.
     #[prost(uint32, repeated, tag = "2")]
     pub clients: Vec<u32>,
     #[prost(double, repeated, tag = "3")]
@@ -106,6 +108,21 @@ pub struct SecureSum {
     /// The round closed at a stage's deadline (else when every client had spoken).
     #[prost(bool, tag = "5")]
     pub timed_out: bool,
+    #[prost(message, repeated, tag = "6")]
+    pub groups: Vec<SecureGroupSum>,
+}
+
+/// One group's part of a [`SecureSum`].
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct SecureGroupSum {
+    #[prost(uint32, tag = "1")]
+    pub group: u32,
+    #[prost(uint32, repeated, tag = "2")]
+    pub clients: Vec<u32>,
+    #[prost(double, repeated, tag = "3")]
+    pub weights: Vec<f64>,
+    #[prost(double, repeated, tag = "4")]
+    pub sum: Vec<f64>,
 }
 
 /// An update that came after its round closed without it (recorded, not taken).

@@ -2,16 +2,17 @@
 //! calls that made them ([`Rounds`], [`Identities`]), with closed rounds aggregated again on the
 //! spot. Nothing here reads the clock to decide anything: what time decided is in the journal.
 
+use std::collections::BTreeMap;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
 use flint_common::ClientId;
 use flint_common::metrics::ConfusionMatrix;
-use flint_common::strategy::Predictor;
+use flint_common::strategy::{GroupSum, Predictor};
 use flint_common::wire::proto::LinkCount;
 
 use crate::identity::{Holder, Identities};
-use crate::journal::{Bind, Event, RoundMark};
+use crate::journal::{Bind, Event, RoundMark, SecureGroupSum, SecureSum};
 use crate::rounds::{Aggregated, ClosedBy, Rounds};
 
 /// What a replay found.
@@ -84,19 +85,14 @@ pub fn replay(
                 rounds.note_late(l.client_id, l.round);
             }
             Event::SecureSum(sum) => {
-                if sum.clients.len() != sum.weights.len() {
-                    bail!(
-                        "{}: a secure sum whose clients and weights differ in count",
-                        at()
-                    );
-                }
-                let weights = sum.clients.into_iter().zip(sum.weights).collect();
                 let closed_by = match sum.timed_out {
                     true => ClosedBy::Timeout,
                     false => ClosedBy::AllAnswered,
                 };
+                let round = sum.round;
+                let sums = group_sums(sum).with_context(at)?;
                 let job = rounds
-                    .close_with_sum(sum.round, closed_by, weights, sum.sum, now)
+                    .close_with_sum(round, closed_by, sums, now)
                     .with_context(at)?;
                 pending = Some(job.run());
             }
@@ -173,4 +169,33 @@ fn install(
     rounds.install(done, now);
     rounds.restore_timings(mark.round, mark.seconds, mark.aggregation_seconds);
     Ok(())
+}
+
+/// A [`SecureSum`] record's sums by group (one record of before groups: group 0).
+fn group_sums(record: SecureSum) -> anyhow::Result<BTreeMap<u32, GroupSum>> {
+    let legacy = SecureGroupSum {
+        group: 0,
+        clients: record.clients,
+        weights: record.weights,
+        sum: record.sum,
+    };
+    let groups = match record.groups.is_empty() {
+        true => vec![legacy],
+        false => record.groups,
+    };
+    let mut sums = BTreeMap::new();
+    for g in groups {
+        if g.clients.len() != g.weights.len() {
+            bail!("a secure sum whose clients and weights differ in count");
+        }
+        let weights = g.clients.into_iter().zip(g.weights).collect();
+        let sum = GroupSum {
+            weights,
+            sum: g.sum,
+        };
+        if sums.insert(g.group, sum).is_some() {
+            bail!("a secure sum with group {} twice", g.group);
+        }
+    }
+    Ok(sums)
 }

@@ -161,7 +161,7 @@ fn read_step(req: &SecAggRequest) -> Result<Step, FlintError> {
     use sec_agg_request::Step as S;
     let envelopes = |v| convert::envelopes_from_proto(v, MAX_GROUP, MAX_ENVELOPE_BYTES);
     Ok(match &req.step {
-        Some(S::Advert(a)) => Step::Advert(convert::advert_from_proto(a)?),
+        Some(S::Advert(a)) => Step::Advert(convert::advert_from_proto(a)?, a.group),
         Some(S::Shares(sh)) => Step::Shares(envelopes(&sh.envelopes)?),
         Some(S::Masked(m)) => Step::Masked(m.values.clone()),
         Some(S::Unmasking(u)) => Step::Unmasking(convert::unmasking_from_proto(u, MAX_GROUP)?),

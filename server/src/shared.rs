@@ -368,13 +368,21 @@ fn secure_record(rounds: &Rounds, done: &crate::rounds::Aggregated) -> Option<Ev
     if done.secure_abandoned() {
         return Some(closed_by_timeout(rounds, round));
     }
-    let (weights, sum) = done.secure_sum()?;
+    let groups = done
+        .secure_sum()?
+        .iter()
+        .map(|(&group, g)| crate::journal::SecureGroupSum {
+            group,
+            clients: g.weights.keys().copied().collect(),
+            weights: g.weights.values().copied().collect(),
+            sum: g.sum.clone(),
+        })
+        .collect();
     Some(Event::SecureSum(crate::journal::SecureSum {
         round,
-        clients: weights.keys().copied().collect(),
-        weights: weights.values().copied().collect(),
-        sum: sum.clone(),
+        groups,
         timed_out: rounds.closed_by() == Some(crate::rounds::ClosedBy::Timeout),
+        ..Default::default()
     }))
 }
 

@@ -69,7 +69,7 @@ pub fn open(
         .with_global_test_holder(holder)
         .with_features(Some(features))
         .with_secagg(experiment.secagg.map(|c| SecureSettings {
-            bound: c.bound,
+            bound: c.bound(),
             stage_timeout: c.stage_timeout(),
             // Each start its own: a round's attempt from before a restart is told to start
             // again, never mixed with this one's.

@@ -13,8 +13,8 @@ use flint_common::secagg::{Advert, SecAggClient};
 use flint_common::wire::ledger::Direction;
 use flint_common::wire::paper_convention_bytes;
 use flint_common::wire::proto::{
-    EvalReport, Payload, SecAggMasked, SecAggReply, SecAggRequest, SecAggRoster, SecAggShares,
-    sec_agg_reply, sec_agg_request,
+    EvalReport, Payload, SecAggAdvert, SecAggMasked, SecAggReply, SecAggRequest, SecAggRoster,
+    SecAggShares, sec_agg_reply, sec_agg_request,
 };
 use flint_common::wire::secagg as convert;
 use flint_common::{ClientId, Round};
@@ -54,8 +54,12 @@ impl Client {
                 tracing::warn!(client = self.id, round, reason = %why, "an evaluation report was not delivered");
             }
         }
-        let input = match self.experiment.strategy.params().secure_input(update) {
-            Ok(input) => input,
+        let params = self.experiment.strategy.params();
+        let (input, group) = match params
+            .secure_input(update)
+            .and_then(|i| Ok((i, params.secure_group(update)?)))
+        {
+            Ok(declared) => declared,
             Err(e) => return refused(Code::InvalidArgument, e.to_string()),
         };
         let paper =
@@ -73,7 +77,7 @@ impl Client {
                 return refused(Code::FailedPrecondition, why);
             }
             let outcome = self
-                .secure_attempt(run_id, round, &input, &mut revealed)
+                .secure_attempt(run_id, round, (&input, group), &mut revealed)
                 .await;
             self.book_progress();
             match outcome {
@@ -109,12 +113,13 @@ impl Client {
         )
     }
 
-    /// One run of the protocol from fresh keys: whether the round summed this input.
+    /// One run of the protocol from fresh keys, the input declared in `group`: whether the
+    /// round summed it.
     async fn secure_attempt(
         &self,
         run_id: &str,
         round: Round,
-        input: &[f64],
+        (input, group): (&[f64], u32),
         revealed: &mut bool,
     ) -> Result<bool, Stop> {
         let id = self.id;
@@ -132,7 +137,10 @@ impl Client {
                 round,
                 ask(
                     0,
-                    sec_agg_request::Step::Advert(convert::advert_to_proto(&advert)),
+                    sec_agg_request::Step::Advert(SecAggAdvert {
+                        group,
+                        ..convert::advert_to_proto(&advert)
+                    }),
                 ),
             )
             .await?;

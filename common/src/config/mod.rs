@@ -230,7 +230,7 @@ impl Experiment {
         rules::check_central(&strategy, clients.len())?;
         rules::check_selection(&strategy, &policy)?;
         let churn = file.churn.check()?;
-        let secagg = file.secagg.check()?;
+        let secagg = file.secagg.check(strategy.params().secure_bound())?;
         let robust = sections.robust.unwrap_or_default();
         if !secagg.is_off() {
             secagg::check_secagg(
@@ -259,6 +259,9 @@ impl Experiment {
         // it).
         let mut file = file;
         file.rounds = Some(rounds);
+        if !secagg.is_off() {
+            file.secagg = secagg;
+        }
         file.set_sections(strategy.resolved_sections(&sections));
         file.server.min_clients = Some(policy.min_clients);
         file.data = file.data.resolved(&data);

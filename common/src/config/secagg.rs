@@ -1,6 +1,7 @@
 //! `[secagg]`: secure aggregation (Bonawitz et al. 2017, [`crate::secagg`]) of the averaging
 //! strategies' updates (FedAvg, AHP-FedAvg, Blind and Blended FCM, FedAvg and FedProx of a
-//! CNN): the server sees the weighted sum of a round's updates, never one of them.
+//! CNN, TPFL per cluster): the server sees the weighted sum of a round's updates (TPFL: of each
+//! cluster's), never one of them.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -21,8 +22,8 @@ pub struct SecAggSection {
     pub enabled: bool,
     /// The largest |value| of one client's weighted update: the fixed-point ring is sized so
     /// that a round's sum cannot wrap; a client whose update goes beyond it sends nothing and
-    /// says so (default 100).
-    pub bound: f64,
+    /// says so (default 100; TPFL's integer weights: 1e6).
+    pub bound: Option<f64>,
     /// Seconds each stage after the key adverts waits for the clients it expects before it goes
     /// on without them (default 30).
     pub stage_secs: f64,
@@ -32,7 +33,7 @@ impl Default for SecAggSection {
     fn default() -> Self {
         SecAggSection {
             enabled: false,
-            bound: 100.0,
+            bound: None,
             stage_secs: 30.0,
         }
     }
@@ -47,13 +48,12 @@ impl SecAggSection {
         !self.enabled
     }
 
-    pub fn check(self) -> Result<SecAggSection> {
+    /// The section checked, its bound resolved (`default_bound`: the strategy's).
+    pub fn check(self, default_bound: f64) -> Result<SecAggSection> {
         let bad = |m: String| Err(FlintError::Config(m));
-        if !(self.bound.is_finite() && self.bound > 0.0 && self.bound <= 1e6) {
-            return bad(format!(
-                "secagg.bound must be in (0, 1e6], got {}",
-                self.bound
-            ));
+        let bound = self.bound.unwrap_or(default_bound);
+        if !(bound.is_finite() && bound > 0.0 && bound <= 1e6) {
+            return bad(format!("secagg.bound must be in (0, 1e6], got {bound}"));
         }
         if !(self.stage_secs.is_finite() && self.stage_secs > 0.0 && self.stage_secs <= 86_400.0) {
             return bad(format!(
@@ -61,7 +61,15 @@ impl SecAggSection {
                 self.stage_secs
             ));
         }
-        Ok(self)
+        Ok(SecAggSection {
+            bound: Some(bound),
+            ..self
+        })
+    }
+
+    /// The bound, as [`SecAggSection::check`] resolved it.
+    pub fn bound(&self) -> f64 {
+        self.bound.unwrap_or(100.0)
     }
 
     pub fn stage_timeout(&self) -> std::time::Duration {
@@ -83,7 +91,8 @@ pub(super) fn check_secagg(
     if !strategy.params().takes_secagg() {
         return bad(format!(
             "[secagg] applies to strategies fedavg, fedavg-ahp, blind-fcm, blended-fcm, \
-             fedavg-cnn and fedprox, whose server needs only a weighted sum of the updates; \
+             fedavg-cnn, fedprox and tpfl, whose server needs only (per cluster) a weighted sum \
+             of the updates; \
              strategy {} reads each client's update ({})",
             strategy.name(),
             strategy.params().why_not_secagg()

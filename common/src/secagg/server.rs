@@ -58,6 +58,14 @@ impl SecAggServer {
         self.threshold
     }
 
+    /// Sets the threshold of a group formed by what its members declared, once its keys are
+    /// in and before its roster closes (the checks of `super::check_threshold` come first).
+    pub fn set_threshold(&mut self, threshold: usize) -> Result<()> {
+        self.expect(Stage::Advertising)?;
+        self.threshold = threshold;
+        Ok(())
+    }
+
     /// The messages the current stage has taken so far.
     pub fn taken(&self) -> usize {
         match self.stage {

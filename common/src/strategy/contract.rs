@@ -179,6 +179,17 @@ pub trait StrategyParams: Debug + Send + Sync {
         ))
     }
 
+    /// The group a client's secure input is summed in, from its update: public, and only
+    /// inputs of one group are summed together (by default every client's: group 0).
+    fn secure_group(&self, _update: &crate::wire::proto::Payload) -> crate::Result<u32> {
+        Ok(0)
+    }
+
+    /// The largest |value| of one client's weighted secure input `secagg.bound` defaults to.
+    fn secure_bound(&self) -> f64 {
+        100.0
+    }
+
     /// Whether every client must declare its compute power.
     fn needs_compute_ghz(&self) -> bool {
         false

@@ -124,8 +124,13 @@ pub trait ServerStrategy: Send {
     fn secure_len(&self, _features: usize) -> Option<usize> {
         None
     }
+    /// Under `[secagg]`: how many groups clients declare their inputs in (a group's inputs are
+    /// summed apart from the others'); by default one.
+    fn secure_groups(&self) -> u32 {
+        1
+    }
     /// Under `[secagg]`: the weight each member of `roster` multiplies its update by before it
-    /// is masked (public: from the declared summaries), summing to 1 over the roster.
+    /// is masked (public: from the declared summaries); at most 1.
     fn secure_weights(
         &self,
         _clients: &BTreeMap<ClientId, DataSummary>,
@@ -147,6 +152,21 @@ pub trait ServerStrategy: Send {
             "this strategy does not aggregate securely".into(),
         ))
     }
+    /// Under `[secagg]`: the round's aggregate from each group's sum (keyed by group); a
+    /// strategy of one group takes it by [`ServerStrategy::aggregate_sum`].
+    fn aggregate_groups(
+        &mut self,
+        round: Round,
+        sums: &BTreeMap<u32, GroupSum>,
+    ) -> Result<Aggregate> {
+        match (sums.len(), sums.get(&0)) {
+            (1, Some(g)) => self.aggregate_sum(round, &g.weights, &g.sum),
+            _ => Err(FlintError::InvalidUpdate(format!(
+                "round {round}'s secure sums are of groups {:?}; this strategy sums group 0 alone",
+                sums.keys().collect::<Vec<_>>()
+            ))),
+        }
+    }
     /// Draws the noise this server adds (`dp.mechanism = "central"`) from `key` rather than the
     /// run's seed; whether it adds any (by default none).
     fn set_noise_key(&mut self, _key: privacy::NoiseKey) -> bool {
@@ -161,6 +181,14 @@ pub trait ServerStrategy: Send {
     fn restore(&mut self, state: StrategyState) -> Result<()> {
         state.expect_stateless("this strategy")
     }
+}
+
+/// One group's part of a secure round: the weights of the clients whose masked inputs it
+/// summed, and Σ weight × input over them, all the server holds of those inputs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupSum {
+    pub weights: BTreeMap<ClientId, f64>,
+    pub sum: Vec<f64>,
 }
 
 /// A secure round's weighted mean: `sum` (Σ weight × update over the survivors) over the

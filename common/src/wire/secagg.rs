@@ -12,6 +12,7 @@ pub fn advert_to_proto(a: &Advert) -> SecAggAdvert {
         envelope_key: a.envelope_key.to_vec(),
         mask_key: a.mask_key.to_vec(),
         self_mask_digest: a.self_mask_digest.to_vec(),
+        group: 0,
     }
 }
 

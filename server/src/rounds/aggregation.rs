@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use flint_common::secagg::SecAggServer;
 use flint_common::secagg::ring::FixedPoint;
-use flint_common::strategy::{Aggregate, ServerStrategy};
+use flint_common::strategy::{Aggregate, GroupSum, ServerStrategy};
 use flint_common::wire::Update;
 use flint_common::wire::proto::DataSummary;
 use flint_common::{ClientId, FlintError, Result, Round};
@@ -28,30 +28,39 @@ pub struct AggregationJob {
 
 /// A secure round's input to its aggregation.
 pub enum SecureInput {
-    /// The survivors' masked inputs and the shares that unmask their sum (taken off the lock:
-    /// rebuilding the masks is the slow part).
-    Masked {
-        group: Box<SecAggServer>,
-        fixed: FixedPoint,
-        weights: BTreeMap<ClientId, f64>,
-    },
-    /// The sum as the journal kept it.
-    Summed {
-        weights: BTreeMap<ClientId, f64>,
-        sum: Vec<f64>,
-    },
+    /// Each summable group's masked inputs and the shares that unmask their sum (taken off the
+    /// lock: rebuilding the masks is the slow part).
+    Masked(Vec<MaskedGroup>),
+    /// The sums as the journal kept them.
+    Summed(BTreeMap<u32, GroupSum>),
+}
+
+/// One group's masked inputs, its ring and its survivors' weights.
+pub struct MaskedGroup {
+    pub id: u32,
+    pub server: Box<SecAggServer>,
+    pub fixed: FixedPoint,
+    pub weights: BTreeMap<ClientId, f64>,
 }
 
 impl SecureInput {
-    /// The survivors' weights and Σ weight × update.
-    fn sum(self) -> Result<(BTreeMap<ClientId, f64>, Vec<f64>)> {
+    /// Each group's survivors' weights and Σ weight × update.
+    fn sums(self) -> Result<BTreeMap<u32, GroupSum>> {
         match self {
-            SecureInput::Masked {
-                group,
-                fixed,
-                weights,
-            } => Ok((weights, fixed.decode(&group.sum()?))),
-            SecureInput::Summed { weights, sum } => Ok((weights, sum)),
+            SecureInput::Masked(groups) => groups
+                .into_iter()
+                .map(|g| {
+                    let sum = g.fixed.decode(&g.server.sum()?);
+                    Ok((
+                        g.id,
+                        GroupSum {
+                            weights: g.weights,
+                            sum,
+                        },
+                    ))
+                })
+                .collect(),
+            SecureInput::Summed(sums) => Ok(sums),
         }
     }
 }
@@ -94,11 +103,11 @@ impl AggregationJob {
         let round = self.round;
         // Unmasking the sum is part of the round's aggregation time.
         let started = Instant::now();
-        let (secure_sum, (result, panicked, _)) = match input.sum() {
-            Ok((weights, sum)) => {
+        let (secure_sum, (result, panicked, _)) = match input.sums() {
+            Ok(sums) => {
                 let strategy = &mut self.strategy;
-                let outcome = guarded(round, || strategy.aggregate_sum(round, &weights, &sum));
-                (Some((weights, sum)), outcome)
+                let outcome = guarded(round, || strategy.aggregate_groups(round, &sums));
+                (Some(sums), outcome)
             }
             // Shares that do not rebuild their secrets: the round is abandoned, as a stage
             // under the threshold would leave it (and journaled so: a replay abandons it too).
@@ -142,7 +151,7 @@ impl Aggregated {
         round: Round,
         strategy: Box<dyn ServerStrategy>,
         (result, panicked, seconds): (Result<Aggregate>, bool, f64),
-        secure_sum: Option<(BTreeMap<ClientId, f64>, Vec<f64>)>,
+        secure_sum: Option<BTreeMap<u32, GroupSum>>,
     ) -> Aggregated {
         Aggregated {
             round,
@@ -165,8 +174,8 @@ impl Aggregated {
         self.seconds
     }
 
-    /// A secure round's survivors' weights and sum, for the journal.
-    pub fn secure_sum(&self) -> Option<&(BTreeMap<ClientId, f64>, Vec<f64>)> {
+    /// A secure round's sums by group (survivors' weights and sum), for the journal.
+    pub fn secure_sum(&self) -> Option<&BTreeMap<u32, GroupSum>> {
         self.secure_sum.as_ref()
     }
 
@@ -187,7 +196,7 @@ pub struct Aggregated {
     /// The round timed out short of `min_updates`: not aggregated (`result` says why).
     pub(super) abandoned: bool,
     pub(super) seconds: f64,
-    pub(super) secure_sum: Option<(BTreeMap<ClientId, f64>, Vec<f64>)>,
+    pub(super) secure_sum: Option<BTreeMap<u32, GroupSum>>,
     /// It aggregated a secure round.
     pub(super) secure: bool,
 }

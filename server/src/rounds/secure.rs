@@ -9,11 +9,13 @@ use std::time::{Duration, Instant};
 
 use flint_common::secagg::ring::FixedPoint;
 use flint_common::secagg::server::Stage;
-use flint_common::secagg::{Advert, SecAggServer, Unmasking};
-use flint_common::strategy::ServerStrategy;
+use flint_common::secagg::{Advert, Unmasking};
+use flint_common::strategy::{GroupSum, ServerStrategy};
 use flint_common::{ClientId, FlintError, Result, Round};
 
+use super::aggregation::MaskedGroup;
 use super::{AggregationJob, ClosedBy, Phase, Rounds, SecureInput};
+use group::{Group, Weigh};
 
 /// `[secagg]` as the round state runs it.
 #[derive(Debug, Clone, Copy)]
@@ -28,7 +30,8 @@ pub struct SecureSettings {
 /// One client's message of a stage.
 #[derive(Clone)]
 pub enum Step {
-    Advert(Advert),
+    /// Its keys, and the group it declares its input in.
+    Advert(Advert, u32),
     Shares(BTreeMap<ClientId, Vec<u8>>),
     Masked(Vec<u32>),
     Unmasking(Unmasking),
@@ -37,7 +40,7 @@ pub enum Step {
 impl Step {
     fn stage(&self) -> Stage {
         match self {
-            Step::Advert(_) => Stage::Advertising,
+            Step::Advert(..) => Stage::Advertising,
             Step::Shares(_) => Stage::Sharing,
             Step::Masked(_) => Stage::Masking,
             Step::Unmasking(_) => Stage::Unmasking,
@@ -45,7 +48,8 @@ impl Step {
     }
 }
 
-/// What closed U1: every member's keys, the threshold, the public weights and the ring.
+/// What closed a group's U1: every member's keys, the threshold, the public weights and the
+/// ring.
 #[derive(Debug, Clone)]
 pub struct Roster {
     pub members: BTreeMap<ClientId, Advert>,
@@ -68,46 +72,65 @@ impl std::fmt::Debug for SecureRound {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SecureRound")
             .field("session", &self.session)
-            .field("stage", &self.group.stage())
+            .field("stage", &self.stage)
+            .field("groups", &self.groups.keys().collect::<Vec<_>>())
             .field("failed", &self.failed)
             .finish()
     }
 }
 
+/// A round's secure aggregation: its groups move through the stages together.
 pub struct SecureRound {
     pub(super) session: u64,
-    pub(super) group: SecAggServer,
+    round: Round,
+    len: usize,
+    /// How many groups clients may declare; more than one splits the round by what they
+    /// declare, each group with its own threshold.
+    declarable: u32,
+    /// A round of one group: ⌊asked/2⌋ + 1.
+    threshold: usize,
+    stage: Stage,
     stage_opened: Instant,
-    roster: Option<Roster>,
-    inboxes: BTreeMap<ClientId, BTreeMap<ClientId, Vec<u8>>>,
-    survivors: BTreeSet<ClientId>,
-    /// Why the round cannot end (a stage closed under the threshold).
+    groups: BTreeMap<u32, Group>,
+    member_of: BTreeMap<ClientId, u32>,
+    /// The last stage closed with some group summable.
+    ended: bool,
+    /// Why the round cannot end (no group left to sum).
     pub(super) failed: Option<String>,
 }
 
 impl SecureRound {
-    /// `asked` clients, of whom more than half must stay to the end.
+    /// `asked` clients, in at most `declarable` groups of vectors of `len` values.
     pub fn new(
         round: Round,
         asked: usize,
         len: usize,
+        declarable: u32,
         settings: &SecureSettings,
         now: Instant,
     ) -> Self {
         SecureRound {
             session: settings.nonce.wrapping_add(u64::from(round)),
-            group: SecAggServer::new(round, asked / 2 + 1, len),
+            round,
+            len,
+            declarable,
+            threshold: asked / 2 + 1,
+            stage: Stage::Advertising,
             stage_opened: now,
-            roster: None,
-            inboxes: BTreeMap::new(),
-            survivors: BTreeSet::new(),
+            groups: BTreeMap::new(),
+            member_of: BTreeMap::new(),
+            ended: false,
             failed: None,
         }
     }
 
+    fn split(&self) -> bool {
+        self.declarable > 1
+    }
+
     pub fn check_session(&self, step: &Step, session: u64, round: Round) -> Result<()> {
         // Keys start an attempt: whatever the client held before, these are fresh.
-        if matches!(step, Step::Advert(_)) || session == self.session {
+        if matches!(step, Step::Advert(..)) || session == self.session {
             return Ok(());
         }
         Err(FlintError::Restarted(format!(
@@ -117,68 +140,138 @@ impl SecureRound {
 
     /// Takes one message of the stage under way (a repeat of one taken is answered as before).
     pub fn take(&mut self, client: ClientId, step: Step) -> Result<()> {
-        match step {
-            Step::Advert(a) => self.group.advertise(client, a),
-            Step::Shares(s) => self.group.share(client, s),
-            Step::Masked(y) => self.group.masked(client, y),
-            Step::Unmasking(u) => self.group.unmasking(client, u),
+        if let Step::Advert(advert, group) = step {
+            return self.advertise(client, advert, group);
         }
+        let group = self.group_of(client)?;
+        if let Some(why) = &group.failed {
+            return Err(FlintError::Precondition(why.clone()));
+        }
+        let server = &mut group.server;
+        match step {
+            Step::Advert(..) => unreachable!("taken above"),
+            Step::Shares(s) => server.share(client, s),
+            Step::Masked(y) => server.masked(client, y),
+            Step::Unmasking(u) => server.unmasking(client, u),
+        }
+    }
+
+    fn group_of(&mut self, client: ClientId) -> Result<&mut Group> {
+        match self.member_of.get(&client) {
+            Some(g) => Ok(self
+                .groups
+                .get_mut(g)
+                .expect("every member's group is kept")),
+            None => Err(FlintError::InvalidRequest(format!(
+                "secure aggregation: client {client} sent no keys this round"
+            ))),
+        }
+    }
+
+    fn advertise(&mut self, client: ClientId, advert: Advert, group: u32) -> Result<()> {
+        let refuse = |m: String| {
+            Err(FlintError::InvalidRequest(format!(
+                "secure aggregation: {m}"
+            )))
+        };
+        if group >= self.declarable {
+            return refuse(format!(
+                "client {client} declares group {group}; this run's are 0 to {}",
+                self.declarable - 1
+            ));
+        }
+        match self.member_of.get(&client) {
+            Some(&g) if g != group => {
+                return refuse(format!("client {client} declared group {g}, not {group}"));
+            }
+            // A repeat (answered as the first) or, while the keys' stage is open, new keys.
+            Some(_) => {
+                return self
+                    .groups
+                    .get_mut(&group)
+                    .expect("kept")
+                    .server
+                    .advertise(client, advert);
+            }
+            None if self.stage != Stage::Advertising => {
+                return refuse(format!(
+                    "client {client}'s keys after the round's keys' stage closed"
+                ));
+            }
+            None => {}
+        }
+        let (round, threshold, len) = (self.round, self.threshold, self.len);
+        let g = self
+            .groups
+            .entry(group)
+            .or_insert_with(|| Group::new(round, threshold, len));
+        g.server.advertise(client, advert)?;
+        self.member_of.insert(client, group);
+        Ok(())
+    }
+
+    fn live(&self) -> impl Iterator<Item = &Group> {
+        self.groups.values().filter(|g| g.live())
     }
 
     /// Whether every client the stage waits for has spoken (`asked`: the round's selected).
     pub fn stage_complete(&self, asked: usize) -> bool {
-        self.failed.is_none() && self.group.taken() >= self.group.awaited(asked)
+        if self.failed.is_some() {
+            return false;
+        }
+        match self.stage {
+            Stage::Advertising => self.member_of.len() >= asked,
+            _ => self.live().all(Group::complete),
+        }
     }
 
     /// The stage's deadline: the round's for the keys, else `stage_timeout` after it opened.
     pub fn deadline(&self, round_deadline: Instant, stage_timeout: Duration) -> Instant {
-        match self.group.stage() {
+        match self.stage {
             Stage::Advertising => round_deadline,
             _ => self.stage_opened + stage_timeout,
         }
     }
 
-    /// Closes the stage under way with what it has; the roster's weights come from `weigh`.
-    /// Under the threshold the round fails (`failed` says why). Whether the protocol is at its
-    /// end (every unmasking in): the round's sum can be taken.
-    pub fn close_stage(
-        &mut self,
-        now: Instant,
-        bound: f64,
-        weigh: impl FnOnce(&[ClientId]) -> Result<BTreeMap<ClientId, f64>>,
-    ) -> bool {
-        let closed = match self.group.stage() {
-            Stage::Advertising => self.close_roster(bound, weigh),
-            Stage::Sharing => self.group.inboxes().map(|i| self.inboxes = i),
-            Stage::Masking => self.group.survivors().map(|s| self.survivors = s),
-            Stage::Unmasking if self.group.taken() >= self.group.threshold() => return true,
-            Stage::Unmasking => Err(FlintError::Precondition(format!(
-                "{} survivors sent their shares, under the threshold {}: the round cannot end",
-                self.group.taken(),
-                self.group.threshold()
-            ))),
-        };
-        self.stage_opened = now;
-        if let Err(e) = closed {
-            self.failed = Some(e.to_string());
+    /// Closes the stage under way with what each group has; the rosters' weights come from
+    /// `weigh`. A group that cannot go on is left out; with none left the round fails (`failed`
+    /// says why). Whether the protocol is at its end (the round's sums can be taken).
+    pub fn close_stage(&mut self, now: Instant, bound: f64, weigh: &Weigh<'_>) -> bool {
+        let (stage, split) = (self.stage, self.split());
+        for g in self.groups.values_mut().filter(|g| g.live()) {
+            g.close(stage, split, bound, weigh);
         }
-        false
+        self.stage_opened = now;
+        if self.live().next().is_none() {
+            self.failed = Some(self.why_failed());
+            return false;
+        }
+        match stage {
+            Stage::Advertising => self.stage = Stage::Sharing,
+            Stage::Sharing => self.stage = Stage::Masking,
+            Stage::Masking => self.stage = Stage::Unmasking,
+            Stage::Unmasking => self.ended = true,
+        }
+        self.ended
     }
 
-    fn close_roster(
-        &mut self,
-        bound: f64,
-        weigh: impl FnOnce(&[ClientId]) -> Result<BTreeMap<ClientId, f64>>,
-    ) -> Result<()> {
-        let members = self.group.roster()?;
-        let ids: Vec<ClientId> = members.keys().copied().collect();
-        self.roster = Some(Roster {
-            threshold: self.group.threshold(),
-            weights: weigh(&ids)?,
-            fixed: FixedPoint::for_sums(bound, ids.len())?,
-            members,
-        });
-        Ok(())
+    /// Why no group is left: the one group's reason, or each group's.
+    fn why_failed(&self) -> String {
+        let reasons: Vec<String> = self
+            .groups
+            .iter()
+            .map(|(g, group)| {
+                let why = group.failed.as_deref().unwrap_or("no reason");
+                match self.split() {
+                    true => format!("group {g}: {why}"),
+                    false => why.to_string(),
+                }
+            })
+            .collect();
+        match reasons.is_empty() {
+            true => format!("no client of round {} sent its keys", self.round),
+            false => reasons.join("; "),
+        }
     }
 
     /// What the stage `step` belongs to answered `client`; `None` while it is open.
@@ -186,7 +279,7 @@ impl SecureRound {
         if let Some(why) = &self.failed {
             return Err(FlintError::Precondition(why.clone()));
         }
-        if self.group.stage() <= step.stage() {
+        if self.stage <= step.stage() {
             return Ok(None);
         }
         let left_out = || {
@@ -195,40 +288,39 @@ impl SecureRound {
                 step.stage()
             )))
         };
+        let Some(group) = self.member_of.get(&client).map(|g| &self.groups[g]) else {
+            return left_out();
+        };
+        if let Some(why) = &group.failed {
+            return Err(FlintError::Precondition(why.clone()));
+        }
         match step {
-            Step::Advert(_) => match &self.roster {
+            Step::Advert(..) => match &group.roster {
                 Some(r) if r.members.contains_key(&client) => Ok(Some(Answer::Roster(r.clone()))),
                 _ => left_out(),
             },
-            Step::Shares(_) => match self.inboxes.get(&client) {
+            Step::Shares(_) => match group.inboxes.get(&client) {
                 Some(inbox) => Ok(Some(Answer::Inbox(inbox.clone()))),
                 None => left_out(),
             },
-            Step::Masked(_) => match self.survivors.contains(&client) {
-                true => Ok(Some(Answer::Survivors(self.survivors.clone()))),
+            Step::Masked(_) => match group.survivors.contains(&client) {
+                true => Ok(Some(Answer::Survivors(group.survivors.clone()))),
                 false => left_out(),
             },
             Step::Unmasking(_) => Ok(None),
         }
     }
 
-    /// The weights of the survivors, whose inputs the sum holds.
-    pub fn survivors_weights(&self) -> BTreeMap<ClientId, f64> {
-        let Some(r) = &self.roster else {
-            return BTreeMap::new();
-        };
-        self.survivors
-            .iter()
-            .filter_map(|c| r.weights.get(c).map(|&w| (*c, w)))
-            .collect()
-    }
-
-    pub fn fixed(&self) -> Option<FixedPoint> {
-        self.roster.as_ref().map(|r| r.fixed)
-    }
-
-    pub fn survivors(&self) -> &BTreeSet<ClientId> {
-        &self.survivors
+    /// The groups whose sums can be taken, at the protocol's end (none before it).
+    fn into_summable(self) -> Vec<(u32, Group)> {
+        match self.ended && self.failed.is_none() {
+            true => self
+                .groups
+                .into_iter()
+                .filter(|(_, g)| g.summable())
+                .collect(),
+            false => Vec::new(),
+        }
     }
 }
 
@@ -258,8 +350,12 @@ impl Rounds {
         now: Instant,
     ) -> Option<Box<SecureRound>> {
         let settings = self.secure.as_ref()?;
-        let len = self.strategy.as_ref()?.secure_len(self.features?)?;
-        Some(Box::new(SecureRound::new(round, asked, len, settings, now)))
+        let strategy = self.strategy.as_ref()?;
+        let len = strategy.secure_len(self.features?)?;
+        let groups = strategy.secure_groups();
+        Some(Box::new(SecureRound::new(
+            round, asked, len, groups, settings, now,
+        )))
     }
 
     /// Takes one client's message of `round`'s secure aggregation; closes the stage it
@@ -328,7 +424,7 @@ impl Rounds {
             if secure.failed.is_some() || !(secure.stage_complete(selected.len()) || due) {
                 break;
             }
-            ended = secure.close_stage(now, settings.bound, |ids| {
+            ended = secure.close_stage(now, settings.bound, &|ids| {
                 strategy.secure_weights(joined, ids)
             });
             advanced = true;
@@ -394,41 +490,44 @@ impl Rounds {
         now: Instant,
     ) -> AggregationJob {
         let round = shut.round;
-        let at_end = secure.failed.is_none()
-            && secure.group.stage() == Stage::Unmasking
-            && secure.group.taken() >= secure.group.threshold();
-        let participants: Vec<ClientId> = match at_end {
-            true => secure.survivors().iter().copied().collect(),
-            false => Vec::new(),
-        };
+        let why = secure.failed.clone();
+        let summable = secure.into_summable();
+        let participants: Vec<ClientId> = summable
+            .iter()
+            .flat_map(|(_, g)| g.survivors.iter().copied())
+            .collect();
         tracing::info!(
             round,
             closed_by = ?shut.closed_by,
             summed = participants.len(),
+            groups = summable.len(),
             "secure round closed"
         );
         self.start_aggregating(shut, participants, now);
-        let abandoned = (!at_end).then(|| {
-            let why = secure.failed.clone().unwrap_or_else(|| {
+        let abandoned = summable.is_empty().then(|| {
+            let why = why.unwrap_or_else(|| {
                 format!("round {round} closed before its secure aggregation ended")
             });
             format!("{why}; abandoned, the model stays")
         });
-        let input = match (at_end, secure.fixed()) {
-            (true, Some(fixed)) => Some(SecureInput::Masked {
-                weights: secure.survivors_weights(),
-                group: Box::new(secure.group),
-                fixed,
-            }),
-            _ => None,
-        };
+        let groups: Vec<MaskedGroup> = summable
+            .into_iter()
+            .filter_map(|(id, g)| {
+                Some(MaskedGroup {
+                    id,
+                    weights: g.survivors_weights(),
+                    fixed: g.roster.as_ref()?.fixed,
+                    server: Box::new(g.server),
+                })
+            })
+            .collect();
         AggregationJob {
             round,
             strategy,
             joined: self.joined.clone(),
             updates: BTreeMap::new(),
             abandoned,
-            secure: input,
+            secure: (!groups.is_empty()).then_some(SecureInput::Masked(groups)),
         }
     }
 
@@ -438,8 +537,7 @@ impl Rounds {
         &mut self,
         round: Round,
         closed_by: ClosedBy,
-        weights: BTreeMap<ClientId, f64>,
-        sum: Vec<f64>,
+        sums: BTreeMap<u32, GroupSum>,
         now: Instant,
     ) -> Result<AggregationJob> {
         let open = self.open_round().map(|(r, _, _)| r);
@@ -462,17 +560,21 @@ impl Rounds {
             selected,
             closed_by,
         };
-        self.start_aggregating(shut, weights.keys().copied().collect(), now);
+        let participants = sums.values().flat_map(|g| g.weights.keys().copied());
+        self.start_aggregating(shut, participants.collect(), now);
         Ok(AggregationJob {
             round,
             strategy,
             joined: self.joined.clone(),
             updates: BTreeMap::new(),
             abandoned: None,
-            secure: Some(SecureInput::Summed { weights, sum }),
+            secure: Some(SecureInput::Summed(sums)),
         })
     }
 }
 
+mod group;
+#[cfg(test)]
+mod group_tests;
 #[cfg(test)]
 mod tests;

@@ -41,33 +41,59 @@ pub fn cluster(
             *s += f64::from(w);
         }
     }
+    if robust.is_plain() {
+        return Ok(from_sums(sums, previous, how));
+    }
     let mut out = BTreeMap::new();
-    for (class, (members, mut sum)) in sums {
-        let prev = previous
-            .get(&class)
-            .filter(|p| how == ClusterMean::WithPrevious && p.len() == sum.len());
-        let mean: Vec<f64> = if robust.is_plain() {
-            let mut rows = members.len() as f64;
-            if let Some(prev) = prev {
-                sum.iter_mut().zip(prev).for_each(|(s, p)| *s += p);
-                rows += 1.0;
-            }
-            sum.iter().map(|s| s / rows).collect()
-        } else {
-            let mut rows: Vec<Vec<f64>> = members
-                .iter()
-                .map(|id| uploads[id].1.iter().map(|&w| f64::from(w)).collect())
-                .collect();
-            rows.extend(prev.cloned());
-            let views: Vec<&[f64]> = rows.iter().map(Vec::as_slice).collect();
-            robust
-                .combine(&views, &vec![1.0 / rows.len() as f64; rows.len()])
-                .0
-        };
+    for (class, (members, sum)) in sums {
+        let prev = previous_of(previous, class, how, sum.len());
+        let mut rows: Vec<Vec<f64>> = members
+            .iter()
+            .map(|id| uploads[id].1.iter().map(|&w| f64::from(w)).collect())
+            .collect();
+        rows.extend(prev.cloned());
+        let views: Vec<&[f64]> = rows.iter().map(Vec::as_slice).collect();
+        let mean = robust
+            .combine(&views, &vec![1.0 / rows.len() as f64; rows.len()])
+            .0;
         previous.insert(class, mean.clone());
         out.insert(class, Cluster { members, mean });
     }
     Ok(out)
+}
+
+/// A class's previous aggregate, where `how` averages it in and it is of the cluster's length.
+fn previous_of(
+    previous: &BTreeMap<u32, Vec<f64>>,
+    class: u32,
+    how: ClusterMean,
+    len: usize,
+) -> Option<&Vec<f64>> {
+    previous
+        .get(&class)
+        .filter(|p| how == ClusterMean::WithPrevious && p.len() == len)
+}
+
+/// Algorithm 2's means from each cluster's members and the sum of their vectors (all a secure
+/// round gives the server): with `WithPrevious`, the cluster's previous aggregate is one more
+/// row. `previous` is updated.
+pub fn from_sums(
+    sums: BTreeMap<u32, (Vec<ClientId>, Vec<f64>)>,
+    previous: &mut BTreeMap<u32, Vec<f64>>,
+    how: ClusterMean,
+) -> BTreeMap<u32, Cluster> {
+    let mut out = BTreeMap::new();
+    for (class, (members, mut sum)) in sums {
+        let mut rows = members.len() as f64;
+        if let Some(prev) = previous_of(previous, class, how, sum.len()) {
+            sum.iter_mut().zip(prev).for_each(|(s, p)| *s += p);
+            rows += 1.0;
+        }
+        let mean: Vec<f64> = sum.iter().map(|s| s / rows).collect();
+        previous.insert(class, mean.clone());
+        out.insert(class, Cluster { members, mean });
+    }
+    out
 }
 
 pub fn to_weights(mean: &[f64], rounding: Rounding) -> Vec<i32> {

@@ -6,12 +6,12 @@ use std::sync::{Arc, PoisonError, RwLock};
 
 use serde::{Deserialize, Serialize};
 
-use super::clustering::{cluster, to_weights};
+use super::clustering::{Cluster, cluster, from_sums, to_weights};
 use super::section::TpflHyper;
 use crate::strategy::decoder::UpdateDecoder;
 use crate::strategy::robust::RobustHyper;
 use crate::strategy::{
-    Aggregate, Downloads, RoundReport, ServerStrategy, StrategyState, unexpected,
+    Aggregate, Downloads, GroupSum, RoundReport, ServerStrategy, StrategyState, unexpected,
 };
 use crate::wire::proto::{DataSummary, Payload};
 use crate::wire::{self, Update, Winner, WinnerUpload};
@@ -198,6 +198,45 @@ fn check_confidence(w: &Winner, rows: usize, clauses: usize) -> Result<()> {
     )))
 }
 
+impl TpflServer {
+    /// Each member its cluster's weights; with `delta`, what it was sent is kept as its base.
+    fn downloads(
+        &self,
+        round: Round,
+        clusters: &BTreeMap<u32, Cluster>,
+        winners: BTreeMap<ClientId, WinnerRecord>,
+    ) -> Aggregate {
+        let mut downloads = BTreeMap::new();
+        let mut weights = BTreeMap::new();
+        let mut members = BTreeMap::new();
+        let mut sent = self.sent_mut();
+        for (&class, c) in clusters {
+            let v = to_weights(&c.mean, self.hyper.rounding);
+            let download = wire::encode_class_weights(class, &v, self.hyper.coding);
+            for &m in &c.members {
+                downloads.insert(m, download.clone());
+                weights.insert(m, 1.0 / c.members.len() as f64);
+                if self.hyper.delta {
+                    sent.insert((m, class), (round, v.clone()));
+                }
+            }
+            members.insert(class, c.members.clone());
+        }
+        drop(sent);
+        Aggregate {
+            downloads: Downloads::PerClient(downloads),
+            weights,
+            report: RoundReport::of(&TpflRound {
+                clusters: members,
+                paper_download_bytes: (8 * self.clauses * clusters.len()) as u64,
+                winners,
+            }),
+            local: BTreeMap::new(),
+            privacy: None,
+        }
+    }
+}
+
 impl ServerStrategy for TpflServer {
     fn initial_download(&self, _features: usize) -> Option<Payload> {
         None
@@ -239,34 +278,51 @@ impl ServerStrategy for TpflServer {
             self.hyper.cluster_mean,
             &self.robust,
         )?;
-        let mut downloads = BTreeMap::new();
-        let mut weights = BTreeMap::new();
-        let mut members = BTreeMap::new();
-        let mut sent = self.sent_mut();
-        for (&class, c) in &clusters {
-            let v = to_weights(&c.mean, self.hyper.rounding);
-            let download = wire::encode_class_weights(class, &v, self.hyper.coding);
-            for &m in &c.members {
-                downloads.insert(m, download.clone());
-                weights.insert(m, 1.0 / c.members.len() as f64);
-                if self.hyper.delta {
-                    sent.insert((m, class), (round, v.clone()));
-                }
+        Ok(self.downloads(round, &clusters, winners))
+    }
+
+    /// TPFL's clients sum their winner's weights within the cluster of the class it won.
+    fn secure_len(&self, _features: usize) -> Option<usize> {
+        Some(self.clauses)
+    }
+
+    fn secure_groups(&self) -> u32 {
+        self.classes as u32
+    }
+
+    /// Every member counts alike (the paper's mean): each adds its weights themselves, so that
+    /// the integer sums are exact.
+    fn secure_weights(
+        &self,
+        _clients: &BTreeMap<ClientId, DataSummary>,
+        roster: &[ClientId],
+    ) -> Result<BTreeMap<ClientId, f64>> {
+        Ok(roster.iter().map(|&c| (c, 1.0)).collect())
+    }
+
+    /// Algorithm 2 from each cluster's sum: its members are those whose input it holds (their
+    /// confidences stay with them).
+    fn aggregate_groups(
+        &mut self,
+        round: Round,
+        sums: &BTreeMap<u32, GroupSum>,
+    ) -> Result<Aggregate> {
+        let mut by_class = BTreeMap::new();
+        for (&class, g) in sums {
+            if class as usize >= self.classes || g.sum.len() != self.clauses {
+                return Err(FlintError::InvalidUpdate(format!(
+                    "a secure sum of {} weights for class {class}; the run has {} classes of {} clauses",
+                    g.sum.len(),
+                    self.classes,
+                    self.clauses
+                )));
             }
-            members.insert(class, c.members.clone());
+            // Each member's weight is 1: the sum is of the weights themselves.
+            let members: Vec<ClientId> = g.weights.keys().copied().collect();
+            by_class.insert(class, (members, g.sum.clone()));
         }
-        drop(sent);
-        Ok(Aggregate {
-            downloads: Downloads::PerClient(downloads),
-            weights,
-            report: RoundReport::of(&TpflRound {
-                clusters: members,
-                paper_download_bytes: (8 * self.clauses * clusters.len()) as u64,
-                winners,
-            }),
-            local: BTreeMap::new(),
-            privacy: None,
-        })
+        let clusters = from_sums(by_class, &mut self.previous, self.hyper.cluster_mean);
+        Ok(self.downloads(round, &clusters, BTreeMap::new()))
     }
 
     fn snapshot(&self) -> StrategyState {

@@ -8,6 +8,9 @@ use crate::strategy::model_spec::ModelSpec;
 use crate::strategy::robust::RobustHyper;
 use crate::strategy::sections::{Checked, Sections};
 use crate::strategy::{ModelKind, ServerStrategy};
+use crate::wire::proto::Payload;
+use crate::wire::{self, WinnerUpload};
+use crate::{FlintError, Result};
 
 impl Strategy for TmSpec {
     /// Personalised: each cluster's members get their cluster's weights.
@@ -22,9 +25,24 @@ impl Strategy for TmSpec {
 }
 
 impl StrategyParams for TmSpec {
-    fn why_not_secagg(&self) -> &'static str {
-        "TPFL's clusters from the confidence winners and FedTM's class averages are not yet \
-         summed securely"
+    /// Per cluster: the winner is public (it decides the cluster), the weights are summed
+    /// within it.
+    fn takes_secagg(&self) -> bool {
+        true
+    }
+
+    fn secure_input(&self, update: &Payload) -> Result<Vec<f64>> {
+        let w = secure_winner(update, self.tm.clauses)?;
+        Ok(w.weights.iter().map(|&v| f64::from(v)).collect())
+    }
+
+    fn secure_group(&self, update: &Payload) -> Result<u32> {
+        Ok(secure_winner(update, self.tm.clauses)?.class)
+    }
+
+    /// Clause weights are integers that grow with training: room for any a run reaches.
+    fn secure_bound(&self) -> f64 {
+        1e6
     }
 
     fn model(&self) -> ModelSpec {
@@ -39,4 +57,16 @@ impl StrategyParams for TmSpec {
     fn model_is_the_download(&self) -> bool {
         false
     }
+}
+
+/// A winner upload of the weights themselves (a delta is the change since a base of this
+/// client's alone, which no sum of others' can take).
+fn secure_winner(update: &Payload, clauses: usize) -> Result<WinnerUpload> {
+    let w = wire::decode_winner(update, usize::MAX, clauses)?;
+    if w.delta_base_round != 0 {
+        return Err(FlintError::InvalidUpdate(
+            "secure aggregation sums the weights themselves, not a delta".into(),
+        ));
+    }
+    Ok(w)
 }

@@ -127,14 +127,14 @@ fn round_one(shares: &[ClientId], inputs: &[ClientId]) -> (Rounds, BTreeMap<Clie
     let mut adverts = BTreeMap::new();
     for id in 1..=3 {
         let (c, advert) = SecAggClient::new(id, 1, &mut rng);
-        let answer = send(&mut r, id, 0, Step::Advert(advert), t0);
+        let answer = send(&mut r, id, 0, Step::Advert(advert, 0), t0);
         // Only the last advert finds the roster closed.
         assert_eq!(answer.is_some(), id == 3);
         clients.insert(id, c);
         adverts.insert(id, advert);
     }
     let Ok(Some((session, Answer::Roster(roster)))) =
-        r.secure_answer(1, 1, 0, &Step::Advert(adverts[&1]))
+        r.secure_answer(1, 1, 0, &Step::Advert(adverts[&1], 0))
     else {
         panic!("a roster");
     };

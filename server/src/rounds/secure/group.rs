@@ -1,0 +1,105 @@
+//! One group of a secure round: the clients whose inputs are summed together (every client
+//! of the round, or TPFL's members of one cluster), over its own [`SecAggServer`], with what
+//! each of its stages answered.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use flint_common::config::MIN_GROUP;
+use flint_common::secagg::ring::FixedPoint;
+use flint_common::secagg::server::Stage;
+use flint_common::secagg::{Advert, SecAggServer};
+use flint_common::{ClientId, FlintError, Result, Round};
+
+use super::Roster;
+
+/// The public weights of a group's members, by the strategy.
+pub type Weigh<'a> = dyn Fn(&[ClientId]) -> Result<BTreeMap<ClientId, f64>> + 'a;
+
+pub struct Group {
+    pub(super) server: SecAggServer,
+    pub(super) roster: Option<Roster>,
+    pub(super) inboxes: BTreeMap<ClientId, BTreeMap<ClientId, Vec<u8>>>,
+    pub(super) survivors: BTreeSet<ClientId>,
+    /// Why this group's inputs are not summed this round.
+    pub(super) failed: Option<String>,
+}
+
+impl Group {
+    pub fn new(round: Round, threshold: usize, len: usize) -> Group {
+        Group {
+            server: SecAggServer::new(round, threshold, len),
+            roster: None,
+            inboxes: BTreeMap::new(),
+            survivors: BTreeSet::new(),
+            failed: None,
+        }
+    }
+
+    pub fn live(&self) -> bool {
+        self.failed.is_none()
+    }
+
+    /// Whether every member the stage waits for has spoken (keys: see the round).
+    pub fn complete(&self) -> bool {
+        self.server.taken() >= self.server.awaited(0)
+    }
+
+    /// Closes the group's part of `stage`; a failure leaves the group out of the round.
+    /// `split`: a group formed by what its members declared, which needs [`MIN_GROUP`]
+    /// members and more than half of them to the end.
+    pub fn close(&mut self, stage: Stage, split: bool, bound: f64, weigh: &Weigh<'_>) {
+        let closed = match stage {
+            Stage::Advertising => self.close_roster(split, bound, weigh),
+            Stage::Sharing => self.server.inboxes().map(|i| self.inboxes = i),
+            Stage::Masking => self.server.survivors().map(|s| self.survivors = s),
+            Stage::Unmasking if self.server.taken() >= self.server.threshold() => Ok(()),
+            Stage::Unmasking => Err(FlintError::Precondition(format!(
+                "{} survivors sent their shares, under the threshold {}: the round cannot end",
+                self.server.taken(),
+                self.server.threshold()
+            ))),
+        };
+        if let Err(e) = closed {
+            self.failed = Some(e.to_string());
+        }
+    }
+
+    fn close_roster(&mut self, split: bool, bound: f64, weigh: &Weigh<'_>) -> Result<()> {
+        let declared = self.server.taken();
+        if split {
+            if declared < MIN_GROUP {
+                return Err(FlintError::Precondition(format!(
+                    "{declared} clients declared this group, fewer than {MIN_GROUP}: a sum of so few would show their inputs; not summed this round"
+                )));
+            }
+            self.server.set_threshold(declared / 2 + 1)?;
+        }
+        let members: BTreeMap<ClientId, Advert> = self.server.roster()?;
+        let ids: Vec<ClientId> = members.keys().copied().collect();
+        self.roster = Some(Roster {
+            threshold: self.server.threshold(),
+            weights: weigh(&ids)?,
+            fixed: FixedPoint::for_sums(bound, ids.len())?,
+            members,
+        });
+        Ok(())
+    }
+
+    /// The weights of the survivors, whose inputs the sum holds.
+    pub fn survivors_weights(&self) -> BTreeMap<ClientId, f64> {
+        let Some(r) = &self.roster else {
+            return BTreeMap::new();
+        };
+        self.survivors
+            .iter()
+            .filter_map(|c| r.weights.get(c).map(|&w| (*c, w)))
+            .collect()
+    }
+
+    /// Whether the protocol reached its end here: every survivor's sum can be unmasked.
+    pub fn summable(&self) -> bool {
+        self.live()
+            && self.server.stage() == Stage::Unmasking
+            && self.server.taken() >= self.server.threshold()
+    }
+}
