@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use flint_common::secagg::ring::{self, FixedPoint};
+use flint_common::strategy::tpfl::TpflRound;
 use flint_common::wire::proto::{Payload, payload};
 use prost::Message;
 use support::*;
@@ -256,7 +257,7 @@ fn what_cannot_be_summed_securely_is_refused() {
     let cases = [
         (
             "strategy = \"fedavg\"",
-            "strategy = \"tpfl\"",
+            "strategy = \"fedtm\"",
             on.clone(),
             "[secagg] applies to strategies fedavg, fedavg-ahp, blind-fcm",
         ),
@@ -338,6 +339,67 @@ fn blind_fcm_maps_summed_securely_end_as_the_plain_ones() {
         .fold(0.0, f64::max);
     assert!(most < 1e-4, "the maps differ by {most}");
     assert!(sa.join("updates/round-1-client-1.masked").exists());
+}
+
+/// TPFL per cluster (its §5, Algorithm 2): each client declares its confidence winner and
+/// sums its weights with that cluster's members only. Every cluster of at least 3 gets exactly
+/// the plain run's mean; a smaller one is left out of the round, its members keeping their own
+/// weights, and the server holds no weight vector in the clear.
+#[test]
+fn tpfl_clusters_summed_securely_get_the_plain_means() {
+    let dir = tempfile::tempdir().unwrap();
+    let tpfl = |name: &str, extra: &str| {
+        let text = format!(
+            "name = \"{name}\"\nstrategy = \"tpfl\"\nseed = 5\nrounds = 2\nclient_count = 7\n\n\
+             [server]\nround_timeout_secs = 300\neval_timeout_secs = 30\nkeep_updates = true\n\n\
+             [data]\nsource = \"synthetic\"\nsamples = 1400\nfeatures = 6\n\n\
+             [tm]\nclauses = 40\n\n[tpfl]\nlocal_epochs = 2\n{extra}"
+        );
+        write(dir.path(), &format!("{name}.toml"), &text)
+    };
+    let plain = results(&run(&tpfl("plain", ""), &dir.path().join("p")));
+    let sa_run = run(&tpfl("sa", &secure(30)), &dir.path().join("s"));
+    let sa = results(&sa_run);
+    let clusters = |r: &flint_server::results::RunResults, round: usize| {
+        let report = r.rounds[round].report.as_ref().unwrap();
+        report.details::<TpflRound>().unwrap().clusters
+    };
+    let (p1, s1) = (clusters(&plain, 1), clusters(&sa, 1));
+    let big: BTreeMap<u32, Vec<u32>> = p1
+        .iter()
+        .filter(|(_, m)| m.len() >= 3)
+        .map(|(c, m)| (*c, m.clone()))
+        .collect();
+    assert!(
+        !big.is_empty(),
+        "a cluster of at least 3 in round 1: {p1:?}"
+    );
+    assert_eq!(
+        s1, big,
+        "round 1: the clusters summed are the plain run's of 3 or more"
+    );
+    let summed: Vec<u32> = big.values().flatten().copied().collect();
+    let (pm, sm) = (&plain.rounds[1].metrics, &sa.rounds[1].metrics);
+    for id in &summed {
+        assert_eq!(
+            sm[id], pm[id],
+            "round 1, client {id}: the cluster's mean as plain"
+        );
+    }
+    if big == p1 {
+        assert_eq!(
+            sa.rounds[2].metrics, plain.rounds[2].metrics,
+            "every cluster summed: as plain"
+        );
+    }
+    for (path, bytes) in files_under(&sa_run.join("updates")) {
+        assert!(
+            path.extension().is_some_and(|e| e == "masked"),
+            "{}",
+            path.display()
+        );
+        assert_eq!(bytes.len(), 4 * 40, "one masked weight per clause");
+    }
 }
 
 /// Local `[dp]` beside `[secagg]`: each client clips and noises its change before it is masked;
