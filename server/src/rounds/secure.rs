@@ -1,8 +1,10 @@
 //! An open round under `[secagg]` (docs/PROTOCOL.md §Secure aggregation): Bonawitz et al.
 //! 2017's four stages as sub-states of the round, each closed when every client it waits for
 //! has spoken or at its deadline (the keys': the round's timeout; the others': `secagg.stage_secs`
-//! after the last stage closed). The protocol itself is [`SecAggServer`]'s; this keeps what each
-//! stage answered, so that a waiting call (or its retry) reads it again.
+//! after the last stage closed). Each group a client declares (TPFL: its confidence winner) runs
+//! the protocol apart, its stages closing with the others'. The protocol itself is each group's
+//! `SecAggServer`'s; this keeps what each stage answered, so that a waiting call (or its retry)
+//! reads it again.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
