@@ -206,6 +206,61 @@ fn a_server_killed_under_central_dp_resumes_to_the_same_models() {
     assert_eq!(got, expected);
 }
 
+/// A TPFL run of the built-in data with `extra` sections.
+fn tpfl(dir: &Path, name: &str, extra: &str) -> std::path::PathBuf {
+    let text = format!(
+        "name = \"{name}\"\nstrategy = \"tpfl\"\nseed = 5\nrounds = 3\nclient_count = 4\n\n\
+         [server]\nround_timeout_secs = 300\neval_timeout_secs = 30\n\n\
+         [data]\nsource = \"synthetic\"\nsamples = 900\nfeatures = 6\n\n\
+         [tm]\nclauses = 40\n\n[tpfl]\nlocal_epochs = 2\n{extra}"
+    );
+    write(dir, &format!("{name}.toml"), &text)
+}
+
+/// TPFL under central `[dp]`: each cluster's mean is clipped and noised at its own weight
+/// (noise_multiplier × clip / members), the run repeats from its seed, and every round records
+/// the accountant's ε for the rounds each client has taken part in.
+#[test]
+fn tpfl_clusters_under_central_dp_report_the_accountants_epsilon_and_repeat() {
+    let dir = tempfile::tempdir().unwrap();
+    let noised = "\n[dp]\nmechanism = \"central\"\nclip = 50.0\nnoise_multiplier = 0.8\n";
+    let exp = tpfl(dir.path(), "tpfl-dp", noised);
+    let a = rounds_of(&run(&exp, &dir.path().join("a")));
+    let b = rounds_of(&run(&exp, &dir.path().join("b")));
+    assert_eq!(a, b, "one seed, one run");
+    let accountant = Accountant::new(DpHyper {
+        mechanism: Mechanism::Central,
+        clip: Some(50.0),
+        noise_multiplier: 0.8,
+        delta: 1e-5,
+    });
+    let r = results(&dir.path().join("a/tpfl-dp"));
+    for round in &r.rounds[1..] {
+        let p = round
+            .privacy
+            .as_ref()
+            .expect("a privacy record every round");
+        assert_eq!(
+            p.rounds, round.round,
+            "every client took part in every round"
+        );
+        assert_eq!(p.epsilon, accountant.spent(round.round).unwrap().1);
+        let largest_weight = round.weights.values().copied().fold(0.0, f64::max);
+        assert!(
+            (p.noise_std - 0.8 * 50.0 * largest_weight).abs() < 1e-9,
+            "{p:?}"
+        );
+    }
+    let plain = rounds_of(&run(&tpfl(dir.path(), "tpfl", ""), &dir.path().join("p")));
+    assert_ne!(
+        plain[&3]["metrics"], a[&3]["metrics"],
+        "the noise was added"
+    );
+    let local = tpfl(dir.path(), "tpfl-local", &dp("local"));
+    let err = refused(&local, dir.path());
+    assert!(err.contains("is not built for strategy tpfl"), "{err}");
+}
+
 #[test]
 fn dp_is_refused_where_it_cannot_apply() {
     let dir = tempfile::tempdir().unwrap();
@@ -214,7 +269,7 @@ fn dp_is_refused_where_it_cannot_apply() {
             "strategy = \"fedavg-ahp\"",
             "strategy = \"blind-fcm\"",
             dp("central"),
-            "[dp] applies to strategies fedavg and fedavg-ahp",
+            "[dp] applies to strategies fedavg, fedavg-ahp and tpfl",
         ),
         (
             "",

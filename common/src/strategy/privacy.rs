@@ -334,6 +334,17 @@ pub fn privatize_locally<R: rand::Rng + ?Sized>(
     Ok(())
 }
 
+/// One group of [`PrivateMean::central_groups`]: its id, its clients, their vectors and weights (at
+/// most 1 in all), and the base their changes are measured from.
+pub struct CentralGroup<'a> {
+    /// Which group (TPFL: the class): it picks the group's noise stream.
+    pub id: u32,
+    pub clients: Vec<ClientId>,
+    pub vectors: Vec<&'a [f64]>,
+    pub weights: Vec<f64>,
+    pub base: Vec<f64>,
+}
+
 /// What the server keeps between rounds under `[dp]`: the global model the next round's changes
 /// are measured from (`central`), and the rounds each client has taken part in.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -409,11 +420,59 @@ impl PrivateMean {
                 global.len()
             )));
         }
+        let mut rng = self.noise_rng(round, 0);
+        let (mean, clipped, std) = self.noised(&global, vectors, weights, &mut rng);
+        let spent = self.spend(clients, std, Some(clipped))?;
+        self.state.global.clone_from(&mean);
+        Ok((mean, spent))
+    }
+
+    /// `central` over groups averaged apart (TPFL's clusters): each group's changes from its own
+    /// base clipped, its weighted mean noised at its largest weight from its own stream (group
+    /// `id`'s is the id + 1-th of the round). Every client of every group spends the round once;
+    /// the record holds the largest noise.
+    pub fn central_groups(
+        &mut self,
+        round: Round,
+        groups: &[CentralGroup<'_>],
+    ) -> Result<(Vec<Vec<f64>>, PrivacySpent)> {
+        let mut means = Vec::with_capacity(groups.len());
+        let (mut clipped, mut largest) = (0, 0.0f64);
+        for group in groups {
+            if group.vectors.iter().any(|v| v.len() != group.base.len()) {
+                return Err(FlintError::InvalidUpdate(format!(
+                    "dp: a group's vectors against a base of {} values",
+                    group.base.len()
+                )));
+            }
+            let mut rng = self.noise_rng(round, u64::from(group.id) + 1);
+            let (mean, c, std) = self.noised(&group.base, &group.vectors, &group.weights, &mut rng);
+            means.push(mean);
+            clipped += c;
+            largest = largest.max(std);
+        }
+        let clients: Vec<ClientId> = groups
+            .iter()
+            .flat_map(|g| g.clients.iter().copied())
+            .collect();
+        let spent = self.spend(&clients, largest, Some(clipped))?;
+        Ok((means, spent))
+    }
+
+    /// `base` plus the weighted mean of each vector's change from it, clipped, and the noise
+    /// at the largest weight: the mean, how many changes were clipped, the noise's std.
+    fn noised(
+        &self,
+        base: &[f64],
+        vectors: &[&[f64]],
+        weights: &[f64],
+        rng: &mut StdRng,
+    ) -> (Vec<f64>, u32, f64) {
         let mut clipped = 0;
         let changes: Vec<Vec<f64>> = vectors
             .iter()
             .map(|v| {
-                let mut change: Vec<f64> = v.iter().zip(&global).map(|(x, g)| x - g).collect();
+                let mut change: Vec<f64> = v.iter().zip(base).map(|(x, g)| x - g).collect();
                 clipped += u32::from(clip_change(&mut change, self.hyper.clip_norm()));
                 change
             })
@@ -422,11 +481,9 @@ impl PrivateMean {
         let mut mean = weighted_mean(&views, weights);
         let max_weight = weights.iter().copied().fold(0.0, f64::max);
         let std = self.hyper.noise_scale() * max_weight;
-        add_noise(&mut mean, std, &mut self.noise_rng(round));
-        mean.iter_mut().zip(&global).for_each(|(m, g)| *m += g);
-        let spent = self.spend(clients, std, Some(clipped))?;
-        self.state.global.clone_from(&mean);
-        Ok((mean, spent))
+        add_noise(&mut mean, std, rng);
+        mean.iter_mut().zip(base).for_each(|(m, g)| *m += g);
+        (mean, clipped, std)
     }
 
     /// `local`: the clients noised their own changes; the round is only counted.
@@ -463,11 +520,16 @@ impl PrivateMean {
         })
     }
 
-    /// The central noise's stream for `round`: the key's, or the seed's alone.
-    fn noise_rng(&self, round: Round) -> StdRng {
-        match &self.key {
-            Some(key) => key.rng(self.seed, "dp-central", 0, round),
-            None => StdRng::seed_from_u64(derive_seed(self.seed, "dp-central", round)),
+    /// The central noise's `who`-th stream for `round` (0: the one mean's): the key's, or the
+    /// seed's alone.
+    fn noise_rng(&self, round: Round, who: u64) -> StdRng {
+        match (&self.key, who) {
+            (Some(key), _) => key.rng(self.seed, "dp-central", who, round),
+            (None, 0) => StdRng::seed_from_u64(derive_seed(self.seed, "dp-central", round)),
+            (None, _) => {
+                let purpose = format!("dp-central-{who}");
+                StdRng::seed_from_u64(derive_seed(self.seed, &purpose, round))
+            }
         }
     }
 }

@@ -102,6 +102,7 @@ impl Checked {
             tm: TmSpec {
                 tm: tm.check()?,
                 tpfl: s.tpfl.unwrap_or_default().check()?,
+                dp: crate::strategy::privacy::DpHyper::default(),
             },
             fedtmos: s.fedtmos.unwrap_or_default().check()?,
             cnn: s.cnn.unwrap_or_default().check()?,

@@ -219,8 +219,14 @@ fn check_dp(spec: &StrategySpec, c: &Checked) -> ParamResult<()> {
     }
     if !spec.params().takes_dp() {
         return Err(ParamError::Inconsistent(format!(
-            "[dp] applies to strategies fedavg and fedavg-ahp; strategy {} does not clip or \
-             noise its updates",
+            "[dp] applies to strategies fedavg, fedavg-ahp and tpfl; strategy {} does not clip \
+             or noise its updates",
+            spec.name()
+        )));
+    }
+    if c.dp.mechanism == Mechanism::Local && !spec.params().takes_local_dp() {
+        return Err(ParamError::Inconsistent(format!(
+            "dp.mechanism = \"local\" is not built for strategy {}: use \"central\"",
             spec.name()
         )));
     }

@@ -7,11 +7,12 @@
 //! vector and the download is packed `sint32`.
 //!
 //! One job a file: `section` (`[tpfl]` and its choices), `clustering` (Algorithm 2's steps),
-//! `server` and `client` (the two strategy halves), `strategy` (as the framework runs it),
-//! `tests`.
+//! `server` and `client` (the two strategy halves), `private` (the clusters under central
+//! `[dp]`), `strategy` (as the framework runs it), `tests`.
 
 mod client;
 mod clustering;
+mod private;
 mod section;
 mod server;
 mod strategy;

@@ -121,4 +121,6 @@ pub enum Rounding {
 pub struct TmSpec {
     pub tm: crate::model::tm::TmHyper,
     pub tpfl: TpflHyper,
+    /// `[dp]` of TPFL's runs (off for the baselines that train this machine).
+    pub dp: crate::strategy::privacy::DpHyper,
 }

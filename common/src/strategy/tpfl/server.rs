@@ -7,8 +7,10 @@ use std::sync::{Arc, PoisonError, RwLock};
 use serde::{Deserialize, Serialize};
 
 use super::clustering::{Cluster, cluster, from_sums, to_weights};
+use super::private::private_clusters;
 use super::section::TpflHyper;
 use crate::strategy::decoder::UpdateDecoder;
+use crate::strategy::privacy::{DpHyper, NoiseKey, PrivacyState, PrivateMean};
 use crate::strategy::robust::RobustHyper;
 use crate::strategy::{
     Aggregate, Downloads, GroupSum, RoundReport, ServerStrategy, StrategyState, unexpected,
@@ -71,6 +73,9 @@ pub struct WinnerRecord {
 pub struct TpflState {
     pub previous: Vec<(u32, Vec<f64>)>,
     pub sent: Vec<SentVector>,
+    /// Under `[dp]`: the rounds each client has spent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub privacy: Option<PrivacyState>,
 }
 
 impl crate::strategy::report::Tagged for TpflState {
@@ -99,6 +104,8 @@ pub struct TpflServer {
     hyper: TpflHyper,
     previous: BTreeMap<u32, Vec<f64>>,
     robust: RobustHyper,
+    /// `[dp]`: each cluster's mean clipped and noised.
+    privacy: Option<PrivateMean>,
     /// Shared with the decoder, which reads it off the round state's lock; written only by
     /// `aggregate` and `restore`, while no round is open.
     sent: Arc<RwLock<Sent>>,
@@ -112,8 +119,15 @@ impl TpflServer {
             hyper,
             previous: BTreeMap::new(),
             robust: RobustHyper::default(),
+            privacy: None,
             sent: Arc::default(),
         }
+    }
+
+    /// Clusters averaged under `dp` (nothing changes where it is off); `seed` draws the noise.
+    pub fn with_privacy(mut self, dp: DpHyper, seed: u64) -> Self {
+        self.privacy = (!dp.is_off()).then(|| PrivateMean::new(dp, seed));
+        self
     }
 
     /// Each cluster combined by `robust` instead of the paper's mean.
@@ -272,13 +286,30 @@ impl ServerStrategy for TpflServer {
                 },
             );
         }
-        let clusters = cluster(
-            &uploads,
-            &mut self.previous,
-            self.hyper.cluster_mean,
-            &self.robust,
-        )?;
-        Ok(self.downloads(round, &clusters, winners))
+        let how = self.hyper.cluster_mean;
+        let (clusters, spent) = match &mut self.privacy {
+            Some(p) => {
+                let (c, spent) = private_clusters(round, &uploads, &mut self.previous, how, p)?;
+                (c, Some(spent))
+            }
+            None => (
+                cluster(&uploads, &mut self.previous, how, &self.robust)?,
+                None,
+            ),
+        };
+        let mut aggregate = self.downloads(round, &clusters, winners);
+        aggregate.privacy = spent;
+        Ok(aggregate)
+    }
+
+    fn set_noise_key(&mut self, key: NoiseKey) -> bool {
+        match &mut self.privacy {
+            Some(p) => {
+                p.set_key(key);
+                true
+            }
+            None => false,
+        }
     }
 
     /// TPFL's clients sum their winner's weights within the cluster of the class it won.
@@ -340,6 +371,7 @@ impl ServerStrategy for TpflServer {
                     weights: weights.clone(),
                 })
                 .collect(),
+            privacy: self.privacy.as_ref().map(|p| p.state().clone()),
         })
     }
 
@@ -369,6 +401,9 @@ impl ServerStrategy for TpflServer {
                 s.class,
                 s.weights.len()
             ));
+        }
+        if let (Some(p), Some(spent)) = (&mut self.privacy, state.privacy) {
+            p.restore(spent);
         }
         self.previous = state.previous.into_iter().collect();
         // A state written when every vector was kept: the last of each is the base.

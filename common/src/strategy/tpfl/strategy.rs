@@ -9,7 +9,7 @@ use crate::strategy::robust::RobustHyper;
 use crate::strategy::sections::{Checked, Sections};
 use crate::strategy::{ModelKind, ServerStrategy};
 use crate::wire::proto::Payload;
-use crate::wire::{self, WinnerUpload};
+use crate::wire::{self, Compression, WinnerUpload};
 use crate::{FlintError, Result};
 
 impl Strategy for TmSpec {
@@ -20,11 +20,28 @@ impl Strategy for TmSpec {
     };
 
     fn check(_: ModelKind, c: &Checked, _: &Sections, _: &DataShape) -> ParamResult<Self> {
-        Ok(c.tm)
+        Ok(TmSpec { dp: c.dp, ..c.tm })
     }
 }
 
 impl StrategyParams for TmSpec {
+    /// Central noise on each cluster's mean; no client noises its own weights yet.
+    fn takes_dp(&self) -> bool {
+        true
+    }
+
+    fn takes_local_dp(&self) -> bool {
+        false
+    }
+
+    fn resolve(&self, _: &Sections, out: &mut Sections) {
+        out.dp = (!self.dp.is_off()).then_some(self.dp);
+    }
+
+    fn setting(&self, images: bool, compression: Compression) -> String {
+        self.model().setting(images, compression) + &self.dp.setting_note()
+    }
+
     /// Per cluster: the winner is public (it decides the cluster), the weights are summed
     /// within it.
     fn takes_secagg(&self) -> bool {
@@ -49,8 +66,9 @@ impl StrategyParams for TmSpec {
         ModelSpec::Tm(*self)
     }
 
-    fn server(&self, classes: usize, _: u64, robust: RobustHyper) -> Box<dyn ServerStrategy> {
-        Box::new(TpflServer::new(classes, self.tm.clauses, self.tpfl).with_robust(robust))
+    fn server(&self, classes: usize, seed: u64, robust: RobustHyper) -> Box<dyn ServerStrategy> {
+        let server = TpflServer::new(classes, self.tm.clauses, self.tpfl).with_robust(robust);
+        Box::new(server.with_privacy(self.dp, seed))
     }
 
     /// The clause bank stays local: only the class weights come down.

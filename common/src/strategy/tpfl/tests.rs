@@ -242,6 +242,7 @@ fn an_older_state_keeping_every_vector_restores_the_last_as_base() {
     let state = TpflState {
         previous: Vec::new(),
         sent: vec![vector(2, vec![7, 5]), vector(1, vec![4, 6])],
+        privacy: None,
     };
     s.restore(StrategyState::of(&state)).unwrap();
     let Update::Winner(w) = s.decode(1, 784, &winner(1, vec![1, 1], 2)).unwrap() else {
@@ -433,4 +434,59 @@ fn with_delta_a_client_sends_its_weights_minus_what_it_received() {
     assert_eq!(whole.weights, rebuilt);
     assert_eq!(whole.confidence, w2.confidence);
     assert!(c.without_base(&first).is_none(), "no delta");
+}
+
+/// Central `[dp]` per cluster: each member's change from its class's previous aggregate (zero
+/// before the first) is clipped, and each cluster's mean gets noise of std
+/// `noise_multiplier × clip / members`; every member spends one round of the accountant's.
+#[test]
+fn each_clusters_mean_is_clipped_and_noised_at_its_own_weight() {
+    use crate::strategy::privacy::{Accountant, DpHyper, Mechanism, PrivateMean};
+    let dp = DpHyper {
+        mechanism: Mechanism::Central,
+        clip: Some(1.0),
+        noise_multiplier: 0.5,
+        delta: 1e-5,
+    }
+    .check()
+    .unwrap();
+    let len = 20_000;
+    let uploads: BTreeMap<ClientId, (u32, Vec<i32>)> = [
+        (1, (0, vec![3; len])),
+        (2, (0, vec![0; len])),
+        (3, (2, vec![0; len])),
+    ]
+    .into();
+    let mut previous = BTreeMap::new();
+    let mut privacy = PrivateMean::new(dp, 9);
+    let (clusters, spent) = super::private::private_clusters(
+        1,
+        &uploads,
+        &mut previous,
+        ClusterMean::Members,
+        &mut privacy,
+    )
+    .unwrap();
+    assert_eq!(
+        spent.clipped,
+        Some(1),
+        "only client 1's change is over the clip"
+    );
+    assert_eq!(
+        spent.noise_std, 0.5,
+        "the lone member's cluster: 0.5 × 1 / 1"
+    );
+    assert_eq!(spent.epsilon, Accountant::new(dp).spent(1).unwrap().1);
+    let std_of = |values: &[f64], clean: f64| {
+        let n = values.len() as f64;
+        (values.iter().map(|v| (v - clean).powi(2)).sum::<f64>() / n).sqrt()
+    };
+    // Client 1's change clipped to norm 1, over 2 members; noise 0.5 × 1 / 2.
+    let clean = 0.5 / (len as f64).sqrt();
+    let s0 = std_of(&clusters[&0].mean, clean);
+    assert!((s0 / 0.25 - 1.0).abs() < 0.03, "{s0}");
+    let s2 = std_of(&clusters[&2].mean, 0.0);
+    assert!((s2 / 0.5 - 1.0).abs() < 0.03, "{s2}");
+    assert_eq!(clusters[&0].members, vec![1, 2]);
+    assert_eq!(previous[&0], clusters[&0].mean, "the next round's base");
 }
