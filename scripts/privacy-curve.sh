@@ -1,20 +1,30 @@
 #!/usr/bin/env bash
-# Accuracy against ε for FedAvg on MAGIC (experiments/fedavg-magic.toml and its [dp] copies in
-# experiments/privacy/): no noise, then central and local noise at each multiplier, each over
-# three seeds. Resumable (`flint grid --resume`); needs a release build (cargo build --release -p
+# Accuracy against ε: no noise, then each [dp] mechanism at each multiplier, each over three
+# seeds. Resumable (`flint grid --resume`); needs a release build (cargo build --release -p
 # flint). Then scripts/privacy-table.py prints the table docs/results/privacy.md quotes.
 #
-#   scripts/privacy-curve.sh                  MULTIPLIERS="1 3 10" SEEDS=7,1,2 by default
+#   scripts/privacy-curve.sh             FedAvg on MAGIC (experiments/fedavg-magic.toml and its
+#                                        [dp] copies in experiments/privacy/), central and local
+#   scripts/privacy-curve.sh tpfl-mnist  TPFL on MNIST (experiments/privacy/tpfl-mnist*.toml),
+#                                        central per cluster
+#   MULTIPLIERS="1 3 10 30" SEEDS=7,1,2 by default
 set -euo pipefail
 cd "$(dirname "$0")/.."
 flint=target/release/flint
 seeds=${SEEDS:-7,1,2}
 multipliers=${MULTIPLIERS:-1 3 10 30}
-out=runs/privacy
-"$flint" grid experiments/fedavg-magic.toml --seeds "$seeds" --runs-dir "$out/plain" --resume
-for mechanism in central local; do
+case ${1:-fedavg-magic} in
+  fedavg-magic)
+    plain=experiments/fedavg-magic.toml mechanisms="central local" out=runs/privacy ;;
+  tpfl-mnist)
+    plain=experiments/privacy/tpfl-mnist.toml mechanisms=central out=runs/privacy-tpfl ;;
+  *) echo "privacy-curve.sh: fedavg-magic or tpfl-mnist, not $1" >&2; exit 2 ;;
+esac
+name=${1:-fedavg-magic}
+"$flint" grid "$plain" --seeds "$seeds" --runs-dir "$out/plain" --resume
+for mechanism in $mechanisms; do
   for z in $multipliers; do
-    "$flint" grid "experiments/privacy/fedavg-magic-$mechanism.toml" --seeds "$seeds" \
+    "$flint" grid "experiments/privacy/$name-$mechanism.toml" --seeds "$seeds" \
       --set dp.noise_multiplier="$z" --runs-dir "$out/$mechanism-$z" --resume
   done
 done

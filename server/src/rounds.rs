@@ -203,8 +203,8 @@ impl EvalSums {
     }
 }
 
-/// Rounds opened and closed so far, counted where it happens (not from the history, which has
-/// no record of a round whose aggregation failed); a replayed journal counts them again.
+/// Rounds opened and closed so far, counted where it happens; a replayed journal counts them
+/// again.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RoundCounts {
     /// The last round opened (rounds open in order, from 1).
@@ -851,8 +851,11 @@ impl Rounds {
                 Some((BTreeMap::new(), abandoned, BTreeMap::new(), None))
             }
             Err(e) => {
+                // Recorded too: the clients' reports of the round are taken and the run goes
+                // on to its end, where `results.json` says which round failed and why.
                 tracing::error!(round, error = %e, "aggregation failed; round keeps the previous model");
-                None
+                let failed = RoundReport::plain(&format!("failed: {e}"));
+                Some((BTreeMap::new(), failed, BTreeMap::new(), None))
             }
         };
         if let Some((weights, report, local, privacy)) = recorded {

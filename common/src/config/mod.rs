@@ -221,6 +221,9 @@ impl Experiment {
             .rounds
             .unwrap_or_else(|| rules::default_rounds(&strategy));
         rules::check_rounds(&strategy, rounds)?;
+        if let Some(dp) = &sections.dp {
+            dp.check_accountable(rounds)?;
+        }
         let (declared, clients) = declare_clients(
             file.client_count,
             &file.clients,

@@ -124,6 +124,22 @@ impl DpHyper {
         self.mechanism == Mechanism::Off
     }
 
+    /// Refuses settings whose ε the accountant cannot give over `rounds` (a multiplier so
+    /// small that its figures overflow): found when the run is checked, not at a round.
+    pub fn check_accountable(&self, rounds: u32) -> Result<()> {
+        if self.is_off() {
+            return Ok(());
+        }
+        match Accountant::new(*self).spent(rounds) {
+            Ok((_, epsilon)) if epsilon.is_finite() => Ok(()),
+            Ok(_) | Err(_) => Err(FlintError::Config(format!(
+                "dp.noise_multiplier = {} over {rounds} rounds: the accountant cannot bound ε \
+                 (its figures overflow); raise the multiplier",
+                self.noise_multiplier
+            ))),
+        }
+    }
+
     /// What a grid's table adds to the setting: ", dp central ×3, clip 0.1"; empty when off.
     pub fn setting_note(&self) -> String {
         match self.is_off() {
@@ -589,6 +605,15 @@ mod tests {
         };
         assert_eq!(Accountant::new(local).spent(10).unwrap(), (rho, epsilon));
         assert_eq!(accountant.spent(0).unwrap(), (0.0, 0.0));
+    }
+
+    #[test]
+    fn a_multiplier_whose_epsilon_overflows_is_refused_when_the_run_is_checked() {
+        let tiny = central(0.01, 1.0);
+        let e = tiny.check_accountable(10).unwrap_err().to_string();
+        assert!(e.contains("cannot bound ε"), "{e}");
+        assert!(central(1.0, 1.0).check_accountable(10).is_ok());
+        assert!(DpHyper::default().check_accountable(10).is_ok());
     }
 
     #[test]
