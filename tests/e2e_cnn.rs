@@ -389,3 +389,61 @@ fn a_cnn_federation_summed_securely_learns_as_the_plain_one() {
         assert!(!sa.join(format!("updates/round-1-client-{id}.pb")).exists());
     }
 }
+
+/// IFCA summed securely per cluster: each client declares the cluster whose network it trained
+/// and sums with that cluster's members only. A cluster of fewer than 3 is left out of the
+/// round; one of 3 or more gets its members' mean as the plain run does, up to the fixed
+/// point's rounding.
+#[test]
+#[ignore = "needs FLINT_DATA_DIR with MNIST; CI runs it"]
+fn ifca_clusters_summed_securely_learn_as_the_plain_ones() {
+    use flint_common::strategy::ifca::IfcaRound;
+    let root = tempfile::tempdir().unwrap();
+    let runs = root.path().join("runs");
+    let data = std::env::var("FLINT_DATA_DIR").unwrap_or_else(|_| "../shared/data".into());
+    let exp = experiment(root.path(), "ifca");
+    let run = |dir: &str, set: &[&str]| {
+        let mut cmd = flint_run(&exp, Path::new(&data), &runs.join(dir));
+        cmd.args([
+            "--set",
+            "ifca.clusters=2",
+            "--set",
+            "server.keep_updates=true",
+        ]);
+        for s in set {
+            cmd.args(["--set", s]);
+        }
+        ok(&mut cmd);
+        runs.join(dir).join("ifca-small")
+    };
+    let plain = results(&run("plain", &[]));
+    let sa = run("secure", &["secagg.enabled=true"]);
+    let secure = results(&sa);
+    let clusters = |r: &flint_server::results::RunResults, round: usize| -> IfcaRound {
+        r.rounds[round].report.as_ref().unwrap().details().unwrap()
+    };
+    for round in 1..=3 {
+        let s = clusters(&secure, round);
+        assert!(
+            s.clusters.values().all(|m| m.len() >= 3),
+            "round {round}: {s:?}"
+        );
+        let mut placed: Vec<u32> = s.clusters.values().flatten().copied().collect();
+        placed.sort();
+        assert_eq!(placed, secure.rounds[round].participants, "round {round}");
+    }
+    let (p1, s1) = (clusters(&plain, 1), clusters(&secure, 1));
+    if p1.clusters.values().all(|m| m.len() >= 3) {
+        assert_eq!(s1.clusters, p1.clusters);
+        let (pa, sa) = (
+            plain.rounds[1].mean.unwrap().accuracy,
+            secure.rounds[1].mean.unwrap().accuracy,
+        );
+        assert!((pa - sa).abs() < 0.01, "round 1: {pa} plain, {sa} secure");
+    }
+    for entry in std::fs::read_dir(sa.join("updates")).unwrap() {
+        let path = entry.unwrap().path();
+        assert_eq!(path.extension().unwrap(), "masked", "{}", path.display());
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 4 * PARAMS);
+    }
+}

@@ -38,6 +38,8 @@ pub enum WarningKind {
     NotFinite,
     /// The clients train on fewer rows per class, on average, than [`FEW_ROWS_PER_CLASS`].
     FewRows,
+    /// The round's aggregation failed: the model stayed as it was.
+    AggregationFailed,
 }
 
 /// The one-sided binomial test's level: an accuracy at or above the most common class's share

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use flint_common::degenerate::{Warning, few_training_rows};
+use flint_common::degenerate::{Warning, WarningKind, few_training_rows};
 use flint_common::metrics::Metrics;
 use flint_common::strategy::privacy::PrivacySpent;
 use flint_common::strategy::tpfl::LegacyDetails;
@@ -333,6 +333,15 @@ fn warnings(e: &flint_common::config::Experiment, rounds: &Rounds, last: Round) 
         .map(|(id, s)| (*id, s.train_class_counts.clone()))
         .collect();
     all.extend(few_training_rows(last, &counts));
+    all.extend(rounds.history().iter().filter_map(|r| {
+        let why = r.report.failure()?;
+        Some(Warning {
+            round: r.round,
+            kind: WarningKind::AggregationFailed,
+            clients: Vec::new(),
+            message: format!("the round's aggregation failed ({why}): the model stayed as it was"),
+        })
+    }));
     all
 }
 

@@ -1,6 +1,6 @@
 //! `[secagg]`: secure aggregation (Bonawitz et al. 2017, [`crate::secagg`]) of the averaging
 //! strategies' updates (FedAvg, AHP-FedAvg, Blind and Blended FCM, FedAvg and FedProx of a
-//! CNN, TPFL per cluster): the server sees the weighted sum of a round's updates (TPFL: of each
+//! CNN, TPFL and IFCA per cluster): the server sees the weighted sum of a round's updates (TPFL: of each
 //! cluster's), never one of them.
 
 use schemars::JsonSchema;
@@ -91,8 +91,8 @@ pub(super) fn check_secagg(
     if !strategy.params().takes_secagg() {
         return bad(format!(
             "[secagg] applies to strategies fedavg, fedavg-ahp, blind-fcm, blended-fcm, \
-             fedavg-cnn, fedprox and tpfl, whose server needs only (per cluster) a weighted sum \
-             of the updates; \
+             fedavg-cnn, fedprox, tpfl and ifca, whose server needs only (per cluster) a \
+             weighted sum of the updates; \
              strategy {} reads each client's update ({})",
             strategy.name(),
             strategy.params().why_not_secagg()

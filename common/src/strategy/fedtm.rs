@@ -209,6 +209,11 @@ impl Strategy for FedTmSpec {
 }
 
 impl StrategyParams for FedTmSpec {
+    fn why_not_secagg(&self) -> &'static str {
+        "its truncated mean needs each client's weights, and it takes the include bits of the \
+         clients with the most samples of a class as they are"
+    }
+
     fn model(&self) -> ModelSpec {
         ModelSpec::ConvTm(self.0)
     }

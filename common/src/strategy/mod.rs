@@ -152,11 +152,13 @@ pub trait ServerStrategy: Send {
             "this strategy does not aggregate securely".into(),
         ))
     }
-    /// Under `[secagg]`: the round's aggregate from each group's sum (keyed by group); a
-    /// strategy of one group takes it by [`ServerStrategy::aggregate_sum`].
+    /// Under `[secagg]`: the round's aggregate from each group's sum (keyed by group; `clients`:
+    /// every joined client's summary); a strategy of one group takes it by
+    /// [`ServerStrategy::aggregate_sum`].
     fn aggregate_groups(
         &mut self,
         round: Round,
+        _clients: &BTreeMap<ClientId, DataSummary>,
         sums: &BTreeMap<u32, GroupSum>,
     ) -> Result<Aggregate> {
         match (sums.len(), sums.get(&0)) {

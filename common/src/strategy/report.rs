@@ -45,6 +45,11 @@ impl RoundReport {
         RoundReport(tagged(details))
     }
 
+    /// Why the round's aggregation failed, where it did (its record says `"failed: …"`).
+    pub fn failure(&self) -> Option<&str> {
+        self.0.as_str()?.strip_prefix("failed: ")
+    }
+
     /// The details as their strategy wrote them; `None` where the round is another strategy's
     /// (or its record does not read as `T`).
     pub fn details<T: Tagged>(&self) -> Option<T> {

@@ -105,8 +105,8 @@ impl AggregationJob {
         let started = Instant::now();
         let (secure_sum, (result, panicked, _)) = match input.sums() {
             Ok(sums) => {
-                let strategy = &mut self.strategy;
-                let outcome = guarded(round, || strategy.aggregate_groups(round, &sums));
+                let (strategy, joined) = (&mut self.strategy, &self.joined);
+                let outcome = guarded(round, || strategy.aggregate_groups(round, joined, &sums));
                 (Some(sums), outcome)
             }
             // Shares that do not rebuild their secrets: the round is abandoned, as a stage

@@ -419,6 +419,38 @@ fn finishes_after_the_last_round_and_waits_for_final_evaluations() {
     assert!(r.is_done(t0));
 }
 
+/// A round whose aggregation fails (here: central `[dp]` at a multiplier whose ε the accountant
+/// cannot bound, which a checked experiment refuses) is recorded with why, the model stays, its
+/// reports are taken, and the run goes on to its end.
+#[test]
+fn a_failed_aggregation_is_recorded_and_the_run_reaches_its_end() {
+    use flint_common::strategy::privacy::{DpHyper, Mechanism};
+    let dp = DpHyper {
+        mechanism: Mechanism::Central,
+        clip: Some(1.0),
+        noise_multiplier: 0.001,
+        delta: 1e-5,
+    };
+    let strategy = FedAvgServer::by_size(2).with_privacy(dp, 1);
+    let t0 = Instant::now();
+    let mut r = Rounds::new(policy(2, 1, 1), Box::new(strategy), 2);
+    r.join(1, summary(1), t0).unwrap();
+    take(&mut r, 1, 1, model(2.0), t0).unwrap();
+    let record = &r.history()[0];
+    let why = record.report.failure().expect("round 1 recorded as failed");
+    assert!(why.contains("dp accountant"), "{why}");
+    assert!(record.weights.is_empty());
+    let cm = ConfusionMatrix::from_predictions(2, &[0, 1], &[0, 1]);
+    assert!(
+        !r.report_eval(1, 1, cm.clone(), false, Predictor::Model)
+            .unwrap()
+    );
+    take(&mut r, 1, 2, model(3.0), t0).unwrap();
+    assert_eq!(r.history().len(), 2);
+    assert!(!r.report_eval(1, 2, cm, false, Predictor::Model).unwrap());
+    assert!(r.is_done(t0), "the last round's reports are in");
+}
+
 #[test]
 fn the_status_sums_count_each_report_once() {
     let t0 = Instant::now();

@@ -138,16 +138,7 @@ impl ServerStrategy for NetworkMean {
         clients: &BTreeMap<ClientId, DataSummary>,
         roster: &[ClientId],
     ) -> Result<BTreeMap<ClientId, f64>> {
-        let samples = roster
-            .iter()
-            .map(|id| {
-                let s = clients.get(id).ok_or_else(|| {
-                    FlintError::InvalidUpdate(format!("client {id} never joined"))
-                })?;
-                Ok(s.train_class_counts.iter().sum::<u64>() as f64)
-            })
-            .collect::<Result<Vec<f64>>>()?;
-        Ok(roster.iter().copied().zip(n_k_over_n(&samples)).collect())
+        sample_shares(clients, roster)
     }
 
     fn aggregate_sum(
@@ -187,6 +178,24 @@ impl ServerStrategy for NetworkMean {
 }
 
 /// A client's network as secure aggregation sums it: its parameters, as the upload holds them.
+/// Each member of `roster`'s share of its training rows, n_k / n: the public weights of a
+/// secure sum of networks.
+pub fn sample_shares(
+    clients: &BTreeMap<ClientId, DataSummary>,
+    roster: &[ClientId],
+) -> Result<BTreeMap<ClientId, f64>> {
+    let samples = roster
+        .iter()
+        .map(|id| {
+            let s = clients
+                .get(id)
+                .ok_or_else(|| FlintError::InvalidUpdate(format!("client {id} never joined")))?;
+            Ok(s.train_class_counts.iter().sum::<u64>() as f64)
+        })
+        .collect::<Result<Vec<f64>>>()?;
+    Ok(roster.iter().copied().zip(n_k_over_n(&samples)).collect())
+}
+
 pub fn secure_input(update: &Payload) -> Result<Vec<f64>> {
     let Some(crate::wire::proto::payload::Kind::NetworkParams(n)) = &update.kind else {
         return Err(FlintError::InvalidUpdate(

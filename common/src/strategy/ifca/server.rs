@@ -6,11 +6,12 @@ use serde::{Deserialize, Serialize};
 use crate::model::cnn::{ArchName, Cnn};
 use crate::rng::derive_rng;
 use crate::strategy::decoder::UpdateDecoder;
-use crate::strategy::fedavg_cnn::{architecture, combine_networks, n_k_over_n};
+use crate::strategy::fedavg_cnn::{architecture, combine_networks, n_k_over_n, sample_shares};
 use crate::strategy::report::Tagged;
 use crate::strategy::robust::RobustHyper;
 use crate::strategy::{
-    Aggregate, Downloads, RoundReport, ServerStrategy, StrategyState, unexpected,
+    Aggregate, Downloads, GroupSum, RoundReport, ServerStrategy, StrategyState, survivors_mean,
+    unexpected,
 };
 use crate::wire::Update;
 use crate::wire::network::{decode_cluster_params, encode_params};
@@ -167,6 +168,63 @@ impl ServerStrategy for IfcaServer {
             .iter()
             .map(|(&c, list)| (c, list.iter().map(|m| m.client).collect()))
             .collect();
+        let download = encode_models(&models);
+        self.models = models;
+        Ok(Aggregate {
+            downloads: Downloads::Broadcast(download),
+            weights,
+            report: RoundReport::of(&IfcaRound { clusters }),
+            local: BTreeMap::new(),
+            privacy: None,
+        })
+    }
+
+    fn secure_len(&self, features: usize) -> Option<usize> {
+        architecture(self.arch, features, self.classes)
+            .ok()
+            .map(|a| a.params)
+    }
+
+    /// A client's group is the cluster it chose (public: its network of lowest loss).
+    fn secure_groups(&self) -> u32 {
+        self.k as u32
+    }
+
+    fn secure_weights(
+        &self,
+        clients: &BTreeMap<ClientId, DataSummary>,
+        roster: &[ClientId],
+    ) -> Result<BTreeMap<ClientId, f64>> {
+        sample_shares(clients, roster)
+    }
+
+    /// Each cluster's network from its members' sum, n_k / n within it; a cluster nobody chose
+    /// keeps its network.
+    fn aggregate_groups(
+        &mut self,
+        round: Round,
+        clients: &BTreeMap<ClientId, DataSummary>,
+        sums: &BTreeMap<u32, GroupSum>,
+    ) -> Result<Aggregate> {
+        let features = clients.values().next().map_or(0, |s| s.features as usize);
+        let mut models = self.current(features)?;
+        let (mut weights, mut clusters) = (BTreeMap::new(), BTreeMap::new());
+        for (&cluster, g) in sums {
+            let slot = models
+                .get_mut(cluster as usize)
+                .filter(|m| m.len() == g.sum.len());
+            let Some(slot) = slot else {
+                return Err(FlintError::InvalidUpdate(format!(
+                    "a secure sum of {} values for cluster {cluster}; the run has k = {} networks",
+                    g.sum.len(),
+                    self.k
+                )));
+            };
+            let (mean, shares) = survivors_mean(round, &g.weights, &g.sum)?;
+            *slot = mean.iter().map(|&v| v as f32).collect();
+            clusters.insert(cluster, shares.keys().copied().collect());
+            weights.extend(shares);
+        }
         let download = encode_models(&models);
         self.models = models;
         Ok(Aggregate {

@@ -11,7 +11,9 @@ use crate::strategy::model_spec::ModelSpec;
 use crate::strategy::robust::RobustHyper;
 use crate::strategy::sections::{Checked, Sections};
 use crate::strategy::{ClientStrategy, ModelKind, ServerStrategy};
-use crate::{ClientId, Result};
+use crate::wire::proto::Payload;
+use crate::wire::proto::payload::Kind;
+use crate::{ClientId, FlintError, Result};
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct IfcaSpec {
@@ -35,8 +37,25 @@ impl Strategy for IfcaSpec {
 }
 
 impl StrategyParams for IfcaSpec {
-    fn why_not_secagg(&self) -> &'static str {
-        "its per-cluster sums are not yet built"
+    /// Per cluster: the choice is public (it is the group), each cluster's networks summed
+    /// within it.
+    fn takes_secagg(&self) -> bool {
+        true
+    }
+
+    fn secure_input(&self, update: &Payload) -> Result<Vec<f64>> {
+        crate::strategy::fedavg_cnn::secure_input(update)
+    }
+
+    fn secure_group(&self, update: &Payload) -> Result<u32> {
+        match &update.kind {
+            Some(Kind::NetworkParams(n)) => n
+                .cluster
+                .ok_or_else(|| FlintError::InvalidUpdate("an ifca upload names no cluster".into())),
+            _ => Err(FlintError::InvalidUpdate(
+                "secure aggregation of ifca sums networks".into(),
+            )),
+        }
     }
 
     fn model(&self) -> ModelSpec {

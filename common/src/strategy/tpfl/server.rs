@@ -336,6 +336,7 @@ impl ServerStrategy for TpflServer {
     fn aggregate_groups(
         &mut self,
         round: Round,
+        _clients: &BTreeMap<ClientId, DataSummary>,
         sums: &BTreeMap<u32, GroupSum>,
     ) -> Result<Aggregate> {
         let mut by_class = BTreeMap::new();
