@@ -10,6 +10,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use flint_common::strategy::privacy::{Accountant, DpHyper, Mechanism};
+use flint_common::strategy::tpfl::TpflRound;
 use support::*;
 
 const LIMIT: Duration = Duration::from_secs(120);
@@ -219,7 +220,8 @@ fn tpfl(dir: &Path, name: &str, extra: &str) -> std::path::PathBuf {
 
 /// TPFL under central `[dp]`: each cluster's mean is clipped and noised at its own weight
 /// (noise_multiplier × clip / members), the run repeats from its seed, and every round records
-/// the accountant's ε for the rounds each client has taken part in.
+/// the accountant's ε for the rounds each client has taken part in; under local `[dp]` the
+/// clients noise their winners' weights and keep their confidences.
 #[test]
 fn tpfl_clusters_under_central_dp_report_the_accountants_epsilon_and_repeat() {
     let dir = tempfile::tempdir().unwrap();
@@ -256,9 +258,21 @@ fn tpfl_clusters_under_central_dp_report_the_accountants_epsilon_and_repeat() {
         plain[&3]["metrics"], a[&3]["metrics"],
         "the noise was added"
     );
+    // Local noise: each client noises its winner's weights and keeps its confidence; the
+    // server only counts the rounds.
     let local = tpfl(dir.path(), "tpfl-local", &dp("local"));
-    let err = refused(&local, dir.path());
-    assert!(err.contains("is not built for strategy tpfl"), "{err}");
+    let l = results(&run(&local, &dir.path().join("l")));
+    for round in &l.rounds[1..] {
+        let p = round
+            .privacy
+            .as_ref()
+            .expect("a privacy record every round");
+        assert_eq!(p.mechanism, Mechanism::Local);
+        assert_eq!(p.noise_std, 0.8 * 0.5);
+        let report = round.report.as_ref().unwrap();
+        let winners = report.details::<TpflRound>().unwrap().winners;
+        assert!(winners.values().all(|w| w.confidence == 0.0), "{winners:?}");
+    }
 }
 
 #[test]

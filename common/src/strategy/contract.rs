@@ -161,12 +161,6 @@ pub trait StrategyParams: Debug + Send + Sync {
         false
     }
 
-    /// Whether `dp.mechanism = "local"` applies (where `[dp]` does): its clients noise their
-    /// own updates.
-    fn takes_local_dp(&self) -> bool {
-        self.takes_dp()
-    }
-
     /// Whether `[secagg]` applies: the server needs only the weighted sum of the updates, and
     /// the client's update as that sum's terms ([`StrategyParams::secure_input`]).
     fn takes_secagg(&self) -> bool {

@@ -145,9 +145,9 @@ impl ModelSpec {
         clients: usize,
     ) -> Result<Box<dyn ClientStrategy<BitShard>>> {
         match self {
-            ModelSpec::Tm(t) => Ok(Box::new(TpflClient::new(
-                t.tm, t.tpfl, features, classes, seed, client,
-            ))),
+            ModelSpec::Tm(t) => Ok(Box::new(
+                TpflClient::new(t.tm, t.tpfl, features, classes, seed, client).with_dp(t.dp),
+            )),
             ModelSpec::ConvTm(f) => Ok(Box::new(FedTmosClient::new(
                 f.tm,
                 f.fedtmos,

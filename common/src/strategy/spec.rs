@@ -224,12 +224,7 @@ fn check_dp(spec: &StrategySpec, c: &Checked) -> ParamResult<()> {
             spec.name()
         )));
     }
-    if c.dp.mechanism == Mechanism::Local && !spec.params().takes_local_dp() {
-        return Err(ParamError::Inconsistent(format!(
-            "dp.mechanism = \"local\" is not built for strategy {}: use \"central\"",
-            spec.name()
-        )));
-    }
+
     if c.dp.mechanism == Mechanism::Central && !c.robust.is_plain() {
         return Err(ParamError::Inconsistent(
             "dp.mechanism = \"central\" noises the plain weighted mean; [robust] would change it \

@@ -128,6 +128,26 @@ fn by_cluster<'a>(
     Ok(members)
 }
 
+impl IfcaServer {
+    /// The round's k networks kept and sent to every client, with who chose which.
+    fn keep(
+        &mut self,
+        models: Vec<Vec<f32>>,
+        weights: BTreeMap<ClientId, f64>,
+        clusters: BTreeMap<u32, Vec<ClientId>>,
+    ) -> Aggregate {
+        let download = encode_models(&models);
+        self.models = models;
+        Aggregate {
+            downloads: Downloads::Broadcast(download),
+            weights,
+            report: RoundReport::of(&IfcaRound { clusters }),
+            local: BTreeMap::new(),
+            privacy: None,
+        }
+    }
+}
+
 /// The k networks one after the other, as one download.
 pub fn encode_models(models: &[Vec<f32>]) -> Payload {
     encode_params(&models.concat())
@@ -168,15 +188,7 @@ impl ServerStrategy for IfcaServer {
             .iter()
             .map(|(&c, list)| (c, list.iter().map(|m| m.client).collect()))
             .collect();
-        let download = encode_models(&models);
-        self.models = models;
-        Ok(Aggregate {
-            downloads: Downloads::Broadcast(download),
-            weights,
-            report: RoundReport::of(&IfcaRound { clusters }),
-            local: BTreeMap::new(),
-            privacy: None,
-        })
+        Ok(self.keep(models, weights, clusters))
     }
 
     fn secure_len(&self, features: usize) -> Option<usize> {
@@ -225,15 +237,7 @@ impl ServerStrategy for IfcaServer {
             clusters.insert(cluster, shares.keys().copied().collect());
             weights.extend(shares);
         }
-        let download = encode_models(&models);
-        self.models = models;
-        Ok(Aggregate {
-            downloads: Downloads::Broadcast(download),
-            weights,
-            report: RoundReport::of(&IfcaRound { clusters }),
-            local: BTreeMap::new(),
-            privacy: None,
-        })
+        Ok(self.keep(models, weights, clusters))
     }
 
     fn snapshot(&self) -> StrategyState {

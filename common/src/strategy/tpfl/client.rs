@@ -9,6 +9,7 @@ use crate::metrics::ConfusionMatrix;
 use crate::model::tm::{CoalescedTm, FeedbackMasks, TmHyper};
 use crate::rng::{FlintRng, derive_rng};
 use crate::strategy::ClientStrategy;
+use crate::strategy::privacy::{ClientNoise, DpHyper, Mechanism, privatize_locally};
 use crate::strategy::resume;
 use crate::wire::proto::Payload;
 use crate::wire::{self, WinnerUpload};
@@ -33,6 +34,13 @@ pub struct TpflClient {
     hyper: TpflHyper,
     /// The last vector received per class and the round it aggregates (delta bases).
     received: BTreeMap<u32, (Round, Vec<i32>)>,
+    /// `dp.mechanism = "local"`: the winner's weights are clipped and noised before they leave.
+    local_dp: Option<DpHyper>,
+    /// Each class's weights as the machine started (from the seed: public), the base of a
+    /// local change for a class never received.
+    initial: Vec<Vec<i32>>,
+    /// A secret key's stream for the local noise; without one, the training stream.
+    noise: Option<ClientNoise>,
 }
 
 impl TpflClient {
@@ -46,12 +54,55 @@ impl TpflClient {
         client: ClientId,
     ) -> TpflClient {
         let mut rng = derive_rng(seed, "tm-init", client);
+        let tm = CoalescedTm::new(tm, features, classes, &mut rng);
+        let initial = (0..classes).map(|c| tm.class_weights(c).to_vec()).collect();
         TpflClient {
-            tm: CoalescedTm::new(tm, features, classes, &mut rng),
-            masks: FeedbackMasks::new(tm.s, &mut rng),
+            masks: FeedbackMasks::new(tm.hyper().s, &mut rng),
+            tm,
             hyper,
             received: BTreeMap::new(),
+            local_dp: None,
+            initial,
+            noise: None,
         }
+    }
+
+    /// A client that clips and noises its winner's weights under `dp.mechanism = "local"`
+    /// (nothing changes otherwise).
+    pub fn with_dp(self, dp: DpHyper) -> Self {
+        TpflClient {
+            local_dp: (dp.mechanism == Mechanism::Local).then_some(dp),
+            ..self
+        }
+    }
+
+    /// Under local `[dp]`: `own` as it leaves, the base (the class's last download, else its
+    /// initial weights, both public) plus the change clipped and noised, rounded to integers
+    /// (post-processing).
+    pub(super) fn privatized(
+        &self,
+        class: u32,
+        own: &[i32],
+        round: Round,
+        rng: &mut FlintRng,
+    ) -> Result<Vec<i32>> {
+        let Some(dp) = &self.local_dp else {
+            return Ok(own.to_vec());
+        };
+        let base = match self.received.get(&class) {
+            Some((_, v)) => v,
+            None => &self.initial[class as usize],
+        };
+        let floats = |v: &[i32]| v.iter().map(|&w| f64::from(w)).collect::<Vec<f64>>();
+        let mut noisy = floats(own);
+        match &self.noise {
+            Some(noise) => privatize_locally(dp, &floats(base), &mut noisy, &mut noise.rng(round))?,
+            None => privatize_locally(dp, &floats(base), &mut noisy, rng)?,
+        }
+        Ok(noisy
+            .iter()
+            .map(|v| v.round().clamp(f64::from(i32::MIN), f64::from(i32::MAX)) as i32)
+            .collect())
     }
 
     pub fn machine(&self) -> &CoalescedTm {
@@ -87,7 +138,12 @@ impl ClientStrategy<BitShard> for TpflClient {
         Ok(())
     }
 
-    fn train(&mut self, shard: &BitShard, _round: Round, rng: &mut FlintRng) -> Result<Payload> {
+    fn set_noise_key(&mut self, noise: ClientNoise) -> bool {
+        self.noise = Some(noise);
+        self.local_dp.is_some()
+    }
+
+    fn train(&mut self, shard: &BitShard, round: Round, rng: &mut FlintRng) -> Result<Payload> {
         for _ in 0..self.hyper.local_epochs {
             self.tm.fit_epoch(&shard.train, &mut self.masks, rng);
         }
@@ -95,7 +151,12 @@ impl ClientStrategy<BitShard> for TpflClient {
             FlintError::Model("tpfl needs a confidence split, and this shard has none".into())
         })?;
         let (class, confidence) = self.winner(confidence_rows)?;
-        let own = self.tm.class_weights(class as usize);
+        let own = self.privatized(class, self.tm.class_weights(class as usize), round, rng)?;
+        // Under local noise the confidence, a figure of the client's own rows, stays with it.
+        let confidence = match self.local_dp {
+            Some(_) => 0,
+            None => confidence,
+        };
         let (weights, delta_base_round) = match self.received.get(&class) {
             Some((r, base)) if self.hyper.delta => (
                 own.iter()
@@ -104,7 +165,7 @@ impl ClientStrategy<BitShard> for TpflClient {
                     .collect(),
                 *r,
             ),
-            _ => (own.to_vec(), 0),
+            _ => (own, 0),
         };
         let upload = WinnerUpload {
             class,

@@ -25,13 +25,9 @@ impl Strategy for TmSpec {
 }
 
 impl StrategyParams for TmSpec {
-    /// Central noise on each cluster's mean; no client noises its own weights yet.
+    /// Central noise on each cluster's mean, or each client's on its winner's weights.
     fn takes_dp(&self) -> bool {
         true
-    }
-
-    fn takes_local_dp(&self) -> bool {
-        false
     }
 
     fn resolve(&self, _: &Sections, out: &mut Sections) {

@@ -490,3 +490,41 @@ fn each_clusters_mean_is_clipped_and_noised_at_its_own_weight() {
     assert_eq!(clusters[&0].members, vec![1, 2]);
     assert_eq!(previous[&0], clusters[&0].mean, "the next round's base");
 }
+
+/// Local `[dp]` on a TPFL client: the winner's weights leave as the base (the class's initial
+/// weights, from the seed, before any download; the download after one) plus the change
+/// clipped to `clip` and noised at `noise_multiplier × clip`, rounded to integers.
+#[test]
+fn a_local_dp_client_sends_its_base_plus_a_clipped_noised_change() {
+    use crate::strategy::privacy::{DpHyper, Mechanism};
+    let dp = |z: f64| DpHyper {
+        mechanism: Mechanism::Local,
+        clip: Some(3.0),
+        noise_multiplier: z,
+        delta: 1e-5,
+    };
+    let base: Vec<i32> = client(false).machine().class_weights(1).to_vec();
+    let own: Vec<i32> = base.iter().map(|w| w + 40).collect();
+    let mut rng = derive_rng(1, "test", 0);
+    // No noise to speak of: the change of norm 40 √20 is cut to 3, spread evenly.
+    let quiet = client(false).with_dp(dp(1e-9));
+    let sent = quiet.privatized(1, &own, 1, &mut rng).unwrap();
+    let step = (3.0 / (20f64).sqrt()).round() as i32;
+    assert!(
+        sent.iter().zip(&base).all(|(s, b)| s - b == step),
+        "{sent:?}"
+    );
+    // After a download the change is measured from it.
+    let mut downloaded = client(false).with_dp(dp(1e-9));
+    let received = vec![100; 20];
+    downloaded
+        .apply(
+            2,
+            &wire::encode_class_weights(1, &received, WeightCoding::Varint),
+        )
+        .unwrap();
+    let sent = downloaded.privatized(1, &received, 3, &mut rng).unwrap();
+    assert_eq!(sent, received, "no change, nothing but the noise");
+    // A client without local noise sends its weights as they are.
+    assert_eq!(client(false).privatized(1, &own, 1, &mut rng).unwrap(), own);
+}
