@@ -288,14 +288,17 @@ impl ServerStrategy for TpflServer {
         }
         let how = self.hyper.cluster_mean;
         let (clusters, spent) = match &mut self.privacy {
-            Some(p) => {
+            Some(p) if p.adds_noise() => {
                 let (c, spent) = private_clusters(round, &uploads, &mut self.previous, how, p)?;
                 (c, Some(spent))
             }
-            None => (
-                cluster(&uploads, &mut self.previous, how, &self.robust)?,
-                None,
-            ),
+            // Local noise came with the uploads: the round is only counted.
+            other => {
+                let ids: Vec<ClientId> = uploads.keys().copied().collect();
+                let spent = other.as_mut().map(|p| p.count(&ids)).transpose()?;
+                let c = cluster(&uploads, &mut self.previous, how, &self.robust)?;
+                (c, spent)
+            }
         };
         let mut aggregate = self.downloads(round, &clusters, winners);
         aggregate.privacy = spent;
