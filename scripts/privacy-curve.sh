@@ -6,7 +6,7 @@
 #   scripts/privacy-curve.sh             FedAvg on MAGIC (experiments/fedavg-magic.toml and its
 #                                        [dp] copies in experiments/privacy/), central and local
 #   scripts/privacy-curve.sh tpfl-mnist  TPFL on MNIST (experiments/privacy/tpfl-mnist*.toml),
-#                                        central per cluster
+#                                        central per cluster and local
 #   MULTIPLIERS="1 3 10 30" SEEDS=7,1,2 by default
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,7 +17,7 @@ case ${1:-fedavg-magic} in
   fedavg-magic)
     plain=experiments/fedavg-magic.toml mechanisms="central local" out=runs/privacy ;;
   tpfl-mnist)
-    plain=experiments/privacy/tpfl-mnist.toml mechanisms=central out=runs/privacy-tpfl ;;
+    plain=experiments/privacy/tpfl-mnist.toml mechanisms="central local" out=runs/privacy-tpfl ;;
   *) echo "privacy-curve.sh: fedavg-magic or tpfl-mnist, not $1" >&2; exit 2 ;;
 esac
 name=${1:-fedavg-magic}
