@@ -250,6 +250,55 @@ fn a_server_killed_after_the_shares_were_revealed_abandons_the_round_and_goes_on
     assert_eq!(second.participants.len(), CLIENTS);
 }
 
+/// Killed while round 1's keys' stage waits for its stragglers (no client has revealed a share),
+/// the server started again takes the clients' keys afresh, and the run ends with exactly the
+/// metrics of the uninterrupted one.
+#[test]
+fn a_server_killed_before_any_share_was_revealed_ends_like_the_uninterrupted_run() {
+    let root = tempfile::tempdir().unwrap();
+    let churn = "\n[churn]\nstraggle = 0.5\nstraggle_secs = 6\n";
+    let exp = experiment(root.path(), "stragglers", 2, &(secure(30) + churn));
+    let whole = results(&run(&exp, &root.path().join("whole")));
+
+    let out = root.path().join("killed");
+    std::fs::create_dir_all(&out).unwrap();
+    let addr = format!("127.0.0.1:{}", free_port());
+    let (mut s, _) = start_server_at(&exp, &out, &addr, "server-1.log", &[]);
+    let url = format!("http://{addr}");
+    let mut clients: Vec<Proc> = (1..=CLIENTS)
+        .map(|i| start_clients(&exp, &url, &[&format!("client-{i}")], &out))
+        .collect();
+    // Every client has trained and a straggler still holds its update: the keys' stage waits.
+    wait_for(LIMIT, || {
+        let logs: Vec<String> = (1..=CLIENTS)
+            .map(|i| {
+                std::fs::read_to_string(out.join(format!("client-{i}.log"))).unwrap_or_default()
+            })
+            .collect();
+        let trained = logs.iter().filter(|l| l.contains("trained")).count();
+        let holding = logs.iter().any(|l| l.contains("straggling"));
+        (trained == CLIENTS && holding).then_some(())
+    });
+    s.signal("KILL");
+    s.wait(LIMIT);
+    let first = std::fs::read_to_string(out.join("server-1.log")).unwrap();
+    assert!(
+        first.contains("round open") && !first.contains("secure round closed"),
+        "killed while round 1's secure aggregation was under way"
+    );
+    let (mut s, _) = start_server_at(&exp, &out, &addr, "server-2.log", &[]);
+    for c in clients.iter_mut() {
+        assert!(c.wait(LIMIT).success(), "a client failed");
+    }
+    assert!(s.wait(LIMIT).success(), "the server failed");
+    let r = results(&out);
+    for round in 1..=2 {
+        let (a, b) = (&r.rounds[round], &whole.rounds[round]);
+        assert_eq!(a.participants.len(), CLIENTS, "round {round}");
+        assert_eq!(a.metrics, b.metrics, "round {round}");
+    }
+}
+
 #[test]
 fn what_cannot_be_summed_securely_is_refused() {
     let dir = tempfile::tempdir().unwrap();
