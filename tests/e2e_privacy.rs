@@ -273,6 +273,22 @@ fn tpfl_clusters_under_central_dp_report_the_accountants_epsilon_and_repeat() {
         let winners = report.details::<TpflRound>().unwrap().winners;
         assert!(winners.values().all(|w| w.confidence == 0.0), "{winners:?}");
     }
+    // Local noise under [secagg]: the clusters' sums are of noised weights, each summed round
+    // counted.
+    let both = dp("local") + "\n[secagg]\nenabled = true\n";
+    let sa = results(&run(
+        &tpfl(dir.path(), "tpfl-local-sa", &both),
+        &dir.path().join("s"),
+    ));
+    let summed: Vec<_> = sa.rounds[1..]
+        .iter()
+        .filter(|r| !r.participants.is_empty())
+        .collect();
+    assert!(!summed.is_empty(), "a cluster of 3 or more summed");
+    for round in summed {
+        let p = round.privacy.as_ref().expect("a summed round is counted");
+        assert_eq!(p.mechanism, Mechanism::Local);
+    }
 }
 
 #[test]

@@ -188,12 +188,14 @@ impl SecureRound {
             }
             // A repeat (answered as the first) or, while the keys' stage is open, new keys.
             Some(_) => {
-                return self
+                let g = self
                     .groups
                     .get_mut(&group)
-                    .expect("kept")
-                    .server
-                    .advertise(client, advert);
+                    .expect("every member's group is kept");
+                if let Some(why) = &g.failed {
+                    return Err(FlintError::Precondition(why.clone()));
+                }
+                return g.server.advertise(client, advert);
             }
             None if self.stage != Stage::Advertising => {
                 return refuse(format!(
@@ -202,12 +204,16 @@ impl SecureRound {
             }
             None => {}
         }
-        let (round, threshold, len) = (self.round, self.threshold, self.len);
-        let g = self
-            .groups
-            .entry(group)
-            .or_insert_with(|| Group::new(round, threshold, len));
-        g.server.advertise(client, advert)?;
+        // A refused advert leaves no group behind.
+        let mut g = match self.groups.remove(&group) {
+            Some(g) => g,
+            None => Group::new(self.round, self.threshold, self.len),
+        };
+        let taken = g.server.advertise(client, advert);
+        if g.server.taken() > 0 {
+            self.groups.insert(group, g);
+        }
+        taken?;
         self.member_of.insert(client, group);
         Ok(())
     }

@@ -294,10 +294,9 @@ impl ServerStrategy for TpflServer {
             }
             // Local noise came with the uploads: the round is only counted.
             other => {
-                let ids: Vec<ClientId> = uploads.keys().copied().collect();
-                let spent = other.as_mut().map(|p| p.count(&ids)).transpose()?;
                 let c = cluster(&uploads, &mut self.previous, how, &self.robust)?;
-                (c, spent)
+                let ids: Vec<ClientId> = uploads.keys().copied().collect();
+                (c, other.as_mut().map(|p| p.count(&ids)).transpose()?)
             }
         };
         let mut aggregate = self.downloads(round, &clusters, winners);
@@ -307,11 +306,11 @@ impl ServerStrategy for TpflServer {
 
     fn set_noise_key(&mut self, key: NoiseKey) -> bool {
         match &mut self.privacy {
-            Some(p) => {
+            Some(p) if p.adds_noise() => {
                 p.set_key(key);
                 true
             }
-            None => false,
+            _ => false,
         }
     }
 
@@ -357,7 +356,19 @@ impl ServerStrategy for TpflServer {
             by_class.insert(class, (members, g.sum.clone()));
         }
         let clusters = from_sums(by_class, &mut self.previous, self.hyper.cluster_mean);
-        Ok(self.downloads(round, &clusters, BTreeMap::new()))
+        // Local noise came with the masked weights: the round is only counted.
+        let summed: Vec<ClientId> = sums
+            .values()
+            .flat_map(|g| g.weights.keys().copied())
+            .collect();
+        let spent = self
+            .privacy
+            .as_mut()
+            .map(|p| p.count(&summed))
+            .transpose()?;
+        let mut aggregate = self.downloads(round, &clusters, BTreeMap::new());
+        aggregate.privacy = spent;
+        Ok(aggregate)
     }
 
     fn snapshot(&self) -> StrategyState {
