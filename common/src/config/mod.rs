@@ -192,28 +192,7 @@ impl Experiment {
     /// rules that tie them together.
     pub fn check(file: ExperimentFile) -> Result<Experiment> {
         rules::check_name(&file.name)?;
-        let mut sections = file.sections();
-        // Clients declared by count have no compute speed for AHP's first criterion.
-        if file.strategy == StrategyKind::FedAvgAhp
-            && sections.ahp.is_none()
-            && file.client_count.is_some()
-        {
-            sections.ahp = Some(crate::strategy::ahp::AhpSection::without_compute_speed());
-        }
-        // Under central DP every change is clipped and the noise follows the largest weight: the
-        // cap's clip to the round's median would break the sensitivity bound.
-        let central_dp = sections
-            .dp
-            .is_some_and(|d| d.mechanism == crate::strategy::privacy::Mechanism::Central);
-        // Secure aggregation hides the values the cap compares.
-        if file.strategy == StrategyKind::FedAvgAhp
-            && sections.robust.is_none()
-            && !central_dp
-            && file.secagg.is_off()
-        {
-            let clients = file.client_count.unwrap_or(file.clients.len());
-            sections.robust = Some(RobustHyper::capped_at_twice_the_share(clients));
-        }
+        let sections = ahp_defaults(&file, file.sections());
         let model = StrategySpec::model_of(file.strategy, file.model)?;
         let data = rules::data_for_model(&file.data, file.strategy, model)?;
         let strategy = StrategySpec::check(file.strategy, model, &sections, &data.shape())?;
@@ -235,20 +214,8 @@ impl Experiment {
         let churn = file.churn.check()?;
         let secagg = file.secagg.check(strategy.params().secure_bound())?;
         let robust = sections.robust.unwrap_or_default();
-        if !secagg.is_off() {
-            secagg::check_secagg(
-                &strategy,
-                &robust,
-                sections.dp.as_ref(),
-                &policy,
-                clients.len(),
-            )?;
-        } else if churn.masked_dropout > 0.0 {
-            return Err(FlintError::Config(
-                "churn.masked_dropout drops clients after their masked input: it needs [secagg]"
-                    .into(),
-            ));
-        }
+        let secure = (&strategy, &robust, &policy, clients.len());
+        check_secagg_with(&secagg, &churn, sections.dp.as_ref(), secure)?;
         let links = file.links.check()?.assign(file.seed, &clients);
         let mut policy = policy;
         policy.abandon_short |= churn.dropout > 0.0;
@@ -326,6 +293,48 @@ impl Experiment {
     pub fn to_toml(&self) -> String {
         toml::to_string(&self.file).expect("experiment serialises to toml")
     }
+}
+
+/// AHP-FedAvg's defaults where the file leaves them out: no compute speed for clients declared
+/// by count, and the weight cap, except under central DP (every change is clipped and the noise
+/// follows the largest weight: a clip to the round's median would break the sensitivity bound)
+/// and `[secagg]` (which hides the values the cap compares).
+fn ahp_defaults(
+    file: &ExperimentFile,
+    mut sections: crate::strategy::Sections,
+) -> crate::strategy::Sections {
+    if file.strategy != StrategyKind::FedAvgAhp {
+        return sections;
+    }
+    if sections.ahp.is_none() && file.client_count.is_some() {
+        sections.ahp = Some(crate::strategy::ahp::AhpSection::without_compute_speed());
+    }
+    let central_dp = sections
+        .dp
+        .is_some_and(|d| d.mechanism == crate::strategy::privacy::Mechanism::Central);
+    if sections.robust.is_none() && !central_dp && file.secagg.is_off() {
+        let clients = file.client_count.unwrap_or(file.clients.len());
+        sections.robust = Some(RobustHyper::capped_at_twice_the_share(clients));
+    }
+    sections
+}
+
+/// `[secagg]` where it is on; else no churn that needs it.
+fn check_secagg_with(
+    secagg: &SecAggSection,
+    churn: &ChurnSection,
+    dp: Option<&crate::strategy::privacy::DpHyper>,
+    (strategy, robust, policy, clients): (&StrategySpec, &RobustHyper, &RoundPolicy, usize),
+) -> Result<()> {
+    if !secagg.is_off() {
+        return secagg::check_secagg(strategy, robust, dp, policy, clients);
+    }
+    if churn.masked_dropout > 0.0 {
+        return Err(FlintError::Config(
+            "churn.masked_dropout drops clients after their masked input: it needs [secagg]".into(),
+        ));
+    }
+    Ok(())
 }
 
 fn fingerprint(file: &ExperimentFile) -> String {
