@@ -257,7 +257,8 @@ fn uploads_in_flight_share_one_bounded_budget() {
     let experiment = Experiment::load(&exp_path, &[]).unwrap();
     // The run's largest update is 2,208 bytes (3 KiB): the budget holds one at a time.
     let too_small = flint()
-        .args(["server", "--upload-budget-kib", "2", "--experiment"])
+        .args(["server", "--open-enrollment", "--upload-budget-kib", "2"])
+        .arg("--experiment")
         .arg(&exp_path)
         .arg("--out")
         .arg(dir.path())
@@ -751,7 +752,10 @@ fn the_server_keeps_answering_while_a_round_aggregates() {
                 listener,
                 &out,
                 None,
-                &Default::default(),
+                &flint_server::ServeOptions {
+                    open_enrollment: true,
+                    ..Default::default()
+                },
             )
             .await
         });
@@ -924,7 +928,8 @@ fn silent_connections_beyond_the_descriptor_limit_do_not_lock_the_clients_out() 
         .arg("--nofile=48:48")
         .arg("--")
         .arg(env!("CARGO_BIN_EXE_flint"))
-        .args(["server", "--listen", "127.0.0.1:0", "--experiment"])
+        .args(["server", "--open-enrollment", "--listen", "127.0.0.1:0"])
+        .arg("--experiment")
         .arg(&exp)
         .arg("--out")
         .arg(d)

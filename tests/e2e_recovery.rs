@@ -127,6 +127,7 @@ fn a_server_killed_at_any_point_resumes_its_run_and_ends_as_if_never_killed() {
     let other = flint()
         .args([
             "server",
+            "--open-enrollment",
             "--listen",
             &addr,
             "--set",

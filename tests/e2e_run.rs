@@ -626,7 +626,8 @@ fn a_csv_runs_feature_count_comes_from_the_experiment() {
         &format!("{text}classes = [\"a\", \"b\", \"c\"]\n"),
     );
     let out = flint()
-        .args(["server", "--listen", "127.0.0.1:0", "--experiment"])
+        .args(["server", "--open-enrollment", "--listen", "127.0.0.1:0"])
+        .arg("--experiment")
         .arg(&listed)
         .arg("--out")
         .arg(dir.path().join("by-hand"))

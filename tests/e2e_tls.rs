@@ -489,6 +489,7 @@ fn plaintext_beyond_loopback_needs_insecure() {
             .arg("--ready-file")
             .arg(&ready)
             .env("FLINT_INSECURE", "1")
+            .env("FLINT_OPEN_ENROLLMENT", "1")
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()

@@ -8,6 +8,8 @@ mod support;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use flint_client::proto::aggregator_client::AggregatorClient;
@@ -776,6 +778,10 @@ struct Enrolled {
 
 impl Enrolled {
     fn start(d: &Path, name: &str) -> Enrolled {
+        Self::start_with(d, name, &[])
+    }
+
+    fn start_with(d: &Path, name: &str, extra: &[&str]) -> Enrolled {
         let exp = write(
             d,
             &format!("{name}.toml"),
@@ -784,8 +790,8 @@ impl Enrolled {
         let pki = d.join("pki");
         ok(flint().args(["certs", "--enroll", "2", "--out"]).arg(&pki));
         let hashes = pki.join("enrollment.sha256");
-        let (server, addr) =
-            start_server_with(&exp, d, &["--enrollment", hashes.to_str().unwrap()]);
+        let args = [&["--enrollment", hashes.to_str().unwrap()], extra].concat();
+        let (server, addr) = start_server_with(&exp, d, &args);
         Enrolled {
             exp,
             enroll: pki.join("enroll"),
@@ -890,4 +896,97 @@ fn a_short_enrollment_folder_ends_only_the_client_without_a_secret() {
             && said.contains("no unused enrollment secret left"),
         "{said}"
     );
+}
+
+/// A server whose slots a bare token or the pool certificate could take (plaintext, or TLS
+/// without client certificates) refuses to start without enrollment, on loopback too, and says
+/// how to go on; `--open-enrollment` asks for it by name (every other test here does).
+#[test]
+fn a_server_on_tokens_alone_refuses_to_start_without_enrollment() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let exp = write(d, "bare.toml", &synthetic_experiment("bare", 2, 1, ROUNDS));
+    let pki = d.join("pki");
+    ok(flint().args(["certs", "--pool", "--out"]).arg(&pki));
+    let tls = [
+        "--tls-cert",
+        pki.join("server.crt").to_str().unwrap(),
+        "--tls-key",
+        pki.join("server.key").to_str().unwrap(),
+    ]
+    .map(String::from);
+    for extra in [&[][..], &tls[..]] {
+        let out = flint()
+            .args(["server", "--listen", "127.0.0.1:0", "--experiment"])
+            .arg(&exp)
+            .arg("--out")
+            .arg(d.join("refused"))
+            .args(extra)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{err}");
+        assert!(
+            err.contains("refusing to start without enrollment")
+                && err.contains("--enrollment")
+                && err.contains("--open-enrollment"),
+            "{err}"
+        );
+        assert!(!d.join("refused").join("state").exists(), "nothing written");
+    }
+}
+
+/// Under the defaults a stranger claiming again and again, with a fresh token each time and
+/// no secret, takes no slot however short the lease: the honest clients started without a
+/// name (each with a secret) get theirs and the run ends. On an open server the same loop
+/// would hold every slot that lapses.
+#[test]
+fn a_claim_loop_without_secrets_keeps_no_honest_client_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let Enrolled {
+        exp,
+        enroll,
+        mut server,
+        url,
+    } = Enrolled::start_with(d, "squat", &["--claim-lease-secs", "3"]);
+    let e = Experiment::load(&exp, &[]).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let looping = {
+        let (stop, url, fingerprint) = (stop.clone(), url.clone(), e.fingerprint.clone());
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Runtime::new().unwrap();
+            rt.block_on(async {
+                let mut g = AggregatorClient::new(connect(&url).await);
+                let mut refused = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    let mut c = claim(&fingerprint);
+                    c.token = flint_client::random_secret();
+                    refused.push(g.claim(c).await.map(|_| ()).map_err(|s| s.code()));
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                refused
+            })
+        })
+    };
+    std::thread::sleep(Duration::from_secs(1));
+    let enroll_args = ["--enroll-dir", enroll.to_str().unwrap()];
+    let honest: Vec<Proc> = (1..=2)
+        .map(|p| {
+            let out = d.join(format!("honest-{p}"));
+            std::fs::create_dir_all(&out).unwrap();
+            start_clients_with(&exp, &url, &["auto"], &out, &enroll_args)
+        })
+        .collect();
+    for mut p in honest {
+        assert!(p.wait(Duration::from_secs(60)).success());
+    }
+    assert!(server.wait(Duration::from_secs(60)).success());
+    stop.store(true, Ordering::Relaxed);
+    let tried = looping.join().unwrap();
+    assert!(tried.len() >= 5, "{} claims", tried.len());
+    // Refused for want of a secret, or once every slot is joined for want of a slot.
+    assert_eq!(tried[0], Err(Code::Unauthenticated));
+    assert!(tried.iter().all(Result::is_err), "{tried:?}");
+    assert_eq!(results(d).rounds[1].participants, vec![1, 2]);
 }

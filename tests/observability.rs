@@ -143,7 +143,7 @@ impl WaitingServer {
         let out = dir.join("out");
         let ready = dir.join("ready");
         let child = flint
-            .args(["server", "--listen", "127.0.0.1:0"])
+            .args(["server", "--open-enrollment", "--listen", "127.0.0.1:0"])
             .args(["--metrics-listen", "127.0.0.1:0", "--experiment"])
             .arg(&exp)
             .arg("--out")

@@ -2,7 +2,7 @@
 //! certificate per client whose common name is the client's name, and optionally a pool
 //! certificate for clients started with `--name auto`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::bail;
 use flint_shell::tls::generate_pki;
@@ -83,9 +83,7 @@ pub fn certs(args: CertsArgs) -> anyhow::Result<()> {
 }
 
 /// `n` enrollment secrets below `out/enroll/`, and their hashes in `out/enrollment.sha256`.
-fn write_enrollment(out: &std::path::Path, n: usize) -> anyhow::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
+fn write_enrollment(out: &Path, n: usize) -> anyhow::Result<()> {
     if n == 0 {
         bail!("--enroll needs at least one secret");
     }
@@ -100,17 +98,8 @@ fn write_enrollment(out: &std::path::Path, n: usize) -> anyhow::Result<()> {
     let mut hashes = String::new();
     for k in 1..=n {
         let secret = flint_client::random_secret();
-        let path = dir.join(format!("{k}.secret"));
-        let _ = std::fs::remove_file(&path);
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&path)
-            .and_then(|mut f| f.write_all(secret.as_bytes()))
-            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
-        hashes += &flint_server::identity::secret_hash_hex(&secret)?;
-        hashes.push('\n');
+        write_secret(&dir.join(format!("{k}.secret")), &secret)?;
+        hashes += &secret_hash_line(&secret)?;
     }
     std::fs::write(out.join("enrollment.sha256"), hashes)?;
     println!(
@@ -118,6 +107,28 @@ fn write_enrollment(out: &std::path::Path, n: usize) -> anyhow::Result<()> {
         dir.display()
     );
     Ok(())
+}
+
+/// An enrollment secret in its own file, readable by its owner only.
+pub(crate) fn write_secret(path: &Path, secret: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let _ = std::fs::remove_file(path);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .and_then(|mut f| f.write_all(secret.as_bytes()))
+        .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))
+}
+
+/// A secret's line of an enrollment file (`flint server --enrollment`).
+pub(crate) fn secret_hash_line(secret: &str) -> anyhow::Result<String> {
+    Ok(format!(
+        "{}\n",
+        flint_server::identity::secret_hash_hex(secret)?
+    ))
 }
 
 /// `N` → client-1 … client-N; otherwise the comma-separated names.

@@ -13,7 +13,10 @@ use flint_server::results::Status;
 use flint_shell::tls::Pki;
 
 use crate::lines::{Lines, by_line, client_links, start_relays};
+
+mod enrollment;
 use crate::report::{kb, levels};
+use enrollment::OwnEnrollment;
 
 /// Built in, so `flint run` works from any directory.
 const QUICKSTART: &str = include_str!("../../experiments/quickstart.toml");
@@ -101,11 +104,23 @@ pub fn execute(args: &RunArgs, progress: bool) -> anyhow::Result<PathBuf> {
         )?),
         false => None,
     };
+    // A process that names no slot by its certificate (plaintext, or the pool certificate of
+    // several clients) enrolls with a secret the run issued.
+    let enrollment = match args.insecure || per_process > 1 {
+        true => Some(OwnEnrollment::issue(&run.dir.join("enroll"), &names)?),
+        false => None,
+    };
     if crate::stop::requested() {
         bail!("stopped by a signal before any process started");
     }
     let started = Instant::now();
-    let (mut server, addr) = spawn_server(&run, &data_dir, pki.as_ref(), &args.metrics)?;
+    let (mut server, addr) = spawn_server(
+        &run,
+        &data_dir,
+        pki.as_ref(),
+        enrollment.as_ref(),
+        &args.metrics,
+    )?;
     // Clients reach the server through their emulated line's relay, where they have one.
     let relays = match start_relays(&links, &addr) {
         Ok(r) => r,
@@ -119,6 +134,7 @@ pub fn execute(args: &RunArgs, progress: bool) -> anyhow::Result<PathBuf> {
         run: &run,
         data_dir: &data_dir,
         pki: pki.as_ref(),
+        enrollment: enrollment.as_ref(),
         per_process,
     };
     let groups = by_line(&names, &links, &relays, &addr);
@@ -232,6 +248,7 @@ impl RunDir {
         }
         // `flint run` starts the experiment over: an earlier run's journal would resume it.
         let _ = std::fs::remove_dir_all(dir.join("state"));
+        let _ = std::fs::remove_dir_all(dir.join("enroll"));
         let _ = std::fs::remove_dir_all(dir.join("models"));
         let _ = std::fs::remove_dir_all(clients_dir.join("models"));
         for entry in std::fs::read_dir(&clients_dir)?.flatten() {
@@ -293,6 +310,7 @@ fn spawn_server(
     run: &RunDir,
     data_dir: &Path,
     pki: Option<&Pki>,
+    enrollment: Option<&OwnEnrollment>,
     metrics: &flint_server::exporter::MetricsOptions,
 ) -> anyhow::Result<(Child, String)> {
     let ready = run.dir.join("server.addr");
@@ -317,6 +335,9 @@ fn spawn_server(
             .arg(p.server_key())
             .arg("--tls-client-ca")
             .arg(p.ca_cert());
+    }
+    if let Some(e) = enrollment {
+        server.arg("--enrollment").arg(e.hashes());
     }
     // Only what this run asks for: a grid's runs must not all bind a listener the environment
     // names.
@@ -398,6 +419,7 @@ struct ClientLaunch<'a> {
     run: &'a RunDir,
     data_dir: &'a Path,
     pki: Option<&'a Pki>,
+    enrollment: Option<&'a OwnEnrollment>,
     per_process: usize,
 }
 
@@ -484,6 +506,9 @@ impl ClientLaunch<'_> {
                 .arg(cert)
                 .arg("--tls-key")
                 .arg(key);
+        }
+        if let Some(e) = self.enrollment {
+            cmd.arg("--enroll-dir").arg(e.folder_for(group)?);
         }
         let log = self.run.clients_dir.join(format!("{}.log", group[0]));
         let child = cmd

@@ -52,6 +52,19 @@ impl Holder {
     }
 }
 
+/// How a slot is bound the first time; later calls need only the token that bound it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Admission {
+    /// Only by a client certificate that names the slot: a run that issued no enrollment
+    /// secrets and was not opened refuses the pool certificate and bare tokens.
+    Certificates,
+    /// With one of the enrollment secrets the run issued (their hashes), each once, or by the
+    /// slot's own certificate.
+    Enrolled(BTreeSet<[u8; 32]>),
+    /// By any caller (`--open-enrollment`, for a network whose every host is trusted).
+    Open,
+}
+
 /// How long a slot claimed without a name (`--name auto`) stays its claimer's before the
 /// claimer joins: a process that claims and dies must not keep the slot from the next one.
 pub const CLAIM_LEASE: Duration = Duration::from_secs(120);
@@ -65,10 +78,9 @@ pub struct Identities {
     /// the slot removes it.
     unjoined_since: BTreeMap<ClientId, Instant>,
     lease: Duration,
-    /// The enrollment secrets the run issued (their hashes), where it asks for one: a slot is
-    /// bound the first time only with an unused one, unless the caller's own certificate
-    /// names it.
-    enrollment: Option<BTreeSet<[u8; 32]>>,
+    /// The tokens whose claim lapsed unjoined, and when: none claims again within a lease.
+    lapsed_tokens: BTreeMap<[u8; 32], Instant>,
+    admission: Admission,
     /// Each used secret's slot (a secret is spent once used, even if its claim lapses).
     enrolled: BTreeMap<[u8; 32], ClientId>,
     /// The secret that bound each slot as it is bound now, for the journal.
@@ -82,21 +94,27 @@ impl Identities {
             claims: BTreeMap::new(),
             unjoined_since: BTreeMap::new(),
             lease: CLAIM_LEASE,
-            enrollment: None,
+            lapsed_tokens: BTreeMap::new(),
+            admission: Admission::Certificates,
             enrolled: BTreeMap::new(),
             slot_secret: BTreeMap::new(),
         }
     }
 
     /// Binding a slot the first time takes one of these enrollment secrets (by hash), each once.
-    pub fn with_enrollment(mut self, hashes: BTreeSet<[u8; 32]>) -> Self {
-        self.enrollment = Some(hashes);
+    pub fn with_enrollment(self, hashes: BTreeSet<[u8; 32]>) -> Self {
+        self.with_admission(Admission::Enrolled(hashes))
+    }
+
+    pub fn with_admission(mut self, admission: Admission) -> Self {
+        self.admission = admission;
         self
     }
 
-    /// What binding `id` to `token` asks of `secret`: nothing without enrollment, for the
-    /// token that already holds the slot, or for the slot's own certificate; otherwise an
-    /// issued secret no other slot used. The secret's hash, to record once the slot is bound.
+    /// What binding `id` to `token` asks of `secret`: nothing in an open run, for the token
+    /// that already holds the slot, or for the slot's own certificate; otherwise an issued
+    /// secret no other slot used, where the run issued any. The secret's hash, to record once
+    /// the slot is bound.
     pub fn check_enrollment(
         &self,
         id: ClientId,
@@ -104,9 +122,6 @@ impl Identities {
         secret: &str,
         peer: &Peer,
     ) -> Result<Option<[u8; 32]>> {
-        let Some(issued) = &self.enrollment else {
-            return Ok(None);
-        };
         let token = hash(token)?;
         let holds = self.claims.get(&id).is_some_and(|(h, _)| *h == token);
         let own_certificate =
@@ -114,6 +129,13 @@ impl Identities {
         if holds || own_certificate {
             return Ok(None);
         }
+        let issued = match &self.admission {
+            Admission::Open => return Ok(None),
+            Admission::Certificates => return Err(FlintError::PermissionDenied(
+                "this run binds a slot only to a client certificate that names it: a pool certificate or a bare token needs an enrollment secret, and the server was started with neither --enrollment nor --open-enrollment".into(),
+            )),
+            Admission::Enrolled(issued) => issued,
+        };
         if secret.is_empty() {
             return Err(FlintError::Unauthenticated(
                 "this run admits a new client only with an enrollment secret (flint client --enroll-secret or --enroll-dir, from flint certs --enroll)".into(),
@@ -239,6 +261,7 @@ impl Identities {
         if let Some((&id, _)) = self.claims.iter().find(|(_, (h, _))| *h == hash) {
             return Ok((id, self.name(id).unwrap_or_default().to_string(), false));
         }
+        self.check_not_lapsed(&hash, now)?;
         let id = match peer {
             Peer::Uncertified => return Err(uncertified()),
             Peer::Certified(cn) if cn != POOL_IDENTITY => {
@@ -275,7 +298,8 @@ impl Identities {
                 return Err(e);
             }
         };
-        if lapsed.is_some() {
+        if let Some((token, _)) = &lapsed {
+            self.remember_lapsed(*token, now);
             tracing::warn!(
                 client = id,
                 lease_secs = self.lease.as_secs_f64(),
@@ -318,7 +342,9 @@ impl Identities {
     /// its Join and came back with a new token (no `--out` kept the old one) takes its slot back
     /// with its secret, instead of finding the secret spent on a slot it can no longer hold.
     fn reclaimed(&self, secret: &str, joined: &dyn Fn(ClientId) -> bool) -> Option<ClientId> {
-        self.enrollment.as_ref()?;
+        if !matches!(self.admission, Admission::Enrolled(_)) {
+            return None;
+        }
         let h = hash(secret).ok()?;
         self.enrolled.get(&h).copied().filter(|&id| !joined(id))
     }
@@ -329,6 +355,29 @@ impl Identities {
         ids.clone()
             .find(|id| !self.claims.contains_key(id))
             .or_else(|| ids.into_iter().find(|&id| self.lapsed(id, joined, now)))
+    }
+
+    /// A token that let its claim lapse does not claim again within a lease: a claimer that
+    /// holds slots by claiming again and again never joins.
+    fn check_not_lapsed(&self, token: &[u8; 32], now: Instant) -> Result<()> {
+        match self.lapsed_tokens.get(token) {
+            Some(&at) if now.saturating_duration_since(at) < self.lease => {
+                Err(FlintError::Precondition(format!(
+                    "this token's claim lapsed unjoined; it may claim again {:.0} s after the lapse",
+                    self.lease.as_secs_f64()
+                )))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Records that `token`'s claim lapsed at `now`, forgetting lapses older than a lease (a
+    /// slot lapses at most once a lease).
+    fn remember_lapsed(&mut self, token: [u8; 32], now: Instant) {
+        let lease = self.lease;
+        self.lapsed_tokens
+            .retain(|_, at| now.saturating_duration_since(*at) < lease);
+        self.lapsed_tokens.insert(token, now);
     }
 
     fn lapsed(&self, id: ClientId, joined: &dyn Fn(ClientId) -> bool, now: Instant) -> bool {
@@ -382,6 +431,10 @@ mod tests {
 
     fn ids() -> Identities {
         Identities::new(vec!["client-1".into(), "client-2".into()])
+    }
+
+    fn open_ids() -> Identities {
+        ids().with_admission(Admission::Open)
     }
 
     /// A claim at once, with no slot joined.
@@ -473,7 +526,7 @@ mod tests {
 
     #[test]
     fn unnamed_clients_get_slots_by_arrival_and_keep_them() {
-        let mut i = ids();
+        let mut i = open_ids();
         assert_eq!(claim(&mut i, B, "", &Peer::Anonymous).unwrap().0, 1);
         assert_eq!(claim(&mut i, A, "", &Peer::Anonymous).unwrap().0, 2);
         // A repeated claim gets its slot back; a third token finds none left.
@@ -585,7 +638,7 @@ mod tests {
     #[test]
     fn a_claim_left_unjoined_lapses_after_its_lease() {
         let lease = Duration::from_secs(60);
-        let mut i = ids().with_lease(lease);
+        let mut i = open_ids().with_lease(lease);
         let t0 = Instant::now();
         let none = |_| false;
         assert_eq!(
@@ -649,6 +702,50 @@ mod tests {
             Err(FlintError::PermissionDenied(_))
         ));
         let pool = Peer::Certified(POOL_IDENTITY.into());
-        assert_eq!(claim(&mut i, B, "", &pool).unwrap().0, 1);
+        assert_eq!(claim(&mut open_ids(), B, "", &pool).unwrap().0, 1);
+    }
+
+    /// Without enrollment and not opened, a slot is bound only by the certificate that names
+    /// it: the pool certificate and a bare token take none, by Join or by Claim, and change
+    /// nothing.
+    #[test]
+    fn a_run_neither_enrolled_nor_open_admits_only_named_certificates() {
+        let mut i = ids();
+        let pool = Peer::Certified(POOL_IDENTITY.into());
+        for peer in [&pool, &Peer::Anonymous] {
+            let e = i.check_enrollment(1, A, "", peer).unwrap_err();
+            assert!(
+                matches!(&e, FlintError::PermissionDenied(m) if m.contains("--open-enrollment")),
+                "{e:?}"
+            );
+            assert!(claim(&mut i, A, "", peer).is_err());
+        }
+        assert_eq!(i.claimed(), 0);
+        let two = Peer::Certified("client-2".into());
+        assert_eq!(i.check_enrollment(2, B, "", &two).unwrap(), None);
+        assert_eq!(claim(&mut i, B, "", &two).unwrap().0, 2);
+    }
+
+    /// A claimer whose claim lapsed unjoined cannot claim again with the same token within a
+    /// lease of the lapse (a loop of claims never joined holds no slot), and can after it.
+    #[test]
+    fn a_token_whose_claim_lapsed_waits_a_lease_to_claim_again() {
+        let lease = Duration::from_secs(60);
+        let mut i = open_ids().with_lease(lease);
+        let (t0, anon, none) = (Instant::now(), Peer::Anonymous, |_| false);
+        let mut claim =
+            |token: &str, at| i.claim_any(token, "", &anon, Holder::default(), &none, at);
+        let c = "c".repeat(32);
+        assert_eq!(claim(A, t0).unwrap().0, 1);
+        assert_eq!(claim(B, t0).unwrap().0, 2);
+        // Slot 1 lapses and goes to C; A, back at once, is refused, not given slot 2's lapse.
+        assert_eq!(claim(&c, t0 + lease).unwrap().0, 1);
+        let e = claim(A, t0 + lease * 3 / 2).unwrap_err();
+        assert!(
+            matches!(&e, FlintError::Precondition(m) if m.contains("lapsed")),
+            "{e:?}"
+        );
+        // A lease after its lapse, A claims again (C's claim of slot 1 has lapsed by then).
+        assert_eq!(claim(A, t0 + lease * 2).unwrap().0, 1);
     }
 }

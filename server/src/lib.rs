@@ -104,6 +104,12 @@ pub struct ServeOptions {
     /// certificate, or no certificate on a plaintext server) can then take none.
     #[arg(long, env = "FLINT_ENROLLMENT", value_name = "FILE")]
     pub enrollment: Option<PathBuf>,
+    /// Let any caller bind a free slot without an enrollment secret: on bearer tokens alone (no
+    /// --tls-client-ca) or with the pool certificate, anyone who reaches the server holding the
+    /// experiment file can then take one. For a network whose every host is trusted; without
+    /// it, such a server needs --enrollment.
+    #[arg(long, env = "FLINT_OPEN_ENROLLMENT", value_parser = clap::builder::FalseyValueParser::new(), conflicts_with = "enrollment")]
+    pub open_enrollment: bool,
     /// Seconds a slot claimed without a name (`flint client --name auto`) stays its claimer's
     /// before the claimer joins; then the next claimer may take it [default: 120].
     #[arg(long)]
@@ -136,6 +142,27 @@ pub struct ServeOptions {
     pub dp_noise_key_file: Option<PathBuf>,
     #[command(flatten)]
     pub metrics: exporter::MetricsOptions,
+}
+
+impl ServeOptions {
+    /// Who may bind a slot the first time: the enrolled, anyone where asked by name, else only
+    /// a certificate naming its slot, which needs mutual TLS.
+    fn check_admission(&self) -> anyhow::Result<()> {
+        if self.enrollment.is_some() || self.open_enrollment || self.tls.tls_client_ca.is_some() {
+            return Ok(());
+        }
+        anyhow::bail!(
+            "refusing to start without enrollment: on bearer tokens alone, anyone who reaches the server with the experiment file can take a free client slot, on loopback too. Give --enrollment (flint certs --enroll N writes the secrets and their hashes), or --tls-client-ca with a certificate per client, or pass --open-enrollment where every host is trusted"
+        )
+    }
+
+    fn admission(&self) -> anyhow::Result<identity::Admission> {
+        Ok(match (&self.enrollment, self.open_enrollment) {
+            (Some(path), _) => identity::Admission::Enrolled(state::enrollment_hashes(path)?),
+            (None, true) => identity::Admission::Open,
+            (None, false) => identity::Admission::Certificates,
+        })
+    }
 }
 
 /// TLS of the server (PEM files, e.g. from `flint certs`).
@@ -255,6 +282,7 @@ pub async fn serve_with(
 ) -> anyhow::Result<RunResults> {
     // Listening from the start: a signal during the run also cuts the metrics linger short.
     let mut stop = flint_shell::signal::Stop::listen();
+    options.check_admission()?;
     let tls_config = options.tls.config()?;
     let limits = connection_limits(&experiment, options)?;
     let metrics_listener = options.metrics.bind().await?;

@@ -83,10 +83,9 @@ pub fn open(
             anyhow::bail!("--claim-lease-secs must be a positive number of seconds, got {secs}")
         }
     };
-    let mut identities = Identities::new(names).with_lease(lease);
-    if let Some(path) = &options.enrollment {
-        identities = identities.with_enrollment(enrollment_hashes(path)?);
-    }
+    let mut identities = Identities::new(names)
+        .with_lease(lease)
+        .with_admission(options.admission()?);
     let (journal, start, kept_ledger) = resume(&experiment, state, &mut rounds, &mut identities)?;
     let upload_budget_kib = upload_budget_kib(&experiment, &rounds, options)?;
     let ledger = Arc::new(SharedLedger::default());
@@ -149,7 +148,9 @@ fn upload_budget_kib(
 }
 
 /// The hashes of an enrollment file: one sha256 in hex per line.
-fn enrollment_hashes(path: &Path) -> anyhow::Result<std::collections::BTreeSet<[u8; 32]>> {
+pub(crate) fn enrollment_hashes(
+    path: &Path,
+) -> anyhow::Result<std::collections::BTreeSet<[u8; 32]>> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read the enrollment file {}", path.display()))?;
     let mut hashes = std::collections::BTreeSet::new();

@@ -135,7 +135,8 @@ pub fn start_server_with(experiment: &Path, out: &Path, extra: &[&str]) -> (Proc
 }
 
 /// `flint server` listening on `listen`, its log in `out/log`; returns it once it accepts
-/// connections, with its bare `host:port`.
+/// connections, with its bare `host:port`. The tests' clients hold no enrollment secret, so it
+/// is started with `--open-enrollment` unless `extra` gives `--enrollment`.
 pub fn start_server_at(
     experiment: &Path,
     out: &Path,
@@ -153,6 +154,7 @@ pub fn start_server_at(
         .arg("--ready-file")
         .arg(&ready)
         .args(extra)
+        .args(open_unless_enrolled(extra))
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(out.join(log)).unwrap())
         .spawn()
@@ -164,6 +166,11 @@ pub fn start_server_at(
             .filter(|s| !s.is_empty())
     });
     (server, addr.trim().to_string())
+}
+
+fn open_unless_enrolled(extra: &[&str]) -> Option<&'static str> {
+    let enrolled = extra.iter().any(|a| a.starts_with("--enrollment"));
+    (!enrolled).then_some("--open-enrollment")
 }
 
 pub fn start_clients(experiment: &Path, addr: &str, names: &[&str], out: &Path) -> Proc {

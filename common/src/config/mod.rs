@@ -78,6 +78,7 @@ const RESERVED_ENV: &[&str] = &[
     "RESULTS",
     "IMAGE",
     "ENROLLMENT",
+    "OPEN_ENROLLMENT",
     "ENROLL_SECRET",
     "ENROLL_DIR",
     "UID",
@@ -547,8 +548,6 @@ skip_columns = [0, "id"]
         assert_eq!(Experiment::from_toml(one_shot).unwrap().policy.rounds, 1);
     }
 
-    /// Every `FLINT_…` variable the shells read or the deployment files set is reserved, so that
-    /// none is read as an experiment key (FLINT_ENROLLMENT once was: `unknown field enrollment`).
     /// On a table the keys a section leaves out are sized by its classes, the resolved file
     /// writes the values chosen, a written key stays, and images keep the papers'.
     #[test]
@@ -642,6 +641,8 @@ skip_columns = [0, "id"]
         assert!(!e.to_toml().contains("weight_resolution"));
     }
 
+    /// Every `FLINT_…` variable the shells read or the deployment files set is reserved, so that
+    /// none is read as an experiment key (FLINT_ENROLLMENT once was: `unknown field enrollment`).
     #[test]
     fn every_flint_variable_of_the_shells_and_deployments_is_reserved() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");

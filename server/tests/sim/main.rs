@@ -360,7 +360,12 @@ async fn serve(e: Experiment, oracle: oracle::Shared) -> turmoil::Result {
         .strategy
         .server(e.data.classes().len(), e.seed, e.robust, None)
         .expect("the simulation's strategies hold no data");
-    let shared = Arc::new(state::open(e, strategy, &state, &ServeOptions::default())?);
+    // The simulated clients hold no certificate and no enrollment secret.
+    let options = ServeOptions {
+        open_enrollment: true,
+        ..Default::default()
+    };
+    let shared = Arc::new(state::open(e, strategy, &state, &options)?);
     // The journal as replayed, read a second time to count it: `SimDisk` takes no lock (the host
     // is the lock), where the host's disk would refuse a second opener.
     let records = Journal::open(Arc::new(SimDisk), Path::new(STATE))?.map_or(0, |f| f.events.len());
