@@ -637,38 +637,45 @@ fn an_insider_capturing_the_ahp_weight_is_outvoted_by_the_robust_rules() {
     );
 }
 
-/// 2,000 sockets from 127.0.0.2 to `addr`, connected and silent.
-fn silent_sockets(addr: &str, count: usize) -> Vec<std::net::TcpStream> {
+/// 2,000 sockets to `addr`, connected and silent, from `hosts` loopback addresses in turn
+/// (127.0.0.2 onwards).
+fn silent_sockets(addr: &str, count: usize, hosts: usize) -> Vec<std::net::TcpStream> {
     let addr: std::net::SocketAddr = addr.parse().unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let mut held = Vec::with_capacity(count);
-        for _ in 0..count {
+        for k in 0..count {
             let socket = tokio::net::TcpSocket::new_v4().unwrap();
-            socket.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+            let host =
+                std::net::Ipv4Addr::from(u32::from_be_bytes([127, 0, 0, 2]) + (k % hosts) as u32);
+            socket.bind((host, 0).into()).unwrap();
             held.push(socket.connect(addr).await.unwrap().into_std().unwrap());
         }
         held
     })
 }
 
-/// Whether the server closed a socket (the end of the stream, or a reset).
+/// Whether the server closed a socket (the end of the stream, or a reset), after what it sent
+/// first (a connection served before it was closed got HTTP/2's settings).
 fn closed_by_the_server(s: &std::net::TcpStream) -> bool {
     s.set_nonblocking(true).unwrap();
-    let mut byte = [0u8; 1];
-    match std::io::Read::read(&mut &*s, &mut byte) {
-        Ok(0) => true,
-        Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
-        Ok(_) => false,
+    let mut sent = [0u8; 1024];
+    loop {
+        match std::io::Read::read(&mut &*s, &mut sent) {
+            Ok(0) => return true,
+            Ok(_) => continue,
+            Err(e) => return e.kind() != std::io::ErrorKind::WouldBlock,
+        }
     }
 }
 
-/// The honest federation started after 2,000 silent sockets from 127.0.0.2, its clients
-/// (on 127.0.0.1) giving up after 3 s without the server, well before the server's 10 s
+/// The honest federation started after 2,000 silent sockets from `hosts` addresses, its
+/// clients (on 127.0.0.1) giving up after 3 s without the server, well before the server's 10 s
 /// opening deadline would free a slot a silent socket holds. Whether they finished, the run's
 /// results, and how many silent sockets the server closed.
 fn beside_silent_sockets(
     server_args: &[&str],
+    hosts: usize,
 ) -> (bool, Option<flint_server::results::RunResults>, usize) {
     const SOCKETS: usize = 2_000;
     let dir = tempfile::tempdir().unwrap();
@@ -679,7 +686,7 @@ fn beside_silent_sockets(
         &synthetic_experiment("silent", 4, 3, ROUNDS),
     );
     let (mut server, addr) = start_server_with(&exp, d, server_args);
-    let held = silent_sockets(&addr, SOCKETS);
+    let held = silent_sockets(&addr, SOCKETS, hosts);
     let mut honest = start_clients_with(
         &exp,
         &format!("http://{addr}"),
@@ -696,19 +703,22 @@ fn beside_silent_sockets(
     (true, Some(results(d)), closed)
 }
 
-/// One host's 2,000 silent sockets. With every connection of the server's pool
-/// open to one address, they fill it and the honest clients give up; with the default share
-/// per address (3 clients + 16), the server closes all but that share at once and the honest
-/// run ends exactly as one nobody attacked.
+/// One host's 2,000 silent sockets. With every connection of the server's pool open to one
+/// address, they fill it, and each honest newcomer takes the place of the oldest (without that,
+/// the honest clients gave up); with the default share per address (3 clients + 16), the server
+/// closes all but that share at once. Either way the honest run ends exactly as one nobody
+/// attacked.
 #[test]
 fn two_thousand_silent_sockets_from_one_host_leave_the_honest_run_alone() {
     let (clean, _) = federation("silent-clean", |_, _| {}, |_, _| {});
-    let (finished, _, _) = beside_silent_sockets(&["--max-connections-per-address", "100000"]);
+    let (finished, attacked, _) =
+        beside_silent_sockets(&["--max-connections-per-address", "100000"], 1);
     assert!(
-        !finished,
-        "without a share per address the silent sockets keep the clients out"
+        finished,
+        "without a share per address the newcomers take the silent sockets' places"
     );
-    let (finished, attacked, closed) = beside_silent_sockets(&[]);
+    assert_eq!(metrics_of(&attacked.unwrap()), metrics_of(&clean));
+    let (finished, attacked, closed) = beside_silent_sockets(&[], 1);
     assert!(
         finished,
         "the honest clients finished beside the silent sockets"
@@ -716,6 +726,26 @@ fn two_thousand_silent_sockets_from_one_host_leave_the_honest_run_alone() {
     assert_eq!(metrics_of(&attacked.unwrap()), metrics_of(&clean));
     assert!(
         closed >= 2_000 - 19,
+        "{closed} of 2,000 closed by the server"
+    );
+}
+
+/// 2,000 silent sockets from 100 hosts, each host under its share (19 for 3 clients): together
+/// they filled all 70 of the server's connections, and the honest clients waited for the
+/// opening deadline to free one (a flood like it once took an honest run from 0.2 s to 22.5 s).
+/// Each newcomer now takes the place of the oldest silent one, so the honest clients get in at
+/// once and their run ends exactly as one nobody attacked.
+#[test]
+fn silent_sockets_from_a_hundred_hosts_leave_the_honest_run_alone() {
+    let (clean, _) = federation("silent-clean", |_, _| {}, |_, _| {});
+    let (finished, attacked, closed) = beside_silent_sockets(&[], 100);
+    assert!(
+        finished,
+        "the honest clients finished beside the silent sockets"
+    );
+    assert_eq!(metrics_of(&attacked.unwrap()), metrics_of(&clean));
+    assert!(
+        closed >= 2_000 - 70,
         "{closed} of 2,000 closed by the server"
     );
 }

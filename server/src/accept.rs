@@ -3,8 +3,11 @@
 //! cannot take every slot), a deadline for a connection's opening bytes (one that never sends
 //! the HTTP/2 preface or a TLS hello, or stalls partway, is closed), and no busy loop on accept
 //! errors such as running out of file descriptors: they are logged and retried after a pause.
+//! Where every slot is taken, the oldest connection that has not spoken yet is closed for the
+//! newcomer, so that silent sockets from many hosts cannot keep a client out until their
+//! deadline.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::net::IpAddr;
 use std::pin::Pin;
@@ -19,6 +22,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 /// How long an accepted connection has to send its opening bytes.
 pub const OPENING: Duration = Duration::from_secs(10);
@@ -29,6 +33,9 @@ pub const OPENING_BYTES: usize = 24;
 
 /// TLS handshakes the server runs at once.
 pub const HANDSHAKES: usize = 128;
+
+/// How long a newcomer waits for the place of the silent connection closed for it.
+const EVICTION_WAIT: Duration = Duration::from_millis(250);
 
 /// What the accept loop allows.
 #[derive(Debug, Clone, Copy)]
@@ -49,8 +56,22 @@ pub struct Gate {
     per_address: usize,
     /// Open connections by remote address (none kept at 0).
     by_address: Arc<std::sync::Mutex<HashMap<IpAddr, usize>>>,
+    /// The connections that have not sent their opening bytes, by arrival: the first is closed
+    /// for a newcomer when every slot is taken.
+    silent: Arc<std::sync::Mutex<BTreeMap<u64, CancellationToken>>>,
+    arrivals: AtomicU64,
     accepted: AtomicU64,
     refused: AtomicU64,
+    evicted: AtomicU64,
+}
+
+/// Why a connection was not admitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refusal {
+    /// Its address holds its share.
+    Address,
+    /// Every slot is taken.
+    Full,
 }
 
 impl Gate {
@@ -60,29 +81,93 @@ impl Gate {
             limit: limits.connections,
             per_address: limits.per_address,
             by_address: Arc::default(),
+            silent: Arc::default(),
+            arrivals: AtomicU64::new(0),
             accepted: AtomicU64::new(0),
             refused: AtomicU64::new(0),
+            evicted: AtomicU64::new(0),
         })
     }
 
-    /// A slot for a connection from `from`, if neither limit is reached.
-    fn admit(&self, from: IpAddr) -> Option<Slot> {
+    /// A slot for a connection from `from`; where every slot is taken, the place of the oldest
+    /// connection that has not spoken, once it is closed.
+    async fn admit(&self, from: IpAddr) -> Option<Slot> {
+        let permit = match self.try_admit(from) {
+            Ok(slot) => return Some(slot),
+            Err(Refusal::Address) => return None,
+            Err(Refusal::Full) if self.evict_oldest_silent() => {
+                let freed = self.slots.clone().acquire_owned();
+                tokio::time::timeout(EVICTION_WAIT, freed)
+                    .await
+                    .ok()?
+                    .ok()?
+            }
+            Err(Refusal::Full) => return None,
+        };
+        self.slot(host_of(from), permit).ok()
+    }
+
+    fn try_admit(&self, from: IpAddr) -> Result<Slot, Refusal> {
         let from = host_of(from);
-        let mut by_address = self.by_address.lock().expect("address counts lock");
-        if by_address
-            .get(&from)
-            .is_some_and(|&open| open >= self.per_address)
-        {
-            return None;
+        // The address's share first: an address past it makes no room at others' expense.
+        self.check_address(from)?;
+        let permit = self.slots.clone().try_acquire_owned();
+        self.slot(from, permit.map_err(|_| Refusal::Full)?)
+    }
+
+    fn check_address(&self, from: IpAddr) -> Result<(), Refusal> {
+        let by_address = self.by_address.lock().expect("address counts lock");
+        match by_address.get(&from) {
+            Some(&open) if open >= self.per_address => Err(Refusal::Address),
+            _ => Ok(()),
         }
-        // Counted only once admitted: a refused address leaves no entry behind.
-        let permit = self.slots.clone().try_acquire_owned().ok()?;
-        *by_address.entry(from).or_insert(0) += 1;
-        Some(Slot {
+    }
+
+    /// The connection from `from` that `permit` admits, counted by address and kept among the
+    /// silent until it speaks.
+    fn slot(&self, from: IpAddr, permit: OwnedSemaphorePermit) -> Result<Slot, Refusal> {
+        let mut by_address = self.by_address.lock().expect("address counts lock");
+        let open = by_address.entry(from).or_insert(0);
+        if *open >= self.per_address {
+            return Err(Refusal::Address);
+        }
+        *open += 1;
+        let id = self.arrivals.fetch_add(1, Ordering::Relaxed);
+        let evict = CancellationToken::new();
+        self.silent
+            .lock()
+            .expect("silent connections lock")
+            .insert(id, evict.clone());
+        Ok(Slot {
             _permit: permit,
             from,
             by_address: self.by_address.clone(),
+            id,
+            evict,
+            silent: self.silent.clone(),
         })
+    }
+
+    /// Closes the oldest connection that has not sent its opening bytes; whether there was one.
+    fn evict_oldest_silent(&self) -> bool {
+        let oldest = self
+            .silent
+            .lock()
+            .expect("silent connections lock")
+            .pop_first();
+        let Some((_, evict)) = oldest else {
+            return false;
+        };
+        evict.cancel();
+        let evicted = self.evicted.fetch_add(1, Ordering::Relaxed) + 1;
+        if evicted.is_power_of_two() {
+            tracing::warn!(
+                max = self.limit,
+                evicted,
+                "every connection slot taken; closing the oldest that has not spoken for a newcomer"
+            );
+        }
+        true
     }
 
     pub fn open(&self) -> usize {
@@ -99,6 +184,11 @@ impl Gate {
 
     pub fn refused(&self) -> u64 {
         self.refused.load(Ordering::Relaxed)
+    }
+
+    /// Connections closed before they spoke, for a newcomer.
+    pub fn evicted(&self) -> u64 {
+        self.evicted.load(Ordering::Relaxed)
     }
 }
 
@@ -130,7 +220,7 @@ pub fn incoming(
                     continue;
                 }
             };
-            let Some(slot) = gate.admit(from) else {
+            let Some(slot) = gate.admit(from).await else {
                 let refused = gate.refused.fetch_add(1, Ordering::Relaxed) + 1;
                 if refused.is_power_of_two() {
                     tracing::warn!(
@@ -193,13 +283,20 @@ async fn handshake(
         slot,
         deadline,
     } = opening;
+    // Closed for a newcomer while waiting for its first bytes or a turn, or before its hello
+    // is read whole.
+    let evicted = slot.evicted();
     let shaken = tokio::time::timeout(deadline, async {
         tcp.readable().await?;
         let _turn = turns.acquire_owned().await.map_err(io::Error::other)?;
         let conn = Guarded::new(CountingIo::new(tcp, meter), slot, deadline);
         Served::accept(config, conn).await
     });
-    match shaken.await {
+    let shaken = tokio::select! {
+        shaken = shaken => shaken,
+        () = evicted => Ok(Err(closed_for_a_newcomer())),
+    };
+    match shaken {
         Ok(Ok(conn)) => {
             let _ = tx.send(Ok(conn)).await;
         }
@@ -223,16 +320,42 @@ fn host_of(ip: IpAddr) -> IpAddr {
     }
 }
 
+fn closed_for_a_newcomer() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::ConnectionAborted,
+        "closed for a newer connection: every slot was taken and this one had sent nothing",
+    )
+}
+
 /// A connection's place in both limits, given back when it closes.
 #[derive(Debug)]
 pub struct Slot {
     _permit: OwnedSemaphorePermit,
     from: IpAddr,
     by_address: Arc<std::sync::Mutex<HashMap<IpAddr, usize>>>,
+    id: u64,
+    evict: CancellationToken,
+    silent: Arc<std::sync::Mutex<BTreeMap<u64, CancellationToken>>>,
+}
+
+impl Slot {
+    /// Ready once the connection is closed for a newcomer.
+    fn evicted(&self) -> WaitForCancellationFutureOwned {
+        self.evict.clone().cancelled_owned()
+    }
+
+    /// The connection sent its opening bytes: no newcomer closes it any more.
+    fn spoke(&self) {
+        self.silent
+            .lock()
+            .expect("silent connections lock")
+            .remove(&self.id);
+    }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
+        self.spoke();
         let mut by_address = self.by_address.lock().expect("address counts lock");
         if let Some(open) = by_address.get_mut(&self.from) {
             *open -= 1;
@@ -247,9 +370,10 @@ pin_project_lite::pin_project! {
     pub struct Guarded<T> {
         #[pin]
         inner: T,
-        _slot: Slot,
+        slot: Slot,
         // Until the opening bytes are read (boxed: the connection must stay `Unpin`).
         deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+        evicted: Option<Pin<Box<WaitForCancellationFutureOwned>>>,
         read: usize,
     }
 }
@@ -258,7 +382,8 @@ impl<T> Guarded<T> {
     fn new(inner: T, slot: Slot, opening: Duration) -> Self {
         Guarded {
             inner,
-            _slot: slot,
+            evicted: Some(Box::pin(slot.evicted())),
+            slot,
             deadline: Some(Box::pin(tokio::time::sleep(opening))),
             read: 0,
         }
@@ -280,7 +405,14 @@ impl<T: AsyncRead> AsyncRead for Guarded<T> {
         *this.read += buf.filled().len() - before;
         if *this.read >= OPENING_BYTES {
             *this.deadline = None;
+            *this.evicted = None;
+            this.slot.spoke();
             return polled;
+        }
+        if let Some(evicted) = this.evicted
+            && evicted.as_mut().poll(cx).is_ready()
+        {
+            return Poll::Ready(Err(closed_for_a_newcomer()));
         }
         // Checked on every poll, not only a pending one: bytes trickled one by one keep the
         // read ready, and must not keep the connection.
@@ -334,6 +466,46 @@ mod tests {
         }
     }
 
+    const PREFACE: &[u8; OPENING_BYTES] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+    /// `client` sends its opening bytes and the server's side of it reads them.
+    async fn speak(client: &mut TcpStream, served: &mut Conn) {
+        client.write_all(PREFACE).await.unwrap();
+        let mut opening = [0u8; OPENING_BYTES];
+        served.read_exact(&mut opening).await.unwrap();
+    }
+
+    /// With every slot taken, a newcomer takes the place of the oldest connection that has not
+    /// spoken (closed at once, not at its deadline); where every one has spoken, it is refused.
+    #[tokio::test]
+    async fn a_newcomer_takes_the_place_of_the_oldest_silent_connection() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let slow = Limits {
+            opening: Duration::from_secs(60),
+            per_address: 8,
+            ..limits(2)
+        };
+        let gate = Gate::new(&slow);
+        let mut conns = incoming(listener, slow, gate.clone(), None, |_| {});
+        let _silent = TcpStream::connect(addr).await.unwrap();
+        let mut old = conns.next().await.unwrap().unwrap();
+        let mut talking = TcpStream::connect(addr).await.unwrap();
+        let mut spoken = conns.next().await.unwrap().unwrap();
+        speak(&mut talking, &mut spoken).await;
+        let mut newcomer = TcpStream::connect(addr).await.unwrap();
+        let mut byte = [0u8; 1];
+        let e = old.read(&mut byte).await.unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::ConnectionAborted);
+        drop(old);
+        let mut admitted = conns.next().await.unwrap().unwrap();
+        speak(&mut newcomer, &mut admitted).await;
+        assert_eq!((gate.open(), gate.evicted(), gate.refused()), (2, 1, 0));
+        let mut late = TcpStream::connect(addr).await.unwrap();
+        assert_eq!(late.read(&mut byte).await.unwrap_or(0), 0, "closed");
+        assert_eq!((gate.evicted(), gate.refused()), (1, 1));
+    }
+
     #[tokio::test]
     async fn a_silent_connection_is_closed_and_a_talking_one_is_not() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -343,11 +515,7 @@ mod tests {
         let mut talking = TcpStream::connect(addr).await.unwrap();
         let mut a = conns.next().await.unwrap().unwrap();
         let mut b = conns.next().await.unwrap().unwrap();
-        let preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-        assert_eq!(preface.len(), OPENING_BYTES);
-        talking.write_all(preface).await.unwrap();
-        let mut opening = [0u8; OPENING_BYTES];
-        b.read_exact(&mut opening).await.unwrap();
+        speak(&mut talking, &mut b).await;
         tokio::time::sleep(Duration::from_millis(400)).await;
         let mut byte = [0u8; 1];
         let e = a.read(&mut byte).await.unwrap_err();
@@ -448,8 +616,10 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         let gate = Gate::new(&limits(1));
         let mut conns = incoming(listener, limits(1), gate.clone(), None, |_| {});
-        let _first = TcpStream::connect(addr).await.unwrap();
-        let held = conns.next().await.unwrap().unwrap();
+        let mut first = TcpStream::connect(addr).await.unwrap();
+        let mut held = conns.next().await.unwrap().unwrap();
+        // It has spoken: no newcomer takes its place.
+        speak(&mut first, &mut held).await;
         assert_eq!((gate.open(), gate.limit()), (1, 1));
         let mut second = TcpStream::connect(addr).await.unwrap();
         // Closed by the server without a byte: the read sees the end (or a reset).

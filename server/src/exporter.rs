@@ -183,6 +183,11 @@ impl RunState {
             "flint_connections_refused",
             "Connections closed on arrival because the limit was reached",
             self.gate.refused(),
+        )?;
+        enc.counter(
+            "flint_connections_evicted",
+            "Connections closed before they spoke, for a newcomer, because the limit was reached",
+            self.gate.evicted(),
         )
     }
 }
