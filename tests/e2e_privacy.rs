@@ -291,15 +291,79 @@ fn tpfl_clusters_under_central_dp_report_the_accountants_epsilon_and_repeat() {
     }
 }
 
+/// A Blind FL run of the built-in data with `extra` sections.
+fn blind(dir: &Path, name: &str, strategy: &str, extra: &str) -> std::path::PathBuf {
+    let server = "round_timeout_secs = 300\neval_timeout_secs = 30";
+    let text = synthetic_experiment(name, 3, 3, server)
+        .replace("\"fedavg-ahp\"", &format!("\"{strategy}\""))
+        + extra;
+    write(dir, &format!("{name}.toml"), &text)
+}
+
+/// Blind FL under central `[dp]`: the mean map's changes are clipped and noised at 1/n
+/// (noise_multiplier × clip / clients), the run repeats from its seed and every round records
+/// the accountant's ε; without `[dp]` the same seed gives other maps. Under local `[dp]` the
+/// blended clients noise their own maps and the server only counts.
+#[test]
+fn blind_fl_maps_under_dp_report_the_accountants_epsilon_and_repeat() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let central = blind(d, "fcm-central", "blind-fcm", &dp("central"));
+    let a = rounds_of(&run(&central, &d.join("a")));
+    let b = rounds_of(&run(&central, &d.join("b")));
+    assert_eq!(a, b, "one seed, one run");
+    let hyper = DpHyper {
+        mechanism: Mechanism::Central,
+        clip: Some(0.5),
+        noise_multiplier: 0.8,
+        delta: 1e-5,
+    };
+    let accountant = Accountant::new(hyper);
+    let r = results(&d.join("a/fcm-central"));
+    for round in &r.rounds[1..] {
+        let p = round
+            .privacy
+            .as_ref()
+            .expect("a privacy record every round");
+        assert_eq!(p.rounds, round.round);
+        assert_eq!(p.epsilon, accountant.spent(round.round).unwrap().1);
+        assert!((p.noise_std - 0.8 * 0.5 / 3.0).abs() < 1e-12, "{p:?}");
+    }
+    let plain = blind(d, "fcm-plain", "blind-fcm", "");
+    let p = rounds_of(&run(&plain, &d.join("p")));
+    assert_ne!(p[&3]["metrics"], a[&3]["metrics"], "the noise was added");
+    assert!(p[&3]["privacy"].is_null());
+
+    let local = blind(d, "fcm-local", "blended-fcm", &dp("local"));
+    let l = results(&run(&local, &d.join("l")));
+    let last = l.rounds.last().unwrap().privacy.clone().unwrap();
+    assert_eq!(
+        (last.mechanism, last.noise_std),
+        (Mechanism::Local, 0.8 * 0.5)
+    );
+    let plain = blind(d, "fcm-blended", "blended-fcm", "");
+    let q = rounds_of(&run(&plain, &d.join("q")));
+    assert_ne!(
+        q[&3]["metrics"],
+        rounds_of(&d.join("l/fcm-local"))[&3]["metrics"]
+    );
+}
+
 #[test]
 fn dp_is_refused_where_it_cannot_apply() {
     let dir = tempfile::tempdir().unwrap();
     let cases = [
         (
             "strategy = \"fedavg-ahp\"",
-            "strategy = \"blind-fcm\"",
+            "strategy = \"local\"\nmodel = \"logreg\"",
             dp("central"),
-            "[dp] applies to strategies fedavg, fedavg-ahp and tpfl",
+            "[dp] applies to strategies fedavg, fedavg-ahp, tpfl, blind-fcm and blended-fcm",
+        ),
+        (
+            "strategy = \"fedavg-ahp\"",
+            "strategy = \"blind-fcm\"",
+            dp("central") + "\n[fcm]\naggregation = \"accuracy\"\n",
+            "[dp] noises Blind FL's plain mean",
         ),
         (
             "",

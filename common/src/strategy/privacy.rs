@@ -443,6 +443,12 @@ impl PrivateMean {
         Ok((mean, spent))
     }
 
+    /// The model the next round's changes are measured from, where the strategy post-processes
+    /// the noised mean before it broadcasts it (Blind FL clamps the map to its weights' range).
+    pub fn rebase(&mut self, global: &[f64]) {
+        self.state.global = global.to_vec();
+    }
+
     /// `central` over groups averaged apart (TPFL's clusters): each group's changes from its own
     /// base clipped, its weighted mean noised at its largest weight from its own stream (group
     /// `id`'s is the id + 1-th of the round). Every client of every group spends the round once;

@@ -98,6 +98,7 @@ impl Checked {
                 fcm,
                 pso: s.pso.unwrap_or_default().check()?,
                 aggregation,
+                dp: crate::strategy::privacy::DpHyper::default(),
             },
             tm: TmSpec {
                 tm: tm.check()?,

@@ -3,6 +3,7 @@ use crate::metrics::ConfusionMatrix;
 use crate::model::fcm::{self, Fcm, FcmHyper};
 use crate::model::pso::PsoHyper;
 use crate::rng::FlintRng;
+use crate::strategy::privacy::{ClientNoise, DpHyper, Mechanism, privatize_locally};
 use crate::strategy::{ClientStrategy, LocalMetrics, resume};
 use crate::wire;
 use crate::wire::proto::Payload;
@@ -24,6 +25,13 @@ pub struct FcmClient {
     pso: PsoHyper,
     blend: Blend,
     pub(super) model: Option<Fcm>,
+    /// `dp.mechanism = "local"`: the upload is the last global map plus the change clipped and
+    /// noised (from the zero map before any download).
+    local_dp: Option<DpHyper>,
+    /// The last download's weights, what a local change is measured from.
+    global: Option<Vec<f64>>,
+    /// A secret key's stream for the local noise; without one, the training stream.
+    noise: Option<ClientNoise>,
 }
 
 impl FcmClient {
@@ -41,7 +49,43 @@ impl FcmClient {
             pso,
             blend,
             model: None,
+            local_dp: None,
+            global: None,
+            noise: None,
         }
+    }
+
+    /// A client that clips and noises its map under `dp.mechanism = "local"` (nothing changes
+    /// otherwise).
+    pub fn with_dp(self, dp: DpHyper) -> Self {
+        FcmClient {
+            local_dp: (dp.mechanism == Mechanism::Local).then_some(dp),
+            ..self
+        }
+    }
+
+    /// The map as uploaded: under local `[dp]` the global map plus the clipped, noised change,
+    /// within the weights' range. The client keeps its own map unnoised.
+    pub(super) fn as_uploaded(
+        &self,
+        trained: &Fcm,
+        round: Round,
+        rng: &mut FlintRng,
+    ) -> Result<Fcm> {
+        let Some(dp) = &self.local_dp else {
+            return Ok(trained.clone());
+        };
+        let mut weights = trained.parameters().to_vec();
+        let base = match &self.global {
+            Some(g) => g.clone(),
+            None => vec![0.0; weights.len()],
+        };
+        match &self.noise {
+            Some(noise) => privatize_locally(dp, &base, &mut weights, &mut noise.rng(round))?,
+            None => privatize_locally(dp, &base, &mut weights, rng)?,
+        }
+        weights.iter_mut().for_each(|w| *w = w.clamp(-1.0, 1.0));
+        Fcm::from_parameters(self.features, self.classes, weights)
     }
 
     pub fn model(&self) -> Option<&Fcm> {
@@ -52,6 +96,9 @@ impl FcmClient {
 impl ClientStrategy<Shard> for FcmClient {
     fn apply(&mut self, _round: Round, download: &Payload) -> Result<()> {
         let (global, _) = wire::decode_map(download, self.features, self.classes)?;
+        if self.local_dp.is_some() {
+            self.global = Some(global.parameters().to_vec());
+        }
         self.model = Some(match (self.blend, &self.model) {
             (Blend::Average, Some(local)) => global.blend(local)?,
             _ => global,
@@ -78,7 +125,7 @@ impl ClientStrategy<Shard> for FcmClient {
             "fcm trained"
         );
         let payload = wire::encode_map(
-            &t.model,
+            &self.as_uploaded(&t.model, round, rng)?,
             Some(LocalMetrics {
                 accuracy: m.accuracy,
                 precision: m.precision,
@@ -86,6 +133,11 @@ impl ClientStrategy<Shard> for FcmClient {
         );
         self.model = Some(t.model);
         Ok(payload)
+    }
+
+    fn set_noise_key(&mut self, noise: ClientNoise) -> bool {
+        self.noise = Some(noise);
+        self.local_dp.is_some()
     }
 
     fn evaluate(&self, shard: &Shard) -> ConfusionMatrix {

@@ -115,4 +115,6 @@ pub struct FcmSpec {
     pub fcm: FcmHyper,
     pub pso: PsoHyper,
     pub aggregation: Aggregation,
+    /// `[dp]` of Blind FL's runs (off for the baselines that train this map).
+    pub dp: crate::strategy::privacy::DpHyper,
 }

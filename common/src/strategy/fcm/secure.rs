@@ -49,7 +49,7 @@ impl FcmServer {
 
     /// The global map from the survivors' sum (their weights all 1).
     pub(super) fn map_from_sum(
-        &self,
+        &mut self,
         round: Round,
         weights: &BTreeMap<ClientId, f64>,
         sum: &[f64],
@@ -82,6 +82,8 @@ impl FcmServer {
         };
         let (global, _) = wire::decode_map(&matrix, n - self.classes(), self.classes())?;
         let share = 1.0 / weights.len() as f64;
+        let ids: Vec<ClientId> = weights.keys().copied().collect();
+        let privacy = self.count_private(&ids)?;
         Ok(Aggregate {
             downloads: Downloads::Broadcast(wire::encode_map(&global, None)),
             weights: weights.keys().map(|&c| (c, share)).collect(),
@@ -90,7 +92,7 @@ impl FcmServer {
                 equal_weights_fallback: fallback,
             }),
             local: BTreeMap::new(),
-            privacy: None,
+            privacy,
         })
     }
 }

@@ -6,10 +6,11 @@ use serde::{Deserialize, Serialize};
 use super::Aggregation;
 use crate::model::fcm::Fcm;
 use crate::strategy::decoder::{MapDecoder, UpdateDecoder};
+use crate::strategy::privacy::{DpHyper, NoiseKey, PrivacySpent, PrivacyState, PrivateMean};
 use crate::strategy::report::Tagged;
 use crate::strategy::robust::RobustHyper;
 use crate::strategy::{
-    Aggregate, Downloads, LocalMetrics, RoundReport, ServerStrategy, unexpected,
+    Aggregate, Downloads, LocalMetrics, RoundReport, ServerStrategy, StrategyState, unexpected,
 };
 use crate::wire::proto::DataSummary;
 use crate::wire::{self, Update};
@@ -31,6 +32,8 @@ pub struct FcmServer {
     classes: usize,
     aggregation: Aggregation,
     robust: RobustHyper,
+    /// `[dp]`: the mean map clipped and noised, or only counted (local noise).
+    privacy: Option<PrivateMean>,
 }
 
 impl FcmServer {
@@ -39,7 +42,52 @@ impl FcmServer {
             classes,
             aggregation,
             robust: RobustHyper::default(),
+            privacy: None,
         }
+    }
+
+    /// Averaging under `dp` (nothing changes where it is off); `seed` draws the central noise.
+    pub fn with_privacy(mut self, dp: DpHyper, seed: u64) -> Self {
+        self.privacy = (!dp.is_off()).then(|| PrivateMean::new(dp, seed));
+        self
+    }
+
+    /// The round counted for `ids` where their maps came noised (local noise, summed securely
+    /// or in the clear).
+    pub(super) fn count_private(&mut self, ids: &[ClientId]) -> Result<Option<PrivacySpent>> {
+        self.privacy.as_mut().map(|p| p.count(ids)).transpose()
+    }
+
+    /// The round's map: under central `[dp]` each change from the last global map (the zero map
+    /// in round 1: Blind FL has none) clipped and the mean noised; otherwise `[robust]`'s
+    /// combination (the plain mean by default). Clamped to the weights' range either way.
+    fn combine(
+        &mut self,
+        round: Round,
+        ids: &[ClientId],
+        views: &[&[f64]],
+        weights: Vec<f64>,
+    ) -> Result<(Vec<f64>, Vec<f64>, Option<PrivacySpent>)> {
+        let (mut global, weights, privacy) = match &mut self.privacy {
+            Some(p) if p.adds_noise() => {
+                let zeros = || vec![0.0; views[0].len()];
+                let (mean, spent) = p.central(round, ids, views, &weights, zeros)?;
+                (mean, weights, Some(spent))
+            }
+            other => {
+                let spent = other.as_mut().map(|p| p.count(ids)).transpose()?;
+                let (mean, weights) = self.robust.combine(views, &weights);
+                (mean, weights, spent)
+            }
+        };
+        // Noise leaves the range; a convex combination only by rounding.
+        global.iter_mut().for_each(|g| *g = g.clamp(-1.0, 1.0));
+        if let Some(p) = &mut self.privacy
+            && p.adds_noise()
+        {
+            p.rebase(&global);
+        }
+        Ok((global, weights, privacy))
     }
 
     pub(super) fn classes(&self) -> usize {
@@ -122,9 +170,8 @@ impl ServerStrategy for FcmServer {
             )));
         }
         let views: Vec<&[f64]> = maps.iter().map(|m| m.parameters()).collect();
-        let (mut global, weights) = self.robust.combine(&views, &weights);
-        // A convex combination of weights in [−1, 1] stays there; clamp rounding only.
-        global.iter_mut().for_each(|g| *g = g.clamp(-1.0, 1.0));
+        let ids: Vec<ClientId> = updates.keys().copied().collect();
+        let (global, weights, privacy) = self.combine(round, &ids, &views, weights)?;
         let global = Fcm::from_parameters(features, self.classes, global)?;
         if fallback {
             tracing::warn!(
@@ -141,7 +188,32 @@ impl ServerStrategy for FcmServer {
                 equal_weights_fallback: fallback,
             }),
             local,
-            privacy: None,
+            privacy,
         })
+    }
+
+    fn set_noise_key(&mut self, key: NoiseKey) -> bool {
+        match &mut self.privacy {
+            Some(p) if p.adds_noise() => {
+                p.set_key(key);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn snapshot(&self) -> StrategyState {
+        match &self.privacy {
+            Some(p) => StrategyState::of(p.state()),
+            None => StrategyState::stateless(),
+        }
+    }
+
+    fn restore(&mut self, state: StrategyState) -> Result<()> {
+        match &mut self.privacy {
+            Some(p) => p.restore(state.expect::<PrivacyState>("blind fl under [dp]")?),
+            None => state.expect_stateless("blind fl")?,
+        }
+        Ok(())
     }
 }

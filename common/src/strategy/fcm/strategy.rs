@@ -3,10 +3,10 @@
 
 use serde::Serialize;
 
-use super::{Blend, FcmClient, FcmServer, FcmSpec};
+use super::{Aggregation, Blend, FcmClient, FcmServer, FcmSpec};
 use crate::Result;
 use crate::data::{DataShape, Shard};
-use crate::params::ParamResult;
+use crate::params::{ParamError, ParamResult};
 use crate::strategy::contract::{Facts, Strategy, StrategyParams};
 use crate::strategy::model_spec::ModelSpec;
 use crate::strategy::robust::RobustHyper;
@@ -31,8 +31,17 @@ impl<const BLENDED: bool> Strategy for BlindSpec<BLENDED> {
         ..Facts::federated(ModelKind::Fcm)
     };
 
+    /// `[dp]` over the plain mean only: eq. 10–13 weight each map by its client's own score,
+    /// which the clip does not bound, so one client's data would move every weight.
     fn check(_: ModelKind, c: &Checked, _: &Sections, _: &DataShape) -> ParamResult<Self> {
-        Ok(BlindSpec(c.fcm))
+        if !c.dp.is_off() && c.fcm.aggregation != Aggregation::Mean {
+            return Err(ParamError::Inconsistent(format!(
+                "[dp] noises Blind FL's plain mean (fcm.aggregation = \"mean\", eq. 9); the {} \
+                 weights come from each client's own score, which the clip does not bound",
+                c.fcm.aggregation.name()
+            )));
+        }
+        Ok(BlindSpec(FcmSpec { dp: c.dp, ..c.fcm }))
     }
 }
 
@@ -41,8 +50,9 @@ impl<const BLENDED: bool> StrategyParams for BlindSpec<BLENDED> {
         ModelSpec::Fcm(self.0)
     }
 
-    fn server(&self, classes: usize, _: u64, robust: RobustHyper) -> Box<dyn ServerStrategy> {
-        Box::new(FcmServer::new(classes, self.0.aggregation).with_robust(robust))
+    fn server(&self, classes: usize, seed: u64, robust: RobustHyper) -> Box<dyn ServerStrategy> {
+        let server = FcmServer::new(classes, self.0.aggregation).with_robust(robust);
+        Box::new(server.with_privacy(self.0.dp, seed))
     }
 
     fn table_client(
@@ -55,9 +65,17 @@ impl<const BLENDED: bool> StrategyParams for BlindSpec<BLENDED> {
             true => Blend::Average,
             false => Blend::Replace,
         };
-        Ok(Box::new(FcmClient::new(
-            features, classes, f.fcm, f.pso, blend,
-        )))
+        let client = FcmClient::new(features, classes, f.fcm, f.pso, blend);
+        Ok(Box::new(client.with_dp(f.dp)))
+    }
+
+    /// Central noise on the mean map, or each client's on its own.
+    fn takes_dp(&self) -> bool {
+        true
+    }
+
+    fn resolve(&self, _: &Sections, out: &mut Sections) {
+        out.dp = (!self.0.dp.is_off()).then_some(self.0.dp);
     }
 
     /// Blended, each client blends the aggregate with its own map.
@@ -76,6 +94,7 @@ impl<const BLENDED: bool> StrategyParams for BlindSpec<BLENDED> {
     /// The map's setting, led by the server's weighting.
     fn setting(&self, images: bool, compression: Compression) -> String {
         let map = ModelSpec::Fcm(self.0).setting(images, compression);
-        format!("{} {map}", self.0.aggregation.name())
+        let dp = self.0.dp.setting_note();
+        format!("{} {map}{dp}", self.0.aggregation.name())
     }
 }

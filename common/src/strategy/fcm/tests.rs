@@ -127,3 +127,64 @@ fn updates_are_checked_against_the_run() {
     let e = s.decode(1, 1, &wrong).unwrap_err().to_string();
     assert!(e.contains("expected an adjacency_matrix"), "{e}");
 }
+
+/// Central `[dp]`: round 1's changes are measured from the zero map and clipped, the mean
+/// gets N(0, (z × clip / n)²), the map stays in [−1, 1], and round 2 measures from the map
+/// broadcast; a server restored from its snapshot noises round 2 as the uninterrupted one.
+#[test]
+fn central_dp_clips_from_the_last_map_and_noises_the_mean() {
+    use crate::strategy::privacy::{DpHyper, Mechanism};
+    let dp = DpHyper {
+        mechanism: Mechanism::Central,
+        clip: Some(0.5),
+        noise_multiplier: 0.8,
+        delta: 1e-5,
+    };
+    let clients = BTreeMap::from([(1, summary(1)), (2, summary(1))]);
+    let updates = BTreeMap::from([
+        (1, decoded(&upload(vec![1.0, 0.5, -1.0, 0.0], 0.75, 0.5))),
+        (2, decoded(&upload(vec![0.0, -0.5, 1.0, 0.25], 0.25, 0.5))),
+    ]);
+    let mut s = FcmServer::new(2, Aggregation::Mean).with_privacy(dp, 7);
+    let first = s.aggregate(1, &clients, &updates).unwrap();
+    let spent = first.privacy.clone().unwrap();
+    assert_eq!(
+        spent.clipped,
+        Some(2),
+        "both maps are farther than 0.5 from zero"
+    );
+    assert!((spent.noise_std - 0.8 * 0.5 / 2.0).abs() < 1e-12);
+    let Downloads::Broadcast(p) = &first.downloads else {
+        panic!("blind fl broadcasts")
+    };
+    let global = params_of(p);
+    assert!(global.iter().all(|w| (-1.0..=1.0).contains(w)));
+    let kept = s.snapshot();
+    let second = s.aggregate(2, &clients, &updates).unwrap();
+    let mut restored = FcmServer::new(2, Aggregation::Mean).with_privacy(dp, 7);
+    restored.restore(kept).unwrap();
+    let again = restored.aggregate(2, &clients, &updates).unwrap();
+    assert_eq!(second.downloads, again.downloads);
+    assert_eq!(second.privacy.unwrap().rounds, 2);
+}
+
+/// Local `[dp]`: the upload is the global map plus the clipped, noised change, in [−1, 1];
+/// the client keeps its own map unnoised.
+#[test]
+fn local_dp_noises_the_upload_not_the_kept_map() {
+    use crate::strategy::privacy::{DpHyper, Mechanism};
+    let dp = DpHyper {
+        mechanism: Mechanism::Local,
+        clip: Some(0.1),
+        noise_multiplier: 1.0,
+        delta: 1e-5,
+    };
+    let c = FcmClient::new(1, 2, hyper(), PsoHyper::default(), Blend::Replace).with_dp(dp);
+    let trained = Fcm::from_parameters(1, 2, vec![0.9, -0.9, 0.3, 0.0]).unwrap();
+    let mut rng = crate::rng::derive_rng(3, "test", 1);
+    let sent = c.as_uploaded(&trained, 1, &mut rng).unwrap();
+    assert_ne!(sent.parameters(), trained.parameters());
+    assert!(sent.parameters().iter().all(|w| (-1.0..=1.0).contains(w)));
+    let plain = FcmClient::new(1, 2, hyper(), PsoHyper::default(), Blend::Replace);
+    assert_eq!(plain.as_uploaded(&trained, 1, &mut rng).unwrap(), trained);
+}
