@@ -7,10 +7,13 @@
 #                                        [dp] copies in experiments/privacy/), central and local
 #   scripts/privacy-curve.sh tpfl-mnist  TPFL on MNIST (experiments/privacy/tpfl-mnist*.toml),
 #                                        central per cluster and local
-#   MULTIPLIERS="1 3 10 30" SEEDS=7,1,2 by default
+#   scripts/privacy-curve.sh fcm-breast-cancer
+#                                        Blind FL on Breast Cancer (the paper's blind, mean, tanh,
+#                                        even split and its copies in experiments/privacy/)
+#   MULTIPLIERS="1 3 10 30" SEEDS=7,1,2 by default; FLINT=target/debug/flint for another build
 set -euo pipefail
 cd "$(dirname "$0")/.."
-flint=target/release/flint
+flint=${FLINT:-target/release/flint}
 seeds=${SEEDS:-7,1,2}
 multipliers=${MULTIPLIERS:-1 3 10 30}
 case ${1:-fedavg-magic} in
@@ -18,7 +21,10 @@ case ${1:-fedavg-magic} in
     plain=experiments/fedavg-magic.toml mechanisms="central local" out=runs/privacy ;;
   tpfl-mnist)
     plain=experiments/privacy/tpfl-mnist.toml mechanisms="central local" out=runs/privacy-tpfl ;;
-  *) echo "privacy-curve.sh: fedavg-magic or tpfl-mnist, not $1" >&2; exit 2 ;;
+  fcm-breast-cancer)
+    plain=experiments/fcm/breast-cancer/blind-mean-tanh-even.toml mechanisms="central local"
+    out=runs/privacy-fcm ;;
+  *) echo "privacy-curve.sh: fedavg-magic, tpfl-mnist or fcm-breast-cancer, not $1" >&2; exit 2 ;;
 esac
 name=${1:-fedavg-magic}
 "$flint" grid "$plain" --seeds "$seeds" --runs-dir "$out/plain" --resume
