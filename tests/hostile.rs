@@ -493,9 +493,15 @@ fn a_refused_client_ends_only_itself() {
 /// The final round's mean accuracy over clients 1–4, of a run of five AHP clients where the
 /// fifth is `insider` (or honest, without one), with `robust` as the `[robust]` section.
 fn honest_accuracy(insider: bool, robust: Option<&str>) -> f64 {
+    honest_accuracy_of("fedavg-ahp", insider, robust)
+}
+
+/// [`honest_accuracy`] under `strategy` (`fedavg-ahp` or `fedavg`).
+fn honest_accuracy_of(strategy: &str, insider: bool, robust: Option<&str>) -> f64 {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let mut text = synthetic_experiment("capture", 5, 5, "");
+    let mut text = synthetic_experiment("capture", 5, 5, "")
+        .replace("\"fedavg-ahp\"", &format!("\"{strategy}\""));
     if let Some(robust) = robust {
         text += &format!("\n[robust]\n{robust}\n");
     }
@@ -630,6 +636,26 @@ fn an_insider_capturing_the_ahp_weight_is_outvoted_by_the_robust_rules() {
     // insider must cost the honest clients at most 2 points; on their few test rows the capped
     // run may also land above the clean one (it does: 0.7569 against 0.7361).
     let defaults = honest_accuracy(true, None);
+    println!("defaults: {defaults:.4}");
+    assert!(
+        defaults >= clean - 0.02,
+        "the defaults: {defaults} against {clean} without the insider"
+    );
+}
+
+/// FedAvg weights each client by the rows it declares (n_k / n): the insider's 2^39 rows take
+/// the whole weight under the paper's plain mean, and at the defaults (no client above twice
+/// the equal share, its change clipped) it costs the honest clients at most 2 points.
+#[test]
+fn an_insider_declaring_billions_of_rows_is_capped_under_fedavg_by_default() {
+    let clean = honest_accuracy_of("fedavg", false, Some(""));
+    let captured = honest_accuracy_of("fedavg", true, Some(""));
+    println!("clean {clean:.4}, captured under the mean {captured:.4}");
+    assert!(
+        captured < clean - 0.1,
+        "the attack bites: {captured} against {clean}"
+    );
+    let defaults = honest_accuracy_of("fedavg", true, None);
     println!("defaults: {defaults:.4}");
     assert!(
         defaults >= clean - 0.02,

@@ -193,7 +193,7 @@ impl Experiment {
     /// rules that tie them together.
     pub fn check(file: ExperimentFile) -> Result<Experiment> {
         rules::check_name(&file.name)?;
-        let sections = ahp_defaults(&file, file.sections());
+        let sections = weight_cap_default(&file, ahp_defaults(&file, file.sections()));
         let model = StrategySpec::model_of(file.strategy, file.model)?;
         let data = rules::data_for_model(&file.data, file.strategy, model)?;
         let strategy = StrategySpec::check(file.strategy, model, &sections, &data.shape())?;
@@ -296,26 +296,40 @@ impl Experiment {
     }
 }
 
-/// AHP-FedAvg's defaults where the file leaves them out: no compute speed for clients declared
-/// by count, and the weight cap, except under central DP (every change is clipped and the noise
-/// follows the largest weight: a clip to the round's median would break the sensitivity bound)
-/// and `[secagg]` (which hides the values the cap compares).
+/// AHP-FedAvg's criteria where the file leaves them out: no compute speed for clients declared
+/// by count.
 fn ahp_defaults(
     file: &ExperimentFile,
     mut sections: crate::strategy::Sections,
 ) -> crate::strategy::Sections {
-    if file.strategy != StrategyKind::FedAvgAhp {
-        return sections;
-    }
-    if sections.ahp.is_none() && file.client_count.is_some() {
+    if file.strategy == StrategyKind::FedAvgAhp
+        && sections.ahp.is_none()
+        && file.client_count.is_some()
+    {
         sections.ahp = Some(crate::strategy::ahp::AhpSection::without_compute_speed());
     }
+    sections
+}
+
+/// Where a strategy weights each client by what it declares, no client takes over twice the
+/// round's equal share by default (a capped client's change clipped too): one client declaring
+/// a summary within the caps took 0.483 of five clients' AHP weight. Left to the file where it
+/// writes `[robust]` (an empty section is the papers' plain mean), beside central `[dp]` (every
+/// change is clipped and the noise follows the largest weight: a clip to the round's median
+/// would break the sensitivity bound) and under `[secagg]` (which hides the values the cap
+/// compares). With `server.clients_per_round` the share is the round's.
+fn weight_cap_default(
+    file: &ExperimentFile,
+    mut sections: crate::strategy::Sections,
+) -> crate::strategy::Sections {
     let central_dp = sections
         .dp
         .is_some_and(|d| d.mechanism == crate::strategy::privacy::Mechanism::Central);
-    if sections.robust.is_none() && !central_dp && file.secagg.is_off() {
+    let declared = file.strategy.facts().declared_weights;
+    if declared && sections.robust.is_none() && !central_dp && file.secagg.is_off() {
         let clients = file.client_count.unwrap_or(file.clients.len());
-        sections.robust = Some(RobustHyper::capped_at_twice_the_share(clients));
+        let per_round = file.server.clients_per_round.unwrap_or(clients);
+        sections.robust = Some(RobustHyper::capped_at_twice_the_share(per_round));
     }
     sections
 }

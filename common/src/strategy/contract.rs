@@ -27,6 +27,10 @@ pub struct Facts {
     pub model: Option<ModelKind>,
     /// Whether its server averages the clients' updates, where `[robust]` applies.
     pub averages: bool,
+    /// Whether its mean weights each client by what that client declares (its rows, AHP's
+    /// criteria): one liar would take the weight, so by default none takes more than twice
+    /// the round's equal share.
+    pub declared_weights: bool,
     /// One upload and one download: `rounds` must be 1 and is by default.
     pub one_shot: bool,
     /// Whether every client ends with one global model (a shared test set measures it), or
@@ -43,6 +47,7 @@ impl Facts {
         Facts {
             model: Some(model),
             averages: true,
+            declared_weights: false,
             one_shot: false,
             one_model: true,
             banks: ClauseBanks::Shared,

@@ -86,6 +86,7 @@ impl<const CENTRAL: bool> Strategy for BaselineSpec<CENTRAL> {
     const FACTS: Facts = Facts {
         model: None,
         averages: false,
+        declared_weights: false,
         one_shot: false,
         one_model: CENTRAL,
         banks: ClauseBanks::Shared,

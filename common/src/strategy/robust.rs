@@ -53,7 +53,8 @@ pub struct RobustHyper {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub clip_norm: Option<f64>,
     /// The largest share of the aggregation weight one client may have, in (0, 1] (default 1:
-    /// no cap); what a cap takes is shared among the others in proportion, and a capped
+    /// no cap; 2 / clients for the strategies whose weights clients declare, where the file has
+    /// no `[robust]`); what a cap takes is shared among the others in proportion, and a capped
     /// client's update is brought within the round's median distance (as `clip = "median"`
     /// does for all), so that the cap bounds what it moves. Under `mean` only.
     pub max_weight: f64,

@@ -36,7 +36,10 @@ pub struct FedAvgAhpSpec {
 }
 
 impl Strategy for FedAvgSpec {
-    const FACTS: Facts = Facts::federated(ModelKind::LogReg);
+    const FACTS: Facts = Facts {
+        declared_weights: true,
+        ..Facts::federated(ModelKind::LogReg)
+    };
 
     fn check(_: ModelKind, c: &Checked, _: &Sections, _: &DataShape) -> ParamResult<Self> {
         Ok(FedAvgSpec {
@@ -90,7 +93,10 @@ impl StrategyParams for FedAvgSpec {
 }
 
 impl Strategy for FedAvgAhpSpec {
-    const FACTS: Facts = Facts::federated(ModelKind::LogReg);
+    const FACTS: Facts = Facts {
+        declared_weights: true,
+        ..Facts::federated(ModelKind::LogReg)
+    };
 
     fn check(_: ModelKind, c: &Checked, _: &Sections, _: &DataShape) -> ParamResult<Self> {
         Ok(FedAvgAhpSpec {

@@ -29,7 +29,11 @@ pub fn needs_images(shape: &DataShape, strategy: &str) -> ParamResult<()> {
 }
 
 impl Strategy for FedAvgCnnSpec {
-    const FACTS: Facts = Facts::federated(ModelKind::Cnn);
+    /// n_k / n, from the rows each client declares.
+    const FACTS: Facts = Facts {
+        declared_weights: true,
+        ..Facts::federated(ModelKind::Cnn)
+    };
 
     fn check(_: ModelKind, c: &Checked, _: &Sections, shape: &DataShape) -> ParamResult<Self> {
         needs_images(shape, "fedavg-cnn")?;

@@ -21,7 +21,11 @@ pub struct FedProxSpec {
 }
 
 impl Strategy for FedProxSpec {
-    const FACTS: Facts = Facts::federated(ModelKind::Cnn);
+    /// n_k / n, from the rows each client declares.
+    const FACTS: Facts = Facts {
+        declared_weights: true,
+        ..Facts::federated(ModelKind::Cnn)
+    };
 
     fn check(_: ModelKind, c: &Checked, _: &Sections, shape: &DataShape) -> ParamResult<Self> {
         needs_images(shape, "fedprox")?;
