@@ -10,6 +10,7 @@ use flint_common::model::kept::{KeptModel, ModelFile};
 use flint_common::strategy::tpfl::TpflRound;
 use flint_server::results::RunResults;
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 const SIZE: (u32, u32) = (900, 520);
 const FONT: &str = "sans-serif";
@@ -81,6 +82,8 @@ fn accuracy(path: &Path, r: &RunResults, baseline: Option<&RunResults>) -> anyho
         .flat_map(|b| b.rounds.iter().filter_map(|rr| rr.mean.map(|m| m.accuracy)))
         .fold(lowest, f64::min);
     let floor = ((lowest - 0.05) * 10.0).floor().max(0.0) / 10.0;
+    // Headroom above 1 for the legend, which then covers no client's line.
+    let top = 1.0 + (1.0 - floor) * LEGEND_HEADROOM;
     let root = SVGBackend::new(path, SIZE).into_drawing_area();
     root.fill(&WHITE)?;
     let mut chart = ChartBuilder::on(&root)
@@ -88,13 +91,17 @@ fn accuracy(path: &Path, r: &RunResults, baseline: Option<&RunResults>) -> anyho
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(55)
-        .build_cartesian_2d(0.5f64..last as f64 + 0.5, floor..1f64)?;
+        .build_cartesian_2d(0.5f64..last as f64 + 0.5, floor..top)?;
     chart
         .configure_mesh()
         .x_desc("round")
         .y_desc("accuracy")
         .x_labels(last.min(20) as usize)
         .x_label_formatter(&|x| format!("{x:.0}"))
+        .y_label_formatter(&|y| match *y <= 1.0 + 1e-9 {
+            true => format!("{y:.2}"),
+            false => String::new(),
+        })
         .draw()?;
     let clients: Vec<u32> = r.clients.iter().map(|c| c.id).collect();
     for (i, id) in clients.iter().enumerate() {
@@ -150,10 +157,13 @@ fn accuracy(path: &Path, r: &RunResults, baseline: Option<&RunResults>) -> anyho
                 hue(0, 1).mix(0.5).stroke_width(1),
             )
         });
-    legend(&mut chart, SeriesLabelPosition::LowerRight, 14)?;
+    legend(&mut chart, SeriesLabelPosition::UpperRight, 14)?;
     root.present()?;
     Ok(true)
 }
+
+/// The accuracy axis runs this share of its span past 1: room for a legend of four lines.
+const LEGEND_HEADROOM: f64 = 0.3;
 
 /// Bytes per round summed over the clients, up and down, at each level measured (log scale).
 fn bytes(path: &Path, r: &RunResults) -> anyhow::Result<bool> {
@@ -386,7 +396,7 @@ fn heat_map(path: &Path, m: &ModelFile) -> anyhow::Result<bool> {
     let (rows, columns) = (sources.len(), targets.len());
     let size = (
         260 + 90 * columns as u32 + COLOUR_BAR,
-        (150 + 20 * rows as u32).max(260),
+        (300 + 20 * rows as u32).max(410),
     );
     let root = SVGBackend::new(path, size).into_drawing_area();
     root.fill(&WHITE)?;
@@ -401,7 +411,8 @@ fn heat_map(path: &Path, m: &ModelFile) -> anyhow::Result<bool> {
             (FONT, 16),
         )
         .margin(12)
-        .x_label_area_size(30)
+        // Column names run upwards, whole up to 28 characters, as the rows'.
+        .x_label_area_size(180)
         .y_label_area_size(190)
         .build_cartesian_2d(0f64..columns as f64, 0f64..rows as f64)?;
     // A label sits in the middle of its cell; rows run from the top.
@@ -409,21 +420,27 @@ fn heat_map(path: &Path, m: &ModelFile) -> anyhow::Result<bool> {
         let i = v.floor() as usize;
         ((v - i as f64 - 0.5).abs() < 1e-9 && i < count).then_some(i)
     };
-    // Long names are cut to their cell's width, so that neighbours never overprint.
-    let column_name =
-        |v: &f64| middle(*v, columns).map_or_else(String::new, |i| short(&names[targets[i]], 12));
     let row_name = |v: &f64| {
         middle(rows as f64 - *v, rows).map_or_else(String::new, |i| short(&names[sources[i]], 28))
     };
     chart
         .configure_mesh()
         .disable_mesh()
-        .x_labels(2 * columns + 1)
+        .x_labels(0)
         .y_labels(2 * rows + 1)
-        .x_label_formatter(&column_name)
         .y_label_formatter(&row_name)
         .label_style((FONT, 12))
         .draw()?;
+    // Column names run downwards from under their column, whole up to 28 characters (as the
+    // rows'), so that neighbours never overprint.
+    let upright = TextStyle::from((FONT, 12))
+        .transform(FontTransform::Rotate90)
+        .pos(Pos::new(HPos::Left, VPos::Center));
+    for (j, &t) in targets.iter().enumerate() {
+        let (x, y) = chart.backend_coord(&(j as f64 + 0.5, 0.0));
+        let name = short(&names[t], 28);
+        map.draw(&Text::new(name, (x, y + 6), upright.clone()))?;
+    }
     let cells = sources.iter().enumerate().flat_map(|(i, &s)| {
         let top = (rows - i) as f64;
         targets.iter().enumerate().map(move |(j, &t)| {
@@ -669,9 +686,10 @@ mod tests {
         assert!(svg.contains("+1.0") && svg.contains("+0.0") && svg.contains("-1.0"));
         assert!(!svg.contains(&long), "the long name is cut");
         assert!(
-            svg.contains("class a cla…"),
-            "cut to its cell, marked: {svg}"
+            svg.contains("class a class name far too …"),
+            "cut at 28 characters, marked: {svg}"
         );
+        assert!(svg.contains("rotate(90"), "column names run upwards");
         assert_eq!(short("short", 12), "short");
     }
 

@@ -47,8 +47,8 @@ pub struct DataSection {
     pub samples: Option<usize>,
     /// synthetic: features generated (default 8); csv: the feature columns, which fix the
     /// model's size before any client joins (`flint run` and `flint grid` read them from the
-    /// file; a server started by hand on a file without them needs them for fedtmos, ensemble
-    /// and fedtm).
+    /// file and need none; a server started by hand refuses a CSV experiment without them,
+    /// whatever the strategy).
     #[serde(default, deserialize_with = "at_least_or_unset::<1, _, _>")]
     pub features: Option<usize>,
     /// synthetic: distance between the two classes' means, in standard deviations (default 1.5).
