@@ -19,6 +19,16 @@ fn dp(mechanism: &str) -> String {
     format!("\n[dp]\nmechanism = \"{mechanism}\"\nclip = 0.5\nnoise_multiplier = 0.8\n")
 }
 
+/// [`dp`]'s settings, checked.
+fn hyper(mechanism: Mechanism) -> DpHyper {
+    DpHyper {
+        mechanism,
+        clip: Some(0.5),
+        noise_multiplier: 0.8,
+        delta: 1e-5,
+    }
+}
+
 fn experiment(dir: &Path, name: &str, extra: &str) -> std::path::PathBuf {
     let server = "round_timeout_secs = 300\neval_timeout_secs = 30";
     let text = synthetic_experiment(name, 4, 3, server) + extra;
@@ -51,13 +61,7 @@ fn every_round_reports_the_accountants_epsilon_and_the_noise_repeats_from_the_se
     let b = rounds_of(&run(&central, &dir.path().join("b")));
     assert_eq!(a, b, "one seed, one run");
 
-    let hyper = DpHyper {
-        mechanism: Mechanism::Central,
-        clip: Some(0.5),
-        noise_multiplier: 0.8,
-        delta: 1e-5,
-    };
-    let accountant = Accountant::new(hyper);
+    let accountant = Accountant::new(hyper(Mechanism::Central));
     let r = results(&dir.path().join("a/central"));
     let mut last = 0.0;
     for round in &r.rounds[1..] {
@@ -89,13 +93,9 @@ fn every_round_reports_the_accountants_epsilon_and_the_noise_repeats_from_the_se
     let last_round = l.rounds.last().unwrap().privacy.clone().unwrap();
     assert_eq!(last_round.mechanism, Mechanism::Local);
     assert_eq!(last_round.noise_std, 0.8 * 0.5);
-    let local_hyper = DpHyper {
-        mechanism: Mechanism::Local,
-        ..hyper
-    };
     assert_eq!(
         last_round.epsilon,
-        Accountant::new(local_hyper).spent(4).unwrap().1
+        Accountant::new(hyper(Mechanism::Local)).spent(4).unwrap().1
     );
     assert_eq!(
         last_round.epsilon, last,
@@ -312,13 +312,7 @@ fn blind_fl_maps_under_dp_report_the_accountants_epsilon_and_repeat() {
     let a = rounds_of(&run(&central, &d.join("a")));
     let b = rounds_of(&run(&central, &d.join("b")));
     assert_eq!(a, b, "one seed, one run");
-    let hyper = DpHyper {
-        mechanism: Mechanism::Central,
-        clip: Some(0.5),
-        noise_multiplier: 0.8,
-        delta: 1e-5,
-    };
-    let accountant = Accountant::new(hyper);
+    let accountant = Accountant::new(hyper(Mechanism::Central));
     let r = results(&d.join("a/fcm-central"));
     for round in &r.rounds[1..] {
         let p = round

@@ -837,6 +837,23 @@ impl Enrolled {
         Self::start_with(d, name, &[])
     }
 
+    /// Two processes started without names, each taking a secret from the folder, run to the
+    /// end, and so does the server.
+    fn two_auto_processes_finish(&mut self, d: &Path, prefix: &str) {
+        let enroll_args = ["--enroll-dir", self.enroll.to_str().unwrap()];
+        let processes: Vec<Proc> = (1..=2)
+            .map(|p| {
+                let out = d.join(format!("{prefix}-{p}"));
+                std::fs::create_dir_all(&out).unwrap();
+                start_clients_with(&self.exp, &self.url, &["auto"], &out, &enroll_args)
+            })
+            .collect();
+        for mut p in processes {
+            assert!(p.wait(Duration::from_secs(60)).success());
+        }
+        assert!(self.server.wait(Duration::from_secs(60)).success());
+    }
+
     fn start_with(d: &Path, name: &str, extra: &[&str]) -> Enrolled {
         let exp = write(
             d,
@@ -865,16 +882,11 @@ impl Enrolled {
 fn strangers_without_an_enrollment_secret_take_no_slot() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let Enrolled {
-        exp,
-        enroll,
-        mut server,
-        url,
-    } = Enrolled::start(d, "enroll");
-    let e = Experiment::load(&exp, &[]).unwrap();
+    let mut fed = Enrolled::start(d, "enroll");
+    let e = Experiment::load(&fed.exp, &[]).unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let mut g = AggregatorClient::new(connect(&url).await);
+        let mut g = AggregatorClient::new(connect(&fed.url).await);
         let st = g
             .join(join("client-1", summary(), &e.fingerprint))
             .await
@@ -888,20 +900,9 @@ fn strangers_without_an_enrollment_secret_take_no_slot() {
         let st = g.claim(claim).await.unwrap_err();
         assert_eq!(st.code(), Code::Unauthenticated, "{st:?}");
     });
-    let enroll_args = ["--enroll-dir", enroll.to_str().unwrap()];
-    let processes: Vec<Proc> = (1..=2)
-        .map(|p| {
-            let out = d.join(format!("process-{p}"));
-            std::fs::create_dir_all(&out).unwrap();
-            start_clients_with(&exp, &url, &["auto"], &out, &enroll_args)
-        })
-        .collect();
-    for mut p in processes {
-        assert!(p.wait(Duration::from_secs(60)).success());
-    }
-    assert!(server.wait(Duration::from_secs(60)).success());
+    fed.two_auto_processes_finish(d, "process");
     assert_eq!(results(d).rounds[1].participants, vec![1, 2]);
-    let left = std::fs::read_dir(&enroll)
+    let left = std::fs::read_dir(&fed.enroll)
         .unwrap()
         .flatten()
         .filter(|f| f.path().extension().is_some_and(|x| x == "secret"))
@@ -1000,16 +1001,11 @@ fn a_server_on_tokens_alone_refuses_to_start_without_enrollment() {
 fn a_claim_loop_without_secrets_keeps_no_honest_client_out() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let Enrolled {
-        exp,
-        enroll,
-        mut server,
-        url,
-    } = Enrolled::start_with(d, "squat", &["--claim-lease-secs", "3"]);
-    let e = Experiment::load(&exp, &[]).unwrap();
+    let mut fed = Enrolled::start_with(d, "squat", &["--claim-lease-secs", "3"]);
+    let e = Experiment::load(&fed.exp, &[]).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let looping = {
-        let (stop, url, fingerprint) = (stop.clone(), url.clone(), e.fingerprint.clone());
+        let (stop, url, fingerprint) = (stop.clone(), fed.url.clone(), e.fingerprint.clone());
         std::thread::spawn(move || {
             let rt = tokio::runtime::Runtime::new().unwrap();
             rt.block_on(async {
@@ -1026,18 +1022,7 @@ fn a_claim_loop_without_secrets_keeps_no_honest_client_out() {
         })
     };
     std::thread::sleep(Duration::from_secs(1));
-    let enroll_args = ["--enroll-dir", enroll.to_str().unwrap()];
-    let honest: Vec<Proc> = (1..=2)
-        .map(|p| {
-            let out = d.join(format!("honest-{p}"));
-            std::fs::create_dir_all(&out).unwrap();
-            start_clients_with(&exp, &url, &["auto"], &out, &enroll_args)
-        })
-        .collect();
-    for mut p in honest {
-        assert!(p.wait(Duration::from_secs(60)).success());
-    }
-    assert!(server.wait(Duration::from_secs(60)).success());
+    fed.two_auto_processes_finish(d, "honest");
     stop.store(true, Ordering::Relaxed);
     let tried = looping.join().unwrap();
     assert!(tried.len() >= 5, "{} claims", tried.len());

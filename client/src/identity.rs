@@ -98,8 +98,6 @@ fn taken_suffix(token: &str) -> String {
 
 /// The token kept in `path`, or a new one written there (mode 0600).
 pub(crate) fn kept_token(path: &std::path::Path) -> anyhow::Result<String> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
     if let Ok(kept) = std::fs::read_to_string(path) {
         let kept = kept.trim();
         if kept.len() >= 32 && kept.bytes().all(|b| b.is_ascii_hexdigit()) {
@@ -110,15 +108,23 @@ pub(crate) fn kept_token(path: &std::path::Path) -> anyhow::Result<String> {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
     let token = new_token();
+    write_private(path, &token)
+        .with_context(|| format!("cannot keep the client token in {}", path.display()))?;
+    Ok(token)
+}
+
+/// `text` in a new file at `path` (one there is replaced) that only its owner can read: a
+/// token or an enrollment secret.
+pub fn write_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
     let _ = std::fs::remove_file(path);
     std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
         .open(path)
-        .and_then(|mut f| f.write_all(token.as_bytes()))
-        .with_context(|| format!("cannot keep the client token in {}", path.display()))?;
-    Ok(token)
+        .and_then(|mut f| f.write_all(text.as_bytes()))
 }
 
 /// What binds a slot to this process: its token, and the enrollment secret it first binds

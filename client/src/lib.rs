@@ -37,7 +37,7 @@ use tracing::field::Empty;
 
 pub use args::ClientArgs;
 pub use health::{HealthArgs, health};
-pub use identity::{AUTO, random_secret};
+pub use identity::{AUTO, random_secret, write_private};
 pub use report::ClientReport;
 pub use tls::{ClientTls, NAME_PLACEHOLDER};
 

@@ -111,15 +111,7 @@ fn write_enrollment(out: &Path, n: usize) -> anyhow::Result<()> {
 
 /// An enrollment secret in its own file, readable by its owner only.
 pub(crate) fn write_secret(path: &Path, secret: &str) -> anyhow::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let _ = std::fs::remove_file(path);
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-        .and_then(|mut f| f.write_all(secret.as_bytes()))
+    flint_client::write_private(path, secret)
         .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))
 }
 

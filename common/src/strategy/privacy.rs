@@ -350,6 +350,39 @@ pub fn privatize_locally<R: rand::Rng + ?Sized>(
     Ok(())
 }
 
+/// A server half's `[dp]` (none where it is off) given a key for its noise, where it adds any:
+/// what [`ServerStrategy::set_noise_key`](crate::strategy::ServerStrategy::set_noise_key) says.
+pub fn key_noise(privacy: &mut Option<PrivateMean>, key: NoiseKey) -> bool {
+    match privacy {
+        Some(p) if p.adds_noise() => {
+            p.set_key(key);
+            true
+        }
+        _ => false,
+    }
+}
+
+/// A server half's kept state where its only state is its `[dp]`'s.
+pub fn snapshot_of(privacy: &Option<PrivateMean>) -> crate::strategy::StrategyState {
+    match privacy {
+        Some(p) => crate::strategy::StrategyState::of(p.state()),
+        None => crate::strategy::StrategyState::stateless(),
+    }
+}
+
+/// [`snapshot_of`]'s state given back to `who`'s server half.
+pub fn restore_into(
+    privacy: &mut Option<PrivateMean>,
+    state: crate::strategy::StrategyState,
+    who: &str,
+) -> Result<()> {
+    match privacy {
+        Some(p) => p.restore(state.expect::<PrivacyState>(&format!("{who} under [dp]"))?),
+        None => state.expect_stateless(who)?,
+    }
+    Ok(())
+}
+
 /// One group of [`PrivateMean::central_groups`]: its id, its clients, their vectors and weights (at
 /// most 1 in all), and the base their changes are measured from.
 pub struct CentralGroup<'a> {

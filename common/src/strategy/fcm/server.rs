@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use super::Aggregation;
 use crate::model::fcm::Fcm;
 use crate::strategy::decoder::{MapDecoder, UpdateDecoder};
-use crate::strategy::privacy::{DpHyper, NoiseKey, PrivacySpent, PrivacyState, PrivateMean};
+use crate::strategy::privacy::{self, DpHyper, NoiseKey, PrivacySpent, PrivateMean};
 use crate::strategy::report::Tagged;
 use crate::strategy::robust::RobustHyper;
 use crate::strategy::{
@@ -193,27 +193,14 @@ impl ServerStrategy for FcmServer {
     }
 
     fn set_noise_key(&mut self, key: NoiseKey) -> bool {
-        match &mut self.privacy {
-            Some(p) if p.adds_noise() => {
-                p.set_key(key);
-                true
-            }
-            _ => false,
-        }
+        privacy::key_noise(&mut self.privacy, key)
     }
 
     fn snapshot(&self) -> StrategyState {
-        match &self.privacy {
-            Some(p) => StrategyState::of(p.state()),
-            None => StrategyState::stateless(),
-        }
+        privacy::snapshot_of(&self.privacy)
     }
 
     fn restore(&mut self, state: StrategyState) -> Result<()> {
-        match &mut self.privacy {
-            Some(p) => p.restore(state.expect::<PrivacyState>("blind fl under [dp]")?),
-            None => state.expect_stateless("blind fl")?,
-        }
-        Ok(())
+        privacy::restore_into(&mut self.privacy, state, "blind fl")
     }
 }

@@ -5,7 +5,7 @@ use super::client::flat;
 use crate::model::logreg::LogReg;
 use crate::strategy::ahp::{self, AhpHyper, CriteriaValues};
 use crate::strategy::decoder::{LinearDecoder, UpdateDecoder};
-use crate::strategy::privacy::{DpHyper, NoiseKey, PrivacyState, PrivateMean};
+use crate::strategy::privacy::{self, DpHyper, NoiseKey, PrivateMean};
 use crate::strategy::report::StrategyState;
 use crate::strategy::robust::RobustHyper;
 use crate::strategy::{Aggregate, Downloads, RoundReport, ServerStrategy, unexpected};
@@ -202,28 +202,15 @@ impl ServerStrategy for FedAvgServer {
     }
 
     fn set_noise_key(&mut self, key: NoiseKey) -> bool {
-        match &mut self.privacy {
-            Some(p) if p.adds_noise() => {
-                p.set_key(key);
-                true
-            }
-            _ => false,
-        }
+        privacy::key_noise(&mut self.privacy, key)
     }
 
     fn snapshot(&self) -> StrategyState {
-        match &self.privacy {
-            Some(p) => StrategyState::of(p.state()),
-            None => StrategyState::stateless(),
-        }
+        privacy::snapshot_of(&self.privacy)
     }
 
     fn restore(&mut self, state: StrategyState) -> Result<()> {
-        match &mut self.privacy {
-            Some(p) => p.restore(state.expect::<PrivacyState>("fedavg under [dp]")?),
-            None => state.expect_stateless("fedavg")?,
-        }
-        Ok(())
+        privacy::restore_into(&mut self.privacy, state, "fedavg")
     }
 }
 

@@ -10,7 +10,7 @@ use super::clustering::{Cluster, cluster, from_sums, to_weights};
 use super::private::private_clusters;
 use super::section::TpflHyper;
 use crate::strategy::decoder::UpdateDecoder;
-use crate::strategy::privacy::{DpHyper, NoiseKey, PrivacyState, PrivateMean};
+use crate::strategy::privacy::{self, DpHyper, NoiseKey, PrivacyState, PrivateMean};
 use crate::strategy::robust::RobustHyper;
 use crate::strategy::{
     Aggregate, Downloads, GroupSum, RoundReport, ServerStrategy, StrategyState, unexpected,
@@ -305,13 +305,7 @@ impl ServerStrategy for TpflServer {
     }
 
     fn set_noise_key(&mut self, key: NoiseKey) -> bool {
-        match &mut self.privacy {
-            Some(p) if p.adds_noise() => {
-                p.set_key(key);
-                true
-            }
-            _ => false,
-        }
+        privacy::key_noise(&mut self.privacy, key)
     }
 
     /// TPFL's clients sum their winner's weights within the cluster of the class it won.
