@@ -44,10 +44,11 @@ fn digest(text: &str) -> String {
 /// What an experiment checks to, as text: the checked parts by their `Debug` form.
 fn checked(e: &Experiment) -> String {
     format!(
-        "name={:?} seed={} strategy={:?} policy={:?} churn={:?} data={:?} partition={:?} compression={:?} clients={:?} links={:?}",
+        "name={:?} seed={} strategy={:?} robust={:?} policy={:?} churn={:?} data={:?} partition={:?} compression={:?} clients={:?} links={:?}",
         e.name,
         e.seed,
         e.strategy,
+        e.robust,
         e.policy,
         e.churn,
         e.data,

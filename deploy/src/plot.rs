@@ -103,16 +103,7 @@ fn accuracy(path: &Path, r: &RunResults, baseline: Option<&RunResults>) -> anyho
             false => String::new(),
         })
         .draw()?;
-    let clients: Vec<u32> = r.clients.iter().map(|c| c.id).collect();
-    for (i, id) in clients.iter().enumerate() {
-        let points: Vec<(f64, f64)> = rounds
-            .iter()
-            .filter_map(|rr| rr.metrics.get(id).map(|m| (rr.round as f64, m.accuracy)))
-            .collect();
-        let colour = hue(i, clients.len()).mix(0.5);
-        chart.draw_series(LineSeries::new(points.clone(), colour.stroke_width(1)))?;
-        chart.draw_series(points.iter().map(|&p| Circle::new(p, 2, colour.filled())))?;
-    }
+    client_lines(&mut chart, r, &rounds)?;
     let mean: Vec<(f64, f64)> = rounds
         .iter()
         .filter_map(|rr| rr.mean.map(|m| (rr.round as f64, m.accuracy)))
@@ -160,6 +151,25 @@ fn accuracy(path: &Path, r: &RunResults, baseline: Option<&RunResults>) -> anyho
     legend(&mut chart, SeriesLabelPosition::UpperRight, 14)?;
     root.present()?;
     Ok(true)
+}
+
+/// Each client's accuracy per round, a thin line in its own hue.
+fn client_lines<'a, 'b: 'a>(
+    chart: &mut Chart<'a, 'b, plotters::coord::types::RangedCoordf64>,
+    r: &RunResults,
+    rounds: &[&flint_server::results::RoundResult],
+) -> anyhow::Result<()> {
+    let clients: Vec<u32> = r.clients.iter().map(|c| c.id).collect();
+    for (i, id) in clients.iter().enumerate() {
+        let points: Vec<(f64, f64)> = rounds
+            .iter()
+            .filter_map(|rr| rr.metrics.get(id).map(|m| (rr.round as f64, m.accuracy)))
+            .collect();
+        let colour = hue(i, clients.len()).mix(0.5);
+        chart.draw_series(LineSeries::new(points.clone(), colour.stroke_width(1)))?;
+        chart.draw_series(points.iter().map(|&p| Circle::new(p, 2, colour.filled())))?;
+    }
+    Ok(())
 }
 
 /// The accuracy axis runs this share of its span past 1: room for a legend of four lines.

@@ -3,9 +3,9 @@
 //! cannot take every slot), a deadline for a connection's opening bytes (one that never sends
 //! the HTTP/2 preface or a TLS hello, or stalls partway, is closed), and no busy loop on accept
 //! errors such as running out of file descriptors: they are logged and retried after a pause.
-//! Where every slot is taken, the oldest connection that has not spoken yet is closed for the
-//! newcomer, so that silent sockets from many hosts cannot keep a client out until their
-//! deadline.
+//! Where every slot is taken, the oldest connection that has not proved a client yet (no call
+//! of a client the server knows answered on it) is closed for the newcomer, so that sockets
+//! from many hosts, silent or idle after their opening bytes, cannot keep a client out.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io;
@@ -34,7 +34,7 @@ pub const OPENING_BYTES: usize = 24;
 /// TLS handshakes the server runs at once.
 pub const HANDSHAKES: usize = 128;
 
-/// How long a newcomer waits for the place of the silent connection closed for it.
+/// How long a newcomer waits for the place of the connection closed for it.
 const EVICTION_WAIT: Duration = Duration::from_millis(250);
 
 /// What the accept loop allows.
@@ -56,14 +56,18 @@ pub struct Gate {
     per_address: usize,
     /// Open connections by remote address (none kept at 0).
     by_address: Arc<std::sync::Mutex<HashMap<IpAddr, usize>>>,
-    /// The connections that have not sent their opening bytes, by arrival: the first is closed
-    /// for a newcomer when every slot is taken.
-    silent: Arc<std::sync::Mutex<BTreeMap<u64, CancellationToken>>>,
+    /// The connections not known to hold a client, by arrival: the first that has proved none
+    /// is closed for a newcomer when every slot is taken.
+    unproved: Unproved,
     arrivals: AtomicU64,
     accepted: AtomicU64,
     refused: AtomicU64,
     evicted: AtomicU64,
 }
+
+/// Each connection's way to be closed for a newcomer, and its meter (which says whether it has
+/// proved a client), by arrival.
+type Unproved = Arc<std::sync::Mutex<BTreeMap<u64, (CancellationToken, Option<ConnMeter>)>>>;
 
 /// Why a connection was not admitted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,7 +85,7 @@ impl Gate {
             limit: limits.connections,
             per_address: limits.per_address,
             by_address: Arc::default(),
-            silent: Arc::default(),
+            unproved: Arc::default(),
             arrivals: AtomicU64::new(0),
             accepted: AtomicU64::new(0),
             refused: AtomicU64::new(0),
@@ -90,12 +94,12 @@ impl Gate {
     }
 
     /// A slot for a connection from `from`; where every slot is taken, the place of the oldest
-    /// connection that has not spoken, once it is closed.
+    /// connection that has not proved a client, once it is closed.
     async fn admit(&self, from: IpAddr) -> Option<Slot> {
         let permit = match self.try_admit(from) {
             Ok(slot) => return Some(slot),
             Err(Refusal::Address) => return None,
-            Err(Refusal::Full) if self.evict_oldest_silent() => {
+            Err(Refusal::Full) if self.evict_oldest_unproved() => {
                 let freed = self.slots.clone().acquire_owned();
                 tokio::time::timeout(EVICTION_WAIT, freed)
                     .await
@@ -124,7 +128,7 @@ impl Gate {
     }
 
     /// The connection from `from` that `permit` admits, counted by address and kept among the
-    /// silent until it speaks.
+    /// unproved until it closes.
     fn slot(&self, from: IpAddr, permit: OwnedSemaphorePermit) -> Result<Slot, Refusal> {
         let mut by_address = self.by_address.lock().expect("address counts lock");
         let open = by_address.entry(from).or_insert(0);
@@ -134,37 +138,40 @@ impl Gate {
         *open += 1;
         let id = self.arrivals.fetch_add(1, Ordering::Relaxed);
         let evict = CancellationToken::new();
-        self.silent
+        self.unproved
             .lock()
-            .expect("silent connections lock")
-            .insert(id, evict.clone());
+            .expect("unproved connections lock")
+            .insert(id, (evict.clone(), None));
         Ok(Slot {
             _permit: permit,
             from,
             by_address: self.by_address.clone(),
             id,
             evict,
-            silent: self.silent.clone(),
+            meter: None,
+            unproved: self.unproved.clone(),
         })
     }
 
-    /// Closes the oldest connection that has not sent its opening bytes; whether there was one.
-    fn evict_oldest_silent(&self) -> bool {
-        let oldest = self
-            .silent
-            .lock()
-            .expect("silent connections lock")
-            .pop_first();
-        let Some((_, evict)) = oldest else {
-            return false;
+    /// Closes the oldest connection that has not proved a client (one that has is dropped from
+    /// the list for good); whether there was one.
+    fn evict_oldest_unproved(&self) -> bool {
+        let mut unproved = self.unproved.lock().expect("unproved connections lock");
+        let evict = loop {
+            match unproved.pop_first() {
+                None => return false,
+                Some((_, (_, Some(meter)))) if meter.proved() => continue,
+                Some((_, (evict, _))) => break evict,
+            }
         };
+        drop(unproved);
         evict.cancel();
         let evicted = self.evicted.fetch_add(1, Ordering::Relaxed) + 1;
         if evicted.is_power_of_two() {
             tracing::warn!(
                 max = self.limit,
                 evicted,
-                "every connection slot taken; closing the oldest that has not spoken for a newcomer"
+                "every connection slot taken; closing the oldest that holds no client for a newcomer"
             );
         }
         true
@@ -186,7 +193,7 @@ impl Gate {
         self.refused.load(Ordering::Relaxed)
     }
 
-    /// Connections closed before they spoke, for a newcomer.
+    /// Connections closed before they proved a client, for a newcomer.
     pub fn evicted(&self) -> u64 {
         self.evicted.load(Ordering::Relaxed)
     }
@@ -220,7 +227,7 @@ pub fn incoming(
                     continue;
                 }
             };
-            let Some(slot) = gate.admit(from).await else {
+            let Some(mut slot) = gate.admit(from).await else {
                 let refused = gate.refused.fetch_add(1, Ordering::Relaxed) + 1;
                 if refused.is_power_of_two() {
                     tracing::warn!(
@@ -237,6 +244,7 @@ pub fn incoming(
             gate.accepted.fetch_add(1, Ordering::Relaxed);
             let _ = tcp.set_nodelay(true);
             let meter = ConnMeter::default();
+            slot.watch(&meter);
             on_accept(&meter);
             let Some(config) = &tls else {
                 let conn = Guarded::new(CountingIo::new(tcp, meter), slot, limits.opening);
@@ -323,7 +331,7 @@ fn host_of(ip: IpAddr) -> IpAddr {
 fn closed_for_a_newcomer() -> io::Error {
     io::Error::new(
         io::ErrorKind::ConnectionAborted,
-        "closed for a newer connection: every slot was taken and this one had sent nothing",
+        "closed for a newer connection: every slot was taken and this one held no client",
     )
 }
 
@@ -335,7 +343,8 @@ pub struct Slot {
     by_address: Arc<std::sync::Mutex<HashMap<IpAddr, usize>>>,
     id: u64,
     evict: CancellationToken,
-    silent: Arc<std::sync::Mutex<BTreeMap<u64, CancellationToken>>>,
+    meter: Option<ConnMeter>,
+    unproved: Unproved,
 }
 
 impl Slot {
@@ -344,18 +353,30 @@ impl Slot {
         self.evict.clone().cancelled_owned()
     }
 
-    /// The connection sent its opening bytes: no newcomer closes it any more.
-    fn spoke(&self) {
-        self.silent
+    /// The connection's meter, which says once it has proved a client.
+    fn watch(&mut self, meter: &ConnMeter) {
+        self.meter = Some(meter.clone());
+        if let Some(entry) = self
+            .unproved
             .lock()
-            .expect("silent connections lock")
-            .remove(&self.id);
+            .expect("unproved connections lock")
+            .get_mut(&self.id)
+        {
+            entry.1 = Some(meter.clone());
+        }
+    }
+
+    fn proved(&self) -> bool {
+        self.meter.as_ref().is_some_and(ConnMeter::proved)
     }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.spoke();
+        self.unproved
+            .lock()
+            .expect("unproved connections lock")
+            .remove(&self.id);
         let mut by_address = self.by_address.lock().expect("address counts lock");
         if let Some(open) = by_address.get_mut(&self.from) {
             *open -= 1;
@@ -399,20 +420,21 @@ impl<T: AsyncRead> AsyncRead for Guarded<T> {
         let this = self.project();
         let before = buf.filled().len();
         let polled = this.inner.poll_read(cx, buf);
+        // Closed for a newcomer until it proves a client; checked before anything it read.
+        if this.slot.proved() {
+            *this.evicted = None;
+        } else if let Some(evicted) = this.evicted.as_mut()
+            && evicted.as_mut().poll(cx).is_ready()
+        {
+            return Poll::Ready(Err(closed_for_a_newcomer()));
+        }
         let Some(deadline) = this.deadline else {
             return polled;
         };
         *this.read += buf.filled().len() - before;
         if *this.read >= OPENING_BYTES {
             *this.deadline = None;
-            *this.evicted = None;
-            this.slot.spoke();
             return polled;
-        }
-        if let Some(evicted) = this.evicted
-            && evicted.as_mut().poll(cx).is_ready()
-        {
-            return Poll::Ready(Err(closed_for_a_newcomer()));
         }
         // Checked on every poll, not only a pending one: bytes trickled one by one keep the
         // read ready, and must not keep the connection.
@@ -475,35 +497,75 @@ mod tests {
         served.read_exact(&mut opening).await.unwrap();
     }
 
-    /// With every slot taken, a newcomer takes the place of the oldest connection that has not
-    /// spoken (closed at once, not at its deadline); where every one has spoken, it is refused.
-    #[tokio::test]
-    async fn a_newcomer_takes_the_place_of_the_oldest_silent_connection() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    /// The meters of the connections `incoming` accepts, in order.
+    type Meters = Arc<std::sync::Mutex<Vec<ConnMeter>>>;
+
+    fn metered(
+        limits: Limits,
+        gate: &Arc<Gate>,
+    ) -> (
+        ReceiverStream<io::Result<Conn>>,
+        Meters,
+        std::net::SocketAddr,
+    ) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
         let addr = listener.local_addr().unwrap();
+        let listener = TcpListener::from_std(listener).unwrap();
+        let meters = Meters::default();
+        let kept = meters.clone();
+        let conns = incoming(listener, limits, gate.clone(), None, move |m| {
+            kept.lock().unwrap().push(m.clone())
+        });
+        (conns, meters, addr)
+    }
+
+    /// A call on connection `k` answered for client 1, as the meter layer marks it.
+    fn prove(meters: &Meters, k: usize) {
+        let sink = flint_shell::meter::SharedLedger::default();
+        let m = meters.lock().unwrap()[k].clone();
+        m.call_starts(&sink, flint_shell::meter::Side::Server);
+        m.reply_ready(&sink, flint_shell::meter::Side::Server, 1, 1);
+    }
+
+    /// With every slot taken, a newcomer takes the place of the oldest connection that has not
+    /// proved a client, silent or not (closed at once, not at its deadline); a connection that
+    /// has is never closed for one, and where every one has, the newcomer is refused.
+    #[tokio::test]
+    async fn a_newcomer_takes_the_place_of_the_oldest_connection_holding_no_client() {
         let slow = Limits {
             opening: Duration::from_secs(60),
             per_address: 8,
             ..limits(2)
         };
         let gate = Gate::new(&slow);
-        let mut conns = incoming(listener, slow, gate.clone(), None, |_| {});
+        let (mut conns, meters, addr) = metered(slow, &gate);
         let _silent = TcpStream::connect(addr).await.unwrap();
         let mut old = conns.next().await.unwrap().unwrap();
-        let mut talking = TcpStream::connect(addr).await.unwrap();
-        let mut spoken = conns.next().await.unwrap().unwrap();
-        speak(&mut talking, &mut spoken).await;
-        let mut newcomer = TcpStream::connect(addr).await.unwrap();
+        let mut client = TcpStream::connect(addr).await.unwrap();
+        let mut known = conns.next().await.unwrap().unwrap();
+        speak(&mut client, &mut known).await;
+        prove(&meters, 1);
         let mut byte = [0u8; 1];
+        // A newcomer: the silent one goes.
+        let mut talker = TcpStream::connect(addr).await.unwrap();
         let e = old.read(&mut byte).await.unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::ConnectionAborted);
         drop(old);
-        let mut admitted = conns.next().await.unwrap().unwrap();
-        speak(&mut newcomer, &mut admitted).await;
-        assert_eq!((gate.open(), gate.evicted(), gate.refused()), (2, 1, 0));
-        let mut late = TcpStream::connect(addr).await.unwrap();
-        assert_eq!(late.read(&mut byte).await.unwrap_or(0), 0, "closed");
-        assert_eq!((gate.evicted(), gate.refused()), (1, 1));
+        let mut talking = conns.next().await.unwrap().unwrap();
+        speak(&mut talker, &mut talking).await;
+        // Another: the one that spoke but holds no client goes, not the client's.
+        let _late = TcpStream::connect(addr).await.unwrap();
+        let e = talking.read(&mut byte).await.unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::ConnectionAborted);
+        drop(talking);
+        let _admitted = conns.next().await.unwrap().unwrap();
+        prove(&meters, 3);
+        assert_eq!((gate.open(), gate.evicted(), gate.refused()), (2, 2, 0));
+        // Both hold clients: the next is refused.
+        let mut last = TcpStream::connect(addr).await.unwrap();
+        assert_eq!(last.read(&mut byte).await.unwrap_or(0), 0, "closed");
+        assert_eq!((gate.evicted(), gate.refused()), (2, 1));
     }
 
     #[tokio::test]
@@ -612,14 +674,13 @@ mod tests {
 
     #[tokio::test]
     async fn connections_past_the_limit_are_closed_until_one_ends() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
         let gate = Gate::new(&limits(1));
-        let mut conns = incoming(listener, limits(1), gate.clone(), None, |_| {});
+        let (mut conns, meters, addr) = metered(limits(1), &gate);
         let mut first = TcpStream::connect(addr).await.unwrap();
         let mut held = conns.next().await.unwrap().unwrap();
-        // It has spoken: no newcomer takes its place.
+        // It holds a client: no newcomer takes its place.
         speak(&mut first, &mut held).await;
+        prove(&meters, 0);
         assert_eq!((gate.open(), gate.limit()), (1, 1));
         let mut second = TcpStream::connect(addr).await.unwrap();
         // Closed by the server without a byte: the read sees the end (or a reset).

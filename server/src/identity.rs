@@ -78,8 +78,6 @@ pub struct Identities {
     /// the slot removes it.
     unjoined_since: BTreeMap<ClientId, Instant>,
     lease: Duration,
-    /// The tokens whose claim lapsed unjoined, and when: none claims again within a lease.
-    lapsed_tokens: BTreeMap<[u8; 32], Instant>,
     admission: Admission,
     /// Each used secret's slot (a secret is spent once used, even if its claim lapses).
     enrolled: BTreeMap<[u8; 32], ClientId>,
@@ -94,7 +92,6 @@ impl Identities {
             claims: BTreeMap::new(),
             unjoined_since: BTreeMap::new(),
             lease: CLAIM_LEASE,
-            lapsed_tokens: BTreeMap::new(),
             admission: Admission::Certificates,
             enrolled: BTreeMap::new(),
             slot_secret: BTreeMap::new(),
@@ -261,7 +258,6 @@ impl Identities {
         if let Some((&id, _)) = self.claims.iter().find(|(_, (h, _))| *h == hash) {
             return Ok((id, self.name(id).unwrap_or_default().to_string(), false));
         }
-        self.check_not_lapsed(&hash, now)?;
         let id = match peer {
             Peer::Uncertified => return Err(uncertified()),
             Peer::Certified(cn) if cn != POOL_IDENTITY => {
@@ -298,8 +294,7 @@ impl Identities {
                 return Err(e);
             }
         };
-        if let Some((token, _)) = &lapsed {
-            self.remember_lapsed(*token, now);
+        if lapsed.is_some() {
             tracing::warn!(
                 client = id,
                 lease_secs = self.lease.as_secs_f64(),
@@ -355,29 +350,6 @@ impl Identities {
         ids.clone()
             .find(|id| !self.claims.contains_key(id))
             .or_else(|| ids.into_iter().find(|&id| self.lapsed(id, joined, now)))
-    }
-
-    /// A token that let its claim lapse does not claim again within a lease: a claimer that
-    /// holds slots by claiming again and again never joins.
-    fn check_not_lapsed(&self, token: &[u8; 32], now: Instant) -> Result<()> {
-        match self.lapsed_tokens.get(token) {
-            Some(&at) if now.saturating_duration_since(at) < self.lease => {
-                Err(FlintError::Precondition(format!(
-                    "this token's claim lapsed unjoined; it may claim again {:.0} s after the lapse",
-                    self.lease.as_secs_f64()
-                )))
-            }
-            _ => Ok(()),
-        }
-    }
-
-    /// Records that `token`'s claim lapsed at `now`, forgetting lapses older than a lease (a
-    /// slot lapses at most once a lease).
-    fn remember_lapsed(&mut self, token: [u8; 32], now: Instant) {
-        let lease = self.lease;
-        self.lapsed_tokens
-            .retain(|_, at| now.saturating_duration_since(*at) < lease);
-        self.lapsed_tokens.insert(token, now);
     }
 
     fn lapsed(&self, id: ClientId, joined: &dyn Fn(ClientId) -> bool, now: Instant) -> bool {
@@ -724,28 +696,5 @@ mod tests {
         let two = Peer::Certified("client-2".into());
         assert_eq!(i.check_enrollment(2, B, "", &two).unwrap(), None);
         assert_eq!(claim(&mut i, B, "", &two).unwrap().0, 2);
-    }
-
-    /// A claimer whose claim lapsed unjoined cannot claim again with the same token within a
-    /// lease of the lapse (a loop of claims never joined holds no slot), and can after it.
-    #[test]
-    fn a_token_whose_claim_lapsed_waits_a_lease_to_claim_again() {
-        let lease = Duration::from_secs(60);
-        let mut i = open_ids().with_lease(lease);
-        let (t0, anon, none) = (Instant::now(), Peer::Anonymous, |_| false);
-        let mut claim =
-            |token: &str, at| i.claim_any(token, "", &anon, Holder::default(), &none, at);
-        let c = "c".repeat(32);
-        assert_eq!(claim(A, t0).unwrap().0, 1);
-        assert_eq!(claim(B, t0).unwrap().0, 2);
-        // Slot 1 lapses and goes to C; A, back at once, is refused, not given slot 2's lapse.
-        assert_eq!(claim(&c, t0 + lease).unwrap().0, 1);
-        let e = claim(A, t0 + lease * 3 / 2).unwrap_err();
-        assert!(
-            matches!(&e, FlintError::Precondition(m) if m.contains("lapsed")),
-            "{e:?}"
-        );
-        // A lease after its lapse, A claims again (C's claim of slot 1 has lapsed by then).
-        assert_eq!(claim(A, t0 + lease * 2).unwrap().0, 1);
     }
 }

@@ -90,7 +90,8 @@ impl ServerArgs {
 pub struct ServeOptions {
     #[command(flatten)]
     pub tls: ServerTls,
-    /// Connections open at once; more are closed as they arrive [default: 2 per client + 64].
+    /// Connections open at once; a newcomer past it takes the place of the oldest connection
+    /// that holds no client yet, or is closed [default: 2 per client + 64].
     #[arg(long)]
     pub max_connections: Option<usize>,
     /// Connections open at once from one remote address, so that one host's silent sockets
@@ -208,6 +209,8 @@ impl ServerTls {
 pub async fn run(args: ServerArgs) -> anyhow::Result<RunResults> {
     flint_shell::logging::init(args.log_format);
     args.check_exposure()?;
+    // Before the data is read: a refusal at start must not wait minutes for it.
+    args.options.check_admission()?;
     let experiment = Experiment::load(&args.experiment, &args.overrides)?;
     let out = args
         .out

@@ -13,6 +13,8 @@ use flint_common::{ClientId, Round};
 struct Counts {
     read: AtomicU64,
     written: AtomicU64,
+    /// A reply on this connection went to a client the server knows (a call it accepted).
+    proved: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Debug, Default)]
@@ -36,6 +38,12 @@ impl ConnMeter {
 
     pub fn written(&self) -> u64 {
         self.counts.written.load(Ordering::Relaxed)
+    }
+
+    /// Whether a call on this connection was answered for a known client (server side): the
+    /// connection holds a client, not a stranger.
+    pub fn proved(&self) -> bool {
+        self.counts.proved.load(Ordering::Relaxed)
     }
 
     /// Attributes every byte since the last flush to (client, round).
@@ -64,6 +72,9 @@ impl ConnMeter {
     /// A reply to (client, round) is ready (server side): the bytes read so far hold its
     /// request, and the bytes written from now until the next call are its reply's.
     pub fn reply_ready(&self, sink: &dyn MeterSink, side: Side, client: ClientId, round: Round) {
+        if client != 0 {
+            self.counts.proved.store(true, Ordering::Relaxed);
+        }
         let (read, written) = self.take(true, false);
         attribute(sink, side, client, round, read, written);
         self.mark.lock().expect("meter lock").label = Some((client, round));

@@ -19,6 +19,8 @@ pub struct FlisSpec {
 }
 
 impl Strategy for FlisSpec {
+    /// Each cluster's mean weights its members by the rows they declare, but the default cap
+    /// is a share of the round, not of a cluster: none by default (`[robust]` caps by hand).
     const FACTS: Facts = Facts {
         one_model: false,
         ..Facts::federated(ModelKind::Cnn)

@@ -22,6 +22,8 @@ pub struct IfcaSpec {
 }
 
 impl Strategy for IfcaSpec {
+    /// Each cluster's mean weights its members by the rows they declare, but the default cap
+    /// is a share of the round, not of a cluster: none by default (`[robust]` caps by hand).
     const FACTS: Facts = Facts {
         one_model: false,
         ..Facts::federated(ModelKind::Cnn)
