@@ -317,7 +317,7 @@ fn ahp_defaults(
 /// writes `[robust]` (an empty section is the papers' plain mean), beside central `[dp]` (every
 /// change is clipped and the noise follows the largest weight: a clip to the round's median
 /// would break the sensitivity bound) and under `[secagg]` (which hides the values the cap
-/// compares). With `server.clients_per_round` the share is the round's.
+/// compares). The share is of the updates combined: a sampled round's, a cluster's.
 fn weight_cap_default(
     file: &ExperimentFile,
     mut sections: crate::strategy::Sections,
@@ -327,9 +327,7 @@ fn weight_cap_default(
         .is_some_and(|d| d.mechanism == crate::strategy::privacy::Mechanism::Central);
     let declared = file.strategy.facts().declared_weights;
     if declared && sections.robust.is_none() && !central_dp && file.secagg.is_off() {
-        let clients = file.client_count.unwrap_or(file.clients.len());
-        let per_round = file.server.clients_per_round.unwrap_or(clients);
-        sections.robust = Some(RobustHyper::capped_at_twice_the_share(per_round));
+        sections.robust = Some(RobustHyper::capped_at_twice_the_share());
     }
     sections
 }

@@ -53,11 +53,16 @@ pub struct RobustHyper {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub clip_norm: Option<f64>,
     /// The largest share of the aggregation weight one client may have, in (0, 1] (default 1:
-    /// no cap; 2 / clients for the strategies whose weights clients declare, where the file has
-    /// no `[robust]`); what a cap takes is shared among the others in proportion, and a capped
+    /// no cap; twice the equal share of the updates combined for the strategies whose weights
+    /// clients declare, where the file has no `[robust]`); what a cap takes is shared among the others in proportion, and a capped
     /// client's update is brought within the round's median distance (as `clip = "median"`
     /// does for all), so that the cap bounds what it moves. Under `mean` only.
     pub max_weight: f64,
+    /// A cap of this many equal shares of the updates combined (a round's, a cluster's), as
+    /// the strategies whose weights clients declare take by default; never written in a file.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub equal_shares: Option<f64>,
 }
 
 impl Default for RobustHyper {
@@ -68,6 +73,7 @@ impl Default for RobustHyper {
             clip: Clip::None,
             clip_norm: None,
             max_weight: 1.0,
+            equal_shares: None,
         }
     }
 }
@@ -113,21 +119,33 @@ impl RobustHyper {
         Ok(self)
     }
 
-    /// AHP-FedAvg's default: the mean with no client above twice the equal share of the
-    /// weight (none for two clients or fewer). AHP's weights come from what clients declare (a
-    /// summary within the caps took 0.483 of five clients' weight); a capped client's change is
-    /// clipped too, so one liar moves the mean little, and the paper's weights (the largest
-    /// 0.239 of five on MAGIC) are untouched.
-    pub fn capped_at_twice_the_share(clients: usize) -> RobustHyper {
+    /// The default of the strategies whose weights come from what clients declare (AHP's
+    /// criteria, n_k): the mean with no client above twice the equal share of the updates
+    /// combined (none for two or fewer). A summary within the caps took 0.483 of five clients'
+    /// AHP weight; a capped client's change is clipped too, so one liar moves the mean little,
+    /// and the papers' weights (the largest 0.239 of five on MAGIC) are untouched. A share of
+    /// what is combined, so that a sampled round or a cluster gets its own.
+    pub fn capped_at_twice_the_share() -> RobustHyper {
         RobustHyper {
-            max_weight: (2.0 / clients.max(1) as f64).min(1.0),
+            equal_shares: Some(2.0),
             ..RobustHyper::default()
         }
     }
 
+    /// The cap on one client's share when `n` updates are combined.
+    fn max_weight_of(&self, n: usize) -> f64 {
+        let shares = self
+            .equal_shares
+            .map_or(1.0, |k| (k / n.max(1) as f64).min(1.0));
+        self.max_weight.min(shares)
+    }
+
     /// Whether this changes anything: the papers' plain mean.
     pub fn is_plain(&self) -> bool {
-        self.rule == Rule::Mean && self.clip == Clip::None && self.max_weight >= 1.0
+        self.rule == Rule::Mean
+            && self.clip == Clip::None
+            && self.max_weight >= 1.0
+            && self.equal_shares.is_none()
     }
 
     /// The round's vectors (one per client, in id order, all one length) combined into one, with
@@ -143,12 +161,12 @@ impl RobustHyper {
             return (Vec::new(), Vec::new());
         };
         // The mean's weights, capped once: which clients the cap holds decides what is clipped.
-        let capped_weights =
-            (self.rule == Rule::Mean).then(|| cap_weights(weights, self.max_weight));
+        let max_weight = self.max_weight_of(vectors.len());
+        let capped_weights = (self.rule == Rule::Mean).then(|| cap_weights(weights, max_weight));
         let clipped = match self.clip {
             Clip::None => capped_weights
                 .as_ref()
-                .and_then(|c| clip_capped(vectors, &at_the_cap(weights, c, self.max_weight))),
+                .and_then(|c| clip_capped(vectors, &at_the_cap(weights, c, max_weight))),
             Clip::Median => Some(clip(vectors, None)),
             Clip::Norm => Some(clip(vectors, self.clip_norm)),
         };
@@ -452,6 +470,24 @@ mod tests {
         assert_eq!(held, [true, true, true, false]);
         assert_eq!(at_the_cap(&w, &w, 0.25), [false; 5]);
         assert!(clip_capped(&views(&v), &[false; 5]).is_none());
+    }
+
+    /// The default cap is twice the equal share of whatever is combined: a round of ten, a
+    /// cluster of four, none for two.
+    #[test]
+    fn the_default_cap_is_a_share_of_the_updates_combined() {
+        let r = RobustHyper::capped_at_twice_the_share();
+        assert!(!r.is_plain());
+        assert_eq!(r.max_weight_of(10), 0.2);
+        assert_eq!(r.max_weight_of(4), 0.5);
+        assert_eq!(r.max_weight_of(2), 1.0);
+        let a: [f64; 4] = [0.0; 4];
+        let b: [f64; 4] = [1.0; 4];
+        let four: Vec<&[f64]> = vec![&a, &a, &a, &b];
+        let (_, w) = r.combine(&four, &[0.1, 0.1, 0.1, 0.7]);
+        assert!((w[3] - 0.5).abs() < 1e-12, "{w:?}");
+        let (_, w) = r.combine(&four[2..], &[0.3, 0.7]);
+        assert_eq!(w, vec![0.3, 0.7], "two: no cap");
     }
 
     #[test]

@@ -57,10 +57,11 @@ impl StrategySpec {
     /// run's resolved file writes.
     pub fn resolved_sections(&self, written: &Sections) -> Sections {
         let mut out = self.model().resolved_sections(written);
-        // Written only where it changes something: the papers' mean leaves the file as it was.
+        // Written only where it changes something: the papers' mean leaves the file as it was,
+        // and a default cap (a share of what is combined) comes back when the file is read.
         out.robust = written
             .robust
-            .filter(|r| !r.is_plain() && self.kind().facts().averages);
+            .filter(|r| !r.is_plain() && r.equal_shares.is_none() && self.kind().facts().averages);
         self.params().resolve(written, &mut out);
         out
     }

@@ -22,10 +22,10 @@ pub struct IfcaSpec {
 }
 
 impl Strategy for IfcaSpec {
-    /// Each cluster's mean weights its members by the rows they declare, but the default cap
-    /// is a share of the round, not of a cluster: none by default (`[robust]` caps by hand).
+    /// Each cluster's mean weights its members by the rows they declare.
     const FACTS: Facts = Facts {
         one_model: false,
+        declared_weights: true,
         ..Facts::federated(ModelKind::Cnn)
     };
 
