@@ -758,7 +758,7 @@ fn two_thousand_silent_sockets_from_one_host_leave_the_honest_run_alone() {
 
 /// 2,000 silent sockets from 100 hosts, each host under its share (19 for 3 clients): together
 /// they filled all 70 of the server's connections, and the honest clients waited for the
-/// opening deadline to free one (a flood like it once took an honest run from 0.2 s to 22.5 s).
+/// opening deadline to free one, and gave up.
 /// Each newcomer now takes the place of the oldest silent one, so the honest clients get in at
 /// once and their run ends exactly as one nobody attacked.
 #[test]

@@ -67,7 +67,7 @@ pub struct Gate {
 
 /// Each connection's way to be closed for a newcomer, and its meter (which says whether it has
 /// proved a client), by arrival.
-type Unproved = Arc<std::sync::Mutex<BTreeMap<u64, (CancellationToken, Option<ConnMeter>)>>>;
+type Unproved = Arc<std::sync::Mutex<BTreeMap<u64, (CancellationToken, ConnMeter)>>>;
 
 /// Why a connection was not admitted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -95,8 +95,8 @@ impl Gate {
 
     /// A slot for a connection from `from`; where every slot is taken, the place of the oldest
     /// connection that has not proved a client, once it is closed.
-    async fn admit(&self, from: IpAddr) -> Option<Slot> {
-        let permit = match self.try_admit(from) {
+    async fn admit(&self, from: IpAddr, meter: &ConnMeter) -> Option<Slot> {
+        let permit = match self.try_admit(from, meter) {
             Ok(slot) => return Some(slot),
             Err(Refusal::Address) => return None,
             Err(Refusal::Full) if self.evict_oldest_unproved() => {
@@ -108,15 +108,15 @@ impl Gate {
             }
             Err(Refusal::Full) => return None,
         };
-        self.slot(host_of(from), permit).ok()
+        self.slot(host_of(from), permit, meter).ok()
     }
 
-    fn try_admit(&self, from: IpAddr) -> Result<Slot, Refusal> {
+    fn try_admit(&self, from: IpAddr, meter: &ConnMeter) -> Result<Slot, Refusal> {
         let from = host_of(from);
         // The address's share first: an address past it makes no room at others' expense.
         self.check_address(from)?;
         let permit = self.slots.clone().try_acquire_owned();
-        self.slot(from, permit.map_err(|_| Refusal::Full)?)
+        self.slot(from, permit.map_err(|_| Refusal::Full)?, meter)
     }
 
     fn check_address(&self, from: IpAddr) -> Result<(), Refusal> {
@@ -128,8 +128,13 @@ impl Gate {
     }
 
     /// The connection from `from` that `permit` admits, counted by address and kept among the
-    /// unproved until it closes.
-    fn slot(&self, from: IpAddr, permit: OwnedSemaphorePermit) -> Result<Slot, Refusal> {
+    /// unproved until it closes; its `meter` says once it has proved a client.
+    fn slot(
+        &self,
+        from: IpAddr,
+        permit: OwnedSemaphorePermit,
+        meter: &ConnMeter,
+    ) -> Result<Slot, Refusal> {
         let mut by_address = self.by_address.lock().expect("address counts lock");
         let open = by_address.entry(from).or_insert(0);
         if *open >= self.per_address {
@@ -141,14 +146,14 @@ impl Gate {
         self.unproved
             .lock()
             .expect("unproved connections lock")
-            .insert(id, (evict.clone(), None));
+            .insert(id, (evict.clone(), meter.clone()));
         Ok(Slot {
             _permit: permit,
             from,
             by_address: self.by_address.clone(),
             id,
             evict,
-            meter: None,
+            meter: meter.clone(),
             unproved: self.unproved.clone(),
         })
     }
@@ -160,7 +165,7 @@ impl Gate {
         let evict = loop {
             match unproved.pop_first() {
                 None => return false,
-                Some((_, (_, Some(meter)))) if meter.proved() => continue,
+                Some((_, (_, meter))) if meter.proved() => continue,
                 Some((_, (evict, _))) => break evict,
             }
         };
@@ -227,7 +232,8 @@ pub fn incoming(
                     continue;
                 }
             };
-            let Some(mut slot) = gate.admit(from).await else {
+            let meter = ConnMeter::default();
+            let Some(slot) = gate.admit(from, &meter).await else {
                 let refused = gate.refused.fetch_add(1, Ordering::Relaxed) + 1;
                 if refused.is_power_of_two() {
                     tracing::warn!(
@@ -243,8 +249,6 @@ pub fn incoming(
             };
             gate.accepted.fetch_add(1, Ordering::Relaxed);
             let _ = tcp.set_nodelay(true);
-            let meter = ConnMeter::default();
-            slot.watch(&meter);
             on_accept(&meter);
             let Some(config) = &tls else {
                 let conn = Guarded::new(CountingIo::new(tcp, meter), slot, limits.opening);
@@ -343,7 +347,7 @@ pub struct Slot {
     by_address: Arc<std::sync::Mutex<HashMap<IpAddr, usize>>>,
     id: u64,
     evict: CancellationToken,
-    meter: Option<ConnMeter>,
+    meter: ConnMeter,
     unproved: Unproved,
 }
 
@@ -353,21 +357,8 @@ impl Slot {
         self.evict.clone().cancelled_owned()
     }
 
-    /// The connection's meter, which says once it has proved a client.
-    fn watch(&mut self, meter: &ConnMeter) {
-        self.meter = Some(meter.clone());
-        if let Some(entry) = self
-            .unproved
-            .lock()
-            .expect("unproved connections lock")
-            .get_mut(&self.id)
-        {
-            entry.1 = Some(meter.clone());
-        }
-    }
-
     fn proved(&self) -> bool {
-        self.meter.as_ref().is_some_and(ConnMeter::proved)
+        self.meter.proved()
     }
 }
 

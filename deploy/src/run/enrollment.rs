@@ -24,8 +24,9 @@ impl OwnEnrollment {
             .map(|n| (n.clone(), flint_client::random_secret()))
             .collect();
         let mut hashes = String::with_capacity(65 * names.len());
-        for secret in secrets.values() {
-            hashes += &secret_hash_line(secret)?;
+        // In the experiment's order, so that the file does not vary with the map's.
+        for name in names {
+            hashes += &secret_hash_line(&secrets[name])?;
         }
         std::fs::write(dir.join("enrollment.sha256"), hashes)
             .with_context(|| format!("cannot write {}", dir.display()))?;

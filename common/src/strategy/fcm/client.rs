@@ -64,28 +64,33 @@ impl FcmClient {
         }
     }
 
-    /// The map as uploaded: under local `[dp]` the global map plus the clipped, noised change,
-    /// within the weights' range. The client keeps its own map unnoised.
-    pub(super) fn as_uploaded(
+    /// The map to upload in place of `trained` under local `[dp]`: the global map plus the
+    /// clipped, noised change, within the weights' range (none otherwise: the trained map goes
+    /// as it is). The client keeps its own map unnoised.
+    pub(super) fn noised(
         &self,
         trained: &Fcm,
         round: Round,
         rng: &mut FlintRng,
-    ) -> Result<Fcm> {
+    ) -> Result<Option<Fcm>> {
         let Some(dp) = &self.local_dp else {
-            return Ok(trained.clone());
+            return Ok(None);
         };
         let mut weights = trained.parameters().to_vec();
+        let zeros;
         let base = match &self.global {
-            Some(g) => g.clone(),
-            None => vec![0.0; weights.len()],
+            Some(g) => g.as_slice(),
+            None => {
+                zeros = vec![0.0; weights.len()];
+                zeros.as_slice()
+            }
         };
         match &self.noise {
-            Some(noise) => privatize_locally(dp, &base, &mut weights, &mut noise.rng(round))?,
-            None => privatize_locally(dp, &base, &mut weights, rng)?,
+            Some(noise) => privatize_locally(dp, base, &mut weights, &mut noise.rng(round))?,
+            None => privatize_locally(dp, base, &mut weights, rng)?,
         }
         weights.iter_mut().for_each(|w| *w = w.clamp(-1.0, 1.0));
-        Fcm::from_parameters(self.features, self.classes, weights)
+        Fcm::from_parameters(self.features, self.classes, weights).map(Some)
     }
 
     pub fn model(&self) -> Option<&Fcm> {
@@ -125,7 +130,9 @@ impl ClientStrategy<Shard> for FcmClient {
             "fcm trained"
         );
         let payload = wire::encode_map(
-            &self.as_uploaded(&t.model, round, rng)?,
+            self.noised(&t.model, round, rng)?
+                .as_ref()
+                .unwrap_or(&t.model),
             Some(LocalMetrics {
                 accuracy: m.accuracy,
                 precision: m.precision,

@@ -182,9 +182,9 @@ fn local_dp_noises_the_upload_not_the_kept_map() {
     let c = FcmClient::new(1, 2, hyper(), PsoHyper::default(), Blend::Replace).with_dp(dp);
     let trained = Fcm::from_parameters(1, 2, vec![0.9, -0.9, 0.3, 0.0]).unwrap();
     let mut rng = crate::rng::derive_rng(3, "test", 1);
-    let sent = c.as_uploaded(&trained, 1, &mut rng).unwrap();
+    let sent = c.noised(&trained, 1, &mut rng).unwrap().unwrap();
     assert_ne!(sent.parameters(), trained.parameters());
     assert!(sent.parameters().iter().all(|w| (-1.0..=1.0).contains(w)));
     let plain = FcmClient::new(1, 2, hyper(), PsoHyper::default(), Blend::Replace);
-    assert_eq!(plain.as_uploaded(&trained, 1, &mut rng).unwrap(), trained);
+    assert_eq!(plain.noised(&trained, 1, &mut rng).unwrap(), None);
 }
