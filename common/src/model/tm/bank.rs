@@ -146,7 +146,8 @@ impl ClauseBank {
         self.bits
     }
 
-    fn lw(&self) -> usize {
+    /// Literal words per clause.
+    pub(crate) fn lw(&self) -> usize {
         2 * self.fw
     }
 
@@ -315,6 +316,100 @@ impl ClauseBank {
         );
     }
 
+    /// Of the automaton at bit `bit` of literal word `l`, an included one fewer than
+    /// `2^KEPT_Q` steps above the boundary: how many steps (its planes below `KEPT_Q`).
+    pub(crate) fn excess(&self, clause: usize, l: usize, bit: usize) -> u8 {
+        let planes = self.clause_planes(clause);
+        (0..KEPT_Q).fold(0, |e, b| {
+            e | ((((planes[b * self.lw() + l] >> bit) & 1) as u8) << b)
+        })
+    }
+
+    /// Writes [`Self::excess`] of such an automaton.
+    pub(crate) fn write_excess(&mut self, clause: usize, l: usize, bit: usize, excess: u8) {
+        let lw = self.lw();
+        let (planes, _) = self.clause_planes_mut(clause);
+        for b in 0..KEPT_Q {
+            let p = &mut planes[b * lw + l];
+            *p = (*p & !(1 << bit)) | (u64::from((excess >> b) & 1) << bit);
+        }
+    }
+
+    /// Writes the state of the automaton at bit `bit` of literal word `l`, one whose action the
+    /// include mirror already shows.
+    pub(crate) fn write_state(&mut self, clause: usize, l: usize, bit: usize, state: u8) {
+        let lw = self.lw();
+        let (planes, _) = self.clause_planes_mut(clause);
+        for (b, p) in planes.iter_mut().skip(l).step_by(lw).enumerate() {
+            *p = (*p & !(1 << bit)) | (u64::from((state >> b) & 1) << bit);
+        }
+    }
+
+    /// Shows the automaton at bit `bit` of literal word `l` as excluded in the include mirror
+    /// (its planes follow at [`Self::write_state`]).
+    pub(crate) fn exclude_in_mirror(&mut self, clause: usize, l: usize, bit: usize) {
+        let lw = self.lw();
+        self.include[clause * lw + l] &= !(1 << bit);
+    }
+
+    /// [`Self::type_i_moved`] after applying what `kept` holds back; `fragile` receives the
+    /// clause's included automata fewer than `2^KEPT_Q` steps above the boundary.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn type_i_kept(
+        &mut self,
+        clause: usize,
+        lits: &[u64],
+        fired: bool,
+        boost: bool,
+        mask: &[u64],
+        kept: &Kept<'_>,
+        fragile: &mut [u64],
+    ) -> bool {
+        let lw = self.lw();
+        let (planes, valid) = self.clause_planes_mut(clause);
+        let m = |l: usize| mask[l] & valid[l];
+        if !fired {
+            step_kept(planes, lw, valid, kept, |_, _| 0, m, fragile);
+        } else if boost {
+            step_kept(
+                planes,
+                lw,
+                valid,
+                kept,
+                |l, _| lits[l],
+                |l| !lits[l] & m(l),
+                fragile,
+            );
+        } else {
+            let up = |l: usize, _| lits[l] & !m(l);
+            step_kept(planes, lw, valid, kept, up, |l| !lits[l] & m(l), fragile);
+        }
+        self.mirror_if_moved(clause)
+    }
+
+    /// [`Self::type_ii_moved`] after applying what `kept` holds back (see [`Self::type_i_kept`]).
+    pub(crate) fn type_ii_kept(
+        &mut self,
+        clause: usize,
+        lits: &[u64],
+        kept: &Kept<'_>,
+        fragile: &mut [u64],
+    ) -> bool {
+        let lw = self.lw();
+        let (planes, valid) = self.clause_planes_mut(clause);
+        let up = |l: usize, include: u64| !lits[l] & !include & valid[l];
+        step_kept(planes, lw, valid, kept, up, |_| 0, fragile);
+        self.mirror_if_moved(clause)
+    }
+
+    /// Applies what `kept` holds back and nothing else (see [`Self::type_i_kept`]); no action
+    /// changes.
+    pub(crate) fn settle_kept(&mut self, clause: usize, kept: &Kept<'_>, fragile: &mut [u64]) {
+        let lw = self.lw();
+        let (planes, valid) = self.clause_planes_mut(clause);
+        step_kept(planes, lw, valid, kept, |_, _| 0, |_| 0, fragile);
+    }
+
     /// The literal words of an example: its features, then their negations.
     pub fn literals_of(&self, x: &[u64], out: &mut Vec<u64>) {
         out.clear();
@@ -448,6 +543,131 @@ fn step_chunk<const N: usize>(
     }
 }
 
+/// Type I feedback held back from a clause that did not fire (`deferred.rs`): the masks of
+/// the feedbacks kept, to be applied to every automaton but the tracked ones (which took them
+/// one by one). For banks of [`KEPT_BITS`]-bit automata.
+pub(crate) struct Kept<'a> {
+    /// At most `2^KEPT_Q` masks of `lw` words.
+    pub masks: &'a [&'a [u64]],
+    /// Per literal word: the automata the masks skip.
+    pub tracked: &'a [u64],
+}
+
+/// The automaton width [`Kept`] serves: the default, so its kernel is written for it.
+pub(crate) const KEPT_BITS: usize = 8;
+/// Fragile: fewer than `2^KEPT_Q` steps above the include boundary.
+pub(crate) const KEPT_Q: usize = 3;
+/// Planes of the counts of kept masks: up to `2^KEPT_Q`, so `KEPT_Q + 1`.
+const COUNT_PLANES: usize = KEPT_Q + 1;
+/// Literal words [`step_kept`] holds at once: one vector register per plane.
+const KEPT_CHUNK: usize = 2;
+
+/// [`step`] on a clause whose Type I feedback `kept` held back: applies it first (counting,
+/// per automaton, the masks that draw it, and subtracting the count saturating at 0), then steps;
+/// writes the fragile automata after the step into `fragile`. One pass over the planes.
+#[inline(always)]
+fn step_kept(
+    planes: &mut [u64],
+    lw: usize,
+    valid: &[u64],
+    kept: &Kept<'_>,
+    up: impl Fn(usize, u64) -> u64,
+    down: impl Fn(usize) -> u64,
+    fragile: &mut [u64],
+) {
+    assert_eq!(
+        planes.len(),
+        KEPT_BITS * lw,
+        "kept feedback needs 8-bit automata"
+    );
+    let mut start = 0;
+    while start + KEPT_CHUNK <= lw {
+        step_kept_chunk::<KEPT_CHUNK>(planes, lw, start, valid, kept, &up, &down, fragile);
+        start += KEPT_CHUNK;
+    }
+    while start < lw {
+        step_kept_chunk::<1>(planes, lw, start, valid, kept, &up, &down, fragile);
+        start += 1;
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn step_kept_chunk<const N: usize>(
+    planes: &mut [u64],
+    lw: usize,
+    start: usize,
+    valid: &[u64],
+    kept: &Kept<'_>,
+    up: &impl Fn(usize, u64) -> u64,
+    down: &impl Fn(usize) -> u64,
+    fragile: &mut [u64],
+) {
+    const B: usize = KEPT_BITS;
+    let words = |v: &[u64], at: usize| -> [u64; N] { v[at..][..N].try_into().expect("N words") };
+    let mut p: [[u64; N]; B] = std::array::from_fn(|b| words(planes, b * lw + start));
+    // Per automaton, how many kept masks draw it, subtracted saturating at 0.
+    if !kept.masks.is_empty() {
+        let (v, f) = (words(valid, start), words(kept.tracked, start));
+        let mut count = [[0u64; N]; COUNT_PLANES];
+        for mask in kept.masks {
+            let m = words(mask, start);
+            for i in 0..N {
+                let mut carry = m[i] & v[i] & !f[i];
+                for plane in count.iter_mut() {
+                    let next = plane[i] & carry;
+                    plane[i] ^= carry;
+                    carry = next;
+                }
+            }
+        }
+        let mut borrow = [0u64; N];
+        for (b, row) in p.iter_mut().enumerate() {
+            for i in 0..N {
+                let d = if b < COUNT_PLANES { count[b][i] } else { 0 };
+                let x = row[i] ^ d;
+                let next = (!row[i] & d) | (!x & borrow[i]);
+                row[i] = x ^ borrow[i];
+                borrow[i] = next;
+            }
+        }
+        // A borrow out of the top plane: more steps than the state had.
+        for row in p.iter_mut() {
+            for i in 0..N {
+                row[i] &= !borrow[i];
+            }
+        }
+    }
+    let mut carry: [u64; N] = std::array::from_fn(|i| up(start + i, p[B - 1][i]));
+    let mut borrow: [u64; N] = std::array::from_fn(|i| down(start + i));
+    let (mut full, mut nonzero) = ([u64::MAX; N], [0u64; N]);
+    for row in &p {
+        for i in 0..N {
+            full[i] &= row[i];
+            nonzero[i] |= row[i];
+        }
+    }
+    for i in 0..N {
+        carry[i] &= !full[i];
+        borrow[i] &= nonzero[i];
+    }
+    for row in p.iter_mut() {
+        for i in 0..N {
+            let (c, d) = (row[i] & carry[i], !row[i] & borrow[i]);
+            row[i] ^= carry[i] | borrow[i];
+            carry[i] = c;
+            borrow[i] = d;
+        }
+    }
+    for (b, row) in p.iter().enumerate() {
+        planes[b * lw + start..][..N].copy_from_slice(row);
+    }
+    for i in 0..N {
+        let high = (KEPT_Q..B - 1).fold(0, |acc, b| acc | p[b][i]);
+        fragile[start + i] = p[B - 1][i] & !high;
+    }
+}
+
 /// Which of `clauses` clauses get feedback, each with probability `p` (one 64-bit draw decides
 /// two), in ascending order: decided before any update so that the next clause's automata can be
 /// loaded while the current one is updated.
@@ -546,12 +766,40 @@ impl FeedbackMasks {
 
     /// `len` consecutive mask words starting at a random place in the pool.
     pub fn draw(&mut self, len: usize, rng: &mut FlintRng) -> &[u64] {
-        if self.used >= REFRESH_AFTER {
+        let at = self.draw_at(len, rng);
+        self.words(at, len)
+    }
+
+    /// [`Self::draw`], as the place in the pool: valid until the pool is redrawn
+    /// ([`Self::redraws_next`]).
+    pub(crate) fn draw_at(&mut self, len: usize, rng: &mut FlintRng) -> usize {
+        if self.redraws_next() {
             self.refill(rng);
         }
         self.used += 1;
-        let start = rng.random_range(0..self.pool.len() - len);
-        &self.pool[start..start + len]
+        rng.random_range(0..self.pool.len() - len)
+    }
+
+    /// Whether the next draw redraws the pool, so that places drawn before mean other masks.
+    pub(crate) fn redraws_next(&self) -> bool {
+        self.used >= REFRESH_AFTER
+    }
+
+    /// Every mask word of the pool.
+    pub(crate) fn pool(&self) -> &[u64] {
+        &self.pool
+    }
+
+    /// The `len` mask words at `at` in the pool.
+    pub(crate) fn words(&self, at: usize, len: usize) -> &[u64] {
+        &self.pool[at..at + len]
+    }
+
+    /// Makes the pool redraw after `draws` more draws (tests of what holds places across a
+    /// redraw).
+    #[cfg(test)]
+    pub(crate) fn redraw_after(&mut self, draws: usize) {
+        self.used = REFRESH_AFTER - draws;
     }
 }
 

@@ -6,6 +6,7 @@ use rand::RngExt;
 
 use super::bank::{ClauseBank, FeedbackMasks, LiteralRows, select_for_feedback};
 use super::block_outputs::{BLOCK, BlockOutputs};
+use super::deferred::DeferredTypeIb;
 use super::infer::argmax;
 use super::infer::{CompiledClauses, Transposed, accuracy, predictions};
 use super::{NegativeSampling, TmHyper};
@@ -194,7 +195,7 @@ impl CoalescedTm {
         s: &mut Scratch,
     ) {
         self.outputs(x, true, &mut s.fired);
-        self.learn_example(x, y, masks, rng, s);
+        self.learn_example(x, y, masks, rng, s, None);
     }
 
     /// The update of one example whose clause outputs are in `s.fired`.
@@ -205,14 +206,17 @@ impl CoalescedTm {
         masks: &mut FeedbackMasks,
         rng: &mut FlintRng,
         s: &mut Scratch,
+        deferred: Option<&mut DeferredTypeIb>,
     ) {
         self.bank.literals_of(x, &mut s.lits);
         let rows = LiteralRows::one(&s.lits);
-        self.learn(y, &s.fired, rows, masks, rng, &mut s.learn);
+        self.learn(y, &s.fired, rows, masks, rng, &mut s.learn, deferred);
     }
 
     /// The update given the clause outputs; each clause learns from its row of `rows` (the
-    /// convolutional machine gives each clause the patch it fired on).
+    /// convolutional machine gives each clause the patch it fired on). With `deferred`, Type I
+    /// feedback to clauses that do not fire waits there.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn learn(
         &mut self,
         y: u32,
@@ -221,6 +225,7 @@ impl CoalescedTm {
         masks: &mut FeedbackMasks,
         rng: &mut FlintRng,
         buffers: &mut LearnBuffers,
+        mut deferred: Option<&mut DeferredTypeIb>,
     ) {
         let y = y as usize;
         self.class_counts[y] += 1;
@@ -245,7 +250,15 @@ impl CoalescedTm {
             target: true,
             p,
         };
-        self.feedback(step, &at, masks, rng, selected, changed);
+        self.feedback(
+            step,
+            &at,
+            masks,
+            rng,
+            selected,
+            changed,
+            deferred.as_deref_mut(),
+        );
         let negative = match self.hyper.negative_sampling {
             NegativeSampling::Uniform => {
                 let r = rng.random_range(0..self.classes - 1);
@@ -260,7 +273,15 @@ impl CoalescedTm {
                         target: false,
                         p,
                     };
-                    self.feedback(step, &at, masks, rng, selected, changed);
+                    self.feedback(
+                        step,
+                        &at,
+                        masks,
+                        rng,
+                        selected,
+                        changed,
+                        deferred.as_deref_mut(),
+                    );
                 }
                 None
             }
@@ -295,10 +316,11 @@ impl CoalescedTm {
                 target: false,
                 p,
             };
-            self.feedback(step, &at, masks, rng, selected, changed);
+            self.feedback(step, &at, masks, rng, selected, changed, deferred);
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn feedback(
         &mut self,
         step: FeedbackStep,
@@ -307,22 +329,22 @@ impl CoalescedTm {
         rng: &mut FlintRng,
         selected: &mut Vec<u32>,
         changed: &mut Vec<u32>,
+        mut deferred: Option<&mut DeferredTypeIb>,
     ) {
         let FeedbackStep { class, target, p } = step;
         select_for_feedback(p, at.fired.len(), rng, selected);
         let threshold = (p.clamp(0.0, 1.0) * f64::from(u32::MAX)) as u32;
-        let lw = 2 * self.bank.feature_words();
-        let boost = self.hyper.boost_true_positive;
+        let lw = self.bank.lw();
         // No prefetch: a clause's planes are one contiguous block the hardware streams.
         for &j in selected.iter() {
             let j = j as usize;
             let lits = at.rows.of(j, lw);
+            let fired = at.fired[j];
             let positive = self.weights[class][j] >= 0;
             let moved = if positive == target {
-                self.bank
-                    .type_i_moved(j, lits, at.fired[j], boost, masks.draw(lw, rng))
+                self.type_i(j, lits, fired, masks, rng, deferred.as_deref_mut())
             } else {
-                at.fired[j] && self.bank.type_ii_moved(j, lits)
+                fired && self.type_ii(j, lits, masks, deferred.as_deref_mut())
             };
             if moved {
                 changed.push(j as u32);
@@ -337,6 +359,47 @@ impl CoalescedTm {
         }
     }
 
+    /// Type I feedback to clause `j`; whether an action changed.
+    fn type_i(
+        &mut self,
+        j: usize,
+        lits: &[u64],
+        fired: bool,
+        masks: &mut FeedbackMasks,
+        rng: &mut FlintRng,
+        deferred: Option<&mut DeferredTypeIb>,
+    ) -> bool {
+        let (lw, boost) = (self.bank.lw(), self.hyper.boost_true_positive);
+        let Some(d) = deferred else {
+            let mask = masks.draw(lw, rng);
+            return self.bank.type_i_moved(j, lits, fired, boost, mask);
+        };
+        let at = d.draw(&mut self.bank, masks, rng);
+        if !fired {
+            return d.type_ib(&mut self.bank, j, at, masks, lits);
+        }
+        let mask = masks.words(at, lw);
+        d.update(&mut self.bank, j, masks.pool(), |bank, kept, after| {
+            bank.type_i_kept(j, lits, true, boost, mask, kept, after)
+        })
+    }
+
+    /// Type II feedback to clause `j`, which fired; whether an action changed.
+    fn type_ii(
+        &mut self,
+        j: usize,
+        lits: &[u64],
+        masks: &FeedbackMasks,
+        deferred: Option<&mut DeferredTypeIb>,
+    ) -> bool {
+        let Some(d) = deferred else {
+            return self.bank.type_ii_moved(j, lits);
+        };
+        d.update(&mut self.bank, j, masks.pool(), |bank, kept, after| {
+            bank.type_ii_kept(j, lits, kept, after)
+        })
+    }
+
     /// One pass over `data` in a random order; the same as [`Self::update`] on each example in
     /// turn, with the clause outputs evaluated a block of examples at a time.
     pub fn fit_epoch(&mut self, data: &BitRows, masks: &mut FeedbackMasks, rng: &mut FlintRng) {
@@ -345,16 +408,21 @@ impl CoalescedTm {
         order.shuffle(rng);
         let mut s = Scratch::default();
         let mut block = BlockOutputs::default();
+        let mut deferred = DeferredTypeIb::new(&mut self.bank);
         for rows in order.chunks(BLOCK) {
             block.load(data, rows, &self.bank);
             for (e, &i) in rows.iter().enumerate() {
                 let x = data.row(i);
                 block.outputs(e, &self.bank, x, &mut s.fired);
-                self.learn_example(x, data.labels[i], masks, rng, &mut s);
+                let y = data.labels[i];
+                self.learn_example(x, y, masks, rng, &mut s, deferred.as_mut());
                 for &j in &s.learn.changed {
                     block.refresh(&self.bank, j as usize, e);
                 }
             }
+        }
+        if let Some(d) = &mut deferred {
+            d.settle_all(&mut self.bank, masks);
         }
     }
 
@@ -414,7 +482,7 @@ impl CoalescedTm {
 mod tests {
     use super::*;
     use crate::model::tm::testing::{self, noisy_xor};
-    use crate::rng::derive_rng;
+    use crate::rng::{FlintRng, derive_rng};
 
     fn hyper(clauses: usize, t: i32, s: f64) -> TmHyper {
         TmHyper {
@@ -463,6 +531,55 @@ mod tests {
             assert_eq!(blocked, single, "epoch {epoch}");
         }
         assert!(blocked.accuracy(&train) > 0.8, "it learned");
+    }
+
+    /// Rows of `features` bits where class c sets its own block of features more often than
+    /// not: clauses include many literals early (taking feedback at once) and settle to a few.
+    fn blocks(rows: usize, features: usize, classes: u32, rng: &mut FlintRng) -> BitRows {
+        let mut data = BitRows::new(features, classes as usize);
+        let width = features / classes as usize;
+        for _ in 0..rows {
+            let y = rng.random_range(0..classes);
+            let bits: Vec<bool> = (0..features)
+                .map(|f| {
+                    let own = f / width == y as usize;
+                    rng.random::<f64>() < if own { 0.8 } else { 0.15 }
+                })
+                .collect();
+            data.push(&bits, y);
+        }
+        data
+    }
+
+    /// Type I feedback to clauses that do not fire waits in `deferred.rs` during an epoch; the
+    /// machine is still the one that applying every feedback at once trains, bit for bit: over
+    /// several literal words, through young clauses, tracked automata crossing to exclude, the
+    /// limit of kept feedbacks, and the pool redrawn mid-epoch.
+    #[test]
+    fn deferred_feedback_trains_the_machine_immediate_feedback_trains() {
+        use rand::seq::SliceRandom;
+        let mut rng = derive_rng(12, "deferred", 0);
+        let train = blocks(600, 300, 3, &mut rng);
+        let mut deferred = CoalescedTm::new(hyper(60, 40, 5.0), 300, 3, &mut rng);
+        let mut masks = FeedbackMasks::new(5.0, &mut rng);
+        let (mut at_once, mut at_once_masks, mut at_once_rng) =
+            (deferred.clone(), masks.clone(), rng.clone());
+        let mut s = Scratch::default();
+        for epoch in 0..6 {
+            // The pool is redrawn a third into the epoch, while clauses hold masks of the old one.
+            masks.redraw_after(10_000);
+            at_once_masks.redraw_after(10_000);
+            deferred.fit_epoch(&train, &mut masks, &mut rng);
+            let mut order: Vec<usize> = (0..train.len()).collect();
+            order.shuffle(&mut at_once_rng);
+            for i in order {
+                let (x, y) = (train.row(i), train.labels[i]);
+                at_once.update(x, y, &mut at_once_masks, &mut at_once_rng, &mut s);
+            }
+            assert_eq!(deferred, at_once, "epoch {epoch}");
+            assert_eq!(masks, at_once_masks, "epoch {epoch}");
+        }
+        assert!(deferred.accuracy(&train) > 0.9, "it learned");
     }
 
     #[test]

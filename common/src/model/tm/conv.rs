@@ -383,7 +383,7 @@ impl ConvTm {
                     rows: &s.lit_rows,
                     row_of: Some(&row_of),
                 };
-                tm.learn(y, &fired, rows, masks, rng, &mut s.coalesced);
+                tm.learn(y, &fired, rows, masks, rng, &mut s.coalesced, None);
                 (s.fired, s.row_of) = (fired, row_of);
             }
         }

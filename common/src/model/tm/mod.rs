@@ -6,6 +6,7 @@ pub mod checkpoint;
 pub mod coalesced;
 pub mod composite;
 pub mod conv;
+mod deferred;
 mod handoff;
 pub mod infer;
 pub mod multiclass;
