@@ -316,16 +316,14 @@ impl ClauseBank {
         );
     }
 
-    /// Of the automaton at bit `bit` of literal word `l`, an included one fewer than
-    /// `2^KEPT_Q` steps above the boundary: how many steps (its planes below `KEPT_Q`).
-    pub(crate) fn excess(&self, clause: usize, l: usize, bit: usize) -> u8 {
+    /// Of literal word `l`'s included automata fewer than `2^KEPT_Q` steps above the boundary:
+    /// how many steps, bit-sliced (the planes below `KEPT_Q`).
+    pub(crate) fn excess_planes(&self, clause: usize, l: usize) -> [u64; KEPT_Q] {
         let planes = self.clause_planes(clause);
-        (0..KEPT_Q).fold(0, |e, b| {
-            e | ((((planes[b * self.lw() + l] >> bit) & 1) as u8) << b)
-        })
+        std::array::from_fn(|b| planes[b * self.lw() + l])
     }
 
-    /// Writes [`Self::excess`] of such an automaton.
+    /// Writes the steps above the boundary of such an automaton (see [`Self::excess_planes`]).
     pub(crate) fn write_excess(&mut self, clause: usize, l: usize, bit: usize, excess: u8) {
         let lw = self.lw();
         let (planes, _) = self.clause_planes_mut(clause);

@@ -59,6 +59,8 @@ pub(crate) struct DeferredTypeIb {
     /// Scratch: the tracked automata of a clause as bits, and its fragile ones after an update.
     tracked: Vec<u64>,
     fragile: Vec<u64>,
+    /// Scratch: the literal words holding fragile automata.
+    words: Vec<u16>,
 }
 
 impl DeferredTypeIb {
@@ -75,6 +77,7 @@ impl DeferredTypeIb {
             held: vec![NOTHING; bank.clauses()],
             tracked: vec![0; lw],
             fragile: vec![0; lw],
+            words: vec![0; lw],
         };
         for j in 0..bank.clauses() {
             d.settle(bank, j, &[]);
@@ -201,9 +204,17 @@ impl DeferredTypeIb {
     fn track_fragile(&mut self, bank: &ClauseBank, j: usize) {
         let held = &mut self.held[j];
         held.kept = 0;
+        // The words holding fragile automata first, without a branch per word (most hold none).
+        let mut words = 0;
+        for (l, &w) in self.fragile.iter().enumerate() {
+            self.words[words] = l as u16;
+            words += usize::from(w != 0);
+        }
         let mut n = 0;
-        for (l, &word) in self.fragile.iter().enumerate() {
-            let mut w = word;
+        for &l in &self.words[..words] {
+            let l = usize::from(l);
+            let excess = bank.excess_planes(j, l);
+            let mut w = self.fragile[l];
             while w != 0 {
                 if n == TRACKED {
                     held.tracked = AT_ONCE;
@@ -211,8 +222,8 @@ impl DeferredTypeIb {
                 }
                 let bit = w.trailing_zeros() as usize;
                 w &= w - 1;
-                let excess = u16::from(bank.excess(j, l, bit));
-                held.automata[n] = ((l * 64 + bit) as u16) << KEPT_Q | excess;
+                let e = (0..KEPT_Q).fold(0, |e, b| e | ((excess[b] >> bit) & 1) << b) as u16;
+                held.automata[n] = ((l * 64 + bit) as u16) << KEPT_Q | e;
                 n += 1;
             }
         }
