@@ -508,15 +508,29 @@ fn step_chunk<const N: usize>(
     let include: &[u64; N] = planes[(bits - 1) * lw + start..][..N]
         .try_into()
         .expect("a chunk of N words");
-    let mut carry: [u64; N] = std::array::from_fn(|i| up(start + i, include[i]));
-    let mut borrow: [u64; N] = std::array::from_fn(|i| down(start + i));
+    let carry: [u64; N] = std::array::from_fn(|i| up(start + i, include[i]));
+    let borrow: [u64; N] = std::array::from_fn(|i| down(start + i));
     if carry.iter().chain(&borrow).all(|&w| w == 0) {
         return;
     }
-    // Automata at the top cannot step up, those at state 0 cannot step down.
+    step_rows(planes, lw, start, bits, carry, borrow);
+}
+
+/// The bit-sliced counters of `rows` rows (row `b`'s words at `b · stride + at`, N of them): those
+/// flagged in `carry` one state up, in `borrow` one down, saturating (automata at the top cannot
+/// step up, those at state 0 cannot step down).
+#[inline(always)]
+fn step_rows<const N: usize>(
+    planes: &mut [u64],
+    stride: usize,
+    at: usize,
+    rows: usize,
+    mut carry: [u64; N],
+    mut borrow: [u64; N],
+) {
     let (mut full, mut nonzero) = ([u64::MAX; N], [0u64; N]);
-    for b in 0..bits {
-        let p: &[u64; N] = planes[b * lw + start..][..N]
+    for b in 0..rows {
+        let p: &[u64; N] = planes[b * stride + at..][..N]
             .try_into()
             .expect("a chunk of N words");
         for i in 0..N {
@@ -528,8 +542,8 @@ fn step_chunk<const N: usize>(
         carry[i] &= !full[i];
         borrow[i] &= nonzero[i];
     }
-    for b in 0..bits {
-        let p: &mut [u64; N] = (&mut planes[b * lw + start..][..N])
+    for b in 0..rows {
+        let p: &mut [u64; N] = (&mut planes[b * stride + at..][..N])
             .try_into()
             .expect("a chunk of N words");
         for i in 0..N {
@@ -636,27 +650,9 @@ fn step_kept_chunk<const N: usize>(
             }
         }
     }
-    let mut carry: [u64; N] = std::array::from_fn(|i| up(start + i, p[B - 1][i]));
-    let mut borrow: [u64; N] = std::array::from_fn(|i| down(start + i));
-    let (mut full, mut nonzero) = ([u64::MAX; N], [0u64; N]);
-    for row in &p {
-        for i in 0..N {
-            full[i] &= row[i];
-            nonzero[i] |= row[i];
-        }
-    }
-    for i in 0..N {
-        carry[i] &= !full[i];
-        borrow[i] &= nonzero[i];
-    }
-    for row in p.iter_mut() {
-        for i in 0..N {
-            let (c, d) = (row[i] & carry[i], !row[i] & borrow[i]);
-            row[i] ^= carry[i] | borrow[i];
-            carry[i] = c;
-            borrow[i] = d;
-        }
-    }
+    let carry: [u64; N] = std::array::from_fn(|i| up(start + i, p[B - 1][i]));
+    let borrow: [u64; N] = std::array::from_fn(|i| down(start + i));
+    step_rows(p.as_flattened_mut(), N, 0, B, carry, borrow);
     for (b, row) in p.iter().enumerate() {
         planes[b * lw + start..][..N].copy_from_slice(row);
     }

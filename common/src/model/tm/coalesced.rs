@@ -49,6 +49,14 @@ struct Feedback<'a> {
     rows: LiteralRows<'a>,
 }
 
+/// What feedback draws from, and where Type I feedback to clauses that do not fire waits (with
+/// `deferred`; otherwise it is applied at once).
+struct Draws<'a, 'd> {
+    masks: &'a mut FeedbackMasks,
+    rng: &'a mut FlintRng,
+    deferred: Option<&'d mut DeferredTypeIb>,
+}
+
 /// One class's feedback from an example: toward it (the target class) or against it, each clause
 /// and each firing clause's weight updated with probability `p` = (T ∓ clamp(v)) / 2T.
 #[derive(Debug, Clone, Copy)]
@@ -225,8 +233,13 @@ impl CoalescedTm {
         masks: &mut FeedbackMasks,
         rng: &mut FlintRng,
         buffers: &mut LearnBuffers,
-        mut deferred: Option<&mut DeferredTypeIb>,
+        deferred: Option<&mut DeferredTypeIb>,
     ) {
+        let mut draws = Draws {
+            masks,
+            rng,
+            deferred,
+        };
         let y = y as usize;
         self.class_counts[y] += 1;
         let LearnBuffers {
@@ -250,18 +263,10 @@ impl CoalescedTm {
             target: true,
             p,
         };
-        self.feedback(
-            step,
-            &at,
-            masks,
-            rng,
-            selected,
-            changed,
-            deferred.as_deref_mut(),
-        );
+        self.feedback(step, &at, &mut draws, selected, changed);
         let negative = match self.hyper.negative_sampling {
             NegativeSampling::Uniform => {
-                let r = rng.random_range(0..self.classes - 1);
+                let r = draws.rng.random_range(0..self.classes - 1);
                 Some(if r >= y { r + 1 } else { r })
             }
             NegativeSampling::All => {
@@ -273,15 +278,7 @@ impl CoalescedTm {
                         target: false,
                         p,
                     };
-                    self.feedback(
-                        step,
-                        &at,
-                        masks,
-                        rng,
-                        selected,
-                        changed,
-                        deferred.as_deref_mut(),
-                    );
+                    self.feedback(step, &at, &mut draws, selected, changed);
                 }
                 None
             }
@@ -297,7 +294,7 @@ impl CoalescedTm {
                     .collect();
                 let total: i64 = ps.iter().sum();
                 (total > 0).then(|| {
-                    let mut pick = rng.random_range(0..total);
+                    let mut pick = draws.rng.random_range(0..total);
                     ps.iter()
                         .position(|&p| {
                             let hit = pick < p;
@@ -316,23 +313,20 @@ impl CoalescedTm {
                 target: false,
                 p,
             };
-            self.feedback(step, &at, masks, rng, selected, changed, deferred);
+            self.feedback(step, &at, &mut draws, selected, changed);
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn feedback(
         &mut self,
         step: FeedbackStep,
         at: &Feedback<'_>,
-        masks: &mut FeedbackMasks,
-        rng: &mut FlintRng,
+        draws: &mut Draws<'_, '_>,
         selected: &mut Vec<u32>,
         changed: &mut Vec<u32>,
-        mut deferred: Option<&mut DeferredTypeIb>,
     ) {
         let FeedbackStep { class, target, p } = step;
-        select_for_feedback(p, at.fired.len(), rng, selected);
+        select_for_feedback(p, at.fired.len(), draws.rng, selected);
         let threshold = (p.clamp(0.0, 1.0) * f64::from(u32::MAX)) as u32;
         let lw = self.bank.lw();
         // No prefetch: a clause's planes are one contiguous block the hardware streams.
@@ -342,9 +336,9 @@ impl CoalescedTm {
             let fired = at.fired[j];
             let positive = self.weights[class][j] >= 0;
             let moved = if positive == target {
-                self.type_i(j, lits, fired, masks, rng, deferred.as_deref_mut())
+                self.type_i(j, lits, fired, draws)
             } else {
-                fired && self.type_ii(j, lits, masks, deferred.as_deref_mut())
+                fired && self.type_ii(j, lits, draws)
             };
             if moved {
                 changed.push(j as u32);
@@ -354,23 +348,20 @@ impl CoalescedTm {
         let step = if target { 1 } else { -1 };
         let weights = &mut self.weights[class];
         for &j in at.firing {
-            let moves = rng.random::<u32>() < threshold;
+            let moves = draws.rng.random::<u32>() < threshold;
             weights[j as usize] += step * i32::from(moves);
         }
     }
 
     /// Type I feedback to clause `j`; whether an action changed.
-    fn type_i(
-        &mut self,
-        j: usize,
-        lits: &[u64],
-        fired: bool,
-        masks: &mut FeedbackMasks,
-        rng: &mut FlintRng,
-        deferred: Option<&mut DeferredTypeIb>,
-    ) -> bool {
+    fn type_i(&mut self, j: usize, lits: &[u64], fired: bool, draws: &mut Draws<'_, '_>) -> bool {
         let (lw, boost) = (self.bank.lw(), self.hyper.boost_true_positive);
-        let Some(d) = deferred else {
+        let Draws {
+            masks,
+            rng,
+            deferred,
+        } = draws;
+        let Some(d) = deferred.as_deref_mut() else {
             let mask = masks.draw(lw, rng);
             return self.bank.type_i_moved(j, lits, fired, boost, mask);
         };
@@ -385,19 +376,16 @@ impl CoalescedTm {
     }
 
     /// Type II feedback to clause `j`, which fired; whether an action changed.
-    fn type_ii(
-        &mut self,
-        j: usize,
-        lits: &[u64],
-        masks: &FeedbackMasks,
-        deferred: Option<&mut DeferredTypeIb>,
-    ) -> bool {
-        let Some(d) = deferred else {
+    fn type_ii(&mut self, j: usize, lits: &[u64], draws: &mut Draws<'_, '_>) -> bool {
+        let Some(d) = draws.deferred.as_deref_mut() else {
             return self.bank.type_ii_moved(j, lits);
         };
-        d.update(&mut self.bank, j, masks.pool(), |bank, kept, after| {
-            bank.type_ii_kept(j, lits, kept, after)
-        })
+        d.update(
+            &mut self.bank,
+            j,
+            draws.masks.pool(),
+            |bank, kept, after| bank.type_ii_kept(j, lits, kept, after),
+        )
     }
 
     /// One pass over `data` in a random order; the same as [`Self::update`] on each example in

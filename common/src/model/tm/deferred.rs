@@ -2,7 +2,7 @@
 //! coalesced machine's epoch).
 //!
 //! Such feedback steps every automaton of the clause toward exclude with probability 1/s. On
-//! MNIST it is most of an example's feedback (about 100 of 130 clause updates), and applied at
+//! MNIST it is most of an example's feedback (about 100 of 120 clause updates), and applied at
 //! once it reads and writes every state plane of the clause. Yet it rarely changes an action: an
 //! excluded automaton stepping down stays excluded, and an included one at least `2^KEPT_Q`
 //! steps above the include boundary stays included through `2^KEPT_Q` such feedbacks. So each
@@ -66,7 +66,7 @@ pub(crate) struct DeferredTypeIb {
 impl DeferredTypeIb {
     /// Nothing kept; every clause's fragile automata read from the bank. `None` unless the
     /// bank's automata have [`KEPT_BITS`] bits (the width the kernel is written for) and its
-    /// literals fit a slot.
+    /// literals fit a slot (4,096 features at most); such a bank takes its feedback at once.
     pub fn new(bank: &mut ClauseBank) -> Option<DeferredTypeIb> {
         let lw = bank.lw();
         if bank.state_bits() != KEPT_BITS || lw * 64 > usize::from(u16::MAX >> KEPT_Q) + 1 {
@@ -114,9 +114,9 @@ impl DeferredTypeIb {
         }
         let mask = masks.words(at, self.lw);
         if self.held[j].tracked == AT_ONCE {
-            return self.update(bank, j, masks.pool(), |bank, kept, fragile| {
-                bank.type_i_kept(j, lits, false, false, mask, kept, fragile)
-            });
+            // Nothing is kept for such a clause, so the plain step serves; whether it may
+            // track again is asked at its next update.
+            return bank.type_i_moved(j, lits, false, false, mask);
         }
         let held = &mut self.held[j];
         let pool = masks.pool();
