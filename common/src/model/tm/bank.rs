@@ -202,13 +202,19 @@ impl ClauseBank {
     pub fn set_state(&mut self, clause: usize, literal: usize, state: u32) {
         assert!(state < (1 << self.bits), "state beyond {} bits", self.bits);
         let (word, bit) = (self.literal_word(literal), literal % self.features % 64);
-        let (lw, bits) = (self.lw(), self.bits);
-        let planes = &mut self.planes[clause * lw * bits..(clause + 1) * lw * bits];
-        for b in 0..bits {
-            let p = &mut planes[b * lw + word];
-            *p = (*p & !(1 << bit)) | ((((state >> b) & 1) as u64) << bit);
-        }
+        self.write_low_planes(clause, word, bit, state, self.bits);
         self.mirror_include(clause);
+    }
+
+    /// Writes the `planes` lowest bits of `value` into the planes of the automaton at bit `bit`
+    /// of literal word `l`; the include mirror is the caller's.
+    fn write_low_planes(&mut self, clause: usize, l: usize, bit: usize, value: u32, planes: usize) {
+        let lw = self.lw();
+        let (clause_planes, _) = self.clause_planes_mut(clause);
+        for b in 0..planes {
+            let p = &mut clause_planes[b * lw + l];
+            *p = (*p & !(1 << bit)) | (u64::from((value >> b) & 1) << bit);
+        }
     }
 
     /// Starts loading what feedback to `clause` will touch: its automaton planes.
@@ -279,15 +285,30 @@ impl ClauseBank {
 
     #[inline(always)]
     fn step_type_i(&mut self, clause: usize, lits: &[u64], fired: bool, boost: bool, mask: &[u64]) {
+        self.type_i_with(clause, lits, fired, boost, mask, Plain);
+    }
+
+    /// The rules of [`Self::type_i`], applied by `stepper`.
+    #[inline(always)]
+    fn type_i_with(
+        &mut self,
+        clause: usize,
+        lits: &[u64],
+        fired: bool,
+        boost: bool,
+        mask: &[u64],
+        stepper: impl Stepper,
+    ) {
         let lw = self.lw();
         let (planes, valid) = self.clause_planes_mut(clause);
         let m = |l: usize| mask[l] & valid[l];
         if !fired {
-            step(planes, lw, |_, _| 0, m);
+            stepper.step(planes, lw, valid, |_, _| 0, m);
         } else if boost {
-            step(planes, lw, |l, _| lits[l], |l| !lits[l] & m(l));
+            stepper.step(planes, lw, valid, |l, _| lits[l], |l| !lits[l] & m(l));
         } else {
-            step(planes, lw, |l, _| lits[l] & !m(l), |l| !lits[l] & m(l));
+            let up = |l: usize, _| lits[l] & !m(l);
+            stepper.step(planes, lw, valid, up, |l| !lits[l] & m(l));
         }
     }
 
@@ -306,14 +327,16 @@ impl ClauseBank {
 
     #[inline(always)]
     fn step_type_ii(&mut self, clause: usize, lits: &[u64]) {
+        self.type_ii_with(clause, lits, Plain);
+    }
+
+    /// The rule of [`Self::type_ii`], applied by `stepper`.
+    #[inline(always)]
+    fn type_ii_with(&mut self, clause: usize, lits: &[u64], stepper: impl Stepper) {
         let lw = self.lw();
         let (planes, valid) = self.clause_planes_mut(clause);
-        step(
-            planes,
-            lw,
-            |l, include| !lits[l] & !include & valid[l],
-            |_| 0,
-        );
+        let up = |l: usize, include: u64| !lits[l] & !include & valid[l];
+        stepper.step(planes, lw, valid, up, |_| 0);
     }
 
     /// Of literal word `l`'s included automata fewer than `2^KEPT_Q` steps above the boundary:
@@ -325,22 +348,13 @@ impl ClauseBank {
 
     /// Writes the steps above the boundary of such an automaton (see [`Self::excess_planes`]).
     pub(crate) fn write_excess(&mut self, clause: usize, l: usize, bit: usize, excess: u8) {
-        let lw = self.lw();
-        let (planes, _) = self.clause_planes_mut(clause);
-        for b in 0..KEPT_Q {
-            let p = &mut planes[b * lw + l];
-            *p = (*p & !(1 << bit)) | (u64::from((excess >> b) & 1) << bit);
-        }
+        self.write_low_planes(clause, l, bit, excess.into(), KEPT_Q);
     }
 
     /// Writes the state of the automaton at bit `bit` of literal word `l`, one whose action the
     /// include mirror already shows.
     pub(crate) fn write_state(&mut self, clause: usize, l: usize, bit: usize, state: u8) {
-        let lw = self.lw();
-        let (planes, _) = self.clause_planes_mut(clause);
-        for (b, p) in planes.iter_mut().skip(l).step_by(lw).enumerate() {
-            *p = (*p & !(1 << bit)) | (u64::from((state >> b) & 1) << bit);
-        }
+        self.write_low_planes(clause, l, bit, state.into(), self.bits);
     }
 
     /// Shows the automaton at bit `bit` of literal word `l` as excluded in the include mirror
@@ -363,25 +377,8 @@ impl ClauseBank {
         kept: &Kept<'_>,
         fragile: &mut [u64],
     ) -> bool {
-        let lw = self.lw();
-        let (planes, valid) = self.clause_planes_mut(clause);
-        let m = |l: usize| mask[l] & valid[l];
-        if !fired {
-            step_kept(planes, lw, valid, kept, |_, _| 0, m, fragile);
-        } else if boost {
-            step_kept(
-                planes,
-                lw,
-                valid,
-                kept,
-                |l, _| lits[l],
-                |l| !lits[l] & m(l),
-                fragile,
-            );
-        } else {
-            let up = |l: usize, _| lits[l] & !m(l);
-            step_kept(planes, lw, valid, kept, up, |l| !lits[l] & m(l), fragile);
-        }
+        let stepper = KeptStep { kept, fragile };
+        self.type_i_with(clause, lits, fired, boost, mask, stepper);
         self.mirror_if_moved(clause)
     }
 
@@ -393,10 +390,7 @@ impl ClauseBank {
         kept: &Kept<'_>,
         fragile: &mut [u64],
     ) -> bool {
-        let lw = self.lw();
-        let (planes, valid) = self.clause_planes_mut(clause);
-        let up = |l: usize, include: u64| !lits[l] & !include & valid[l];
-        step_kept(planes, lw, valid, kept, up, |_| 0, fragile);
+        self.type_ii_with(clause, lits, KeptStep { kept, fragile });
         self.mirror_if_moved(clause)
     }
 
@@ -405,7 +399,7 @@ impl ClauseBank {
     pub(crate) fn settle_kept(&mut self, clause: usize, kept: &Kept<'_>, fragile: &mut [u64]) {
         let lw = self.lw();
         let (planes, valid) = self.clause_planes_mut(clause);
-        step_kept(planes, lw, valid, kept, |_, _| 0, |_| 0, fragile);
+        KeptStep { kept, fragile }.step(planes, lw, valid, |_, _| 0, |_| 0);
     }
 
     /// The literal words of an example: its features, then their negations.
@@ -471,6 +465,57 @@ pub enum ExcludedAt {
     LastExclude,
     /// State 0, the deepest exclude: the FedTMOS code's convention (docs/papers/fedtmos.md §13).
     Zero,
+}
+
+/// How a clause's feedback moves its automata: the rules (Type I, Type II) say which step up
+/// and which step down, a stepper moves them.
+trait Stepper {
+    fn step(
+        self,
+        planes: &mut [u64],
+        lw: usize,
+        valid: &[u64],
+        up: impl Fn(usize, u64) -> u64,
+        down: impl Fn(usize) -> u64,
+    );
+}
+
+/// [`step`]: the automata as they stand.
+struct Plain;
+
+impl Stepper for Plain {
+    #[inline(always)]
+    fn step(
+        self,
+        planes: &mut [u64],
+        lw: usize,
+        _valid: &[u64],
+        up: impl Fn(usize, u64) -> u64,
+        down: impl Fn(usize) -> u64,
+    ) {
+        step(planes, lw, up, down);
+    }
+}
+
+/// [`step_kept`]: what `kept` holds back first, then the step; the fragile automata after it
+/// into `fragile`.
+struct KeptStep<'k, 'f> {
+    kept: &'k Kept<'k>,
+    fragile: &'f mut [u64],
+}
+
+impl Stepper for KeptStep<'_, '_> {
+    #[inline(always)]
+    fn step(
+        self,
+        planes: &mut [u64],
+        lw: usize,
+        valid: &[u64],
+        up: impl Fn(usize, u64) -> u64,
+        down: impl Fn(usize) -> u64,
+    ) {
+        step_kept(planes, lw, valid, self.kept, up, down, self.fragile);
+    }
 }
 
 /// Moves one clause's automata (`planes`: its `bits` planes of `lw` words): those flagged by

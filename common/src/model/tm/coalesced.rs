@@ -498,24 +498,34 @@ mod tests {
     /// An epoch evaluates clauses a block of examples at a time; the machine it trains is the
     /// one example-by-example updates train, bit for bit, from young clauses (hundreds of
     /// literals, changing at every example) to trained ones.
+    /// [`CoalescedTm::fit_epoch`]'s shuffle, then [`CoalescedTm::update`] on each example in
+    /// turn: every feedback applied at once, clause outputs evaluated example by example.
+    fn epoch_one_at_a_time(
+        tm: &mut CoalescedTm,
+        train: &BitRows,
+        masks: &mut FeedbackMasks,
+        rng: &mut FlintRng,
+    ) {
+        use rand::seq::SliceRandom;
+        let mut order: Vec<usize> = (0..train.len()).collect();
+        order.shuffle(rng);
+        let mut s = Scratch::default();
+        for i in order {
+            tm.update(train.row(i), train.labels[i], masks, rng, &mut s);
+        }
+    }
+
     #[test]
     fn an_epoch_in_blocks_equals_updates_one_at_a_time() {
-        use rand::seq::SliceRandom;
         let mut rng = derive_rng(9, "blocks", 0);
         let train = noisy_xor(700, 0.1, &mut rng);
         let mut blocked = CoalescedTm::new(hyper(40, 15, 3.9), 12, 2, &mut rng);
         let mut masks = FeedbackMasks::new(3.9, &mut rng);
         let (mut single, mut single_masks, mut single_rng) =
             (blocked.clone(), masks.clone(), rng.clone());
-        let mut s = Scratch::default();
         for epoch in 0..4 {
             blocked.fit_epoch(&train, &mut masks, &mut rng);
-            let mut order: Vec<usize> = (0..train.len()).collect();
-            order.shuffle(&mut single_rng);
-            for i in order {
-                let (x, y) = (train.row(i), train.labels[i]);
-                single.update(x, y, &mut single_masks, &mut single_rng, &mut s);
-            }
+            epoch_one_at_a_time(&mut single, &train, &mut single_masks, &mut single_rng);
             assert_eq!(blocked, single, "epoch {epoch}");
         }
         assert!(blocked.accuracy(&train) > 0.8, "it learned");
@@ -545,25 +555,18 @@ mod tests {
     /// limit of kept feedbacks, and the pool redrawn mid-epoch.
     #[test]
     fn deferred_feedback_trains_the_machine_immediate_feedback_trains() {
-        use rand::seq::SliceRandom;
         let mut rng = derive_rng(12, "deferred", 0);
         let train = blocks(600, 300, 3, &mut rng);
         let mut deferred = CoalescedTm::new(hyper(60, 40, 5.0), 300, 3, &mut rng);
         let mut masks = FeedbackMasks::new(5.0, &mut rng);
         let (mut at_once, mut at_once_masks, mut at_once_rng) =
             (deferred.clone(), masks.clone(), rng.clone());
-        let mut s = Scratch::default();
         for epoch in 0..6 {
             // The pool is redrawn a third into the epoch, while clauses hold masks of the old one.
             masks.redraw_after(10_000);
             at_once_masks.redraw_after(10_000);
             deferred.fit_epoch(&train, &mut masks, &mut rng);
-            let mut order: Vec<usize> = (0..train.len()).collect();
-            order.shuffle(&mut at_once_rng);
-            for i in order {
-                let (x, y) = (train.row(i), train.labels[i]);
-                at_once.update(x, y, &mut at_once_masks, &mut at_once_rng, &mut s);
-            }
+            epoch_one_at_a_time(&mut at_once, &train, &mut at_once_masks, &mut at_once_rng);
             assert_eq!(deferred, at_once, "epoch {epoch}");
             assert_eq!(masks, at_once_masks, "epoch {epoch}");
         }
