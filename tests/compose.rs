@@ -13,6 +13,8 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use flint_client::ClientReport;
+use flint_common::wire::ledger::Flow;
+use flint_server::results::RunResults;
 use support::*;
 
 const IMAGE: &str = "flint:test";
@@ -234,10 +236,13 @@ fn a_compose_federation_over_mutual_tls_survives_a_killed_client() {
         assert_ne!(c.client_id, killed.id);
         assert_eq!(c.link_interfaces, ["eth0"]);
         reports += 1;
-        for (round, f) in &c.ledger.flows[&c.client_id] {
+        let rounds = c.ledger.flows[&c.client_id].iter();
+        let closing = ("closing".to_string(), &c.ledger.closing[&c.client_id]);
+        for (round, f) in rounds.map(|(r, f)| (r.to_string(), f)).chain([closing]) {
             for (what, t) in [("up", &f.up), ("down", &f.down)] {
                 let at = format!("client {} round {round} {what}", c.client_id);
-                assert!(t.payload > 0, "{at}: payload");
+                // The last report's answer, an empty Ack, is the closing's one message down.
+                assert!(t.payload > 0 || round == "closing", "{at}: payload");
                 assert!(t.payload <= t.message, "{at}: payload ≤ message: {t:?}");
                 assert!(t.message <= t.socket, "{at}: message ≤ socket: {t:?}");
                 assert!(t.socket <= t.link, "{at}: socket ≤ link: {t:?}");
@@ -277,6 +282,16 @@ fn the_documented_compose_command_gives_the_same_figures_twice_even_through_a_cr
                 prometheus_saw_the_run(&fed, &printed);
             }
             link_level_reached_the_server(fed.results.path());
+            let resumed = results(fed.results.path()).ledger.resumed;
+            assert_eq!(
+                resumed.len(),
+                usize::from(crash_after.is_some()),
+                "{resumed:?}"
+            );
+            if let (Some(cut), Some(after)) = (resumed.first(), crash_after) {
+                // The ledger is kept before the status says a round closed.
+                assert!(cut.from >= after, "{cut:?}");
+            }
             if crash_after.is_some() {
                 let server = fed.containers("server").remove(0);
                 assert_eq!(inspect(&server, "{{.RestartCount}}"), "1", "{printed}");
@@ -339,9 +354,10 @@ fn prometheus_saw_the_run(fed: &Federation, printed: &str) {
 }
 
 /// The run's results.json holds the link level of every client and round, as the clients
-/// reported it with their evaluations (through a crash too: the journal keeps the reports); a
-/// reported count never exceeds what the client's own ledger ends with, and the last round's
-/// lacks only the last report's own bytes.
+/// reported it with their evaluations (through a crash too: the journal keeps the reports),
+/// each round's whole: what the client's own ledger ends with. In every cell of results.json
+/// (each client's round, each round's sum, the totals) payload ≤ message ≤ socket ≤ link, the
+/// last round included; each client's closing, booked apart, has no link level there.
 fn link_level_reached_the_server(dir: &Path) {
     let r = results(dir);
     let mut clients = 0;
@@ -362,15 +378,20 @@ fn link_level_reached_the_server(dir: &Path) {
             ] {
                 let at = format!("client {} round {round} {what}", c.client_id);
                 assert!(server > 0, "{at}: no link bytes in results.json");
-                assert!(
-                    server <= client,
-                    "{at}: reported {server} > counted {client}"
-                );
+                assert_eq!(server, client, "{at}: reported against counted");
             }
+        }
+        let closing = &r.ledger.closing[&c.client_id];
+        for t in [&closing.up, &closing.down] {
+            let at = format!("client {}'s closing", c.client_id);
+            assert!(t.messages > 0 && t.payload <= t.message, "{at}: {t:?}");
+            assert!(t.message <= t.socket, "{at}: {t:?}");
+            assert_eq!(t.link, 0, "{at}: no report carries it");
         }
     }
     assert_eq!(clients, 4);
     assert!(r.totals.up.link > 0 && r.totals.down.link > 0);
+    every_cell_in_order(&r);
     // results.json alone, as a server host has it: flint report shows the reported level.
     let alone = tempfile::tempdir().unwrap();
     std::fs::copy(dir.join("results.json"), alone.path().join("results.json")).unwrap();
@@ -380,6 +401,39 @@ fn link_level_reached_the_server(dir: &Path) {
         printed.contains("Link level as the clients reported it"),
         "{printed}"
     );
+}
+
+/// payload ≤ message ≤ socket ≤ link in each client's round, each round's sum and the totals
+/// of results.json; after a crash, outside the rounds results.json says the restart cut
+/// (those lack what the crashed process counted, the totals too).
+fn every_cell_in_order(r: &RunResults) {
+    let mut cells: Vec<(String, Flow)> = Vec::new();
+    if r.ledger.resumed.is_empty() {
+        cells.push(("totals".into(), r.totals));
+    }
+    for rr in r
+        .rounds
+        .iter()
+        .filter(|rr| !r.ledger.cut_by_restart(rr.round))
+    {
+        cells.push((format!("round {} sum", rr.round), rr.bytes_total));
+        for (id, f) in &rr.bytes {
+            cells.push((format!("round {} client {id}", rr.round), *f));
+        }
+    }
+    for (at, f) in cells {
+        for (what, t) in [("up", f.up), ("down", f.down)] {
+            assert!(
+                t.payload <= t.message,
+                "{at} {what}: payload ≤ message: {t:?}"
+            );
+            assert!(
+                t.message <= t.socket,
+                "{at} {what}: message ≤ socket: {t:?}"
+            );
+            assert!(t.socket <= t.link, "{at} {what}: socket ≤ link: {t:?}");
+        }
+    }
 }
 
 /// One participant's kit run as a compose project of its own (its own network); `down -v` when

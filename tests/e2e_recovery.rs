@@ -172,6 +172,22 @@ fn a_server_killed_at_any_point_resumes_its_run_and_ends_as_if_never_killed() {
     let r = results(&out);
     assert_eq!(r.run_id, run_id, "one run from start to end");
     assert_eq!(metrics_of(&out), expected);
+    // Three restarts, each naming the rounds whose bytes the killed process took with it; the
+    // others' levels are in order.
+    assert_eq!(r.ledger.resumed.len(), 3, "{:?}", r.ledger.resumed);
+    for rr in r
+        .rounds
+        .iter()
+        .filter(|rr| !r.ledger.cut_by_restart(rr.round))
+    {
+        for t in [rr.bytes_total.up, rr.bytes_total.down] {
+            let at = format!("round {}: {t:?}", rr.round);
+            assert!(t.payload <= t.message && t.message <= t.socket, "{at}");
+        }
+    }
+    let report = ok(flint().arg("report").arg(&out));
+    let printed = String::from_utf8_lossy(&report.stdout);
+    assert!(printed.contains("resumed after a crash"), "{printed}");
     // Rounds replayed from the journal keep the timings they ran with.
     for rr in &r.rounds[1..] {
         assert!(

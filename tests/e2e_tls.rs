@@ -251,6 +251,7 @@ fn a_client_id_cannot_be_used_without_its_token() {
             global_test: false,
             predictor: String::new(),
             link: Vec::new(),
+            last: false,
         };
         let e = g.report_eval(with_token(report, &mine)).await.unwrap_err();
         assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
@@ -268,6 +269,7 @@ fn a_client_id_cannot_be_used_without_its_token() {
                 up: 1,
                 down: 1,
             }],
+            last: false,
         };
         let e = g.report_eval(with_token(report, &mine)).await.unwrap_err();
         assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");

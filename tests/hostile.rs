@@ -253,6 +253,7 @@ fn before(url: &str, e: &Experiment) {
                                 global_test: false,
                                 predictor: String::new(),
                                 link: Vec::new(),
+                                last: false,
                             };
                             let st = g.report_eval(as_mallory(report)).await.unwrap_err();
                             assert_eq!(st.code(), Code::Unauthenticated, "{st:?}");
@@ -315,6 +316,7 @@ fn during(url: &str, e: &Experiment) {
             global_test: false,
             predictor: String::new(),
             link: Vec::new(),
+            last: false,
         };
         let st = g.report_eval(as_mallory(report)).await.unwrap_err();
         assert_eq!(st.code(), Code::PermissionDenied, "{st:?}");
@@ -582,6 +584,7 @@ async fn capture_and_poison(url: &str, e: &Experiment) {
                 global_test: false,
                 predictor: String::new(),
                 link: Vec::new(),
+                last: false,
             };
             g.report_eval(as_mallory(report)).await.unwrap();
         }

@@ -14,9 +14,9 @@ use flint_common::metrics::ConfusionMatrix;
 use flint_common::model::kept::{Condition, ModelFile};
 use flint_common::rng::{FlintRng, derive_rng};
 use flint_common::strategy::Predictor;
-use flint_common::wire::ledger::Direction;
+use flint_common::wire::ledger::{CLOSING, Direction, mark_link_sent};
 use flint_common::wire::proto::{
-    Ack, DataSummary, EvalReport, JoinRequest, Payload, RoundRequest, RoundTask,
+    Ack, DataSummary, EvalReport, JoinRequest, LinkCount, Payload, RoundRequest, RoundTask,
 };
 use flint_common::wire::{CLIENT_HEADER, ROUND_HEADER, TOKEN_HEADER, paper_convention_bytes};
 use flint_common::{ClientId, Round};
@@ -383,11 +383,18 @@ impl Client {
 
     /// Sends one evaluation report (ReportEval).
     async fn report(&self, run_id: &str, report: EvalReport, now: Duration) -> Event {
+        // The counts as the report leaves, with the reports sent since it was made.
+        let fresh = self.unsent_link();
         let report = EvalReport {
             run_id: run_id.to_string(),
+            link: up_to_date(report.link, &fresh),
             ..report
         };
-        let round = report.round;
+        // The last report is the client's closing: no later one can say its link level.
+        let round = match report.last {
+            true => CLOSING,
+            false => report.round,
+        };
         let mut g = self.grpc();
         let event = match g
             .report_eval(self.request(report.clone(), Some(round)))
@@ -396,6 +403,7 @@ impl Client {
             Ok(ack) => {
                 self.count(round, Direction::Up, report.encoded_len(), 0);
                 self.count(round, Direction::Down, ack.get_ref().encoded_len(), 0);
+                mark_link_sent(&mut self.link_sent.lock().expect("link_sent lock"), &fresh);
                 Event::Reported
             }
             Err(s) => failed(&s, s.to_string(), now),
@@ -700,19 +708,37 @@ impl Client {
             global_test: global_test.is_some(),
             predictor,
             link: self.link_counts(),
+            last: false,
         }
     }
 
     /// The link level its meter booked since its last report, for the server's results (empty
-    /// where it does not measure it).
-    fn link_counts(&self) -> Vec<flint_common::wire::proto::LinkCount> {
+    /// where it does not measure it), counted as sent.
+    fn link_counts(&self) -> Vec<LinkCount> {
+        let counts = self.unsent_link();
+        mark_link_sent(&mut self.link_sent.lock().expect("link_sent lock"), &counts);
+        counts
+    }
+
+    /// The link counts no report has sent yet.
+    fn unsent_link(&self) -> Vec<LinkCount> {
         if self.link_interfaces.is_empty() {
             return Vec::new();
         }
-        let mut sent = self.link_sent.lock().expect("link_sent lock");
-        self.ledger
-            .with(|l| l.link_counts_since(self.id, &mut sent))
+        let sent = self.link_sent.lock().expect("link_sent lock").clone();
+        self.ledger.with(|l| l.link_counts_since(self.id, &sent))
     }
+}
+
+/// A report's link counts with `fresh` ones in place of its rounds' (counts only grow).
+fn up_to_date(mut link: Vec<LinkCount>, fresh: &[LinkCount]) -> Vec<LinkCount> {
+    for c in fresh {
+        match link.iter_mut().find(|x| x.round == c.round) {
+            Some(x) => *x = *c,
+            None => link.push(*c),
+        }
+    }
+    link
 }
 
 /// The task an event brings, if any.

@@ -342,6 +342,10 @@ impl Machine {
         }
         let round = match step.next {
             Next::Finish => {
+                let mut reports = reports;
+                if let Some(r) = reports.last_mut() {
+                    r.last = true;
+                }
                 self.queue.extend(reports.into_iter().map(Action::Report));
                 self.queue.push_back(Action::Finish { told: true });
                 return self.dequeue();
@@ -695,10 +699,16 @@ mod tests {
                 ..
             }
         ));
+        // The last of them is the client's closing (docs/PROTOCOL.md §Byte accounting).
+        let last = EvalReport {
+            last: true,
+            ..report(1)
+        };
         assert_eq!(
-            m.handle(Event::Applied(vec![report(1)])),
+            m.handle(Event::Applied(vec![report(1), report(1)])),
             Action::Report(report(1))
         );
+        assert_eq!(m.handle(Event::Reported), Action::Report(last));
         assert_eq!(m.handle(Event::Reported), Action::Finish { told: true });
     }
 

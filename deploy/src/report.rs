@@ -238,6 +238,20 @@ fn per_round(r: &RunResults) -> String {
         t.up.paper as f64 / 1e6,
         t.down.paper as f64 / 1e6
     );
+    let c = r.closing;
+    if c.up.socket + c.down.socket > 0 {
+        s += &format!(
+            "closing (each client's last report and its connection's close; kept out of the totals): up {} MB, down {} MB\n\n",
+            levels(&c.up, mb),
+            levels(&c.down, mb)
+        );
+    }
+    for cut in &r.ledger.resumed {
+        s += &format!(
+            "the server resumed after a crash in round {}: the bytes of rounds {} to {} lack what the crashed process counted after its last kept ledger (the link level, which the clients report, is whole)\n\n",
+            cut.to, cut.from, cut.to
+        );
+    }
     let u = r.unattributed;
     if u.up.socket + u.down.socket > 0 {
         s += &format!(

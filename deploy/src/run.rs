@@ -756,8 +756,8 @@ impl LiveLines {
     /// for the files (`None`) before it falls back to the server's count.
     ///
     /// The run's last round is the server's count once it has exited, as the run's table
-    /// shows it: the clients' connections close after their last report, and only the server
-    /// counts those closing bytes.
+    /// shows it: its attribution of the round's last reply waits for the clients' closing
+    /// calls.
     fn round_bytes(&self, s: &Status, r: u32, server_exited: bool) -> Option<(Flow, &'static str)> {
         let mut b = s.bytes.get(&r).copied().unwrap_or_default();
         if r == self.rounds {

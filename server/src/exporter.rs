@@ -68,6 +68,7 @@ struct Reading {
     missed: u64,
     late: u64,
     totals: Flow,
+    closing: Flow,
     unattributed: Flow,
     long_polls: usize,
 }
@@ -77,7 +78,9 @@ const PHASES: [&str; 4] = ["waiting-for-clients", "open", "aggregating", "finish
 impl RunState {
     fn read(&self) -> Reading {
         let s = &self.shared;
-        let (totals, unattributed) = s.ledger.with(|l| (l.total(), l.unattributed()));
+        let (totals, closing, unattributed) = s
+            .ledger
+            .with(|l| (l.total(), l.closing_total(), l.unattributed()));
         let rounds = s.rounds();
         let counts = rounds.counts();
         let (phase, selected, updates) = match (rounds.open_round(), rounds.aggregating()) {
@@ -103,6 +106,7 @@ impl RunState {
             missed: counts.missed,
             late: counts.late,
             totals,
+            closing,
             unattributed,
             long_polls: s.long_polls.lock().expect("long_polls lock").values().sum(),
         }
@@ -275,7 +279,14 @@ fn traffic(enc: &mut Encoder, r: &Reading) -> Result<(), std::fmt::Error> {
         &["payload", "message", "socket", "link", "paper"],
         &r.totals,
     )?;
-    // No client reports a stranger's link bytes.
+    // No report after a closing says its link bytes, nor a stranger's.
+    bytes(
+        enc,
+        "flint_closing_bytes",
+        "Bytes of the clients' closings (each one's last report and its connection's close), kept out of flint_bytes, by level and direction",
+        &["payload", "message", "socket", "paper"],
+        &r.closing,
+    )?;
     bytes(
         enc,
         "flint_unattributed_bytes",

@@ -310,6 +310,7 @@ pub async fn serve_with(
     }
     let mut ticker = tokio::spawn(tick_until_done(
         shared.clone(),
+        connections.clone(),
         out.to_path_buf(),
         state_dir.clone(),
     ));
@@ -527,12 +528,35 @@ fn close_state(shared: &Shared, state_dir: &Path, completed: bool) -> anyhow::Re
     }
 }
 
+/// The byte ledger as of `closed_rounds`, kept beside the journal for a restart. The replies
+/// written so far are booked first (a connection's are otherwise booked when its next call
+/// starts), so that the kept figures of a reply hold its socket bytes beside its message.
+fn keep_ledger(shared: &Shared, connections: &Connections, state_dir: &Path, closed_rounds: usize) {
+    for c in connections.lock().expect("connections lock").iter() {
+        c.call_starts(&*shared.ledger, Side::Server);
+    }
+    let kept = flint_common::wire::ledger::KeptLedger {
+        closed_rounds: closed_rounds as flint_common::Round,
+        ledger: shared.ledger.snapshot(),
+    };
+    let bytes = serde_json::to_vec(&kept).expect("ledger serialises");
+    let path = state_dir.join(state::LEDGER_FILE);
+    if let Err(e) = results::write_atomic(&path, &bytes) {
+        tracing::warn!(error = %e, "cannot keep the byte ledger in the state directory");
+    }
+}
+
 /// Where the metrics listener's address is written (`--metrics-listen` with port 0 picks one).
 pub const METRICS_ADDR_FILE: &str = "metrics.addr";
 
 /// Closes rounds at their timeouts and keeps status.json (and, at each closed round, the byte
 /// ledger of the state directory) current until the run is done.
-async fn tick_until_done(shared: Arc<Shared>, out: PathBuf, state_dir: PathBuf) {
+async fn tick_until_done(
+    shared: Arc<Shared>,
+    connections: Connections,
+    out: PathBuf,
+    state_dir: PathBuf,
+) {
     let mut written = u64::MAX;
     let mut ledger_at = usize::MAX;
     let mut status_paced_until = std::time::Instant::now();
@@ -548,17 +572,13 @@ async fn tick_until_done(shared: Arc<Shared>, out: PathBuf, state_dir: PathBuf) 
         if status_due || ledger_due {
             // Files are written and synced off the async threads.
             let (shared, out, state_dir) = (shared.clone(), out.clone(), state_dir.clone());
+            let connections = connections.clone();
+            // The ledger first: a status that says a round closed comes after its bytes are kept.
             let took = tokio::task::spawn_blocking(move || {
-                let took = status_due.then(|| write_status(&shared, &out));
                 if ledger_due {
-                    let bytes =
-                        serde_json::to_vec(&shared.ledger.snapshot()).expect("ledger serialises");
-                    let path = state_dir.join(state::LEDGER_FILE);
-                    if let Err(e) = results::write_atomic(&path, &bytes) {
-                        tracing::warn!(error = %e, "cannot keep the byte ledger in the state directory");
-                    }
+                    keep_ledger(&shared, &connections, &state_dir, closed_rounds);
                 }
-                took
+                status_due.then(|| write_status(&shared, &out))
             })
             .await;
             if let Ok(Some(took)) = took {

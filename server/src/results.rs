@@ -140,6 +140,12 @@ pub struct RunResults {
     /// since schema 2.
     #[serde(default)]
     pub unattributed: Flow,
+    /// The clients' closings (each one's last report and its connection's close; the ledger's
+    /// `closing`), kept out of `totals` and the last round's `bytes_total`: no report after
+    /// them can carry their link level, so the rounds keep theirs whole (absent in files
+    /// written before it was booked apart).
+    #[serde(default)]
+    pub closing: Flow,
     /// Rounds whose models learned nothing (one class for every row, below the majority class).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<Warning>,
@@ -298,6 +304,7 @@ pub fn collect(shared: &Shared) -> RunResults {
         rounds: results,
         totals: ledger.total(),
         unattributed: ledger.unattributed(),
+        closing: ledger.closing_total(),
         wall_seconds: shared.started.elapsed().as_secs_f64(),
         ledger,
         classes: e.data.classes().to_vec(),
@@ -602,6 +609,7 @@ mod tests {
             provenance: None,
             secagg: None,
             unattributed: Flow::default(),
+            closing: Flow::default(),
             warnings: Vec::new(),
             classes: Vec::new(),
         }

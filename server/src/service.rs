@@ -662,7 +662,7 @@ impl AggregatorService {
         s.authorize(&request, request.get_ref().client_id)
             .map_err(status)?;
         let req = request.into_inner();
-        let label = s.label_round(req.round);
+        let label = s.report_label(&req);
         s.ledger
             .with(|l| l.payload(req.client_id, label, Direction::Up, req.encoded_len(), 0));
         let duplicate = self.take_report(&req)?;
@@ -680,7 +680,7 @@ impl AggregatorService {
     /// yet durable; whether it was a duplicate.
     fn take_report(&self, req: &EvalReport) -> Result<bool, Status> {
         let s = &self.0;
-        let refuse = |e| with_label(status(e), req.client_id, s.label_round(req.round));
+        let refuse = |e| with_label(status(e), req.client_id, s.report_label(req));
         s.check_run(&req.run_id).map_err(refuse)?;
         let m = ConfusionMatrix::from_counts(req.classes as usize, req.confusion.clone())
             .ok_or_else(|| {
@@ -701,10 +701,12 @@ impl AggregatorService {
                 run_id: String::new(),
                 ..req.clone()
             }));
-            // Under the rounds lock (then the ledger's, as results are collected): the run
-            // cannot be seen done before the report's link counts are booked.
-            s.ledger.with(|l| l.reported_link(req.client_id, &req.link));
         }
+        // Under the rounds lock (then the ledger's, as results are collected): the run cannot
+        // be seen done before the report's link counts are booked. A repeat's too (a count only
+        // grows): one sent again after its answer was lost carries that attempt's bytes, and the
+        // client sends them no more.
+        s.ledger.with(|l| l.reported_link(req.client_id, &req.link));
         Ok(duplicate)
     }
 

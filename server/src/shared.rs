@@ -6,6 +6,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use flint_common::config::Experiment;
+use flint_common::wire::ledger::CLOSING;
+use flint_common::wire::proto::EvalReport;
 use flint_common::wire::{CLIENT_HEADER, HOST_HEADER, ROUND_HEADER, TOKEN_HEADER};
 use flint_common::{ClientId, FlintError, Round};
 use flint_shell::meter::SharedLedger;
@@ -224,6 +226,14 @@ impl Shared {
             .strategy
             .max_update_bytes(features, self.classes())
             .min(journal::MAX_RECORD as u64 - 4096)
+    }
+
+    /// The ledger's label of a report: the client's closing for its last one.
+    pub(crate) fn report_label(&self, report: &EvalReport) -> Round {
+        match report.last {
+            true => CLOSING,
+            false => self.label_round(report.round),
+        }
     }
 
     /// The round a client-sent round number is booked under: itself if the run has it, else

@@ -8,9 +8,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context;
+use flint_common::Round;
 use flint_common::config::Experiment;
 use flint_common::strategy::ServerStrategy;
-use flint_common::wire::ledger::Ledger;
+use flint_common::wire::ledger::{KeptLedger, Ledger};
 use flint_shell::meter::SharedLedger;
 use tokio::sync::Semaphore;
 
@@ -183,8 +184,34 @@ pub(crate) fn enrollment_hashes(
 }
 
 /// The server's byte ledger as of the last closed round, beside the journal (the journal holds
-/// the state; bytes are only counted).
+/// the state; bytes are only counted): a [`KeptLedger`].
 pub const LEDGER_FILE: &str = "ledger.json";
+
+/// The ledger kept beside the journal, if any (a file of an earlier version, a bare ledger,
+/// counts as kept before any round closed).
+fn kept_ledger(state: &StateDir) -> anyhow::Result<Option<KeptLedger>> {
+    let path = state.dir.join(LEDGER_FILE);
+    let Ok(bytes) = state.disk.read(&path) else {
+        return Ok(None);
+    };
+    let kept = serde_json::from_slice::<KeptLedger>(&bytes).or_else(|_| {
+        serde_json::from_slice::<Ledger>(&bytes).map(|ledger| KeptLedger {
+            closed_rounds: 0,
+            ledger,
+        })
+    });
+    kept.map(Some)
+        .with_context(|| format!("cannot read {}", path.display()))
+}
+
+/// The round a resumed server goes on in: the one open, else the next (the last, if every
+/// round has closed and the final reports are still coming).
+fn restarted_in(experiment: &Experiment, rounds: &Rounds) -> Round {
+    if let Some((open, _, _)) = rounds.open_round() {
+        return open;
+    }
+    (rounds.history().len() as Round + 1).min(experiment.policy.rounds)
+}
 
 fn unix_ms() -> u64 {
     std::time::SystemTime::now()
@@ -235,11 +262,7 @@ fn resume(
         found.journal.append(shared::installed(rounds, round))?;
     }
     found.journal.sync()?;
-    let mut ledger: Ledger = match state.disk.read(&state_dir.join(LEDGER_FILE)) {
-        Ok(bytes) => serde_json::from_slice(&bytes)
-            .with_context(|| format!("cannot read {}", state_dir.join(LEDGER_FILE).display()))?,
-        Err(_) => Default::default(),
-    };
+    let mut ledger = KeptLedger::resume(kept_ledger(state)?, restarted_in(experiment, rounds));
     // The clients' reported link counts are in the journal: the whole of them, whatever the
     // kept ledger's age (a count only grows, so taking the larger is idempotent).
     for (client, counts) in &replayed.link {

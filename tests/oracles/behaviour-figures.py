@@ -12,10 +12,22 @@ import json
 import sys
 
 
+def with_closing(flow, closing):
+    """A round's flow with a client's closing (its last report) added, as the last round held
+    it before closings were booked apart."""
+    if closing is None:
+        return flow
+    return {d: {k: flow[d][k] + closing[d][k] for k in ("payload", "paper")} for d in ("up", "down")}
+
+
 def figures(r):
     rounds = []
+    last = r["rounds"][-1]["round"] if r["rounds"] else 0
+    closings = r["ledger"].get("closing", {})
     for rr in r["rounds"]:
         flows = {c: per[str(rr["round"])] for c, per in r["ledger"]["flows"].items() if str(rr["round"]) in per}
+        if rr["round"] == last:
+            flows = {c: with_closing(f, closings.get(c)) for c, f in flows.items()}
         # This version's typed report (a strategy without details names itself), or an older
         # file's untyped details.
         report = rr.get("report")

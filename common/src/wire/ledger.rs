@@ -2,7 +2,8 @@
 //! §Byte accounting: `payload` (protobuf `encoded_len`), `message` (gRPC body bytes: payload +
 //! 5-byte frame headers), `socket` (bytes through the TCP connection: HTTP/2 framing, headers,
 //! pings, TLS) and, for a client alone in its network namespace, `link`; plus the papers'
-//! convention. Round 0 is the join.
+//! convention. Round 0 is the join; a client's closing ([`CLOSING`]) is booked apart from the
+//! rounds.
 
 use std::collections::BTreeMap;
 use std::ops::AddAssign;
@@ -70,16 +71,67 @@ impl AddAssign for Flow {
     }
 }
 
+/// The label of a client's closing: its last report (`EvalReport.last`) and whatever its
+/// connection carries after it (its close). A report cannot carry the link count of its own
+/// bytes, so the last one is booked apart, and every round's count is complete without it.
+pub const CLOSING: Round = Round::MAX;
+
 /// One side's view of a run's traffic.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Ledger {
     pub flows: BTreeMap<ClientId, BTreeMap<Round, Flow>>,
+    /// Each client's closing ([`CLOSING`]), kept out of `flows` and the totals: its link level
+    /// is the client's own alone (the server's ledger has none, as no later report can say it).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub closing: BTreeMap<ClientId, Flow>,
     /// gRPC message bytes by RPC method and client, all rounds together.
     pub by_method: BTreeMap<String, BTreeMap<ClientId, Flow>>,
+    /// The server's restarts after a crash, each with the rounds whose bytes the crashed
+    /// process counted and did not keep.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resumed: Vec<Resumed>,
+}
+
+/// A server restarted from the ledger it kept when a round closed: rounds `from` (that one,
+/// whose last replies may still have been on their way) to `to` (the round it restarted in)
+/// lack what the crashed process counted after that, at every level but the link, which the
+/// clients' reports bring whole; their levels may then be out of order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Resumed {
+    pub from: Round,
+    pub to: Round,
+}
+
+/// The ledger a server keeps beside its journal, with the rounds closed when it was kept.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct KeptLedger {
+    pub closed_rounds: Round,
+    pub ledger: Ledger,
+}
+
+impl KeptLedger {
+    /// The kept ledger of a server restarted in round `now`, with its restart recorded: what
+    /// `kept` holds (none: nothing was kept, from the join on) is all of its rounds the crashed
+    /// process left.
+    pub fn resume(kept: Option<KeptLedger>, now: Round) -> Ledger {
+        let (from, mut ledger) = match kept {
+            Some(k) => (k.closed_rounds, k.ledger),
+            None => (0, Ledger::default()),
+        };
+        ledger.resumed.push(Resumed {
+            from: from.min(now),
+            to: now,
+        });
+        ledger
+    }
 }
 
 impl Ledger {
+    /// The flow of `client` in `round`, or its closing where `round` is [`CLOSING`].
     pub fn at(&mut self, client: ClientId, round: Round) -> &mut Flow {
+        if round == CLOSING {
+            return self.closing.entry(client).or_default();
+        }
         self.flows
             .entry(client)
             .or_default()
@@ -140,17 +192,17 @@ impl Ledger {
     }
 
     /// The link level the client's own meter booked, by round, as a report sends it: the
-    /// rounds whose counts differ from `sent` (what earlier reports sent, updated here).
+    /// rounds whose counts differ from `sent` (what earlier reports sent; the caller marks
+    /// these sent once the server has them, [`mark_link_sent`]).
     pub fn link_counts_since(
         &self,
         client: ClientId,
-        sent: &mut BTreeMap<Round, (u64, u64)>,
+        sent: &BTreeMap<Round, (u64, u64)>,
     ) -> Vec<LinkCount> {
         let mut out = Vec::new();
         for (round, flow) in self.flows.get(&client).into_iter().flatten() {
             let now = (flow.up.link, flow.down.link);
             if now != (0, 0) && sent.get(round) != Some(&now) {
-                sent.insert(*round, now);
                 out.push(LinkCount {
                     round: *round,
                     up: now.0,
@@ -185,7 +237,24 @@ impl Ledger {
         (0..=last).zip(totals).collect()
     }
 
-    /// Every client's bytes: the run's own traffic (client 0's left out).
+    /// Whether a restart left `round`'s bytes short of what was sent ([`Resumed`]).
+    pub fn cut_by_restart(&self, round: Round) -> bool {
+        self.resumed
+            .iter()
+            .any(|r| (r.from..=r.to).contains(&round))
+    }
+
+    /// Every client's closing, summed (client 0's left out).
+    pub fn closing_total(&self) -> Flow {
+        let mut f = Flow::default();
+        for x in self.closing.iter().filter(|(id, _)| **id != 0) {
+            f += *x.1;
+        }
+        f
+    }
+
+    /// Every client's bytes in the rounds: the run's own traffic (client 0's and the
+    /// closings left out).
     pub fn total(&self) -> Flow {
         let mut f = Flow::default();
         for x in self.clients().flat_map(|(_, r)| r.values()) {
@@ -206,6 +275,13 @@ impl Ledger {
 
     fn clients(&self) -> impl Iterator<Item = (&ClientId, &BTreeMap<Round, Flow>)> {
         self.flows.iter().filter(|(id, _)| **id != 0)
+    }
+}
+
+/// `counts` went to the server: later reports send only what changes after them.
+pub fn mark_link_sent(sent: &mut BTreeMap<Round, (u64, u64)>, counts: &[LinkCount]) {
+    for c in counts {
+        sent.insert(c.round, (c.up, c.down));
     }
 }
 
@@ -282,11 +358,13 @@ mod tests {
         l.link(3, 1, Direction::Down, 20);
         l.payload(3, 2, Direction::Up, 5, 0);
         let mut sent = BTreeMap::new();
-        let first = l.link_counts_since(3, &mut sent);
+        let first = l.link_counts_since(3, &sent);
         assert_eq!(first.iter().map(|c| c.round).collect::<Vec<_>>(), [0, 1]);
-        assert!(l.link_counts_since(3, &mut sent).is_empty());
+        assert_eq!(l.link_counts_since(3, &sent), first, "until marked sent");
+        mark_link_sent(&mut sent, &first);
+        assert!(l.link_counts_since(3, &sent).is_empty());
         l.link(3, 1, Direction::Up, 7);
-        let again = l.link_counts_since(3, &mut sent);
+        let again = l.link_counts_since(3, &sent);
         assert_eq!(again.len(), 1);
         assert_eq!((again[0].round, again[0].up, again[0].down), (1, 7, 20));
     }
@@ -320,6 +398,57 @@ mod tests {
         );
         assert_eq!(r1.down.payload, 7);
         assert_eq!(l.total().down.messages, 2);
+        let json = serde_json::to_string(&l).unwrap();
+        assert_eq!(serde_json::from_str::<Ledger>(&json).unwrap(), l);
+    }
+
+    #[test]
+    fn a_restart_marks_the_rounds_after_the_kept_ledger_as_cut() {
+        let mut kept = Ledger::default();
+        kept.socket(1, 2, Direction::Up, 100);
+        let first = KeptLedger::resume(
+            Some(KeptLedger {
+                closed_rounds: 2,
+                ledger: kept,
+            }),
+            4,
+        );
+        assert_eq!(first.resumed, [Resumed { from: 2, to: 4 }]);
+        assert_eq!(first.flows[&1][&2].up.socket, 100, "what was kept stays");
+        assert!(!first.cut_by_restart(1) && first.cut_by_restart(2) && first.cut_by_restart(4));
+        assert!(!first.cut_by_restart(5));
+        // Restarted again before any ledger was kept: every earlier restart is still said.
+        let again = KeptLedger::resume(
+            Some(KeptLedger {
+                closed_rounds: 2,
+                ledger: first,
+            }),
+            3,
+        );
+        assert_eq!(again.resumed.len(), 2);
+        let none = KeptLedger::resume(None, 1);
+        assert_eq!(none.resumed, [Resumed { from: 0, to: 1 }]);
+        assert!(none.cut_by_restart(0));
+    }
+
+    #[test]
+    fn a_closing_is_booked_apart_from_the_rounds_and_their_link_counts() {
+        let mut l = Ledger::default();
+        l.socket(4, 2, Direction::Up, 100);
+        l.link(4, 2, Direction::Up, 150);
+        l.payload(4, CLOSING, Direction::Up, 30, 0);
+        l.socket(4, CLOSING, Direction::Up, 90);
+        l.link(4, CLOSING, Direction::Up, 140);
+        assert_eq!(l.flows[&4].keys().copied().collect::<Vec<_>>(), [2]);
+        assert_eq!(l.total().up.socket, 100, "the rounds' alone");
+        assert_eq!(l.round_totals(2)[&2].up.socket, 100);
+        assert_eq!(l.closing_total().up.socket, 90);
+        let counts = l.link_counts_since(4, &BTreeMap::new());
+        assert_eq!(
+            counts.iter().map(|c| c.round).collect::<Vec<_>>(),
+            [2],
+            "a closing's count is never sent: no report follows it"
+        );
         let json = serde_json::to_string(&l).unwrap();
         assert_eq!(serde_json::from_str::<Ledger>(&json).unwrap(), l);
     }

@@ -428,6 +428,7 @@ impl Calls {
             global_test: false,
             predictor: String::new(),
             link: Vec::new(),
+            last: false,
         }
     }
 
