@@ -927,6 +927,11 @@ fn a_ten_class_table_runs_through_every_tabular_strategy() {
         let mean = r.rounds.last().unwrap().mean.unwrap();
         println!("{name}: accuracy {:.4}", mean.accuracy);
         assert!(mean.accuracy > least, "{name}: {mean:?}");
+        // A map on ten classes is warned of before the run, and nothing else is.
+        let many = (r.warnings.iter())
+            .filter(|w| w.kind == flint_common::degenerate::WarningKind::ManyClasses)
+            .count();
+        assert_eq!(many, usize::from(strategy.ends_with("fcm")), "{name}");
         let kept = dir.path().join(&name).join("models/c1.json");
         let model =
             flint_common::model::kept::ModelFile::parse(&std::fs::read(&kept).unwrap()).unwrap();

@@ -177,10 +177,17 @@ fn warnings(r: &RunResults) -> String {
     }
     let last = r.rounds.last().map_or(0, |x| x.round);
     let mut out = String::from("\nWarnings (results.json lists every round's):\n");
-    for w in r.warnings.iter().filter(|w| w.round == last) {
+    // Round 0's were known before the run.
+    for w in r
+        .warnings
+        .iter()
+        .filter(|w| w.round == last || w.round == 0)
+    {
         out += &format!("  warning: {}\n", w.message);
     }
-    let earlier = r.warnings.iter().filter(|w| w.round < last).count();
+    let earlier = (r.warnings.iter())
+        .filter(|w| w.round < last && w.round > 0)
+        .count();
     if earlier > 0 {
         out += &format!("  {earlier} in earlier rounds\n");
     }

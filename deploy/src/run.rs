@@ -303,6 +303,9 @@ fn announce(experiment: &Experiment, dir: &Path, say: &impl Fn(String)) {
             say(format!("  warning: {warning}"));
         }
     }
+    for w in experiment.warnings_before_the_run() {
+        say(format!("  warning: {}", w.message));
+    }
 }
 
 /// The server process on a loopback port, and the address it listens on once it is ready.

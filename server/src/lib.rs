@@ -295,6 +295,9 @@ pub async fn serve_with(
         .state_dir
         .clone()
         .unwrap_or_else(|| out.join("state"));
+    for w in experiment.warnings_before_the_run() {
+        tracing::warn!(kind = ?w.kind, "{}", w.message);
+    }
     let shared = start_or_resume(experiment, strategy, out, &state_dir, options)?;
     let run_id = shared.run_id.clone();
     flint_shell::logging::set_run(&run_id);

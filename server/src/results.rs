@@ -323,7 +323,7 @@ pub fn collect(shared: &Shared) -> RunResults {
 
 /// Each round's warnings, logged as the results are written.
 fn warnings(e: &flint_common::config::Experiment, rounds: &Rounds, last: Round) -> Vec<Warning> {
-    let mut all = Vec::new();
+    let mut all = e.warnings_before_the_run();
     for round in 1..=last {
         let Some(evals) = rounds.evals().get(&round) else {
             continue;

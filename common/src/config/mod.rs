@@ -290,6 +290,16 @@ impl Experiment {
         crate::degenerate::round_warnings(round, evals, global, &names)
     }
 
+    /// What is known to go wrong before the run starts: a Fuzzy Cognitive Map on many classes.
+    pub fn warnings_before_the_run(&self) -> Vec<crate::degenerate::Warning> {
+        let fcm = matches!(self.strategy.model(), crate::strategy::ModelSpec::Fcm(_));
+        let classes = self.data.classes().len();
+        fcm.then(|| crate::degenerate::fcm_on_many_classes(classes))
+            .flatten()
+            .into_iter()
+            .collect()
+    }
+
     /// The resolved experiment as TOML, so a run directory records exactly what ran.
     pub fn to_toml(&self) -> String {
         toml::to_string(&self.file).expect("experiment serialises to toml")
