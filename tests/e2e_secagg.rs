@@ -1,8 +1,9 @@
 //! Secure aggregation (`[secagg]`, docs/PROTOCOL.md §Secure aggregation) over real processes
 //! and gRPC: a secure round's model is exactly the fixed-point sum of the clients' plain updates
 //! (with and without clients gone after their masked input), the server keeps and journals only
-//! masked inputs and sums, a server killed in the middle of the protocol ends like the
-//! uninterrupted run, and what cannot be summed securely is refused.
+//! masked inputs and sums, a server killed in the middle of the protocol (before the roster, or
+//! between it and the unmasking) ends like the uninterrupted run, one killed after the shares
+//! were revealed abandons the round, and what cannot be summed securely is refused.
 
 mod support;
 
@@ -291,6 +292,79 @@ fn a_server_killed_before_any_share_was_revealed_ends_like_the_uninterrupted_run
         assert!(c.wait(LIMIT).success(), "a client failed");
     }
     assert!(s.wait(LIMIT).success(), "the server failed");
+    let r = results(&out);
+    for round in 1..=2 {
+        let (a, b) = (&r.rounds[round], &whole.rounds[round]);
+        assert_eq!(a.participants.len(), CLIENTS, "round {round}");
+        assert_eq!(a.metrics, b.metrics, "round {round}");
+    }
+}
+
+/// Killed between the roster and the unmasking (the roster sent, one client's shares held back
+/// by stopping it, no share revealed), the server started again begins the protocol afresh:
+/// every client, the stopped one too, keys again and sends its input under new masks, which is
+/// safe as nobody unmasked the first ones, and the run ends with exactly the metrics of the
+/// uninterrupted one.
+#[test]
+fn a_server_killed_between_the_roster_and_the_unmasking_ends_like_the_uninterrupted_run() {
+    let root = tempfile::tempdir().unwrap();
+    let churn = "\n[churn]\nstraggle = 0.5\nstraggle_secs = 6\n";
+    let exp = experiment(root.path(), "stragglers", 2, &(secure(60) + churn));
+    let whole = results(&run(&exp, &root.path().join("whole")));
+
+    let out = root.path().join("killed");
+    std::fs::create_dir_all(&out).unwrap();
+    let addr = format!("127.0.0.1:{}", free_port());
+    let (mut s, _) = start_server_at(&exp, &out, &addr, "server-1.log", &[]);
+    let url = format!("http://{addr}");
+    let mut clients: Vec<Proc> = (1..=CLIENTS)
+        .map(|i| start_clients(&exp, &url, &[&format!("client-{i}")], &out))
+        .collect();
+    let log =
+        |i: usize| std::fs::read_to_string(out.join(format!("client-{i}.log"))).unwrap_or_default();
+    // Every client has trained and a straggler holds its update: the keys' stage waits for it.
+    let punctual = wait_for(LIMIT, || {
+        let trained = (1..=CLIENTS)
+            .filter(|&i| log(i).contains("trained"))
+            .count();
+        let holding = (1..=CLIENTS).any(|i| log(i).contains("straggling"));
+        let punctual = (1..=CLIENTS).find(|&i| !log(i).contains("straggling"))?;
+        (trained == CLIENTS && holding).then_some(punctual)
+    });
+    let seen = std::time::Instant::now();
+    // A punctual client, its keys sent, is stopped before the roster reaches it. The
+    // stragglers' keys come 6 s after they began to hold; the roster then goes out, and the
+    // shares' stage waits for the stopped client's shares (60 s).
+    std::thread::sleep(Duration::from_millis(500));
+    clients[punctual - 1].signal("STOP");
+    std::thread::sleep(Duration::from_millis(8500).saturating_sub(seen.elapsed()));
+    s.signal("KILL");
+    s.wait(LIMIT);
+    let first = std::fs::read_to_string(out.join("server-1.log")).unwrap();
+    assert!(
+        first.contains("round open") && !first.contains("secure round closed"),
+        "killed while round 1's secure aggregation was under way"
+    );
+    clients[punctual - 1].signal("CONT");
+    let (mut s, _) = start_server_at(&exp, &out, &addr, "server-2.log", &[]);
+    for c in clients.iter_mut() {
+        assert!(c.wait(LIMIT).success(), "a client failed");
+    }
+    assert!(s.wait(LIMIT).success(), "the server failed");
+    let again = (1..=CLIENTS)
+        .filter(|&i| log(i).contains("secure aggregation started again; fresh keys"))
+        .count();
+    // A later step of a session the restart ended is answered "send fresh keys": every client
+    // but perhaps the stopped one had the roster when the server died (the stopped one, if the
+    // roster had not reached it yet, sends its keys again as they were).
+    assert!(
+        again >= CLIENTS - 1,
+        "the clients that had the roster keyed again: {again}"
+    );
+    assert!(
+        (1..=CLIENTS).all(|i| !log(i).contains("not sent a second time")),
+        "no client had revealed a share"
+    );
     let r = results(&out);
     for round in 1..=2 {
         let (a, b) = (&r.rounds[round], &whole.rounds[round]);
