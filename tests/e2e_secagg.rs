@@ -331,13 +331,16 @@ fn a_server_killed_between_the_roster_and_the_unmasking_ends_like_the_uninterrup
         let punctual = (1..=CLIENTS).find(|&i| !log(i).contains("straggling"))?;
         (trained == CLIENTS && holding).then_some(punctual)
     });
-    let seen = std::time::Instant::now();
-    // A punctual client, its keys sent, is stopped before the roster reaches it. The
-    // stragglers' keys come 6 s after they began to hold; the roster then goes out, and the
-    // shares' stage waits for the stopped client's shares (60 s).
+    // A punctual client, its keys sent, is stopped; the stragglers' keys come 6 s after they
+    // began to hold, the roster then goes out, and a later stage waits for the stopped client
+    // (60 s) unless the roster had reached it before it stopped.
     std::thread::sleep(Duration::from_millis(500));
     clients[punctual - 1].signal("STOP");
-    std::thread::sleep(Duration::from_millis(8500).saturating_sub(seen.elapsed()));
+    wait_for(LIMIT, || {
+        let log = std::fs::read_to_string(out.join("server-1.log")).unwrap_or_default();
+        log.contains("stage=Advertising").then_some(())
+    });
+    std::thread::sleep(Duration::from_millis(500));
     s.signal("KILL");
     s.wait(LIMIT);
     let first = std::fs::read_to_string(out.join("server-1.log")).unwrap();

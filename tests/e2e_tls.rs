@@ -255,7 +255,9 @@ fn a_client_id_cannot_be_used_without_its_token() {
         };
         let e = g.report_eval(with_token(report, &mine)).await.unwrap_err();
         assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
-        // Link counts a client reports are bounded by the run, not the sender.
+        // Link counts a client reports are bounded by the run, not the sender; and a report
+        // of round 1 flagged as the client's last is not taken as its closing (its bytes would
+        // leave the rounds): only the run's last round has one.
         let report = EvalReport {
             client_id: 3,
             run_id,
@@ -269,7 +271,7 @@ fn a_client_id_cannot_be_used_without_its_token() {
                 up: 1,
                 down: 1,
             }],
-            last: false,
+            last: true,
         };
         let e = g.report_eval(with_token(report, &mine)).await.unwrap_err();
         assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
@@ -286,6 +288,11 @@ fn a_client_id_cannot_be_used_without_its_token() {
     }
     let hosts: Vec<&str> = r.clients.iter().map(|c| c.host.as_str()).collect();
     assert_eq!(hosts[2], "hand");
+    assert!(!r.ledger.closing.contains_key(&3), "{:?}", r.ledger.closing);
+    assert!(
+        r.ledger.flows[&3][&1].up.message > 0,
+        "booked under round 1"
+    );
 }
 
 /// Clients started without a name get the slots by arrival, and the run is the

@@ -403,7 +403,7 @@ impl Client {
             Ok(ack) => {
                 self.count(round, Direction::Up, report.encoded_len(), 0);
                 self.count(round, Direction::Down, ack.get_ref().encoded_len(), 0);
-                mark_link_sent(&mut self.link_sent.lock().expect("link_sent lock"), &fresh);
+                self.mark_sent(&fresh);
                 Event::Reported
             }
             Err(s) => failed(&s, s.to_string(), now),
@@ -716,8 +716,12 @@ impl Client {
     /// where it does not measure it), counted as sent.
     fn link_counts(&self) -> Vec<LinkCount> {
         let counts = self.unsent_link();
-        mark_link_sent(&mut self.link_sent.lock().expect("link_sent lock"), &counts);
+        self.mark_sent(&counts);
         counts
+    }
+
+    fn mark_sent(&self, counts: &[LinkCount]) {
+        mark_link_sent(&mut self.link_sent.lock().expect("link_sent lock"), counts);
     }
 
     /// The link counts no report has sent yet.

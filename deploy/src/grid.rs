@@ -513,11 +513,8 @@ fn outcome(dir: &Path) -> anyhow::Result<Outcome> {
         link: t.link / cells.max(1),
         paper: t.paper / cells.max(1),
     };
-    let last = r.rounds.last().map_or(0, |rr| rr.round);
     let mut warnings: Vec<String> = r
-        .warnings
-        .iter()
-        .filter(|w| w.round == last)
+        .final_warnings()
         .map(|w| flint_common::params::name_of(&w.kind))
         .collect();
     warnings.sort_unstable();

@@ -175,19 +175,11 @@ fn warnings(r: &RunResults) -> String {
     if r.warnings.is_empty() {
         return String::new();
     }
-    let last = r.rounds.last().map_or(0, |x| x.round);
     let mut out = String::from("\nWarnings (results.json lists every round's):\n");
-    // Round 0's were known before the run.
-    for w in r
-        .warnings
-        .iter()
-        .filter(|w| w.round == last || w.round == 0)
-    {
+    for w in r.final_warnings() {
         out += &format!("  warning: {}\n", w.message);
     }
-    let earlier = (r.warnings.iter())
-        .filter(|w| w.round < last && w.round > 0)
-        .count();
+    let earlier = r.warnings.len() - r.final_warnings().count();
     if earlier > 0 {
         out += &format!("  {earlier} in earlier rounds\n");
     }
@@ -255,7 +247,7 @@ fn per_round(r: &RunResults) -> String {
     }
     for cut in &r.ledger.resumed {
         s += &format!(
-            "the server resumed after a crash in round {}: the bytes of rounds {} to {} lack what the crashed process counted after its last kept ledger (the link level, which the clients report, is whole)\n\n",
+            "the server started again in round {}: the bytes of rounds {} to {} may lack what the stopped process counted after the ledger it kept (the link level, which the clients report, is whole)\n\n",
             cut.to, cut.from, cut.to
         );
     }
@@ -573,7 +565,8 @@ fn reported_link_level(r: &RunResults) -> String {
         return String::new();
     }
     let mut s = "Link level as the clients reported it with their evaluations (each report's own \
-                 bytes come with the next; the last one's are only in the client's ledger):\n"
+                 bytes come with the next; the last one's are the client's closing, in its own \
+                 ledger only):\n"
         .to_string();
     s += &format!("{:>5} | {:>12} | {:>12}\n", "round", "up", "down");
     for rr in &r.rounds {

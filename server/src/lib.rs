@@ -354,6 +354,11 @@ pub async fn serve_with(
     for c in connections.lock().expect("connections lock").iter() {
         c.flush_to_label(&*ledger, Side::Server);
     }
+    if !completed {
+        // Started again, the run goes on from here: every byte so far is kept.
+        let closed = shared.rounds().history().len();
+        keep_ledger(&shared, &connections, &state_dir, closed);
+    }
     let results = write_results(&shared, out)?;
     let closed = close_state(&shared, &state_dir, completed);
     if let Some(metrics) = metrics {

@@ -155,6 +155,13 @@ pub struct RunResults {
 }
 
 impl RunResults {
+    /// The warnings a summary shows: the last round's, and those known before the run (round
+    /// 0); the earlier rounds' stay in `warnings`.
+    pub fn final_warnings(&self) -> impl Iterator<Item = &Warning> {
+        let last = self.rounds.last().map_or(0, |r| r.round);
+        (self.warnings.iter()).filter(move |w| w.round == last || w.round == 0)
+    }
+
     /// Class `index` by its name, where the results record it.
     pub fn class_name(&self, index: u32) -> String {
         self.classes

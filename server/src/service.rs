@@ -696,16 +696,22 @@ impl AggregatorService {
         let duplicate = rounds
             .report_eval(req.client_id, req.round, m, req.global_test, predictor)
             .map_err(refuse)?;
-        if !duplicate {
+        // A repeat sent after its answer was lost carries that attempt's link bytes, which the
+        // client sends no more: its counts are taken too, and journaled once per report.
+        let first_repeat = || {
+            let key = (req.client_id, req.round, req.predictor.clone());
+            let mut repeated = s.repeated_reports.lock().expect("repeated_reports lock");
+            !req.link.is_empty() && repeated.insert(key)
+        };
+        if !duplicate || first_repeat() {
             s.record(Event::Eval(EvalReport {
                 run_id: String::new(),
                 ..req.clone()
             }));
         }
         // Under the rounds lock (then the ledger's, as results are collected): the run cannot
-        // be seen done before the report's link counts are booked. A repeat's too (a count only
-        // grows): one sent again after its answer was lost carries that attempt's bytes, and the
-        // client sends them no more.
+        // be seen done before the report's link counts are booked (a count only grows, so a
+        // repeat's are taken whatever came before).
         s.ledger.with(|l| l.reported_link(req.client_id, &req.link));
         Ok(duplicate)
     }

@@ -54,6 +54,9 @@ pub struct Shared {
     pub upload_budget_kib: u32,
     /// Long-polls (GetRound) waiting, per client.
     pub long_polls: Mutex<std::collections::BTreeMap<ClientId, usize>>,
+    /// The reports whose repeat had its link counts journaled: one repeat each, so a client
+    /// sending one report again and again cannot grow the journal.
+    pub repeated_reports: Mutex<std::collections::BTreeSet<(ClientId, Round, String)>>,
     /// What the metrics count as it happens (see `telemetry`).
     pub telemetry: Telemetry,
     /// Where the journal's syncs and the aggregations run.
@@ -228,9 +231,10 @@ impl Shared {
             .min(journal::MAX_RECORD as u64 - 4096)
     }
 
-    /// The ledger's label of a report: the client's closing for its last one.
+    /// The ledger's label of a report: the client's closing for its last one, which is of the
+    /// run's last round (a flag on an earlier one would take its bytes out of the rounds).
     pub(crate) fn report_label(&self, report: &EvalReport) -> Round {
-        match report.last {
+        match report.last && report.round == self.experiment.policy.rounds {
             true => CLOSING,
             false => self.label_round(report.round),
         }

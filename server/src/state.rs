@@ -113,6 +113,7 @@ pub fn open(
         upload_budget_kib,
         refused: Mutex::default(),
         long_polls: Mutex::default(),
+        repeated_reports: Mutex::default(),
         telemetry: Default::default(),
         blocking: state.blocking,
     })

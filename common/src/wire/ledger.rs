@@ -246,36 +246,36 @@ impl Ledger {
 
     /// Every client's closing, summed (client 0's left out).
     pub fn closing_total(&self) -> Flow {
-        let mut f = Flow::default();
-        for x in self.closing.iter().filter(|(id, _)| **id != 0) {
-            f += *x.1;
-        }
-        f
+        sum(self
+            .closing
+            .iter()
+            .filter(|(id, _)| **id != 0)
+            .map(|(_, f)| f))
     }
 
     /// Every client's bytes in the rounds: the run's own traffic (client 0's and the
     /// closings left out).
     pub fn total(&self) -> Flow {
-        let mut f = Flow::default();
-        for x in self.clients().flat_map(|(_, r)| r.values()) {
-            f += *x;
-        }
-        f
+        sum(self.clients().flat_map(|(_, r)| r.values()))
     }
 
     /// Client 0's bytes: connections that never proved a client (health probes, strangers'
     /// refused calls), booked apart from the run's.
     pub fn unattributed(&self) -> Flow {
-        let mut f = Flow::default();
-        for x in self.flows.get(&0).into_iter().flat_map(|r| r.values()) {
-            f += *x;
-        }
-        f
+        sum(self.flows.get(&0).into_iter().flat_map(|r| r.values()))
     }
 
     fn clients(&self) -> impl Iterator<Item = (&ClientId, &BTreeMap<Round, Flow>)> {
         self.flows.iter().filter(|(id, _)| **id != 0)
     }
+}
+
+fn sum<'a>(flows: impl Iterator<Item = &'a Flow>) -> Flow {
+    let mut f = Flow::default();
+    for x in flows {
+        f += *x;
+    }
+    f
 }
 
 /// `counts` went to the server: later reports send only what changes after them.

@@ -413,6 +413,7 @@ impl Rounds {
         let round_timeout = self.policy.round_timeout;
         let joined = &self.joined;
         let Phase::Open {
+            round,
             opened_at,
             selected,
             secure: Some(secure),
@@ -432,9 +433,12 @@ impl Rounds {
             if secure.failed.is_some() || !(secure.stage_complete(selected.len()) || due) {
                 break;
             }
+            let stage = secure.stage;
             ended = secure.close_stage(now, settings.bound, &|ids| {
                 strategy.secure_weights(joined, ids)
             });
+            // Said so that an operator (and a test) can tell where a round's protocol stands.
+            tracing::info!(round = *round, ?stage, "secure stage closed");
             advanced = true;
             if ended || due {
                 break;

@@ -63,10 +63,19 @@ impl ConnMeter {
     /// reply's, as a client waits for one reply before its next call. The bytes read are left
     /// for this call's reply: they hold its request, which no earlier label owns.
     pub fn call_starts(&self, sink: &dyn MeterSink, side: Side) {
-        if let Some((client, round)) = self.label() {
-            let (read, written) = self.take(false, true);
-            attribute(sink, side, client, round, read, written);
-        }
+        // The label and the bytes under one lock: a reply made ready between the two would
+        // otherwise take bytes of the one before it.
+        let (label, written) = {
+            let mut m = self.mark.lock().expect("meter lock");
+            let Some(label) = m.label else {
+                return;
+            };
+            let now = self.written();
+            let delta = now - m.written;
+            m.written = now;
+            (label, delta)
+        };
+        attribute(sink, side, label.0, label.1, 0, written);
     }
 
     /// A reply to (client, round) is ready (server side): the bytes read so far hold its
@@ -75,9 +84,15 @@ impl ConnMeter {
         if client != 0 {
             self.counts.proved.store(true, Ordering::Relaxed);
         }
-        let (read, written) = self.take(true, false);
-        attribute(sink, side, client, round, read, written);
-        self.mark.lock().expect("meter lock").label = Some((client, round));
+        let read = {
+            let mut m = self.mark.lock().expect("meter lock");
+            let now = self.read();
+            let delta = now - m.read;
+            m.read = now;
+            m.label = Some((client, round));
+            delta
+        };
+        attribute(sink, side, client, round, read, 0);
     }
 
     /// Whether this is the last handle: its connection and every request on it are gone.
