@@ -251,53 +251,100 @@ fn a_server_killed_after_the_shares_were_revealed_abandons_the_round_and_goes_on
     assert_eq!(second.participants.len(), CLIENTS);
 }
 
+/// A run of stragglers under `[secagg]` whose server is killed mid-protocol and started again,
+/// beside the same run uninterrupted.
+struct Interrupted {
+    _root: tempfile::TempDir,
+    exp: PathBuf,
+    whole: flint_server::results::RunResults,
+    out: PathBuf,
+    addr: String,
+    server: Proc,
+    clients: Vec<Proc>,
+}
+
+impl Interrupted {
+    fn start(stage_secs: u32) -> Interrupted {
+        let root = tempfile::tempdir().unwrap();
+        let churn = "\n[churn]\nstraggle = 0.5\nstraggle_secs = 6\n";
+        let exp = experiment(root.path(), "stragglers", 2, &(secure(stage_secs) + churn));
+        let whole = results(&run(&exp, &root.path().join("whole")));
+        let out = root.path().join("killed");
+        std::fs::create_dir_all(&out).unwrap();
+        let addr = format!("127.0.0.1:{}", free_port());
+        let (server, _) = start_server_at(&exp, &out, &addr, "server-1.log", &[]);
+        let url = format!("http://{addr}");
+        let clients = (1..=CLIENTS)
+            .map(|i| start_clients(&exp, &url, &[&format!("client-{i}")], &out))
+            .collect();
+        Interrupted {
+            _root: root,
+            exp,
+            whole,
+            out,
+            addr,
+            server,
+            clients,
+        }
+    }
+
+    fn log(&self, name: &str) -> String {
+        std::fs::read_to_string(self.out.join(format!("{name}.log"))).unwrap_or_default()
+    }
+
+    fn client_log(&self, i: usize) -> String {
+        self.log(&format!("client-{i}"))
+    }
+
+    /// Waits until every client has trained and a straggler holds its update (the keys' stage
+    /// waits for it); a client that does not straggle, if any.
+    fn keys_stage_held(&self) -> Option<usize> {
+        wait_for(LIMIT, || {
+            let logs: Vec<String> = (1..=CLIENTS).map(|i| self.client_log(i)).collect();
+            let trained = logs.iter().filter(|l| l.contains("trained")).count();
+            let holding = logs.iter().any(|l| l.contains("straggling"));
+            let punctual = logs.iter().position(|l| !l.contains("straggling"));
+            (trained == CLIENTS && holding).then_some(punctual.map(|i| i + 1))
+        })
+    }
+
+    /// Kills the server, which had not closed round 1's secure aggregation, and starts it again.
+    fn kill_and_start_again(&mut self) {
+        self.server.signal("KILL");
+        self.server.wait(LIMIT);
+        let first = self.log("server-1");
+        assert!(
+            first.contains("round open") && !first.contains("secure round closed"),
+            "killed while round 1's secure aggregation was under way"
+        );
+        let (server, _) = start_server_at(&self.exp, &self.out, &self.addr, "server-2.log", &[]);
+        self.server = server;
+    }
+
+    /// The run ends, with exactly the uninterrupted run's metrics.
+    fn ends_like_the_whole_run(&mut self) {
+        for c in self.clients.iter_mut() {
+            assert!(c.wait(LIMIT).success(), "a client failed");
+        }
+        assert!(self.server.wait(LIMIT).success(), "the server failed");
+        let r = results(&self.out);
+        for round in 1..=2 {
+            let (a, b) = (&r.rounds[round], &self.whole.rounds[round]);
+            assert_eq!(a.participants.len(), CLIENTS, "round {round}");
+            assert_eq!(a.metrics, b.metrics, "round {round}");
+        }
+    }
+}
+
 /// Killed while round 1's keys' stage waits for its stragglers (no client has revealed a share),
 /// the server started again takes the clients' keys afresh, and the run ends with exactly the
 /// metrics of the uninterrupted one.
 #[test]
 fn a_server_killed_before_any_share_was_revealed_ends_like_the_uninterrupted_run() {
-    let root = tempfile::tempdir().unwrap();
-    let churn = "\n[churn]\nstraggle = 0.5\nstraggle_secs = 6\n";
-    let exp = experiment(root.path(), "stragglers", 2, &(secure(30) + churn));
-    let whole = results(&run(&exp, &root.path().join("whole")));
-
-    let out = root.path().join("killed");
-    std::fs::create_dir_all(&out).unwrap();
-    let addr = format!("127.0.0.1:{}", free_port());
-    let (mut s, _) = start_server_at(&exp, &out, &addr, "server-1.log", &[]);
-    let url = format!("http://{addr}");
-    let mut clients: Vec<Proc> = (1..=CLIENTS)
-        .map(|i| start_clients(&exp, &url, &[&format!("client-{i}")], &out))
-        .collect();
-    // Every client has trained and a straggler still holds its update: the keys' stage waits.
-    wait_for(LIMIT, || {
-        let logs: Vec<String> = (1..=CLIENTS)
-            .map(|i| {
-                std::fs::read_to_string(out.join(format!("client-{i}.log"))).unwrap_or_default()
-            })
-            .collect();
-        let trained = logs.iter().filter(|l| l.contains("trained")).count();
-        let holding = logs.iter().any(|l| l.contains("straggling"));
-        (trained == CLIENTS && holding).then_some(())
-    });
-    s.signal("KILL");
-    s.wait(LIMIT);
-    let first = std::fs::read_to_string(out.join("server-1.log")).unwrap();
-    assert!(
-        first.contains("round open") && !first.contains("secure round closed"),
-        "killed while round 1's secure aggregation was under way"
-    );
-    let (mut s, _) = start_server_at(&exp, &out, &addr, "server-2.log", &[]);
-    for c in clients.iter_mut() {
-        assert!(c.wait(LIMIT).success(), "a client failed");
-    }
-    assert!(s.wait(LIMIT).success(), "the server failed");
-    let r = results(&out);
-    for round in 1..=2 {
-        let (a, b) = (&r.rounds[round], &whole.rounds[round]);
-        assert_eq!(a.participants.len(), CLIENTS, "round {round}");
-        assert_eq!(a.metrics, b.metrics, "round {round}");
-    }
+    let mut run = Interrupted::start(30);
+    run.keys_stage_held();
+    run.kill_and_start_again();
+    run.ends_like_the_whole_run();
 }
 
 /// Killed between the roster and the unmasking (the roster sent, one client's shares held back
@@ -307,55 +354,27 @@ fn a_server_killed_before_any_share_was_revealed_ends_like_the_uninterrupted_run
 /// uninterrupted one.
 #[test]
 fn a_server_killed_between_the_roster_and_the_unmasking_ends_like_the_uninterrupted_run() {
-    let root = tempfile::tempdir().unwrap();
-    let churn = "\n[churn]\nstraggle = 0.5\nstraggle_secs = 6\n";
-    let exp = experiment(root.path(), "stragglers", 2, &(secure(60) + churn));
-    let whole = results(&run(&exp, &root.path().join("whole")));
-
-    let out = root.path().join("killed");
-    std::fs::create_dir_all(&out).unwrap();
-    let addr = format!("127.0.0.1:{}", free_port());
-    let (mut s, _) = start_server_at(&exp, &out, &addr, "server-1.log", &[]);
-    let url = format!("http://{addr}");
-    let mut clients: Vec<Proc> = (1..=CLIENTS)
-        .map(|i| start_clients(&exp, &url, &[&format!("client-{i}")], &out))
-        .collect();
-    let log =
-        |i: usize| std::fs::read_to_string(out.join(format!("client-{i}.log"))).unwrap_or_default();
-    // Every client has trained and a straggler holds its update: the keys' stage waits for it.
-    let punctual = wait_for(LIMIT, || {
-        let trained = (1..=CLIENTS)
-            .filter(|&i| log(i).contains("trained"))
-            .count();
-        let holding = (1..=CLIENTS).any(|i| log(i).contains("straggling"));
-        let punctual = (1..=CLIENTS).find(|&i| !log(i).contains("straggling"))?;
-        (trained == CLIENTS && holding).then_some(punctual)
-    });
+    let mut run = Interrupted::start(60);
+    let punctual = run
+        .keys_stage_held()
+        .expect("a client that does not straggle");
     // A punctual client, its keys sent, is stopped; the stragglers' keys come 6 s after they
     // began to hold, the roster then goes out, and a later stage waits for the stopped client
     // (60 s) unless the roster had reached it before it stopped.
     std::thread::sleep(Duration::from_millis(500));
-    clients[punctual - 1].signal("STOP");
+    run.clients[punctual - 1].signal("STOP");
     wait_for(LIMIT, || {
-        let log = std::fs::read_to_string(out.join("server-1.log")).unwrap_or_default();
-        log.contains("stage=Advertising").then_some(())
+        (run.log("server-1").contains("stage=Advertising")).then_some(())
     });
     std::thread::sleep(Duration::from_millis(500));
-    s.signal("KILL");
-    s.wait(LIMIT);
-    let first = std::fs::read_to_string(out.join("server-1.log")).unwrap();
-    assert!(
-        first.contains("round open") && !first.contains("secure round closed"),
-        "killed while round 1's secure aggregation was under way"
-    );
-    clients[punctual - 1].signal("CONT");
-    let (mut s, _) = start_server_at(&exp, &out, &addr, "server-2.log", &[]);
-    for c in clients.iter_mut() {
-        assert!(c.wait(LIMIT).success(), "a client failed");
-    }
-    assert!(s.wait(LIMIT).success(), "the server failed");
+    run.kill_and_start_again();
+    run.clients[punctual - 1].signal("CONT");
+    run.ends_like_the_whole_run();
     let again = (1..=CLIENTS)
-        .filter(|&i| log(i).contains("secure aggregation started again; fresh keys"))
+        .filter(|&i| {
+            run.client_log(i)
+                .contains("secure aggregation started again; fresh keys")
+        })
         .count();
     // A later step of a session the restart ended is answered "send fresh keys": every client
     // but perhaps the stopped one had the roster when the server died (the stopped one, if the
@@ -365,15 +384,9 @@ fn a_server_killed_between_the_roster_and_the_unmasking_ends_like_the_uninterrup
         "the clients that had the roster keyed again: {again}"
     );
     assert!(
-        (1..=CLIENTS).all(|i| !log(i).contains("not sent a second time")),
+        (1..=CLIENTS).all(|i| !run.client_log(i).contains("not sent a second time")),
         "no client had revealed a share"
     );
-    let r = results(&out);
-    for round in 1..=2 {
-        let (a, b) = (&r.rounds[round], &whole.rounds[round]);
-        assert_eq!(a.participants.len(), CLIENTS, "round {round}");
-        assert_eq!(a.metrics, b.metrics, "round {round}");
-    }
 }
 
 #[test]

@@ -237,29 +237,32 @@ fn per_round(r: &RunResults) -> String {
         t.up.paper as f64 / 1e6,
         t.down.paper as f64 / 1e6
     );
-    let c = r.closing;
-    if c.up.socket + c.down.socket > 0 {
-        s += &format!(
-            "closing (each client's last report and its connection's close; kept out of the totals): up {} MB, down {} MB\n\n",
-            levels(&c.up, mb),
-            levels(&c.down, mb)
-        );
-    }
+    s += &kept_apart(
+        "closing (each client's last report and its connection's close",
+        &r.closing,
+    );
     for cut in &r.ledger.resumed {
         s += &format!(
             "the server started again in round {}: the bytes of rounds {} to {} may lack what the stopped process counted after the ledger it kept (the link level, which the clients report, is whole)\n\n",
             cut.to, cut.from, cut.to
         );
     }
-    let u = r.unattributed;
-    if u.up.socket + u.down.socket > 0 {
-        s += &format!(
-            "not any client's (health probes, refused callers; kept out of the totals): up {} MB, down {} MB\n\n",
-            levels(&u.up, mb),
-            levels(&u.down, mb)
-        );
+    s + &kept_apart(
+        "not any client's (health probes, refused callers",
+        &r.unattributed,
+    )
+}
+
+/// A line for bytes booked apart from the totals, where there are any.
+fn kept_apart(what: &str, f: &Flow) -> String {
+    if f.up.socket + f.down.socket == 0 {
+        return String::new();
     }
-    s
+    format!(
+        "{what}; kept out of the totals): up {} MB, down {} MB\n\n",
+        levels(&f.up, mb),
+        levels(&f.down, mb)
+    )
 }
 
 /// Per round, the model and its baselines on the shared test set.
