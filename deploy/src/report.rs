@@ -238,7 +238,7 @@ fn per_round(r: &RunResults) -> String {
         t.down.paper as f64 / 1e6
     );
     s += &kept_apart(
-        "closing (each client's last report and its connection's close",
+        "closing (each client's last report and its connection's close; kept out of the totals)",
         &r.closing,
     );
     for cut in &r.ledger.resumed {
@@ -248,7 +248,7 @@ fn per_round(r: &RunResults) -> String {
         );
     }
     s + &kept_apart(
-        "not any client's (health probes, refused callers",
+        "not any client's (health probes, refused callers; kept out of the totals)",
         &r.unattributed,
     )
 }
@@ -259,7 +259,7 @@ fn kept_apart(what: &str, f: &Flow) -> String {
         return String::new();
     }
     format!(
-        "{what}; kept out of the totals): up {} MB, down {} MB\n\n",
+        "{what}: up {} MB, down {} MB\n\n",
         levels(&f.up, mb),
         levels(&f.down, mb)
     )

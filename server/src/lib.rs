@@ -356,8 +356,8 @@ pub async fn serve_with(
     }
     if !completed {
         // Started again, the run goes on from here: every byte so far is kept.
-        let closed = shared.rounds().history().len();
-        keep_ledger(&shared, &connections, &state_dir, closed);
+        let closed_rounds = shared.rounds().history().len();
+        keep_ledger(&shared, &connections, &state_dir, closed_rounds);
     }
     let results = write_results(&shared, out)?;
     let closed = close_state(&shared, &state_dir, completed);

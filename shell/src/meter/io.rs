@@ -54,8 +54,8 @@ impl ConnMeter {
 
     /// Attributes every byte since the last flush to the label of the last reply, if any.
     pub fn flush_to_label(&self, sink: &dyn MeterSink, side: Side) {
-        if let Some((client, round)) = self.label() {
-            self.flush_to(sink, side, client, round);
+        if let Some(((client, round), (read, written))) = self.take_labelled(true, true) {
+            attribute(sink, side, client, round, read, written);
         }
     }
 
@@ -63,19 +63,9 @@ impl ConnMeter {
     /// reply's, as a client waits for one reply before its next call. The bytes read are left
     /// for this call's reply: they hold its request, which no earlier label owns.
     pub fn call_starts(&self, sink: &dyn MeterSink, side: Side) {
-        // The label and the bytes under one lock: a reply made ready between the two would
-        // otherwise take bytes of the one before it.
-        let (label, written) = {
-            let mut m = self.mark.lock().expect("meter lock");
-            let Some(label) = m.label else {
-                return;
-            };
-            let now = self.written();
-            let delta = now - m.written;
-            m.written = now;
-            (label, delta)
-        };
-        attribute(sink, side, label.0, label.1, 0, written);
+        if let Some(((client, round), (_, written))) = self.take_labelled(false, true) {
+            attribute(sink, side, client, round, 0, written);
+        }
     }
 
     /// A reply to (client, round) is ready (server side): the bytes read so far hold its
@@ -84,13 +74,10 @@ impl ConnMeter {
         if client != 0 {
             self.counts.proved.store(true, Ordering::Relaxed);
         }
-        let read = {
+        let (read, _) = {
             let mut m = self.mark.lock().expect("meter lock");
-            let now = self.read();
-            let delta = now - m.read;
-            m.read = now;
             m.label = Some((client, round));
-            delta
+            self.take_from(&mut m, true, false)
         };
         attribute(sink, side, client, round, read, 0);
     }
@@ -100,13 +87,20 @@ impl ConnMeter {
         Arc::strong_count(&self.counts) == 1
     }
 
-    fn label(&self) -> Option<(ClientId, Round)> {
-        self.mark.lock().expect("meter lock").label
-    }
-
     /// The bytes read and written since their last flush, for the directions asked.
     fn take(&self, read: bool, written: bool) -> (u64, u64) {
+        self.take_from(&mut self.mark.lock().expect("meter lock"), read, written)
+    }
+
+    /// The last reply's label and [`take`](Self::take)'s bytes, under one lock: a reply made
+    /// ready between the two would otherwise give its bytes to the one before it.
+    fn take_labelled(&self, read: bool, written: bool) -> Option<((ClientId, Round), (u64, u64))> {
         let mut m = self.mark.lock().expect("meter lock");
+        let label = m.label?;
+        Some((label, self.take_from(&mut m, read, written)))
+    }
+
+    fn take_from(&self, m: &mut Mark, read: bool, written: bool) -> (u64, u64) {
         let mut delta = (0, 0);
         if read {
             let now = self.read();
