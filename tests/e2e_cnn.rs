@@ -146,6 +146,69 @@ fn fedprox_differs_from_fedavg_only_by_its_proximal_term() {
     assert!(prox.rounds[3].mean.unwrap().accuracy > 0.6);
 }
 
+/// `[dp]` over networks: under central noise every round records the accountant's ε for the
+/// rounds taken part in and noise at multiplier × clip × the largest weight, and a server killed
+/// after round 1 resumes from its kept base and noise to the same models; under local noise
+/// FedProx's clients noise their own changes and the server only counts the rounds.
+#[test]
+#[ignore = "needs FLINT_DATA_DIR with MNIST; CI runs it"]
+fn a_cnn_federation_under_dp_reports_its_epsilon_and_resumes_as_if_never_killed() {
+    use flint_common::strategy::privacy::{Accountant, DpHyper, Mechanism};
+    let root = tempfile::tempdir().unwrap();
+    let hyper = |mechanism| DpHyper {
+        mechanism,
+        clip: Some(1.0),
+        noise_multiplier: 0.5,
+        delta: 1e-5,
+    };
+    let section =
+        |m: &str| format!("[dp]\nmechanism = \"{m}\"\nclip = 1.0\nnoise_multiplier = 0.5\n");
+    let with_dp = |strategy: &str, m: &str| {
+        let plain = std::fs::read_to_string(experiment(root.path(), strategy)).unwrap();
+        write(
+            root.path(),
+            &format!("{strategy}-{m}.toml"),
+            &(plain + &section(m)),
+        )
+    };
+    let privacy_of = |run: &Path| -> Vec<_> {
+        results(run).rounds[1..]
+            .iter()
+            .map(|r| r.privacy.clone().expect("a privacy record every round"))
+            .collect()
+    };
+    let central = with_dp("fedavg-cnn", "central");
+    let (whole, killed) = (root.path().join("whole"), root.path().join("killed"));
+    run(&central, &whole, None);
+    run(&central, &killed, Some(1));
+    assert_eq!(
+        metrics_of(&killed),
+        metrics_of(&whole),
+        "resumed as if never killed"
+    );
+    assert_eq!(privacy_of(&killed), privacy_of(&whole));
+    let accountant = Accountant::new(hyper(Mechanism::Central));
+    for round in &results(&whole).rounds[1..] {
+        let p = round.privacy.as_ref().unwrap();
+        assert_eq!(p.epsilon, accountant.spent(round.round).unwrap().1);
+        let largest = round.weights.values().copied().fold(0.0, f64::max);
+        assert!((p.noise_std - 0.5 * largest).abs() < 1e-12, "{p:?}");
+    }
+
+    let local = root.path().join("local");
+    run(&with_dp("fedprox", "local"), &local, None);
+    let accountant = Accountant::new(hyper(Mechanism::Local));
+    for (round, p) in (1..).zip(privacy_of(&local)) {
+        assert_eq!((p.mechanism, p.noise_std), (Mechanism::Local, 0.5));
+        assert_eq!(p.epsilon, accountant.spent(round).unwrap().1);
+    }
+    assert_eq!(
+        results(&local).rounds[3].metrics.len(),
+        3,
+        "every client evaluated"
+    );
+}
+
 /// IFCA over the wire: every client downloads all k networks each round, uploads one with
 /// its cluster, and the round's report places every participant in one cluster.
 #[test]

@@ -351,7 +351,7 @@ fn dp_is_refused_where_it_cannot_apply() {
             "strategy = \"fedavg-ahp\"",
             "strategy = \"local\"\nmodel = \"logreg\"",
             dp("central"),
-            "[dp] applies to strategies fedavg, fedavg-ahp, tpfl, blind-fcm and blended-fcm",
+            "[dp] applies to strategies fedavg, fedavg-ahp, tpfl, blind-fcm, blended-fcm, fedavg-cnn",
         ),
         (
             "strategy = \"fedavg-ahp\"",

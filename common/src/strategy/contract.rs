@@ -161,7 +161,7 @@ pub trait StrategyParams: Debug + Send + Sync {
     }
 
     /// Whether `[dp]` applies: the strategy clips, noises and accounts as `strategy::privacy`
-    /// says (FedAvg and AHP-FedAvg); the others refuse a mechanism.
+    /// says (the averaging strategies); the others refuse a mechanism.
     fn takes_dp(&self) -> bool {
         false
     }

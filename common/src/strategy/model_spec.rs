@@ -99,13 +99,12 @@ impl ModelSpec {
             ModelSpec::Fcm(f) => Box::new(FcmServer::new(classes, f.aggregation)),
             ModelSpec::Tm(t) => Box::new(TpflServer::new(classes, t.tm.clauses, t.tpfl)),
             ModelSpec::ConvTm(f) => Box::new(FedTmosServer::new(f.fedtmos, &f.tm, classes, seed)),
-            ModelSpec::Cnn(c) => Box::new(NetworkMean {
-                arch: c.architecture,
+            ModelSpec::Cnn(c) => Box::new(NetworkMean::new(
+                c.architecture,
                 classes,
                 seed,
-                robust: Default::default(),
-                tag: "fedavg-cnn",
-            }),
+                "fedavg-cnn",
+            )),
         }
     }
 

@@ -220,9 +220,8 @@ fn check_dp(spec: &StrategySpec, c: &Checked) -> ParamResult<()> {
     }
     if !spec.params().takes_dp() {
         return Err(ParamError::Inconsistent(format!(
-            "[dp] applies to strategies fedavg, fedavg-ahp, tpfl, blind-fcm and blended-fcm; \
-             strategy {} does not clip \
-             or noise its updates",
+            "[dp] applies to strategies fedavg, fedavg-ahp, tpfl, blind-fcm, blended-fcm, \
+             fedavg-cnn and fedprox; strategy {} does not clip or noise its updates",
             spec.name()
         )));
     }

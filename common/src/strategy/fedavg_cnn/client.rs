@@ -5,6 +5,7 @@ use crate::metrics::ConfusionMatrix;
 use crate::model::cnn::{Cnn, CnnHyper, Samples, Trainer};
 use crate::rng::FlintRng;
 use crate::strategy::ClientStrategy;
+use crate::strategy::privacy::{ClientNoise, DpHyper, Mechanism, privatize_locally};
 use crate::strategy::resume;
 use crate::wire::network::{decode_params, encode_params};
 use crate::wire::proto::Payload;
@@ -22,6 +23,10 @@ pub struct CnnClient {
     global: Vec<f32>,
     /// No download replaces the model (`local`, `central`): a restart needs it back.
     keeps_model: bool,
+    /// `dp.mechanism = "local"`: the change from the last download is clipped and noised here.
+    local_dp: Option<DpHyper>,
+    /// A secret key's stream for the local noise; without one, the training stream.
+    noise: Option<ClientNoise>,
 }
 
 impl CnnClient {
@@ -35,7 +40,18 @@ impl CnnClient {
             trainer: Trainer::default(),
             mu: None,
             keeps_model: false,
+            local_dp: None,
+            noise: None,
         })
+    }
+
+    /// A client that clips and noises its own change under `dp.mechanism = "local"` (nothing
+    /// changes otherwise).
+    pub fn with_dp(self, dp: DpHyper) -> Self {
+        CnnClient {
+            local_dp: (dp.mechanism == Mechanism::Local).then_some(dp),
+            ..self
+        }
     }
 
     /// FedProx (Li et al. 2020, Eq. 2): local training minimises F_k(w) + μ/2 ‖w − w_global‖².
@@ -63,6 +79,21 @@ impl CnnClient {
     pub fn set_network(&mut self, params: Vec<f32>) {
         self.global.clone_from(&params);
         self.cnn.params = params;
+    }
+}
+
+impl CnnClient {
+    /// The network becomes the last download plus its change clipped and noised, in f64 as
+    /// the server's mechanism, sent as float32.
+    fn privatize(&mut self, dp: &DpHyper, round: Round, rng: &mut FlintRng) -> Result<()> {
+        let widen = |v: &[f32]| -> Vec<f64> { v.iter().map(|&x| f64::from(x)).collect() };
+        let (global, mut trained) = (widen(&self.global), widen(&self.cnn.params));
+        match &self.noise {
+            Some(noise) => privatize_locally(dp, &global, &mut trained, &mut noise.rng(round))?,
+            None => privatize_locally(dp, &global, &mut trained, rng)?,
+        }
+        self.cnn.params = trained.into_iter().map(|x| x as f32).collect();
+        Ok(())
     }
 }
 
@@ -107,7 +138,15 @@ impl ClientStrategy<PixelShard> for CnnClient {
         let anchor = self.mu.map(|mu| (self.global.as_slice(), mu));
         let (trainer, cnn) = (&mut self.trainer, &mut self.cnn);
         train_checked(trainer, cnn, shard, &self.hyper, anchor, rng, round)?;
+        if let Some(dp) = self.local_dp {
+            self.privatize(&dp, round, rng)?;
+        }
         Ok(encode_params(&self.cnn.params))
+    }
+
+    fn set_noise_key(&mut self, noise: ClientNoise) -> bool {
+        self.noise = Some(noise);
+        self.local_dp.is_some()
     }
 
     fn evaluate(&self, shard: &PixelShard) -> ConfusionMatrix {

@@ -4,6 +4,8 @@ use std::sync::Arc;
 use crate::model::cnn::{ArchName, Architecture, Cnn};
 use crate::rng::derive_rng;
 use crate::strategy::decoder::UpdateDecoder;
+use crate::strategy::privacy::{self, DpHyper, NoiseKey, PrivacySpent, PrivateMean};
+use crate::strategy::report::StrategyState;
 use crate::strategy::robust::RobustHyper;
 use crate::strategy::{Aggregate, Downloads, RoundReport, ServerStrategy, unexpected};
 use crate::wire::Update;
@@ -48,7 +50,7 @@ impl UpdateDecoder for NetworkDecoder {
 }
 
 /// The weighted mean of the clients' networks, weights n_k / n over the clients that answered
-/// (or as `[robust]` says).
+/// (or as `[robust]` says), clipped and noised under central `[dp]`.
 pub struct NetworkMean {
     pub arch: ArchName,
     pub classes: usize,
@@ -56,6 +58,66 @@ pub struct NetworkMean {
     pub robust: RobustHyper,
     /// The name its rounds are reported under.
     pub tag: &'static str,
+    /// `[dp]`: the mean clipped and noised, or only counted (local noise).
+    pub privacy: Option<PrivateMean>,
+}
+
+impl NetworkMean {
+    /// The papers' plain mean, reported under `tag`.
+    pub fn new(arch: ArchName, classes: usize, seed: u64, tag: &'static str) -> NetworkMean {
+        NetworkMean {
+            arch,
+            classes,
+            seed,
+            robust: RobustHyper::default(),
+            tag,
+            privacy: None,
+        }
+    }
+
+    /// Combining by `robust` instead of the weighted mean.
+    pub fn with_robust(self, robust: RobustHyper) -> NetworkMean {
+        NetworkMean { robust, ..self }
+    }
+
+    /// Averaging under `dp` (nothing changes where it is off); the run's seed draws the noise.
+    pub fn with_privacy(self, dp: DpHyper) -> NetworkMean {
+        let privacy = (!dp.is_off()).then(|| PrivateMean::new(dp, self.seed));
+        NetworkMean { privacy, ..self }
+    }
+
+    /// The mean as `[robust]` or central `[dp]` combine it; under local `[dp]` the round is
+    /// counted. `features` sizes round 1's base, the run's initial network.
+    fn combine(
+        &mut self,
+        round: Round,
+        ids: &[ClientId],
+        vectors: &[&[f32]],
+        weights: &[f64],
+        features: usize,
+    ) -> Result<(Vec<f32>, Vec<f64>, Option<PrivacySpent>)> {
+        let Some(p) = self.privacy.as_mut().filter(|p| p.adds_noise()) else {
+            let spent = self.privacy.as_mut().map(|p| p.count(ids)).transpose()?;
+            let (global, weights) = combine_networks(&self.robust, vectors, weights);
+            return Ok((global, weights, spent));
+        };
+        let (arch, classes, seed) = (self.arch, self.classes, self.seed);
+        let initial = || match initial_network(arch, features, classes, seed) {
+            Ok(cnn) => widen(&cnn.params),
+            Err(_) => Vec::new(),
+        };
+        let wide: Vec<Vec<f64>> = vectors.iter().map(|v| widen(v)).collect();
+        let views: Vec<&[f64]> = wide.iter().map(Vec::as_slice).collect();
+        let (mean, spent) = p.central(round, ids, &views, weights, initial)?;
+        let global: Vec<f32> = mean.iter().map(|&x| x as f32).collect();
+        // The next round's changes are measured from the network the clients are sent.
+        p.rebase(&widen(&global));
+        Ok((global, weights.to_vec(), Some(spent)))
+    }
+}
+
+fn widen(params: &[f32]) -> Vec<f64> {
+    params.iter().map(|&x| f64::from(x)).collect()
 }
 
 /// Each update's parameters in client-id order, with its client's training rows n_k.
@@ -149,12 +211,14 @@ impl ServerStrategy for NetworkMean {
     ) -> Result<Aggregate> {
         let (mean, shares) = crate::strategy::survivors_mean(round, weights, sum)?;
         let global: Vec<f32> = mean.iter().map(|&v| v as f32).collect();
+        let ids: Vec<ClientId> = weights.keys().copied().collect();
+        let privacy = self.privacy.as_mut().map(|p| p.count(&ids)).transpose()?;
         Ok(Aggregate {
             downloads: Downloads::Broadcast(encode_params(&global)),
             weights: shares,
             report: RoundReport::plain(self.tag),
             local: BTreeMap::new(),
-            privacy: None,
+            privacy,
         })
     }
 
@@ -166,14 +230,30 @@ impl ServerStrategy for NetworkMean {
     ) -> Result<Aggregate> {
         crate::strategy::require_updates(round, updates)?;
         let (vectors, samples) = weighted_networks(clients, updates)?;
-        let (global, weights) = combine_networks(&self.robust, &vectors, &n_k_over_n(&samples));
+        let ids: Vec<ClientId> = updates.keys().copied().collect();
+        // Every summary's features are the run's: the server checked them at Join.
+        let features = clients.get(&ids[0]).map_or(0, |s| s.features as usize);
+        let weights = n_k_over_n(&samples);
+        let (global, weights, privacy) = self.combine(round, &ids, &vectors, &weights, features)?;
         Ok(Aggregate {
             downloads: Downloads::Broadcast(encode_params(&global)),
-            weights: updates.keys().copied().zip(weights).collect(),
+            weights: ids.into_iter().zip(weights).collect(),
             report: RoundReport::plain(self.tag),
             local: BTreeMap::new(),
-            privacy: None,
+            privacy,
         })
+    }
+
+    fn set_noise_key(&mut self, key: NoiseKey) -> bool {
+        privacy::key_noise(&mut self.privacy, key)
+    }
+
+    fn snapshot(&self) -> StrategyState {
+        privacy::snapshot_of(&self.privacy)
+    }
+
+    fn restore(&mut self, state: StrategyState) -> Result<()> {
+        privacy::restore_into(&mut self.privacy, state, self.tag)
     }
 }
 

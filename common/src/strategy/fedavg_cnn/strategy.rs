@@ -2,20 +2,39 @@
 
 use serde::Serialize;
 
-use super::NetworkMean;
+use super::{CnnClient, NetworkMean};
 use crate::data::DataShape;
+use crate::data::images::PixelShard;
 use crate::model::cnn::CnnHyper;
 use crate::params::{ParamError, ParamResult};
 use crate::strategy::contract::{Facts, Strategy, StrategyParams};
 use crate::strategy::model_spec::ModelSpec;
+use crate::strategy::privacy::DpHyper;
 use crate::strategy::robust::RobustHyper;
 use crate::strategy::sections::{Checked, Sections};
-use crate::strategy::{ModelKind, ServerStrategy};
+use crate::strategy::{ClientStrategy, ModelKind, ServerStrategy};
+use crate::{ClientId, Result};
 
 /// FedAvg of a convolutional network, client weights n_k / n.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct FedAvgCnnSpec {
     pub cnn: CnnHyper,
+    pub dp: DpHyper,
+}
+
+/// A network federation's client: local SGD (held near the download by FedProx's `mu`), its
+/// own noise under local `dp`.
+pub fn private_cnn_client(
+    cnn: CnnHyper,
+    dp: DpHyper,
+    mu: Option<f64>,
+    (features, classes, seed): (usize, usize, u64),
+) -> Result<Box<dyn ClientStrategy<PixelShard>>> {
+    let client = CnnClient::new(cnn, features, classes, seed)?.with_dp(dp);
+    Ok(Box::new(match mu {
+        Some(mu) => client.with_proximal(mu),
+        None => client,
+    }))
 }
 
 /// A network reads images: refused on a table.
@@ -37,7 +56,10 @@ impl Strategy for FedAvgCnnSpec {
 
     fn check(_: ModelKind, c: &Checked, _: &Sections, shape: &DataShape) -> ParamResult<Self> {
         needs_images(shape, "fedavg-cnn")?;
-        Ok(FedAvgCnnSpec { cnn: c.cnn })
+        Ok(FedAvgCnnSpec {
+            cnn: c.cnn,
+            dp: c.dp,
+        })
     }
 }
 
@@ -47,23 +69,42 @@ impl StrategyParams for FedAvgCnnSpec {
     }
 
     fn server(&self, classes: usize, seed: u64, robust: RobustHyper) -> Box<dyn ServerStrategy> {
-        Box::new(NetworkMean {
-            arch: self.cnn.architecture,
-            classes,
-            seed,
-            robust,
-            tag: "fedavg-cnn",
-        })
+        let server = NetworkMean::new(self.cnn.architecture, classes, seed, "fedavg-cnn");
+        Box::new(server.with_robust(robust).with_privacy(self.dp))
+    }
+
+    fn pixels_client(
+        &self,
+        features: usize,
+        classes: usize,
+        seed: u64,
+        _client: ClientId,
+        _clients: usize,
+    ) -> Result<Box<dyn ClientStrategy<PixelShard>>> {
+        private_cnn_client(self.cnn, self.dp, None, (features, classes, seed))
     }
 
     fn model_is_the_download(&self) -> bool {
         true
     }
+
+    fn resolve(&self, _: &Sections, out: &mut Sections) {
+        out.dp = (!self.dp.is_off()).then_some(self.dp);
+    }
+
+    fn takes_dp(&self) -> bool {
+        true
+    }
+
     fn takes_secagg(&self) -> bool {
         true
     }
 
     fn secure_input(&self, update: &crate::wire::proto::Payload) -> crate::Result<Vec<f64>> {
         crate::strategy::fedavg_cnn::secure_input(update)
+    }
+
+    fn setting(&self, images: bool, compression: crate::wire::Compression) -> String {
+        self.model().setting(images, compression) + &self.dp.setting_note()
     }
 }

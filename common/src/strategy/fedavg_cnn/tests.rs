@@ -21,13 +21,7 @@ pub(crate) fn summary(samples: u64) -> DataSummary {
 }
 
 fn server(robust: RobustHyper) -> NetworkMean {
-    NetworkMean {
-        arch: ArchName::Lenet,
-        classes: 10,
-        seed: 1,
-        robust,
-        tag: "fedavg-cnn",
-    }
+    NetworkMean::new(ArchName::Lenet, 10, 1, "fedavg-cnn").with_robust(robust)
 }
 
 fn network(value: f32) -> Vec<f32> {
@@ -175,4 +169,98 @@ fn a_kept_network_explains_its_layers() {
     let bytes = serde_json::to_vec(&file).unwrap();
     let back = ModelFile::parse(&bytes).unwrap();
     assert!(matches!(back.model, KeptModel::Network { ref layers, .. } if layers.len() == 9));
+}
+
+fn dp(
+    mechanism: crate::strategy::privacy::Mechanism,
+    clip: f64,
+) -> crate::strategy::privacy::DpHyper {
+    crate::strategy::privacy::DpHyper {
+        mechanism,
+        clip: Some(clip),
+        noise_multiplier: 0.5,
+        delta: 1e-5,
+    }
+}
+
+/// Central `[dp]` over networks (Andrew et al. 2021's fixed clip): round 1's changes are
+/// measured from the run's initial network, each clipped to the norm, and the weighted mean
+/// noised at multiplier × clip × the largest weight; the base is kept, so a restarted server
+/// aggregates the next round as the one that never stopped.
+#[test]
+fn central_dp_clips_each_network_from_the_initial_one_and_noises_the_mean() {
+    use crate::strategy::privacy::Mechanism;
+    let clients = BTreeMap::from([(1, summary(100)), (2, summary(300))]);
+    let server = || server(RobustHyper::default()).with_privacy(dp(Mechanism::Central, 0.01));
+    let mut s = server();
+    let initial = decode_params(&s.initial_download(784).unwrap(), 431_080).unwrap();
+    let shifted = |by: f32| -> Vec<f32> { initial.iter().map(|w| w + by).collect() };
+    // Client 1's change is under the clip (1e-6 × √431080 ≈ 0.00066), client 2's far over it.
+    let (near, far) = (shifted(1e-6), shifted(1.0));
+    let decode = |s: &NetworkMean, v: &[f32]| s.decode(1, 784, &encode_params(v)).unwrap();
+    let updates = BTreeMap::from([(1, decode(&s, &near)), (2, decode(&s, &far))]);
+    let agg = s.aggregate(1, &clients, &updates).unwrap();
+    let spent = agg.privacy.clone().expect("a privacy record");
+    assert_eq!(spent.clipped, Some(1));
+    assert_eq!(spent.noise_std, 0.5 * 0.01 * 0.75);
+    // Without the noise: ¼ of client 1's change and ¾ of client 2's clipped to norm 0.01.
+    let clean = 0.25 * 1e-6 + 0.75 * 0.01 / (431_080f64).sqrt();
+    let got = global(&agg);
+    let noise: Vec<f64> = got
+        .iter()
+        .zip(&initial)
+        .map(|(g, w)| f64::from(g - w) - clean)
+        .collect();
+    let mean = noise.iter().sum::<f64>() / noise.len() as f64;
+    let std = (noise.iter().map(|n| n * n).sum::<f64>() / noise.len() as f64).sqrt();
+    assert!(mean.abs() < 0.01 * spent.noise_std, "noise mean {mean}");
+    assert!(
+        (std / spent.noise_std - 1.0).abs() < 0.01,
+        "noise std {std}"
+    );
+
+    let mut restarted = server();
+    restarted.restore(s.snapshot()).unwrap();
+    let next = BTreeMap::from([(1, decode(&s, &got)), (2, decode(&s, &near))]);
+    let (a, b) = (
+        s.aggregate(2, &clients, &next).unwrap(),
+        restarted.aggregate(2, &clients, &next).unwrap(),
+    );
+    assert_eq!(global(&a), global(&b), "the base and the noise kept");
+    assert_eq!(a.privacy.unwrap().rounds, 2);
+}
+
+/// Local `[dp]`: the client uploads the download plus its trained change clipped and noised,
+/// the noise drawn from its training stream after the training (no key given): exactly what
+/// [`privatize_locally`](crate::strategy::privacy::privatize_locally) makes of the plain
+/// client's network.
+#[test]
+fn a_local_dp_client_uploads_its_change_clipped_and_noised() {
+    use crate::strategy::privacy::{Mechanism, privatize_locally};
+    let hyper = CnnHyper {
+        batch_size: 8,
+        learning_rate: 0.05,
+        ..CnnHyper::default()
+    };
+    let dp = dp(Mechanism::Local, 0.05);
+    let wide = |v: &[f32]| -> Vec<f64> { v.iter().map(|&x| f64::from(x)).collect() };
+    let mut plain = CnnClient::new(hyper, 784, 4, 1).unwrap();
+    let start = plain.network().params.clone();
+    let mut rng = derive_rng(1, "train", 1);
+    let up = plain.train(&shard(1), 1, &mut rng).unwrap();
+    let mut trained = wide(&decode_params(&up, start.len()).unwrap());
+    let change: f64 = trained
+        .iter()
+        .zip(&wide(&start))
+        .map(|(t, s)| (t - s).powi(2))
+        .sum();
+    assert!(change.sqrt() > 0.05, "the plain change is over the clip");
+    privatize_locally(&dp, &wide(&start), &mut trained, &mut rng).unwrap();
+    let expected: Vec<f32> = trained.iter().map(|&x| x as f32).collect();
+
+    let mut private = CnnClient::new(hyper, 784, 4, 1).unwrap().with_dp(dp);
+    let up = private
+        .train(&shard(1), 1, &mut derive_rng(1, "train", 1))
+        .unwrap();
+    assert_eq!(decode_params(&up, start.len()).unwrap(), expected);
 }

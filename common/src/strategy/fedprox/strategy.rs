@@ -8,8 +8,9 @@ use crate::data::images::PixelShard;
 use crate::model::cnn::CnnHyper;
 use crate::params::ParamResult;
 use crate::strategy::contract::{Facts, Strategy, StrategyParams};
-use crate::strategy::fedavg_cnn::{CnnClient, NetworkMean, needs_images};
+use crate::strategy::fedavg_cnn::{NetworkMean, needs_images, private_cnn_client};
 use crate::strategy::model_spec::ModelSpec;
+use crate::strategy::privacy::DpHyper;
 use crate::strategy::robust::RobustHyper;
 use crate::strategy::sections::{Checked, Sections};
 use crate::strategy::{ClientStrategy, ModelKind, ServerStrategy};
@@ -18,6 +19,7 @@ use crate::strategy::{ClientStrategy, ModelKind, ServerStrategy};
 pub struct FedProxSpec {
     pub cnn: CnnHyper,
     pub fedprox: FedProxHyper,
+    pub dp: DpHyper,
 }
 
 impl Strategy for FedProxSpec {
@@ -32,6 +34,7 @@ impl Strategy for FedProxSpec {
         Ok(FedProxSpec {
             cnn: c.cnn,
             fedprox: c.fedprox,
+            dp: c.dp,
         })
     }
 }
@@ -42,13 +45,8 @@ impl StrategyParams for FedProxSpec {
     }
 
     fn server(&self, classes: usize, seed: u64, robust: RobustHyper) -> Box<dyn ServerStrategy> {
-        Box::new(NetworkMean {
-            arch: self.cnn.architecture,
-            classes,
-            seed,
-            robust,
-            tag: "fedprox",
-        })
+        let server = NetworkMean::new(self.cnn.architecture, classes, seed, "fedprox");
+        Box::new(server.with_robust(robust).with_privacy(self.dp))
     }
 
     fn pixels_client(
@@ -59,11 +57,15 @@ impl StrategyParams for FedProxSpec {
         _client: ClientId,
         _clients: usize,
     ) -> Result<Box<dyn ClientStrategy<PixelShard>>> {
-        let client = CnnClient::new(self.cnn, features, classes, seed)?;
-        Ok(Box::new(client.with_proximal(self.fedprox.mu)))
+        let mu = Some(self.fedprox.mu);
+        private_cnn_client(self.cnn, self.dp, mu, (features, classes, seed))
     }
 
     fn model_is_the_download(&self) -> bool {
+        true
+    }
+
+    fn takes_dp(&self) -> bool {
         true
     }
 
@@ -77,13 +79,15 @@ impl StrategyParams for FedProxSpec {
 
     fn resolve(&self, _: &Sections, out: &mut Sections) {
         out.fedprox = Some(self.fedprox);
+        out.dp = (!self.dp.is_off()).then_some(self.dp);
     }
 
     fn setting(&self, images: bool, compression: crate::wire::Compression) -> String {
         format!(
-            "{}, μ = {}",
+            "{}, μ = {}{}",
             self.model().setting(images, compression),
-            self.fedprox.mu
+            self.fedprox.mu,
+            self.dp.setting_note()
         )
     }
 }
