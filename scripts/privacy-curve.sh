@@ -10,6 +10,9 @@
 #   scripts/privacy-curve.sh fcm-breast-cancer
 #                                        Blind FL on Breast Cancer (the paper's blind, mean, tanh,
 #                                        even split and its copies in experiments/privacy/)
+#   scripts/privacy-curve.sh fedavg-cnn-mnist
+#                                        FedAvg of CNN2 on MNIST (experiments/privacy/
+#                                        fedavg-cnn-mnist*.toml), central and local
 #   MULTIPLIERS="1 3 10 30" SEEDS=7,1,2 by default; FLINT=target/debug/flint for another build
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,7 +27,10 @@ case ${1:-fedavg-magic} in
   fcm-breast-cancer)
     plain=experiments/fcm/breast-cancer/blind-mean-tanh-even.toml mechanisms="central local"
     out=runs/privacy-fcm ;;
-  *) echo "privacy-curve.sh: fedavg-magic, tpfl-mnist or fcm-breast-cancer, not $1" >&2; exit 2 ;;
+  fedavg-cnn-mnist)
+    plain=experiments/privacy/fedavg-cnn-mnist.toml mechanisms="central local" out=runs/privacy-cnn ;;
+  *) echo "privacy-curve.sh: fedavg-magic, tpfl-mnist, fcm-breast-cancer or fedavg-cnn-mnist, not $1" >&2
+     exit 2 ;;
 esac
 name=${1:-fedavg-magic}
 "$flint" grid "$plain" --seeds "$seeds" --runs-dir "$out/plain" --resume

@@ -147,8 +147,9 @@ fn fedprox_differs_from_fedavg_only_by_its_proximal_term() {
 }
 
 /// `[dp]` over networks: under central noise every round records the accountant's ε for the
-/// rounds taken part in and noise at multiplier × clip × the largest weight, and a server killed
-/// after round 1 resumes from its kept base and noise to the same models; under local noise
+/// rounds taken part in and noise at multiplier × clip × the largest weight (IFCA: within a
+/// cluster), and a server killed after round 1 resumes from its kept base and noise to the same
+/// models; under local noise
 /// FedProx's clients noise their own changes and the server only counts the rounds.
 #[test]
 #[ignore = "needs FLINT_DATA_DIR with MNIST; CI runs it"]
@@ -187,12 +188,21 @@ fn a_cnn_federation_under_dp_reports_its_epsilon_and_resumes_as_if_never_killed(
         "resumed as if never killed"
     );
     assert_eq!(privacy_of(&killed), privacy_of(&whole));
+    // IFCA's clusters are noised apart: the record holds the largest cluster noise, the
+    // largest weight within a cluster times multiplier × clip.
+    let ifca = with_dp("ifca", "central");
+    let text = std::fs::read_to_string(&ifca).unwrap() + "[ifca]\nclusters = 2\n";
+    std::fs::write(&ifca, text).unwrap();
+    let clustered = root.path().join("ifca");
+    run(&ifca, &clustered, None);
     let accountant = Accountant::new(hyper(Mechanism::Central));
-    for round in &results(&whole).rounds[1..] {
-        let p = round.privacy.as_ref().unwrap();
-        assert_eq!(p.epsilon, accountant.spent(round.round).unwrap().1);
-        let largest = round.weights.values().copied().fold(0.0, f64::max);
-        assert!((p.noise_std - 0.5 * largest).abs() < 1e-12, "{p:?}");
+    for r in [results(&whole), results(&clustered)] {
+        for round in &r.rounds[1..] {
+            let p = round.privacy.as_ref().unwrap();
+            assert_eq!(p.epsilon, accountant.spent(round.round).unwrap().1);
+            let largest = round.weights.values().copied().fold(0.0, f64::max);
+            assert!((p.noise_std - 0.5 * largest).abs() < 1e-12, "{p:?}");
+        }
     }
 
     let local = root.path().join("local");

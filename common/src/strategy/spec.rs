@@ -221,7 +221,7 @@ fn check_dp(spec: &StrategySpec, c: &Checked) -> ParamResult<()> {
     if !spec.params().takes_dp() {
         return Err(ParamError::Inconsistent(format!(
             "[dp] applies to strategies fedavg, fedavg-ahp, tpfl, blind-fcm, blended-fcm, \
-             fedavg-cnn and fedprox; strategy {} does not clip or noise its updates",
+             fedavg-cnn, fedprox and ifca; strategy {} does not clip or noise its updates",
             spec.name()
         )));
     }

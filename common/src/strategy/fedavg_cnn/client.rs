@@ -82,19 +82,24 @@ impl CnnClient {
     }
 }
 
-impl CnnClient {
-    /// The network becomes the last download plus its change clipped and noised, in f64 as
-    /// the server's mechanism, sent as float32.
-    fn privatize(&mut self, dp: &DpHyper, round: Round, rng: &mut FlintRng) -> Result<()> {
-        let widen = |v: &[f32]| -> Vec<f64> { v.iter().map(|&x| f64::from(x)).collect() };
-        let (global, mut trained) = (widen(&self.global), widen(&self.cnn.params));
-        match &self.noise {
-            Some(noise) => privatize_locally(dp, &global, &mut trained, &mut noise.rng(round))?,
-            None => privatize_locally(dp, &global, &mut trained, rng)?,
-        }
-        self.cnn.params = trained.into_iter().map(|x| x as f32).collect();
-        Ok(())
+/// `params` becomes `base` plus its change clipped and noised under local `dp`, in f64 as the
+/// server's mechanism, sent as float32; the noise from `noise`'s key, else the training stream.
+pub fn privatize_network(
+    dp: &DpHyper,
+    base: &[f32],
+    params: &mut Vec<f32>,
+    noise: Option<&ClientNoise>,
+    round: Round,
+    rng: &mut FlintRng,
+) -> Result<()> {
+    let widen = |v: &[f32]| -> Vec<f64> { v.iter().map(|&x| f64::from(x)).collect() };
+    let (base, mut trained) = (widen(base), widen(params));
+    match noise {
+        Some(noise) => privatize_locally(dp, &base, &mut trained, &mut noise.rng(round))?,
+        None => privatize_locally(dp, &base, &mut trained, rng)?,
     }
+    *params = trained.into_iter().map(|x| x as f32).collect();
+    Ok(())
 }
 
 /// The rows as a network reads them.
@@ -120,7 +125,7 @@ pub fn train_checked(
     let stats = trainer.train(cnn, &samples(&shard.train), hyper, anchor, rng);
     if stats.batches > 0 && !stats.last_epoch_loss.is_finite() {
         return Err(FlintError::Model(format!(
-            "round {round}: the network's training loss is {} (it diverged); lower cnn.learning_rate",
+            "round {round}: the network's training loss is {} (it diverged); lower cnn.learning_rate, or under [dp] the noise",
             stats.last_epoch_loss
         )));
     }
@@ -139,7 +144,8 @@ impl ClientStrategy<PixelShard> for CnnClient {
         let (trainer, cnn) = (&mut self.trainer, &mut self.cnn);
         train_checked(trainer, cnn, shard, &self.hyper, anchor, rng, round)?;
         if let Some(dp) = self.local_dp {
-            self.privatize(&dp, round, rng)?;
+            let noise = self.noise.as_ref();
+            privatize_network(&dp, &self.global, &mut self.cnn.params, noise, round, rng)?;
         }
         Ok(encode_params(&self.cnn.params))
     }

@@ -3,7 +3,8 @@ use crate::metrics::ConfusionMatrix;
 use crate::model::cnn::{Cnn, CnnHyper, Trainer};
 use crate::rng::FlintRng;
 use crate::strategy::ClientStrategy;
-use crate::strategy::fedavg_cnn::{architecture, samples, train_checked};
+use crate::strategy::fedavg_cnn::{architecture, privatize_network, samples, train_checked};
+use crate::strategy::privacy::{ClientNoise, DpHyper, Mechanism};
 use crate::wire::network::{decode_params, encode_cluster_params};
 use crate::wire::proto::Payload;
 use crate::{Result, Round};
@@ -16,6 +17,10 @@ pub struct IfcaClient {
     hyper: CnnHyper,
     trainer: Trainer,
     models: Vec<Vec<f32>>,
+    /// `dp.mechanism = "local"`: the change from the chosen network is clipped and noised here.
+    local_dp: Option<DpHyper>,
+    /// A secret key's stream for the local noise; without one, the training stream.
+    noise: Option<ClientNoise>,
 }
 
 impl IfcaClient {
@@ -37,7 +42,18 @@ impl IfcaClient {
             hyper,
             trainer: Trainer::default(),
             models,
+            local_dp: None,
+            noise: None,
         })
+    }
+
+    /// A client that clips and noises its own change under `dp.mechanism = "local"` (nothing
+    /// changes otherwise).
+    pub fn with_dp(self, dp: DpHyper) -> Self {
+        IfcaClient {
+            local_dp: (dp.mechanism == Mechanism::Local).then_some(dp),
+            ..self
+        }
     }
 
     /// Ghosh et al. 2020, Algorithm 2, step 4: the cluster whose model has the lowest loss on
@@ -86,7 +102,17 @@ impl ClientStrategy<PixelShard> for IfcaClient {
             rng,
             round,
         )?;
+        if let Some(dp) = self.local_dp {
+            let base = &self.models[cluster as usize];
+            let noise = self.noise.as_ref();
+            privatize_network(&dp, base, &mut self.cnn.params, noise, round, rng)?;
+        }
         Ok(encode_cluster_params(cluster, &self.cnn.params))
+    }
+
+    fn set_noise_key(&mut self, noise: ClientNoise) -> bool {
+        self.noise = Some(noise);
+        self.local_dp.is_some()
     }
 
     fn export(&self) -> Option<crate::model::kept::KeptModel> {

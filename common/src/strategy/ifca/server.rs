@@ -7,6 +7,9 @@ use crate::model::cnn::{ArchName, Cnn};
 use crate::rng::derive_rng;
 use crate::strategy::decoder::UpdateDecoder;
 use crate::strategy::fedavg_cnn::{architecture, combine_networks, n_k_over_n, sample_shares};
+use crate::strategy::privacy::{
+    self, CentralGroup, DpHyper, NoiseKey, PrivacySpent, PrivacyState, PrivateMean,
+};
 use crate::strategy::report::Tagged;
 use crate::strategy::robust::RobustHyper;
 use crate::strategy::{
@@ -28,10 +31,12 @@ impl Tagged for IfcaRound {
     const TAG: &'static str = "ifca";
 }
 
-/// The k networks, kept between rounds.
+/// The k networks, kept between rounds, and under `[dp]` the rounds each client has spent.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct IfcaState {
     pub models: Vec<Vec<f32>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub privacy: Option<PrivacyState>,
 }
 
 impl Tagged for IfcaState {
@@ -75,6 +80,8 @@ pub struct IfcaServer {
     robust: RobustHyper,
     /// The k networks of the last round; empty until the first download is made.
     models: Vec<Vec<f32>>,
+    /// `[dp]`: each cluster's mean clipped and noised from its network, or only counted.
+    privacy: Option<PrivateMean>,
 }
 
 impl IfcaServer {
@@ -86,7 +93,14 @@ impl IfcaServer {
             seed,
             robust,
             models: Vec::new(),
+            privacy: None,
         }
+    }
+
+    /// Averaging each cluster under `dp` (nothing changes where it is off).
+    pub fn with_privacy(self, dp: DpHyper) -> Self {
+        let privacy = (!dp.is_off()).then(|| PrivateMean::new(dp, self.seed));
+        IfcaServer { privacy, ..self }
     }
 
     /// The round's models: the kept ones, or the initial ones for a run's first round.
@@ -148,6 +162,61 @@ impl IfcaServer {
     }
 }
 
+/// Each chosen cluster's network: its members' networks combined as `robust` says, n_k / n
+/// within it; the members' weights.
+fn combined_clusters(
+    members: &BTreeMap<u32, Vec<Member<'_>>>,
+    models: &mut [Vec<f32>],
+    robust: &RobustHyper,
+) -> BTreeMap<ClientId, f64> {
+    let mut weights = BTreeMap::new();
+    for (&cluster, list) in members {
+        let vectors: Vec<&[f32]> = list.iter().map(|m| m.params).collect();
+        let samples: Vec<f64> = list.iter().map(|m| m.samples).collect();
+        let (mean, w) = combine_networks(robust, &vectors, &n_k_over_n(&samples));
+        models[cluster as usize] = mean;
+        weights.extend(list.iter().map(|m| m.client).zip(w));
+    }
+    weights
+}
+
+/// Central `[dp]` per cluster: each member's change from its cluster's network clipped, the
+/// cluster's n_k / n mean noised from the cluster's own stream (the cluster's choice is public,
+/// as TPFL's winner).
+fn noised_clusters(
+    round: Round,
+    members: &BTreeMap<u32, Vec<Member<'_>>>,
+    models: &mut [Vec<f32>],
+    privacy: &mut PrivateMean,
+) -> Result<(BTreeMap<ClientId, f64>, Option<PrivacySpent>)> {
+    let widen = |v: &[f32]| -> Vec<f64> { v.iter().map(|&x| f64::from(x)).collect() };
+    let wide: BTreeMap<u32, Vec<Vec<f64>>> = members
+        .iter()
+        .map(|(&c, list)| (c, list.iter().map(|m| widen(m.params)).collect()))
+        .collect();
+    let mut weights = BTreeMap::new();
+    let groups: Vec<CentralGroup<'_>> = members
+        .iter()
+        .map(|(&cluster, list)| {
+            let samples: Vec<f64> = list.iter().map(|m| m.samples).collect();
+            let group_weights = n_k_over_n(&samples);
+            weights.extend(list.iter().map(|m| m.client).zip(group_weights.clone()));
+            CentralGroup {
+                id: cluster,
+                clients: list.iter().map(|m| m.client).collect(),
+                vectors: wide[&cluster].iter().map(Vec::as_slice).collect(),
+                weights: group_weights,
+                base: widen(&models[cluster as usize]),
+            }
+        })
+        .collect();
+    let (means, spent) = privacy.central_groups(round, &groups)?;
+    for (group, mean) in groups.iter().zip(means) {
+        models[group.id as usize] = mean.iter().map(|&x| x as f32).collect();
+    }
+    Ok((weights, Some(spent)))
+}
+
 /// The k networks one after the other, as one download.
 pub fn encode_models(models: &[Vec<f32>]) -> Payload {
     encode_params(&models.concat())
@@ -176,19 +245,22 @@ impl ServerStrategy for IfcaServer {
         let members = by_cluster(clients, updates)?;
         let features = clients.values().next().map_or(0, |s| s.features as usize);
         let mut models = self.current(features)?;
-        let mut weights = BTreeMap::new();
-        for (&cluster, list) in &members {
-            let vectors: Vec<&[f32]> = list.iter().map(|m| m.params).collect();
-            let samples: Vec<f64> = list.iter().map(|m| m.samples).collect();
-            let (mean, w) = combine_networks(&self.robust, &vectors, &n_k_over_n(&samples));
-            models[cluster as usize] = mean;
-            weights.extend(list.iter().map(|m| m.client).zip(w));
-        }
+        let (weights, spent) = match self.privacy.as_mut().filter(|p| p.adds_noise()) {
+            Some(p) => noised_clusters(round, &members, &mut models, p)?,
+            None => {
+                let weights = combined_clusters(&members, &mut models, &self.robust);
+                let ids: Vec<ClientId> = updates.keys().copied().collect();
+                let spent = self.privacy.as_mut().map(|p| p.count(&ids)).transpose()?;
+                (weights, spent)
+            }
+        };
         let clusters = members
             .iter()
             .map(|(&c, list)| (c, list.iter().map(|m| m.client).collect()))
             .collect();
-        Ok(self.keep(models, weights, clusters))
+        let mut aggregate = self.keep(models, weights, clusters);
+        aggregate.privacy = spent;
+        Ok(aggregate)
     }
 
     fn secure_len(&self, features: usize) -> Option<usize> {
@@ -237,12 +309,26 @@ impl ServerStrategy for IfcaServer {
             clusters.insert(cluster, shares.keys().copied().collect());
             weights.extend(shares);
         }
-        Ok(self.keep(models, weights, clusters))
+        // Local noise came with the masked networks: the round is only counted.
+        let summed: Vec<ClientId> = weights.keys().copied().collect();
+        let spent = self
+            .privacy
+            .as_mut()
+            .map(|p| p.count(&summed))
+            .transpose()?;
+        let mut aggregate = self.keep(models, weights, clusters);
+        aggregate.privacy = spent;
+        Ok(aggregate)
+    }
+
+    fn set_noise_key(&mut self, key: NoiseKey) -> bool {
+        privacy::key_noise(&mut self.privacy, key)
     }
 
     fn snapshot(&self) -> StrategyState {
         StrategyState::of(&IfcaState {
             models: self.models.clone(),
+            privacy: self.privacy.as_ref().map(|p| p.state().clone()),
         })
     }
 
@@ -254,6 +340,9 @@ impl ServerStrategy for IfcaServer {
                 state.models.len(),
                 self.k
             )));
+        }
+        if let (Some(p), Some(spent)) = (&mut self.privacy, state.privacy) {
+            p.restore(spent);
         }
         self.models = state.models;
         Ok(())

@@ -8,6 +8,7 @@ use crate::params::ParamResult;
 use crate::strategy::contract::{Facts, Strategy, StrategyParams};
 use crate::strategy::fedavg_cnn::needs_images;
 use crate::strategy::model_spec::ModelSpec;
+use crate::strategy::privacy::DpHyper;
 use crate::strategy::robust::RobustHyper;
 use crate::strategy::sections::{Checked, Sections};
 use crate::strategy::{ClientStrategy, ModelKind, ServerStrategy};
@@ -19,6 +20,7 @@ use crate::{ClientId, FlintError, Result};
 pub struct IfcaSpec {
     pub cnn: CnnHyper,
     pub ifca: IfcaHyper,
+    pub dp: DpHyper,
 }
 
 impl Strategy for IfcaSpec {
@@ -34,6 +36,7 @@ impl Strategy for IfcaSpec {
         Ok(IfcaSpec {
             cnn: c.cnn,
             ifca: c.ifca,
+            dp: c.dp,
         })
     }
 }
@@ -42,6 +45,12 @@ impl StrategyParams for IfcaSpec {
     /// Per cluster: the choice is public (it is the group), each cluster's networks summed
     /// within it.
     fn takes_secagg(&self) -> bool {
+        true
+    }
+
+    /// Per cluster, as TPFL's: the choice travels in the clear, the networks are clipped and
+    /// noised.
+    fn takes_dp(&self) -> bool {
         true
     }
 
@@ -65,13 +74,9 @@ impl StrategyParams for IfcaSpec {
     }
 
     fn server(&self, classes: usize, seed: u64, robust: RobustHyper) -> Box<dyn ServerStrategy> {
-        Box::new(IfcaServer::new(
-            self.cnn.architecture,
-            self.ifca.clusters as usize,
-            classes,
-            seed,
-            robust,
-        ))
+        let k = self.ifca.clusters as usize;
+        let server = IfcaServer::new(self.cnn.architecture, k, classes, seed, robust);
+        Box::new(server.with_privacy(self.dp))
     }
 
     fn pixels_client(
@@ -83,9 +88,8 @@ impl StrategyParams for IfcaSpec {
         _clients: usize,
     ) -> Result<Box<dyn ClientStrategy<PixelShard>>> {
         let k = self.ifca.clusters as usize;
-        Ok(Box::new(IfcaClient::new(
-            self.cnn, k, features, classes, seed,
-        )?))
+        let client = IfcaClient::new(self.cnn, k, features, classes, seed)?;
+        Ok(Box::new(client.with_dp(self.dp)))
     }
 
     /// The client's network is the download's model of lowest loss on its own training data:
@@ -100,10 +104,15 @@ impl StrategyParams for IfcaSpec {
 
     fn resolve(&self, _: &Sections, out: &mut Sections) {
         out.ifca = Some(self.ifca);
+        out.dp = (!self.dp.is_off()).then_some(self.dp);
     }
 
     fn setting(&self, images: bool, compression: crate::wire::Compression) -> String {
         let model = self.model().setting(images, compression);
-        format!("{model}, k = {}", self.ifca.clusters)
+        format!(
+            "{model}, k = {}{}",
+            self.ifca.clusters,
+            self.dp.setting_note()
+        )
     }
 }

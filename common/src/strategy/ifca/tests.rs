@@ -97,3 +97,61 @@ fn a_client_chooses_the_model_that_fits_its_data() {
     assert_eq!(client.choose(&shard).0, 2);
     assert!(client.evaluate(&shard).metrics().accuracy > 0.9);
 }
+
+/// Central `[dp]` per cluster: each member's change from its cluster's network is clipped, and
+/// each chosen cluster's mean noised at multiplier × clip × its largest weight from its own
+/// stream; a cluster nobody chose keeps its network unnoised; a restored server carries on.
+#[test]
+fn central_dp_noises_each_chosen_cluster_from_its_own_network() {
+    use crate::strategy::privacy::{DpHyper, Mechanism};
+    let dp = DpHyper {
+        mechanism: Mechanism::Central,
+        clip: Some(0.01),
+        noise_multiplier: 0.5,
+        delta: 1e-5,
+    };
+    let fresh = || server(3).with_privacy(dp);
+    let mut s = fresh();
+    let initial = initial_models(ArchName::Lenet, 3, 784, 10, 1).unwrap();
+    let up = |s: &IfcaServer, cluster: u32, by: f32| {
+        let params: Vec<f32> = initial[cluster as usize].iter().map(|w| w + by).collect();
+        s.decode(1, 784, &encode_cluster_params(cluster, &params))
+            .unwrap()
+    };
+    let updates = BTreeMap::from([
+        (1, up(&s, 0, 1.0)),
+        (2, up(&s, 0, 1.0)),
+        (3, up(&s, 2, 1.0)),
+    ]);
+    let clients = BTreeMap::from([(1, summary(100)), (2, summary(300)), (3, summary(50))]);
+    let agg = s.aggregate(1, &clients, &updates).unwrap();
+    let spent = agg.privacy.clone().expect("a privacy record");
+    assert_eq!(spent.clipped, Some(3));
+    assert_eq!(spent.noise_std, 0.5 * 0.01 * 1.0, "cluster 2's one member");
+    let Downloads::Broadcast(p) = &agg.downloads else {
+        panic!("ifca broadcasts its k models")
+    };
+    let all = decode_params(p, 3 * P).unwrap();
+    // Every change is (1, …, 1) clipped to norm 0.01: each coordinate 0.01 / √P, plus noise.
+    let clean = 0.01 / (P as f64).sqrt();
+    let noise_std = |j: usize| {
+        let sq: f64 = all[j * P..(j + 1) * P]
+            .iter()
+            .zip(&initial[j])
+            .map(|(g, w)| (f64::from(g - w) - clean).powi(2))
+            .sum();
+        (sq / P as f64).sqrt()
+    };
+    assert!((noise_std(0) / (0.5 * 0.01 * 0.75) - 1.0).abs() < 0.01);
+    assert!((noise_std(2) / (0.5 * 0.01) - 1.0).abs() < 0.01);
+    assert_eq!(&all[P..2 * P], &initial[1][..], "cluster 1 had no member");
+
+    let mut again = fresh();
+    again.restore(s.snapshot()).unwrap();
+    let (a, b) = (
+        s.aggregate(2, &clients, &updates).unwrap(),
+        again.aggregate(2, &clients, &updates).unwrap(),
+    );
+    assert_eq!(a.downloads, b.downloads);
+    assert_eq!(a.privacy.unwrap().rounds, 2);
+}
