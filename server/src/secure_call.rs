@@ -190,6 +190,7 @@ fn reply(client: ClientId, (session, answer): (u64, Answer)) -> SecAggReply {
             weight: r.weights.get(&client).copied().unwrap_or(0.0),
             scale: r.fixed.scale,
             bound: r.fixed.max_abs,
+            summands: r.summands as u32,
         }),
         Answer::Inbox(inbox) => S::Inbox(SecAggShares {
             envelopes: convert::envelopes_to_proto(&inbox),

@@ -75,6 +75,7 @@ pub fn open(
             // Each start its own: a round's attempt from before a restart is told to start
             // again, never mixed with this one's.
             nonce: rand::random(),
+            degree: c.degree(),
         }));
     let names = experiment.clients.iter().map(|c| c.name.clone()).collect();
     let lease = match options.claim_lease_secs {

@@ -256,7 +256,11 @@ fn read_roster(r: &SecAggRoster) -> Result<(BTreeMap<ClientId, Advert>, usize), 
 fn encode(input: &[f64], r: &SecAggRoster) -> Result<Vec<u32>, Stop> {
     let bad =
         |e: flint_common::FlintError| Stop::Answered(Status::failed_precondition(e.to_string()));
-    let fixed = FixedPoint::for_sums(r.bound, r.members.len()).map_err(bad)?;
+    let summands = (r.summands as usize).max(r.members.len());
+    if summands > flint_common::secagg::MAX_SPARSE_GROUP {
+        return Err(unexpected("a ring sized for a group this client can check"));
+    }
+    let fixed = FixedPoint::for_sums(r.bound, summands).map_err(bad)?;
     if fixed.scale != r.scale || !(r.weight > 0.0 && r.weight <= 1.0) {
         return Err(unexpected("a ring and a weight this client can check"));
     }

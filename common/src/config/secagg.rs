@@ -7,7 +7,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::RoundPolicy;
-use crate::secagg::MAX_GROUP;
+use crate::secagg::{MAX_GROUP, MAX_SPARSE_GROUP};
 use crate::strategy::StrategySpec;
 use crate::strategy::privacy::{DpHyper, Mechanism};
 use crate::strategy::robust::RobustHyper;
@@ -27,6 +27,11 @@ pub struct SecAggSection {
     /// Seconds each stage after the key adverts waits for the clients it expects before it goes
     /// on without them (default 30).
     pub stage_secs: f64,
+    /// SecAgg+ (Bell et al. 2020): how many neighbours each client shares its keys and masks
+    /// with, an even number from 2 to 254 (default: every other client of a group of up to 255,
+    /// Bonawitz et al.'s protocol; beyond, the even number above 4 log₂ of the group).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub neighbours: Option<u32>,
 }
 
 impl Default for SecAggSection {
@@ -35,6 +40,7 @@ impl Default for SecAggSection {
             enabled: false,
             bound: None,
             stage_secs: 30.0,
+            neighbours: None,
         }
     }
 }
@@ -61,10 +67,24 @@ impl SecAggSection {
                 self.stage_secs
             ));
         }
+        if let Some(k) = self.neighbours {
+            let fits = k >= 2 && k % 2 == 0 && (k as usize) < MAX_GROUP;
+            if !fits {
+                return bad(format!(
+                    "secagg.neighbours must be an even number from 2 to {}, got {k}",
+                    MAX_GROUP - 1
+                ));
+            }
+        }
         Ok(SecAggSection {
             bound: Some(bound),
             ..self
         })
+    }
+
+    /// SecAgg+'s neighbours per client, where set.
+    pub fn degree(&self) -> Option<usize> {
+        self.neighbours.map(|k| k as usize)
     }
 
     /// The bound, as [`SecAggSection::check`] resolved it.
@@ -113,10 +133,11 @@ pub(super) fn check_secagg(
         );
     }
     let group = policy.selection.selected(clients);
-    if !(MIN_GROUP..=MAX_GROUP).contains(&group) {
+    if !(MIN_GROUP..=MAX_SPARSE_GROUP).contains(&group) {
         return bad(format!(
-            "[secagg] shares each round's masks among its clients: {MIN_GROUP} to {MAX_GROUP} \
-             of them (SecAgg+'s sparse groups are not built), but a round here asks {group}"
+            "[secagg] shares each round's masks among its clients: {MIN_GROUP} to \
+             {MAX_SPARSE_GROUP} of them (beyond {MAX_GROUP}, among SecAgg+'s neighbours), but a \
+             round here asks {group}"
         ));
     }
     Ok(())

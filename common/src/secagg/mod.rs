@@ -11,8 +11,9 @@
 //! who sent an input and the pairwise masks of those who dropped before it. Each survivor reveals
 //! for any one client either a seed share or a key share, never both, and only once.
 //!
-//! A group holds at most 255 clients (GF(256) shares); SecAgg+ (Bell et al., 2020: shares and
-//! masks among a sparse graph of neighbours) is not built. Pure: the server and client shells
+//! A client shares with at most 254 others (GF(256) shares): in a larger group each shares and
+//! masks with its neighbours in SecAgg+'s sparse graph (Bell et al. 2020, [`graph`]), whose
+//! clients run this same protocol over their neighbourhoods. Pure: the server and client shells
 //! move the messages. A round, as a shell drives it (each step a barrier that the group or a
 //! timeout closes; `tests.rs` passes the messages by hand):
 //!
@@ -26,6 +27,7 @@
 
 pub mod client;
 pub mod crypto;
+pub mod graph;
 pub mod ring;
 pub mod server;
 
@@ -38,8 +40,11 @@ pub use server::SecAggServer;
 
 use crate::{ClientId, FlintError, Result, Round};
 
-/// The most clients one group shares among: GF(256) has 255 non-zero x-coordinates.
+/// The most clients one neighbourhood shares among: GF(256) has 255 non-zero x-coordinates.
 pub const MAX_GROUP: usize = 255;
+
+/// The most clients one group sums, over SecAgg+'s graph beyond [`MAX_GROUP`].
+pub const MAX_SPARSE_GROUP: usize = 100_000;
 
 /// What a client advertises and the server relays: its two public keys and the digest of its
 /// self-mask seed (so that the seed's reconstruction can be checked).

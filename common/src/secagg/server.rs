@@ -4,8 +4,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::crypto::{self, KeyPair, SHARE_BYTES};
+use super::graph::{self, Graph};
 use super::ring;
-use super::{Advert, MAX_GROUP, Unmasking, refuse};
+use super::{Advert, MAX_SPARSE_GROUP, Unmasking, refuse};
 use crate::{ClientId, Result, Round};
 
 /// Where the round is; each stage takes one kind of message.
@@ -19,9 +20,14 @@ pub enum Stage {
 
 pub struct SecAggServer {
     round: Round,
+    /// The complete graph's threshold; a sparse graph's are each neighbourhood's.
     threshold: usize,
     len: usize,
     stage: Stage,
+    /// SecAgg+'s neighbours per member as configured (`None`: [`graph::default_degree`]).
+    degree: Option<usize>,
+    /// Drawn when U1 closes.
+    graph: Graph,
     /// U1's adverts.
     adverts: BTreeMap<ClientId, Advert>,
     /// Sealed shares by sender, then recipient (their senders are U2).
@@ -43,6 +49,8 @@ impl SecAggServer {
             threshold,
             len,
             stage: Stage::Advertising,
+            degree: None,
+            graph: Graph::Complete,
             adverts: BTreeMap::new(),
             mail: BTreeMap::new(),
             masked: BTreeMap::new(),
@@ -50,12 +58,55 @@ impl SecAggServer {
         }
     }
 
+    /// A round over SecAgg+'s graph of `degree` neighbours per member (even, at least 2; `None`:
+    /// [`graph::default_degree`] of the group); the complete graph where it reaches every other
+    /// member.
+    pub fn with_degree(self, degree: Option<usize>) -> SecAggServer {
+        SecAggServer { degree, ..self }
+    }
+
     pub fn stage(&self) -> Stage {
         self.stage
     }
 
+    /// The threshold of the complete graph, and the least of a sparse graph's (for a stage's
+    /// count of messages, which must reach it).
     pub fn threshold(&self) -> usize {
-        self.threshold
+        match self.graph {
+            Graph::Complete => self.threshold,
+            Graph::Sparse(_) => self
+                .adverts
+                .keys()
+                .map(|&c| self.threshold_of(c))
+                .min()
+                .unwrap_or(0),
+        }
+    }
+
+    /// `client` and the members it shares with: its roster.
+    pub fn neighbourhood(&self, client: ClientId) -> BTreeSet<ClientId> {
+        self.graph.neighbourhood(client, self.adverts.keys())
+    }
+
+    /// The threshold `client`'s shares are split at: the complete graph's, or more than half
+    /// of its neighbourhood.
+    pub fn threshold_of(&self, client: ClientId) -> usize {
+        match self.graph {
+            Graph::Complete => self.threshold,
+            Graph::Sparse(_) => self.neighbourhood(client).len() / 2 + 1,
+        }
+    }
+
+    /// The members `client` masked with (itself, and those of its neighbourhood that shared
+    /// their keys); empty before it shared its own.
+    fn masked_with(&self, client: ClientId) -> BTreeSet<ClientId> {
+        if !self.mail.contains_key(&client) {
+            return BTreeSet::new();
+        }
+        let hood = self.neighbourhood(client);
+        hood.into_iter()
+            .filter(|v| self.mail.contains_key(v))
+            .collect()
     }
 
     /// Sets the threshold of a group formed by what its members declared, once its keys are
@@ -104,8 +155,10 @@ impl SecAggServer {
             return Ok(());
         }
         self.expect(Stage::Advertising)?;
-        if self.adverts.len() >= MAX_GROUP && !self.adverts.contains_key(&client) {
-            return refuse(format!("client {client}'s keys past {MAX_GROUP} clients"));
+        if self.adverts.len() >= MAX_SPARSE_GROUP && !self.adverts.contains_key(&client) {
+            return refuse(format!(
+                "client {client}'s keys past {MAX_SPARSE_GROUP} clients"
+            ));
         }
         // A copied or degenerate key would make every honest client refuse the roster.
         let taken = self
@@ -124,10 +177,16 @@ impl SecAggServer {
         Ok(())
     }
 
-    /// Closes U1: the roster every member is sent.
+    /// Closes U1 and draws its graph: every member's keys (each member is sent its
+    /// [`SecAggServer::neighbourhood`]'s).
     pub fn roster(&mut self) -> Result<BTreeMap<ClientId, Advert>> {
         self.expect(Stage::Advertising)?;
-        self.at_threshold(self.adverts.len(), "advertised keys")?;
+        let degree = self.degree.or(graph::default_degree(self.adverts.len()));
+        let graph = Graph::draw(&self.adverts, degree, self.round);
+        if graph == Graph::Complete {
+            self.at_threshold(self.adverts.len(), "advertised keys")?;
+        }
+        self.graph = graph;
         self.stage = Stage::Sharing;
         Ok(self.adverts.clone())
     }
@@ -154,15 +213,11 @@ impl SecAggServer {
                 "shares from client {client}, not in the roster or sent twice"
             ));
         }
-        let others: BTreeSet<ClientId> = self
-            .adverts
-            .keys()
-            .copied()
-            .filter(|&v| v != client)
-            .collect();
+        let mut others = self.neighbourhood(client);
+        others.remove(&client);
         if sealed.keys().copied().collect::<BTreeSet<_>>() != others {
             return refuse(format!(
-                "client {client}'s shares are not one for each other member"
+                "client {client}'s shares are not one for each other member of its neighbourhood"
             ));
         }
         if sealed.values().any(|s| s.len() != SEALED_BYTES) {
@@ -174,19 +229,31 @@ impl SecAggServer {
         Ok(())
     }
 
-    /// Closes U2: for each of its members the envelopes the others of U2 sealed to it.
+    /// Closes U2: for each of its members the envelopes the others of U2 in its neighbourhood
+    /// sealed to it. Each member needs its threshold of them (with itself), or its masks could
+    /// not be taken out.
     pub fn inboxes(&mut self) -> Result<BTreeMap<ClientId, BTreeMap<ClientId, Vec<u8>>>> {
         self.expect(Stage::Sharing)?;
         self.at_threshold(self.mail.len(), "shared their keys")?;
+        for &v in self.mail.keys() {
+            let with = self.masked_with(v).len();
+            if with < self.threshold_of(v) {
+                return refuse(format!(
+                    "{with} of client {v}'s neighbourhood shared their keys, under its threshold {}: the round cannot end",
+                    self.threshold_of(v)
+                ));
+            }
+        }
         self.stage = Stage::Masking;
-        let senders: Vec<ClientId> = self.mail.keys().copied().collect();
-        Ok(senders
-            .iter()
+        Ok(self
+            .mail
+            .keys()
             .map(|&v| {
-                let inbox = senders
-                    .iter()
-                    .filter(|&&u| u != v)
-                    .map(|&u| (u, self.mail[&u][&v].clone()))
+                let inbox = self
+                    .masked_with(v)
+                    .into_iter()
+                    .filter(|&u| u != v)
+                    .map(|u| (u, self.mail[&u][&v].clone()))
                     .collect();
                 (v, inbox)
             })
@@ -214,12 +281,56 @@ impl SecAggServer {
         Ok(())
     }
 
-    /// Closes U3: the survivors every member of U3 is sent.
+    /// Closes U3: the survivors (each member of U3 is sent [`SecAggServer::survivors_for`]).
+    /// Refused where a secret could not be rebuilt (a survivor's self-mask seed or a dropped
+    /// member's mask key with fewer than its threshold of surviving holders), or where the
+    /// survivors fall into pieces of the graph (each piece's sum would show).
     pub fn survivors(&mut self) -> Result<BTreeSet<ClientId>> {
         self.expect(Stage::Masking)?;
         self.at_threshold(self.masked.len(), "sent masked inputs")?;
+        let survivors: BTreeSet<ClientId> = self.masked.keys().copied().collect();
+        for &u in self.mail.keys() {
+            let holders = self.masked_with(u).intersection(&survivors).count();
+            if holders < self.threshold_of(u) {
+                return refuse(format!(
+                    "{holders} of client {u}'s share holders survived, under its threshold {}: the round cannot end",
+                    self.threshold_of(u)
+                ));
+            }
+        }
+        if !self.graph.connects(&survivors) {
+            return refuse(
+                "the survivors fall into pieces of the graph, whose sums unmasking would show: \
+                 the round cannot end",
+            );
+        }
         self.stage = Stage::Unmasking;
-        Ok(self.masked.keys().copied().collect())
+        Ok(survivors)
+    }
+
+    /// The survivors `client` holds shares of: what it is sent to unmask.
+    pub fn survivors_for(&self, client: ClientId) -> BTreeSet<ClientId> {
+        let with = self.masked_with(client);
+        with.into_iter()
+            .filter(|v| self.masked.contains_key(v))
+            .collect()
+    }
+
+    /// Whether the replies so far rebuild every secret the sum needs: each survivor's seed and
+    /// each dropped member's key from its threshold of holders.
+    pub fn can_sum(&self) -> bool {
+        self.stage == Stage::Unmasking && self.short_secret().is_none()
+    }
+
+    /// The first member whose secret too few holders have replied for: its holders that
+    /// replied, and its threshold.
+    fn short_secret(&self) -> Option<(ClientId, usize, usize)> {
+        self.mail.keys().find_map(|&u| {
+            let with = self.masked_with(u);
+            let replied = with.iter().filter(|c| self.replies.contains_key(c)).count();
+            let threshold = self.threshold_of(u);
+            (replied < threshold).then_some((u, replied, threshold))
+        })
     }
 
     /// The masked inputs held: what a test reads to see that no input is there in the clear.
@@ -240,13 +351,9 @@ impl SecAggServer {
                 "shares from client {client}, not a survivor or sent twice"
             ));
         }
-        let survivors: BTreeSet<ClientId> = self.masked.keys().copied().collect();
-        let dropped: BTreeSet<ClientId> = self
-            .mail
-            .keys()
-            .copied()
-            .filter(|u| !survivors.contains(u))
-            .collect();
+        let with = self.masked_with(client);
+        let (survivors, dropped): (BTreeSet<ClientId>, BTreeSet<ClientId>) =
+            with.into_iter().partition(|u| self.masked.contains_key(u));
         let sized = |m: &BTreeMap<ClientId, Vec<u8>>| m.values().all(|s| s.len() == SHARE_BYTES);
         let fits = reply.seed_shares.keys().copied().collect::<BTreeSet<_>>() == survivors
             && reply.key_shares.keys().copied().collect::<BTreeSet<_>>() == dropped
@@ -261,17 +368,22 @@ impl SecAggServer {
         Ok(())
     }
 
-    /// The sum of the survivors' inputs, from the first `threshold` replies in id order: each
-    /// survivor's self-mask and each dropped client's pairwise masks rebuilt and taken out.
-    /// A reconstruction that does not match what its client advertised is refused.
+    /// The sum of the survivors' inputs, each secret from the first threshold of its holders'
+    /// replies in id order: each survivor's self-mask and each dropped client's pairwise masks
+    /// rebuilt and taken out. A reconstruction that does not match what its client advertised
+    /// is refused.
     pub fn sum(&self) -> Result<Vec<u32>> {
         self.expect(Stage::Unmasking)?;
-        self.at_threshold(self.replies.len(), "sent their shares")?;
-        let replies: Vec<&Unmasking> = self.replies.values().take(self.threshold).collect();
+        if let Some((u, replied, threshold)) = self.short_secret() {
+            return refuse(format!(
+                "{replied} clients sent their shares, under the threshold {threshold} (of client \
+                 {u}'s secret): the round cannot end"
+            ));
+        }
         let mut sum = vec![0u32; self.len];
         for (&u, y) in &self.masked {
             ring::add(&mut sum, y);
-            let shares: Vec<Vec<u8>> = replies.iter().map(|r| r.seed_shares[&u].clone()).collect();
+            let shares = self.shares_of(u, |r| r.seed_shares.get(&u));
             let seed = crypto::combine(&shares)?;
             if crypto::digest(&seed) != self.adverts[&u].self_mask_digest {
                 return refuse(format!(
@@ -281,22 +393,36 @@ impl SecAggServer {
             ring::sub(&mut sum, &crypto::mask(&seed, self.len));
         }
         for &v in self.mail.keys().filter(|v| !self.masked.contains_key(v)) {
-            self.take_out_dropped(v, &replies, &mut sum)?;
+            self.take_out_dropped(v, &mut sum)?;
         }
         Ok(sum)
     }
 
+    /// The first threshold of `u`'s shares that its holders' replies hold, in id order.
+    fn shares_of<'a>(
+        &'a self,
+        u: ClientId,
+        pick: impl Fn(&'a Unmasking) -> Option<&'a Vec<u8>>,
+    ) -> Vec<Vec<u8>> {
+        self.replies
+            .values()
+            .filter_map(pick)
+            .take(self.threshold_of(u))
+            .cloned()
+            .collect()
+    }
+
     /// Client `v` shared its keys and sent no input: every survivor's pairwise mask with it is
     /// still in the sum, rebuilt from `v`'s mask key.
-    fn take_out_dropped(&self, v: ClientId, replies: &[&Unmasking], sum: &mut [u32]) -> Result<()> {
-        let shares: Vec<Vec<u8>> = replies.iter().map(|r| r.key_shares[&v].clone()).collect();
+    fn take_out_dropped(&self, v: ClientId, sum: &mut [u32]) -> Result<()> {
+        let shares = self.shares_of(v, |r| r.key_shares.get(&v));
         let key = KeyPair::from_secret(crypto::combine(&shares)?);
         if key.public != self.adverts[&v].mask_key {
             return refuse(format!(
                 "the shares of client {v}'s mask key do not rebuild it"
             ));
         }
-        for &u in self.masked.keys() {
+        for u in self.survivors_for(v) {
             let pairwise = super::pairwise_mask(
                 &key.secret,
                 &self.adverts[&u].mask_key,

@@ -35,29 +35,40 @@ struct Outcome {
 
 /// Runs one round for `clients` with `threshold`, the `drops` leaving where they say.
 fn round(clients: u32, threshold: usize, drops: &[(ClientId, LeavesAfter)]) -> Outcome {
-    let drops: BTreeMap<ClientId, LeavesAfter> = drops.iter().copied().collect();
+    round_over(clients, threshold, None, |_| drops.to_vec())
+}
+
+/// Runs one round for `clients` over a graph of `degree` (each client sent its neighbourhood's
+/// roster, threshold and survivors), the clients `drops` names once the graph is drawn leaving
+/// where it says.
+fn round_over(
+    clients: u32,
+    threshold: usize,
+    degree: Option<usize>,
+    drops: impl Fn(&SecAggServer) -> Vec<(ClientId, LeavesAfter)>,
+) -> Outcome {
     let codec = FixedPoint::for_sums(1.0, clients as usize).unwrap();
     let mut rng = StdRng::from_seed([3; 32]);
-    let mut server = SecAggServer::new(4, threshold, LEN);
+    let mut server = SecAggServer::new(4, threshold, LEN).with_degree(degree);
     let mut members = BTreeMap::new();
     for id in 1..=clients {
         let (c, advert) = SecAggClient::new(id, 4, &mut rng);
         server.advertise(id, advert).unwrap();
         members.insert(id, c);
     }
+    let roster = server.roster().unwrap();
+    let drops: BTreeMap<ClientId, LeavesAfter> = drops(&server).into_iter().collect();
     let stays =
         |id: &ClientId, past: LeavesAfter| drops.get(id).is_none_or(|d| *d as u8 > past as u8);
-    let roster = server.roster().unwrap();
     for (id, c) in members
         .iter_mut()
         .filter(|(id, _)| stays(id, LeavesAfter::Advert))
     {
-        server
-            .share(
-                *id,
-                c.share_keys(roster.clone(), threshold, &mut rng).unwrap(),
-            )
-            .unwrap();
+        let hood = server.neighbourhood(*id);
+        let own = roster.iter().filter(|(v, _)| hood.contains(v));
+        let own: BTreeMap<ClientId, Advert> = own.map(|(v, a)| (*v, *a)).collect();
+        let sealed = c.share_keys(own, server.threshold_of(*id), &mut rng);
+        server.share(*id, sealed.unwrap()).unwrap();
     }
     let inboxes = match server.inboxes() {
         Ok(i) => i,
@@ -94,7 +105,8 @@ fn round(clients: u32, threshold: usize, drops: &[(ClientId, LeavesAfter)]) -> O
         }
     };
     for &id in survivors.iter().filter(|id| stays(id, LeavesAfter::Input)) {
-        let reply = members.get_mut(&id).unwrap().unmask(&survivors).unwrap();
+        let own = server.survivors_for(id);
+        let reply = members.get_mut(&id).unwrap().unmask(&own).unwrap();
         server.unmasking(id, reply).unwrap();
     }
     Outcome {
@@ -314,4 +326,79 @@ fn a_repeated_step_gets_the_same_answer_and_an_altered_one_is_refused() {
     assert_eq!(c1.masked_input(inbox, &[1, 2]).unwrap(), y);
     let e = c1.masked_input(BTreeMap::new(), &[1, 2]).unwrap_err();
     assert!(e.to_string().contains("a second inbox"), "{e}");
+}
+
+/// SecAgg+ (Bell et al. 2020, §3): 300 clients, each sharing with 8 neighbours of a Harary
+/// graph, sum exactly as the complete graph would, with clients leaving after their shares and
+/// after their inputs; each client seals 8 envelopes, not 299.
+#[test]
+fn over_a_sparse_graph_the_unmasked_sum_is_the_plain_sum_exactly() {
+    let drops = |_: &SecAggServer| {
+        let mut d: Vec<_> = (1..=300)
+            .step_by(37)
+            .map(|id| (id, LeavesAfter::Shares))
+            .collect();
+        d.extend((5..=300).step_by(41).map(|id| (id, LeavesAfter::Input)));
+        d
+    };
+    let out = round_over(300, 151, Some(8), drops);
+    assert_eq!(out.encoded.len(), 300 - 9, "nine left after their shares");
+    assert_eq!(out.sum.unwrap(), plain_sum(&out.encoded));
+    for id in [1, 150, 300] {
+        let hood = out.server.neighbourhood(id);
+        assert_eq!(hood.len(), 9, "client {id} and its 8 neighbours");
+        assert_eq!(out.server.threshold_of(id), 5);
+    }
+}
+
+/// The graph is k-regular and symmetric, drawn alike from the same keys, and complete where k
+/// reaches every other member; the default degree is complete up to 255 members.
+#[test]
+fn the_graph_is_regular_symmetric_and_drawn_from_the_keys() {
+    use super::graph::{Graph, default_degree};
+    let mut rng = StdRng::from_seed([2; 32]);
+    let adverts: BTreeMap<ClientId, Advert> = (1..=40)
+        .map(|id| (id, SecAggClient::new(id, 1, &mut rng).1))
+        .collect();
+    let g = Graph::draw(&adverts, Some(6), 1);
+    let Graph::Sparse(n) = &g else {
+        panic!("6 neighbours of 40 is sparse")
+    };
+    for (u, vs) in n {
+        assert_eq!(vs.len(), 6, "client {u}");
+        assert!(!vs.contains(u) && vs.iter().all(|v| n[v].contains(u)));
+    }
+    assert_eq!(Graph::draw(&adverts, Some(6), 1), g);
+    assert_ne!(
+        Graph::draw(&adverts, Some(6), 2),
+        g,
+        "another round, another order"
+    );
+    assert!(g.connects(&adverts.keys().copied().collect()));
+    assert_eq!(Graph::draw(&adverts, Some(39), 1), Graph::Complete);
+    assert_eq!(default_degree(255), None);
+    assert_eq!(default_degree(256), Some(32));
+    assert_eq!(default_degree(1000), Some(40));
+    assert_eq!(default_degree(10_000), Some(54));
+}
+
+/// Survivors in two pieces of the graph would let unmasking show each piece's sum (the masks
+/// between the pieces belong to no one who is left): the round is refused before any share is
+/// revealed.
+#[test]
+fn survivors_that_fall_apart_in_the_graph_are_refused() {
+    // A ring (2 neighbours each) of 10: client 1 and one not next to it leave after sharing.
+    let drops = |server: &SecAggServer| {
+        let hood = server.neighbourhood(1);
+        let far = (2..=10).find(|v| !hood.contains(v)).unwrap();
+        vec![(1, LeavesAfter::Shares), (far, LeavesAfter::Shares)]
+    };
+    let out = round_over(10, 6, Some(2), drops);
+    let e = out.sum.unwrap_err().to_string();
+    assert!(e.contains("fall into pieces"), "{e}");
+    assert_eq!(
+        out.server.stage(),
+        server::Stage::Masking,
+        "no share asked for"
+    );
 }

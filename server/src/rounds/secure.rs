@@ -27,6 +27,9 @@ pub struct SecureSettings {
     /// Differs at each start of the server: a round's attempt is (nonce, round), so a message
     /// of an attempt before a restart is told to start again.
     pub nonce: u64,
+    /// SecAgg+'s neighbours per member (`None`: every other member up to 255, then
+    /// `secagg::graph::default_degree`).
+    pub degree: Option<usize>,
 }
 
 /// One client's message of a stage.
@@ -50,14 +53,15 @@ impl Step {
     }
 }
 
-/// What closed a group's U1: every member's keys, the threshold, the public weights and the
-/// ring.
+/// What closed a group's U1 (or, as one member is sent it, its neighbourhood's): the members'
+/// keys, the threshold, the public weights, the ring and how many inputs it sums.
 #[derive(Debug, Clone)]
 pub struct Roster {
     pub members: BTreeMap<ClientId, Advert>,
     pub threshold: usize,
     pub weights: BTreeMap<ClientId, f64>,
     pub fixed: FixedPoint,
+    pub summands: usize,
 }
 
 /// A stage's answer to one client.
@@ -91,6 +95,8 @@ pub struct SecureRound {
     declarable: u32,
     /// A round of one group: ⌊asked/2⌋ + 1.
     threshold: usize,
+    /// SecAgg+'s neighbours per member, as configured.
+    degree: Option<usize>,
     stage: Stage,
     stage_opened: Instant,
     groups: BTreeMap<u32, Group>,
@@ -117,6 +123,7 @@ impl SecureRound {
             len,
             declarable,
             threshold: asked / 2 + 1,
+            degree: settings.degree,
             stage: Stage::Advertising,
             stage_opened: now,
             groups: BTreeMap::new(),
@@ -207,7 +214,7 @@ impl SecureRound {
         // A refused advert leaves no group behind.
         let mut g = match self.groups.remove(&group) {
             Some(g) => g,
-            None => Group::new(self.round, self.threshold, self.len),
+            None => Group::new(self.round, self.threshold, self.len, self.degree),
         };
         let taken = g.server.advertise(client, advert);
         if g.server.taken() > 0 {
@@ -303,16 +310,16 @@ impl SecureRound {
             return Err(FlintError::Precondition(why.clone()));
         }
         match step {
-            Step::Advert(..) => match &group.roster {
-                Some(r) if r.members.contains_key(&client) => Ok(Some(Answer::Roster(r.clone()))),
-                _ => left_out(),
+            Step::Advert(..) => match group.roster_for(client) {
+                Some(r) => Ok(Some(Answer::Roster(r))),
+                None => left_out(),
             },
             Step::Shares(_) => match group.inboxes.get(&client) {
                 Some(inbox) => Ok(Some(Answer::Inbox(inbox.clone()))),
                 None => left_out(),
             },
             Step::Masked(_) => match group.survivors.contains(&client) {
-                true => Ok(Some(Answer::Survivors(group.survivors.clone()))),
+                true => Ok(Some(Answer::Survivors(group.server.survivors_for(client)))),
                 false => left_out(),
             },
             Step::Unmasking(_) => Ok(None),

@@ -25,9 +25,9 @@ pub struct Group {
 }
 
 impl Group {
-    pub fn new(round: Round, threshold: usize, len: usize) -> Group {
+    pub fn new(round: Round, threshold: usize, len: usize, degree: Option<usize>) -> Group {
         Group {
-            server: SecAggServer::new(round, threshold, len),
+            server: SecAggServer::new(round, threshold, len).with_degree(degree),
             roster: None,
             inboxes: BTreeMap::new(),
             survivors: BTreeSet::new(),
@@ -52,9 +52,9 @@ impl Group {
             Stage::Advertising => self.close_roster(split, bound, weigh),
             Stage::Sharing => self.server.inboxes().map(|i| self.inboxes = i),
             Stage::Masking => self.server.survivors().map(|s| self.survivors = s),
-            Stage::Unmasking if self.server.taken() >= self.server.threshold() => Ok(()),
+            Stage::Unmasking if self.server.can_sum() => Ok(()),
             Stage::Unmasking => Err(FlintError::Precondition(format!(
-                "{} survivors sent their shares, under the threshold {}: the round cannot end",
+                "{} survivors sent their shares, too few to rebuild every secret (the threshold {}): the round cannot end",
                 self.server.taken(),
                 self.server.threshold()
             ))),
@@ -80,9 +80,38 @@ impl Group {
             threshold: self.server.threshold(),
             weights: weigh(&ids)?,
             fixed: FixedPoint::for_sums(bound, ids.len())?,
+            summands: ids.len(),
             members,
         });
         Ok(())
+    }
+
+    /// The roster `client` is sent: its neighbourhood's keys and weights and its threshold
+    /// (the whole roster over the complete graph); `None` where it is not a member.
+    pub fn roster_for(&self, client: ClientId) -> Option<Roster> {
+        let r = self
+            .roster
+            .as_ref()
+            .filter(|r| r.members.contains_key(&client))?;
+        let hood = self.server.neighbourhood(client);
+        let keep = |id: &ClientId| hood.contains(id);
+        Some(Roster {
+            members: r
+                .members
+                .iter()
+                .filter(|(id, _)| keep(id))
+                .map(|(i, a)| (*i, *a))
+                .collect(),
+            threshold: self.server.threshold_of(client),
+            weights: r
+                .weights
+                .iter()
+                .filter(|(id, _)| keep(id))
+                .map(|(i, w)| (*i, *w))
+                .collect(),
+            fixed: r.fixed,
+            summands: r.summands,
+        })
     }
 
     /// The weights of the survivors, whose inputs the sum holds.
@@ -98,8 +127,6 @@ impl Group {
 
     /// Whether the protocol reached its end here: every survivor's sum can be unmasked.
     pub fn summable(&self) -> bool {
-        self.live()
-            && self.server.stage() == Stage::Unmasking
-            && self.server.taken() >= self.server.threshold()
+        self.live() && self.server.can_sum()
     }
 }

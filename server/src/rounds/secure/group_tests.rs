@@ -40,6 +40,7 @@ fn joined(t0: Instant, clients: u32) -> Rounds {
         bound: 1e6,
         stage_timeout: Duration::from_secs(5),
         nonce: 5,
+        degree: None,
     };
     let mut r = Rounds::new(policy, Box::new(tpfl()), CLASSES)
         .with_features(Some(8))

@@ -36,6 +36,7 @@ fn rounds() -> Rounds {
         bound: 10.0,
         stage_timeout: STAGE,
         nonce: 77,
+        degree: None,
     };
     Rounds::new(policy, Box::new(FedAvgServer::by_size(2)), 2)
         .with_features(Some(2))
