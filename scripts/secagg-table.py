@@ -30,13 +30,13 @@ def load(n, kind):
 
 print("| clients (asked) | run | up payload / message / socket (B) | × plain (socket) | down payload / message / socket (B) | summed per round | round (s) | unmask + aggregate (s) | accuracy |")
 print("|---|---|---|---|---|---|---|---|---|")
-for n in (10, 100, 1000):
+for n in ("10", "100", "1000", "1000-all"):
     plain = load(n, "plain")
     for kind in ("plain", "secure", "dropping"):
         r = load(n, kind)
         if r is None:
             continue
         ratio = r["up"][2] / plain["up"][2] if plain else float("nan")
-        asked = f"{n} (100)" if n > 255 else f"{n}"
+        asked = {"1000": "1000 (100)", "1000-all": "1000 (SecAgg+, 40 neighbours)"}.get(n, n)
         fmt = lambda v: " / ".join(f"{x:,.0f}" for x in v)
         print(f"| {asked} | {kind} | {fmt(r['up'])} | {ratio:.2f} | {fmt(r['down'])} | {r['summed']:.1f} | {r['seconds']:.3f} | {r['agg']:.4f} | {r['acc']:.4f} |")

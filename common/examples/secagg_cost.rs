@@ -1,12 +1,15 @@
 //! What one round of secure aggregation (`flint_common::secagg`) costs, in one process: the
 //! protocol's bytes per client at each stage (the last client's messages as built, each item
 //! with a 4-byte id; before protobuf and gRPC framing) and the time of
-//! each side, for groups of 10, 100 and 255 clients, with no one dropping, with 10 % dropping
-//! after their masked input, and with 10 % dropping after sharing their keys (before any input).
+//! each side, for groups of 10, 100 and 255 clients (every client sharing with every other) and
+//! 1,000 (SecAgg+, each sharing with its neighbours in the graph, 40 by default), with no one
+//! dropping, with 10 % dropping after their masked input, and with 10 % dropping after sharing
+//! their keys (before any input).
 //!
 //!   cargo run --release -p flint-common --example secagg_cost [VALUES ...]
 //!
-//! VALUES: the vector lengths (default 11, MAGIC's logistic regression, and 7850, MNIST's).
+//! VALUES: the vector lengths (default 11, MAGIC's logistic regression, and 7850, MNIST's);
+//! SIZES="10 100 255 1000" by default.
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -42,11 +45,14 @@ fn one_round(n: u32, len: usize, early: usize, late: usize) -> Cost {
         clients.insert(id, c);
     }
     let t = Instant::now();
-    let roster = server.roster().unwrap();
+    server.roster().unwrap();
     timed(&mut server_t, t);
     for (id, c) in clients.iter_mut() {
+        let own = server.roster_for(*id);
         let t = Instant::now();
-        let sealed = c.share_keys(roster.clone(), threshold, &mut rng).unwrap();
+        let sealed = c
+            .share_keys(own, server.threshold_of(*id), &mut rng)
+            .unwrap();
         timed(&mut client_t, t);
         if *id == n {
             // The last client's envelopes, each with its recipient's id.
@@ -78,8 +84,9 @@ fn one_round(n: u32, len: usize, early: usize, late: usize) -> Cost {
     }
     let survivors = server.survivors().unwrap();
     for &id in survivors.iter().skip(late) {
+        let own = server.survivors_for(id);
         let t = Instant::now();
-        let reply = clients.get_mut(&id).unwrap().unmask(&survivors).unwrap();
+        let reply = clients.get_mut(&id).unwrap().unmask(&own).unwrap();
         timed(&mut client_t, t);
         if id == n {
             let shares = reply.seed_shares.values().chain(reply.key_shares.values());
@@ -94,8 +101,8 @@ fn one_round(n: u32, len: usize, early: usize, late: usize) -> Cost {
     // The advert's three 32-byte values; the roster, each member's id and advert; the
     // survivors' ids. The rest as the last client's messages held them.
     cost.up[0] = 96;
-    cost.down[0] = roster.len() * (4 + 96);
-    cost.down[2] = 4 * survivors.len();
+    cost.down[0] = server.neighbourhood(n).len() * (4 + 96);
+    cost.down[2] = 4 * server.survivors_for(n).len();
     cost.client_seconds = client_t / n as f64;
     cost.server_seconds = server_t;
     cost
@@ -115,8 +122,13 @@ fn main() {
         "| clients | values | dropping (after shares / after input) | up B per client (keys / shares / input / unmask) | down B per client (roster / shares / survivors) | up ÷ plain input | client ms | server ms |"
     );
     println!("|---|---|---|---|---|---|---|---|");
+    let sizes: Vec<u32> = std::env::var("SIZES")
+        .unwrap_or_else(|_| "10 100 255 1000".into())
+        .split_whitespace()
+        .filter_map(|n| n.parse().ok())
+        .collect();
     for &len in &lens {
-        for n in [10u32, 100, 255] {
+        for &n in &sizes {
             let tenth = n as usize / 10;
             for (early, late) in [(0, 0), (0, tenth), (tenth, 0)] {
                 let c = one_round(n, len, early, late);

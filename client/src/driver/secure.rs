@@ -252,7 +252,8 @@ fn read_roster(r: &SecAggRoster) -> Result<(BTreeMap<ClientId, Advert>, usize), 
 }
 
 /// The input times this client's public weight, in the ring the roster names (its scale must be
-/// the one this client derives from the bound and the roster's size: the sum could wrap else).
+/// the one this client derives from the bound and the group's size, `summands`: the sum could
+/// wrap else).
 fn encode(input: &[f64], r: &SecAggRoster) -> Result<Vec<u32>, Stop> {
     let bad =
         |e: flint_common::FlintError| Stop::Answered(Status::failed_precondition(e.to_string()));

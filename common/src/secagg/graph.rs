@@ -49,18 +49,19 @@ impl Graph {
         Graph::Sparse(neighbours)
     }
 
-    /// `client` and its neighbours among `members`: whom it shares its keys with.
-    pub fn neighbourhood<'a>(
+    /// `client` and its neighbours among `members`: whom it shares its keys with (of the
+    /// sparse graph's k neighbours, found without reading the other members).
+    pub fn neighbourhood(
         &self,
         client: ClientId,
-        members: impl Iterator<Item = &'a ClientId>,
+        members: &BTreeMap<ClientId, Advert>,
     ) -> BTreeSet<ClientId> {
         match self {
-            Graph::Complete => members.copied().collect(),
+            Graph::Complete => members.keys().copied().collect(),
             Graph::Sparse(n) => {
                 let own = n.get(&client).into_iter().flatten().copied();
-                let hood: BTreeSet<ClientId> = own.chain([client]).collect();
-                members.copied().filter(|m| hood.contains(m)).collect()
+                let hood = own.chain([client]);
+                hood.filter(|m| members.contains_key(m)).collect()
             }
         }
     }
@@ -101,9 +102,9 @@ fn order_seed(members: &BTreeMap<ClientId, Advert>, round: Round) -> [u8; 32] {
 }
 
 /// The neighbours a member of a group of `n` gets by default: every other member up to
-/// [`super::MAX_GROUP`] (Bonawitz et al.'s complete graph), else the even number nearest above
-/// 4 log₂ n (40 at 1,000 members, 54 at 10,000): a neighbourhood whose threshold, more than
-/// half of it, survives a tenth of the members dropping with a wide margin.
+/// [`super::MAX_GROUP`] (Bonawitz et al.'s complete graph), else the least even number at or
+/// above 4 log₂ n (40 at 1,000 members, 54 at 10,000): a neighbourhood whose threshold, more
+/// than half of it, survives a tenth of the members dropping with a wide margin.
 pub fn default_degree(n: usize) -> Option<usize> {
     if n <= super::MAX_GROUP {
         return None;

@@ -30,6 +30,8 @@ pub struct SecAggServer {
     graph: Graph,
     /// U1's adverts.
     adverts: BTreeMap<ClientId, Advert>,
+    /// Whose every advertised key is: a key is one member's only.
+    key_owners: BTreeMap<[u8; 32], ClientId>,
     /// Sealed shares by sender, then recipient (their senders are U2).
     mail: BTreeMap<ClientId, BTreeMap<ClientId, Vec<u8>>>,
     /// U3's masked inputs: all the server ever holds of an input.
@@ -52,6 +54,7 @@ impl SecAggServer {
             degree: None,
             graph: Graph::Complete,
             adverts: BTreeMap::new(),
+            key_owners: BTreeMap::new(),
             mail: BTreeMap::new(),
             masked: BTreeMap::new(),
             replies: BTreeMap::new(),
@@ -83,9 +86,17 @@ impl SecAggServer {
         }
     }
 
-    /// `client` and the members it shares with: its roster.
+    /// `client` and the members it shares with.
     pub fn neighbourhood(&self, client: ClientId) -> BTreeSet<ClientId> {
-        self.graph.neighbourhood(client, self.adverts.keys())
+        self.graph.neighbourhood(client, &self.adverts)
+    }
+
+    /// The roster `client` is sent: its neighbourhood's adverts (every member's over the
+    /// complete graph).
+    pub fn roster_for(&self, client: ClientId) -> BTreeMap<ClientId, Advert> {
+        let hood = self.neighbourhood(client).into_iter();
+        hood.filter_map(|v| self.adverts.get(&v).map(|a| (v, *a)))
+            .collect()
     }
 
     /// The threshold `client`'s shares are split at: the complete graph's, or more than half
@@ -161,19 +172,19 @@ impl SecAggServer {
             ));
         }
         // A copied or degenerate key would make every honest client refuse the roster.
-        let taken = self
-            .adverts
-            .iter()
-            .filter(|(c, _)| **c != client)
-            .flat_map(|(_, a)| [a.mask_key, a.envelope_key]);
         let keys = [advert.mask_key, advert.envelope_key];
-        if keys[0] == keys[1] || taken.into_iter().any(|k| keys.contains(&k)) {
+        let taken = |k: &[u8; 32]| self.key_owners.get(k).is_some_and(|&c| c != client);
+        if keys[0] == keys[1] || keys.iter().any(taken) {
             return refuse(format!("client {client}'s keys are another's"));
         }
         if keys.iter().any(crypto::is_low_order) {
             return refuse(format!("client {client}'s key is of low order"));
         }
-        self.adverts.insert(client, advert);
+        if let Some(old) = self.adverts.insert(client, advert) {
+            self.key_owners.remove(&old.mask_key);
+            self.key_owners.remove(&old.envelope_key);
+        }
+        self.key_owners.extend(keys.map(|k| (k, client)));
         Ok(())
     }
 
@@ -289,7 +300,7 @@ impl SecAggServer {
         self.expect(Stage::Masking)?;
         self.at_threshold(self.masked.len(), "sent masked inputs")?;
         let survivors: BTreeSet<ClientId> = self.masked.keys().copied().collect();
-        for &u in self.mail.keys() {
+        for &u in self.mail.keys().filter(|&&u| self.is_needed(u)) {
             let holders = self.masked_with(u).intersection(&survivors).count();
             if holders < self.threshold_of(u) {
                 return refuse(format!(
@@ -306,6 +317,12 @@ impl SecAggServer {
         }
         self.stage = Stage::Unmasking;
         Ok(survivors)
+    }
+
+    /// Whether the sum needs `u`'s secret rebuilt: a survivor's self-mask seed, or the mask key
+    /// of a member gone after sharing with which some survivor masked.
+    fn is_needed(&self, u: ClientId) -> bool {
+        self.masked.contains_key(&u) || !self.survivors_for(u).is_empty()
     }
 
     /// The survivors `client` holds shares of: what it is sent to unmask.
@@ -325,12 +342,15 @@ impl SecAggServer {
     /// The first member whose secret too few holders have replied for: its holders that
     /// replied, and its threshold.
     fn short_secret(&self) -> Option<(ClientId, usize, usize)> {
-        self.mail.keys().find_map(|&u| {
-            let with = self.masked_with(u);
-            let replied = with.iter().filter(|c| self.replies.contains_key(c)).count();
-            let threshold = self.threshold_of(u);
-            (replied < threshold).then_some((u, replied, threshold))
-        })
+        self.mail
+            .keys()
+            .filter(|&&u| self.is_needed(u))
+            .find_map(|&u| {
+                let with = self.masked_with(u);
+                let replied = with.iter().filter(|c| self.replies.contains_key(c)).count();
+                let threshold = self.threshold_of(u);
+                (replied < threshold).then_some((u, replied, threshold))
+            })
     }
 
     /// The masked inputs held: what a test reads to see that no input is there in the clear.
@@ -415,6 +435,9 @@ impl SecAggServer {
     /// Client `v` shared its keys and sent no input: every survivor's pairwise mask with it is
     /// still in the sum, rebuilt from `v`'s mask key.
     fn take_out_dropped(&self, v: ClientId, sum: &mut [u32]) -> Result<()> {
+        if !self.is_needed(v) {
+            return Ok(());
+        }
         let shares = self.shares_of(v, |r| r.key_shares.get(&v));
         let key = KeyPair::from_secret(crypto::combine(&shares)?);
         if key.public != self.adverts[&v].mask_key {

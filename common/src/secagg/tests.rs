@@ -56,7 +56,7 @@ fn round_over(
         server.advertise(id, advert).unwrap();
         members.insert(id, c);
     }
-    let roster = server.roster().unwrap();
+    server.roster().unwrap();
     let drops: BTreeMap<ClientId, LeavesAfter> = drops(&server).into_iter().collect();
     let stays =
         |id: &ClientId, past: LeavesAfter| drops.get(id).is_none_or(|d| *d as u8 > past as u8);
@@ -64,9 +64,7 @@ fn round_over(
         .iter_mut()
         .filter(|(id, _)| stays(id, LeavesAfter::Advert))
     {
-        let hood = server.neighbourhood(*id);
-        let own = roster.iter().filter(|(v, _)| hood.contains(v));
-        let own: BTreeMap<ClientId, Advert> = own.map(|(v, a)| (*v, *a)).collect();
+        let own = server.roster_for(*id);
         let sealed = c.share_keys(own, server.threshold_of(*id), &mut rng);
         server.share(*id, sealed.unwrap()).unwrap();
     }

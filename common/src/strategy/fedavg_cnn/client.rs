@@ -92,8 +92,7 @@ pub fn privatize_network(
     round: Round,
     rng: &mut FlintRng,
 ) -> Result<()> {
-    let widen = |v: &[f32]| -> Vec<f64> { v.iter().map(|&x| f64::from(x)).collect() };
-    let (base, mut trained) = (widen(base), widen(params));
+    let (base, mut trained) = (super::widen(base), super::widen(params));
     match noise {
         Some(noise) => privatize_locally(dp, &base, &mut trained, &mut noise.rng(round))?,
         None => privatize_locally(dp, &base, &mut trained, rng)?,

@@ -101,14 +101,14 @@ impl NetworkMean {
             let (global, weights) = combine_networks(&self.robust, vectors, weights);
             return Ok((global, weights, spent));
         };
-        let (arch, classes, seed) = (self.arch, self.classes, self.seed);
-        let initial = || match initial_network(arch, features, classes, seed) {
-            Ok(cnn) => widen(&cnn.params),
-            Err(_) => Vec::new(),
+        // Round 1's base: the run's initial network, drawn only where no base is kept.
+        let initial = match p.state().global.is_empty() {
+            true => widen(&initial_network(self.arch, features, self.classes, self.seed)?.params),
+            false => Vec::new(),
         };
         let wide: Vec<Vec<f64>> = vectors.iter().map(|v| widen(v)).collect();
         let views: Vec<&[f64]> = wide.iter().map(Vec::as_slice).collect();
-        let (mean, spent) = p.central(round, ids, &views, weights, initial)?;
+        let (mean, spent) = p.central(round, ids, &views, weights, || initial)?;
         let global: Vec<f32> = mean.iter().map(|&x| x as f32).collect();
         // The next round's changes are measured from the network the clients are sent.
         p.rebase(&widen(&global));
@@ -116,7 +116,8 @@ impl NetworkMean {
     }
 }
 
-fn widen(params: &[f32]) -> Vec<f64> {
+/// A network's float32 parameters as the float64 the mechanisms work in.
+pub fn widen(params: &[f32]) -> Vec<f64> {
     params.iter().map(|&x| f64::from(x)).collect()
 }
 

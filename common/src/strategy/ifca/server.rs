@@ -6,7 +6,9 @@ use serde::{Deserialize, Serialize};
 use crate::model::cnn::{ArchName, Cnn};
 use crate::rng::derive_rng;
 use crate::strategy::decoder::UpdateDecoder;
-use crate::strategy::fedavg_cnn::{architecture, combine_networks, n_k_over_n, sample_shares};
+use crate::strategy::fedavg_cnn::{
+    architecture, combine_networks, n_k_over_n, sample_shares, widen,
+};
 use crate::strategy::privacy::{
     self, CentralGroup, DpHyper, NoiseKey, PrivacySpent, PrivacyState, PrivateMean,
 };
@@ -189,7 +191,6 @@ fn noised_clusters(
     models: &mut [Vec<f32>],
     privacy: &mut PrivateMean,
 ) -> Result<(BTreeMap<ClientId, f64>, Option<PrivacySpent>)> {
-    let widen = |v: &[f32]| -> Vec<f64> { v.iter().map(|&x| f64::from(x)).collect() };
     let wide: BTreeMap<u32, Vec<Vec<f64>>> = members
         .iter()
         .map(|(&c, list)| (c, list.iter().map(|m| widen(m.params)).collect()))
@@ -341,8 +342,20 @@ impl ServerStrategy for IfcaServer {
                 self.k
             )));
         }
-        if let (Some(p), Some(spent)) = (&mut self.privacy, state.privacy) {
-            p.restore(spent);
+        // A state kept without `[dp]` would count every client's ε from zero again.
+        match (&mut self.privacy, state.privacy) {
+            (Some(p), Some(spent)) => p.restore(spent),
+            (None, None) => {}
+            (Some(_), None) => {
+                return Err(FlintError::Model(
+                    "ifca's kept state has no [dp] record; this run has [dp]".into(),
+                ));
+            }
+            (None, Some(_)) => {
+                return Err(FlintError::Model(
+                    "ifca's kept state has a [dp] record; this run has no [dp]".into(),
+                ));
+            }
         }
         self.models = state.models;
         Ok(())

@@ -54,9 +54,8 @@ impl Group {
             Stage::Masking => self.server.survivors().map(|s| self.survivors = s),
             Stage::Unmasking if self.server.can_sum() => Ok(()),
             Stage::Unmasking => Err(FlintError::Precondition(format!(
-                "{} survivors sent their shares, too few to rebuild every secret (the threshold {}): the round cannot end",
-                self.server.taken(),
-                self.server.threshold()
+                "{} survivors sent their shares, too few to rebuild every secret: the round cannot end",
+                self.server.taken()
             ))),
         };
         if let Err(e) = closed {
@@ -93,22 +92,15 @@ impl Group {
             .roster
             .as_ref()
             .filter(|r| r.members.contains_key(&client))?;
-        let hood = self.server.neighbourhood(client);
-        let keep = |id: &ClientId| hood.contains(id);
+        let members = self.server.roster_for(client);
+        let weights = members
+            .keys()
+            .filter_map(|id| r.weights.get(id).map(|w| (*id, *w)))
+            .collect();
         Some(Roster {
-            members: r
-                .members
-                .iter()
-                .filter(|(id, _)| keep(id))
-                .map(|(i, a)| (*i, *a))
-                .collect(),
+            members,
             threshold: self.server.threshold_of(client),
-            weights: r
-                .weights
-                .iter()
-                .filter(|(id, _)| keep(id))
-                .map(|(i, w)| (*i, *w))
-                .collect(),
+            weights,
             fixed: r.fixed,
             summands: r.summands,
         })
