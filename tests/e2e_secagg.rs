@@ -38,6 +38,14 @@ fn run(exp: &Path, runs: &Path) -> PathBuf {
     runs.join(exp.file_stem().unwrap())
 }
 
+/// A one-round run named `name` with `extra` sections, in its own folder under `dir`.
+fn one_round(dir: &Path, name: &str, extra: &str) -> PathBuf {
+    run(
+        &experiment(dir, name, 1, extra),
+        &dir.join(name).with_extension("runs"),
+    )
+}
+
 /// A client's kept update of `round`: its model's weights then biases.
 fn plain_update(run: &Path, round: u32, client: u32) -> Vec<f32> {
     let path = run.join(format!("updates/round-{round}-client-{client}.pb"));
@@ -102,15 +110,8 @@ fn kept_model(run: &Path, client: &str) -> Vec<f32> {
 #[test]
 fn a_secure_round_is_the_fixed_point_sum_of_the_plain_updates_with_and_without_dropouts() {
     let dir = tempfile::tempdir().unwrap();
-    let plain = run(
-        &experiment(dir.path(), "plain", 1, ""),
-        &dir.path().join("p"),
-    );
-    let (expected, encoded) = expected_model(&plain);
-    let sa = run(
-        &experiment(dir.path(), "sa", 1, &secure(30)),
-        &dir.path().join("s"),
-    );
+    let (expected, encoded) = expected_model(&one_round(dir.path(), "plain", ""));
+    let sa = one_round(dir.path(), "sa", &secure(30));
     assert_eq!(kept_model(&sa, "client-1"), expected);
     // What the server kept of each update: its masked input, nothing like the input itself.
     for (client, x) in &encoded {
@@ -173,20 +174,9 @@ fn a_secure_round_is_the_fixed_point_sum_of_the_plain_updates_with_and_without_d
 #[test]
 fn a_sparse_graph_sums_as_the_complete_one_for_fewer_bytes() {
     let dir = tempfile::tempdir().unwrap();
-    let plain = run(
-        &experiment(dir.path(), "plain", 1, ""),
-        &dir.path().join("p"),
-    );
-    let (expected, _) = expected_model(&plain);
-    let complete = run(
-        &experiment(dir.path(), "complete", 1, &secure(30)),
-        &dir.path().join("c"),
-    );
-    let ring = secure(30) + "neighbours = 2\n";
-    let sparse = run(
-        &experiment(dir.path(), "sparse", 1, &ring),
-        &dir.path().join("s"),
-    );
+    let (expected, _) = expected_model(&one_round(dir.path(), "plain", ""));
+    let complete = one_round(dir.path(), "complete", &secure(30));
+    let sparse = one_round(dir.path(), "sparse", &(secure(30) + "neighbours = 2\n"));
     assert_eq!(kept_model(&sparse, "client-1"), expected);
     let (c, s) = (results(&complete), results(&sparse));
     for client in 1..=CLIENTS as u32 {
