@@ -142,3 +142,30 @@ pub(super) fn check_secagg(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// SecAgg+'s degree: an even number of neighbours from 2 to 254 (a neighbourhood of at most
+    /// 255, GF(256)'s share count); anything else is refused with the range.
+    #[test]
+    fn neighbours_are_an_even_number_a_neighbourhood_can_share_among() {
+        let with = |k| SecAggSection {
+            enabled: true,
+            neighbours: Some(k),
+            ..SecAggSection::default()
+        };
+        for k in [2, 40, 254] {
+            assert_eq!(with(k).check(100.0).unwrap().degree(), Some(k as usize));
+        }
+        for k in [0, 3, 256] {
+            let e = with(k).check(100.0).unwrap_err().to_string();
+            assert!(e.contains("even number from 2 to 254"), "{k}: {e}");
+        }
+        assert_eq!(
+            SecAggSection::default().check(100.0).unwrap().degree(),
+            None
+        );
+    }
+}

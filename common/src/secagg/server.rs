@@ -74,7 +74,7 @@ impl SecAggServer {
 
     /// The threshold of the complete graph, and the least of a sparse graph's (for a stage's
     /// count of messages, which must reach it).
-    pub fn threshold(&self) -> usize {
+    fn threshold(&self) -> usize {
         match self.graph {
             Graph::Complete => self.threshold,
             Graph::Sparse(_) => self
@@ -84,6 +84,11 @@ impl SecAggServer {
                 .min()
                 .unwrap_or(0),
         }
+    }
+
+    /// Whether `client`'s keys are in U1.
+    pub fn is_member(&self, client: ClientId) -> bool {
+        self.adverts.contains_key(&client)
     }
 
     /// `client` and the members it shares with.
@@ -202,12 +207,14 @@ impl SecAggServer {
         Ok(self.adverts.clone())
     }
 
+    /// A stage's count against the threshold (under SecAgg+ the least neighbourhood's: each
+    /// neighbourhood's own is checked where the stage closes).
     fn at_threshold(&self, count: usize, what: &str) -> Result<()> {
-        match count >= self.threshold {
+        let threshold = self.threshold();
+        match count >= threshold {
             true => Ok(()),
             false => refuse(format!(
-                "{count} clients {what}, under the threshold {}: the round cannot end",
-                self.threshold
+                "{count} clients {what}, under the threshold {threshold}: the round cannot end"
             )),
         }
     }

@@ -535,7 +535,7 @@ impl Rounds {
                 Some(MaskedGroup {
                     id,
                     weights: g.survivors_weights(),
-                    fixed: g.roster.as_ref()?.fixed,
+                    fixed: g.closed.as_ref()?.fixed,
                     server: Box::new(g.server),
                 })
             })

@@ -5,9 +5,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use flint_common::config::MIN_GROUP;
+use flint_common::secagg::SecAggServer;
 use flint_common::secagg::ring::FixedPoint;
 use flint_common::secagg::server::Stage;
-use flint_common::secagg::{Advert, SecAggServer};
 use flint_common::{ClientId, FlintError, Result, Round};
 
 use super::Roster;
@@ -15,9 +15,17 @@ use super::Roster;
 /// The public weights of a group's members, by the strategy.
 pub type Weigh<'a> = dyn Fn(&[ClientId]) -> Result<BTreeMap<ClientId, f64>> + 'a;
 
+/// What closing U1 fixed for the whole group (each member's roster is drawn from it and the
+/// server's graph): the members' public weights, the ring and how many inputs it sums.
+pub struct Closed {
+    pub weights: BTreeMap<ClientId, f64>,
+    pub fixed: FixedPoint,
+    pub summands: usize,
+}
+
 pub struct Group {
     pub(super) server: SecAggServer,
-    pub(super) roster: Option<Roster>,
+    pub(super) closed: Option<Closed>,
     pub(super) inboxes: BTreeMap<ClientId, BTreeMap<ClientId, Vec<u8>>>,
     pub(super) survivors: BTreeSet<ClientId>,
     /// Why this group's inputs are not summed this round.
@@ -28,7 +36,7 @@ impl Group {
     pub fn new(round: Round, threshold: usize, len: usize, degree: Option<usize>) -> Group {
         Group {
             server: SecAggServer::new(round, threshold, len).with_degree(degree),
-            roster: None,
+            closed: None,
             inboxes: BTreeMap::new(),
             survivors: BTreeSet::new(),
             failed: None,
@@ -73,14 +81,11 @@ impl Group {
             }
             self.server.set_threshold(declared / 2 + 1)?;
         }
-        let members: BTreeMap<ClientId, Advert> = self.server.roster()?;
-        let ids: Vec<ClientId> = members.keys().copied().collect();
-        self.roster = Some(Roster {
-            threshold: self.server.threshold(),
+        let ids: Vec<ClientId> = self.server.roster()?.into_keys().collect();
+        self.closed = Some(Closed {
             weights: weigh(&ids)?,
             fixed: FixedPoint::for_sums(bound, ids.len())?,
             summands: ids.len(),
-            members,
         });
         Ok(())
     }
@@ -89,9 +94,9 @@ impl Group {
     /// (the whole roster over the complete graph); `None` where it is not a member.
     pub fn roster_for(&self, client: ClientId) -> Option<Roster> {
         let r = self
-            .roster
+            .closed
             .as_ref()
-            .filter(|r| r.members.contains_key(&client))?;
+            .filter(|_| self.server.is_member(client))?;
         let members = self.server.roster_for(client);
         let weights = members
             .keys()
@@ -108,7 +113,7 @@ impl Group {
 
     /// The weights of the survivors, whose inputs the sum holds.
     pub fn survivors_weights(&self) -> BTreeMap<ClientId, f64> {
-        let Some(r) = &self.roster else {
+        let Some(r) = &self.closed else {
             return BTreeMap::new();
         };
         self.survivors
