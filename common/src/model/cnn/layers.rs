@@ -120,22 +120,24 @@ impl ConvBackward<'_> {
     pub fn run(
         &self,
         dy: &[f32],
-        grads: &mut [f32],
+        grads: Option<&mut [f32]>,
         scratch: &mut Vec<f32>,
         dx: Option<&mut Vec<f32>>,
     ) {
         let rows = self.c * self.k * self.k;
         let out = self.w.len() / rows;
         let cols = dy.len() / out;
-        let (dw, db) = grads.split_at_mut(self.w.len());
-        gemm(
-            View::rows(dy, out, cols),
-            View::rows(self.col, rows, cols).t(),
-            0.0,
-            dw,
-        );
-        for (g, row) in db.iter_mut().zip(dy.chunks_exact(cols)) {
-            *g = row.iter().sum();
+        if let Some(grads) = grads {
+            let (dw, db) = grads.split_at_mut(self.w.len());
+            gemm(
+                View::rows(dy, out, cols),
+                View::rows(self.col, rows, cols).t(),
+                0.0,
+                dw,
+            );
+            for (g, row) in db.iter_mut().zip(dy.chunks_exact(cols)) {
+                *g = row.iter().sum();
+            }
         }
         let Some(dx) = dx else { return };
         scratch.clear();
@@ -258,16 +260,18 @@ pub fn dense_backward(
     x: &[f32],
     dy: &[f32],
     n: usize,
-    grads: &mut [f32],
+    grads: Option<&mut [f32]>,
     dx: Option<&mut Vec<f32>>,
 ) {
     let out = dy.len() / n;
     let input = w.len() / out;
-    let (dw, db) = grads.split_at_mut(w.len());
-    gemm(View::rows(dy, n, out).t(), View::rows(x, n, input), 0.0, dw);
-    db.fill(0.0);
-    for row in dy.chunks_exact(out) {
-        db.iter_mut().zip(row).for_each(|(g, d)| *g += d);
+    if let Some(grads) = grads {
+        let (dw, db) = grads.split_at_mut(w.len());
+        gemm(View::rows(dy, n, out).t(), View::rows(x, n, input), 0.0, dw);
+        db.fill(0.0);
+        for row in dy.chunks_exact(out) {
+            db.iter_mut().zip(row).for_each(|(g, d)| *g += d);
+        }
     }
     let Some(dx) = dx else { return };
     dx.clear();

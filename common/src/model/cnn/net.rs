@@ -90,10 +90,17 @@ pub fn forward(arch: &Architecture, params: &[f32], x: &[f32], n: usize, tape: &
     }
 }
 
-/// Backward pass from the gradient of the loss in the logits (`tape.d`), after [`forward`];
-/// with `to_input`, on to the network's input, left in `tape.d` (in the layout of
-/// `tape.acts[0]`).
-fn backward(arch: &Architecture, params: &[f32], tape: &mut Tape, to_input: bool) {
+/// What a backward pass computes.
+#[derive(Clone, Copy)]
+struct Wants {
+    /// The gradient in the parameters, into `tape.grad`.
+    weights: bool,
+    /// The gradient in the network's input, left in `tape.d` (in the layout of `tape.acts[0]`).
+    input: bool,
+}
+
+/// Backward pass from the gradient of the loss in the logits (`tape.d`), after [`forward`].
+fn backward(arch: &Architecture, params: &[f32], tape: &mut Tape, wants: Wants) {
     let n = tape.n;
     for (i, l) in arch.layers.iter().enumerate().rev() {
         let Tape {
@@ -106,8 +113,10 @@ fn backward(arch: &Architecture, params: &[f32], tape: &mut Tape, to_input: bool
             scratch,
             ..
         } = tape;
-        let grads = &mut grad[l.offset..l.offset + l.params];
-        let wants_dx = i > 0 || to_input;
+        let grads = wants
+            .weights
+            .then(|| &mut grad[l.offset..l.offset + l.params]);
+        let wants_dx = i > 0 || wants.input;
         let (c, p) = planes(l.input, n);
         match l.layer {
             Layer::Pad { by } => {
@@ -151,7 +160,11 @@ fn backward(arch: &Architecture, params: &[f32], tape: &mut Tape, to_input: bool
 pub fn backward_from(arch: &Architecture, params: &[f32], dlogits: &[f32], tape: &mut Tape) {
     tape.d.clear();
     tape.d.extend_from_slice(dlogits);
-    backward(arch, params, tape, false);
+    let wants = Wants {
+        weights: true,
+        input: false,
+    };
+    backward(arch, params, tape, wants);
 }
 
 /// [`backward_from`], on to the input: the gradient in each input value, `[n][input]` as
@@ -163,9 +176,40 @@ pub fn backward_to_input(
     tape: &mut Tape,
     dx: &mut Vec<f32>,
 ) {
+    let wants = Wants {
+        weights: true,
+        input: true,
+    };
+    backward_into(arch, params, dlogits, tape, wants, dx);
+}
+
+/// [`backward_to_input`] without the gradient in the parameters (`tape.grad()` is left as it
+/// was): a fixed network a generator trains against needs its input's alone, for half the work.
+pub fn input_gradient(
+    arch: &Architecture,
+    params: &[f32],
+    dlogits: &[f32],
+    tape: &mut Tape,
+    dx: &mut Vec<f32>,
+) {
+    let wants = Wants {
+        weights: false,
+        input: true,
+    };
+    backward_into(arch, params, dlogits, tape, wants, dx);
+}
+
+fn backward_into(
+    arch: &Architecture,
+    params: &[f32],
+    dlogits: &[f32],
+    tape: &mut Tape,
+    wants: Wants,
+    dx: &mut Vec<f32>,
+) {
     tape.d.clear();
     tape.d.extend_from_slice(dlogits);
-    backward(arch, params, tape, true);
+    backward(arch, params, tape, wants);
     let (c, p) = planes(arch.input, tape.n);
     layers::flatten(&tape.d, c, tape.n, p.h * p.w, dx);
 }
@@ -183,7 +227,11 @@ pub fn loss_and_grad(
     let logits = std::mem::take(&mut tape.acts[arch.layers.len()]);
     let loss = layers::softmax_cross_entropy(&logits, labels, &mut tape.d);
     tape.acts[arch.layers.len()] = logits;
-    backward(arch, params, tape, false);
+    let wants = Wants {
+        weights: true,
+        input: false,
+    };
+    backward(arch, params, tape, wants);
     loss
 }
 
@@ -275,6 +323,14 @@ mod tests {
             );
         }
         assert!(kinks < x.len() / 20, "{kinks} inputs sit on a kink");
+        // Without the parameters' gradient: the same input gradient to the bit, and the
+        // parameter gradient of a fresh pass left at zero.
+        let mut alone = Tape::default();
+        forward(&arch, &params, &x, 3, &mut alone);
+        let mut dx_alone = Vec::new();
+        input_gradient(&arch, &params, &d, &mut alone, &mut dx_alone);
+        assert_eq!(dx_alone, dx);
+        assert!(alone.grad().iter().all(|&g| g == 0.0));
     }
 
     /// The backward pass is the loss's gradient: each parameter's against a central finite

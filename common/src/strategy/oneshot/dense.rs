@@ -5,7 +5,8 @@
 //! far. Each server epoch is `generator_steps` Adam steps on the generator and its latent codes,
 //! the batch of lowest loss kept, then one pass of the student over everything kept, as the
 //! authors' code runs it (FedFisher's copy of it: Adam at 10⁻³, β = (0.5, 0.999); KL at
-//! temperature 20 for the student, SGD 0.01 with momentum 0.9).
+//! temperature 20 for the student, SGD 0.01 with momentum 0.9). The networks' passes over a
+//! generated batch are independent, so they run on the server's cores and are summed in order.
 //!
 //! Two things differ, both said in the guide: the generator is a two-layer perceptron
 //! (latent 256 → 512 → the image, sigmoid), not their convolutional one with batch norms, whose
@@ -37,7 +38,21 @@ pub fn distill(
     hyper: &OneShotHyper,
     rng: &mut FlintRng,
 ) -> Vec<f32> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    distill_on(cores, arch, teachers, start, hyper, rng)
+}
+
+/// [`distill`] with the networks' passes on `threads` threads.
+fn distill_on(
+    threads: usize,
+    arch: &Architecture,
+    teachers: &[&[f32]],
+    start: Vec<f32>,
+    hyper: &OneShotHyper,
+    rng: &mut FlintRng,
+) -> Vec<f32> {
     let mut run = Distillation::new(arch, teachers, start, hyper, rng);
+    run.threads = threads;
     for epoch in 1..=hyper.distill_epochs {
         let loss = run.synthesize(rng);
         let kd = run.distill_student(rng);
@@ -64,10 +79,17 @@ struct Distillation<'a> {
     pool: Vec<f32>,
     pool_logits: Vec<f32>,
     velocity: Vec<f32>,
-    /// Each teacher's pass and the student's, kept from step to step (a pass's buffers are
+    /// Each teacher's pass, then the student's, kept from step to step (a pass's buffers are
     /// megabytes at a batch of 256).
-    tapes: Vec<Tape>,
-    student_tape: Tape,
+    passes: Vec<Pass>,
+    threads: usize,
+}
+
+/// One network's pass over the generated batch, and its gradient in the images.
+#[derive(Default)]
+struct Pass {
+    tape: Tape,
+    dx: Vec<f32>,
 }
 
 impl<'a> Distillation<'a> {
@@ -95,8 +117,8 @@ impl<'a> Distillation<'a> {
             pool: Vec::new(),
             pool_logits: Vec::new(),
             velocity: Vec::new(),
-            tapes: teachers.iter().map(|_| Tape::default()).collect(),
-            student_tape: Tape::default(),
+            passes: (0..=teachers.len()).map(|_| Pass::default()).collect(),
+            threads: 1,
         }
     }
 
@@ -167,17 +189,20 @@ impl<'a> Distillation<'a> {
         dimg: &mut Vec<f32>,
     ) -> (f64, Vec<f32>) {
         let (b, c, k) = (targets.len(), self.classes, self.teachers.len() as f32);
-        let mut tapes = std::mem::take(&mut self.tapes);
-        let mut s_tape = std::mem::take(&mut self.student_tape);
+        let mut passes = std::mem::take(&mut self.passes);
+        let nets: Vec<&[f32]> = self.nets().collect();
+        let arch = self.arch;
+        in_parallel(&mut passes, self.threads, |i, pass| {
+            net::forward(arch, nets[i], images, b, &mut pass.tape)
+        });
+        let (teacher_passes, student_pass) = passes.split_at(self.teachers.len());
         let mut t = vec![0.0f32; b * c];
-        for (w, tape) in self.teachers.iter().zip(&mut tapes) {
-            net::forward(self.arch, w, images, b, tape);
+        for pass in teacher_passes {
             t.iter_mut()
-                .zip(tape.logits())
+                .zip(pass.tape.logits())
                 .for_each(|(s, v)| *s += v / k);
         }
-        net::forward(self.arch, &self.student.params, images, b, &mut s_tape);
-        let s = s_tape.logits().to_vec();
+        let s = student_pass[0].tape.logits().to_vec();
         let (mut loss, mut dt, mut ds) = (0.0f64, vec![0.0f32; b * c], vec![0.0f32; b * c]);
         let adv = self.hyper.adversarial as f32;
         for i in 0..b {
@@ -200,28 +225,42 @@ impl<'a> Distillation<'a> {
                 ds[i * c + j] -= adv * (p[j] - q[j]) / b as f32;
             }
         }
+        let dt_each: Vec<f32> = dt.iter().map(|d| d / k).collect();
+        let students = self.teachers.len();
+        in_parallel(&mut passes, self.threads, |i, pass| {
+            let d = if i == students { &ds } else { &dt_each };
+            net::input_gradient(arch, nets[i], d, &mut pass.tape, &mut pass.dx);
+        });
+        // Summed in the networks' order, whatever the threads: the same floats on any machine.
         dimg.clear();
         dimg.resize(images.len(), 0.0);
-        let mut dx = Vec::new();
-        let dt_each: Vec<f32> = dt.iter().map(|d| d / k).collect();
-        for (w, tape) in self.teachers.iter().zip(&mut tapes) {
-            net::backward_to_input(self.arch, w, &dt_each, tape, &mut dx);
-            dimg.iter_mut().zip(&dx).for_each(|(a, d)| *a += d);
+        for pass in &passes {
+            dimg.iter_mut().zip(&pass.dx).for_each(|(a, d)| *a += d);
         }
-        net::backward_to_input(self.arch, &self.student.params, &ds, &mut s_tape, &mut dx);
-        dimg.iter_mut().zip(&dx).for_each(|(a, d)| *a += d);
-        (self.tapes, self.student_tape) = (tapes, s_tape);
+        self.passes = passes;
         (loss, dimg.clone())
     }
 
+    /// Every teacher, then the student.
+    fn nets(&self) -> impl Iterator<Item = &[f32]> {
+        let student = self.student.params.as_slice();
+        self.teachers
+            .iter()
+            .copied()
+            .chain(std::iter::once(student))
+    }
+
     /// The ensemble's mean logits on `n` images.
-    fn ensemble_logits(&self, images: &[f32], n: usize) -> Vec<f32> {
-        let (mut tape, k) = (Tape::default(), self.teachers.len() as f32);
+    fn ensemble_logits(&mut self, images: &[f32], n: usize) -> Vec<f32> {
+        let (arch, teachers, k) = (self.arch, self.teachers, self.teachers.len() as f32);
+        let passes = &mut self.passes[..teachers.len()];
+        in_parallel(passes, self.threads, |i, pass| {
+            net::forward(arch, teachers[i], images, n, &mut pass.tape)
+        });
         let mut t = vec![0.0f32; n * self.classes];
-        for w in self.teachers {
-            net::forward(self.arch, w, images, n, &mut tape);
+        for pass in passes.iter() {
             t.iter_mut()
-                .zip(tape.logits())
+                .zip(pass.tape.logits())
                 .for_each(|(s, v)| *s += v / k);
         }
         t
@@ -302,6 +341,34 @@ impl Adam {
             *w -= lr * (*m / c1) / ((*v / c2).sqrt() + eps);
         }
     }
+}
+
+/// `each(i, item)` for every item, on `threads` threads, each a run of consecutive items: the
+/// networks' passes are independent, and their results are combined afterwards in order, so the
+/// thread count changes the time, not the student.
+fn in_parallel<T: Send>(items: &mut [T], threads: usize, each: impl Fn(usize, &mut T) + Sync) {
+    let per = items
+        .len()
+        .div_ceil(threads.clamp(1, items.len().max(1)))
+        .max(1);
+    let each = &each;
+    std::thread::scope(|scope| {
+        let mut runs = items.chunks_mut(per).enumerate();
+        let first = runs.next();
+        for (r, run) in runs {
+            scope.spawn(move || {
+                for (i, item) in run.iter_mut().enumerate() {
+                    each(r * per + i, item);
+                }
+            });
+        }
+        for (i, item) in first
+            .into_iter()
+            .flat_map(|(_, run)| run.iter_mut().enumerate())
+        {
+            each(i, item);
+        }
+    });
 }
 
 fn sigmoid(v: f32) -> f32 {
@@ -390,5 +457,17 @@ mod tests {
         assert_eq!(once, again);
         assert_ne!(once, start);
         assert!(once.iter().all(|w| w.is_finite()));
+        // The passes on threads: the same student to the bit, for any count.
+        for threads in [1, 2, 3] {
+            let on = distill_on(
+                threads,
+                &arch,
+                &teachers,
+                start.clone(),
+                &hyper,
+                &mut derive_rng(5, "d", 0),
+            );
+            assert_eq!(on, once, "{threads} threads");
+        }
     }
 }
