@@ -12,12 +12,17 @@ pub struct Planes {
     pub w: usize,
 }
 
+/// `v` at `len` values, to be overwritten whole: unlike `clear` then `resize`, a buffer kept from
+/// the last batch at the same size is not zeroed first.
+fn overwritten(v: &mut Vec<f32>, len: usize) {
+    v.resize(len, 0.0);
+}
+
 /// The kernel windows of `x` (`[c][n][h][w]`) as columns: row (ci, ky, kx), column (s, oy, ox).
 pub fn im2col(x: &[f32], c: usize, p: Planes, k: usize, col: &mut Vec<f32>) {
     let (oh, ow) = (p.h - k + 1, p.w - k + 1);
     let cols = p.n * oh * ow;
-    col.clear();
-    col.resize(c * k * k * cols, 0.0);
+    overwritten(col, c * k * k * cols);
     for ci in 0..c {
         for ky in 0..k {
             for kx in 0..k {
@@ -55,8 +60,7 @@ pub fn pad_backward(
     dx: &mut Vec<f32>,
 ) {
     let (ph, pw) = (h + 2 * by, w + 2 * by);
-    dx.clear();
-    dx.resize(planes * h * w, 0.0);
+    overwritten(dx, planes * h * w);
     for p in 0..planes {
         for r in 0..h {
             let src = (p * ph + r + by) * pw + by;
@@ -93,8 +97,8 @@ pub fn conv_forward(params: (&[f32], &[f32]), out: usize, col: &[f32], y: &mut V
     let (w, b) = params;
     let rows = w.len() / out;
     let cols = col.len() / rows;
-    y.clear();
-    y.resize(out * cols, 0.0);
+    // The product overwrites it (β = 0: matrixmultiply reads nothing of it).
+    overwritten(y, out * cols);
     gemm(
         View::rows(w, out, rows),
         View::rows(col, rows, cols),
@@ -140,16 +144,15 @@ impl ConvBackward<'_> {
             }
         }
         let Some(dx) = dx else { return };
-        scratch.clear();
-        scratch.resize(rows * cols, 0.0);
+        overwritten(scratch, rows * cols);
         gemm(
             View::rows(self.w, out, rows).t(),
             View::rows(dy, out, cols),
             0.0,
             scratch,
         );
-        dx.clear();
-        dx.resize(self.c * self.planes.n * self.planes.h * self.planes.w, 0.0);
+        // Zeroed by col2im, which adds into it.
+        overwritten(dx, self.c * self.planes.n * self.planes.h * self.planes.w);
         col2im(scratch, self.c, self.planes, self.k, dx);
     }
 }
@@ -165,23 +168,25 @@ pub fn pool_forward(
     at: &mut Vec<u32>,
 ) {
     let (oh, ow) = (h / size, w / size);
-    y.clear();
-    at.clear();
-    for p in 0..planes {
+    overwritten(y, planes * oh * ow);
+    at.resize(planes * oh * ow, 0);
+    let outputs = y
+        .chunks_exact_mut(oh * ow)
+        .zip(at.chunks_exact_mut(oh * ow));
+    for (p, (y, at)) in outputs.enumerate() {
         let plane = &x[p * h * w..][..h * w];
         for oy in 0..oh {
             for ox in 0..ow {
+                // The first maximum in reading order, chosen without a branch on the values.
                 let mut best = (oy * size) * w + ox * size;
                 for dy in 0..size {
                     for dx in 0..size {
                         let i = (oy * size + dy) * w + ox * size + dx;
-                        if plane[i] > plane[best] {
-                            best = i;
-                        }
+                        best = if plane[i] > plane[best] { i } else { best };
                     }
                 }
-                y.push(plane[best]);
-                at.push(best as u32);
+                y[oy * ow + ox] = plane[best];
+                at[oy * ow + ox] = best as u32;
             }
         }
     }
@@ -203,8 +208,9 @@ pub fn pool_backward(dy: &[f32], at: &[u32], plane_in: usize, dx: &mut Vec<f32>,
     }
 }
 
-pub fn relu_forward(x: &mut [f32]) {
-    x.iter_mut().for_each(|v| *v = v.max(0.0));
+pub fn relu_forward(x: &[f32], y: &mut Vec<f32>) {
+    overwritten(y, x.len());
+    y.iter_mut().zip(x).for_each(|(y, v)| *y = v.max(0.0));
 }
 
 /// Passes the gradient where the input (so the output) was positive.
@@ -218,8 +224,7 @@ pub fn relu_backward(x: &[f32], dy: &mut [f32]) {
 
 /// `[c][n][hw]` to `[n][c·hw]` (PyTorch's `flatten(1)` order per sample).
 pub fn flatten(x: &[f32], c: usize, n: usize, hw: usize, y: &mut Vec<f32>) {
-    y.clear();
-    y.resize(x.len(), 0.0);
+    overwritten(y, x.len());
     for ci in 0..c {
         for s in 0..n {
             y[(s * c + ci) * hw..][..hw].copy_from_slice(&x[(ci * n + s) * hw..][..hw]);
@@ -228,8 +233,7 @@ pub fn flatten(x: &[f32], c: usize, n: usize, hw: usize, y: &mut Vec<f32>) {
 }
 
 pub fn unflatten(dy: &[f32], c: usize, n: usize, hw: usize, dx: &mut Vec<f32>) {
-    dx.clear();
-    dx.resize(dy.len(), 0.0);
+    overwritten(dx, dy.len());
     for ci in 0..c {
         for s in 0..n {
             dx[(ci * n + s) * hw..][..hw].copy_from_slice(&dy[(s * c + ci) * hw..][..hw]);
@@ -241,8 +245,7 @@ pub fn unflatten(dy: &[f32], c: usize, n: usize, hw: usize, dx: &mut Vec<f32>) {
 pub fn dense_forward(params: (&[f32], &[f32]), out: usize, x: &[f32], n: usize, y: &mut Vec<f32>) {
     let (w, b) = params;
     let input = w.len() / out;
-    y.clear();
-    y.resize(n * out, 0.0);
+    overwritten(y, n * out);
     gemm(
         View::rows(x, n, input),
         View::rows(w, out, input).t(),
@@ -274,8 +277,7 @@ pub fn dense_backward(
         }
     }
     let Some(dx) = dx else { return };
-    dx.clear();
-    dx.resize(n * input, 0.0);
+    overwritten(dx, n * input);
     gemm(View::rows(dy, n, out), View::rows(w, out, input), 0.0, dx);
 }
 

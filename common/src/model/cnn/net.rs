@@ -76,8 +76,7 @@ pub fn forward(arch: &Architecture, params: &[f32], x: &[f32], n: usize, tape: &
                 layers::pool_forward(input, c * n, p.h, p.w, size, output, &mut tape.at[i]);
             }
             Layer::Relu => {
-                output.clone_from(input);
-                layers::relu_forward(output);
+                layers::relu_forward(input, output);
             }
             Layer::Dense { .. } => {
                 if let Shape::Spatial { .. } = l.input {
