@@ -62,14 +62,27 @@ pub fn init(format: LogFormat) {
 }
 
 /// Writes the error a process ends with: a JSON line where the log is JSON (so a shipper parses
-/// every line, the last too), else a text line; either way the message's control characters
-/// (a server's text may carry ESC, NUL or a forged newline) are escaped.
+/// every line, the last too), else text; either way the message's control characters (a
+/// server's text may carry ESC, NUL or a forged newline) are escaped, but in text a message of
+/// several lines keeps them, every line after the first indented.
 pub fn fatal(message: &str) {
-    let clean = escape_controls(message);
     match FORMAT.get() {
-        Some(LogFormat::Json) => tracing::error!(error = %clean, "flint stopped"),
-        _ => eprintln!("flint: {clean}"),
+        Some(LogFormat::Json) => {
+            tracing::error!(error = %escape_controls(message), "flint stopped")
+        }
+        _ => eprintln!("flint: {}", indented_lines(message)),
     }
+}
+
+/// `message`'s lines, each escaped, every line after the first indented: a list (`flint grid`'s
+/// failed runs) reads as lines, yet no text inside it can start a line of its own that looks like
+/// flint's.
+fn indented_lines(message: &str) -> String {
+    message
+        .split('\n')
+        .map(escape_controls)
+        .collect::<Vec<_>>()
+        .join("\n  ")
 }
 
 /// `message` with every control character written as its escape (`\u{1b}`, `\n`).
@@ -157,5 +170,15 @@ mod tests {
             "refused \\u{1b}[31mred\\u{0}\\nflint: ok"
         );
         assert_eq!(super::escape_controls("client-1 ü"), "client-1 ü");
+    }
+
+    #[test]
+    fn a_fatal_message_keeps_its_lines_indented_under_the_first() {
+        let failed = "2 run(s) failed:\na: cannot read x\nb: refused \u{1b}[31m\r";
+        assert_eq!(
+            super::indented_lines(failed),
+            "2 run(s) failed:\n  a: cannot read x\n  b: refused \\u{1b}[31m\\r"
+        );
+        assert_eq!(super::indented_lines("x\nflint: ok"), "x\n  flint: ok");
     }
 }
