@@ -14,6 +14,7 @@ use flint_common::strategy::tpfl::TpflRound;
 use flint_common::text::count;
 use flint_common::wire::ledger::Traffic;
 use flint_server::results::RunResults;
+use flint_shell::logging::escape_controls;
 
 use crate::run::{RunArgs, execute};
 
@@ -150,8 +151,11 @@ pub fn grid(args: GridArgs) -> anyhow::Result<()> {
                     row.runs.push(o);
                 }
                 Err((run_name, err)) => {
-                    println!("  [{done}/{total}] {run_name}: failed: {err:#}");
-                    failures.push(format!("{run_name}: {err:#}"));
+                    // A run's error may carry a server's or a file's text: escaped, so the only
+                    // line breaks in the list are the list's own.
+                    let err = escape_controls(&format!("{err:#}"));
+                    println!("  [{done}/{total}] {run_name}: failed: {err}");
+                    failures.push(format!("{run_name}: {err}"));
                 }
             }
         }

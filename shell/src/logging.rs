@@ -79,7 +79,7 @@ pub fn fatal(message: &str) {
 /// flint's.
 fn indented_lines(message: &str) -> String {
     message
-        .split('\n')
+        .lines()
         .map(escape_controls)
         .collect::<Vec<_>>()
         .join("\n  ")
@@ -174,10 +174,10 @@ mod tests {
 
     #[test]
     fn a_fatal_message_keeps_its_lines_indented_under_the_first() {
-        let failed = "2 run(s) failed:\na: cannot read x\nb: refused \u{1b}[31m\r";
+        let failed = "2 run(s) failed:\r\na: cannot read x\nb: refused \u{1b}[31m\rx";
         assert_eq!(
             super::indented_lines(failed),
-            "2 run(s) failed:\n  a: cannot read x\n  b: refused \\u{1b}[31m\\r"
+            "2 run(s) failed:\n  a: cannot read x\n  b: refused \\u{1b}[31m\\rx"
         );
         assert_eq!(super::indented_lines("x\nflint: ok"), "x\n  flint: ok");
     }

@@ -14,8 +14,8 @@ pub struct Planes {
 
 /// `v` at `len` values, to be overwritten whole: unlike `clear` then `resize`, a buffer kept from
 /// the last batch at the same size is not zeroed first.
-fn overwritten(v: &mut Vec<f32>, len: usize) {
-    v.resize(len, 0.0);
+fn overwritten<T: Copy + Default>(v: &mut Vec<T>, len: usize) {
+    v.resize(len, T::default());
 }
 
 /// The kernel windows of `x` (`[c][n][h][w]`) as columns: row (ci, ky, kx), column (s, oy, ox).
@@ -169,7 +169,7 @@ pub fn pool_forward(
 ) {
     let (oh, ow) = (h / size, w / size);
     overwritten(y, planes * oh * ow);
-    at.resize(planes * oh * ow, 0);
+    overwritten(at, planes * oh * ow);
     let outputs = y
         .chunks_exact_mut(oh * ow)
         .zip(at.chunks_exact_mut(oh * ow));
@@ -177,7 +177,7 @@ pub fn pool_forward(
         let plane = &x[p * h * w..][..h * w];
         for oy in 0..oh {
             for ox in 0..ow {
-                // The first maximum in reading order, chosen without a branch on the values.
+                // The first maximum in reading order (a later equal value does not replace it).
                 let mut best = (oy * size) * w + ox * size;
                 for dy in 0..size {
                     for dx in 0..size {

@@ -332,6 +332,46 @@ mod tests {
         assert!(alone.grad().iter().all(|&g| g == 0.0));
     }
 
+    /// A tape kept from a larger or a smaller batch, every buffer poisoned, gives what a fresh
+    /// tape gives: a pass writes whole every buffer it reads (they are not zeroed between
+    /// batches).
+    #[test]
+    fn a_reused_tape_gives_what_a_fresh_one_gives() {
+        let arch = small();
+        let params: Vec<f32> = values(arch.params, 7).iter().map(|v| v + 0.1).collect();
+        let pass = |tape: &mut Tape, n: usize| {
+            let x: Vec<f32> = values(n * 64, 8).iter().map(|v| v + 0.5).collect();
+            forward(&arch, &params, &x, n, tape);
+            let logits = tape.logits().to_vec();
+            let mut dx = Vec::new();
+            backward_to_input(&arch, &params, &values(logits.len(), 9), tape, &mut dx);
+            (logits, tape.grad().to_vec(), dx)
+        };
+        for (first, then) in [(5, 3), (3, 5)] {
+            let mut kept = Tape::default();
+            pass(&mut kept, first);
+            let Tape {
+                acts,
+                cols,
+                at,
+                grad,
+                d,
+                d_next,
+                scratch,
+                ..
+            } = &mut kept;
+            for v in acts.iter_mut().chain(cols.iter_mut()) {
+                v.fill(f32::NAN);
+            }
+            for v in [grad, d, d_next, scratch] {
+                v.fill(f32::NAN);
+            }
+            at.iter_mut().for_each(|v| v.fill(u32::MAX));
+            let fresh = pass(&mut Tape::default(), then);
+            assert_eq!(pass(&mut kept, then), fresh, "{first} samples, then {then}");
+        }
+    }
+
     /// The backward pass is the loss's gradient: each parameter's against a central finite
     /// difference of the loss (in f64 around f32 arithmetic, so to a few per cent).
     #[test]

@@ -51,8 +51,7 @@ fn distill_on(
     hyper: &OneShotHyper,
     rng: &mut FlintRng,
 ) -> Vec<f32> {
-    let mut run = Distillation::new(arch, teachers, start, hyper, rng);
-    run.threads = threads;
+    let mut run = Distillation::new(arch, teachers, start, hyper, threads, rng);
     for epoch in 1..=hyper.distill_epochs {
         let loss = run.synthesize(rng);
         let kd = run.distill_student(rng);
@@ -98,6 +97,7 @@ impl<'a> Distillation<'a> {
         teachers: &'a [&'a [f32]],
         start: Vec<f32>,
         hyper: &'a OneShotHyper,
+        threads: usize,
         rng: &mut FlintRng,
     ) -> Self {
         let layers = [dense(HIDDEN), Layer::Relu, dense(arch.input.len())];
@@ -118,7 +118,7 @@ impl<'a> Distillation<'a> {
             pool_logits: Vec::new(),
             velocity: Vec::new(),
             passes: (0..=teachers.len()).map(|_| Pass::default()).collect(),
-            threads: 1,
+            threads,
         }
     }
 
@@ -226,12 +226,12 @@ impl<'a> Distillation<'a> {
             }
         }
         let dt_each: Vec<f32> = dt.iter().map(|d| d / k).collect();
-        let students = self.teachers.len();
+        let student = self.teachers.len();
         in_parallel(&mut passes, self.threads, |i, pass| {
-            let d = if i == students { &ds } else { &dt_each };
+            let d = if i == student { &ds } else { &dt_each };
             net::input_gradient(arch, nets[i], d, &mut pass.tape, &mut pass.dx);
         });
-        // Summed in the networks' order, whatever the threads: the same floats on any machine.
+        // Summed in the networks' order: the same floats for any number of threads.
         dimg.clear();
         dimg.resize(images.len(), 0.0);
         for pass in &passes {
@@ -406,7 +406,7 @@ mod tests {
         let nets = networks(&arch, 3, &mut rng);
         let teachers: Vec<&[f32]> = nets[..2].iter().map(Vec::as_slice).collect();
         let hyper = OneShotHyper::default();
-        let mut run = Distillation::new(&arch, &teachers, nets[2].clone(), &hyper, &mut rng);
+        let mut run = Distillation::new(&arch, &teachers, nets[2].clone(), &hyper, 1, &mut rng);
         let images: Vec<f32> = (0..8).map(|_| rng.random_range(0.0f32..1.0)).collect();
         let targets = [0, 2];
         let (_, grad) = run.generator_loss(&images, &targets, &mut Vec::new());
@@ -458,7 +458,7 @@ mod tests {
         assert_ne!(once, start);
         assert!(once.iter().all(|w| w.is_finite()));
         // The passes on threads: the same student to the bit, for any count.
-        for threads in [1, 2, 3] {
+        for threads in [0, 1, 2, 4, 16] {
             let on = distill_on(
                 threads,
                 &arch,
