@@ -98,6 +98,21 @@ struct Wants {
     input: bool,
 }
 
+impl Wants {
+    const WEIGHTS: Wants = Wants {
+        weights: true,
+        input: false,
+    };
+    const BOTH: Wants = Wants {
+        weights: true,
+        input: true,
+    };
+    const INPUT: Wants = Wants {
+        weights: false,
+        input: true,
+    };
+}
+
 /// Backward pass from the gradient of the loss in the logits (`tape.d`), after [`forward`].
 fn backward(arch: &Architecture, params: &[f32], tape: &mut Tape, wants: Wants) {
     let n = tape.n;
@@ -159,11 +174,7 @@ fn backward(arch: &Architecture, params: &[f32], tape: &mut Tape, wants: Wants) 
 pub fn backward_from(arch: &Architecture, params: &[f32], dlogits: &[f32], tape: &mut Tape) {
     tape.d.clear();
     tape.d.extend_from_slice(dlogits);
-    let wants = Wants {
-        weights: true,
-        input: false,
-    };
-    backward(arch, params, tape, wants);
+    backward(arch, params, tape, Wants::WEIGHTS);
 }
 
 /// [`backward_from`], on to the input: the gradient in each input value, `[n][input]` as
@@ -175,11 +186,7 @@ pub fn backward_to_input(
     tape: &mut Tape,
     dx: &mut Vec<f32>,
 ) {
-    let wants = Wants {
-        weights: true,
-        input: true,
-    };
-    backward_into(arch, params, dlogits, tape, wants, dx);
+    backward_into(arch, params, dlogits, tape, Wants::BOTH, dx);
 }
 
 /// [`backward_to_input`] without the gradient in the parameters (`tape.grad()` is left as it
@@ -191,11 +198,7 @@ pub fn input_gradient(
     tape: &mut Tape,
     dx: &mut Vec<f32>,
 ) {
-    let wants = Wants {
-        weights: false,
-        input: true,
-    };
-    backward_into(arch, params, dlogits, tape, wants, dx);
+    backward_into(arch, params, dlogits, tape, Wants::INPUT, dx);
 }
 
 fn backward_into(
@@ -226,11 +229,7 @@ pub fn loss_and_grad(
     let logits = std::mem::take(&mut tape.acts[arch.layers.len()]);
     let loss = layers::softmax_cross_entropy(&logits, labels, &mut tape.d);
     tape.acts[arch.layers.len()] = logits;
-    let wants = Wants {
-        weights: true,
-        input: false,
-    };
-    backward(arch, params, tape, wants);
+    backward(arch, params, tape, Wants::WEIGHTS);
     loss
 }
 
