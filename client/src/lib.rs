@@ -107,7 +107,7 @@ fn shell_for(
     let threads = match args.train_threads {
         Some(0) => bail!("--train-threads must be at least 1"),
         Some(n) => n,
-        None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        None => flint_common::parallel::cores(),
     };
     let link = match (args.link_bytes, clients) {
         (false, _) => None,

@@ -12,6 +12,7 @@ pub mod hex;
 pub mod link;
 pub mod metrics;
 pub mod model;
+pub mod parallel;
 pub mod params;
 pub mod rng;
 pub mod secagg;

@@ -14,6 +14,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("hex", 0),
     ("link", 0),
     ("params", 0),
+    ("parallel", 0),
     ("rng", 0),
     ("text", 0),
     ("metrics", 0),

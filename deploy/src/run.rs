@@ -435,7 +435,7 @@ impl ClientLaunch<'_> {
         groups: &[(String, Vec<String>)],
         say: &impl Fn(String),
     ) -> anyhow::Result<Vec<(String, Child)>> {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let cores = flint_common::parallel::cores();
         let processes: usize = groups
             .iter()
             .map(|(_, names)| names.len().div_ceil(self.per_process))

@@ -469,8 +469,6 @@ impl ConvTm {
             .enumerate()
             .map(|(c, (class, seed))| (c, class, seed))
             .collect();
-        let workers = threads.clamp(1, work.len().max(1));
-        let per = work.len().div_ceil(workers);
         // Each class gets its stream and masks once; examples go in blocks whose patches and
         // literals are computed once, then every thread walks the block for its classes.
         let mut streams: Vec<(FlintRng, FeedbackMasks, ConvScratch)> = work
@@ -498,26 +496,12 @@ impl ConvTm {
                     (literals, rows, data.labels[i])
                 })
                 .collect();
-            let prepared = &prepared;
-            let train =
-                |chunk: &mut [(usize, ClassMut<'_>, u64)],
-                 streams: &mut [(FlintRng, FeedbackMasks, ConvScratch)]| {
-                    for ((c, class, _), (rng, masks, s)) in chunk.iter_mut().zip(streams) {
-                        for (literals, rows, y) in prepared {
-                            let target = *y as usize == *c;
-                            let image = ImagePatches { literals, rows };
-                            learn_one(class, &hyper, target, image, masks, rng, s);
-                        }
-                    }
-                };
-            std::thread::scope(|scope| {
-                let mut chunks = work.chunks_mut(per).zip(streams.chunks_mut(per));
-                let first = chunks.next();
-                for (chunk, st) in chunks {
-                    scope.spawn(move || train(chunk, st));
-                }
-                if let Some((chunk, st)) = first {
-                    train(chunk, st);
+            let mut jobs: Vec<_> = work.iter_mut().zip(streams.iter_mut()).collect();
+            crate::parallel::each_mut(&mut jobs, threads, |_, ((c, class, _), (rng, masks, s))| {
+                for (literals, rows, y) in &prepared {
+                    let target = *y as usize == *c;
+                    let image = ImagePatches { literals, rows };
+                    learn_one(class, &hyper, target, image, masks, rng, s);
                 }
             });
         }

@@ -10,6 +10,7 @@ use crate::model::tm::composite::BatchSums;
 use crate::model::tm::conv::{ConvTm, PatchSpec};
 use crate::model::tm::parts::{ClassParts, IncludeBits, TmParts, TmUpload};
 use crate::model::tm::{ExcludedAt, MultiClassTm, TmHyper};
+use crate::parallel;
 use crate::wire::Update;
 use crate::{ClientId, FlintError, Result};
 
@@ -91,23 +92,5 @@ pub(crate) fn upload_of(tm: &ConvTm, counts: &[u64]) -> Result<TmUpload> {
 
 /// Each machine's class sums over `data`, on as many threads as there are cores.
 pub(super) fn sums_of(machines: &[&ConvTm], data: &BitRows) -> Vec<BatchSums> {
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let per = machines.len().div_ceil(threads).max(1);
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = machines
-            .chunks(per)
-            .map(|chunk| {
-                scope.spawn(move || {
-                    chunk
-                        .iter()
-                        .map(|m| BatchSums::of(*m, data))
-                        .collect::<Vec<_>>()
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| h.join().expect("class sums never panic"))
-            .collect()
-    })
+    parallel::map(machines, parallel::cores(), |m| BatchSums::of(*m, data))
 }

@@ -409,7 +409,7 @@ impl FedTmosHyper {
         masks: &mut FeedbackMasks,
         rng: &mut FlintRng,
     ) {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let cores = crate::parallel::cores();
         for _ in 0..self.local_epochs {
             match self.class_streams {
                 true => tm.fit_epoch_threaded(data, masks, rng, cores),

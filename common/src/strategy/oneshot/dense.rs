@@ -22,6 +22,7 @@ use super::OneShotHyper;
 use crate::model::cnn::arch::{Layer, Shape, dense};
 use crate::model::cnn::net::{self, Tape};
 use crate::model::cnn::{Architecture, Cnn, argmax, softmax};
+use crate::parallel;
 use crate::rng::FlintRng;
 
 const LATENT: usize = 256;
@@ -38,8 +39,7 @@ pub fn distill(
     hyper: &OneShotHyper,
     rng: &mut FlintRng,
 ) -> Vec<f32> {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    distill_on(cores, arch, teachers, start, hyper, rng)
+    distill_on(parallel::cores(), arch, teachers, start, hyper, rng)
 }
 
 /// [`distill`] with the networks' passes on `threads` threads.
@@ -192,7 +192,7 @@ impl<'a> Distillation<'a> {
         let mut passes = std::mem::take(&mut self.passes);
         let nets: Vec<&[f32]> = self.nets().collect();
         let arch = self.arch;
-        in_parallel(&mut passes, self.threads, |i, pass| {
+        parallel::each_mut(&mut passes, self.threads, |i, pass| {
             net::forward(arch, nets[i], images, b, &mut pass.tape)
         });
         let (teacher_passes, student_pass) = passes.split_at(self.teachers.len());
@@ -227,7 +227,7 @@ impl<'a> Distillation<'a> {
         }
         let dt_each: Vec<f32> = dt.iter().map(|d| d / k).collect();
         let student = self.teachers.len();
-        in_parallel(&mut passes, self.threads, |i, pass| {
+        parallel::each_mut(&mut passes, self.threads, |i, pass| {
             let d = if i == student { &ds } else { &dt_each };
             net::input_gradient(arch, nets[i], d, &mut pass.tape, &mut pass.dx);
         });
@@ -254,7 +254,7 @@ impl<'a> Distillation<'a> {
     fn ensemble_logits(&mut self, images: &[f32], n: usize) -> Vec<f32> {
         let (arch, teachers, k) = (self.arch, self.teachers, self.teachers.len() as f32);
         let passes = &mut self.passes[..teachers.len()];
-        in_parallel(passes, self.threads, |i, pass| {
+        parallel::each_mut(passes, self.threads, |i, pass| {
             net::forward(arch, teachers[i], images, n, &mut pass.tape)
         });
         let mut t = vec![0.0f32; n * self.classes];
@@ -341,34 +341,6 @@ impl Adam {
             *w -= lr * (*m / c1) / ((*v / c2).sqrt() + eps);
         }
     }
-}
-
-/// `each(i, item)` for every item, on `threads` threads, each a run of consecutive items: the
-/// networks' passes are independent, and their results are combined afterwards in order, so the
-/// thread count changes the time, not the student.
-fn in_parallel<T: Send>(items: &mut [T], threads: usize, each: impl Fn(usize, &mut T) + Sync) {
-    let per = items
-        .len()
-        .div_ceil(threads.clamp(1, items.len().max(1)))
-        .max(1);
-    let each = &each;
-    std::thread::scope(|scope| {
-        let mut runs = items.chunks_mut(per).enumerate();
-        let first = runs.next();
-        for (r, run) in runs {
-            scope.spawn(move || {
-                for (i, item) in run.iter_mut().enumerate() {
-                    each(r * per + i, item);
-                }
-            });
-        }
-        for (i, item) in first
-            .into_iter()
-            .flat_map(|(_, run)| run.iter_mut().enumerate())
-        {
-            each(i, item);
-        }
-    });
 }
 
 fn sigmoid(v: f32) -> f32 {
