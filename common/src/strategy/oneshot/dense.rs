@@ -147,12 +147,12 @@ impl<'a> Distillation<'a> {
             );
             images.clear();
             images.extend(g_tape.logits().iter().map(|v| sigmoid(*v)));
-            let (loss, d_images) = self.generator_loss(&images, &targets, &mut dimg);
+            let loss = self.generator_loss(&images, &targets, &mut dimg);
             if loss < best {
                 (best, best_images) = (loss, images.clone());
             }
             // Through the sigmoid, then the generator, on to its latent codes.
-            let dout: Vec<f32> = d_images
+            let dout: Vec<f32> = dimg
                 .iter()
                 .zip(&images)
                 .map(|(d, y)| d * y * (1.0 - y))
@@ -179,15 +179,9 @@ impl<'a> Distillation<'a> {
         best
     }
 
-    /// The generator's loss on `images` and its gradient in them: the ensemble's cross-entropy
-    /// against the sampled `targets` (one-hot term), minus `adversarial` × the KL divergence
-    /// between the ensemble and the student on the images where they agree.
-    fn generator_loss(
-        &mut self,
-        images: &[f32],
-        targets: &[usize],
-        dimg: &mut Vec<f32>,
-    ) -> (f64, Vec<f32>) {
+    /// The generator's loss on `images` ([`loss_terms`]), its gradient in them written to
+    /// `dimg`.
+    fn generator_loss(&mut self, images: &[f32], targets: &[usize], dimg: &mut Vec<f32>) -> f64 {
         let (b, c, k) = (targets.len(), self.classes, self.teachers.len() as f32);
         let mut passes = std::mem::take(&mut self.passes);
         let nets: Vec<&[f32]> = self.nets().collect();
@@ -202,29 +196,8 @@ impl<'a> Distillation<'a> {
                 .zip(pass.tape.logits())
                 .for_each(|(s, v)| *s += v / k);
         }
-        let s = student_pass[0].tape.logits().to_vec();
-        let (mut loss, mut dt, mut ds) = (0.0f64, vec![0.0f32; b * c], vec![0.0f32; b * c]);
-        let adv = self.hyper.adversarial as f32;
-        for i in 0..b {
-            let (ti, si) = (&t[i * c..(i + 1) * c], &s[i * c..(i + 1) * c]);
-            let (q, p) = (softmax(ti, 1.0), softmax(si, 1.0));
-            loss -= f64::from(q[targets[i]].max(1e-12).ln()) / b as f64;
-            for j in 0..c {
-                dt[i * c + j] += (q[j] - f32::from(u8::from(j == targets[i]))) / b as f32;
-            }
-            if argmax(ti) != argmax(si) || adv == 0.0 {
-                continue;
-            }
-            let kl: f32 = (0..c)
-                .map(|j| q[j] * (q[j].max(1e-12).ln() - p[j].max(1e-12).ln()))
-                .sum();
-            loss -= f64::from(adv * kl) / b as f64;
-            for j in 0..c {
-                let log_ratio = q[j].max(1e-12).ln() - p[j].max(1e-12).ln();
-                dt[i * c + j] -= adv * q[j] * (log_ratio - kl) / b as f32;
-                ds[i * c + j] -= adv * (p[j] - q[j]) / b as f32;
-            }
-        }
+        let s = student_pass[0].tape.logits();
+        let (loss, dt, ds) = loss_terms(&t, s, targets, c, self.hyper.adversarial as f32);
         let dt_each: Vec<f32> = dt.iter().map(|d| d / k).collect();
         let student = self.teachers.len();
         parallel::each_mut(&mut passes, self.threads, |i, pass| {
@@ -238,7 +211,7 @@ impl<'a> Distillation<'a> {
             dimg.iter_mut().zip(&pass.dx).for_each(|(a, d)| *a += d);
         }
         self.passes = passes;
-        (loss, dimg.clone())
+        loss
     }
 
     /// Every teacher, then the student.
@@ -343,6 +316,42 @@ impl Adam {
     }
 }
 
+/// The loss on a batch from the ensemble's mean logits `t` and the student's `s`, and its
+/// gradients in both: the ensemble's cross-entropy against the sampled `targets` (the one-hot
+/// term), minus `adv` × the KL divergence between the ensemble and the student on the images
+/// where they agree.
+fn loss_terms(
+    t: &[f32],
+    s: &[f32],
+    targets: &[usize],
+    c: usize,
+    adv: f32,
+) -> (f64, Vec<f32>, Vec<f32>) {
+    let b = targets.len();
+    let (mut loss, mut dt, mut ds) = (0.0f64, vec![0.0f32; b * c], vec![0.0f32; b * c]);
+    for i in 0..b {
+        let (ti, si) = (&t[i * c..(i + 1) * c], &s[i * c..(i + 1) * c]);
+        let (q, p) = (softmax(ti, 1.0), softmax(si, 1.0));
+        loss -= f64::from(q[targets[i]].max(1e-12).ln()) / b as f64;
+        for j in 0..c {
+            dt[i * c + j] += (q[j] - f32::from(u8::from(j == targets[i]))) / b as f32;
+        }
+        if argmax(ti) != argmax(si) || adv == 0.0 {
+            continue;
+        }
+        let kl: f32 = (0..c)
+            .map(|j| q[j] * (q[j].max(1e-12).ln() - p[j].max(1e-12).ln()))
+            .sum();
+        loss -= f64::from(adv * kl) / b as f64;
+        for j in 0..c {
+            let log_ratio = q[j].max(1e-12).ln() - p[j].max(1e-12).ln();
+            dt[i * c + j] -= adv * q[j] * (log_ratio - kl) / b as f32;
+            ds[i * c + j] -= adv * (p[j] - q[j]) / b as f32;
+        }
+    }
+    (loss, dt, ds)
+}
+
 fn sigmoid(v: f32) -> f32 {
     1.0 / (1.0 + (-v).exp())
 }
@@ -381,13 +390,14 @@ mod tests {
         let mut run = Distillation::new(&arch, &teachers, nets[2].clone(), &hyper, 1, &mut rng);
         let images: Vec<f32> = (0..8).map(|_| rng.random_range(0.0f32..1.0)).collect();
         let targets = [0, 2];
-        let (_, grad) = run.generator_loss(&images, &targets, &mut Vec::new());
+        let mut grad = Vec::new();
+        run.generator_loss(&images, &targets, &mut grad);
         let eps = 1e-3f32;
         for i in 0..images.len() {
             let mut at = |delta: f32| {
                 let mut x = images.clone();
                 x[i] += delta;
-                run.generator_loss(&x, &targets, &mut Vec::new()).0
+                run.generator_loss(&x, &targets, &mut Vec::new())
             };
             let numeric = (at(eps) - at(-eps)) / (2.0 * f64::from(eps));
             let analytic = f64::from(grad[i]);
