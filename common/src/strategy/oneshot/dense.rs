@@ -190,12 +190,7 @@ impl<'a> Distillation<'a> {
             net::forward(arch, nets[i], images, b, &mut pass.tape)
         });
         let (teacher_passes, student_pass) = passes.split_at(self.teachers.len());
-        let mut t = vec![0.0f32; b * c];
-        for pass in teacher_passes {
-            t.iter_mut()
-                .zip(pass.tape.logits())
-                .for_each(|(s, v)| *s += v / k);
-        }
+        let t = mean_logits(teacher_passes, b * c);
         let s = student_pass[0].tape.logits();
         let (loss, dt, ds) = loss_terms(&t, s, targets, c, self.hyper.adversarial as f32);
         let dt_each: Vec<f32> = dt.iter().map(|d| d / k).collect();
@@ -225,18 +220,12 @@ impl<'a> Distillation<'a> {
 
     /// The ensemble's mean logits on `n` images.
     fn ensemble_logits(&mut self, images: &[f32], n: usize) -> Vec<f32> {
-        let (arch, teachers, k) = (self.arch, self.teachers, self.teachers.len() as f32);
+        let (arch, teachers) = (self.arch, self.teachers);
         let passes = &mut self.passes[..teachers.len()];
         parallel::each_mut(passes, self.threads, |i, pass| {
             net::forward(arch, teachers[i], images, n, &mut pass.tape)
         });
-        let mut t = vec![0.0f32; n * self.classes];
-        for pass in passes.iter() {
-            t.iter_mut()
-                .zip(pass.tape.logits())
-                .for_each(|(s, v)| *s += v / k);
-        }
-        t
+        mean_logits(passes, n * self.classes)
     }
 
     /// One pass of the student over every kept image, in an order from `rng`: KL divergence to
@@ -350,6 +339,19 @@ fn loss_terms(
         }
     }
     (loss, dt, ds)
+}
+
+/// The teachers' mean logits, `len` of them: each divided by k before the sum, in the teachers'
+/// order, so the floats are those of the recorded runs.
+fn mean_logits(teacher_passes: &[Pass], len: usize) -> Vec<f32> {
+    let k = teacher_passes.len() as f32;
+    let mut t = vec![0.0f32; len];
+    for pass in teacher_passes {
+        t.iter_mut()
+            .zip(pass.tape.logits())
+            .for_each(|(s, v)| *s += v / k);
+    }
+    t
 }
 
 fn sigmoid(v: f32) -> f32 {
