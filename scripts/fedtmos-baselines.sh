@@ -6,7 +6,7 @@
 #
 #   scripts/fedtmos-baselines.sh [CELL ...]     e.g. mnist-dir0.1-lenet5 mnist-dir0.1-cnn2
 #   SEEDS="20 24" scripts/fedtmos-baselines.sh mnist-dir0.1-cnn2   (FedTMOS's other two seeds)
-#   DENSE=1 scripts/fedtmos-baselines.sh mnist-dir0.1-lenet5      (also DENSE: 12-55 min a cell on 2 cores)
+#   DENSE=1 scripts/fedtmos-baselines.sh mnist-dir0.1-lenet5      (also DENSE: 9-55 min a cell on 2 cores)
 #
 # Writes runs/fedtmos-baselines/seed-<seed>/<run>/ and in it replay-<rule>.txt, each replay also
 # recorded (replays/) for the accuracy-versus-bytes figure beside FedTMOS's run of the cell:
