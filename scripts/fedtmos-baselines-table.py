@@ -69,6 +69,13 @@ def replay(run, rule):
     return 100 * float(acc.group(1)), float(ms.group(1)) if ms else None
 
 
+def threads(run, rule):
+    """The threads a replay's rule ran on, where its report says them (DENSE, since 2026-12-01)."""
+    path = os.path.join(run, f"replay-{rule}.txt") if run else ""
+    found = os.path.exists(path) and re.search(r'"threads":([0-9]+)', open(path).read())
+    return int(found.group(1)) if found else None
+
+
 def run_dir(seed, net, dataset, part):
     d = os.path.join(ROOT, f"seed-{seed}", f"oneshot-{net}-{dataset}-{part}")
     return d if os.path.exists(os.path.join(d, "results.json")) else None
@@ -108,13 +115,17 @@ def latency_table():
     print("| rule (network) | server time per aggregation, ms: median over the cells' replays | cells |")
     print("|---|---|---|")
     for name, net, rule, _ in COLUMNS + [("FedAvg of CNN2", "cnn2", "fedavg", None)]:
-        times = []
+        # Times by the threads the rule says it ran on (None: not said, or one thread).
+        times = {}
         for dataset in PAPER:
             for part in PARTS:
                 _, ms = cell(dataset, part, net, rule, [0])
-                times += ms
-        if times:
-            print(f"| {name} ({net}) | {statistics.median(times):,.2f} | {len(times)} |")
+                n = threads(run_dir(0, net, dataset, part), rule)
+                times.setdefault(n, []).extend(ms)
+        for n, ms in sorted(times.items(), key=lambda t: t[0] or 0):
+            if ms:
+                label = f"{name} ({net})" + (f", {n} threads" if n else "")
+                print(f"| {label} | {statistics.median(ms):,.2f} | {len(ms)} |")
 
 
 def margins():

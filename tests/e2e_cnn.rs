@@ -362,6 +362,9 @@ fn a_one_shot_run_keeps_its_uploads_and_replays_every_rule_on_them() {
         let out = replay(rule);
         assert!(out.contains(&format!("\"rule\":\"{rule}\"")), "{out}");
         assert!(out.contains("the model"), "{out}");
+        // Only DENSE's server time depends on the server's cores, so only it says them.
+        let threads = format!("\"threads\":{}", flint_common::parallel::cores());
+        assert_eq!(out.contains(&threads), rule == "dense", "{out}");
     }
     recorded_replays_are_drawn_by_the_grid(&exp, &plain, (params, grams), global);
 }

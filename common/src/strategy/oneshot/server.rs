@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use super::{Needs, OneShotHyper, OneShotRule, dense, fisher, ot_fusion, regmean};
 use crate::model::cnn::statistics::{dense_layers, gram_len, unpack_grams};
 use crate::model::cnn::{ArchName, Architecture};
+use crate::parallel;
 use crate::rng::{FlintRng, derive_rng};
 use crate::strategy::decoder::UpdateDecoder;
 use crate::strategy::fedavg_cnn::{architecture, initial_download, n_k_over_n, weighted_mean};
@@ -28,6 +29,9 @@ pub struct OneShotRound {
     /// place (0: the clients' networks were aligned already, and the fusion is their mean).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub moved_neurons: Option<u32>,
+    /// DENSE: the threads its passes ran on, without which its time cannot be compared.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threads: Option<u32>,
 }
 
 impl Tagged for OneShotRound {
@@ -112,6 +116,7 @@ impl ServerStrategy for OneShotServer {
                 networks: uploads.len() as u32,
                 combine_ms,
                 moved_neurons,
+                threads: (self.hyper.rule == OneShotRule::Dense).then(|| parallel::cores() as u32),
             }),
             local: BTreeMap::new(),
             privacy: None,
