@@ -57,23 +57,19 @@ COLUMNS = [
 
 
 def replay(run, rule):
-    """(accuracy %, combine ms) of a rule's replay, or None."""
+    """(accuracy %, combine ms, threads) of a rule's replay, or None. Threads: where the report
+    says them (DENSE, since 2026-12-01), else None."""
     path = os.path.join(run, f"replay-{rule}.txt")
     if not os.path.exists(path):
         return None
     text = open(path).read()
     acc = re.search(r"the model\s+accuracy ([0-9.]+)", text)
     ms = re.search(r'"combine_ms":([0-9.]+)', text)
+    threads = re.search(r'"threads":([0-9]+)', text)
     if not acc:
         return None
-    return 100 * float(acc.group(1)), float(ms.group(1)) if ms else None
-
-
-def threads(run, rule):
-    """The threads a replay's rule ran on, where its report says them (DENSE, since 2026-12-01)."""
-    path = os.path.join(run, f"replay-{rule}.txt") if run else ""
-    found = os.path.exists(path) and re.search(r'"threads":([0-9]+)', open(path).read())
-    return int(found.group(1)) if found else None
+    return (100 * float(acc.group(1)), float(ms.group(1)) if ms else None,
+            int(threads.group(1)) if threads else None)
 
 
 def run_dir(seed, net, dataset, part):
@@ -86,7 +82,7 @@ def cell(dataset, part, net, rule, seeds):
     got = [g for g in got if g]
     if not got:
         return None, []
-    return [g[0] for g in got], [g[1] for g in got if g[1] is not None]
+    return [g[0] for g in got], [(g[1], g[2]) for g in got if g[1] is not None]
 
 
 def fmt(values):
@@ -119,9 +115,8 @@ def latency_table():
         times = {}
         for dataset in PAPER:
             for part in PARTS:
-                _, ms = cell(dataset, part, net, rule, [0])
-                n = threads(run_dir(0, net, dataset, part), rule)
-                times.setdefault(n, []).extend(ms)
+                for ms, n in cell(dataset, part, net, rule, [0])[1]:
+                    times.setdefault(n, []).append(ms)
         for n, ms in sorted(times.items(), key=lambda t: t[0] or 0):
             if ms:
                 label = f"{name} ({net})" + (f", {n} threads" if n else "")

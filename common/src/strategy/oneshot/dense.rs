@@ -31,19 +31,9 @@ const GENERATOR_LR: f32 = 1e-3;
 const STUDENT_LR: f32 = 0.01;
 const STUDENT_MOMENTUM: f32 = 0.9;
 
-/// The distilled student, from the clients' `teachers` and their weighted mean `start`.
+/// The distilled student, from the clients' `teachers` and their weighted mean `start`, the
+/// networks' passes on `threads` threads (the same student for any count).
 pub fn distill(
-    arch: &Architecture,
-    teachers: &[&[f32]],
-    start: Vec<f32>,
-    hyper: &OneShotHyper,
-    rng: &mut FlintRng,
-) -> Vec<f32> {
-    distill_on(parallel::cores(), arch, teachers, start, hyper, rng)
-}
-
-/// [`distill`] with the networks' passes on `threads` threads.
-fn distill_on(
     threads: usize,
     arch: &Architecture,
     teachers: &[&[f32]],
@@ -425,6 +415,7 @@ mod tests {
         };
         let start = nets[0].clone();
         let once = distill(
+            1,
             &arch,
             &teachers,
             start.clone(),
@@ -432,6 +423,7 @@ mod tests {
             &mut derive_rng(5, "d", 0),
         );
         let again = distill(
+            1,
             &arch,
             &teachers,
             start.clone(),
@@ -443,7 +435,7 @@ mod tests {
         assert!(once.iter().all(|w| w.is_finite()));
         // The passes on threads: the same student to the bit, for any count.
         for threads in [0, 1, 2, 4, 16] {
-            let on = distill_on(
+            let on = distill(
                 threads,
                 &arch,
                 &teachers,

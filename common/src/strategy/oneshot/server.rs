@@ -105,7 +105,8 @@ impl ServerStrategy for OneShotServer {
         let arch = architecture(self.arch, features, self.classes)?;
         let start = Instant::now();
         let mut rng = derive_rng(self.seed, "dense", round);
-        let (combined, moved_neurons) = combine(&arch, &self.hyper, &uploads, &mut rng);
+        let threads = parallel::cores();
+        let (combined, moved_neurons) = combine(&arch, &self.hyper, &uploads, threads, &mut rng);
         let combine_ms = start.elapsed().as_secs_f64() * 1e3;
         let weights = n_k_over_n(&uploads.iter().map(|u| u.1).collect::<Vec<_>>());
         Ok(Aggregate {
@@ -116,7 +117,7 @@ impl ServerStrategy for OneShotServer {
                 networks: uploads.len() as u32,
                 combine_ms,
                 moved_neurons,
-                threads: (self.hyper.rule == OneShotRule::Dense).then(|| parallel::cores() as u32),
+                threads: (self.hyper.rule == OneShotRule::Dense).then_some(threads as u32),
             }),
             local: BTreeMap::new(),
             privacy: None,
@@ -144,11 +145,12 @@ fn uploads<'a>(
 }
 
 /// The download under `hyper.rule`: one network, or for the ensemble every client's one after
-/// the other; for OT-Fusion, also the neurons its alignment moved.
+/// the other; for OT-Fusion, also the neurons its alignment moved. DENSE runs on `threads`.
 pub fn combine(
     arch: &Architecture,
     hyper: &OneShotHyper,
     uploads: &[(&NetworkStatistics, f64)],
+    threads: usize,
     rng: &mut FlintRng,
 ) -> (Vec<f32>, Option<u32>) {
     let nets: Vec<&[f32]> = uploads.iter().map(|u| u.0.params.as_slice()).collect();
@@ -167,7 +169,9 @@ pub fn combine(
             let fishers: Vec<&[f32]> = uploads.iter().map(|u| u.0.fisher.as_slice()).collect();
             fisher::merge(&nets, &fishers, &p)
         }
-        OneShotRule::Dense => dense::distill(arch, &nets, weighted_mean(&nets, &p), hyper, rng),
+        OneShotRule::Dense => {
+            dense::distill(threads, arch, &nets, weighted_mean(&nets, &p), hyper, rng)
+        }
         OneShotRule::OtFusion => {
             let (fused, moved) = ot_fusion::fuse(arch, &nets, &p);
             return (fused, Some(moved));
