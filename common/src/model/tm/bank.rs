@@ -600,13 +600,13 @@ fn step_rows<const N: usize>(
     }
 }
 
-/// Type I feedback held back from a clause that did not fire (`deferred.rs`): the masks of
-/// the feedbacks kept, to be applied to every automaton but the tracked ones (which took them
-/// one by one). For banks of [`KEPT_BITS`]-bit automata.
+/// Type I feedback held back from a clause that did not fire (`deferred.rs`): per automaton,
+/// how many of the feedbacks kept draw it, to be subtracted from every automaton but the tracked
+/// ones (which took them one by one). For banks of [`KEPT_BITS`]-bit automata.
 pub(crate) struct Kept<'a> {
-    /// At most `2^KEPT_Q` masks of `lw` words.
-    pub masks: &'a [&'a [u64]],
-    /// Per literal word: the automata the masks skip.
+    /// The counts, bit-sliced: [`COUNT_PLANES`] planes of `lw` words; `None` when nothing is kept.
+    pub counts: Option<[&'a [u64]; COUNT_PLANES]>,
+    /// Per literal word: the automata the counts skip.
     pub tracked: &'a [u64],
 }
 
@@ -614,13 +614,13 @@ pub(crate) struct Kept<'a> {
 pub(crate) const KEPT_BITS: usize = 8;
 /// Fragile: fewer than `2^KEPT_Q` steps above the include boundary.
 pub(crate) const KEPT_Q: usize = 3;
-/// Planes of the counts of kept masks: up to `2^KEPT_Q`, so `KEPT_Q + 1`.
-const COUNT_PLANES: usize = KEPT_Q + 1;
+/// Planes of the counts of kept feedbacks: up to `2^KEPT_Q`, so `KEPT_Q + 1`.
+pub(crate) const COUNT_PLANES: usize = KEPT_Q + 1;
 /// Literal words [`step_kept`] holds at once: one vector register per plane.
 const KEPT_CHUNK: usize = 2;
 
-/// [`step`] on a clause whose Type I feedback `kept` held back: applies it first (counting,
-/// per automaton, the masks that draw it, and subtracting the count saturating at 0), then steps;
+/// [`step`] on a clause whose Type I feedback `kept` held back: applies it first (subtracting
+/// each automaton's count saturating at 0), then steps;
 /// writes the fragile automata after the step into `fragile`. One pass over the planes.
 #[inline(always)]
 fn step_kept(
@@ -663,21 +663,13 @@ fn step_kept_chunk<const N: usize>(
     const B: usize = KEPT_BITS;
     let words = |v: &[u64], at: usize| -> [u64; N] { v[at..][..N].try_into().expect("N words") };
     let mut p: [[u64; N]; B] = std::array::from_fn(|b| words(planes, b * lw + start));
-    // Per automaton, how many kept masks draw it, subtracted saturating at 0.
-    if !kept.masks.is_empty() {
+    // Per automaton, how many kept feedbacks draw it, subtracted saturating at 0.
+    if let Some(counts) = kept.counts {
         let (v, f) = (words(valid, start), words(kept.tracked, start));
-        let mut count = [[0u64; N]; COUNT_PLANES];
-        for mask in kept.masks {
-            let m = words(mask, start);
-            for i in 0..N {
-                let mut carry = m[i] & v[i] & !f[i];
-                for plane in count.iter_mut() {
-                    let next = plane[i] & carry;
-                    plane[i] ^= carry;
-                    carry = next;
-                }
-            }
-        }
+        let count: [[u64; N]; COUNT_PLANES] = std::array::from_fn(|b| {
+            let c = words(counts[b], start);
+            std::array::from_fn(|i| c[i] & v[i] & !f[i])
+        });
         let mut borrow = [0u64; N];
         for (b, row) in p.iter_mut().enumerate() {
             for i in 0..N {

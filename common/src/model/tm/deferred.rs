@@ -5,17 +5,22 @@
 //! MNIST it is most of an example's feedback (about 100 of 120 clause updates), and applied at
 //! once it reads and writes every state plane of the clause. Yet it rarely changes an action: an
 //! excluded automaton stepping down stays excluded, and an included one at least `2^KEPT_Q`
-//! steps above the include boundary stays included through `2^KEPT_Q` such feedbacks. So each
-//! feedback is kept as its mask's place in the pool; the masks kept are counted per automaton and
-//! subtracted in the pass of the clause's next update, or after [`LIMIT`] of them, at the end of
-//! the epoch, or before the pool is redrawn. The few included automata closer to the boundary
-//! are tracked aside, state by state, and stepped at each feedback; one that crosses the
-//! boundary is excluded in the include mirror at once, so clause outputs are always exact.
+//! steps above the include boundary stays included through `2^KEPT_Q` such feedbacks. So a clause
+//! only counts the feedbacks it is given; in the pass of its next update (or after [`LIMIT`] of
+//! them, or at the end of the epoch) each automaton steps down by how many of the n feedbacks
+//! draw it, a Binomial(n, 1/s) count read, bit-sliced, from a pool of such counts
+//! ([`CountPools`]), instead of drawing and counting n masks. The few included automata closer
+//! to the boundary are tracked aside, state by state, and take each feedback's own mask at once;
+//! one that crosses the boundary is excluded in the include mirror at once, so clause outputs
+//! are always exact, and stays tracked, below the boundary, until the update writes its state.
 //!
-//! Steps down saturating at 0 add up (max(0, max(0, x − a) − b) = max(0, x − a − b)), so the
-//! machine is the one that applying every feedback at once trains, bit for bit.
+//! Steps down saturating at 0 add up (max(0, max(0, x − a) − b) = max(0, x − a − b)), and a
+//! sum of independent draws of probability 1/s is Binomial, so each automaton ends in the state
+//! applying every feedback at once gives it, in distribution; the random stream differs.
 
-use super::bank::{ClauseBank, FeedbackMasks, KEPT_BITS, KEPT_Q, Kept};
+use rand::RngExt;
+
+use super::bank::{COUNT_PLANES, ClauseBank, FeedbackMasks, KEPT_BITS, KEPT_Q, Kept};
 use crate::rng::FlintRng;
 
 /// Feedbacks a clause may keep.
@@ -26,9 +31,9 @@ const LIMIT: usize = 1 << KEPT_Q;
 const TRACKED: usize = 23;
 /// `tracked` of a clause that takes its feedback at once.
 const AT_ONCE: u8 = u8::MAX;
-/// A tracked automaton: its literal slot (word · 64 + bit) above, its steps above the include
-/// boundary in the low [`KEPT_Q`] bits.
-const EXCESS: u16 = (1 << KEPT_Q) - 1;
+/// A tracked automaton: its literal slot (word · 64 + bit) above, in the low [`KEPT_Q`] bits its
+/// steps above the include boundary, or, once it crossed, below the last exclude state.
+const STEPS: u16 = (1 << KEPT_Q) - 1;
 
 /// The first include state.
 const BOUNDARY: u8 = 1 << (KEPT_BITS - 1);
@@ -37,25 +42,80 @@ const BOUNDARY: u8 = 1 << (KEPT_BITS - 1);
 #[derive(Debug, Clone, Copy)]
 #[repr(C, align(64))]
 struct Held {
+    /// Feedbacks kept.
     kept: u8,
     tracked: u8,
-    /// The places in the mask pool of the kept feedbacks.
-    at: [u16; LIMIT],
-    /// The tracked automata: slot << KEPT_Q | excess.
+    /// The tracked automata that crossed to exclude since the clause's last update, a bit each.
+    below: u32,
+    /// The tracked automata: slot << KEPT_Q | steps.
     automata: [u16; TRACKED],
 }
 
 const NOTHING: Held = Held {
     kept: 0,
     tracked: 0,
-    at: [0; LIMIT],
+    below: 0,
     automata: [0; TRACKED],
 };
 
-#[derive(Debug)]
+/// Words of a count pool: a count is read at a random place, as masks are.
+const COUNT_POOL: usize = 1 << 10;
+
+/// Per number of feedbacks n (1 to [`LIMIT`]), a pool of bit-sliced counts, each automaton's
+/// the sum of n words of the masks' pool: Binomial(n, 1/s) per automaton. Count pool n's word w
+/// adds mask word (2k + 1)·w + k for k < n (modulo the pool): the n words are distinct, and
+/// other words of the pool share them at no fixed distance. Rebuilt whenever the masks' pool is
+/// redrawn; no random draws of its own.
+#[derive(Debug, Clone)]
+struct CountPools {
+    /// `[n − 1][plane][word]`.
+    planes: Vec<u64>,
+}
+
+impl CountPools {
+    fn new(pool: &[u64]) -> CountPools {
+        let mut c = CountPools {
+            planes: vec![0; LIMIT * COUNT_PLANES * COUNT_POOL],
+        };
+        c.build(pool);
+        c
+    }
+
+    fn build(&mut self, pool: &[u64]) {
+        assert!(pool.len().is_power_of_two() && pool.len() >= COUNT_POOL);
+        let wrap = pool.len() - 1;
+        let mut sum = vec![0u64; COUNT_PLANES * COUNT_POOL];
+        for (k, out) in self
+            .planes
+            .chunks_mut(COUNT_PLANES * COUNT_POOL)
+            .enumerate()
+        {
+            for w in 0..COUNT_POOL {
+                let mut carry = pool[((2 * k + 1) * w + k) & wrap];
+                for b in 0..COUNT_PLANES {
+                    let p = &mut sum[b * COUNT_POOL + w];
+                    let next = *p & carry;
+                    *p ^= carry;
+                    carry = next;
+                }
+            }
+            out.copy_from_slice(&sum);
+        }
+    }
+
+    /// The counts of `n` feedbacks for `lw` literal words, at a random place.
+    fn draw(&self, n: usize, lw: usize, rng: &mut FlintRng) -> [&[u64]; COUNT_PLANES] {
+        let at = rng.random_range(0..=COUNT_POOL - lw);
+        let pool = &self.planes[(n - 1) * COUNT_PLANES * COUNT_POOL..][..COUNT_PLANES * COUNT_POOL];
+        std::array::from_fn(|b| &pool[b * COUNT_POOL + at..][..lw])
+    }
+}
+
+#[derive(Debug, Clone)]
 pub(crate) struct DeferredTypeIb {
     lw: usize,
     held: Vec<Held>,
+    counts: CountPools,
     /// Scratch: the tracked automata of a clause as bits, and its fragile ones after an update.
     tracked: Vec<u64>,
     fragile: Vec<u64>,
@@ -67,7 +127,7 @@ impl DeferredTypeIb {
     /// Nothing kept; every clause's fragile automata read from the bank. `None` unless the
     /// bank's automata have [`KEPT_BITS`] bits (the width the kernel is written for) and its
     /// literals fit a slot (4,096 features at most); such a bank takes its feedback at once.
-    pub fn new(bank: &mut ClauseBank) -> Option<DeferredTypeIb> {
+    pub fn new(bank: &mut ClauseBank, masks: &FeedbackMasks) -> Option<DeferredTypeIb> {
         let lw = bank.lw();
         if bank.state_bits() != KEPT_BITS || lw * 64 > usize::from(u16::MAX >> KEPT_Q) + 1 {
             return None;
@@ -75,106 +135,110 @@ impl DeferredTypeIb {
         let mut d = DeferredTypeIb {
             lw,
             held: vec![NOTHING; bank.clauses()],
+            counts: CountPools::new(masks.pool()),
             tracked: vec![0; lw],
             fragile: vec![0; lw],
             words: vec![0; lw],
         };
         for j in 0..bank.clauses() {
-            d.settle(bank, j, &[]);
+            d.track_from_bank(bank, j);
         }
         Some(d)
     }
 
-    /// A mask's place in the pool, for Type I feedback; everything kept is applied first if the
-    /// pool is about to be redrawn.
-    pub fn draw(
-        &mut self,
-        bank: &mut ClauseBank,
-        masks: &mut FeedbackMasks,
-        rng: &mut FlintRng,
-    ) -> usize {
-        if masks.redraws_next() {
-            self.settle_all(bank, masks);
+    /// A mask's place in the pool, for Type I feedback; the count pools follow the masks' pool
+    /// when it is redrawn.
+    pub fn draw(&mut self, masks: &mut FeedbackMasks, rng: &mut FlintRng) -> usize {
+        let redraws = masks.redraws_next();
+        let at = masks.draw_at(self.lw, rng);
+        if redraws {
+            self.counts.build(masks.pool());
         }
-        masks.draw_at(self.lw, rng)
+        at
     }
 
-    /// Type I feedback to clause `j`, which did not fire, with the mask at `at`; whether an
-    /// action changed.
+    /// Type I feedback to clause `j`, which did not fire; whether an action changed.
     pub fn type_ib(
         &mut self,
         bank: &mut ClauseBank,
         j: usize,
-        at: usize,
-        masks: &FeedbackMasks,
+        masks: &mut FeedbackMasks,
+        rng: &mut FlintRng,
         lits: &[u64],
     ) -> bool {
         if usize::from(self.held[j].kept) == LIMIT {
-            self.settle(bank, j, masks.pool());
+            self.settle(bank, j, rng);
         }
+        match self.held[j].tracked {
+            AT_ONCE => {
+                // Nothing is kept for such a clause, so the plain step serves; whether it may
+                // track again is asked at its next update.
+                let at = self.draw(masks, rng);
+                let mask = masks.words(at, self.lw);
+                return bank.type_i_moved(j, lits, false, false, mask);
+            }
+            0 => {
+                self.held[j].kept += 1;
+                return false;
+            }
+            _ => {}
+        }
+        let at = self.draw(masks, rng);
         let mask = masks.words(at, self.lw);
-        if self.held[j].tracked == AT_ONCE {
-            // Nothing is kept for such a clause, so the plain step serves; whether it may
-            // track again is asked at its next update.
-            return bank.type_i_moved(j, lits, false, false, mask);
-        }
         let held = &mut self.held[j];
-        let pool = masks.pool();
-        let (mut i, mut moved) = (0, false);
-        while i < usize::from(held.tracked) {
+        held.kept += 1;
+        let mut moved = false;
+        for i in 0..usize::from(held.tracked) {
             let a = held.automata[i];
-            let (l, bit) = (usize::from(a >> KEPT_Q) >> 6, a >> KEPT_Q & 63);
+            let (l, bit) = slot(a);
             if (mask[l] >> bit) & 1 == 0 {
-                i += 1;
-            } else if a & EXCESS > 0 {
+                continue;
+            }
+            if (held.below >> i) & 1 == 1 {
+                held.automata[i] = a + 1;
+            } else if a & STEPS > 0 {
                 held.automata[i] = a - 1;
-                i += 1;
             } else {
-                // Crossing to exclude: no longer tracked. Its planes take the first include
-                // state plus the kept feedbacks that draw it, which the next update subtracts.
-                let drawn = held.at[..usize::from(held.kept)]
-                    .iter()
-                    .filter(|&&at| (pool[usize::from(at) + l] >> bit) & 1 == 1)
-                    .count() as u8;
-                bank.write_state(j, l, usize::from(bit), BOUNDARY + drawn);
-                bank.exclude_in_mirror(j, l, usize::from(bit));
-                held.tracked -= 1;
-                held.automata[i] = held.automata[usize::from(held.tracked)];
+                // Crossing to exclude, at the last exclude state: no steps below it yet.
+                held.below |= 1 << i;
+                bank.exclude_in_mirror(j, l, bit);
                 moved = true;
             }
         }
-        held.at[usize::from(held.kept)] = at as u16;
-        held.kept += 1;
         moved
     }
 
     /// An update of clause `j` (`step`: the bank's call, given what is kept) in the pass that
-    /// applies what the clause keeps (`pool`: the masks' pool); whether an action changed.
+    /// applies what the clause keeps; whether an action changed.
     pub fn update(
         &mut self,
         bank: &mut ClauseBank,
         j: usize,
-        pool: &[u64],
+        rng: &mut FlintRng,
         step: impl FnOnce(&mut ClauseBank, &Kept<'_>, &mut [u64]) -> bool,
     ) -> bool {
-        let lw = self.lw;
-        let held = &mut self.held[j];
-        let mut kept: [&[u64]; LIMIT] = [&[]; LIMIT];
-        for (mask, &at) in kept.iter_mut().zip(&held.at[..usize::from(held.kept)]) {
-            *mask = &pool[usize::from(at)..][..lw];
-        }
+        let held = self.held[j];
+        let counts = match held.kept {
+            0 => None,
+            n => Some(self.counts.draw(usize::from(n), self.lw, rng)),
+        };
         let n = match held.tracked {
             AT_ONCE => 0,
             n => usize::from(n),
         };
         self.tracked.fill(0);
-        for &a in &held.automata[..n] {
-            let (l, bit) = (usize::from(a >> KEPT_Q) >> 6, usize::from(a >> KEPT_Q & 63));
+        for (i, &a) in held.automata[..n].iter().enumerate() {
+            let (l, bit) = slot(a);
             self.tracked[l] |= 1 << bit;
-            bank.write_excess(j, l, bit, (a & EXCESS) as u8);
+            let steps = (a & STEPS) as u8;
+            if (held.below >> i) & 1 == 1 {
+                bank.write_state(j, l, bit, BOUNDARY - 1 - steps);
+            } else {
+                bank.write_excess(j, l, bit, steps);
+            }
         }
         let kept = Kept {
-            masks: &kept[..usize::from(held.kept)],
+            counts,
             tracked: &self.tracked,
         };
         let moved = step(bank, &kept, &mut self.fragile);
@@ -182,19 +246,30 @@ impl DeferredTypeIb {
         moved
     }
 
-    /// Applies what clause `j` keeps (`pool`: the masks' pool).
-    fn settle(&mut self, bank: &mut ClauseBank, j: usize, pool: &[u64]) {
-        self.update(bank, j, pool, |bank, kept, fragile| {
+    /// Applies what clause `j` keeps.
+    fn settle(&mut self, bank: &mut ClauseBank, j: usize, rng: &mut FlintRng) {
+        self.update(bank, j, rng, |bank, kept, fragile| {
             bank.settle_kept(j, kept, fragile);
             false
         });
     }
 
+    /// Reads clause `j`'s fragile automata from the bank, which holds nothing back for it.
+    fn track_from_bank(&mut self, bank: &mut ClauseBank, j: usize) {
+        self.tracked.fill(0);
+        let kept = Kept {
+            counts: None,
+            tracked: &self.tracked,
+        };
+        bank.settle_kept(j, &kept, &mut self.fragile);
+        self.track_fragile(bank, j);
+    }
+
     /// Applies everything kept: the bank is exact again.
-    pub fn settle_all(&mut self, bank: &mut ClauseBank, masks: &FeedbackMasks) {
+    pub fn settle_all(&mut self, bank: &mut ClauseBank, rng: &mut FlintRng) {
         for j in 0..bank.clauses() {
             if self.held[j].kept > 0 {
-                self.settle(bank, j, masks.pool());
+                self.settle(bank, j, rng);
             }
         }
     }
@@ -204,6 +279,7 @@ impl DeferredTypeIb {
     fn track_fragile(&mut self, bank: &ClauseBank, j: usize) {
         let held = &mut self.held[j];
         held.kept = 0;
+        held.below = 0;
         // The words holding fragile automata first, without a branch per word (most hold none).
         let mut words = 0;
         for (l, &w) in self.fragile.iter().enumerate() {
@@ -228,5 +304,145 @@ impl DeferredTypeIb {
             }
         }
         held.tracked = n as u8;
+    }
+}
+
+/// A tracked automaton's literal word and bit.
+fn slot(a: u16) -> (usize, usize) {
+    let s = usize::from(a >> KEPT_Q);
+    (s >> 6, s & 63)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rng::derive_rng;
+
+    const STARTS: [u32; 16] = [
+        0, 1, 3, 60, 126, 127, 128, 129, 130, 132, 134, 135, 136, 137, 150, 255,
+    ];
+    const FEEDBACKS: usize = 13;
+
+    /// Literals of clauses 1–3 at the `STARTS` states: 18 of them fragile, so tracked.
+    const SET: usize = 48;
+
+    /// A bank of 8-bit automata: clause 0 with every literal fragile (it takes its feedback at
+    /// once), the others' first `SET` literals at the `STARTS` states in turn.
+    fn bank() -> ClauseBank {
+        let mut bank = ClauseBank::new(4, 100, KEPT_BITS);
+        for k in 0..200 {
+            bank.set_state(0, k, 129);
+        }
+        for j in 1..4 {
+            for k in 0..SET {
+                bank.set_state(j, k, STARTS[(k + j) % STARTS.len()]);
+            }
+        }
+        bank
+    }
+
+    /// `FEEDBACKS` Type I feedbacks to every clause of `bank()`, none firing, kept and then
+    /// settled; after each, the include mirror is what settling would leave.
+    fn kept_feedback(seed: u64, check_mirror: bool) -> ClauseBank {
+        let mut rng = derive_rng(seed, "kept", 0);
+        let mut bank = bank();
+        let mut masks = FeedbackMasks::new(10.0, &mut rng);
+        let mut d = DeferredTypeIb::new(&mut bank, &masks).expect("8-bit automata");
+        for _ in 0..FEEDBACKS {
+            for j in 0..4 {
+                d.type_ib(&mut bank, j, &mut masks, &mut rng, &[0; 4]);
+            }
+            if check_mirror {
+                let (mut b, mut dd, mut r) = (bank.clone(), d.clone(), rng.clone());
+                dd.settle_all(&mut b, &mut r);
+                for j in 0..4 {
+                    assert_eq!(
+                        bank.include(j),
+                        b.include(j),
+                        "clause {j}: the mirror is exact"
+                    );
+                }
+            }
+        }
+        d.settle_all(&mut bank, &mut rng);
+        bank
+    }
+
+    /// Each automaton ends at max(0, x − B) with B ~ Binomial(FEEDBACKS, p), p the masks'
+    /// density: what applying each feedback at once gives it (Granmo 2018, Table 2, Type Ib).
+    /// Every final state's frequency, per start, within five standard deviations of it.
+    #[test]
+    fn kept_feedback_leaves_the_states_immediate_feedback_does() {
+        let p = f64::from(((0.1 * f64::from(u32::MAX)) as u32) >> 16) / 65536.0;
+        let binomial = |b: usize| {
+            let choose = (0..b).fold(1.0, |c, i| c * (FEEDBACKS - i) as f64 / (i + 1) as f64);
+            choose * p.powi(b as i32) * (1.0 - p).powi((FEEDBACKS - b) as i32)
+        };
+        let mut seen = vec![[0u32; 256]; STARTS.len()];
+        let mut at_once = [0u32; 256];
+        let trials = 300;
+        for seed in 0..trials {
+            let bank = kept_feedback(seed, seed < 5);
+            for k in 0..200 {
+                at_once[bank.state(0, k) as usize] += 1;
+            }
+            for (j, k) in (1..4).flat_map(|j| (0..SET).map(move |k| (j, k))) {
+                seen[(k + j) % STARTS.len()][bank.state(j, k) as usize] += 1;
+            }
+        }
+        let mut starts: Vec<(u32, &[u32; 256])> = STARTS.iter().copied().zip(&seen).collect();
+        starts.push((129, &at_once));
+        for (x, finals) in starts {
+            let n = f64::from(finals.iter().sum::<u32>());
+            let mut want = [0.0; 256];
+            for b in 0..=FEEDBACKS {
+                want[(x as usize).saturating_sub(b)] += binomial(b);
+            }
+            for (v, (&got, &q)) in finals.iter().zip(&want).enumerate() {
+                let sd = (n * q * (1.0 - q)).sqrt();
+                let off = (f64::from(got) - n * q).abs();
+                assert!(
+                    off <= 5.0 * sd + 1.0,
+                    "from {x} to {v}: {got} of {n}, want {}",
+                    n * q
+                );
+            }
+        }
+    }
+
+    /// Count pool n holds Binomial(n, p) counts, p the masks' density: each count's frequency
+    /// over the pool within five standard deviations of it (a mask word added twice would
+    /// spread them).
+    #[test]
+    fn count_pools_hold_binomial_counts() {
+        let mut rng = derive_rng(4, "counts", 0);
+        let masks = FeedbackMasks::new(10.0, &mut rng);
+        let pools = CountPools::new(masks.pool());
+        let ones: u32 = masks.pool().iter().map(|w| w.count_ones()).sum();
+        let p = f64::from(ones) / (64.0 * masks.pool().len() as f64);
+        for n in 1..=LIMIT {
+            let counts = pools.draw(n, COUNT_POOL, &mut rng);
+            let mut seen = [0u32; 1 << COUNT_PLANES];
+            for w in 0..COUNT_POOL {
+                for bit in 0..64 {
+                    let c = (0..COUNT_PLANES).fold(0, |c, b| c | ((counts[b][w] >> bit) & 1) << b);
+                    seen[c as usize] += 1;
+                }
+            }
+            let total = (64 * COUNT_POOL) as f64;
+            for (c, &got) in seen.iter().enumerate() {
+                let choose =
+                    (0..c).fold(1.0, |v, i| v * n.saturating_sub(i) as f64 / (i + 1) as f64);
+                let q = choose * p.powi(c as i32) * (1.0 - p).powi(n as i32 - c as i32);
+                let q = if c > n { 0.0 } else { q };
+                let sd = (total * q * (1.0 - q)).sqrt();
+                let off = (f64::from(got) - total * q).abs();
+                assert!(
+                    off <= 5.0 * sd + 1.0,
+                    "n = {n}, count {c}: {got}, want {}",
+                    total * q
+                );
+            }
+        }
     }
 }

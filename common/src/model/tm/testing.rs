@@ -32,3 +32,21 @@ pub(crate) fn noisy_xor(n: usize, noise: f64, rng: &mut FlintRng) -> BitRows {
     }
     rows
 }
+
+/// Rows of `features` bits where class c sets its own block of features more often than
+/// not: clauses include many literals early (taking feedback at once) and settle to a few.
+pub(crate) fn blocks(rows: usize, features: usize, classes: u32, rng: &mut FlintRng) -> BitRows {
+    let mut data = BitRows::new(features, classes as usize);
+    let width = features / classes as usize;
+    for _ in 0..rows {
+        let y = rng.random_range(0..classes);
+        let bits: Vec<bool> = (0..features)
+            .map(|f| {
+                let own = f / width == y as usize;
+                rng.random::<f64>() < if own { 0.8 } else { 0.15 }
+            })
+            .collect();
+        data.push(&bits, y);
+    }
+    data
+}
