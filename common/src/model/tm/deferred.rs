@@ -410,6 +410,83 @@ mod tests {
         }
     }
 
+    /// Type I (firing and not) and Type II feedback in a fixed random order, to the clauses of
+    /// `bank()`: kept, or each applied at once (`at_once`). The final states.
+    fn mixed_feedback(seed: u64, at_once: bool) -> Vec<u32> {
+        let mut order = derive_rng(99, "order", 0);
+        let mut rng = derive_rng(seed, "mixed", 0);
+        let mut bank = bank();
+        let mut masks = FeedbackMasks::new(10.0, &mut rng);
+        let mut d = DeferredTypeIb::new(&mut bank, &masks).expect("8-bit automata");
+        // Features alternately true and false, as literal words: features, then negations.
+        let f = 0x5555_5555_5555_5555u64;
+        let lits = [f, f & 0xf_ffff_ffff, !f, !f & 0xf_ffff_ffff];
+        for _ in 0..40 {
+            for j in 0..4 {
+                let kind: u32 = order.random_range(0..10);
+                match (kind, at_once) {
+                    (0..7, false) => {
+                        d.type_ib(&mut bank, j, &mut masks, &mut rng, &lits);
+                    }
+                    (0..7, true) => bank.type_i(j, &lits, false, false, masks.draw(4, &mut rng)),
+                    (7 | 8, false) => {
+                        let at = d.draw(&mut masks, &mut rng);
+                        let mask = masks.words(at, 4);
+                        d.update(&mut bank, j, &mut rng, |b, kept, after| {
+                            b.type_i_kept(j, &lits, true, false, mask, kept, after)
+                        });
+                    }
+                    (7 | 8, true) => bank.type_i(j, &lits, true, false, masks.draw(4, &mut rng)),
+                    (_, false) => {
+                        d.update(&mut bank, j, &mut rng, |b, kept, after| {
+                            b.type_ii_kept(j, &lits, kept, after)
+                        });
+                    }
+                    (_, true) => bank.type_ii(j, &lits),
+                }
+            }
+        }
+        d.settle_all(&mut bank, &mut rng);
+        (0..4)
+            .flat_map(|j| (0..200).map(move |k| (j, k)))
+            .map(|(j, k)| bank.state(j, k))
+            .collect()
+    }
+
+    /// Between passes of firing clauses and Type II, every automaton's mean final state over
+    /// 2,000 runs is the one applying each feedback at once gives, within five standard errors.
+    #[test]
+    fn kept_feedback_between_updates_leaves_the_states_immediate_feedback_does() {
+        let runs = 2000;
+        let moments = |at_once: bool| {
+            let mut sum = vec![(0.0, 0.0); 800];
+            for seed in 0..runs {
+                for (m, s) in sum.iter_mut().zip(mixed_feedback(seed, at_once)) {
+                    let s = f64::from(s);
+                    *m = (m.0 + s, m.1 + s * s);
+                }
+            }
+            sum.iter()
+                .map(|&(a, b)| {
+                    let mean = a / runs as f64;
+                    (mean, b / runs as f64 - mean * mean)
+                })
+                .collect::<Vec<_>>()
+        };
+        let (kept, at_once) = (moments(false), moments(true));
+        for (i, (k, a)) in kept.iter().zip(&at_once).enumerate() {
+            let se = ((k.1 + a.1) / runs as f64).sqrt();
+            assert!(
+                (k.0 - a.0).abs() <= 5.0 * se + 0.05,
+                "clause {}, literal {}: {} kept against {} at once",
+                i / 200,
+                i % 200,
+                k.0,
+                a.0
+            );
+        }
+    }
+
     /// Count pool n holds Binomial(n, p) counts, p the masks' density: each count's frequency
     /// over the pool within five standard deviations of it (a mask word added twice would
     /// spread them).
