@@ -500,11 +500,9 @@ mod tests {
         for n in 1..=LIMIT {
             let counts = pools.draw(n, COUNT_POOL, &mut rng);
             let mut seen = [0u32; 1 << COUNT_PLANES];
-            for w in 0..COUNT_POOL {
-                for bit in 0..64 {
-                    let c = (0..COUNT_PLANES).fold(0, |c, b| c | ((counts[b][w] >> bit) & 1) << b);
-                    seen[c as usize] += 1;
-                }
+            for (w, bit) in (0..COUNT_POOL).flat_map(|w| (0..64).map(move |bit| (w, bit))) {
+                let c = (0..COUNT_PLANES).fold(0, |c, b| c | ((counts[b][w] >> bit) & 1) << b);
+                seen[c as usize] += 1;
             }
             let total = (64 * COUNT_POOL) as f64;
             for (c, &got) in seen.iter().enumerate() {
