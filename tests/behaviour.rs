@@ -4,7 +4,9 @@
 //! `tests/oracles/behaviour-figures.py`. A difference in any model shows up as a different
 //! number. The last round's payload bytes hold each client's closing (its last report), as the
 //! ledger booked them before closings were kept apart; they were recorded again when that report
-//! gained its `last` flag (2 bytes a client, nothing else changed).
+//! gained its `last` flag (2 bytes a client, nothing else changed). `tpfl-mnist.json` was recorded
+//! again when the coalesced machine's kept Type I feedback became Binomial counts (the same machine
+//! in distribution, another random stream).
 //!
 //! To re-record after an intended change of behaviour, run the experiment with `flint run`, then
 //!
