@@ -7,12 +7,12 @@
 //! excluded automaton stepping down stays excluded, and an included one at least `2^KEPT_Q`
 //! steps above the include boundary stays included through `2^KEPT_Q` such feedbacks. So a clause
 //! only counts the feedbacks it is given; in the pass of its next update (or after [`LIMIT`] of
-//! them, or at the end of the epoch) each automaton steps down by how many of the n feedbacks
-//! draw it, a Binomial(n, 1/s) count read, bit-sliced, from a pool of such counts
+//! them, or at the end of the epoch) each automaton not tracked steps down by how many of the n
+//! feedbacks draw it, a Binomial(n, 1/s) count read, bit-sliced, from a pool of such counts
 //! ([`CountPools`]), instead of drawing and counting n masks. The few included automata closer
 //! to the boundary are tracked aside, state by state, and take each feedback's own mask at once;
-//! one that crosses the boundary is excluded in the include mirror at once, so clause outputs
-//! are always exact, and stays tracked, below the boundary, until the update writes its state.
+//! one that crosses the boundary is excluded in the include mirror at once and stays tracked,
+//! below the boundary, until the update writes its state, so clause outputs are always exact.
 //!
 //! Steps down saturating at 0 add up (max(0, max(0, x − a) − b) = max(0, x − a − b)), and a
 //! sum of independent draws of probability 1/s is Binomial, so each automaton ends in the state
@@ -62,8 +62,8 @@ const NOTHING: Held = Held {
 const COUNT_POOL: usize = 1 << 10;
 
 /// Per number of feedbacks n (1 to [`LIMIT`]), a pool of bit-sliced counts, each automaton's
-/// the sum of n words of the masks' pool: Binomial(n, 1/s) per automaton. Count pool n's word w
-/// adds mask word (2k + 1)·w + k for k < n (modulo the pool): the n words are distinct, and
+/// count the sum of n words of the masks' pool: Binomial(n, 1/s) per automaton. Count pool n's
+/// word w adds mask word (2k + 1)·w + k for k < n (modulo the pool): the n words are distinct, and
 /// other words of the pool share them at no fixed distance. Rebuilt whenever the masks' pool is
 /// redrawn; no random draws of its own.
 #[derive(Debug, Clone)]
@@ -342,7 +342,8 @@ mod tests {
     }
 
     /// `FEEDBACKS` Type I feedbacks to every clause of `bank()`, none firing, kept and then
-    /// settled; after each, the include mirror is what settling would leave.
+    /// settled; with `check_mirror`, after each round the include mirror is what settling would
+    /// leave.
     fn kept_feedback(seed: u64, check_mirror: bool) -> ClauseBank {
         let mut rng = derive_rng(seed, "kept", 0);
         let mut bank = bank();
