@@ -354,8 +354,13 @@ mod tests {
                 d.type_ib(&mut bank, j, &mut masks, &mut rng, &[0; 4]);
             }
             if check_mirror {
+                // Settling writes planes, not the mirror: the mirror rebuilt from the settled
+                // planes is what the actions are.
                 let (mut b, mut dd, mut r) = (bank.clone(), d.clone(), rng.clone());
                 dd.settle_all(&mut b, &mut r);
+                let b =
+                    ClauseBank::from_cell_major_planes(4, 100, KEPT_BITS, b.cell_major_planes())
+                        .expect("the bank's own planes");
                 for j in 0..4 {
                     assert_eq!(
                         bank.include(j),
