@@ -318,6 +318,26 @@ mod tests {
     use super::*;
     use crate::rng::derive_rng;
 
+    /// P(Binomial(n, p) = k); 0 for k > n.
+    fn binomial(n: usize, k: usize, p: f64) -> f64 {
+        if k > n {
+            return 0.0;
+        }
+        let choose = (0..k).fold(1.0, |c, i| c * (n - i) as f64 / (i + 1) as f64);
+        choose * p.powi(k as i32) * (1.0 - p).powi((n - k) as i32)
+    }
+
+    /// `got` of `total` draws within five standard deviations of frequency `q`.
+    fn within_five_sd(got: u32, total: f64, q: f64, what: &str) {
+        let sd = (total * q * (1.0 - q)).sqrt();
+        let off = (f64::from(got) - total * q).abs();
+        assert!(
+            off <= 5.0 * sd + 1.0,
+            "{what}: {got} of {total}, want {}",
+            total * q
+        );
+    }
+
     const STARTS: [u32; 16] = [
         0, 1, 3, 60, 126, 127, 128, 129, 130, 132, 134, 135, 136, 137, 150, 255,
     ];
@@ -380,10 +400,6 @@ mod tests {
     #[test]
     fn kept_feedback_leaves_the_states_immediate_feedback_does() {
         let p = f64::from(((0.1 * f64::from(u32::MAX)) as u32) >> 16) / 65536.0;
-        let binomial = |b: usize| {
-            let choose = (0..b).fold(1.0, |c, i| c * (FEEDBACKS - i) as f64 / (i + 1) as f64);
-            choose * p.powi(b as i32) * (1.0 - p).powi((FEEDBACKS - b) as i32)
-        };
         let mut seen = vec![[0u32; 256]; STARTS.len()];
         let mut at_once = [0u32; 256];
         let trials = 300;
@@ -402,16 +418,10 @@ mod tests {
             let n = f64::from(finals.iter().sum::<u32>());
             let mut want = [0.0; 256];
             for b in 0..=FEEDBACKS {
-                want[(x as usize).saturating_sub(b)] += binomial(b);
+                want[(x as usize).saturating_sub(b)] += binomial(FEEDBACKS, b, p);
             }
             for (v, (&got, &q)) in finals.iter().zip(&want).enumerate() {
-                let sd = (n * q * (1.0 - q)).sqrt();
-                let off = (f64::from(got) - n * q).abs();
-                assert!(
-                    off <= 5.0 * sd + 1.0,
-                    "from {x} to {v}: {got} of {n}, want {}",
-                    n * q
-                );
+                within_five_sd(got, n, q, &format!("from {x} to {v}"));
             }
         }
     }
@@ -512,16 +522,11 @@ mod tests {
             }
             let total = (64 * COUNT_POOL) as f64;
             for (c, &got) in seen.iter().enumerate() {
-                let choose =
-                    (0..c).fold(1.0, |v, i| v * n.saturating_sub(i) as f64 / (i + 1) as f64);
-                let q = choose * p.powi(c as i32) * (1.0 - p).powi(n as i32 - c as i32);
-                let q = if c > n { 0.0 } else { q };
-                let sd = (total * q * (1.0 - q)).sqrt();
-                let off = (f64::from(got) - total * q).abs();
-                assert!(
-                    off <= 5.0 * sd + 1.0,
-                    "n = {n}, count {c}: {got}, want {}",
-                    total * q
+                within_five_sd(
+                    got,
+                    total,
+                    binomial(n, c, p),
+                    &format!("n = {n}, count {c}"),
                 );
             }
         }
