@@ -5,7 +5,9 @@
 //! include bits of a few clauses per example. So rather than reading every clause's include words
 //! for every example, the block's examples are transposed (one word per literal, a bit per
 //! example), each clause's outputs for the whole block are the AND of its included literals'
-//! words, and a clause whose include bits change is evaluated again for the block. Outputs read
+//! words, and a clause whose include bits change is evaluated again for the block. A clause's
+//! included literals are read from its include words into a list once per change, not once per
+//! block, so a block's evaluation is a run of reads without a branch per include word. Outputs read
 //! for an example are those of the clauses as they stand when it is reached, as when each example
 //! is evaluated on its own.
 //!
@@ -39,7 +41,16 @@ pub(crate) struct BlockOutputs {
     /// The clauses past their budget, and a flag per clause.
     by_example: Vec<u32>,
     is_by_example: Vec<bool>,
+    /// Per clause, [`BUDGET`] places: its included literals' slots as of its last evaluation,
+    /// kept from block to block (a clause's include bits change only where it is refreshed).
+    slots: Vec<u16>,
+    /// Per clause: how many of its places hold slots, or [`STALE`].
+    included: Vec<u8>,
 }
+
+/// `included` of a clause whose slots must be read again from its include words: before its
+/// first evaluation, and after it was evaluated by example.
+const STALE: u8 = u8::MAX;
 
 impl BlockOutputs {
     /// Transposes `rows` of `data` (at most [`BLOCK`]) and evaluates every clause on them.
@@ -56,9 +67,19 @@ impl BlockOutputs {
         self.budget.resize(clauses, BUDGET);
         self.is_by_example.clear();
         self.is_by_example.resize(clauses, false);
+        if self.included.len() != clauses {
+            self.included = vec![STALE; clauses];
+            self.slots = vec![0; clauses * BLOCK];
+        }
+        for &j in &self.by_example {
+            self.included[j as usize] = STALE;
+        }
         self.by_example.clear();
         for j in 0..clauses {
-            self.set(bank, j, self.valid);
+            if self.included[j] == STALE {
+                self.read_slots(bank, j);
+            }
+            self.set(j, self.valid);
         }
     }
 
@@ -77,7 +98,8 @@ impl BlockOutputs {
     /// the examples after `e` only, the others being read already.
     pub fn refresh(&mut self, bank: &ClauseBank, clause: usize, e: usize) {
         if !self.is_by_example[clause] {
-            self.set(bank, clause, self.valid & !(u64::MAX >> (BLOCK - 1 - e)));
+            self.read_slots(bank, clause);
+            self.set(clause, self.valid & !(u64::MAX >> (BLOCK - 1 - e)));
         }
     }
 
@@ -90,37 +112,41 @@ impl BlockOutputs {
         }
     }
 
-    /// Evaluates clause `j` on the examples `of`, or leaves it to be evaluated by example.
-    fn set(&mut self, bank: &ClauseBank, j: usize, of: u64) {
-        match Self::evaluate(&self.literals, bank.include(j), of, &mut self.budget[j]) {
-            Some(fires) => self.fires[j] = fires,
-            None => {
-                self.fires[j] = 0;
-                self.is_by_example[j] = true;
-                self.by_example.push(j as u32);
-            }
-        }
-    }
-
-    /// Which of the examples `of` a clause with these include words fires on; `None` once
-    /// `budget` literal reads are spent.
-    fn evaluate(literals: &[u64], include: &[u64], of: u64, budget: &mut u32) -> Option<u64> {
-        if of == 0 {
-            return Some(0);
-        }
-        let mut out = of;
-        for (l, &word) in include.iter().enumerate() {
+    /// Reads clause `j`'s included literals from its include words into its slots; more than
+    /// [`BUDGET`] leave it [`STALE`].
+    fn read_slots(&mut self, bank: &ClauseBank, j: usize) {
+        let slots = &mut self.slots[j * BLOCK..][..BLOCK];
+        let mut n = 0;
+        for (l, &word) in bank.include(j).iter().enumerate() {
             let mut bits = word;
             while bits != 0 {
-                let b = bits.trailing_zeros() as usize;
+                if n == BLOCK {
+                    self.included[j] = STALE;
+                    return;
+                }
+                slots[n] = (l * BLOCK) as u16 + bits.trailing_zeros() as u16;
                 bits &= bits - 1;
-                out &= literals[l * BLOCK + b];
-                *budget = budget.checked_sub(1)?;
-            }
-            if out == 0 {
-                return Some(0);
+                n += 1;
             }
         }
-        Some(out)
+        self.included[j] = n as u8;
+    }
+
+    /// Evaluates clause `j` on the examples `of` from its slots, or leaves it to be evaluated by
+    /// example once its budget is spent.
+    fn set(&mut self, j: usize, of: u64) {
+        let n = self.included[j];
+        let budget = &mut self.budget[j];
+        if n == STALE || u32::from(n) > *budget {
+            self.fires[j] = 0;
+            self.is_by_example[j] = true;
+            self.by_example.push(j as u32);
+            return;
+        }
+        *budget -= u32::from(n);
+        let slots = &self.slots[j * BLOCK..][..usize::from(n)];
+        self.fires[j] = slots
+            .iter()
+            .fold(of, |out, &s| out & self.literals[usize::from(s)]);
     }
 }
