@@ -39,6 +39,8 @@ pub(crate) struct LearnBuffers {
     firing: Vec<u32>,
     /// The clauses whose include bits the update changed (a clause may appear twice).
     changed: Vec<u32>,
+    /// Per class, T + its clamped sum (focused negative sampling).
+    sums: Vec<i32>,
 }
 
 /// What one example's feedback reads: clause outputs, as flags and as a list, and the literal
@@ -246,6 +248,7 @@ impl CoalescedTm {
             selected,
             firing,
             changed,
+            sums,
         } = buffers;
         changed.clear();
         let t = self.hyper.t;
@@ -267,7 +270,8 @@ impl CoalescedTm {
         let negative = match self.hyper.negative_sampling {
             NegativeSampling::Uniform => {
                 let r = draws.rng.random_range(0..self.classes - 1);
-                Some(if r >= y { r + 1 } else { r })
+                let c = if r >= y { r + 1 } else { r };
+                Some((c, Self::sum(&self.weights[c], firing).clamp(-t, t)))
             }
             NegativeSampling::All => {
                 for c in (0..self.classes).filter(|&c| c != y) {
@@ -283,30 +287,28 @@ impl CoalescedTm {
                 None
             }
             NegativeSampling::Focused => {
-                let ps: Vec<i64> = (0..self.classes)
-                    .map(|c| {
-                        if c == y {
-                            0
-                        } else {
-                            i64::from(Self::sum(&self.weights[c], firing).clamp(-t, t) + t)
-                        }
-                    })
-                    .collect();
-                let total: i64 = ps.iter().sum();
+                // T + clamp(v) per other class: the weights of the pick and its clamped sum.
+                sums.clear();
+                sums.extend((0..self.classes).map(|c| match c == y {
+                    true => 0,
+                    false => Self::sum(&self.weights[c], firing).clamp(-t, t) + t,
+                }));
+                let total: i64 = sums.iter().map(|&p| i64::from(p)).sum();
                 (total > 0).then(|| {
                     let mut pick = draws.rng.random_range(0..total);
-                    ps.iter()
+                    let c = sums
+                        .iter()
                         .position(|&p| {
-                            let hit = pick < p;
-                            pick -= p;
+                            let hit = pick < i64::from(p);
+                            pick -= i64::from(p);
                             hit
                         })
-                        .expect("pick is below the total")
+                        .expect("pick is below the total");
+                    (c, sums[c] - t)
                 })
             }
         };
-        if let Some(c) = negative {
-            let v = Self::sum(&self.weights[c], firing).clamp(-t, t);
+        if let Some((c, v)) = negative {
             let p = (t + v) as f64 / (2 * t) as f64;
             let step = FeedbackStep {
                 class: c,
