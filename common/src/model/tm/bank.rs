@@ -242,12 +242,12 @@ impl ClauseBank {
         let (pos, neg) = self.include(clause).split_at(self.fw);
         // No early exit: where a clause fails is unpredictable, and all its words are a few
         // vector operations.
-        let (mut violated, mut any) = (0, 0);
+        let mut violated = 0;
         for ((p, n), w) in pos.iter().zip(neg).zip(&x[..self.fw]) {
             violated |= (p & !w) | (n & w);
-            any |= p | n;
         }
-        violated == 0 && (training || any != 0)
+        // At inference an empty clause is silent; asked only of a clause that would fire.
+        violated == 0 && (training || pos.iter().chain(neg).any(|&w| w != 0))
     }
 
     /// A clause's planes to update, and the valid-literal words that masks are cut to.
