@@ -625,14 +625,14 @@ fn class_sum(
     fired: &mut Vec<bool>,
 ) -> i32 {
     fired.clear();
+    fired.resize(weights.len(), false);
     let mut sum = 0i32;
-    for (j, &wj) in weights.iter().enumerate() {
+    // No branch on the output: which clauses fire is unpredictable.
+    for (j, (&wj, out)) in weights.iter().zip(fired.iter_mut()).enumerate() {
         bank.prefetch_include(j + 4);
         let f = bank.fires(j, x, training);
-        fired.push(f);
-        if f {
-            sum += MultiClassTm::polarity(j) * wj as i32;
-        }
+        *out = f;
+        sum += i32::from(f) * MultiClassTm::polarity(j) * wj as i32;
     }
     sum
 }
