@@ -629,7 +629,6 @@ fn class_sum(
     let mut sum = 0i32;
     // No branch on the output: which clauses fire is unpredictable.
     for (j, (&wj, out)) in weights.iter().zip(fired.iter_mut()).enumerate() {
-        bank.prefetch_include(j + 4);
         let f = bank.fires(j, x, training);
         *out = f;
         sum += i32::from(f) * MultiClassTm::polarity(j) * wj as i32;
