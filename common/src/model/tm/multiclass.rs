@@ -681,12 +681,12 @@ impl ClassMut<'_> {
         select_for_feedback(f64::from(p), fired.len(), rng, selected);
         // Type II to a clause that does not fire changes nothing: only the others' automata
         // are loaded ahead, the next one's while this one learns.
-        let touches = |j: u32| (j % 2 == 0) == target || fired[j as usize];
+        let touches = |j: u32| j.is_multiple_of(2) == target || fired[j as usize];
         for (n, &j) in selected.iter().enumerate() {
-            if touches(j) {
-                if let Some(&next) = selected[n + 1..].iter().find(|&&k| touches(k)) {
-                    bank.prefetch_feedback(next as usize);
-                }
+            if touches(j)
+                && let Some(&next) = selected[n + 1..].iter().find(|&&k| touches(k))
+            {
+                bank.prefetch_feedback(next as usize);
             }
             let (j, f) = (j as usize, fired[j as usize]);
             let lits = rows.of(j, lw);
