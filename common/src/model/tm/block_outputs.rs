@@ -41,12 +41,16 @@ pub(crate) struct BlockOutputs {
     /// The clauses past their budget, and a flag per clause.
     by_example: Vec<u32>,
     is_by_example: Vec<bool>,
-    /// Per clause, [`BUDGET`] places: its included literals' slots as of its last evaluation,
+    /// Per clause, [`PLACES`] places: its included literals' slots as of its last evaluation,
     /// kept from block to block (a clause's include bits change only where it is refreshed).
     slots: Vec<u16>,
     /// Per clause: how many of its places hold slots, or [`STALE`].
     included: Vec<u8>,
 }
+
+/// Slots a clause holds: a clause with more included literals would spend its budget on one
+/// evaluation.
+const PLACES: usize = BUDGET as usize;
 
 /// `included` of a clause whose slots must be read again from its include words: before its
 /// first evaluation, and after it was evaluated by example.
@@ -69,7 +73,7 @@ impl BlockOutputs {
         self.is_by_example.resize(clauses, false);
         if self.included.len() != clauses {
             self.included = vec![STALE; clauses];
-            self.slots = vec![0; clauses * BLOCK];
+            self.slots = vec![0; clauses * PLACES];
         }
         for &j in &self.by_example {
             self.included[j as usize] = STALE;
@@ -113,14 +117,14 @@ impl BlockOutputs {
     }
 
     /// Reads clause `j`'s included literals from its include words into its slots; more than
-    /// [`BUDGET`] leave it [`STALE`].
+    /// [`PLACES`] leave it [`STALE`].
     fn read_slots(&mut self, bank: &ClauseBank, j: usize) {
-        let slots = &mut self.slots[j * BLOCK..][..BLOCK];
+        let slots = &mut self.slots[j * PLACES..][..PLACES];
         let mut n = 0;
         for (l, &word) in bank.include(j).iter().enumerate() {
             let mut bits = word;
             while bits != 0 {
-                if n == BLOCK {
+                if n == PLACES {
                     self.included[j] = STALE;
                     return;
                 }
@@ -144,7 +148,7 @@ impl BlockOutputs {
             return;
         }
         *budget -= u32::from(n);
-        let slots = &self.slots[j * BLOCK..][..usize::from(n)];
+        let slots = &self.slots[j * PLACES..][..usize::from(n)];
         self.fires[j] = slots
             .iter()
             .fold(of, |out, &s| out & self.literals[usize::from(s)]);

@@ -287,7 +287,8 @@ impl CoalescedTm {
                 None
             }
             NegativeSampling::Focused => {
-                // T + clamp(v) per other class: the weights of the pick and its clamped sum.
+                // Each other class drawn with odds T + clamp(v) (the target 0); its clamped sum
+                // is then its odds less T.
                 sums.clear();
                 sums.extend((0..self.classes).map(|c| match c == y {
                     true => 0,
